@@ -1,0 +1,32 @@
+# megadlm: the two commands a user needs are `make demo` and `make test`.
+BUILD ?= build
+JOBS  ?= $(shell nproc)
+
+.PHONY: all build deps test-deps demo test bench clean
+
+all: build
+
+deps:
+	bash scripts/install-deps.sh
+
+test-deps:
+	bash scripts/install-deps.sh --test
+
+build: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+	cmake --build $(BUILD) -j $(JOBS)
+
+# Preprocess the bundled King James Bible, train a small model for about two minutes,
+# save a checkpoint and sample from it.
+demo: build
+	bash scripts/demo.sh $(BUILD)
+
+test: test-deps build
+	cd $(BUILD) && ctest --output-on-failure -j 1
+
+bench: build
+	bash scripts/install-deps.sh --bench
+	bash bench/bench_gpt2.sh $(BUILD)
+
+clean:
+	rm -rf $(BUILD)

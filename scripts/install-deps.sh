@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the Debian packages megadlm needs. As root it runs apt-get; otherwise it prints the
+# exact command to run. `--test` adds what the test suite needs (PyTorch for parity tests).
+set -euo pipefail
+
+build_pkgs=(build-essential cmake libopenblas-openmp-dev libcjson-dev zlib1g-dev)
+demo_pkgs=()
+test_pkgs=(python3-torch python3-numpy)
+bench_pkgs=(python3-torch python3-numpy libopenblas0-openmp libopenblas0-pthread libjemalloc2)
+
+want=("${build_pkgs[@]}" "${demo_pkgs[@]}")
+case "${1:-}" in
+  --test) want+=("${test_pkgs[@]}") ;;
+  --bench) want+=("${bench_pkgs[@]}") ;;
+esac
+
+missing=()
+for p in "${want[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+cmd="apt-get install -y --no-install-recommends ${missing[*]}"
+if [ "$(id -u)" -ne 0 ]; then
+  echo "megadlm needs these Debian packages: ${missing[*]}" >&2
+  echo "run:  sudo apt-get update && sudo $cmd" >&2
+  exit 1
+fi
+echo "installing: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+# shellcheck disable=SC2086
+$cmd -qq

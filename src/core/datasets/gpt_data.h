@@ -1,0 +1,46 @@
+/* The training data path, as Megatron's BlendedMegatronDatasetBuilder + GPTDataset build it:
+ * train / validation / test datasets of fixed-length samples (seq_length + 1 tokens each:
+ * tokens = sample[:-1], labels = sample[1:]) drawn from one or more indexed datasets
+ * (PREFIX.bin / PREFIX.idx, Megatron's MMIDIDX format), or from mock data.
+ *
+ * Split: the documents of each indexed dataset are divided by the --split weights
+ * (e.g. "969,30,1") as Megatron does; each split gets its own document index over epochs,
+ * sample index (samples cross document boundaries) and seeded shuffle index.
+ * Blending ("W1 P1 W2 P2 ..."): Megatron's blending index (greedy, lowest error first) with
+ * each dataset asked for ceil(weight * num_samples * 1.005) samples.
+ * Mock data: deterministic learnable sequences (see gpt_data.c).
+ */
+#ifndef MEGADLM_CORE_DATASETS_GPT_DATA_H
+#define MEGADLM_CORE_DATASETS_GPT_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum { SPLIT_TRAIN = 0, SPLIT_VALID = 1, SPLIT_TEST = 2 };
+
+typedef struct {
+    int mock;               /* --mock-data */
+    int num_paths;          /* number of prefixes in data_paths */
+    const char **data_paths; /* --data-path prefixes */
+    const double *weights;  /* one per prefix, or NULL when a single unweighted prefix */
+    const char *split;      /* --split, e.g. "969,30,1" */
+    int seq_length;         /* --seq-length */
+    uint64_t seed;          /* --seed */
+    int vocab_size;         /* tokenizer vocab size incl. eod (mock data draws ids < this) */
+    int eod;                /* end-of-document id */
+    uint64_t num_samples[3]; /* samples wanted per split (train, valid, test); 0 = none */
+} gpt_data_config;
+
+typedef struct gpt_data gpt_data;
+
+/* Builds the three splits. NULL on error with a message naming the file (and offset) or the
+ * flag at fault in err: e.g. "data.idx: offset 0: expected magic MMIDIDX, found ...". */
+gpt_data *gpt_data_build(const gpt_data_config *cfg, char *err, size_t errlen);
+void gpt_data_free(gpt_data *d);
+
+/* Number of samples available in a split (0 if the split is empty). */
+uint64_t gpt_data_num_samples(const gpt_data *d, int split);
+/* Copies sample `index` (wraps modulo the split size) of `split`: seq_length + 1 tokens. */
+void gpt_data_get(const gpt_data *d, int split, uint64_t index, int32_t *tokens);
+
+#endif

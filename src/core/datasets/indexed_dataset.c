@@ -1,0 +1,613 @@
+#include "core/datasets/indexed_dataset.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/tensor/memory.h"
+
+static const unsigned char IDX_MAGIC[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0};
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || errlen == 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+size_t idx_dtype_size(int code) {
+    switch (code) {
+    case IDX_DTYPE_UINT8:
+    case IDX_DTYPE_INT8: return 1;
+    case IDX_DTYPE_INT16:
+    case IDX_DTYPE_UINT16: return 2;
+    case IDX_DTYPE_INT32:
+    case IDX_DTYPE_FLOAT32: return 4;
+    case IDX_DTYPE_INT64:
+    case IDX_DTYPE_FLOAT64: return 8;
+    default: return 0;
+    }
+}
+
+const char *idx_dtype_name(int code) {
+    switch (code) {
+    case IDX_DTYPE_UINT8: return "uint8";
+    case IDX_DTYPE_INT8: return "int8";
+    case IDX_DTYPE_INT16: return "int16";
+    case IDX_DTYPE_INT32: return "int32";
+    case IDX_DTYPE_INT64: return "int64";
+    case IDX_DTYPE_FLOAT64: return "float64";
+    case IDX_DTYPE_FLOAT32: return "float32";
+    case IDX_DTYPE_UINT16: return "uint16";
+    default: return "unknown";
+    }
+}
+
+int idx_dtype_optimal(int64_t vocab_size) {
+    return vocab_size < 65500 ? IDX_DTYPE_UINT16 : IDX_DTYPE_INT32;
+}
+
+static uint64_t rd_u64(const unsigned char *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+static int64_t rd_i64(const unsigned char *p) {
+    int64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+int64_t indexed_dataset_pointer(const indexed_dataset *ds, uint64_t seq) {
+    return rd_i64(ds->idx_map + ds->pointers_offset + 8 * seq);
+}
+int64_t indexed_dataset_document_index(const indexed_dataset *ds, uint64_t d) {
+    return rd_i64(ds->idx_map + ds->doc_indices_offset + 8 * d);
+}
+
+/* Maps a whole file read-only. *map is NULL for an empty file. */
+static int map_file(const char *path, const unsigned char **map, size_t *size, char *err,
+                    size_t errlen) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) {
+        seterr(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        seterr(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        seterr(err, errlen, "%s: cannot open: not a regular file", path);
+        close(fd);
+        return -1;
+    }
+    *size = (size_t)st.st_size;
+    *map = NULL;
+    if (*size > 0) {
+        void *p = mmap(NULL, *size, PROT_READ, MAP_SHARED, fd, 0);
+        if (p == MAP_FAILED) {
+            seterr(err, errlen, "%s: cannot mmap: %s", path, strerror(errno));
+            close(fd);
+            return -1;
+        }
+        *map = (const unsigned char *)p;
+    }
+    close(fd);
+    return 0;
+}
+
+static void escape_bytes(const unsigned char *p, size_t n, char *out, size_t outlen) {
+    size_t o = 0;
+    for (size_t i = 0; i < n && o + 5 < outlen; i++) {
+        unsigned char c = p[i];
+        if (c >= 32 && c < 127 && c != '\'' && c != '\\') {
+            out[o++] = (char)c;
+        } else {
+            o += (size_t)snprintf(out + o, outlen - o, "\\x%02x", c);
+        }
+    }
+    out[o < outlen ? o : outlen - 1] = 0;
+}
+
+static char *str_concat(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    char *s = malloc(la + lb + 1);
+    if (!s) {
+        fprintf(stderr, "error: out of memory\n");
+        exit(1);
+    }
+    memcpy(s, a, la);
+    memcpy(s + la, b, lb + 1);
+    return s;
+}
+
+void indexed_dataset_close(indexed_dataset *ds) {
+    if (!ds) return;
+    if (ds->idx_map) munmap((void *)ds->idx_map, ds->idx_size);
+    if (ds->bin_map) munmap((void *)ds->bin_map, ds->bin_size);
+    mem_free(ds->sequence_lengths);
+    free(ds->prefix);
+    free(ds->idx_path);
+    free(ds->bin_path);
+    free(ds);
+}
+
+/* Header and index checks. Every message: "PATH: offset N: expected X, found Y". */
+static int validate_idx(indexed_dataset *ds, char *err, size_t errlen) {
+    const char *path = ds->idx_path;
+    const unsigned char *m = ds->idx_map;
+    size_t size = ds->idx_size;
+
+    size_t cmp = size < 9 ? size : 9;
+    if (memcmp(m ? m : IDX_MAGIC, IDX_MAGIC, cmp) != 0) {
+        char found[64];
+        escape_bytes(m, cmp, found, sizeof found);
+        seterr(err, errlen, "%s: offset 0: expected magic 'MMIDIDX\\x00\\x00', found '%s'", path,
+               found);
+        return -1;
+    }
+    if (size < 9) {
+        seterr(err, errlen,
+               "%s: offset 0: expected magic 'MMIDIDX\\x00\\x00' (9 bytes), found end of file "
+               "after %zu bytes",
+               path, size);
+        return -1;
+    }
+    if (size < 17) {
+        seterr(err, errlen,
+               "%s: offset 9: expected version (uint64), found end of file (file is %zu bytes)",
+               path, size);
+        return -1;
+    }
+    uint64_t version = rd_u64(m + 9);
+    if (version != 1) {
+        seterr(err, errlen, "%s: offset 9: expected version 1, found %" PRIu64, path, version);
+        return -1;
+    }
+    if (size < 18) {
+        seterr(err, errlen,
+               "%s: offset 17: expected dtype code (uint8), found end of file (file is %zu "
+               "bytes)",
+               path, size);
+        return -1;
+    }
+    int code = m[17];
+    if (idx_dtype_size(code) == 0) {
+        seterr(err, errlen,
+               "%s: offset 17: expected dtype code 1-8 (uint8, int8, int16, int32, int64, "
+               "float64, float32, uint16), found %d",
+               path, code);
+        return -1;
+    }
+    ds->dtype = code;
+    ds->itemsize = idx_dtype_size(code);
+    if (size < 26) {
+        seterr(err, errlen,
+               "%s: offset 18: expected sequence count (uint64), found end of file (file is "
+               "%zu bytes)",
+               path, size);
+        return -1;
+    }
+    uint64_t S = rd_u64(m + 18);
+    if (size < 34) {
+        seterr(err, errlen,
+               "%s: offset 26: expected document count (uint64), found end of file (file is "
+               "%zu bytes)",
+               path, size);
+        return -1;
+    }
+    uint64_t D = rd_u64(m + 26);
+    if (D == 0) {
+        seterr(err, errlen,
+               "%s: offset 26: expected document count >= 1 (document_indices starts with 0), "
+               "found 0",
+               path);
+        return -1;
+    }
+    /* Sections, each checked against the file size without overflow. */
+    size_t avail = size - IDX_HEADER_BYTES;
+    if (S > avail / 4) {
+        if (S <= UINT64_MAX / 4)
+            seterr(err, errlen,
+                   "%s: offset 34: expected sequence_lengths[%" PRIu64 "] (%" PRIu64
+                   " bytes), found %zu bytes to the end of the file",
+                   path, S, S * 4, avail);
+        else
+            seterr(err, errlen,
+                   "%s: offset 34: expected sequence_lengths[%" PRIu64
+                   "] (more than 2^64 bytes), found %zu bytes to the end of the file",
+                   path, S, avail);
+        return -1;
+    }
+    size_t poff = IDX_HEADER_BYTES + (size_t)S * 4;
+    avail = size - poff;
+    if (S > avail / 8) {
+        seterr(err, errlen,
+               "%s: offset %zu: expected sequence_pointers[%" PRIu64 "] (%" PRIu64
+               " bytes), found %zu bytes to the end of the file",
+               path, poff, S, S * 8, avail);
+        return -1;
+    }
+    size_t doff = poff + (size_t)S * 8;
+    avail = size - doff;
+    if (D > avail / 8) {
+        if (D <= UINT64_MAX / 8)
+            seterr(err, errlen,
+                   "%s: offset %zu: expected document_indices[%" PRIu64 "] (%" PRIu64
+                   " bytes), found %zu bytes to the end of the file",
+                   path, doff, D, D * 8, avail);
+        else
+            seterr(err, errlen,
+                   "%s: offset %zu: expected document_indices[%" PRIu64
+                   "] (more than 2^64 bytes), found %zu bytes to the end of the file",
+                   path, doff, D, avail);
+        return -1;
+    }
+    ds->sequence_count = S;
+    ds->document_count = D;
+    ds->pointers_offset = poff;
+    ds->doc_indices_offset = doff;
+
+    /* document_indices: starts at 0, non-decreasing, ends at S. */
+    int64_t prev = rd_i64(m + doff);
+    if (prev != 0) {
+        seterr(err, errlen, "%s: offset %zu: expected document_indices[0] = 0, found %" PRId64,
+               path, doff, prev);
+        return -1;
+    }
+    for (uint64_t d = 1; d < D; d++) {
+        int64_t v = rd_i64(m + doff + 8 * d);
+        if (v < prev || (uint64_t)v > S) {
+            seterr(err, errlen,
+                   "%s: offset %zu: expected document_indices[%" PRIu64 "] in [%" PRId64
+                   ", %" PRIu64 "] (non-decreasing, at most the sequence count), found %" PRId64,
+                   path, (size_t)(doff + 8 * d), d, prev, S, v);
+            return -1;
+        }
+        prev = v;
+    }
+    if ((uint64_t)prev != S) {
+        seterr(err, errlen,
+               "%s: offset %zu: expected document_indices[%" PRIu64 "] = sequence count %" PRIu64
+               ", found %" PRId64,
+               path, (size_t)(doff + 8 * (D - 1)), D - 1, S, prev);
+        return -1;
+    }
+    return 0;
+}
+
+static int validate_sequences(indexed_dataset *ds, char *err, size_t errlen) {
+    const unsigned char *m = ds->idx_map;
+    uint64_t S = ds->sequence_count;
+    ds->sequence_lengths = (int32_t *)mem_alloc(MEM_OTHER, (S ? S : 1) * sizeof(int32_t),
+                                                "indexed dataset sequence lengths");
+    if (S) memcpy(ds->sequence_lengths, m + IDX_HEADER_BYTES, S * sizeof(int32_t));
+    for (uint64_t i = 0; i < S; i++) {
+        int32_t len = ds->sequence_lengths[i];
+        if (len < 0) {
+            seterr(err, errlen,
+                   "%s: offset %zu: expected sequence_lengths[%" PRIu64 "] >= 0, found %" PRId32,
+                   ds->idx_path, (size_t)(IDX_HEADER_BYTES + 4 * i), i, len);
+            return -1;
+        }
+        int64_t p = indexed_dataset_pointer(ds, i);
+        size_t poff = ds->pointers_offset + 8 * (size_t)i;
+        if (p < 0 || (uint64_t)p > ds->bin_size) {
+            seterr(err, errlen,
+                   "%s: offset %zu: expected sequence_pointers[%" PRIu64 "] in [0, %zu] (the size "
+                   "of %s), found %" PRId64,
+                   ds->idx_path, poff, i, ds->bin_size, ds->bin_path, p);
+            return -1;
+        }
+        uint64_t need = (uint64_t)len * ds->itemsize;
+        if (need > ds->bin_size - (uint64_t)p) {
+            seterr(err, errlen,
+                   "%s: offset %" PRId64 ": expected %" PRIu64 " bytes of sequence %" PRIu64
+                   " (%" PRId32 " %s tokens), found %" PRIu64 " bytes (file is %zu bytes)",
+                   ds->bin_path, p, need, i, len, idx_dtype_name(ds->dtype),
+                   (uint64_t)(ds->bin_size - (uint64_t)p), ds->bin_size);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+indexed_dataset *indexed_dataset_open(const char *prefix, char *err, size_t errlen) {
+    indexed_dataset *ds = calloc(1, sizeof *ds);
+    if (!ds) {
+        seterr(err, errlen, "%s: out of memory", prefix);
+        return NULL;
+    }
+    ds->prefix = str_concat(prefix, "");
+    ds->idx_path = str_concat(prefix, ".idx");
+    ds->bin_path = str_concat(prefix, ".bin");
+    if (map_file(ds->idx_path, &ds->idx_map, &ds->idx_size, err, errlen) != 0 ||
+        validate_idx(ds, err, errlen) != 0 ||
+        map_file(ds->bin_path, &ds->bin_map, &ds->bin_size, err, errlen) != 0 ||
+        validate_sequences(ds, err, errlen) != 0) {
+        indexed_dataset_close(ds);
+        return NULL;
+    }
+    return ds;
+}
+
+void indexed_dataset_read(const indexed_dataset *ds, uint64_t seq, uint64_t offset,
+                          uint64_t count, int32_t *out) {
+    if (count == 0) return;
+    const unsigned char *p =
+        ds->bin_map + indexed_dataset_pointer(ds, seq) + offset * ds->itemsize;
+    switch (ds->dtype) {
+    case IDX_DTYPE_UINT8:
+        for (uint64_t i = 0; i < count; i++) out[i] = p[i];
+        break;
+    case IDX_DTYPE_INT8:
+        for (uint64_t i = 0; i < count; i++) out[i] = (int8_t)p[i];
+        break;
+    case IDX_DTYPE_INT16:
+        for (uint64_t i = 0; i < count; i++) {
+            int16_t v;
+            memcpy(&v, p + 2 * i, 2);
+            out[i] = v;
+        }
+        break;
+    case IDX_DTYPE_UINT16:
+        for (uint64_t i = 0; i < count; i++) {
+            uint16_t v;
+            memcpy(&v, p + 2 * i, 2);
+            out[i] = v;
+        }
+        break;
+    case IDX_DTYPE_INT32: memcpy(out, p, count * 4); break;
+    case IDX_DTYPE_INT64:
+        for (uint64_t i = 0; i < count; i++) {
+            int64_t v;
+            memcpy(&v, p + 8 * i, 8);
+            out[i] = (int32_t)v;
+        }
+        break;
+    case IDX_DTYPE_FLOAT32:
+        for (uint64_t i = 0; i < count; i++) {
+            float v;
+            memcpy(&v, p + 4 * i, 4);
+            out[i] = (int32_t)v;
+        }
+        break;
+    case IDX_DTYPE_FLOAT64:
+        for (uint64_t i = 0; i < count; i++) {
+            double v;
+            memcpy(&v, p + 8 * i, 8);
+            out[i] = (int32_t)v;
+        }
+        break;
+    }
+}
+
+/* ---------------------------------------------------------------- builder */
+
+struct idx_builder {
+    char *idx_path, *bin_path, *idx_tmp, *bin_tmp;
+    int dtype;
+    size_t itemsize;
+    FILE *bin;
+    int32_t *lengths;
+    size_t n_lengths, cap_lengths;
+    int64_t *doc_indices;
+    size_t n_docs, cap_docs; /* entries of doc_indices (documents + 1) */
+    uint64_t num_tokens;
+    unsigned char *buf;
+    size_t cap_buf;
+};
+
+static void *grow(void *p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return p;
+    size_t nc = *cap ? *cap : 1024;
+    while (nc < need) nc *= 2;
+    void *q = realloc(p, nc * elem);
+    if (!q) {
+        fprintf(stderr, "error: out of memory growing an index of %zu entries\n", nc);
+        exit(1);
+    }
+    *cap = nc;
+    return q;
+}
+
+static void builder_free(idx_builder *b) {
+    if (!b) return;
+    if (b->bin) fclose(b->bin);
+    free(b->idx_path);
+    free(b->bin_path);
+    free(b->idx_tmp);
+    free(b->bin_tmp);
+    free(b->lengths);
+    free(b->doc_indices);
+    free(b->buf);
+    free(b);
+}
+
+idx_builder *idx_builder_create(const char *prefix, int dtype, char *err, size_t errlen) {
+    if (idx_dtype_size(dtype) == 0) {
+        seterr(err, errlen, "%s: unknown dtype code %d", prefix, dtype);
+        return NULL;
+    }
+    idx_builder *b = calloc(1, sizeof *b);
+    if (!b) {
+        seterr(err, errlen, "%s: out of memory", prefix);
+        return NULL;
+    }
+    b->idx_path = str_concat(prefix, ".idx");
+    b->bin_path = str_concat(prefix, ".bin");
+    b->idx_tmp = str_concat(prefix, ".idx.tmp");
+    b->bin_tmp = str_concat(prefix, ".bin.tmp");
+    b->dtype = dtype;
+    b->itemsize = idx_dtype_size(dtype);
+    b->bin = fopen(b->bin_tmp, "wb");
+    if (!b->bin) {
+        seterr(err, errlen, "%s: cannot create: %s", b->bin_tmp, strerror(errno));
+        builder_free(b);
+        return NULL;
+    }
+    setvbuf(b->bin, NULL, _IOFBF, 1 << 20);
+    b->doc_indices = grow(b->doc_indices, &b->cap_docs, 1, sizeof(int64_t));
+    b->doc_indices[0] = 0;
+    b->n_docs = 1;
+    return b;
+}
+
+static int fits(int dtype, int32_t v) {
+    switch (dtype) {
+    case IDX_DTYPE_UINT8: return v >= 0 && v <= 255;
+    case IDX_DTYPE_INT8: return v >= -128 && v <= 127;
+    case IDX_DTYPE_INT16: return v >= -32768 && v <= 32767;
+    case IDX_DTYPE_UINT16: return v >= 0 && v <= 65535;
+    case IDX_DTYPE_FLOAT32: return v >= -16777216 && v <= 16777216; /* exact in float32 */
+    default: return 1;
+    }
+}
+
+int idx_builder_add_item(idx_builder *b, const int32_t *ids, size_t n, char *err,
+                         size_t errlen) {
+    if (n > INT32_MAX) {
+        seterr(err, errlen, "%s: sequence of %zu tokens exceeds the int32 length field",
+               b->bin_path, n);
+        return -1;
+    }
+    b->buf = grow(b->buf, &b->cap_buf, n * b->itemsize + 1, 1);
+    unsigned char *o = b->buf;
+    for (size_t i = 0; i < n; i++) {
+        int32_t v = ids[i];
+        if (!fits(b->dtype, v)) {
+            seterr(err, errlen, "%s: token id %" PRId32 " does not fit dtype %s", b->bin_path, v,
+                   idx_dtype_name(b->dtype));
+            return -1;
+        }
+        switch (b->dtype) {
+        case IDX_DTYPE_UINT8:
+        case IDX_DTYPE_INT8: o[i] = (unsigned char)v; break;
+        case IDX_DTYPE_INT16:
+        case IDX_DTYPE_UINT16: {
+            uint16_t u = (uint16_t)v;
+            memcpy(o + 2 * i, &u, 2);
+            break;
+        }
+        case IDX_DTYPE_INT32: memcpy(o + 4 * i, &v, 4); break;
+        case IDX_DTYPE_INT64: {
+            int64_t w = v;
+            memcpy(o + 8 * i, &w, 8);
+            break;
+        }
+        case IDX_DTYPE_FLOAT32: {
+            float f = (float)v;
+            memcpy(o + 4 * i, &f, 4);
+            break;
+        }
+        case IDX_DTYPE_FLOAT64: {
+            double f = (double)v;
+            memcpy(o + 8 * i, &f, 8);
+            break;
+        }
+        }
+    }
+    if (n && fwrite(o, b->itemsize, n, b->bin) != n) {
+        seterr(err, errlen, "%s: write failed: %s", b->bin_tmp, strerror(errno));
+        return -1;
+    }
+    b->lengths = grow(b->lengths, &b->cap_lengths, b->n_lengths + 1, sizeof(int32_t));
+    b->lengths[b->n_lengths++] = (int32_t)n;
+    b->num_tokens += n;
+    return 0;
+}
+
+int idx_builder_end_document(idx_builder *b, char *err, size_t errlen) {
+    (void)err;
+    (void)errlen;
+    b->doc_indices = grow(b->doc_indices, &b->cap_docs, b->n_docs + 1, sizeof(int64_t));
+    b->doc_indices[b->n_docs++] = (int64_t)b->n_lengths;
+    return 0;
+}
+
+int idx_builder_add_document(idx_builder *b, const int32_t *ids, size_t n, char *err,
+                             size_t errlen) {
+    if (idx_builder_add_item(b, ids, n, err, errlen) != 0) return -1;
+    return idx_builder_end_document(b, err, errlen);
+}
+
+uint64_t idx_builder_num_sequences(const idx_builder *b) { return b->n_lengths; }
+uint64_t idx_builder_num_documents(const idx_builder *b) { return b->n_docs - 1; }
+uint64_t idx_builder_num_tokens(const idx_builder *b) { return b->num_tokens; }
+
+void idx_builder_abort(idx_builder *b) {
+    if (!b) return;
+    if (b->bin) {
+        fclose(b->bin);
+        b->bin = NULL;
+    }
+    unlink(b->bin_tmp);
+    unlink(b->idx_tmp);
+    builder_free(b);
+}
+
+static int write_all(FILE *f, const void *p, size_t n) { return n == 0 || fwrite(p, 1, n, f) == n; }
+
+int idx_builder_finalize(idx_builder *b, char *err, size_t errlen) {
+    int ok = 1;
+    if (fflush(b->bin) != 0 || fsync(fileno(b->bin)) != 0) ok = 0;
+    if (fclose(b->bin) != 0) ok = 0;
+    b->bin = NULL;
+    if (!ok) {
+        seterr(err, errlen, "%s: write failed: %s", b->bin_tmp, strerror(errno));
+        idx_builder_abort(b);
+        return -1;
+    }
+    FILE *f = fopen(b->idx_tmp, "wb");
+    if (!f) {
+        seterr(err, errlen, "%s: cannot create: %s", b->idx_tmp, strerror(errno));
+        idx_builder_abort(b);
+        return -1;
+    }
+    setvbuf(f, NULL, _IOFBF, 1 << 20);
+    uint64_t version = 1, S = b->n_lengths, D = b->n_docs;
+    unsigned char code = (unsigned char)b->dtype;
+    ok = write_all(f, IDX_MAGIC, 9) && write_all(f, &version, 8) && write_all(f, &code, 1) &&
+         write_all(f, &S, 8) && write_all(f, &D, 8) &&
+         write_all(f, b->lengths, S * sizeof(int32_t));
+    /* sequence pointers: running byte offsets (Megatron's _sequence_pointers) */
+    int64_t ptr = 0;
+    for (uint64_t i = 0; ok && i < S; i++) {
+        ok = write_all(f, &ptr, 8);
+        ptr += (int64_t)b->lengths[i] * (int64_t)b->itemsize;
+    }
+    ok = ok && write_all(f, b->doc_indices, D * sizeof(int64_t));
+    if (fflush(f) != 0 || fsync(fileno(f)) != 0) ok = 0;
+    if (fclose(f) != 0) ok = 0;
+    if (!ok) {
+        seterr(err, errlen, "%s: write failed: %s", b->idx_tmp, strerror(errno));
+        idx_builder_abort(b);
+        return -1;
+    }
+    /* .bin first: a reader never sees a new .idx pointing into an old .bin. */
+    if (rename(b->bin_tmp, b->bin_path) != 0) {
+        seterr(err, errlen, "%s: cannot rename to %s: %s", b->bin_tmp, b->bin_path,
+               strerror(errno));
+        idx_builder_abort(b);
+        return -1;
+    }
+    if (rename(b->idx_tmp, b->idx_path) != 0) {
+        seterr(err, errlen, "%s: cannot rename to %s: %s", b->idx_tmp, b->idx_path,
+               strerror(errno));
+        idx_builder_abort(b);
+        return -1;
+    }
+    builder_free(b);
+    return 0;
+}

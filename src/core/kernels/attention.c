@@ -1,0 +1,234 @@
+/* Core attention on Megatron's packed QKV buffer (layout in attention.h).
+ *
+ * Parallel over (batch, head) pairs in the forward pass and over (batch, query group) in the
+ * backward pass (a group's query heads all add into the same dK, dV columns, so one thread owns
+ * a group). Each thread uses its own slice of the workspace (2 * T * T floats: a score/dP
+ * matrix and a dropped-probabilities matrix) and calls gemm() on strided views of the packed
+ * buffers: Q, K, V of a head are [T, HS] with row stride QKV_C; out/dout of a head are [T, HS]
+ * with row stride NH * HS. OpenBLAS runs single-threaded inside the parallel region.
+ *
+ * Causal attention is computed in row blocks of ATT_BLOCK query positions: block [i0, i1)
+ * only touches key positions j < i1, which skips most of the masked upper triangle. Every
+ * matrix entry that a block reads past the mask (i < j < i1) is zero. */
+#include "core/kernels/attention.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "core/kernels/gemm.h"
+
+#define ATT_BLOCK 64
+
+/* Same as in cross_entropy.c: expf for x <= 88, branch-free so the loops vectorize (glibc's expf does not): range
+ * reduction x = n ln2 + r, |r| <= ln2/2, degree-6 polynomial (Cephes expf coefficients),
+ * times 2^n built in the exponent bits. Max relative error ~1e-7 (about 1.5 ulp); arguments
+ * below -87.7 return 0 (flush to zero), NaN propagates. */
+static inline float vexpf(float x) {
+    x = x < -88.0f ? -88.0f : (x > 88.0f ? 88.0f : x);
+    const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round(x/ln2) */
+    float r = x - n * 0.693145751953125f;
+    r = r - n * 1.428606765330187045e-06f;
+    float p = 1.9875691500E-4f;
+    p = p * r + 1.3981999507E-3f;
+    p = p * r + 8.3334519073E-3f;
+    p = p * r + 4.1665795894E-2f;
+    p = p * r + 1.6666665459E-1f;
+    p = p * r + 5.0000001201E-1f;
+    p = p * r * r + r + 1.0f;
+    const int32_t bits = ((int32_t)n + 127) << 23;
+    float two_n;
+    memcpy(&two_n, &bits, sizeof two_n);
+    return p * two_n;
+}
+
+
+size_t attention_workspace_floats(int T) {
+    /* omp_get_max_threads() at call time bounds the team of every later parallel region, as
+     * long as the thread count is not raised afterwards. */
+    return 2 * (size_t)T * (size_t)T * (size_t)omp_get_max_threads();
+}
+
+/* Global dropout element index of probs[b, h, i, 0] (add j for column j):
+ *   ((b_offset + b) * NH_total + h_offset + h) * T * T + i * T.
+ * A tensor/context-parallel caller owning a slice of batch rows / heads would pass its
+ * b_offset, h_offset and the total head count NH_total; single process: 0, 0, NH. */
+static inline uint64_t probs_index(int b_offset, int b, int NH_total, int h_offset, int h, int T,
+                                   int i) {
+    return ((uint64_t)(b_offset + b) * (uint64_t)NH_total + (uint64_t)(h_offset + h)) *
+               (uint64_t)T * (uint64_t)T +
+           (uint64_t)i * (uint64_t)T;
+}
+
+/* Offsets (floats within a token row of qkv) of query head h and of its group's key head;
+ * the value head follows the key head. */
+static inline size_t q_offset(int h, int Q, int HS) {
+    return ((size_t)(h / Q) * (Q + 2) + (size_t)(h % Q)) * HS;
+}
+static inline size_t k_offset(int h, int Q, int HS) {
+    return ((size_t)(h / Q) * (Q + 2) + (size_t)Q) * HS;
+}
+
+/* out[B,T,NH*HS] = dropout(softmax(Q K^T / sqrt(HS) + mask)) @ V   per (b, h);
+ * probs[B,NH,T,T] = softmax output before dropout, masked entries 0 (probs may be NULL when
+ * no backward pass follows; then the probabilities live only in the workspace). */
+void attention_forward(float *out, float *probs, const float *qkv, int B, int T, int NH, int NG,
+                       int HS, int causal, float dropout_p, dropout_key key, float *workspace) {
+    const int Q = NH / NG;
+    const int QKV_C = NG * (Q + 2) * HS;
+    const int OC = NH * HS;
+    const float scale = 1.0f / sqrtf((float)HS);
+    const size_t TT = (size_t)T * T;
+    key.site = DROPOUT_SITE_ATTENTION_PROBS;
+
+#pragma omp parallel for schedule(static)
+    for (int bh = 0; bh < B * NH; bh++) {
+        const int b = bh / NH, h = bh % NH;
+        float *S = workspace + (size_t)omp_get_thread_num() * 2 * TT; /* scores [T,T] */
+        float *Pd = S + TT;                                           /* dropped probs [T,T] */
+        const float *qkv_b = qkv + (size_t)b * T * QKV_C;
+        const float *q = qkv_b + q_offset(h, Q, HS);
+        const float *k = qkv_b + k_offset(h, Q, HS);
+        const float *v = k + HS;
+        float *P = probs ? probs + (size_t)bh * TT : S;
+
+        /* S = scale * Q K^T  (causal: block [i0,i1) x [0,i1)) */
+        for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
+            const int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T;
+            gemm(0, 1, i1 - i0, causal ? i1 : T, HS, scale, q + (size_t)i0 * QKV_C, QKV_C, k,
+                 QKV_C, 0.0f, S + (size_t)i0 * T, T);
+        }
+        /* P = softmax over the unmasked j < L (max-subtracted); masked entries 0. */
+        for (int i = 0; i < T; i++) {
+            const int L = causal ? i + 1 : T;
+            const float *s = S + (size_t)i * T;
+            float *p = P + (size_t)i * T;
+            float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+            for (int j = 0; j < L; j++) mx = s[j] > mx ? s[j] : mx;
+            float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+            for (int j = 0; j < L; j++) {
+                const float e = vexpf(s[j] - mx);
+                p[j] = e;
+                sum += e;
+            }
+            const float inv = 1.0f / sum;
+            for (int j = 0; j < L; j++) p[j] *= inv;
+            for (int j = L; j < T; j++) p[j] = 0.0f;
+        }
+        /* Dropout on the probabilities (same mask regenerated in backward). */
+        const float *Pu = P;
+        if (dropout_p > 0.0f) {
+            for (int i = 0; i < T; i++) {
+                const int L = causal ? i + 1 : T;
+                float *pd = Pd + (size_t)i * T;
+                dropout_forward(pd, P + (size_t)i * T, (size_t)L, dropout_p, key,
+                                probs_index(0, b, NH, 0, h, T, i));
+                for (int j = L; j < T; j++) pd[j] = 0.0f;
+            }
+            Pu = Pd;
+        }
+        /* out_h = Pu @ V */
+        for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
+            const int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T;
+            gemm(0, 0, i1 - i0, HS, causal ? i1 : T, 1.0f, Pu + (size_t)i0 * T, T, v, QKV_C, 0.0f,
+                 out + ((size_t)b * T + i0) * OC + (size_t)h * HS, OC);
+        }
+    }
+}
+
+/* With Pu = dropout(P) and dPu = dO V^T:
+ *   dV += Pu^T dO
+ *   dP  = dropout mask applied to dPu (same mask, same 1/(1-p) scale)
+ *   dS  = P * (dP - rowsum(P * dP))           (softmax backward; 0 where masked)
+ *   dQ += scale * dS K,   dK += scale * dS^T Q.
+ * dqkv[B,T,QKV_C] accumulates; value/key gradients of a group sum over its query heads. */
+void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *probs,
+                        int B, int T, int NH, int NG, int HS, int causal, float dropout_p,
+                        dropout_key key, float *workspace) {
+    const int Q = NH / NG;
+    const int QKV_C = NG * (Q + 2) * HS;
+    const int OC = NH * HS;
+    const float scale = 1.0f / sqrtf((float)HS);
+    const size_t TT = (size_t)T * T;
+    key.site = DROPOUT_SITE_ATTENTION_PROBS;
+
+#pragma omp parallel for schedule(static)
+    for (int bg = 0; bg < B * NG; bg++) {
+        const int b = bg / NG, g = bg % NG;
+        float *dS = workspace + (size_t)omp_get_thread_num() * 2 * TT; /* dP, then dS [T,T] */
+        float *Pd = dS + TT;
+        const float *qkv_b = qkv + (size_t)b * T * QKV_C;
+        float *dqkv_b = dqkv + (size_t)b * T * QKV_C;
+        for (int h = g * Q; h < (g + 1) * Q; h++) {
+            const float *P = probs + ((size_t)b * NH + h) * TT;
+            const float *q = qkv_b + q_offset(h, Q, HS);
+            const float *k = qkv_b + k_offset(h, Q, HS);
+            const float *v = k + HS;
+            float *dq = dqkv_b + q_offset(h, Q, HS);
+            float *dk = dqkv_b + k_offset(h, Q, HS);
+            float *dv = dk + HS;
+            const float *dO = dout + (size_t)b * T * OC + (size_t)h * HS;
+
+            /* Regenerate the dropped probabilities. */
+            const float *Pu = P;
+            if (dropout_p > 0.0f) {
+                for (int i = 0; i < T; i++) {
+                    const int L = causal ? i + 1 : T;
+                    float *pd = Pd + (size_t)i * T;
+                    dropout_forward(pd, P + (size_t)i * T, (size_t)L, dropout_p, key,
+                                    probs_index(0, b, NH, 0, h, T, i));
+                    for (int j = L; j < T; j++) pd[j] = 0.0f;
+                }
+                Pu = Pd;
+            }
+            /* dV += Pu^T dO  (causal: key block [j0,j1) gets query rows i >= j0) */
+            for (int j0 = 0; j0 < T; j0 += ATT_BLOCK) {
+                const int j1 = j0 + ATT_BLOCK < T ? j0 + ATT_BLOCK : T;
+                const int r0 = causal ? j0 : 0;
+                gemm(1, 0, j1 - j0, HS, T - r0, 1.0f, Pu + (size_t)r0 * T + j0, T,
+                     dO + (size_t)r0 * OC, OC, 1.0f, dv + (size_t)j0 * QKV_C, QKV_C);
+            }
+            /* dPu = dO V^T  (causal: block [i0,i1) x [0,i1)) */
+            for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
+                const int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T;
+                gemm(0, 1, i1 - i0, causal ? i1 : T, HS, 1.0f, dO + (size_t)i0 * OC, OC, v, QKV_C,
+                     0.0f, dS + (size_t)i0 * T, T);
+            }
+            /* dS = softmax backward of (mask-applied) dP, row by row; zero the masked entries a
+             * causal block reads (j in [L, end of the row's block)). */
+            for (int i = 0; i < T; i++) {
+                const int L = causal ? i + 1 : T;
+                float *d = dS + (size_t)i * T;
+                const float *p = P + (size_t)i * T;
+                if (dropout_p > 0.0f)
+                    dropout_forward(d, d, (size_t)L, dropout_p, key,
+                                    probs_index(0, b, NH, 0, h, T, i));
+                float dot = 0.0f;
+                for (int j = 0; j < L; j++) dot += p[j] * d[j];
+                for (int j = 0; j < L; j++) d[j] = p[j] * (d[j] - dot);
+                if (causal) {
+                    const int end = (i / ATT_BLOCK + 1) * ATT_BLOCK < T
+                                        ? (i / ATT_BLOCK + 1) * ATT_BLOCK
+                                        : T;
+                    for (int j = L; j < end; j++) d[j] = 0.0f;
+                }
+            }
+            /* dQ += scale * dS K */
+            for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
+                const int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T;
+                gemm(0, 0, i1 - i0, HS, causal ? i1 : T, scale, dS + (size_t)i0 * T, T, k, QKV_C,
+                     1.0f, dq + (size_t)i0 * QKV_C, QKV_C);
+            }
+            /* dK += scale * dS^T Q */
+            for (int j0 = 0; j0 < T; j0 += ATT_BLOCK) {
+                const int j1 = j0 + ATT_BLOCK < T ? j0 + ATT_BLOCK : T;
+                const int r0 = causal ? j0 : 0;
+                gemm(1, 0, j1 - j0, HS, T - r0, scale, dS + (size_t)r0 * T + j0, T,
+                     q + (size_t)r0 * QKV_C, QKV_C, 1.0f, dk + (size_t)j0 * QKV_C, QKV_C);
+            }
+        }
+    }
+}

@@ -1,0 +1,262 @@
+/* LayerNorm / RMSNorm over the last dimension, and the per-head --qk-layernorm on the packed
+ * QKV buffer. Forward and the input gradient are parallel over rows; the weight/bias gradients
+ * are parallel over column blocks (each block sums over all rows in row order), so every
+ * result is independent of the thread count. Accumulation is in float, like PyTorch. */
+#include "core/kernels/norm.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+
+/* ---- per-vector helpers (one row of C values, or one head of HS values) ---- */
+
+/* LayerNorm statistics, two-pass in float: mean, biased variance, rstd = 1/sqrt(var + eps). */
+static inline void ln_stats(const float *x, int C, float eps, float *mean_out, float *rstd_out) {
+    float sum = 0.0f;
+    for (int i = 0; i < C; i++) sum += x[i];
+    const float m = sum / (float)C;
+    float var = 0.0f;
+    for (int i = 0; i < C; i++) {
+        const float d = x[i] - m;
+        var += d * d;
+    }
+    var /= (float)C;
+    *mean_out = m;
+    *rstd_out = 1.0f / sqrtf(var + eps);
+}
+
+/* RMSNorm: rstd = 1/sqrt(mean(x^2) + eps). */
+static inline float rms_rstd(const float *x, int C, float eps) {
+    float ss = 0.0f;
+    for (int i = 0; i < C; i++) ss += x[i] * x[i];
+    return 1.0f / sqrtf(ss / (float)C + eps);
+}
+
+/* y = (x - m) * s * w + b  (b may be NULL; m = 0 and b = NULL give RMSNorm). y may alias x. */
+static inline void norm_apply(float *y, const float *x, int C, float m, float s, const float *w,
+                              const float *b) {
+    if (b)
+        for (int i = 0; i < C; i++) y[i] = (x[i] - m) * s * w[i] + b[i];
+    else
+        for (int i = 0; i < C; i++) y[i] = (x[i] - m) * s * w[i];
+}
+
+/* Input gradient of one normalized vector, accumulated. With xhat = (x - m) * s, g = w * dy:
+ *   LayerNorm: dx += s * (g - mean(g) - xhat * mean(g * xhat))
+ *   RMSNorm:   dx += s * (g - xhat * mean(g * xhat))            (m = 0, no mean(g) term) */
+static inline void norm_dx(float *dx, const float *dy, const float *x, const float *w, int C,
+                           float m, float s, int layernorm) {
+    float g_mean = 0.0f, gx_mean = 0.0f;
+    for (int i = 0; i < C; i++) {
+        const float g = w[i] * dy[i];
+        g_mean += g;
+        gx_mean += g * (x[i] - m) * s;
+    }
+    g_mean = layernorm ? g_mean / (float)C : 0.0f;
+    gx_mean /= (float)C;
+    for (int i = 0; i < C; i++) {
+        const float xhat = (x[i] - m) * s;
+        dx[i] += s * (w[i] * dy[i] - g_mean - xhat * gx_mean);
+    }
+}
+
+/* Column block width for the weight/bias reductions. */
+#define WGRAD_BLOCK 32
+
+/* ---- LayerNorm ---- */
+
+/* out[N,C] = (inp - mean) * rstd * weight[C] + bias[C];  mean[N], rstd[N] saved (may be NULL
+ * for inference). out may alias inp. */
+void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                       const float *weight, const float *bias, int N, int C, float eps) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float m, s;
+        ln_stats(x, C, eps, &m, &s);
+        norm_apply(out + (size_t)n * C, x, C, m, s, weight, bias);
+        if (mean) mean[n] = m;
+        if (rstd) rstd[n] = s;
+    }
+}
+
+/* dinp[N,C] += ...;  dweight[C] += sum_n dout * xhat;  dbias[C] += sum_n dout.
+ * Any of dinp, dweight, dbias may be NULL. */
+void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                        const float *inp, const float *weight, const float *mean,
+                        const float *rstd, int N, int C) {
+    if (dinp) {
+#pragma omp parallel for schedule(static)
+        for (int n = 0; n < N; n++)
+            norm_dx(dinp + (size_t)n * C, dout + (size_t)n * C, inp + (size_t)n * C, weight, C,
+                    mean[n], rstd[n], 1);
+    }
+    if (dweight || dbias) {
+        const int nblocks = (C + WGRAD_BLOCK - 1) / WGRAD_BLOCK;
+#pragma omp parallel for schedule(static)
+        for (int blk = 0; blk < nblocks; blk++) {
+            const int c0 = blk * WGRAD_BLOCK;
+            const int w = C - c0 < WGRAD_BLOCK ? C - c0 : WGRAD_BLOCK;
+            float dw[WGRAD_BLOCK] = {0}, db[WGRAD_BLOCK] = {0};
+            for (int n = 0; n < N; n++) {
+                const float *x = inp + (size_t)n * C + c0, *dy = dout + (size_t)n * C + c0;
+                const float m = mean[n], s = rstd[n];
+                for (int i = 0; i < w; i++) {
+                    dw[i] += dy[i] * (x[i] - m) * s;
+                    db[i] += dy[i];
+                }
+            }
+            for (int i = 0; i < w; i++) {
+                if (dweight) dweight[c0 + i] += dw[i];
+                if (dbias) dbias[c0 + i] += db[i];
+            }
+        }
+    }
+}
+
+/* ---- RMSNorm ---- */
+
+/* out[N,C] = inp * rstd * weight[C];  rstd[N] saved (may be NULL). out may alias inp. */
+void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C,
+                     float eps) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        const float s = rms_rstd(x, C, eps);
+        norm_apply(out + (size_t)n * C, x, C, 0.0f, s, weight, NULL);
+        if (rstd) rstd[n] = s;
+    }
+}
+
+/* dinp[N,C] += ...;  dweight[C] += sum_n dout * inp * rstd.  dinp or dweight may be NULL. */
+void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
+                      const float *weight, const float *rstd, int N, int C) {
+    if (dinp) {
+#pragma omp parallel for schedule(static)
+        for (int n = 0; n < N; n++)
+            norm_dx(dinp + (size_t)n * C, dout + (size_t)n * C, inp + (size_t)n * C, weight, C,
+                    0.0f, rstd[n], 0);
+    }
+    if (dweight) {
+        const int nblocks = (C + WGRAD_BLOCK - 1) / WGRAD_BLOCK;
+#pragma omp parallel for schedule(static)
+        for (int blk = 0; blk < nblocks; blk++) {
+            const int c0 = blk * WGRAD_BLOCK;
+            const int w = C - c0 < WGRAD_BLOCK ? C - c0 : WGRAD_BLOCK;
+            float dw[WGRAD_BLOCK] = {0};
+            for (int n = 0; n < N; n++) {
+                const float *x = inp + (size_t)n * C + c0, *dy = dout + (size_t)n * C + c0;
+                const float s = rstd[n];
+                for (int i = 0; i < w; i++) dw[i] += dy[i] * x[i] * s;
+            }
+            for (int i = 0; i < w; i++) dweight[c0 + i] += dw[i];
+        }
+    }
+}
+
+/* ---- per-head QK norm on the packed QKV buffer ----
+ * Row width QKV_C = NG * (NH/NG + 2) * HS (layout in attention.h). Statistics are indexed
+ *   query head h (0..NH-1):  n * (NH + NG) + h
+ *   key head of group g:     n * (NH + NG) + NH + g. */
+
+/* Offset (in floats, within a row) of slot k of group g; slots 0..Q-1 are query heads, Q the
+ * key head, Q+1 the value head. */
+#define QKV_SLOT(g, k) ((size_t)((g) * (Q + 2) + (k)) * HS)
+
+/* out[N,QKV_C]: query/key heads normalized over HS, value heads copied. out may alias inp. */
+void qk_norm_forward(float *out, float *mean, float *rstd, const float *inp,
+                     const float *q_weight, const float *q_bias, const float *k_weight,
+                     const float *k_bias, int N, int NH, int NG, int HS, norm_kind kind,
+                     float eps) {
+    const int Q = NH / NG;
+    const size_t QKV_C = (size_t)NG * (Q + 2) * HS;
+    const int NS = NH + NG;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *xr = inp + (size_t)n * QKV_C;
+        float *yr = out + (size_t)n * QKV_C;
+        for (int g = 0; g < NG; g++) {
+            for (int k = 0; k < Q + 2; k++) {
+                const float *x = xr + QKV_SLOT(g, k);
+                float *y = yr + QKV_SLOT(g, k);
+                if (k == Q + 1) { /* value head */
+                    if (y != x) memcpy(y, x, (size_t)HS * sizeof(float));
+                    continue;
+                }
+                const size_t si = (size_t)n * NS + (k < Q ? g * Q + k : NH + g);
+                const float *w = k < Q ? q_weight : k_weight;
+                const float *b = k < Q ? q_bias : k_bias;
+                float m = 0.0f, s;
+                if (kind == NORM_LAYERNORM)
+                    ln_stats(x, HS, eps, &m, &s);
+                else
+                    s = rms_rstd(x, HS, eps);
+                norm_apply(y, x, HS, m, s, w, kind == NORM_LAYERNORM ? b : NULL);
+                if (mean) mean[si] = m;
+                if (rstd) rstd[si] = s;
+            }
+        }
+    }
+}
+
+/* dinp[N,QKV_C] += gradient (value heads: += dout);  dq_weight/dq_bias[HS] += sums over all
+ * rows and query heads, dk_weight/dk_bias[HS] over all rows and key heads. Biases are only
+ * touched for LayerNorm; any gradient pointer may be NULL. */
+void qk_norm_backward(float *dinp, float *dq_weight, float *dq_bias, float *dk_weight,
+                      float *dk_bias, const float *dout, const float *inp, const float *q_weight,
+                      const float *k_weight, const float *mean, const float *rstd, int N, int NH,
+                      int NG, int HS, norm_kind kind) {
+    const int Q = NH / NG;
+    const size_t QKV_C = (size_t)NG * (Q + 2) * HS;
+    const int NS = NH + NG;
+    const int ln = kind == NORM_LAYERNORM;
+    if (dinp) {
+#pragma omp parallel for schedule(static)
+        for (int n = 0; n < N; n++) {
+            for (int g = 0; g < NG; g++) {
+                for (int k = 0; k < Q + 2; k++) {
+                    const size_t off = (size_t)n * QKV_C + QKV_SLOT(g, k);
+                    if (k == Q + 1) {
+                        for (int i = 0; i < HS; i++) dinp[off + i] += dout[off + i];
+                        continue;
+                    }
+                    const size_t si = (size_t)n * NS + (k < Q ? g * Q + k : NH + g);
+                    norm_dx(dinp + off, dout + off, inp + off, k < Q ? q_weight : k_weight, HS,
+                            ln ? mean[si] : 0.0f, rstd[si], ln);
+                }
+            }
+        }
+    }
+    if (dq_weight || dk_weight || (ln && (dq_bias || dk_bias))) {
+        /* Parallel over (query|key, channel block); each sums rows and heads in order. */
+        const int nblocks = (HS + WGRAD_BLOCK - 1) / WGRAD_BLOCK;
+#pragma omp parallel for schedule(static)
+        for (int task = 0; task < 2 * nblocks; task++) {
+            const int is_key = task / nblocks, blk = task % nblocks;
+            const int c0 = blk * WGRAD_BLOCK;
+            const int w = HS - c0 < WGRAD_BLOCK ? HS - c0 : WGRAD_BLOCK;
+            float dw[WGRAD_BLOCK] = {0}, db[WGRAD_BLOCK] = {0};
+            for (int n = 0; n < N; n++) {
+                for (int g = 0; g < NG; g++) {
+                    const int k_begin = is_key ? Q : 0, k_end = is_key ? Q + 1 : Q;
+                    for (int k = k_begin; k < k_end; k++) {
+                        const size_t off = (size_t)n * QKV_C + QKV_SLOT(g, k) + c0;
+                        const size_t si = (size_t)n * NS + (k < Q ? g * Q + k : NH + g);
+                        const float m = ln ? mean[si] : 0.0f, s = rstd[si];
+                        const float *x = inp + off, *dy = dout + off;
+                        for (int i = 0; i < w; i++) {
+                            dw[i] += dy[i] * (x[i] - m) * s;
+                            db[i] += dy[i];
+                        }
+                    }
+                }
+            }
+            float *gw = is_key ? dk_weight : dq_weight;
+            float *gb = ln ? (is_key ? dk_bias : dq_bias) : NULL;
+            for (int i = 0; i < w; i++) {
+                if (gw) gw[c0 + i] += dw[i];
+                if (gb) gb[c0 + i] += db[i];
+            }
+        }
+    }
+}

@@ -1,0 +1,299 @@
+#include "core/models/gpt_model.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/kernels/cross_entropy.h"
+#include "core/kernels/dropout.h"
+#include "core/kernels/embedding.h"
+#include "core/kernels/linear.h"
+#include "core/kernels/norm.h"
+#include "core/kernels/rope.h"
+#include "core/random/philox.h"
+#include "core/tensor/memory.h"
+
+/* ---- parameter registration ----
+ * Each parameter is registered with its name, shape, init and the addresses of the pointers
+ * that must point at its data and gradient once the flat buffers exist. */
+
+typedef struct {
+    param_tensor *t;
+    float ***slots; /* [n][2]: &data_ptr, &grad_ptr */
+    int n, cap;
+} param_builder;
+
+static void add_param(param_builder *pb, float **data_slot, float **grad_slot, int weight_decay,
+                      float init_std, float init_value, int ndim, const int64_t *shape,
+                      const char *fmt, ...) {
+    if (pb->n == pb->cap) {
+        pb->cap = pb->cap ? 2 * pb->cap : 64;
+        pb->t = realloc(pb->t, pb->cap * sizeof(param_tensor));
+        pb->slots = realloc(pb->slots, pb->cap * 2 * sizeof(float **));
+    }
+    param_tensor *p = &pb->t[pb->n];
+    memset(p, 0, sizeof(*p));
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->name, sizeof(p->name), fmt, ap);
+    va_end(ap);
+    p->ndim = ndim;
+    p->numel = 1;
+    for (int i = 0; i < ndim; i++) {
+        p->shape[i] = shape[i];
+        p->numel *= (size_t)shape[i];
+    }
+    p->weight_decay = weight_decay;
+    p->init_std = init_std;
+    p->init_value = init_value;
+    pb->slots[2 * pb->n] = data_slot;
+    pb->slots[2 * pb->n + 1] = grad_slot;
+    pb->n++;
+}
+
+/* weight matrix [rows, cols], normal(std), decayed */
+static void add_matrix(param_builder *pb, float **d, float **g, float std, int64_t rows,
+                       int64_t cols, const char *name) {
+    int64_t shape[2] = {rows, cols};
+    add_param(pb, d, g, 1, std, 0.0f, 2, shape, "%s", name);
+}
+/* vector [n], constant init, not decayed (biases, norm weights) */
+static void add_vector(param_builder *pb, float **d, float **g, float value, int64_t n,
+                       const char *name) {
+    add_param(pb, d, g, 0, 0.0f, value, 1, &n, "%s", name);
+}
+
+static void register_layer(param_builder *pb, const transformer_config *c, int l,
+                           layer_weights *w, layer_weights *g) {
+    int64_t C = c->hidden_size, QKV = tc_qkv_width(c), HS = c->kv_channels;
+    int64_t CTX = (int64_t)c->num_attention_heads * HS, F = c->ffn_hidden_size;
+    int64_t FC1 = tc_fc1_width(c);
+    int ln = c->normalization == NORM_LAYERNORM, bias = c->add_bias_linear;
+    float std = c->init_method_std;
+    float out_std = std / sqrtf(2.0f * c->num_layers); /* Megatron's scaled_init_method_normal */
+    char n[PARAM_NAME_MAX];
+#define NAME(suffix) (snprintf(n, sizeof(n), "decoder.layers.%d.%s", l, suffix), n)
+#define G(field) (g ? &g->field : NULL)
+    add_vector(pb, &w->ln1_w, G(ln1_w), 1.0f, C, NAME("input_layernorm.weight"));
+    if (ln) add_vector(pb, &w->ln1_b, G(ln1_b), 0.0f, C, NAME("input_layernorm.bias"));
+    add_matrix(pb, &w->qkv_w, G(qkv_w), std, QKV, C, NAME("self_attention.linear_qkv.weight"));
+    if (bias) add_vector(pb, &w->qkv_b, G(qkv_b), 0.0f, QKV, NAME("self_attention.linear_qkv.bias"));
+    if (c->qk_layernorm) {
+        add_vector(pb, &w->q_ln_w, G(q_ln_w), 1.0f, HS, NAME("self_attention.q_layernorm.weight"));
+        if (ln) add_vector(pb, &w->q_ln_b, G(q_ln_b), 0.0f, HS, NAME("self_attention.q_layernorm.bias"));
+        add_vector(pb, &w->k_ln_w, G(k_ln_w), 1.0f, HS, NAME("self_attention.k_layernorm.weight"));
+        if (ln) add_vector(pb, &w->k_ln_b, G(k_ln_b), 0.0f, HS, NAME("self_attention.k_layernorm.bias"));
+    }
+    add_matrix(pb, &w->proj_w, G(proj_w), out_std, C, CTX, NAME("self_attention.linear_proj.weight"));
+    if (bias) add_vector(pb, &w->proj_b, G(proj_b), 0.0f, C, NAME("self_attention.linear_proj.bias"));
+    add_vector(pb, &w->ln2_w, G(ln2_w), 1.0f, C, NAME("pre_mlp_layernorm.weight"));
+    if (ln) add_vector(pb, &w->ln2_b, G(ln2_b), 0.0f, C, NAME("pre_mlp_layernorm.bias"));
+    add_matrix(pb, &w->fc1_w, G(fc1_w), std, FC1, C, NAME("mlp.linear_fc1.weight"));
+    if (bias) add_vector(pb, &w->fc1_b, G(fc1_b), 0.0f, FC1, NAME("mlp.linear_fc1.bias"));
+    add_matrix(pb, &w->fc2_w, G(fc2_w), out_std, C, F, NAME("mlp.linear_fc2.weight"));
+    if (bias) add_vector(pb, &w->fc2_b, G(fc2_b), 0.0f, C, NAME("mlp.linear_fc2.bias"));
+#undef NAME
+#undef G
+}
+
+static void build_params(gpt_model *m) {
+    const transformer_config *c = &m->cfg;
+    int bw = m->with_backward;
+    param_builder pb = {0};
+    float std = c->init_method_std;
+    add_matrix(&pb, &m->wte, bw ? &m->g_wte : NULL, std, c->padded_vocab_size, c->hidden_size,
+               "embedding.word_embeddings.weight");
+    if (!c->rope)
+        add_matrix(&pb, &m->wpe, bw ? &m->g_wpe : NULL, std, c->max_position_embeddings,
+                   c->hidden_size, "embedding.position_embeddings.weight");
+    for (int l = 0; l < c->num_layers; l++)
+        register_layer(&pb, c, l, &m->block.w[l], bw ? &m->block.g[l] : NULL);
+    add_vector(&pb, &m->lnf_w, bw ? &m->g_lnf_w : NULL, 1.0f, c->hidden_size,
+               "decoder.final_layernorm.weight");
+    if (c->normalization == NORM_LAYERNORM)
+        add_vector(&pb, &m->lnf_b, bw ? &m->g_lnf_b : NULL, 0.0f, c->hidden_size,
+                   "decoder.final_layernorm.bias");
+    if (c->untie_embeddings_and_output_weights)
+        add_matrix(&pb, &m->out_w, bw ? &m->g_out_w : NULL, std, c->padded_vocab_size,
+                   c->hidden_size, "output_layer.weight");
+
+    /* Weight decay: Megatron excludes biases and 1-D (norm) parameters, which add_vector
+     * marks; embeddings and the output layer are decayed. */
+    param_set *ps = &m->params;
+    ps->count = pb.n;
+    ps->tensors = pb.t;
+    ps->numel = 0;
+    for (int i = 0; i < pb.n; i++) {
+        pb.t[i].offset = ps->numel;
+        ps->numel += pb.t[i].numel;
+    }
+    ps->data = mem_alloc_floats(MEM_PARAMS, ps->numel, "parameters");
+    if (bw) {
+        ps->grad = mem_alloc_floats(MEM_GRADS, ps->numel, "gradients");
+        ps->exp_avg = mem_alloc_floats(MEM_OPTIMIZER, ps->numel, "adam exp_avg");
+        ps->exp_avg_sq = mem_alloc_floats(MEM_OPTIMIZER, ps->numel, "adam exp_avg_sq");
+    }
+    for (int i = 0; i < pb.n; i++) {
+        *pb.slots[2 * i] = ps->data + pb.t[i].offset;
+        if (pb.slots[2 * i + 1]) *pb.slots[2 * i + 1] = ps->grad + pb.t[i].offset;
+    }
+    free(pb.slots);
+    if (!c->untie_embeddings_and_output_weights) {
+        m->out_w = m->wte; /* tied: the output layer reads the word embedding */
+        m->g_out_w = m->g_wte;
+    }
+}
+
+gpt_model *gpt_model_create(const transformer_config *cfg, int max_batch, int with_backward) {
+    gpt_model *m = calloc(1, sizeof(gpt_model));
+    m->cfg = *cfg;
+    m->max_batch = max_batch;
+    m->with_backward = with_backward;
+    const transformer_config *c = &m->cfg;
+    transformer_block_init(&m->block, c, max_batch, c->seq_length, with_backward);
+    build_params(m);
+
+    size_t N = (size_t)max_batch * c->seq_length, C = c->hidden_size, V = c->padded_vocab_size;
+    m->tokens = mem_alloc(MEM_OTHER, N * sizeof(int), "tokens");
+    m->labels = mem_alloc(MEM_OTHER, N * sizeof(int), "labels");
+    m->loss_mask = mem_alloc_floats(MEM_OTHER, N, "loss mask");
+    m->lnf = mem_alloc_floats(MEM_ACTIVATIONS, N * C, "final norm output");
+    if (c->normalization == NORM_LAYERNORM)
+        m->lnf_mean = mem_alloc_floats(MEM_ACTIVATIONS, N, "final norm mean");
+    m->lnf_rstd = mem_alloc_floats(MEM_ACTIVATIONS, N, "final norm rstd");
+    m->logits = mem_alloc_floats(MEM_ACTIVATIONS, N * V, "logits");
+    m->losses = mem_alloc_floats(MEM_ACTIVATIONS, N, "per-token loss");
+    m->lse = mem_alloc_floats(MEM_ACTIVATIONS, N, "logsumexp");
+    if (with_backward) {
+        m->dlosses = mem_alloc_floats(MEM_WORKSPACE, N, "dlosses");
+        m->dres = mem_alloc_floats(MEM_WORKSPACE, N * C, "residual gradient");
+        m->demb = mem_alloc_floats(MEM_WORKSPACE, N * C, "embedding gradient");
+    }
+    if (c->rope) {
+        size_t half = c->rot_dim / 2;
+        m->rope_cos = mem_alloc_floats(MEM_OTHER, c->seq_length * half, "rope cos");
+        m->rope_sin = mem_alloc_floats(MEM_OTHER, c->seq_length * half, "rope sin");
+        rope_tables(m->rope_cos, m->rope_sin, c->seq_length, c->rot_dim, c->rotary_base, 0);
+    }
+    return m;
+}
+
+void gpt_model_free(gpt_model *m) {
+    if (!m) return;
+    transformer_block_free(&m->block);
+    param_set *ps = &m->params;
+    mem_free(ps->data);
+    mem_free(ps->grad);
+    mem_free(ps->exp_avg);
+    mem_free(ps->exp_avg_sq);
+    free(ps->tensors);
+    void *bufs[] = {m->tokens, m->labels, m->loss_mask, m->lnf,    m->lnf_mean, m->lnf_rstd,
+                    m->logits, m->losses, m->lse,       m->dlosses, m->dres,    m->demb,
+                    m->rope_cos, m->rope_sin};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) mem_free(bufs[i]);
+    free(m);
+}
+
+void gpt_model_init_params(gpt_model *m, uint64_t seed) {
+    param_set *ps = &m->params;
+    for (int i = 0; i < ps->count; i++) {
+        const param_tensor *t = &ps->tensors[i];
+        float *d = ps->data + t->offset;
+        if (t->init_std > 0.0f) {
+            philox_fill_normal(d, t->numel, t->init_std, seed, (uint64_t)i);
+        } else {
+            for (size_t k = 0; k < t->numel; k++) d[k] = t->init_value;
+        }
+    }
+}
+
+/* ---- forward / backward ---- */
+
+float gpt_model_forward(gpt_model *m, const int32_t *tokens, const int32_t *labels,
+                        const float *loss_mask, int B, int T, gpt_step step) {
+    const transformer_config *c = &m->cfg;
+    if (B > m->max_batch || T > c->seq_length) {
+        fprintf(stderr, "internal error: batch %dx%d exceeds the model's buffers %dx%d\n", B, T,
+                m->max_batch, c->seq_length);
+        exit(1);
+    }
+    int N = B * T, C = c->hidden_size, V = c->padded_vocab_size;
+    m->B = B;
+    m->T = T;
+    memcpy(m->tokens, tokens, (size_t)N * sizeof(int));
+    layer_ctx *ctx = &m->ctx;
+    ctx->cfg = c;
+    ctx->B = B;
+    ctx->T = T;
+    ctx->training = step.training;
+    ctx->key = (dropout_key){.seed = step.seed, .iteration = step.iteration,
+                             .microbatch = step.microbatch, .layer = 0, .site = 0};
+    ctx->rope_cos = m->rope_cos;
+    ctx->rope_sin = m->rope_sin;
+
+    /* embedding + dropout (Megatron applies --hidden-dropout to the embedding output) */
+    float *h0 = m->block.hidden[0];
+    embedding_forward(h0, m->tokens, m->wte, m->wpe, B, T, C, 0);
+    dropout_key ek = ctx->key;
+    ek.site = DROPOUT_SITE_EMBEDDING;
+    dropout_forward(h0, h0, (size_t)N * C, step.training ? c->hidden_dropout : 0.0f, ek, 0);
+
+    transformer_block_forward(&m->block, ctx);
+
+    const float *hL = m->block.hidden[c->num_layers];
+    if (c->normalization == NORM_LAYERNORM)
+        layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, hL, m->lnf_w, m->lnf_b, N, C,
+                          c->norm_epsilon);
+    else
+        rmsnorm_forward(m->lnf, m->lnf_rstd, hL, m->lnf_w, N, C, c->norm_epsilon);
+    linear_forward(m->logits, m->lnf, m->out_w, NULL, N, C, V);
+
+    if (!labels) return 0.0f;
+    memcpy(m->labels, labels, (size_t)N * sizeof(int));
+    if (loss_mask)
+        memcpy(m->loss_mask, loss_mask, (size_t)N * sizeof(float));
+    else
+        for (int i = 0; i < N; i++) m->loss_mask[i] = 1.0f;
+    cross_entropy_forward(m->losses, m->lse, m->logits, m->labels, N, V);
+    double num = 0.0, den = 0.0;
+    for (int i = 0; i < N; i++) {
+        num += (double)m->losses[i] * m->loss_mask[i];
+        den += m->loss_mask[i];
+    }
+    m->loss_mask_sum = (float)den;
+    return den > 0.0 ? (float)(num / den) : 0.0f;
+}
+
+void gpt_model_backward(gpt_model *m, float loss_scale) {
+    const transformer_config *c = &m->cfg;
+    int B = m->B, T = m->T, N = B * T, C = c->hidden_size, V = c->padded_vocab_size;
+    size_t NC = (size_t)N * C;
+    const layer_ctx *ctx = &m->ctx;
+
+    /* loss = sum_i mask_i * loss_i / sum(mask) */
+    float inv = m->loss_mask_sum > 0.0f ? loss_scale / m->loss_mask_sum : 0.0f;
+    for (int i = 0; i < N; i++) m->dlosses[i] = m->loss_mask[i] * inv;
+    cross_entropy_backward(m->logits, m->logits, m->lse, m->labels, m->dlosses, N, V);
+
+    /* output layer (dlogits now in m->logits); m->demb holds the final norm's output
+     * gradient until the embedding needs it */
+    memset(m->dres, 0, NC * sizeof(float));
+    memset(m->demb, 0, NC * sizeof(float));
+    linear_backward(m->demb, m->g_out_w, NULL, m->logits, m->lnf, m->out_w, N, C, V);
+    const float *hL = m->block.hidden[c->num_layers];
+    if (c->normalization == NORM_LAYERNORM)
+        layernorm_backward(m->dres, m->g_lnf_w, m->g_lnf_b, m->demb, hL, m->lnf_w, m->lnf_mean,
+                           m->lnf_rstd, N, C);
+    else
+        rmsnorm_backward(m->dres, m->g_lnf_w, m->demb, hL, m->lnf_w, m->lnf_rstd, N, C);
+
+    transformer_block_backward(&m->block, ctx, m->dres);
+
+    memset(m->demb, 0, NC * sizeof(float));
+    dropout_key ek = ctx->key;
+    ek.site = DROPOUT_SITE_EMBEDDING;
+    dropout_backward(m->demb, m->dres, NC, ctx->training ? c->hidden_dropout : 0.0f, ek, 0);
+    embedding_backward(m->g_wte, m->g_wpe, m->demb, m->tokens, B, T, C, 0);
+}

@@ -1,0 +1,72 @@
+/* The GPT model (Megatron-core's GPTModel): embedding -> transformer block -> final norm ->
+ * output layer (tied to the word embedding unless untied) -> cross-entropy with a loss mask.
+ *
+ * All parameters live in one param_set (flat buffers, Megatron-core names, see
+ * docs/CHECKPOINT.md); all activations and workspaces are allocated once, in gpt_model_create,
+ * for up to max_batch x seq_length tokens, so a training step never allocates. */
+#ifndef MEGADLM_CORE_MODELS_GPT_MODEL_H
+#define MEGADLM_CORE_MODELS_GPT_MODEL_H
+
+#include <stdint.h>
+
+#include "core/tensor/tensor.h"
+#include "core/transformer/transformer_block.h"
+#include "core/transformer/transformer_config.h"
+
+typedef struct {
+    transformer_config cfg;
+    int max_batch;        /* B the buffers were sized for */
+    int with_backward;    /* grads, optimizer state and backward workspaces allocated */
+    param_set params;
+
+    float *wte, *wpe, *lnf_w, *lnf_b, *out_w;     /* parameters (wpe/lnf_b/out_w may be NULL) */
+    float *g_wte, *g_wpe, *g_lnf_w, *g_lnf_b, *g_out_w; /* their gradients */
+    transformer_block block;
+
+    /* buffers for up to max_batch x seq_length tokens (N) */
+    int *tokens;          /* [N] */
+    int *labels;          /* [N] */
+    float *loss_mask;     /* [N] */
+    float *lnf;           /* [N, C] final norm output (saved) */
+    float *lnf_mean, *lnf_rstd; /* [N] */
+    float *logits;        /* [N, V] (holds dlogits during backward) */
+    float *losses, *lse;  /* [N] per-token loss, logsumexp */
+    float *dlosses;       /* [N] */
+    float *dres;          /* [N, C] residual-stream gradient */
+    float *demb;          /* [N, C] embedding gradient before dropout */
+    float *rope_cos, *rope_sin; /* [seq_length, rot_dim/2] */
+
+    /* the last forward call, which backward differentiates */
+    int B, T;
+    float loss_mask_sum;
+    layer_ctx ctx;
+} gpt_model;
+
+/* Builds names/shapes, allocates parameters (and, with_backward, gradients, AdamW state and
+ * backward workspaces) and activations for max_batch x cfg->seq_length. Parameters are left
+ * zero: call gpt_model_init_params or load a checkpoint. */
+gpt_model *gpt_model_create(const transformer_config *cfg, int max_batch, int with_backward);
+void gpt_model_free(gpt_model *m);
+
+/* Megatron's init: normal(0, init_method_std) for weights and embeddings, std/sqrt(2L) for
+ * linear_proj and linear_fc2, norms 1, biases 0. Element values depend only on (seed, tensor
+ * index, element index). */
+void gpt_model_init_params(gpt_model *m, uint64_t seed);
+
+typedef struct {
+    uint64_t seed;       /* --seed */
+    uint32_t iteration;  /* dropout key */
+    uint32_t microbatch; /* dropout key */
+    int training;        /* dropout on */
+} gpt_step;
+
+/* tokens/labels/loss_mask [B, T] (labels and loss_mask may be NULL: logits only).
+ * Returns the token-averaged loss sum(loss * mask) / sum(mask) (0 without labels).
+ * Logits of the last call stay in m->logits [B, T, V] until backward. */
+float gpt_model_forward(gpt_model *m, const int32_t *tokens, const int32_t *labels,
+                        const float *loss_mask, int B, int T, gpt_step step);
+/* Backward of the last forward, with d(objective)/d(loss) = loss_scale (1/num_microbatches for
+ * gradient accumulation). Gradients accumulate into m->params.grad. */
+void gpt_model_backward(gpt_model *m, float loss_scale);
+
+#endif

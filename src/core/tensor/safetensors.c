@@ -1,0 +1,646 @@
+/* safetensors reader and writer: see safetensors.h for the format and the guarantees. */
+#include "core/tensor/safetensors.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "safetensors.c assumes a little-endian host"
+#endif
+
+/* Offsets and sizes go through JSON numbers (doubles in cJSON): integers are exact below 2^53. */
+#define ST_MAX_JSON_INT 9007199254740992.0 /* 2^53 */
+
+static const struct {
+    const char *name;
+    size_t size;
+} g_dtypes[ST_NUM_DTYPES] = {
+    [ST_BOOL] = {"BOOL", 1},       [ST_U8] = {"U8", 1},   [ST_I8] = {"I8", 1},
+    [ST_F8_E5M2] = {"F8_E5M2", 1}, [ST_F8_E4M3] = {"F8_E4M3", 1},
+    [ST_I16] = {"I16", 2},         [ST_U16] = {"U16", 2}, [ST_F16] = {"F16", 2},
+    [ST_BF16] = {"BF16", 2},       [ST_I32] = {"I32", 4}, [ST_U32] = {"U32", 4},
+    [ST_F32] = {"F32", 4},         [ST_I64] = {"I64", 8}, [ST_U64] = {"U64", 8},
+    [ST_F64] = {"F64", 8},
+};
+
+const char *st_dtype_name(st_dtype dt) {
+    return (dt >= 0 && dt < ST_NUM_DTYPES) ? g_dtypes[dt].name : "?";
+}
+
+size_t st_dtype_size(st_dtype dt) { return (dt >= 0 && dt < ST_NUM_DTYPES) ? g_dtypes[dt].size : 0; }
+
+int st_dtype_parse(const char *name, st_dtype *dt) {
+    for (int i = 0; i < ST_NUM_DTYPES; i++)
+        if (strcmp(g_dtypes[i].name, name) == 0) {
+            *dt = (st_dtype)i;
+            return 0;
+        }
+    return -1;
+}
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || errlen == 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* "[2, 3]" */
+static void shape_str(char *buf, size_t len, int ndim, const int64_t *shape) {
+    size_t n = (size_t)snprintf(buf, len, "[");
+    for (int d = 0; d < ndim && n < len; d++)
+        n += (size_t)snprintf(buf + n, len - n, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    if (n < len) snprintf(buf + n, len - n, "]");
+}
+
+/* Product of the dimensions times the element size, or -1 on overflow past 2^53. */
+static int tensor_bytes(int ndim, const int64_t *shape, size_t elem, size_t *numel,
+                        uint64_t *bytes) {
+    uint64_t n = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 0) return -1;
+        if (__builtin_mul_overflow(n, (uint64_t)shape[d], &n)) return -1;
+    }
+    uint64_t b;
+    if (__builtin_mul_overflow(n, (uint64_t)elem, &b) || (double)b >= ST_MAX_JSON_INT) return -1;
+    *numel = (size_t)n;
+    *bytes = b;
+    return 0;
+}
+
+/* ======================================================================== writing */
+
+static int write_all(int fd, const void *data, uint64_t bytes) {
+    const char *p = (const char *)data;
+    while (bytes > 0) {
+        size_t chunk = bytes > (1u << 30) ? (1u << 30) : (size_t)bytes;
+        ssize_t w = write(fd, p, chunk);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (w == 0) {
+            errno = EIO;
+            return -1;
+        }
+        p += w;
+        bytes -= (uint64_t)w;
+    }
+    return 0;
+}
+
+static int cmp_str_ptr(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+int st_write_fd(int fd, const char *path, const st_tensor_desc *tensors, int n,
+                const st_meta *meta, int nmeta, char *err, size_t errlen) {
+    if (n < 0 || nmeta < 0) {
+        set_err(err, errlen, "%s: invalid tensor count %d / metadata count %d", path, n, nmeta);
+        return -1;
+    }
+    /* Validate the tensors and lay them out in the given order. */
+    uint64_t *bytes = calloc((size_t)n + 1, sizeof(uint64_t));
+    const char **names = calloc((size_t)n + 1, sizeof(char *));
+    cJSON *root = cJSON_CreateObject();
+    char *json = NULL;
+    int rc = -1;
+    if (!bytes || !names || !root) {
+        set_err(err, errlen, "%s: out of memory building the header", path);
+        goto done;
+    }
+    uint64_t offset = 0;
+    if (nmeta > 0) {
+        cJSON *m = cJSON_AddObjectToObject(root, "__metadata__");
+        for (int i = 0; i < nmeta; i++) {
+            if (!meta[i].key || !meta[i].value) {
+                set_err(err, errlen, "%s: metadata entry %d has no key or value", path, i);
+                goto done;
+            }
+            cJSON_AddStringToObject(m, meta[i].key, meta[i].value);
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        const st_tensor_desc *t = &tensors[i];
+        const char *name = t->name ? t->name : "";
+        if (!*name || strcmp(name, "__metadata__") == 0) {
+            set_err(err, errlen, "%s: tensor %d: invalid name \"%s\"", path, i, name);
+            goto done;
+        }
+        size_t es = st_dtype_size(t->dtype);
+        size_t numel;
+        if (es == 0) {
+            set_err(err, errlen, "%s: tensor %s: invalid dtype %d", path, name, (int)t->dtype);
+            goto done;
+        }
+        if (t->ndim < 0 || t->ndim > ST_MAX_DIMS || (t->ndim > 0 && !t->shape) ||
+            tensor_bytes(t->ndim, t->shape, es, &numel, &bytes[i]) != 0) {
+            set_err(err, errlen, "%s: tensor %s: invalid shape (ndim %d)", path, name, t->ndim);
+            goto done;
+        }
+        if (bytes[i] > 0 && !t->data) {
+            set_err(err, errlen, "%s: tensor %s: no data", path, name);
+            goto done;
+        }
+        names[i] = name;
+        cJSON *e = cJSON_AddObjectToObject(root, name);
+        cJSON_AddStringToObject(e, "dtype", st_dtype_name(t->dtype));
+        cJSON *sh = cJSON_AddArrayToObject(e, "shape");
+        for (int d = 0; d < t->ndim; d++)
+            cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)t->shape[d]));
+        cJSON *off = cJSON_AddArrayToObject(e, "data_offsets");
+        cJSON_AddItemToArray(off, cJSON_CreateNumber((double)offset));
+        if ((double)(offset + bytes[i]) >= ST_MAX_JSON_INT) {
+            set_err(err, errlen, "%s: tensor %s: file larger than 2^53 bytes", path, name);
+            goto done;
+        }
+        offset += bytes[i];
+        cJSON_AddItemToArray(off, cJSON_CreateNumber((double)offset));
+    }
+    qsort(names, (size_t)n, sizeof(char *), cmp_str_ptr);
+    for (int i = 1; i < n; i++)
+        if (strcmp(names[i - 1], names[i]) == 0) {
+            set_err(err, errlen, "%s: tensor %s: name given twice", path, names[i]);
+            goto done;
+        }
+
+    json = cJSON_PrintUnformatted(root);
+    if (!json) {
+        set_err(err, errlen, "%s: out of memory printing the header", path);
+        goto done;
+    }
+    size_t jlen = strlen(json);
+    uint64_t hlen = (jlen + 7) / 8 * 8; /* padded with spaces to a multiple of 8 */
+    uint8_t lenbuf[8];
+    for (int k = 0; k < 8; k++) lenbuf[k] = (uint8_t)(hlen >> (8 * k));
+    char pad[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+    if (write_all(fd, lenbuf, 8) || write_all(fd, json, jlen) ||
+        write_all(fd, pad, hlen - jlen)) {
+        set_err(err, errlen, "%s: writing the header: %s", path, strerror(errno));
+        goto done;
+    }
+    for (int i = 0; i < n; i++)
+        if (write_all(fd, tensors[i].data, bytes[i])) {
+            set_err(err, errlen, "%s: tensor %s: write failed: %s", path, tensors[i].name,
+                    strerror(errno));
+            goto done;
+        }
+    rc = 0;
+done:
+    free(json);
+    cJSON_Delete(root);
+    free(names);
+    free(bytes);
+    return rc;
+}
+
+int st_write_file(const char *path, const st_tensor_desc *tensors, int n, const st_meta *meta,
+                  int nmeta, char *err, size_t errlen) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        set_err(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+        return -1;
+    }
+    if (st_write_fd(fd, path, tensors, n, meta, nmeta, err, errlen) != 0) {
+        close(fd);
+        return -1;
+    }
+    if (fsync(fd) != 0) {
+        set_err(err, errlen, "%s: fsync failed: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (close(fd) != 0) {
+        set_err(err, errlen, "%s: close failed: %s", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* ======================================================================== reading */
+
+/* Offset of the first byte that is not valid UTF-8 in s[0..n), or n. */
+static size_t utf8_invalid_at(const uint8_t *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        size_t len;
+        uint32_t cp;
+        if (c < 0x80) {
+            i++;
+            continue;
+        } else if ((c & 0xe0) == 0xc0) {
+            len = 2;
+            cp = c & 0x1f;
+        } else if ((c & 0xf0) == 0xe0) {
+            len = 3;
+            cp = c & 0x0f;
+        } else if ((c & 0xf8) == 0xf0) {
+            len = 4;
+            cp = c & 0x07;
+        } else {
+            return i;
+        }
+        if (i + len > n) return i;
+        for (size_t k = 1; k < len; k++) {
+            if ((s[i + k] & 0xc0) != 0x80) return i;
+            cp = (cp << 6) | (s[i + k] & 0x3f);
+        }
+        if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+            cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            return i;
+        i += len;
+    }
+    return n;
+}
+
+static const char *json_type_name(const cJSON *v) {
+    if (!v) return "nothing";
+    if (cJSON_IsObject(v)) return "an object";
+    if (cJSON_IsArray(v)) return "an array";
+    if (cJSON_IsString(v)) return "a string";
+    if (cJSON_IsNumber(v)) return "a number";
+    if (cJSON_IsBool(v)) return "a boolean";
+    if (cJSON_IsNull(v)) return "null";
+    return "an invalid value";
+}
+
+/* A non-negative JSON integer below 2^53. */
+static int json_uint(const cJSON *v, uint64_t *out) {
+    if (!cJSON_IsNumber(v)) return -1;
+    double d = v->valuedouble;
+    if (!(d >= 0) || d >= ST_MAX_JSON_INT || d != (double)(uint64_t)d) return -1;
+    *out = (uint64_t)d;
+    return 0;
+}
+
+void st_close(st_file *f) {
+    if (!f) return;
+    if (f->map && f->map != MAP_FAILED) munmap(f->map, f->map_len);
+    if (f->entries)
+        for (int i = 0; i < f->count; i++) free(f->entries[i].name);
+    for (int i = 0; i < f->nmeta; i++) {
+        free(f->meta_keys[i]);
+        free(f->meta_values[i]);
+    }
+    free(f->meta_keys);
+    free(f->meta_values);
+    free(f->entries);
+    free(f->by_name);
+    free(f->path);
+    memset(f, 0, sizeof(*f));
+}
+
+/* qsort contexts: qsort has no user pointer, so sort pointers to entries. */
+static int cmp_entry_name(const void *a, const void *b) {
+    return strcmp((*(const st_entry *const *)a)->name, (*(const st_entry *const *)b)->name);
+}
+static int cmp_entry_begin(const void *a, const void *b) {
+    const st_entry *x = *(const st_entry *const *)a, *y = *(const st_entry *const *)b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    return x->end < y->end ? -1 : x->end > y->end;
+}
+
+static int parse_entry(const char *path, const cJSON *item, st_entry *e, uint64_t buffer_len,
+                       char *err, size_t errlen) {
+    const char *name = item->string;
+    if (!cJSON_IsObject(item)) {
+        set_err(err, errlen,
+                "%s: tensor %s: expected an object {\"dtype\", \"shape\", \"data_offsets\"}, "
+                "found %s",
+                path, name, json_type_name(item));
+        return -1;
+    }
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(item, "dtype");
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(item, "shape");
+    const cJSON *off = cJSON_GetObjectItemCaseSensitive(item, "data_offsets");
+    if (!cJSON_IsString(dt)) {
+        set_err(err, errlen, "%s: tensor %s: expected a string \"dtype\", found %s", path, name,
+                json_type_name(dt));
+        return -1;
+    }
+    if (st_dtype_parse(dt->valuestring, &e->dtype) != 0) {
+        set_err(err, errlen, "%s: tensor %s: unknown dtype \"%s\"", path, name, dt->valuestring);
+        return -1;
+    }
+    if (!cJSON_IsArray(sh)) {
+        set_err(err, errlen, "%s: tensor %s: expected an array \"shape\", found %s", path, name,
+                json_type_name(sh));
+        return -1;
+    }
+    int ndim = cJSON_GetArraySize(sh);
+    if (ndim > ST_MAX_DIMS) {
+        set_err(err, errlen, "%s: tensor %s: %d dimensions, at most %d supported", path, name,
+                ndim, ST_MAX_DIMS);
+        return -1;
+    }
+    e->ndim = ndim;
+    int d = 0;
+    for (const cJSON *v = sh->child; v; v = v->next, d++) {
+        uint64_t x;
+        if (json_uint(v, &x) != 0) {
+            set_err(err, errlen,
+                    "%s: tensor %s: shape dimension %d: expected a non-negative integer, found %s",
+                    path, name, d, cJSON_IsNumber(v) ? "a non-integer or too large number"
+                                                     : json_type_name(v));
+            return -1;
+        }
+        e->shape[d] = (int64_t)x;
+    }
+    if (!cJSON_IsArray(off) || cJSON_GetArraySize(off) != 2 ||
+        json_uint(off->child, &e->begin) != 0 || json_uint(off->child->next, &e->end) != 0) {
+        set_err(err, errlen,
+                "%s: tensor %s: expected \"data_offsets\": [begin, end] of non-negative integers",
+                path, name);
+        return -1;
+    }
+    char sbuf[160];
+    shape_str(sbuf, sizeof sbuf, e->ndim, e->shape);
+    if (e->end < e->begin) {
+        set_err(err, errlen, "%s: tensor %s: data_offsets [%llu, %llu] end before they begin",
+                path, name, (unsigned long long)e->begin, (unsigned long long)e->end);
+        return -1;
+    }
+    uint64_t bytes;
+    if (tensor_bytes(e->ndim, e->shape, st_dtype_size(e->dtype), &e->numel, &bytes) != 0) {
+        set_err(err, errlen, "%s: tensor %s: shape %s is too large", path, name, sbuf);
+        return -1;
+    }
+    if (bytes != e->end - e->begin) {
+        set_err(err, errlen,
+                "%s: tensor %s: shape %s of %s needs %llu bytes, but data_offsets [%llu, %llu] "
+                "hold %llu",
+                path, name, sbuf, st_dtype_name(e->dtype), (unsigned long long)bytes,
+                (unsigned long long)e->begin, (unsigned long long)e->end,
+                (unsigned long long)(e->end - e->begin));
+        return -1;
+    }
+    if (e->end > buffer_len) {
+        set_err(err, errlen,
+                "%s: tensor %s: data_offsets [%llu, %llu] extend past the end of the data buffer "
+                "(%llu bytes): the file is truncated or the header is wrong",
+                path, name, (unsigned long long)e->begin, (unsigned long long)e->end,
+                (unsigned long long)buffer_len);
+        return -1;
+    }
+    return 0;
+}
+
+int st_open(const char *path, st_file *f, char *err, size_t errlen) {
+    memset(f, 0, sizeof(*f));
+    cJSON *root = NULL;
+    st_entry **order = NULL;
+    char *hcopy = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        set_err(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    f->path = strdup(path);
+    f->map_len = (size_t)sb.st_size;
+    if (f->map_len < 8) {
+        set_err(err, errlen,
+                "%s: offset 0: expected an 8-byte header length, found a file of %zu bytes",
+                path, f->map_len);
+        close(fd);
+        goto fail;
+    }
+    f->map = mmap(NULL, f->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (f->map == MAP_FAILED) {
+        f->map = NULL;
+        set_err(err, errlen, "%s: mmap failed: %s", path, strerror(errno));
+        goto fail;
+    }
+    const uint8_t *base = (const uint8_t *)f->map;
+    uint64_t n = 0;
+    for (int k = 0; k < 8; k++) n |= (uint64_t)base[k] << (8 * k);
+    f->header_len = n;
+    if (n > f->map_len - 8) {
+        set_err(err, errlen,
+                "%s: offset 0: expected a header length of at most %zu (the file size minus 8), "
+                "found %llu",
+                path, f->map_len - 8, (unsigned long long)n);
+        goto fail;
+    }
+    const char *hdr = (const char *)base + 8;
+    if (n == 0 || hdr[0] != '{') {
+        if (n == 0)
+            set_err(err, errlen, "%s: offset 8: expected '{' (the JSON header), found an empty "
+                                 "header", path);
+        else
+            set_err(err, errlen, "%s: offset 8: expected '{' (the JSON header), found byte 0x%02x",
+                    path, (unsigned)(uint8_t)hdr[0]);
+        goto fail;
+    }
+    size_t bad = utf8_invalid_at((const uint8_t *)hdr, (size_t)n);
+    if (bad < n) {
+        set_err(err, errlen, "%s: offset %llu: expected UTF-8 text in the header, found byte 0x%02x",
+                path, (unsigned long long)(8 + bad), (unsigned)(uint8_t)hdr[bad]);
+        goto fail;
+    }
+    /* Parse a NUL-terminated copy: the mapping has no terminator after the header. */
+    hcopy = malloc((size_t)n + 1);
+    if (!hcopy) {
+        set_err(err, errlen, "%s: out of memory reading a %llu-byte header", path,
+                (unsigned long long)n);
+        goto fail;
+    }
+    memcpy(hcopy, hdr, (size_t)n);
+    hcopy[n] = 0;
+    const char *parse_end = NULL;
+    root = cJSON_ParseWithLengthOpts(hcopy, (size_t)n, &parse_end, 0);
+    if (!root) {
+        const char *at = cJSON_GetErrorPtr();
+        size_t pos = (at && at >= hcopy && at <= hcopy + n) ? (size_t)(at - hcopy) : 0;
+        char snip[24];
+        size_t k = 0;
+        for (; k < sizeof snip - 1 && pos + k < n; k++) {
+            char c = hdr[pos + k];
+            snip[k] = (c >= 0x20 && c < 0x7f) ? c : '?';
+        }
+        snip[k] = 0;
+        set_err(err, errlen, "%s: offset %llu: expected valid JSON in the header, found \"%s\"",
+                path, (unsigned long long)(8 + pos), k ? snip : "the end of the header");
+        goto fail;
+    }
+    for (const char *p = parse_end; p && p < hcopy + n; p++)
+        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
+            set_err(err, errlen,
+                    "%s: offset %llu: expected only space padding after the JSON header, found "
+                    "byte 0x%02x",
+                    path, (unsigned long long)(8 + (size_t)(p - hcopy)), (unsigned)(uint8_t)*p);
+            goto fail;
+        }
+    if (!cJSON_IsObject(root)) {
+        set_err(err, errlen, "%s: offset 8: expected a JSON object, found %s", path,
+                json_type_name(root));
+        goto fail;
+    }
+    f->buffer = base + 8 + n;
+    f->buffer_len = f->map_len - 8 - n;
+
+    int count = 0, nmeta = 0;
+    for (const cJSON *it = root->child; it; it = it->next) {
+        if (it->string && strcmp(it->string, "__metadata__") == 0) {
+            if (!cJSON_IsObject(it)) {
+                set_err(err, errlen, "%s: __metadata__: expected an object, found %s", path,
+                        json_type_name(it));
+                goto fail;
+            }
+            nmeta += cJSON_GetArraySize(it);
+        } else {
+            count++;
+        }
+    }
+    f->entries = calloc((size_t)count + 1, sizeof(st_entry));
+    f->by_name = calloc((size_t)count + 1, sizeof(int));
+    f->meta_keys = calloc((size_t)nmeta + 1, sizeof(char *));
+    f->meta_values = calloc((size_t)nmeta + 1, sizeof(char *));
+    order = calloc((size_t)count + 1, sizeof(st_entry *));
+    if (!f->entries || !f->by_name || !f->meta_keys || !f->meta_values || !order) {
+        set_err(err, errlen, "%s: out of memory reading the header", path);
+        goto fail;
+    }
+    for (const cJSON *it = root->child; it; it = it->next) {
+        if (it->string && strcmp(it->string, "__metadata__") == 0) {
+            for (const cJSON *m = it->child; m; m = m->next) {
+                if (!cJSON_IsString(m)) {
+                    set_err(err, errlen,
+                            "%s: __metadata__: key \"%s\": expected a string value, found %s",
+                            path, m->string, json_type_name(m));
+                    goto fail;
+                }
+                for (int k = 0; k < f->nmeta; k++)
+                    if (strcmp(f->meta_keys[k], m->string) == 0) {
+                        set_err(err, errlen, "%s: __metadata__: key \"%s\" appears twice", path,
+                                m->string);
+                        goto fail;
+                    }
+                f->meta_keys[f->nmeta] = strdup(m->string);
+                f->meta_values[f->nmeta] = strdup(m->valuestring);
+                f->nmeta++;
+            }
+            continue;
+        }
+        st_entry *e = &f->entries[f->count];
+        e->name = strdup(it->string ? it->string : "");
+        f->count++;
+        if (parse_entry(path, it, e, f->buffer_len, err, errlen) != 0) goto fail;
+        e->data = f->buffer + e->begin;
+    }
+
+    /* No name twice (cJSON keeps duplicate keys). */
+    for (int i = 0; i < f->count; i++) order[i] = &f->entries[i];
+    qsort(order, (size_t)f->count, sizeof(*order), cmp_entry_name);
+    for (int i = 0; i < f->count; i++) {
+        f->by_name[i] = (int)(order[i] - f->entries);
+        if (i > 0 && strcmp(order[i - 1]->name, order[i]->name) == 0) {
+            set_err(err, errlen, "%s: tensor %s: appears twice in the header", path,
+                    order[i]->name);
+            goto fail;
+        }
+    }
+    /* No overlapping data (empty tensors occupy nothing). */
+    qsort(order, (size_t)f->count, sizeof(*order), cmp_entry_begin);
+    const st_entry *reach = NULL; /* the non-empty tensor reaching furthest so far */
+    for (int i = 0; i < f->count; i++) {
+        const st_entry *e = order[i];
+        if (e->begin == e->end) continue;
+        if (reach && e->begin < reach->end) {
+            set_err(err, errlen,
+                    "%s: tensor %s: data_offsets [%llu, %llu] overlap those of tensor %s "
+                    "[%llu, %llu]",
+                    path, e->name, (unsigned long long)e->begin, (unsigned long long)e->end,
+                    reach->name, (unsigned long long)reach->begin,
+                    (unsigned long long)reach->end);
+            goto fail;
+        }
+        if (!reach || e->end > reach->end) reach = e;
+    }
+    free(order);
+    free(hcopy);
+    cJSON_Delete(root);
+    return 0;
+fail:
+    free(order);
+    free(hcopy);
+    cJSON_Delete(root);
+    st_close(f);
+    return -1;
+}
+
+const st_entry *st_find(const st_file *f, const char *name) {
+    int lo = 0, hi = f->count - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        const st_entry *e = &f->entries[f->by_name[mid]];
+        int c = strcmp(name, e->name);
+        if (c == 0) return e;
+        if (c < 0)
+            hi = mid - 1;
+        else
+            lo = mid + 1;
+    }
+    return NULL;
+}
+
+const char *st_metadata(const st_file *f, const char *key) {
+    for (int i = 0; i < f->nmeta; i++)
+        if (strcmp(f->meta_keys[i], key) == 0) return f->meta_values[i];
+    return NULL;
+}
+
+static uint32_t f16_bits_to_f32_bits(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+    if (exp == 0) {
+        if (mant == 0) return sign;
+        exp = 127 - 15 + 1; /* subnormal: normalize */
+        while (!(mant & 0x400u)) {
+            mant <<= 1;
+            exp--;
+        }
+        mant &= 0x3ffu;
+        return sign | (exp << 23) | (mant << 13);
+    }
+    if (exp == 31) return sign | 0x7f800000u | (mant << 13);
+    return sign | ((exp + 127 - 15) << 23) | (mant << 13);
+}
+
+int st_read_f32(const st_file *f, const st_entry *e, float *out, char *err, size_t errlen) {
+    const uint8_t *src = (const uint8_t *)e->data;
+    switch (e->dtype) {
+    case ST_F32:
+        memcpy(out, src, e->numel * sizeof(float));
+        return 0;
+    case ST_F16:
+    case ST_BF16:
+        for (size_t i = 0; i < e->numel; i++) {
+            uint16_t h = (uint16_t)(src[2 * i] | (src[2 * i + 1] << 8));
+            uint32_t b = e->dtype == ST_F16 ? f16_bits_to_f32_bits(h) : (uint32_t)h << 16;
+            memcpy(&out[i], &b, sizeof b);
+        }
+        return 0;
+    default:
+        set_err(err, errlen, "%s: tensor %s: dtype %s cannot be read as F32 (F32, F16, BF16 can)",
+                f->path, e->name, st_dtype_name(e->dtype));
+        return -1;
+    }
+}

@@ -1,0 +1,40 @@
+/* Named parameter tensors over flat buffers.
+ *
+ * A model's parameters live in ONE contiguous float buffer (and their gradients, AdamW's
+ * exp_avg and exp_avg_sq in three more of the same length), so that gradient reduction,
+ * clipping and the optimizer run over flat memory and a distributed optimizer can shard it.
+ * A param_tensor names a slice of those buffers with its Megatron-core name and shape. */
+#ifndef MEGADLM_CORE_TENSOR_TENSOR_H
+#define MEGADLM_CORE_TENSOR_TENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PARAM_NAME_MAX 96
+#define PARAM_MAX_DIMS 4
+
+typedef struct {
+    char name[PARAM_NAME_MAX]; /* e.g. "decoder.layers.0.self_attention.linear_qkv.weight" */
+    int ndim;
+    int64_t shape[PARAM_MAX_DIMS];
+    size_t numel;
+    size_t offset;         /* in floats, into param_set's flat buffers */
+    int weight_decay;      /* 0 for biases and norm weights (Megatron: no decay on 1-D params) */
+    float init_std;        /* std of the normal init; 0 = constant init_value */
+    float init_value;      /* for norms (1) and biases (0) */
+} param_tensor;
+
+typedef struct {
+    int count;
+    param_tensor *tensors;
+    size_t numel;     /* total floats */
+    float *data;      /* [numel] MEM_PARAMS */
+    float *grad;      /* [numel] MEM_GRADS */
+    float *exp_avg;   /* [numel] MEM_OPTIMIZER (AdamW first moment) */
+    float *exp_avg_sq;/* [numel] MEM_OPTIMIZER (AdamW second moment) */
+} param_set;
+
+/* Index of the tensor with this name, or -1. */
+int param_set_find(const param_set *ps, const char *name);
+
+#endif

@@ -1,0 +1,146 @@
+#include "core/transformer/transformer_layer.h"
+
+#include <string.h>
+
+#include "core/kernels/attention.h"
+#include "core/kernels/norm.h"
+#include "core/tensor/memory.h"
+#include "core/transformer/attention.h"
+#include "core/transformer/mlp.h"
+
+/* ---- allocation ---- */
+
+static float *saved(layer_saved *s, size_t count, const char *what) {
+    s->bytes += count * sizeof(float);
+    return mem_alloc_floats(MEM_ACTIVATIONS, count, what);
+}
+
+void layer_saved_alloc(layer_saved *s, const transformer_config *c, int B, int T) {
+    memset(s, 0, sizeof(*s));
+    size_t N = (size_t)B * T, C = c->hidden_size, QKV = tc_qkv_width(c);
+    size_t NH = c->num_attention_heads, NG = c->num_query_groups, HS = c->kv_channels;
+    int layernorm = c->normalization == NORM_LAYERNORM;
+    s->ln1 = saved(s, N * C, "ln1");
+    if (layernorm) s->ln1_mean = saved(s, N, "ln1_mean");
+    s->ln1_rstd = saved(s, N, "ln1_rstd");
+    if (c->qk_layernorm) {
+        s->qkv_raw = saved(s, N * QKV, "qkv_raw");
+        if (layernorm) s->qk_mean = saved(s, N * (NH + NG), "qk_mean");
+        s->qk_rstd = saved(s, N * (NH + NG), "qk_rstd");
+    }
+    s->qkv = saved(s, N * QKV, "qkv");
+    s->probs = saved(s, (size_t)B * NH * T * T, "attention probs");
+    s->ctx = saved(s, N * NH * HS, "attention context");
+    s->res1 = saved(s, N * C, "residual after attention");
+    s->ln2 = saved(s, N * C, "ln2");
+    if (layernorm) s->ln2_mean = saved(s, N, "ln2_mean");
+    s->ln2_rstd = saved(s, N, "ln2_rstd");
+    s->fc1 = saved(s, N * tc_fc1_width(c), "fc1 output");
+    s->act = saved(s, N * c->ffn_hidden_size, "activation output");
+}
+
+void layer_saved_free(layer_saved *s) {
+    float *bufs[] = {s->ln1, s->ln1_mean, s->ln1_rstd, s->qkv_raw, s->qk_mean, s->qk_rstd,
+                     s->qkv, s->probs, s->ctx, s->res1, s->ln2, s->ln2_mean, s->ln2_rstd,
+                     s->fc1, s->act};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) mem_free(bufs[i]);
+    memset(s, 0, sizeof(*s));
+}
+
+void layer_workspace_alloc(layer_workspace *ws, const transformer_config *c, int B, int T,
+                           int with_backward) {
+    memset(ws, 0, sizeof(*ws));
+    size_t N = (size_t)B * T, C = c->hidden_size, QKV = tc_qkv_width(c);
+    size_t CTX = (size_t)c->num_attention_heads * c->kv_channels;
+    ws->branch = mem_alloc_floats(MEM_WORKSPACE, N * C, "branch output");
+    ws->attn = mem_alloc_floats(MEM_WORKSPACE, attention_workspace_floats(T), "attention");
+    if (!with_backward) return;
+    ws->dln = mem_alloc_floats(MEM_WORKSPACE, N * C, "dln");
+    ws->dctx = mem_alloc_floats(MEM_WORKSPACE, N * CTX, "dctx");
+    ws->dqkv = mem_alloc_floats(MEM_WORKSPACE, N * QKV, "dqkv");
+    if (c->qk_layernorm) ws->dqkv_raw = mem_alloc_floats(MEM_WORKSPACE, N * QKV, "dqkv_raw");
+    ws->dfc1 = mem_alloc_floats(MEM_WORKSPACE, N * tc_fc1_width(c), "dfc1");
+    ws->dact = mem_alloc_floats(MEM_WORKSPACE, N * c->ffn_hidden_size, "dact");
+}
+
+void layer_workspace_free(layer_workspace *ws) {
+    float *bufs[] = {ws->branch, ws->dln, ws->dctx, ws->dqkv, ws->dqkv_raw,
+                     ws->dfc1,   ws->dact, ws->attn};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) mem_free(bufs[i]);
+    memset(ws, 0, sizeof(*ws));
+}
+
+/* ---- norms by kind ---- */
+
+static void norm_forward(const transformer_config *c, float *out, float *mean, float *rstd,
+                         const float *inp, const float *w, const float *b, int N) {
+    if (c->normalization == NORM_LAYERNORM)
+        layernorm_forward(out, mean, rstd, inp, w, b, N, c->hidden_size, c->norm_epsilon);
+    else
+        rmsnorm_forward(out, rstd, inp, w, N, c->hidden_size, c->norm_epsilon);
+}
+
+static void norm_backward(const transformer_config *c, float *dinp, float *dw, float *db,
+                          const float *dout, const float *inp, const float *w,
+                          const float *mean, const float *rstd, int N) {
+    if (c->normalization == NORM_LAYERNORM)
+        layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, c->hidden_size);
+    else
+        rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, c->hidden_size);
+}
+
+/* ---- the layer ---- */
+
+static dropout_key site_key(const layer_ctx *ctx, int layer_index, uint32_t site) {
+    dropout_key k = ctx->key;
+    k.layer = (uint32_t)layer_index;
+    k.site = site;
+    return k;
+}
+
+void transformer_layer_forward(const layer_ctx *ctx, int layer_index, const layer_weights *w,
+                               layer_saved *s, layer_workspace *ws, const float *inp,
+                               float *out) {
+    const transformer_config *c = ctx->cfg;
+    int N = ctx->B * ctx->T;
+    size_t NC = (size_t)N * c->hidden_size;
+    float p = ctx->training ? c->hidden_dropout : 0.0f;
+
+    norm_forward(c, s->ln1, s->ln1_mean, s->ln1_rstd, inp, w->ln1_w, w->ln1_b, N);
+    self_attention_forward(ctx, layer_index, w, s, ws, s->ln1, ws->branch);
+    residual_dropout_forward(s->res1, inp, ws->branch, NC, p,
+                             site_key(ctx, layer_index, DROPOUT_SITE_ATTENTION_OUT), 0);
+
+    norm_forward(c, s->ln2, s->ln2_mean, s->ln2_rstd, s->res1, w->ln2_w, w->ln2_b, N);
+    mlp_forward(ctx, w, s, s->ln2, ws->branch);
+    residual_dropout_forward(out, s->res1, ws->branch, NC, p,
+                             site_key(ctx, layer_index, DROPOUT_SITE_MLP_OUT), 0);
+}
+
+void transformer_layer_backward(const layer_ctx *ctx, int layer_index, const layer_weights *w,
+                                const layer_weights *g, const layer_saved *s,
+                                layer_workspace *ws, const float *inp, float *dres) {
+    const transformer_config *c = ctx->cfg;
+    int N = ctx->B * ctx->T;
+    size_t NC = (size_t)N * c->hidden_size;
+    float p = ctx->training ? c->hidden_dropout : 0.0f;
+
+    /* MLP branch: out = res1 + dropout(mlp(norm2(res1))). dres already holds the identity
+     * path's gradient w.r.t. res1, so only the branch's contribution is added to it. */
+    memset(ws->branch, 0, NC * sizeof(float));
+    residual_dropout_backward(NULL, ws->branch, dres, NC, p,
+                              site_key(ctx, layer_index, DROPOUT_SITE_MLP_OUT), 0);
+    memset(ws->dln, 0, NC * sizeof(float));
+    mlp_backward(ctx, w, g, s, ws, s->ln2, ws->branch, ws->dln);
+    norm_backward(c, dres, g->ln2_w, g->ln2_b, ws->dln, s->res1, w->ln2_w, s->ln2_mean,
+                  s->ln2_rstd, N);
+
+    /* Attention branch: res1 = inp + dropout(attention(norm1(inp))). */
+    memset(ws->branch, 0, NC * sizeof(float));
+    residual_dropout_backward(NULL, ws->branch, dres, NC, p,
+                              site_key(ctx, layer_index, DROPOUT_SITE_ATTENTION_OUT), 0);
+    memset(ws->dln, 0, NC * sizeof(float));
+    self_attention_backward(ctx, layer_index, w, g, s, ws, s->ln1, ws->branch, ws->dln);
+    norm_backward(c, dres, g->ln1_w, g->ln1_b, ws->dln, inp, w->ln1_w, s->ln1_mean, s->ln1_rstd,
+                  N);
+}

@@ -1,0 +1,87 @@
+/* One pre-norm transformer layer (Megatron-core's TransformerLayer with the local spec):
+ *   res1 = inp  + dropout(linear_proj(attention(qkv(norm1(inp)))))
+ *   out  = res1 + dropout(linear_fc2(act(linear_fc1(norm2(res1)))))
+ * Forward records what backward needs in layer_saved (every buffer from the tracked allocator
+ * as saved activations); backward consumes it. The layer does not own its input: the block
+ * keeps each layer's input (the previous layer's output) and passes it to both passes. */
+#ifndef MEGADLM_CORE_TRANSFORMER_LAYER_H
+#define MEGADLM_CORE_TRANSFORMER_LAYER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/kernels/dropout.h"
+#include "core/transformer/transformer_config.h"
+
+/* Pointers into a param_set's data (or grad) buffer; NULL where the config has no such tensor
+ * (biases without --add-bias-linear, LayerNorm biases with RMSNorm, q/k norms without
+ * --qk-layernorm). */
+typedef struct {
+    float *ln1_w, *ln1_b;                   /* input_layernorm [C] */
+    float *qkv_w, *qkv_b;                   /* self_attention.linear_qkv [QKV, C], [QKV] */
+    float *q_ln_w, *q_ln_b, *k_ln_w, *k_ln_b; /* self_attention.{q,k}_layernorm [HS] */
+    float *proj_w, *proj_b;                 /* self_attention.linear_proj [C, NH*HS], [C] */
+    float *ln2_w, *ln2_b;                   /* pre_mlp_layernorm [C] */
+    float *fc1_w, *fc1_b;                   /* mlp.linear_fc1 [FC1, C], [FC1] */
+    float *fc2_w, *fc2_b;                   /* mlp.linear_fc2 [C, F], [C] */
+} layer_weights;
+
+/* What one layer keeps for backward (shapes for N = B*T tokens). See docs/MEMORY.md. */
+typedef struct {
+    float *ln1;              /* [N, C]    norm1 output = linear_qkv input */
+    float *ln1_mean;         /* [N]       (LayerNorm only) */
+    float *ln1_rstd;         /* [N] */
+    float *qkv_raw;          /* [N, QKV]  linear_qkv output before q/k norm (--qk-layernorm only) */
+    float *qk_mean, *qk_rstd;/* [N, NH+NG] (--qk-layernorm only; mean LayerNorm only) */
+    float *qkv;              /* [N, QKV]  Q, K (after q/k norm and RoPE) and V */
+    float *probs;            /* [B, NH, T, T] softmax output (before attention dropout) */
+    float *ctx;              /* [N, NH*HS] attention output = linear_proj input */
+    float *res1;             /* [N, C]    residual after attention = norm2 input */
+    float *ln2;              /* [N, C]    norm2 output = linear_fc1 input */
+    float *ln2_mean;         /* [N]       (LayerNorm only) */
+    float *ln2_rstd;         /* [N] */
+    float *fc1;              /* [N, FC1]  linear_fc1 output (activation input) */
+    float *act;              /* [N, F]    activation output = linear_fc2 input */
+    size_t bytes;            /* total bytes of the buffers above */
+} layer_saved;
+
+/* Transient buffers shared by all layers (workspace, not saved). */
+typedef struct {
+    float *branch;   /* [N, C]   output of linear_proj / linear_fc2 before dropout; its grad */
+    float *dln;      /* [N, C]   grad w.r.t. a norm output */
+    float *dctx;     /* [N, NH*HS] */
+    float *dqkv;     /* [N, QKV] */
+    float *dqkv_raw; /* [N, QKV] (--qk-layernorm only) */
+    float *dfc1;     /* [N, FC1] */
+    float *dact;     /* [N, F] */
+    float *attn;     /* attention_workspace_floats(T) */
+} layer_workspace;
+
+/* Per-call context: shapes of this micro-batch and the dropout key parts. */
+typedef struct {
+    const transformer_config *cfg;
+    int B, T;               /* this micro-batch (<= the allocated maximum) */
+    int training;           /* dropout on */
+    dropout_key key;        /* seed, iteration, micro-batch; layer and site are set per use */
+    const float *rope_cos;  /* [T, rot_dim/2] (rope only) */
+    const float *rope_sin;
+} layer_ctx;
+
+/* Allocates a layer's saved buffers for up to B x T tokens (MEM_ACTIVATIONS). */
+void layer_saved_alloc(layer_saved *s, const transformer_config *cfg, int B, int T);
+void layer_saved_free(layer_saved *s);
+void layer_workspace_alloc(layer_workspace *ws, const transformer_config *cfg, int B, int T,
+                           int with_backward);
+void layer_workspace_free(layer_workspace *ws);
+
+/* out[N, C] from inp[N, C]; layer_index keys dropout. out must not alias inp. */
+void transformer_layer_forward(const layer_ctx *ctx, int layer_index, const layer_weights *w,
+                               layer_saved *s, layer_workspace *ws, const float *inp,
+                               float *out);
+/* dres[N, C]: on entry the gradient w.r.t. the layer's output, on return w.r.t. its input
+ * (updated in place). Weight gradients accumulate into g. */
+void transformer_layer_backward(const layer_ctx *ctx, int layer_index, const layer_weights *w,
+                                const layer_weights *g, const layer_saved *s,
+                                layer_workspace *ws, const float *inp, float *dres);
+
+#endif

@@ -1,0 +1,38 @@
+/* megadlm: one binary, one subcommand per job (`megadlm <command> [flags]`). */
+#include <stdio.h>
+#include <string.h>
+
+#include "tools/tools.h"
+
+typedef struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *help;
+} command;
+
+static const command k_commands[] = {
+    {"train", train_main, "train a GPT model (Megatron's pretrain_gpt.py flags)"},
+    {"preprocess", preprocess_main,
+     "tokenize .jsonl/.txt into Megatron's indexed dataset (.bin/.idx)"},
+    {"generate", generate_main, "sample text from a trained checkpoint"},
+};
+#define NUM_COMMANDS (int)(sizeof(k_commands) / sizeof(k_commands[0]))
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: megadlm <command> [flags]\n\ncommands:\n");
+    for (int i = 0; i < NUM_COMMANDS; i++)
+        fprintf(out, "  %-11s %s\n", k_commands[i].name, k_commands[i].help);
+    fprintf(out, "\n`megadlm <command> --help` lists every flag of a command with its default.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (int i = 0; i < NUM_COMMANDS; i++)
+        if (!strcmp(argv[1], k_commands[i].name)) return k_commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "error: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,231 @@
+/* `megadlm generate`: sample from an autoregressive checkpoint, Megatron's text-generation
+ * semantics: logits / temperature, then top-k or top-p (nucleus) filtering (not both), then a
+ * draw from the softmax. The model is rebuilt from the arguments saved in the checkpoint. */
+#include <float.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/models/gpt_model.h"
+#include "core/random/philox.h"
+#include "tools/tools.h"
+#include "training/arguments.h"
+#include "training/checkpointing.h"
+#include "training/model_provider.h"
+#include "training/tokenizer/tokenizer.h"
+
+typedef struct {
+    const char *load;
+    const char *prompt;
+    int max_new_tokens;
+    float temperature;
+    int top_k;
+    float top_p;
+    uint64_t seed;
+} generate_args;
+
+static void print_help(FILE *out) {
+    fprintf(out,
+            "usage: megadlm generate --load DIR [flags]\n\n"
+            "  --load DIR            checkpoint directory (its latest iteration)   (required)\n"
+            "  --prompt TEXT         text to continue                               (\"\")\n"
+            "  --max-new-tokens N    tokens to sample                               (64)\n"
+            "  --temperature T       divide logits by T (> 0)                       (1.0)\n"
+            "  --top-k K             sample among the K most likely tokens; 0 = off (0)\n"
+            "  --top-p P             nucleus sampling with mass P; 0 = off          (0.0)\n"
+            "  --seed S              random seed                                    (1234)\n");
+}
+
+static int parse_number(const char *flag, const char *s, double *out) {
+    char *end;
+    *out = strtod(s, &end);
+    if (end == s || *end) {
+        fprintf(stderr, "error: %s: expected a number, found '%s'\n", flag, s);
+        return -1;
+    }
+    return 0;
+}
+
+static int parse(generate_args *g, int argc, char **argv) {
+    static const struct option opts[] = {
+        {"load", required_argument, 0, 'l'},         {"prompt", required_argument, 0, 'p'},
+        {"max-new-tokens", required_argument, 0, 'n'}, {"temperature", required_argument, 0, 't'},
+        {"top-k", required_argument, 0, 'k'},        {"top-p", required_argument, 0, 'P'},
+        {"seed", required_argument, 0, 's'},         {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    *g = (generate_args){.prompt = "", .max_new_tokens = 64, .temperature = 1.0f, .seed = 1234};
+    opterr = 0;
+    optind = 1;
+    int c;
+    double v;
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        switch (c) {
+        case 'l': g->load = optarg; break;
+        case 'p': g->prompt = optarg; break;
+        case 'h': print_help(stdout); return 1;
+        case 'n': case 't': case 'k': case 'P': case 's': {
+            const char *flag = c == 'n' ? "--max-new-tokens" : c == 't' ? "--temperature"
+                               : c == 'k' ? "--top-k" : c == 'P' ? "--top-p" : "--seed";
+            if (parse_number(flag, optarg, &v) != 0) return -1;
+            if (c == 'n') g->max_new_tokens = (int)v;
+            if (c == 't') g->temperature = (float)v;
+            if (c == 'k') g->top_k = (int)v;
+            if (c == 'P') g->top_p = (float)v;
+            if (c == 's') g->seed = (uint64_t)v;
+            break;
+        }
+        case ':': fprintf(stderr, "error: %s: expects a value\n", argv[optind - 1]); return -1;
+        default:
+            fprintf(stderr, "error: unknown flag '%s' (see megadlm generate --help)\n",
+                    argv[optind - 1]);
+            return -1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "error: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    if (!g->load) {
+        fprintf(stderr, "error: --load DIR is required\n");
+        return -1;
+    }
+    if (g->temperature <= 0.0f) {
+        fprintf(stderr, "error: --temperature must be > 0, found %g\n", g->temperature);
+        return -1;
+    }
+    if (g->top_k > 0 && g->top_p > 0.0f) {
+        fprintf(stderr, "error: --top-k and --top-p cannot both be set (as in Megatron)\n");
+        return -1;
+    }
+    if (g->top_k < 0 || g->top_p < 0.0f || g->top_p > 1.0f || g->max_new_tokens < 0) {
+        fprintf(stderr, "error: --top-k >= 0, 0 <= --top-p <= 1 and --max-new-tokens >= 0 "
+                        "are required\n");
+        return -1;
+    }
+    return 0;
+}
+
+static int cmp_desc(const void *x, const void *y) {
+    float a = *(const float *)x, b = *(const float *)y;
+    return (a < b) - (a > b);
+}
+
+/* Draws a token from logits[V] (only ids < vocab are eligible). probs is scratch [V]. */
+static int sample_token(const float *logits, int V, int vocab, const generate_args *g,
+                        float *probs, float *sorted, float u) {
+    float maxl = -FLT_MAX;
+    for (int i = 0; i < vocab; i++) maxl = fmaxf(maxl, logits[i] / g->temperature);
+    double sum = 0.0;
+    for (int i = 0; i < V; i++) {
+        probs[i] = i < vocab ? expf(logits[i] / g->temperature - maxl) : 0.0f;
+        sum += probs[i];
+    }
+    for (int i = 0; i < V; i++) probs[i] = (float)(probs[i] / sum);
+    float threshold = 0.0f; /* keep tokens with prob >= threshold */
+    if (g->top_k > 0 || g->top_p > 0.0f) {
+        memcpy(sorted, probs, V * sizeof(float));
+        qsort(sorted, V, sizeof(float), cmp_desc);
+        if (g->top_k > 0) {
+            threshold = sorted[(g->top_k < vocab ? g->top_k : vocab) - 1];
+        } else {
+            /* smallest set whose mass reaches top_p (the token crossing it is kept) */
+            double mass = 0.0;
+            for (int i = 0; i < V; i++) {
+                mass += sorted[i];
+                threshold = sorted[i];
+                if (mass >= g->top_p) break;
+            }
+        }
+    }
+    double kept = 0.0;
+    for (int i = 0; i < V; i++)
+        if (probs[i] >= threshold) kept += probs[i];
+    double target = u * kept, acc = 0.0;
+    int last = 0;
+    for (int i = 0; i < vocab; i++) {
+        if (probs[i] < threshold || probs[i] == 0.0f) continue;
+        acc += probs[i];
+        last = i;
+        if (acc > target) return i;
+    }
+    return last;
+}
+
+int generate_main(int argc, char **argv) {
+    generate_args g;
+    int rc = parse(&g, argc, argv);
+    if (rc != 0) return rc > 0 ? 0 : 2;
+
+    char err[1024];
+    int iteration;
+    rc = ckpt_read_latest(g.load, &iteration, err, sizeof(err));
+    if (rc != 0) {
+        fprintf(stderr, "error: --load %s: %s\n", g.load,
+                rc == 1 ? "no latest_checkpointed_iteration.txt (not a checkpoint directory)" : err);
+        return 1;
+    }
+    ckpt_state st = {0};
+    megadlm_args a;
+    args_defaults(&a);
+    if (ckpt_load_state(g.load, iteration, &st, err, sizeof(err)) != 0 ||
+        args_from_json(&a, st.args, err, sizeof(err)) != 0 ||
+        args_validate(&a, err, sizeof(err)) != 0) {
+        fprintf(stderr, "error: --load %s: %s\n", g.load, err);
+        ckpt_state_free(&st);
+        return 1;
+    }
+    ckpt_state_free(&st);
+    tokenizer *tok = tokenizer_create(a.tokenizer_type, a.vocab_size, err, sizeof(err));
+    if (!tok) {
+        fprintf(stderr, "error: %s\n", err);
+        return 1;
+    }
+    transformer_config cfg = model_config_from_args(&a);
+    gpt_model *m = gpt_model_create(&cfg, 1, 0);
+    if (ckpt_load_tensors(g.load, iteration, &m->params, 0, err, sizeof(err)) != 0) {
+        fprintf(stderr, "error: %s\n", err);
+        return 1;
+    }
+
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (tokenizer_encode(tok, g.prompt, strlen(g.prompt), &ids, &n, err, sizeof(err)) != 0) {
+        fprintf(stderr, "error: --prompt: %s\n", err);
+        return 1;
+    }
+    int T = cfg.seq_length, V = cfg.padded_vocab_size, vocab = tokenizer_vocab_size(tok);
+    int32_t *seq = malloc((n + g.max_new_tokens + 1) * sizeof(int32_t));
+    size_t len = 0;
+    if (n == 0) seq[len++] = tokenizer_eod(tok); /* empty prompt: start from end-of-document */
+    for (size_t i = 0; i < n; i++) seq[len++] = ids[i];
+    free(ids);
+    float *probs = malloc(V * sizeof(float)), *sorted = malloc(V * sizeof(float));
+
+    size_t prompt_len = len;
+    for (int step = 0; step < g.max_new_tokens; step++) {
+        size_t start = len > (size_t)T ? len - T : 0; /* the last seq_length tokens */
+        int t = (int)(len - start);
+        gpt_step gs = {.seed = g.seed, .training = 0};
+        gpt_model_forward(m, seq + start, NULL, NULL, 1, t, gs);
+        uint32_t ctr[4] = {(uint32_t)step, 0, 0, 0}, key[2] = {(uint32_t)g.seed, 0x67656e21u},
+                 r[4];
+        philox4x32_10(ctr, key, r);
+        int next = sample_token(m->logits + (size_t)(t - 1) * V, V, vocab, &g, probs, sorted,
+                                philox_to_uniform(r[0]));
+        if (next == tokenizer_eod(tok)) break;
+        seq[len++] = next;
+    }
+    char *text = tokenizer_decode(tok, seq, len);
+    printf("%s\n", text);
+    fprintf(stderr, "[generated %zu tokens after a %zu-token prompt from %s iteration %d]\n",
+            len - prompt_len, prompt_len, g.load, iteration);
+    free(text);
+    free(seq);
+    free(probs);
+    free(sorted);
+    gpt_model_free(m);
+    tokenizer_free(tok);
+    return 0;
+}

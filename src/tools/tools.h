@@ -1,0 +1,11 @@
+/* Subcommand entry points of the megadlm binary (src/main.c dispatches to these). Each takes
+ * the arguments after the subcommand name (argv[0] is the subcommand) and returns the exit
+ * status. */
+#ifndef MEGADLM_TOOLS_TOOLS_H
+#define MEGADLM_TOOLS_TOOLS_H
+
+int train_main(int argc, char **argv);      /* src/training/training.c */
+int preprocess_main(int argc, char **argv); /* src/tools/preprocess.c */
+int generate_main(int argc, char **argv);   /* src/tools/generate.c */
+
+#endif

@@ -1,0 +1,1320 @@
+/* Command-line arguments of `megadlm train`: Megatron-LM's flag names, defaults and rules
+ * (megatron/training/arguments.py: the _add_*_args functions and validate_args).
+ *
+ * One static table (OPTIONS) drives getopt_long and --help; a second table (FIELDS) describes
+ * every struct field for args_print and the JSON round trip. Flags of features that arrive
+ * later are in the table too, and are refused with "<flag>: not supported yet". */
+#include "training/arguments.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <float.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* ------------------------------------------------------------------------------------------ */
+/* errors                                                                                      */
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int fail(char *err, size_t errlen, const char *fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+/* Shortest decimal (%g) that reads back as the same float through strtod: what Python would
+ * print for the value the user typed (0.1, 1e-05, ...). Adds ".0" to integral values as
+ * Python's repr does. */
+static void fmt_float(char *buf, size_t n, float x) {
+    if (isnan(x)) {
+        snprintf(buf, n, "None");
+        return;
+    }
+    int p;
+    for (p = 1; p <= 9; p++) {
+        snprintf(buf, n, "%.*g", p, (double)x);
+        if ((float)strtod(buf, NULL) == x) break;
+    }
+    if (p > 9) snprintf(buf, n, "%.17g", (double)x);
+    if (!strpbrk(buf, ".eninf") && strlen(buf) + 2 < n) strcat(buf, ".0");
+}
+
+static void fmt_double(char *buf, size_t n, double x) {
+    int p;
+    for (p = 1; p <= 17; p++) {
+        snprintf(buf, n, "%.*g", p, x);
+        if (strtod(buf, NULL) == x) break;
+    }
+    if (!strpbrk(buf, ".eninf") && strlen(buf) + 2 < n) strcat(buf, ".0");
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* strict number parsing                                                                       */
+
+static int parse_int(const char *s, long lo, int *out) {
+    if (!s || !*s || isspace((unsigned char)*s)) return -1;
+    errno = 0;
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*end || errno == ERANGE || v > INT_MAX || v < lo) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_u64(const char *s, uint64_t *out) {
+    if (!s || !*s || !isdigit((unsigned char)*s)) return -1; /* no sign, no space */
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*end || errno == ERANGE) return -1;
+    *out = (uint64_t)v;
+    return 0;
+}
+
+static int parse_double(const char *s, double *out) {
+    if (!s || !*s || isspace((unsigned char)*s)) return -1;
+    errno = 0;
+    char *end;
+    double v = strtod(s, &end);
+    if (*end || !isfinite(v)) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_float(const char *s, float *out) {
+    double v;
+    if (parse_double(s, &v) || fabs(v) > FLT_MAX) return -1;
+    *out = (float)v;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* the option table                                                                            */
+
+enum opt_kind {
+    K_INT,       /* int, any value >= INT_MIN */
+    K_POS,       /* int > 0 */
+    K_NONNEG,    /* int >= 0 */
+    K_U64,       /* uint64_t */
+    K_FLOAT,     /* float */
+    K_STR,       /* char[] */
+    K_TRUE,      /* store_true: sets the int field to 1, takes no value */
+    K_FALSE,     /* store_false (Megatron's --disable-* / --no-*): sets the int field to 0 */
+    K_DATA,      /* --data-path W1 P1 W2 P2 ... */
+    K_PAR1,      /* parallel size, only 1 for now */
+    K_HELP,      /* --help */
+    K_LATER,     /* a flag of a later feature: refused */
+};
+
+enum opt_group { G_MODEL, G_DATA, G_TRAIN, G_LOG, G_PAR, G_LATER, G_COUNT };
+
+static const char *const GROUP_TITLES[G_COUNT] = {
+    "model", "data and tokenizer", "training (batch, optimizer, learning rate)",
+    "logging, evaluation and checkpoints", "parallelism", "refused (features of later releases)",
+};
+
+typedef struct {
+    const char *name;    /* without the leading "--" */
+    int kind;
+    int group;
+    size_t off;          /* offset of the field in megadlm_args */
+    size_t size;         /* for K_STR: the size of the char array */
+    const char *metavar; /* NULL for flags without a value */
+    const char *deflt;   /* shown as the default; NULL = format the value args_defaults gives */
+    const char *help;
+} opt_def;
+
+#define OFF(f) offsetof(megadlm_args, f)
+#define SZ(f) sizeof(((megadlm_args *)0)->f)
+#define INTOPT(nm, kind, grp, f, mv, d, h) {nm, kind, grp, OFF(f), 0, mv, d, h}
+#define FLTOPT(nm, grp, f, d, h) {nm, K_FLOAT, grp, OFF(f), 0, "X", d, h}
+#define STROPT(nm, grp, f, mv, d, h) {nm, K_STR, grp, OFF(f), SZ(f), mv, d, h}
+#define BOOLOPT(nm, kind, grp, f, d, h) {nm, kind, grp, OFF(f), 0, NULL, d, h}
+#define LATER(nm) {nm, K_LATER, G_LATER, 0, 0, NULL, NULL, NULL}
+
+static const opt_def OPTIONS[] = {
+    /* ---- model (Megatron: network size, regularization, initialization) ---- */
+    INTOPT("num-layers", K_POS, G_MODEL, num_layers, "N", "required", "Number of transformer layers."),
+    INTOPT("hidden-size", K_POS, G_MODEL, hidden_size, "N", "required", "Transformer hidden size."),
+    INTOPT("ffn-hidden-size", K_POS, G_MODEL, ffn_hidden_size, "N",
+           "4*hidden-size; int(4*hidden-size*2/3/64)*64 with --swiglu",
+           "Feed-forward network hidden size."),
+    INTOPT("num-attention-heads", K_POS, G_MODEL, num_attention_heads, "N", "required",
+           "Number of attention heads."),
+    INTOPT("kv-channels", K_POS, G_MODEL, kv_channels, "N", "hidden-size / num-attention-heads",
+           "Projection dimension of each attention head."),
+    BOOLOPT("group-query-attention", K_TRUE, G_MODEL, group_query_attention, "off",
+            "Use grouped-query attention (with --num-query-groups)."),
+    INTOPT("num-query-groups", K_POS, G_MODEL, num_query_groups, "N",
+           "1 with --group-query-attention",
+           "Number of key/value groups; needs --group-query-attention."),
+    INTOPT("max-position-embeddings", K_POS, G_MODEL, max_position_embeddings, "N", "required",
+           "Maximum number of positions (size of the learned position table)."),
+    STROPT("position-embedding-type", G_MODEL, position_embedding_type, "TYPE", NULL,
+           "learned_absolute or rope."),
+    FLTOPT("rotary-base", G_MODEL, rotary_base, NULL, "Base of the rotary embedding frequencies."),
+    FLTOPT("rotary-percent", G_MODEL, rotary_percent, NULL,
+           "Fraction of each head's dimensions that get rotary embeddings, in (0, 1]."),
+    STROPT("normalization", G_MODEL, normalization, "NORM", NULL, "LayerNorm or RMSNorm."),
+    FLTOPT("norm-epsilon", G_MODEL, norm_epsilon, NULL, "Epsilon of LayerNorm / RMSNorm."),
+    BOOLOPT("qk-layernorm", K_TRUE, G_MODEL, qk_layernorm, "off",
+            "Normalize queries and keys (per head) before attention."),
+    BOOLOPT("swiglu", K_TRUE, G_MODEL, swiglu, "off",
+            "Gated linear unit with SiLU instead of GeLU in the MLP."),
+    BOOLOPT("disable-bias-linear", K_FALSE, G_MODEL, add_bias_linear, "biases on",
+            "No biases in the linear layers."),
+    BOOLOPT("no-bias-gelu-fusion", K_FALSE, G_MODEL, bias_gelu_fusion, "fusion on",
+            "Do not fuse the bias add into GeLU (off anyway without biases or with --swiglu)."),
+    BOOLOPT("openai-gelu", K_TRUE, G_MODEL, openai_gelu, "off",
+            "OpenAI's tanh approximation of GeLU."),
+    BOOLOPT("untie-embeddings-and-output-weights", K_TRUE, G_MODEL,
+            untie_embeddings_and_output_weights, "tied",
+            "Separate output layer instead of the transposed input embedding."),
+    INTOPT("make-vocab-size-divisible-by", K_POS, G_MODEL, make_vocab_size_divisible_by, "N", NULL,
+           "Pad the vocabulary to a multiple of this (times the tensor-parallel size)."),
+    FLTOPT("init-method-std", G_MODEL, init_method_std, NULL,
+           "Standard deviation of the normal weight initialization."),
+    FLTOPT("hidden-dropout", G_MODEL, hidden_dropout, NULL,
+           "Dropout probability on the hidden state, in [0, 1)."),
+    FLTOPT("attention-dropout", G_MODEL, attention_dropout, NULL,
+           "Dropout probability on the attention probabilities, in [0, 1)."),
+
+    /* ---- data and tokenizer ---- */
+    {"data-path", K_DATA, G_DATA, 0, 0, "[W1] P1 [W2 P2 ...]", "none",
+     "Indexed dataset prefix (PREFIX.bin/.idx), or weight/prefix pairs to blend."},
+    BOOLOPT("mock-data", K_TRUE, G_DATA, mock_data, "off",
+            "Train on generated data instead of --data-path."),
+    STROPT("split", G_DATA, split, "A,B,C", NULL,
+           "Train, validation, test proportions of the documents."),
+    INTOPT("seq-length", K_POS, G_DATA, seq_length, "N", "required",
+           "Sequence length of each sample."),
+    STROPT("tokenizer-type", G_DATA, tokenizer_type, "TYPE",
+           "NullTokenizer with --mock-data, else required", "ByteLevel or NullTokenizer."),
+    INTOPT("vocab-size", K_POS, G_DATA, vocab_size, "V", "none",
+           "NullTokenizer: ids are < V, end-of-document is V (vocabulary V+1)."),
+    BOOLOPT("eod-mask-loss", K_TRUE, G_DATA, eod_mask_loss, "off",
+            "No loss on end-of-document tokens."),
+
+    /* ---- training ---- */
+    INTOPT("micro-batch-size", K_POS, G_TRAIN, micro_batch_size, "N", "required",
+           "Samples per forward/backward pass on one data-parallel rank."),
+    INTOPT("global-batch-size", K_POS, G_TRAIN, global_batch_size, "N",
+           "micro-batch-size * data-parallel size",
+           "Samples per optimizer step (gradient accumulation over micro-batches)."),
+    INTOPT("train-iters", K_POS, G_TRAIN, train_iters, "N", "required",
+           "Number of optimizer steps."),
+    {"seed", K_U64, G_TRAIN, OFF(seed), 0, "N", NULL, "Random seed."},
+    STROPT("optimizer", G_TRAIN, optimizer, "NAME", NULL, "adam (AdamW with decoupled weight decay)."),
+    FLTOPT("lr", G_TRAIN, lr, "required", "Peak learning rate."),
+    FLTOPT("min-lr", G_TRAIN, min_lr, NULL, "Learning rate floor of the decay."),
+    STROPT("lr-decay-style", G_TRAIN, lr_decay_style, "STYLE", NULL,
+           "constant, linear, cosine or WSD."),
+    INTOPT("lr-decay-iters", K_POS, G_TRAIN, lr_decay_iters, "N", "train-iters",
+           "Iterations over which the learning rate decays."),
+    INTOPT("lr-warmup-iters", K_NONNEG, G_TRAIN, lr_warmup_iters, "N", NULL,
+           "Iterations of linear warmup."),
+    FLTOPT("lr-warmup-fraction", G_TRAIN, lr_warmup_fraction, "none",
+           "Warmup as a fraction of --lr-decay-iters (instead of --lr-warmup-iters)."),
+    STROPT("lr-wsd-decay-style", G_TRAIN, lr_wsd_decay_style, "STYLE", NULL,
+           "Annealing of WSD: exponential, linear, cosine or minus_sqrt."),
+    INTOPT("lr-wsd-decay-iters", K_POS, G_TRAIN, lr_wsd_decay_iters, "N",
+           "required with --lr-decay-style WSD", "Iterations of the WSD annealing phase."),
+    FLTOPT("adam-beta1", G_TRAIN, adam_beta1, NULL, "Adam beta1, in [0, 1)."),
+    FLTOPT("adam-beta2", G_TRAIN, adam_beta2, NULL, "Adam beta2, in [0, 1)."),
+    FLTOPT("adam-eps", G_TRAIN, adam_eps, NULL, "Adam epsilon."),
+    FLTOPT("weight-decay", G_TRAIN, weight_decay, NULL, "Decoupled weight decay coefficient."),
+    FLTOPT("clip-grad", G_TRAIN, clip_grad, NULL, "Clip the global gradient L2 norm (0: no clipping)."),
+
+    /* ---- logging, evaluation, checkpoints ---- */
+    INTOPT("log-interval", K_POS, G_LOG, log_interval, "N", NULL, "Iterations between log lines."),
+    INTOPT("eval-interval", K_POS, G_LOG, eval_interval, "N", NULL,
+           "Iterations between validation runs."),
+    INTOPT("eval-iters", K_NONNEG, G_LOG, eval_iters, "N", NULL,
+           "Batches per validation run (0: no evaluation)."),
+    BOOLOPT("log-memory", K_TRUE, G_LOG, log_memory, "off",
+            "Log allocator memory use (megadlm's own flag)."),
+    STROPT("save", G_LOG, save, "DIR", "none", "Directory to save checkpoints to."),
+    INTOPT("save-interval", K_POS, G_LOG, save_interval, "N", "at the end only",
+           "Iterations between checkpoints; needs --save."),
+    STROPT("load", G_LOG, load, "DIR", "none", "Directory to resume from."),
+
+    /* ---- parallelism ---- */
+    INTOPT("tensor-model-parallel-size", K_PAR1, G_PAR, tensor_model_parallel_size, "1", NULL,
+           "Tensor parallelism (1 until a later release)."),
+    INTOPT("pipeline-model-parallel-size", K_PAR1, G_PAR, pipeline_model_parallel_size, "1", NULL,
+           "Pipeline parallelism (1 until a later release)."),
+
+    {"help", K_HELP, G_COUNT, 0, 0, NULL, NULL, "Print this help and exit."},
+
+    /* ---- features of later releases: refused, never silently accepted ---- */
+    LATER("sequence-parallel"), LATER("recompute-activations"), LATER("recompute-granularity"),
+    LATER("recompute-method"), LATER("recompute-num-layers"),
+    LATER("distribute-saved-activations"), LATER("bf16"), LATER("fp16"),
+    LATER("use-distributed-optimizer"), LATER("overlap-grad-reduce"),
+    LATER("overlap-param-gather"), LATER("tp-comm-overlap"),
+    LATER("num-layers-per-virtual-pipeline-stage"), LATER("virtual-pipeline-model-parallel-size"),
+    LATER("context-parallel-size"), LATER("expert-model-parallel-size"), LATER("num-experts"),
+    LATER("use-flash-attn"), LATER("enable-cuda-graph"), LATER("model-running-mode"),
+    LATER("attention-mask-type"), LATER("mask-token"), LATER("vocab-file"), LATER("merge-file"),
+    LATER("tokenizer-model"), LATER("fp8-format"), LATER("ddp-bucket-size"),
+    LATER("accumulate-allreduce-grads-in-fp32"),
+};
+
+#define NUM_OPTIONS ((int)(sizeof(OPTIONS) / sizeof(OPTIONS[0])))
+#define OPT_VAL_BASE 256
+
+static void *field_ptr(megadlm_args *a, size_t off) { return (char *)a + off; }
+static const void *cfield_ptr(const megadlm_args *a, size_t off) { return (const char *)a + off; }
+
+/* ------------------------------------------------------------------------------------------ */
+/* defaults                                                                                    */
+
+void args_defaults(megadlm_args *a) {
+    memset(a, 0, sizeof(*a));
+    /* model */
+    snprintf(a->position_embedding_type, sizeof(a->position_embedding_type), "learned_absolute");
+    a->rotary_base = 10000.0f;
+    a->rotary_percent = 1.0f;
+    snprintf(a->normalization, sizeof(a->normalization), "LayerNorm");
+    a->norm_epsilon = 1e-5f;
+    a->add_bias_linear = 1;
+    a->bias_gelu_fusion = 1;
+    a->make_vocab_size_divisible_by = 128;
+    a->init_method_std = 0.02f;
+    a->hidden_dropout = 0.1f;
+    a->attention_dropout = 0.1f;
+    /* data */
+    snprintf(a->split, sizeof(a->split), "969, 30, 1");
+    /* training */
+    a->seed = 1234;
+    snprintf(a->optimizer, sizeof(a->optimizer), "adam");
+    a->lr = NAN; /* required: NaN = not given */
+    a->min_lr = 0.0f;
+    a->lr_warmup_iters = 0;
+    a->lr_warmup_fraction = -1.0f; /* unset */
+    snprintf(a->lr_decay_style, sizeof(a->lr_decay_style), "linear");
+    snprintf(a->lr_wsd_decay_style, sizeof(a->lr_wsd_decay_style), "exponential");
+    a->adam_beta1 = 0.9f;
+    a->adam_beta2 = 0.999f;
+    a->adam_eps = 1e-8f;
+    a->weight_decay = 0.01f;
+    a->clip_grad = 1.0f;
+    /* logging */
+    a->log_interval = 100;
+    a->eval_interval = 1000;
+    a->eval_iters = 100;
+    /* parallelism */
+    a->tensor_model_parallel_size = 1;
+    a->pipeline_model_parallel_size = 1;
+    a->world_size = 1;
+    a->data_parallel_size = 1;
+}
+
+void args_free(megadlm_args *a) {
+    if (!a) return;
+    for (int i = 0; i < a->num_data_paths && i < ARGS_MAX_DATA_PATHS; i++) {
+        free(a->data_paths[i]);
+        a->data_paths[i] = NULL;
+    }
+    a->num_data_paths = 0;
+    a->data_weighted = 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* help                                                                                        */
+
+static void format_default(const opt_def *o, const megadlm_args *d, char *buf, size_t n) {
+    if (o->deflt) {
+        snprintf(buf, n, "%s", o->deflt);
+        return;
+    }
+    const void *p = cfield_ptr(d, o->off);
+    switch (o->kind) {
+    case K_INT: case K_POS: case K_NONNEG: case K_PAR1:
+        snprintf(buf, n, "%d", *(const int *)p);
+        break;
+    case K_U64:
+        snprintf(buf, n, "%llu", (unsigned long long)*(const uint64_t *)p);
+        break;
+    case K_FLOAT:
+        fmt_float(buf, n, *(const float *)p);
+        break;
+    case K_STR:
+        snprintf(buf, n, "%s", (const char *)p);
+        break;
+    default:
+        buf[0] = 0;
+    }
+}
+
+void args_print_help(const char *command, FILE *out) {
+    megadlm_args d;
+    args_defaults(&d);
+    const char *cmd = (command && *command) ? command : "train";
+    fprintf(out, "Usage: megadlm %s [flags]\n\n", cmd);
+    fprintf(out, "Flags have Megatron-LM's names, defaults and rules (see docs/FLAGS.md).\n");
+    fprintf(out, "Values follow the flag (--lr 3e-4 or --lr=3e-4); numbers are parsed strictly.\n");
+    for (int g = 0; g < G_COUNT; g++) {
+        fprintf(out, "\n%s:\n", GROUP_TITLES[g]);
+        if (g == G_LATER) {
+            int col = 2;
+            fprintf(out, "  ");
+            for (int i = 0; i < NUM_OPTIONS; i++) {
+                if (OPTIONS[i].group != g) continue;
+                int w = (int)strlen(OPTIONS[i].name) + 3;
+                if (col + w > 96) {
+                    fprintf(out, "\n  ");
+                    col = 2;
+                }
+                fprintf(out, "--%s ", OPTIONS[i].name);
+                col += w;
+            }
+            fprintf(out, "\n");
+            continue;
+        }
+        for (int i = 0; i < NUM_OPTIONS; i++) {
+            const opt_def *o = &OPTIONS[i];
+            if (o->group != g) continue;
+            char left[96], def[128];
+            snprintf(left, sizeof(left), "--%s%s%s", o->name, o->metavar ? " " : "",
+                     o->metavar ? o->metavar : "");
+            format_default(o, &d, def, sizeof(def));
+            fprintf(out, "  %-44s %s [default: %s]\n", left, o->help, def);
+        }
+    }
+    fprintf(out, "\n  %-44s %s\n", "-h, --help", "Print this help and exit.");
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* parsing                                                                                     */
+
+static void clear_data_paths(megadlm_args *a) {
+    for (int i = 0; i < a->num_data_paths && i < ARGS_MAX_DATA_PATHS; i++) {
+        free(a->data_paths[i]);
+        a->data_paths[i] = NULL;
+    }
+    a->num_data_paths = 0;
+    a->data_weighted = 0;
+}
+
+/* words: the values that followed --data-path. */
+static int set_data_paths(megadlm_args *a, char **words, int n, char *err, size_t errlen) {
+    if (n == 1) {
+        clear_data_paths(a);
+        a->data_paths[0] = strdup(words[0]);
+        if (!a->data_paths[0]) return fail(err, errlen, "--data-path: out of memory");
+        a->data_weights[0] = 1.0;
+        a->num_data_paths = 1;
+        a->data_weighted = 0;
+        return 0;
+    }
+    if (n % 2 != 0)
+        return fail(err, errlen,
+                    "--data-path: %d words; give one PREFIX, or weight/prefix pairs "
+                    "W1 P1 W2 P2 ... (an even count)", n);
+    if (n / 2 > ARGS_MAX_DATA_PATHS)
+        return fail(err, errlen, "--data-path: %d datasets, at most %d", n / 2,
+                    ARGS_MAX_DATA_PATHS);
+    double w[ARGS_MAX_DATA_PATHS];
+    double sum = 0;
+    for (int i = 0; i < n / 2; i++) {
+        if (parse_double(words[2 * i], &w[i]))
+            return fail(err, errlen,
+                        "--data-path: expected a weight, found '%s' (give one PREFIX, or "
+                        "weight/prefix pairs W1 P1 W2 P2 ...)", words[2 * i]);
+        if (w[i] < 0)
+            return fail(err, errlen, "--data-path: weight '%s' is negative", words[2 * i]);
+        sum += w[i];
+    }
+    if (!(sum > 0)) return fail(err, errlen, "--data-path: the weights sum to 0");
+    clear_data_paths(a);
+    for (int i = 0; i < n / 2; i++) {
+        a->data_paths[i] = strdup(words[2 * i + 1]);
+        if (!a->data_paths[i]) {
+            a->num_data_paths = i;
+            clear_data_paths(a);
+            return fail(err, errlen, "--data-path: out of memory");
+        }
+        a->data_weights[i] = w[i];
+        a->num_data_paths = i + 1;
+    }
+    a->data_weighted = 1;
+    return 0;
+}
+
+static const char *later_reason(const char *name) {
+    if (!strcmp(name, "tensor-model-parallel-size"))
+        return "tensor parallelism arrives with a later release";
+    return "pipeline parallelism arrives with a later release";
+}
+
+/* The flag word as typed, up to '=' (for messages). */
+static void flag_word(const char *word, char *buf, size_t n) {
+    size_t len = strcspn(word, "=");
+    if (len >= n) len = n - 1;
+    memcpy(buf, word, len);
+    buf[len] = 0;
+}
+
+int args_parse(megadlm_args *a, int argc, char **argv, char *err, size_t errlen) {
+    static struct option longopts[NUM_OPTIONS + 1];
+    for (int i = 0; i < NUM_OPTIONS; i++) {
+        const opt_def *o = &OPTIONS[i];
+        longopts[i].name = o->name;
+        longopts[i].has_arg = (o->kind == K_TRUE || o->kind == K_FALSE || o->kind == K_HELP)
+                                  ? no_argument
+                              : o->kind == K_LATER ? optional_argument
+                                                   : required_argument;
+        longopts[i].flag = NULL;
+        longopts[i].val = OPT_VAL_BASE + i;
+    }
+    memset(&longopts[NUM_OPTIONS], 0, sizeof(longopts[0]));
+
+    const char *cmd = (argc > 0 && argv[0] && argv[0][0]) ? argv[0] : "train";
+    if (err && errlen) err[0] = 0;
+    if (argc <= 1) return 0;
+
+    optind = 0; /* glibc: full re-initialisation */
+    opterr = 0;
+    for (;;) {
+        int start = optind ? optind : 1;
+        int c = getopt_long(argc, argv, "+:h", longopts, NULL);
+        if (c == -1) break;
+        const char *word = start < argc ? argv[start] : "";
+        char fw[128];
+        flag_word(word, fw, sizeof(fw));
+
+        if (c == 'h') {
+            args_print_help(cmd, stdout);
+            return 1;
+        }
+        if (c == '?') {
+            if (optopt >= OPT_VAL_BASE && optopt < OPT_VAL_BASE + NUM_OPTIONS) {
+                /* no_argument flag given "=value" (or an abbreviation of one) */
+                const opt_def *o = &OPTIONS[optopt - OPT_VAL_BASE];
+                char exact[128];
+                snprintf(exact, sizeof(exact), "--%s", o->name);
+                if (!strcmp(fw, exact)) return fail(err, errlen, "--%s: takes no value", o->name);
+            }
+            return fail(err, errlen, "unknown flag '%s' (see megadlm %s --help)", fw, cmd);
+        }
+        if (c == ':') {
+            if (optopt >= OPT_VAL_BASE && optopt < OPT_VAL_BASE + NUM_OPTIONS) {
+                const opt_def *o = &OPTIONS[optopt - OPT_VAL_BASE];
+                char exact[128];
+                snprintf(exact, sizeof(exact), "--%s", o->name);
+                if (strcmp(fw, exact))
+                    return fail(err, errlen, "unknown flag '%s' (see megadlm %s --help)", fw, cmd);
+                return fail(err, errlen, "--%s: expects a value", o->name);
+            }
+            return fail(err, errlen, "unknown flag '%s' (see megadlm %s --help)", fw, cmd);
+        }
+        if (c < OPT_VAL_BASE || c >= OPT_VAL_BASE + NUM_OPTIONS)
+            return fail(err, errlen, "unknown flag '%s' (see megadlm %s --help)", fw, cmd);
+
+        const opt_def *o = &OPTIONS[c - OPT_VAL_BASE];
+        /* Megatron's argparse has allow_abbrev=False: only the exact name is a flag. */
+        {
+            char exact[128];
+            snprintf(exact, sizeof(exact), "--%s", o->name);
+            if (strcmp(fw, exact))
+                return fail(err, errlen, "unknown flag '%s' (see megadlm %s --help)", fw, cmd);
+        }
+        if (o->kind == K_LATER) return fail(err, errlen, "--%s: not supported yet", o->name);
+        if (o->kind == K_HELP) {
+            args_print_help(cmd, stdout);
+            return 1;
+        }
+        /* "--lr --seed 1": the next flag is not a value (argparse: "expected one argument") */
+        if (optarg && !strchr(word, '=') && !strncmp(optarg, "--", 2))
+            return fail(err, errlen, "--%s: expects a value", o->name);
+
+        void *p = field_ptr(a, o->off);
+        switch (o->kind) {
+        case K_INT:
+            if (parse_int(optarg, INT_MIN, (int *)p))
+                return fail(err, errlen, "--%s: expected an integer, found '%s'", o->name, optarg);
+            break;
+        case K_POS:
+            if (parse_int(optarg, 1, (int *)p)) {
+                int tmp;
+                if (!parse_int(optarg, INT_MIN, &tmp))
+                    return fail(err, errlen, "--%s: expected a positive integer, found '%s'",
+                                o->name, optarg);
+                return fail(err, errlen, "--%s: expected an integer, found '%s'", o->name, optarg);
+            }
+            break;
+        case K_NONNEG:
+            if (parse_int(optarg, 0, (int *)p)) {
+                int tmp;
+                if (!parse_int(optarg, INT_MIN, &tmp))
+                    return fail(err, errlen, "--%s: expected a non-negative integer, found '%s'",
+                                o->name, optarg);
+                return fail(err, errlen, "--%s: expected an integer, found '%s'", o->name, optarg);
+            }
+            break;
+        case K_U64:
+            if (parse_u64(optarg, (uint64_t *)p))
+                return fail(err, errlen, "--%s: expected a non-negative integer, found '%s'",
+                            o->name, optarg);
+            break;
+        case K_FLOAT:
+            if (parse_float(optarg, (float *)p))
+                return fail(err, errlen, "--%s: expected a number, found '%s'", o->name, optarg);
+            break;
+        case K_STR:
+            if (strlen(optarg) >= o->size)
+                return fail(err, errlen, "--%s: value longer than %zu characters", o->name,
+                            o->size - 1);
+            snprintf((char *)p, o->size, "%s", optarg);
+            break;
+        case K_TRUE:
+            *(int *)p = 1;
+            break;
+        case K_FALSE:
+            *(int *)p = 0;
+            break;
+        case K_PAR1: {
+            int v;
+            if (parse_int(optarg, 1, &v)) {
+                int tmp;
+                if (!parse_int(optarg, INT_MIN, &tmp))
+                    return fail(err, errlen, "--%s: expected a positive integer, found '%s'",
+                                o->name, optarg);
+                return fail(err, errlen, "--%s: expected an integer, found '%s'", o->name, optarg);
+            }
+            if (v != 1)
+                return fail(err, errlen, "--%s %d: not supported yet (%s)", o->name, v,
+                            later_reason(o->name));
+            *(int *)p = v;
+            break;
+        }
+        case K_DATA: {
+            /* nargs: optarg, then every following word up to the next "--" flag */
+            char *words[2 * ARGS_MAX_DATA_PATHS + 2];
+            int n = 0;
+            words[n++] = optarg;
+            while (optind < argc && strncmp(argv[optind], "--", 2) != 0) {
+                if (n >= 2 * ARGS_MAX_DATA_PATHS + 1)
+                    return fail(err, errlen, "--data-path: more than %d datasets",
+                                ARGS_MAX_DATA_PATHS);
+                words[n++] = argv[optind++];
+            }
+            if (set_data_paths(a, words, n, err, errlen)) return -1;
+            break;
+        }
+        default:
+            return fail(err, errlen, "--%s: internal error (kind %d)", o->name, o->kind);
+        }
+    }
+    if (optind < argc)
+        return fail(err, errlen, "unexpected argument '%s' (flags start with --; see megadlm %s --help)",
+                    argv[optind], cmd);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* validation                                                                                  */
+
+static int one_of(const char *s, const char *const *list) {
+    for (; *list; list++)
+        if (!strcmp(s, *list)) return 1;
+    return 0;
+}
+
+/* Megatron's parse_and_normalize_split: numbers separated by commas (spaces allowed), at most
+ * three (train, valid, test; missing ones are 0), all >= 0, not all 0. */
+static int check_split(const char *s, char *err, size_t errlen) {
+    double v[3];
+    int n = 0;
+    const char *p = s;
+    for (;;) {
+        while (*p == ' ' || *p == '\t') p++;
+        const char *q = p;
+        while (*q && *q != ',') q++;
+        const char *e = q;
+        while (e > p && (e[-1] == ' ' || e[-1] == '\t')) e--;
+        char tok[64];
+        size_t len = (size_t)(e - p);
+        if (len == 0 || len >= sizeof(tok))
+            return fail(err, errlen,
+                        "--split '%s': expected up to 3 comma-separated non-negative numbers "
+                        "(e.g. \"969,30,1\")", s);
+        memcpy(tok, p, len);
+        tok[len] = 0;
+        if (n >= 3)
+            return fail(err, errlen, "--split '%s': more than 3 proportions (train, validation, test)",
+                        s);
+        if (parse_double(tok, &v[n]))
+            return fail(err, errlen, "--split '%s': '%s' is not a number", s, tok);
+        if (v[n] < 0) return fail(err, errlen, "--split '%s': '%s' is negative", s, tok);
+        n++;
+        if (!*q) break;
+        p = q + 1;
+    }
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += v[i];
+    if (!(sum > 0)) return fail(err, errlen, "--split '%s': the proportions sum to 0", s);
+    return 0;
+}
+
+static const char *const MEGATRON_TOKENIZERS[] = {
+    "BertWordPieceLowerCase", "BertWordPieceCase", "GPT2BPETokenizer", "SentencePieceTokenizer",
+    "GPTSentencePieceTokenizer", "HuggingFaceTokenizer", "Llama2Tokenizer", "TikTokenizer",
+    "MultimodalTokenizer", "NullMultimodalTokenizer", "SFTTokenizer", NULL};
+
+int args_validate(megadlm_args *a, char *err, size_t errlen) {
+    if (err && errlen) err[0] = 0;
+
+    /* ---- required flags (Megatron: _check_arg_is_not_none and the asserts on None) ---- */
+    {
+        char missing[512] = "";
+        int nmiss = 0;
+#define REQ(cond, flag)                                                        \
+    if (cond) {                                                                \
+        size_t l = strlen(missing);                                            \
+        snprintf(missing + l, sizeof(missing) - l, "%s%s", nmiss ? ", " : "", flag); \
+        nmiss++;                                                               \
+    }
+        REQ(a->num_layers <= 0, "--num-layers");
+        REQ(a->hidden_size <= 0, "--hidden-size");
+        REQ(a->num_attention_heads <= 0, "--num-attention-heads");
+        REQ(a->seq_length <= 0, "--seq-length");
+        REQ(a->max_position_embeddings <= 0, "--max-position-embeddings");
+        REQ(a->micro_batch_size <= 0, "--micro-batch-size");
+        REQ(a->train_iters <= 0, "--train-iters");
+        REQ(isnan(a->lr), "--lr");
+#undef REQ
+        if (nmiss)
+            return fail(err, errlen, "missing required flag%s %s", nmiss > 1 ? "s" : "", missing);
+    }
+
+    /* ---- parallelism ---- */
+    if (a->tensor_model_parallel_size != 1)
+        return fail(err, errlen, "--tensor-model-parallel-size %d: not supported yet (%s)",
+                    a->tensor_model_parallel_size, later_reason("tensor-model-parallel-size"));
+    if (a->pipeline_model_parallel_size != 1)
+        return fail(err, errlen, "--pipeline-model-parallel-size %d: not supported yet (%s)",
+                    a->pipeline_model_parallel_size, later_reason("pipeline-model-parallel-size"));
+    if (a->world_size <= 0) a->world_size = 1;
+    {
+        int model = a->tensor_model_parallel_size * a->pipeline_model_parallel_size;
+        if (a->world_size % model != 0)
+            return fail(err, errlen,
+                        "world size (%d) is not divisible by --tensor-model-parallel-size %d x "
+                        "--pipeline-model-parallel-size %d",
+                        a->world_size, a->tensor_model_parallel_size,
+                        a->pipeline_model_parallel_size);
+        a->data_parallel_size = a->world_size / model;
+    }
+
+    /* ---- attention shape ---- */
+    if (a->kv_channels < 0) return fail(err, errlen, "--kv-channels must be positive");
+    if (a->kv_channels == 0) {
+        if (a->hidden_size % a->num_attention_heads != 0)
+            return fail(err, errlen,
+                        "--hidden-size %d is not divisible by --num-attention-heads %d "
+                        "(give --kv-channels to set the head dimension explicitly)",
+                        a->hidden_size, a->num_attention_heads);
+        a->kv_channels = a->hidden_size / a->num_attention_heads;
+    }
+    if (a->num_query_groups < 0) return fail(err, errlen, "--num-query-groups must be positive");
+    if (a->group_query_attention) {
+        if (a->num_query_groups == 0) a->num_query_groups = 1; /* Megatron's default */
+    } else {
+        /* Megatron ignores --num-query-groups without --group-query-attention; refuse it
+         * instead of silently training plain multi-head attention. (A value equal to the head
+         * count is what validation itself derives, so re-validating stays possible.) */
+        if (a->num_query_groups != 0 && a->num_query_groups != a->num_attention_heads)
+            return fail(err, errlen,
+                        "--num-query-groups %d needs --group-query-attention (without it "
+                        "Megatron ignores the value and uses one group per head)",
+                        a->num_query_groups);
+        a->num_query_groups = a->num_attention_heads;
+    }
+    if (a->num_attention_heads % a->num_query_groups != 0)
+        return fail(err, errlen, "--num-attention-heads %d is not divisible by --num-query-groups %d",
+                    a->num_attention_heads, a->num_query_groups);
+
+    /* ---- MLP ---- */
+    if (a->openai_gelu && a->swiglu)
+        return fail(err, errlen,
+                    "--openai-gelu cannot be combined with --swiglu (SwiGLU uses SiLU, not GeLU)");
+    if (a->ffn_hidden_size < 0) return fail(err, errlen, "--ffn-hidden-size must be positive");
+    if (a->ffn_hidden_size == 0) {
+        if (a->swiglu) {
+            /* Megatron: int((4 * hidden_size * 2 / 3) / 64) * 64, in Python float arithmetic */
+            double f = ((double)(8LL * a->hidden_size) / 3.0) / 64.0;
+            long long v = (long long)f * 64;
+            if (v <= 0)
+                return fail(err, errlen,
+                            "--swiglu with --hidden-size %d gives a feed-forward size of 0 "
+                            "(int(4*h*2/3/64)*64); give --ffn-hidden-size", a->hidden_size);
+            if (v > INT_MAX) return fail(err, errlen, "--hidden-size %d is too large", a->hidden_size);
+            a->ffn_hidden_size = (int)v;
+        } else {
+            long long v = 4LL * a->hidden_size;
+            if (v > INT_MAX) return fail(err, errlen, "--hidden-size %d is too large", a->hidden_size);
+            a->ffn_hidden_size = (int)v;
+        }
+    }
+    /* Megatron: "if not args.add_bias_linear: args.bias_gelu_fusion = False"; with --swiglu the
+     * GeLU fusion does not apply (Megatron uses bias_swiglu_fusion there). */
+    if (!a->add_bias_linear || a->swiglu) a->bias_gelu_fusion = 0;
+
+    /* ---- normalization, embeddings ---- */
+    static const char *const NORMS[] = {"LayerNorm", "RMSNorm", NULL};
+    if (!one_of(a->normalization, NORMS))
+        return fail(err, errlen, "--normalization '%s': expected LayerNorm or RMSNorm",
+                    a->normalization);
+    if (!(a->norm_epsilon > 0))
+        return fail(err, errlen, "--norm-epsilon must be positive");
+
+    static const char *const PE_OK[] = {"learned_absolute", "rope", NULL};
+    static const char *const PE_LATER[] = {"mrope", "relative", "none", NULL};
+    if (one_of(a->position_embedding_type, PE_LATER))
+        return fail(err, errlen, "--position-embedding-type %s: not supported yet",
+                    a->position_embedding_type);
+    if (!one_of(a->position_embedding_type, PE_OK))
+        return fail(err, errlen,
+                    "--position-embedding-type '%s': expected learned_absolute or rope",
+                    a->position_embedding_type);
+    /* Megatron asserts max_position_embeddings >= seq_length for every embedding type */
+    if (a->seq_length > a->max_position_embeddings)
+        return fail(err, errlen,
+                    "--seq-length %d is larger than --max-position-embeddings %d "
+                    "(max_position_embeddings must be >= seq_length)",
+                    a->seq_length, a->max_position_embeddings);
+    if (!strcmp(a->position_embedding_type, "rope")) {
+        if (!(a->rotary_percent > 0 && a->rotary_percent <= 1)) {
+            char b[32];
+            fmt_float(b, sizeof(b), a->rotary_percent);
+            return fail(err, errlen, "--rotary-percent %s: must be in (0, 1]", b);
+        }
+        if (!(a->rotary_base > 0))
+            return fail(err, errlen, "--rotary-base must be positive");
+        /* Megatron's RotaryEmbedding: dim = int(kv_channels * rotary_percent), frequencies
+         * for arange(0, dim, 2): an odd dim does not fit the head. */
+        int rot = (int)((double)a->kv_channels * (double)a->rotary_percent);
+        if (rot <= 0 || rot % 2 != 0) {
+            char b[32];
+            fmt_float(b, sizeof(b), a->rotary_percent);
+            return fail(err, errlen,
+                        "--rotary-percent %s x --kv-channels %d = %d rotary dimensions; "
+                        "must be even and positive",
+                        b, a->kv_channels, rot);
+        }
+    }
+    if (!(a->init_method_std >= 0)) return fail(err, errlen, "--init-method-std must be >= 0");
+    if (!(a->hidden_dropout >= 0 && a->hidden_dropout < 1))
+        return fail(err, errlen, "--hidden-dropout must be in [0, 1)");
+    if (!(a->attention_dropout >= 0 && a->attention_dropout < 1))
+        return fail(err, errlen, "--attention-dropout must be in [0, 1)");
+    if (a->make_vocab_size_divisible_by <= 0)
+        return fail(err, errlen, "--make-vocab-size-divisible-by must be positive");
+
+    /* ---- data ---- */
+    if (a->mock_data && a->num_data_paths > 0)
+        return fail(err, errlen,
+                    "--mock-data and --data-path are exclusive (a single data source)");
+    if (!a->mock_data && a->num_data_paths <= 0)
+        return fail(err, errlen, "no data: give --data-path PREFIX or --mock-data");
+    if (a->num_data_paths > ARGS_MAX_DATA_PATHS)
+        return fail(err, errlen, "--data-path: at most %d datasets", ARGS_MAX_DATA_PATHS);
+    if (a->num_data_paths > 1 && !a->data_weighted)
+        return fail(err, errlen,
+                    "--data-path: several prefixes need weights (W1 P1 W2 P2 ...)");
+    if (a->data_weighted) {
+        double sum = 0;
+        for (int i = 0; i < a->num_data_paths; i++) {
+            if (!(a->data_weights[i] >= 0) || !isfinite(a->data_weights[i]))
+                return fail(err, errlen, "--data-path: weights must be non-negative numbers");
+            sum += a->data_weights[i];
+        }
+        if (!(sum > 0)) return fail(err, errlen, "--data-path: the weights sum to 0");
+    }
+    for (int i = 0; i < a->num_data_paths; i++)
+        if (!a->data_paths[i] || !a->data_paths[i][0])
+            return fail(err, errlen, "--data-path: empty prefix");
+    if (check_split(a->split, err, errlen)) return -1;
+
+    /* ---- tokenizer and vocabulary ---- */
+    if (!a->tokenizer_type[0]) {
+        if (a->mock_data)
+            snprintf(a->tokenizer_type, sizeof(a->tokenizer_type), "NullTokenizer");
+        else
+            return fail(err, errlen,
+                        "--tokenizer-type is required with --data-path (ByteLevel or NullTokenizer)");
+    }
+    int tok_vocab;
+    if (!strcmp(a->tokenizer_type, "ByteLevel")) {
+        if (a->vocab_size > 0)
+            return fail(err, errlen,
+                        "--vocab-size is only used by --tokenizer-type NullTokenizer "
+                        "(ByteLevel has 257 ids)");
+        tok_vocab = 257;
+    } else if (!strcmp(a->tokenizer_type, "NullTokenizer")) {
+        if (a->vocab_size <= 0)
+            return fail(err, errlen,
+                        "--tokenizer-type NullTokenizer%s needs --vocab-size",
+                        a->mock_data ? " (the tokenizer of --mock-data)" : "");
+        if (a->vocab_size == INT_MAX) return fail(err, errlen, "--vocab-size is too large");
+        tok_vocab = a->vocab_size + 1; /* Megatron's _NullTokenizer: eod = vocab_size */
+    } else if (one_of(a->tokenizer_type, MEGATRON_TOKENIZERS)) {
+        return fail(err, errlen,
+                    "--tokenizer-type %s: not supported yet (ByteLevel or NullTokenizer for now)",
+                    a->tokenizer_type);
+    } else {
+        return fail(err, errlen, "--tokenizer-type '%s': expected ByteLevel or NullTokenizer",
+                    a->tokenizer_type);
+    }
+    {
+        /* Megatron's _vocab_size_with_padding */
+        long long multiple =
+            (long long)a->make_vocab_size_divisible_by * a->tensor_model_parallel_size;
+        long long padded = ((long long)tok_vocab + multiple - 1) / multiple * multiple;
+        if (padded > INT_MAX) return fail(err, errlen, "--vocab-size: padded vocabulary too large");
+        a->padded_vocab_size = (int)padded;
+    }
+
+    /* ---- batch ---- */
+    {
+        long long mdp = (long long)a->micro_batch_size * a->data_parallel_size;
+        if (a->global_batch_size < 0) return fail(err, errlen, "--global-batch-size must be positive");
+        if (a->global_batch_size == 0) {
+            if (mdp > INT_MAX) return fail(err, errlen, "--micro-batch-size is too large");
+            a->global_batch_size = (int)mdp;
+        }
+        if (a->global_batch_size % mdp != 0)
+            return fail(err, errlen,
+                        "--global-batch-size %d is not divisible by --micro-batch-size %d x "
+                        "data-parallel size %d",
+                        a->global_batch_size, a->micro_batch_size, a->data_parallel_size);
+    }
+
+    /* ---- optimizer ---- */
+    if (strcmp(a->optimizer, "adam") != 0) {
+        static const char *const OPT_LATER[] = {"sgd", "muon", "dist_muon", NULL};
+        if (one_of(a->optimizer, OPT_LATER))
+            return fail(err, errlen, "--optimizer %s: not supported yet (adam only)", a->optimizer);
+        return fail(err, errlen, "--optimizer '%s': expected adam", a->optimizer);
+    }
+    if (!(a->adam_beta1 >= 0 && a->adam_beta1 < 1))
+        return fail(err, errlen, "--adam-beta1 must be in [0, 1)");
+    if (!(a->adam_beta2 >= 0 && a->adam_beta2 < 1))
+        return fail(err, errlen, "--adam-beta2 must be in [0, 1)");
+    if (!(a->adam_eps >= 0)) return fail(err, errlen, "--adam-eps must be >= 0");
+    if (!(a->weight_decay >= 0)) return fail(err, errlen, "--weight-decay must be >= 0");
+    if (!(a->clip_grad >= 0)) return fail(err, errlen, "--clip-grad must be >= 0 (0 disables clipping)");
+
+    /* ---- learning rate schedule ---- */
+    if (!(a->lr >= 0)) return fail(err, errlen, "--lr must be >= 0");
+    if (!(a->min_lr >= 0)) return fail(err, errlen, "--min-lr must be >= 0");
+    if (a->min_lr > a->lr) {
+        char b1[32], b2[32];
+        fmt_float(b1, sizeof(b1), a->min_lr);
+        fmt_float(b2, sizeof(b2), a->lr);
+        return fail(err, errlen, "--min-lr %s is larger than --lr %s (min_lr <= lr)", b1, b2);
+    }
+    static const char *const DECAY_OK[] = {"constant", "linear", "cosine", "WSD", NULL};
+    if (!one_of(a->lr_decay_style, DECAY_OK)) {
+        if (!strcmp(a->lr_decay_style, "inverse-square-root"))
+            return fail(err, errlen, "--lr-decay-style inverse-square-root: not supported yet");
+        return fail(err, errlen,
+                    "--lr-decay-style '%s': expected constant, linear, cosine or WSD",
+                    a->lr_decay_style);
+    }
+    static const char *const WSD_OK[] = {"exponential", "linear", "cosine", "minus_sqrt", NULL};
+    if (!one_of(a->lr_wsd_decay_style, WSD_OK))
+        return fail(err, errlen,
+                    "--lr-wsd-decay-style '%s': expected exponential, linear, cosine or minus_sqrt",
+                    a->lr_wsd_decay_style);
+    if (a->lr_decay_iters < 0) return fail(err, errlen, "--lr-decay-iters must be positive");
+    if (a->lr_decay_iters == 0) a->lr_decay_iters = a->train_iters;
+    if (a->lr_warmup_iters < 0) return fail(err, errlen, "--lr-warmup-iters must be >= 0");
+    if (a->lr_warmup_fraction >= 0 && a->lr_warmup_iters != 0)
+        return fail(err, errlen,
+                    "can only specify one of --lr-warmup-fraction and --lr-warmup-iters");
+    {
+        /* Megatron's OptimizerParamScheduler: assert lr_warmup_steps < lr_decay_steps */
+        double warm = a->lr_warmup_fraction >= 0
+                          ? (double)a->lr_warmup_fraction * a->lr_decay_iters
+                          : (double)a->lr_warmup_iters;
+        if (!(warm < a->lr_decay_iters)) {
+            if (a->lr_warmup_fraction >= 0) {
+                char b[32];
+                fmt_float(b, sizeof(b), a->lr_warmup_fraction);
+                return fail(err, errlen,
+                            "--lr-warmup-fraction %s must be smaller than 1 (warmup shorter than "
+                            "--lr-decay-iters)", b);
+            }
+            return fail(err, errlen,
+                        "--lr-warmup-iters %d must be smaller than --lr-decay-iters %d "
+                        "(which defaults to --train-iters)",
+                        a->lr_warmup_iters, a->lr_decay_iters);
+        }
+    }
+    if (!strcmp(a->lr_decay_style, "WSD")) {
+        if (a->lr_wsd_decay_iters <= 0)
+            return fail(err, errlen, "--lr-decay-style WSD needs --lr-wsd-decay-iters");
+        if (a->lr_wsd_decay_iters > a->lr_decay_iters)
+            return fail(err, errlen,
+                        "--lr-wsd-decay-iters %d is larger than --lr-decay-iters %d "
+                        "(which defaults to --train-iters)",
+                        a->lr_wsd_decay_iters, a->lr_decay_iters);
+    } else if (a->lr_wsd_decay_iters < 0) {
+        return fail(err, errlen, "--lr-wsd-decay-iters must be positive");
+    }
+
+    /* ---- logging, evaluation, checkpoints ---- */
+    if (a->log_interval <= 0) return fail(err, errlen, "--log-interval must be positive");
+    if (a->eval_interval <= 0) return fail(err, errlen, "--eval-interval must be positive");
+    if (a->eval_iters < 0) return fail(err, errlen, "--eval-iters must be >= 0");
+    if (a->save_interval < 0) return fail(err, errlen, "--save-interval must be positive");
+    if (a->save_interval > 0 && !a->save[0])
+        return fail(err, errlen, "--save-interval %d needs --save DIR", a->save_interval);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* fields: args_print and JSON                                                                 */
+
+enum field_type { T_INT, T_BOOL, T_FLOAT, T_U64, T_STR };
+
+typedef struct {
+    const char *name;
+    int type;
+    size_t off;
+    size_t size;
+} field_def;
+
+#define FI(f) {#f, T_INT, OFF(f), 0}
+#define FB(f) {#f, T_BOOL, OFF(f), 0}
+#define FF(f) {#f, T_FLOAT, OFF(f), 0}
+#define FS(f) {#f, T_STR, OFF(f), SZ(f)}
+
+static const field_def FIELDS[] = {
+    FI(num_layers), FI(hidden_size), FI(ffn_hidden_size), FI(num_attention_heads),
+    FI(kv_channels), FB(group_query_attention), FI(num_query_groups),
+    FI(max_position_embeddings), FI(seq_length), FS(position_embedding_type), FF(rotary_base),
+    FF(rotary_percent), FS(normalization), FF(norm_epsilon), FB(qk_layernorm), FB(swiglu),
+    FB(add_bias_linear), FB(bias_gelu_fusion), FB(openai_gelu),
+    FB(untie_embeddings_and_output_weights), FI(make_vocab_size_divisible_by),
+    FF(init_method_std), FF(hidden_dropout), FF(attention_dropout),
+    FS(tokenizer_type), FI(vocab_size), FI(padded_vocab_size), FB(mock_data), FS(split),
+    FB(eod_mask_loss),
+    FI(micro_batch_size), FI(global_batch_size), FI(train_iters), {"seed", T_U64, OFF(seed), 0},
+    FS(optimizer), FF(lr), FF(min_lr), FI(lr_warmup_iters), FF(lr_warmup_fraction),
+    FI(lr_decay_iters), FS(lr_decay_style), FS(lr_wsd_decay_style), FI(lr_wsd_decay_iters),
+    FF(adam_beta1), FF(adam_beta2), FF(adam_eps), FF(weight_decay), FF(clip_grad),
+    FI(log_interval), FI(eval_interval), FI(eval_iters), FB(log_memory), FS(save),
+    FI(save_interval), FS(load),
+    FI(tensor_model_parallel_size), FI(pipeline_model_parallel_size), FI(world_size),
+    FI(data_parallel_size),
+};
+#define NUM_FIELDS ((int)(sizeof(FIELDS) / sizeof(FIELDS[0])))
+
+static void format_field(const megadlm_args *a, const field_def *f, char *buf, size_t n) {
+    const void *p = cfield_ptr(a, f->off);
+    switch (f->type) {
+    case T_INT: snprintf(buf, n, "%d", *(const int *)p); break;
+    case T_BOOL: snprintf(buf, n, "%s", *(const int *)p ? "True" : "False"); break;
+    case T_U64: snprintf(buf, n, "%llu", (unsigned long long)*(const uint64_t *)p); break;
+    case T_FLOAT:
+        if (f->off == OFF(lr_warmup_fraction) && *(const float *)p < 0)
+            snprintf(buf, n, "None");
+        else
+            fmt_float(buf, n, *(const float *)p);
+        break;
+    case T_STR: {
+        const char *s = (const char *)p;
+        snprintf(buf, n, "%s", s[0] ? s : "None");
+        break;
+    }
+    }
+}
+
+static int cmp_lines(const void *x, const void *y) {
+    return strcasecmp(*(char *const *)x, *(char *const *)y);
+}
+
+void args_print(const megadlm_args *a, FILE *out) {
+    char *lines[NUM_FIELDS + 1];
+    int n = 0;
+    for (int i = 0; i < NUM_FIELDS; i++) {
+        char val[600];
+        format_field(a, &FIELDS[i], val, sizeof(val));
+        int dots = 48 - (int)strlen(FIELDS[i].name);
+        if (dots < 1) dots = 1;
+        size_t len = strlen(FIELDS[i].name) + (size_t)dots + strlen(val) + 8;
+        char *l = malloc(len);
+        if (!l) continue;
+        snprintf(l, len, "  %s %.*s %s", FIELDS[i].name, dots,
+                 "................................................", val);
+        lines[n++] = l;
+    }
+    /* data_path, as Megatron prints its list: ['0.3', 'P1', '0.7', 'P2'] or None */
+    {
+        size_t cap = 64;
+        for (int i = 0; i < a->num_data_paths; i++)
+            cap += strlen(a->data_paths[i] ? a->data_paths[i] : "") + 40;
+        char *l = malloc(cap);
+        if (l) {
+            size_t k = (size_t)snprintf(l, cap, "  data_path %.*s ", 48 - 9,
+                                        "................................................");
+            if (a->num_data_paths == 0) {
+                snprintf(l + k, cap - k, "None");
+            } else {
+                k += (size_t)snprintf(l + k, cap - k, "[");
+                for (int i = 0; i < a->num_data_paths; i++) {
+                    if (a->data_weighted) {
+                        char w[40];
+                        fmt_double(w, sizeof(w), a->data_weights[i]);
+                        k += (size_t)snprintf(l + k, cap - k, "%s'%s', ", i ? ", " : "", w);
+                    } else if (i) {
+                        k += (size_t)snprintf(l + k, cap - k, ", ");
+                    }
+                    k += (size_t)snprintf(l + k, cap - k, "'%s'",
+                                          a->data_paths[i] ? a->data_paths[i] : "");
+                }
+                snprintf(l + k, cap - k, "]");
+            }
+            lines[n++] = l;
+        }
+    }
+    qsort(lines, (size_t)n, sizeof(lines[0]), cmp_lines);
+    fprintf(out, "------------------------ arguments ------------------------\n");
+    for (int i = 0; i < n; i++) {
+        fprintf(out, "%s\n", lines[i]);
+        free(lines[i]);
+    }
+    fprintf(out, "-------------------- end of arguments ---------------------\n");
+}
+
+/* Floats go to JSON as the shortest decimal that reads back as the same float ("0.1", not
+ * 0.10000000149011612); NaN (an unset --lr) as null. */
+static cJSON *float_json(float x) {
+    if (isnan(x)) return cJSON_CreateNull();
+    char b[48];
+    int p;
+    for (p = 1; p <= 9; p++) {
+        snprintf(b, sizeof(b), "%.*g", p, (double)x);
+        if ((float)strtod(b, NULL) == x) break;
+    }
+    if (p > 9) return cJSON_CreateNumber((double)x);
+    return cJSON_CreateNumber(strtod(b, NULL));
+}
+
+cJSON *args_to_json(const megadlm_args *a) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return NULL;
+    for (int i = 0; i < NUM_FIELDS; i++) {
+        const field_def *f = &FIELDS[i];
+        const void *p = cfield_ptr(a, f->off);
+        cJSON *v = NULL;
+        switch (f->type) {
+        case T_INT: v = cJSON_CreateNumber(*(const int *)p); break;
+        case T_BOOL: v = cJSON_CreateBool(*(const int *)p != 0); break;
+        case T_FLOAT: v = float_json(*(const float *)p); break;
+        case T_U64: {
+            uint64_t u = *(const uint64_t *)p;
+            if (u <= (1ULL << 53)) {
+                v = cJSON_CreateNumber((double)u);
+            } else {
+                char b[32];
+                snprintf(b, sizeof(b), "%llu", (unsigned long long)u);
+                v = cJSON_CreateString(b);
+            }
+            break;
+        }
+        case T_STR: v = cJSON_CreateString((const char *)p); break;
+        }
+        if (!v) {
+            cJSON_Delete(o);
+            return NULL;
+        }
+        cJSON_AddItemToObject(o, f->name, v);
+    }
+    cJSON *paths = cJSON_CreateArray();
+    cJSON *weights = cJSON_CreateArray();
+    if (!paths || !weights) {
+        cJSON_Delete(paths);
+        cJSON_Delete(weights);
+        cJSON_Delete(o);
+        return NULL;
+    }
+    for (int i = 0; i < a->num_data_paths && i < ARGS_MAX_DATA_PATHS; i++) {
+        cJSON_AddItemToArray(paths, cJSON_CreateString(a->data_paths[i] ? a->data_paths[i] : ""));
+        cJSON_AddItemToArray(weights, cJSON_CreateNumber(a->data_weights[i]));
+    }
+    cJSON_AddItemToObject(o, "num_data_paths", cJSON_CreateNumber(a->num_data_paths));
+    cJSON_AddItemToObject(o, "data_path", paths);
+    cJSON_AddItemToObject(o, "data_weights", weights);
+    cJSON_AddItemToObject(o, "data_weighted", cJSON_CreateBool(a->data_weighted != 0));
+    return o;
+}
+
+static int json_int(const cJSON *v, const char *name, int *out, char *err, size_t errlen) {
+    if (cJSON_IsBool(v)) {
+        *out = cJSON_IsTrue(v) ? 1 : 0;
+        return 0;
+    }
+    if (!cJSON_IsNumber(v))
+        return fail(err, errlen, "arguments JSON: '%s' is not a number", name);
+    double d = v->valuedouble;
+    if (!(d == floor(d)) || d < INT_MIN || d > INT_MAX)
+        return fail(err, errlen, "arguments JSON: '%s' is not an integer", name);
+    *out = (int)d;
+    return 0;
+}
+
+int args_from_json(megadlm_args *a, const cJSON *obj, char *err, size_t errlen) {
+    if (err && errlen) err[0] = 0;
+    if (!cJSON_IsObject(obj)) return fail(err, errlen, "arguments JSON: not an object");
+    /* Parse into a copy so that an error leaves *a untouched (data paths are shared until the
+     * end: the copy never frees them). */
+    megadlm_args t = *a;
+    for (int i = 0; i < NUM_FIELDS; i++) {
+        const field_def *f = &FIELDS[i];
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, f->name);
+        if (!v) continue;
+        void *p = field_ptr(&t, f->off);
+        switch (f->type) {
+        case T_INT:
+        case T_BOOL:
+            if (json_int(v, f->name, (int *)p, err, errlen)) return -1;
+            if (f->type == T_BOOL) *(int *)p = *(int *)p != 0;
+            break;
+        case T_FLOAT:
+            if (cJSON_IsNull(v)) {
+                *(float *)p = NAN;
+            } else if (cJSON_IsNumber(v)) {
+                if (!isfinite(v->valuedouble) || fabs(v->valuedouble) > FLT_MAX)
+                    return fail(err, errlen, "arguments JSON: '%s' is out of range", f->name);
+                *(float *)p = (float)v->valuedouble;
+            } else {
+                return fail(err, errlen, "arguments JSON: '%s' is not a number", f->name);
+            }
+            break;
+        case T_U64:
+            if (cJSON_IsString(v)) {
+                if (parse_u64(v->valuestring, (uint64_t *)p))
+                    return fail(err, errlen, "arguments JSON: '%s' is not an unsigned integer",
+                                f->name);
+            } else if (cJSON_IsNumber(v)) {
+                double d = v->valuedouble;
+                if (!(d >= 0 && d == floor(d) && d <= 18446744073709551615.0))
+                    return fail(err, errlen, "arguments JSON: '%s' is not an unsigned integer",
+                                f->name);
+                *(uint64_t *)p = (uint64_t)d;
+            } else {
+                return fail(err, errlen, "arguments JSON: '%s' is not a number", f->name);
+            }
+            break;
+        case T_STR:
+            if (!cJSON_IsString(v))
+                return fail(err, errlen, "arguments JSON: '%s' is not a string", f->name);
+            if (strlen(v->valuestring) >= f->size)
+                return fail(err, errlen, "arguments JSON: '%s' is longer than %zu characters",
+                            f->name, f->size - 1);
+            snprintf((char *)p, f->size, "%s", v->valuestring);
+            break;
+        }
+    }
+
+    /* data paths */
+    const cJSON *paths = cJSON_GetObjectItemCaseSensitive(obj, "data_path");
+    const cJSON *weights = cJSON_GetObjectItemCaseSensitive(obj, "data_weights");
+    const cJSON *weighted = cJSON_GetObjectItemCaseSensitive(obj, "data_weighted");
+    const cJSON *count = cJSON_GetObjectItemCaseSensitive(obj, "num_data_paths");
+    char *newp[ARGS_MAX_DATA_PATHS];
+    double neww[ARGS_MAX_DATA_PATHS];
+    int n = -1, nw = 0;
+    if (paths && !cJSON_IsNull(paths)) {
+        if (!cJSON_IsArray(paths))
+            return fail(err, errlen, "arguments JSON: 'data_path' is not an array");
+        n = cJSON_GetArraySize(paths);
+        if (n > ARGS_MAX_DATA_PATHS)
+            return fail(err, errlen, "arguments JSON: 'data_path' has more than %d entries",
+                        ARGS_MAX_DATA_PATHS);
+        const cJSON *e;
+        int i = 0;
+        cJSON_ArrayForEach(e, paths) {
+            if (!cJSON_IsString(e))
+                return fail(err, errlen, "arguments JSON: 'data_path' entries must be strings");
+            i++;
+        }
+        (void)i;
+    } else if (paths) {
+        n = 0;
+    }
+    if (count) {
+        int c;
+        if (json_int(count, "num_data_paths", &c, err, errlen)) return -1;
+        if (n >= 0 && c != n)
+            return fail(err, errlen,
+                        "arguments JSON: 'num_data_paths' is %d but 'data_path' has %d entries", c,
+                        n);
+        if (n < 0 && c != a->num_data_paths)
+            return fail(err, errlen, "arguments JSON: 'num_data_paths' without 'data_path'");
+    }
+    if (weights && !cJSON_IsNull(weights)) {
+        if (!cJSON_IsArray(weights))
+            return fail(err, errlen, "arguments JSON: 'data_weights' is not an array");
+        nw = cJSON_GetArraySize(weights);
+        int ncmp = n >= 0 ? n : a->num_data_paths;
+        if (nw != ncmp)
+            return fail(err, errlen,
+                        "arguments JSON: 'data_weights' has %d entries for %d data paths", nw,
+                        ncmp);
+        const cJSON *e;
+        int i = 0;
+        cJSON_ArrayForEach(e, weights) {
+            if (!cJSON_IsNumber(e))
+                return fail(err, errlen, "arguments JSON: 'data_weights' entries must be numbers");
+            neww[i++] = e->valuedouble;
+        }
+    }
+    int wflag = t.data_weighted;
+    if (weighted && json_int(weighted, "data_weighted", &wflag, err, errlen)) return -1;
+
+    /* commit */
+    if (n >= 0) {
+        int i = 0;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, paths) {
+            newp[i] = strdup(e->valuestring);
+            if (!newp[i]) {
+                for (int j = 0; j < i; j++) free(newp[j]);
+                return fail(err, errlen, "arguments JSON: out of memory");
+            }
+            i++;
+        }
+        /* t shares a's path pointers: free them once, through a */
+        clear_data_paths(a);
+        for (int j = 0; j < ARGS_MAX_DATA_PATHS; j++) t.data_paths[j] = NULL;
+        for (int j = 0; j < n; j++) {
+            t.data_paths[j] = newp[j];
+            t.data_weights[j] = 1.0;
+        }
+        t.num_data_paths = n;
+    }
+    if (weights && !cJSON_IsNull(weights))
+        for (int j = 0; j < nw; j++) t.data_weights[j] = neww[j];
+    t.data_weighted = wflag != 0;
+    *a = t;
+    return 0;
+}

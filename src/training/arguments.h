@@ -1,0 +1,118 @@
+/* Command-line arguments of `megadlm train` (and the commands that share its model flags),
+ * with Megatron-LM's flag names and defaults (megatron/training/arguments.py). Parsing uses
+ * getopt_long from one table that also produces --help; validation (args_validate) applies
+ * Megatron's rules and derives the defaults that depend on other flags, exactly once. Modules
+ * never read the command line: the trainer builds a transformer_config from these. */
+#ifndef MEGADLM_TRAINING_ARGUMENTS_H
+#define MEGADLM_TRAINING_ARGUMENTS_H
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#define ARGS_MAX_DATA_PATHS 64
+
+typedef struct {
+    /* ---- model ---- */
+    int num_layers;               /* --num-layers (required) */
+    int hidden_size;              /* --hidden-size (required) */
+    int ffn_hidden_size;          /* --ffn-hidden-size; 0 = derive: 4h, or int(4h*2/3/64)*64 with --swiglu */
+    int num_attention_heads;      /* --num-attention-heads (required) */
+    int kv_channels;              /* --kv-channels; 0 = derive hidden/heads */
+    int group_query_attention;    /* --group-query-attention */
+    int num_query_groups;         /* --num-query-groups (default 1 when GQA; = heads otherwise, derived) */
+    int max_position_embeddings;  /* --max-position-embeddings (required, as in Megatron) */
+    int seq_length;               /* --seq-length (required) */
+    char position_embedding_type[32]; /* --position-embedding-type learned_absolute|rope (default learned_absolute) */
+    float rotary_base;            /* --rotary-base (10000) */
+    float rotary_percent;         /* --rotary-percent (1.0) */
+    char normalization[16];       /* --normalization LayerNorm|RMSNorm (LayerNorm) */
+    float norm_epsilon;           /* --norm-epsilon (1e-5) */
+    int qk_layernorm;             /* --qk-layernorm */
+    int swiglu;                   /* --swiglu */
+    int add_bias_linear;          /* 1 unless --disable-bias-linear */
+    int bias_gelu_fusion;         /* 1 unless --no-bias-gelu-fusion; forced 0 without biases or with swiglu */
+    int openai_gelu;              /* --openai-gelu */
+    int untie_embeddings_and_output_weights; /* --untie-embeddings-and-output-weights */
+    int make_vocab_size_divisible_by; /* --make-vocab-size-divisible-by (128) */
+    float init_method_std;        /* --init-method-std (0.02) */
+    float hidden_dropout;         /* --hidden-dropout (0.1) */
+    float attention_dropout;      /* --attention-dropout (0.1) */
+
+    /* ---- tokenizer / data ---- */
+    char tokenizer_type[32];      /* --tokenizer-type ByteLevel|NullTokenizer (default: NullTokenizer with --mock-data, else required) */
+    int vocab_size;               /* --vocab-size (NullTokenizer, mock data) */
+    int padded_vocab_size;        /* derived: tokenizer vocab rounded up to make_vocab_size_divisible_by */
+    int mock_data;                /* --mock-data */
+    int num_data_paths;           /* --data-path [W1] P1 [W2 P2 ...] */
+    char *data_paths[ARGS_MAX_DATA_PATHS];
+    double data_weights[ARGS_MAX_DATA_PATHS];
+    int data_weighted;            /* 1 when weights were given */
+    char split[64];               /* --split ("969, 30, 1") */
+    int eod_mask_loss;            /* --eod-mask-loss */
+
+    /* ---- training ---- */
+    int micro_batch_size;         /* --micro-batch-size (required) */
+    int global_batch_size;        /* --global-batch-size; 0 = derive micro * data-parallel size */
+    int train_iters;              /* --train-iters (required) */
+    uint64_t seed;                /* --seed (1234) */
+    char optimizer[16];           /* --optimizer (adam; the only one) */
+    float lr;                     /* --lr (required) */
+    float min_lr;                 /* --min-lr (0) */
+    int lr_warmup_iters;          /* --lr-warmup-iters (0) */
+    float lr_warmup_fraction;     /* --lr-warmup-fraction (unset: < 0) */
+    int lr_decay_iters;           /* --lr-decay-iters; 0 = train_iters */
+    char lr_decay_style[16];      /* --lr-decay-style constant|linear|cosine|WSD (linear) */
+    char lr_wsd_decay_style[16];  /* --lr-wsd-decay-style linear|cosine|exponential|minus_sqrt (exponential) */
+    int lr_wsd_decay_iters;       /* --lr-wsd-decay-iters (required with WSD) */
+    float adam_beta1;             /* --adam-beta1 (0.9) */
+    float adam_beta2;             /* --adam-beta2 (0.999) */
+    float adam_eps;               /* --adam-eps (1e-8) */
+    float weight_decay;           /* --weight-decay (0.01) */
+    float clip_grad;              /* --clip-grad (1.0); 0 disables */
+
+    /* ---- logging, evaluation, checkpoints ---- */
+    int log_interval;             /* --log-interval (100) */
+    int eval_interval;            /* --eval-interval (1000) */
+    int eval_iters;               /* --eval-iters (100) */
+    int log_memory;               /* --log-memory (ours) */
+    char save[512];               /* --save DIR ("" = none) */
+    int save_interval;            /* --save-interval (0 = only at the end when --save is given) */
+    char load[512];               /* --load DIR ("" = none) */
+
+    /* ---- parallelism (only size 1 until the parallelism issues land) ---- */
+    int tensor_model_parallel_size;   /* --tensor-model-parallel-size (1) */
+    int pipeline_model_parallel_size; /* --pipeline-model-parallel-size (1) */
+    int world_size;                   /* derived: MPI world (1 for now) */
+    int data_parallel_size;           /* derived */
+} megadlm_args;
+
+/* Fills Megatron's defaults. */
+void args_defaults(megadlm_args *a);
+
+/* Parses `argv` (argv[0] is the subcommand name; parsing starts at argv[1]).
+ * Returns 0 on success; 1 after printing --help to stdout (caller exits 0); -1 on error with
+ * the message in err (unknown flag, missing value, malformed number, a flag of a later
+ * feature: "--sequence-parallel: not supported yet", ...). */
+int args_parse(megadlm_args *a, int argc, char **argv, char *err, size_t errlen);
+
+/* Applies Megatron's rules and derived defaults. 0, or -1 with a message naming the flags and
+ * the rule in err. Run once, after parsing (and after loading a checkpoint's arguments). */
+int args_validate(megadlm_args *a, char *err, size_t errlen);
+
+/* Prints the flag table with defaults (what `megadlm train --help` shows). */
+void args_print_help(const char *command, FILE *out);
+
+/* Prints Megatron's "------------------------ arguments ------------------------" block. */
+void args_print(const megadlm_args *a, FILE *out);
+
+/* Serialises every field to JSON (checkpoint state) and back. args_from_json overwrites only
+ * fields present in the object. */
+cJSON *args_to_json(const megadlm_args *a);
+int args_from_json(megadlm_args *a, const cJSON *obj, char *err, size_t errlen);
+
+void args_free(megadlm_args *a); /* frees data_paths */
+
+#endif

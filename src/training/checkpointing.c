@@ -1,0 +1,663 @@
+/* Checkpoints: see checkpointing.h for the contract and docs/CHECKPOINT.md for the layout.
+ *
+ * Save protocol (ckpt_save), each step durable before the next:
+ *   1. mkdir -p DIR
+ *   2. mkdir DIR/iter_NNNNNNN.tmp-<pid>; write model.safetensors, optimizer.safetensors,
+ *      state.json into it, fsync each file, fsync the directory
+ *   3. move it into place: rename(tmp, DIR/iter_NNNNNNN) when no such directory exists; else
+ *      swap the two atomically (renameat2 RENAME_EXCHANGE) and remove the old one from the
+ *      temporary name, or where the file system cannot swap: rename the old one to
+ *      iter_NNNNNNN.old-<pid>, rename the new one in, remove the old one. fsync DIR.
+ *   4. tracker: write DIR/latest_checkpointed_iteration.txt.tmp-<pid>, fsync, rename over
+ *      latest_checkpointed_iteration.txt, fsync DIR
+ *   5. remove leftovers of earlier interrupted saves (iter_*.tmp-*, iter_*.old-*,
+ *      latest_checkpointed_iteration.txt.tmp-*): one process writes a checkpoint directory.
+ * A failure at any step removes this save's temporary files and leaves the tracker as it was.
+ *
+ * Every tensor's zlib crc32 (of its stored little-endian bytes) is in its file's
+ * __metadata__ as "crc32.<tensor name>": "%08x"; ckpt_load_tensors verifies it when present.
+ */
+#include "training/checkpointing.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <zlib.h>
+
+#include "core/tensor/safetensors.h"
+
+#define CKPT_FORMAT_VERSION 1
+#define CKPT_TRACKER "latest_checkpointed_iteration.txt"
+
+/* Test hook: when set, called with the name of each stage of ckpt_save ("tmpdir", "model",
+ * "optimizer", "state", "rename", "tracker") before that stage; non-zero makes the save fail
+ * there as an I/O error would. Called with "exchange" before an atomic swap of an existing
+ * iteration directory; non-zero there takes the path of a file system without
+ * RENAME_EXCHANGE. Tests declare it `extern`; it is not part of the API. */
+int (*ckpt_test_hook)(const char *stage) = NULL;
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || errlen == 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static int path_join(char *out, size_t len, char *err, size_t errlen, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(out, len, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= len) {
+        set_err(err, errlen, "checkpoint path too long (%d characters)", n);
+        return -1;
+    }
+    return 0;
+}
+
+static int fsync_path(const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    int e = errno;
+    close(fd);
+    errno = e;
+    return rc;
+}
+
+/* mkdir -p; fsyncs the parent of every directory it creates. */
+static int mkdir_p(const char *dir, char *err, size_t errlen) {
+    char buf[PATH_MAX];
+    if (path_join(buf, sizeof buf, err, errlen, "%s", dir)) return -1;
+    size_t len = strlen(buf);
+    while (len > 1 && buf[len - 1] == '/') buf[--len] = 0;
+    for (size_t i = 1; i <= len; i++) {
+        if (buf[i] != '/' && buf[i] != 0) continue;
+        char saved = buf[i];
+        buf[i] = 0;
+        if (mkdir(buf, 0755) == 0) {
+            char parent[PATH_MAX];
+            snprintf(parent, sizeof parent, "%s", buf);
+            char *slash = strrchr(parent, '/');
+            if (slash == parent) parent[1] = 0;
+            else if (slash) *slash = 0;
+            else snprintf(parent, sizeof parent, ".");
+            fsync_path(parent);
+        } else if (errno != EEXIST) {
+            set_err(err, errlen, "%s: cannot create directory: %s", buf, strerror(errno));
+            return -1;
+        } else {
+            struct stat sb;
+            if (stat(buf, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+                set_err(err, errlen, "%s: exists and is not a directory", buf);
+                return -1;
+            }
+        }
+        buf[i] = saved;
+    }
+    return 0;
+}
+
+static int rm_one(const char *path, const struct stat *sb, int type, struct FTW *ftw) {
+    (void)sb;
+    (void)type;
+    (void)ftw;
+    return remove(path) == 0 || errno == ENOENT ? 0 : -1;
+}
+
+/* rm -rf; 0 when path is gone. */
+static int rm_rf(const char *path) {
+    struct stat sb;
+    if (lstat(path, &sb) != 0) return errno == ENOENT ? 0 : -1;
+    return nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static int write_all(int fd, const char *p, size_t n) {
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Creates path with text, fsyncs and closes it. */
+static int write_text_file(const char *path, const char *text, char *err, size_t errlen) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        set_err(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+        return -1;
+    }
+    if (write_all(fd, text, strlen(text)) != 0 || fsync(fd) != 0) {
+        set_err(err, errlen, "%s: write failed: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (close(fd) != 0) {
+        set_err(err, errlen, "%s: close failed: %s", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static uint32_t crc32_bytes(const void *data, size_t n) {
+    uLong c = crc32_z(0L, Z_NULL, 0);
+    return (uint32_t)crc32_z(c, (const Bytef *)data, n);
+}
+
+static void shape_str(char *buf, size_t len, int ndim, const int64_t *shape) {
+    size_t n = (size_t)snprintf(buf, len, "[");
+    for (int d = 0; d < ndim && n < len; d++)
+        n += (size_t)snprintf(buf + n, len - n, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    if (n < len) snprintf(buf + n, len - n, "]");
+}
+
+/* Writes one safetensors file of ps's tensors taken from `buf` (data, exp_avg or exp_avg_sq;
+ * two buffers for the optimizer file), named prefix[k] + tensor name, with crc32 metadata. */
+static int write_tensor_file(const char *path, const param_set *ps, const float *const *bufs,
+                             const char *const *prefixes, int nbufs, char *err, size_t errlen) {
+    int n = ps->count * nbufs;
+    st_tensor_desc *desc = calloc((size_t)n + 1, sizeof *desc);
+    st_meta *meta = calloc((size_t)n + 2, sizeof *meta);
+    char (*names)[PARAM_NAME_MAX + 32] = calloc((size_t)n + 1, sizeof *names);
+    char (*keys)[PARAM_NAME_MAX + 40] = calloc((size_t)n + 1, sizeof *keys);
+    char (*vals)[12] = calloc((size_t)n + 1, sizeof *vals);
+    int rc = -1;
+    if (!desc || !meta || !names || !keys || !vals) {
+        set_err(err, errlen, "%s: out of memory", path);
+        goto done;
+    }
+    meta[0].key = "format";
+    meta[0].value = "pt";
+    for (int b = 0; b < nbufs; b++)
+        for (int i = 0; i < ps->count; i++) {
+            const param_tensor *t = &ps->tensors[i];
+            int k = b * ps->count + i;
+            snprintf(names[k], sizeof names[k], "%s%s", prefixes[b], t->name);
+            const float *data = bufs[b] + t->offset;
+            snprintf(keys[k], sizeof keys[k], "crc32.%s", names[k]);
+            snprintf(vals[k], sizeof vals[k], "%08x", crc32_bytes(data, t->numel * sizeof(float)));
+            desc[k].name = names[k];
+            desc[k].dtype = ST_F32;
+            desc[k].ndim = t->ndim;
+            desc[k].shape = t->shape;
+            desc[k].data = data;
+            meta[k + 1].key = keys[k];
+            meta[k + 1].value = vals[k];
+        }
+    rc = st_write_file(path, desc, n, meta, n + 1, err, errlen);
+done:
+    free(desc);
+    free(meta);
+    free(names);
+    free(keys);
+    free(vals);
+    return rc;
+}
+
+static int check_param_set(const param_set *ps, int with_optimizer, char *err, size_t errlen) {
+    if (!ps || ps->count < 0 || (ps->count > 0 && (!ps->tensors || !ps->data))) {
+        set_err(err, errlen, "checkpoint: parameter set has no tensors or no data");
+        return -1;
+    }
+    if (with_optimizer && ps->count > 0 && (!ps->exp_avg || !ps->exp_avg_sq)) {
+        set_err(err, errlen, "checkpoint: optimizer state requested but the parameter set has "
+                             "no exp_avg / exp_avg_sq buffers");
+        return -1;
+    }
+    for (int i = 0; i < ps->count; i++) {
+        const param_tensor *t = &ps->tensors[i];
+        size_t numel = 1;
+        int ok = t->ndim >= 0 && t->ndim <= PARAM_MAX_DIMS;
+        for (int d = 0; ok && d < t->ndim; d++) {
+            ok = t->shape[d] >= 0;
+            numel *= (size_t)t->shape[d];
+        }
+        if (!ok || numel != t->numel || t->offset > ps->numel || t->numel > ps->numel - t->offset) {
+            set_err(err, errlen,
+                    "checkpoint: tensor %s: shape, numel %zu or offset %zu inconsistent with the "
+                    "parameter set (%zu floats)",
+                    t->name, t->numel, t->offset, ps->numel);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int hook(const char *stage, char *err, size_t errlen, const char *path) {
+    if (ckpt_test_hook && ckpt_test_hook(stage)) {
+        set_err(err, errlen, "%s: save failed at stage \"%s\" (test hook)", path, stage);
+        return -1;
+    }
+    return 0;
+}
+
+/* Is `name` a leftover of an interrupted save: iter_NNNNNNN.tmp-<pid>, iter_NNNNNNN.old-<pid>,
+ * or the tracker's temporary? */
+static int is_leftover(const char *name) {
+    int digits = 0;
+    if (strncmp(name, "iter_", 5) == 0) {
+        const char *p = name + 5;
+        while (*p >= '0' && *p <= '9') p++, digits++;
+        if (digits == 0) return 0;
+        if (strncmp(p, ".tmp-", 5) != 0 && strncmp(p, ".old-", 5) != 0) return 0;
+        p += 5;
+        if (!*p) return 0;
+        for (; *p; p++)
+            if (*p < '0' || *p > '9') return 0;
+        return 1;
+    }
+    if (strncmp(name, CKPT_TRACKER ".tmp-", strlen(CKPT_TRACKER ".tmp-")) == 0) return 1;
+    return 0;
+}
+
+static void remove_leftovers(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *de;
+    char path[PATH_MAX];
+    while ((de = readdir(d)) != NULL) {
+        if (!is_leftover(de->d_name)) continue;
+        if (snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= (int)sizeof path) continue;
+        rm_rf(path);
+    }
+    closedir(d);
+}
+
+int ckpt_save(const char *dir, const param_set *ps, const ckpt_state *st, int with_optimizer,
+              char *err, size_t errlen) {
+    if (!dir || !st || st->iteration < 0 || st->iteration > 9999999) {
+        set_err(err, errlen, "%s: invalid checkpoint iteration %d", dir ? dir : "(null)",
+                st ? st->iteration : -1);
+        return -1;
+    }
+    if (check_param_set(ps, with_optimizer, err, errlen)) return -1;
+    if (mkdir_p(dir, err, errlen)) return -1;
+
+    long pid = (long)getpid();
+    char final_dir[PATH_MAX], tmp_dir[PATH_MAX], old_dir[PATH_MAX], path[PATH_MAX + 64];
+    char tracker[PATH_MAX], tracker_tmp[PATH_MAX];
+    if (path_join(final_dir, sizeof final_dir, err, errlen, "%s/iter_%07d", dir, st->iteration) ||
+        path_join(tmp_dir, sizeof tmp_dir, err, errlen, "%s.tmp-%ld", final_dir, pid) ||
+        path_join(old_dir, sizeof old_dir, err, errlen, "%s.old-%ld", final_dir, pid) ||
+        path_join(tracker, sizeof tracker, err, errlen, "%s/" CKPT_TRACKER, dir) ||
+        path_join(tracker_tmp, sizeof tracker_tmp, err, errlen, "%s.tmp-%ld", tracker, pid) ||
+        path_join(path, sizeof path, err, errlen, "%s/optimizer.safetensors", tmp_dir))
+        return -1;
+
+    int in_place = 0; /* the new directory is at final_dir */
+    rm_rf(tmp_dir);   /* a leftover of this pid's own earlier failed attempt */
+    if (hook("tmpdir", err, errlen, tmp_dir)) return -1;
+    if (mkdir(tmp_dir, 0755) != 0) {
+        set_err(err, errlen, "%s: cannot create directory: %s", tmp_dir, strerror(errno));
+        return -1;
+    }
+
+    /* model.safetensors */
+    snprintf(path, sizeof path, "%s/model.safetensors", tmp_dir);
+    if (hook("model", err, errlen, path)) goto fail;
+    {
+        const float *bufs[1] = {ps->data};
+        const char *prefixes[1] = {""};
+        if (write_tensor_file(path, ps, bufs, prefixes, 1, err, errlen)) goto fail;
+    }
+    /* optimizer.safetensors */
+    if (with_optimizer) {
+        snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp_dir);
+        if (hook("optimizer", err, errlen, path)) goto fail;
+        const float *bufs[2] = {ps->exp_avg, ps->exp_avg_sq};
+        const char *prefixes[2] = {"optimizer.exp_avg.", "optimizer.exp_avg_sq."};
+        if (write_tensor_file(path, ps, bufs, prefixes, 2, err, errlen)) goto fail;
+    }
+    /* state.json */
+    snprintf(path, sizeof path, "%s/state.json", tmp_dir);
+    if (hook("state", err, errlen, path)) goto fail;
+    {
+        cJSON *root = cJSON_CreateObject();
+        cJSON_AddNumberToObject(root, "iteration", st->iteration);
+        cJSON_AddNumberToObject(root, "consumed_train_samples", (double)st->consumed_train_samples);
+        cJSON_AddNumberToObject(root, "optimizer_step", st->optimizer_step);
+        cJSON_AddItemToObject(root, "args",
+                              st->args ? cJSON_Duplicate(st->args, 1) : cJSON_CreateObject());
+        cJSON_AddNumberToObject(root, "format_version", CKPT_FORMAT_VERSION);
+        char *text = cJSON_Print(root);
+        cJSON_Delete(root);
+        if (!text) {
+            set_err(err, errlen, "%s: out of memory", path);
+            goto fail;
+        }
+        size_t tl = strlen(text);
+        char *withnl = malloc(tl + 2);
+        if (!withnl) {
+            free(text);
+            set_err(err, errlen, "%s: out of memory", path);
+            goto fail;
+        }
+        memcpy(withnl, text, tl);
+        withnl[tl] = '\n';
+        withnl[tl + 1] = 0;
+        free(text);
+        int rc = write_text_file(path, withnl, err, errlen);
+        free(withnl);
+        if (rc) goto fail;
+    }
+    if (fsync_path(tmp_dir) != 0) {
+        set_err(err, errlen, "%s: fsync failed: %s", tmp_dir, strerror(errno));
+        goto fail;
+    }
+
+    /* Into place. */
+    if (hook("rename", err, errlen, final_dir)) goto fail;
+    struct stat sb;
+    if (lstat(final_dir, &sb) != 0) {
+        if (rename(tmp_dir, final_dir) != 0) {
+            set_err(err, errlen, "%s: rename to %s failed: %s", tmp_dir, final_dir, strerror(errno));
+            goto fail;
+        }
+        in_place = 1;
+    } else if (!(ckpt_test_hook && ckpt_test_hook("exchange")) &&
+               renameat2(AT_FDCWD, tmp_dir, AT_FDCWD, final_dir, RENAME_EXCHANGE) == 0) {
+        in_place = 1; /* tmp_dir now holds the old checkpoint */
+        if (fsync_path(dir) != 0) {
+            set_err(err, errlen, "%s: fsync failed: %s", dir, strerror(errno));
+            goto fail;
+        }
+        rm_rf(tmp_dir);
+    } else {
+        /* No atomic exchange here: move the old one away first. */
+        rm_rf(old_dir);
+        if (rename(final_dir, old_dir) != 0) {
+            set_err(err, errlen, "%s: rename to %s failed: %s", final_dir, old_dir, strerror(errno));
+            goto fail;
+        }
+        if (rename(tmp_dir, final_dir) != 0) {
+            set_err(err, errlen, "%s: rename to %s failed: %s", tmp_dir, final_dir, strerror(errno));
+            rename(old_dir, final_dir); /* put the old one back */
+            goto fail;
+        }
+        in_place = 1;
+        if (fsync_path(dir) != 0) {
+            set_err(err, errlen, "%s: fsync failed: %s", dir, strerror(errno));
+            goto fail;
+        }
+        rm_rf(old_dir);
+    }
+    if (fsync_path(dir) != 0) {
+        set_err(err, errlen, "%s: fsync failed: %s", dir, strerror(errno));
+        goto fail;
+    }
+
+    /* Tracker. */
+    if (hook("tracker", err, errlen, tracker)) goto fail;
+    {
+        char text[32];
+        snprintf(text, sizeof text, "%d", st->iteration); /* as Megatron: no newline */
+        if (write_text_file(tracker_tmp, text, err, errlen)) goto fail;
+        if (rename(tracker_tmp, tracker) != 0) {
+            set_err(err, errlen, "%s: rename to %s failed: %s", tracker_tmp, tracker,
+                    strerror(errno));
+            goto fail;
+        }
+        if (fsync_path(dir) != 0) {
+            set_err(err, errlen, "%s: fsync failed: %s", dir, strerror(errno));
+            return -1; /* the tracker is renamed; only durability is in doubt */
+        }
+    }
+    remove_leftovers(dir);
+    return 0;
+
+fail:
+    /* The tracker is untouched. A new directory already in place stays (complete but not
+     * "latest"); otherwise its temporary is removed. */
+    if (!in_place) rm_rf(tmp_dir);
+    unlink(tracker_tmp);
+    return -1;
+}
+
+int ckpt_read_latest(const char *dir, int *iteration, char *err, size_t errlen) {
+    char path[PATH_MAX];
+    if (path_join(path, sizeof path, err, errlen, "%s/" CKPT_TRACKER, dir)) return -1;
+    FILE *fp = fopen(path, "rb");
+    if (!fp) {
+        if (errno == ENOENT || errno == ENOTDIR) return 1;
+        set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    char buf[64];
+    size_t n = fread(buf, 1, sizeof buf - 1, fp);
+    int too_long = !feof(fp) && fgetc(fp) != EOF;
+    fclose(fp);
+    buf[n] = 0;
+    char *s = buf;
+    while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r') s++;
+    char *e = s + strlen(s);
+    while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r')) *--e = 0;
+    long long v = 0;
+    int ok = !too_long && *s;
+    for (char *p = s; ok && *p; p++) {
+        if (*p < '0' || *p > '9') ok = 0;
+        else if ((v = v * 10 + (*p - '0')) > INT_MAX) ok = 0;
+    }
+    if (ok && memchr(buf, 0, n)) ok = 0; /* embedded NUL */
+    if (!ok) {
+        char shown[40];
+        size_t k = 0;
+        for (const char *p = s; *p && k < 24; p++) shown[k++] = (*p >= 0x20 && *p < 0x7f) ? *p : '?';
+        shown[k] = 0;
+        set_err(err, errlen, "%s: expected an iteration number, found \"%s%s\"%s", path, shown,
+                too_long || strlen(s) > 24 ? "..." : "",
+                strcmp(s, "release") == 0 ? " (Megatron release checkpoints are not supported)"
+                                          : "");
+        return -1;
+    }
+    *iteration = (int)v;
+    return 0;
+}
+
+/* A non-negative JSON integer below 2^53. */
+static int json_uint(const cJSON *v, uint64_t *out) {
+    if (!cJSON_IsNumber(v)) return -1;
+    double d = v->valuedouble;
+    if (!(d >= 0) || d >= 9007199254740992.0 || d != (double)(uint64_t)d) return -1;
+    *out = (uint64_t)d;
+    return 0;
+}
+
+void ckpt_state_free(ckpt_state *st) {
+    if (!st) return;
+    cJSON_Delete(st->args);
+    st->args = NULL;
+}
+
+int ckpt_load_state(const char *dir, int iteration, ckpt_state *st, char *err, size_t errlen) {
+    memset(st, 0, sizeof *st);
+    char path[PATH_MAX];
+    if (path_join(path, sizeof path, err, errlen, "%s/iter_%07d/state.json", dir, iteration))
+        return -1;
+    FILE *fp = fopen(path, "rb");
+    if (!fp) {
+        set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    size_t cap = 4096, n = 0;
+    char *text = malloc(cap);
+    while (text) {
+        n += fread(text + n, 1, cap - n - 1, fp);
+        if (n < cap - 1) break;
+        char *t = realloc(text, cap *= 2);
+        if (!t) free(text);
+        text = t;
+    }
+    int rerr = ferror(fp);
+    fclose(fp);
+    if (!text || rerr) {
+        free(text);
+        set_err(err, errlen, "%s: read failed", path);
+        return -1;
+    }
+    text[n] = 0;
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, n, &end, 0);
+    if (!root) {
+        const char *at = cJSON_GetErrorPtr();
+        size_t pos = (at && at >= text && at <= text + n) ? (size_t)(at - text) : 0;
+        set_err(err, errlen, "%s: offset %zu: expected valid JSON", path, pos);
+        free(text);
+        return -1;
+    }
+    free(text);
+    int rc = -1;
+    uint64_t it, samples, step, ver;
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(root, "args");
+    if (!cJSON_IsObject(root)) {
+        set_err(err, errlen, "%s: expected a JSON object", path);
+    } else if (json_uint(cJSON_GetObjectItemCaseSensitive(root, "format_version"), &ver)) {
+        set_err(err, errlen, "%s: expected an integer \"format_version\"", path);
+    } else if (ver != CKPT_FORMAT_VERSION) {
+        set_err(err, errlen, "%s: format_version %llu is not supported (this build reads %d)",
+                path, (unsigned long long)ver, CKPT_FORMAT_VERSION);
+    } else if (json_uint(cJSON_GetObjectItemCaseSensitive(root, "iteration"), &it) ||
+               it > INT_MAX) {
+        set_err(err, errlen, "%s: expected a non-negative integer \"iteration\"", path);
+    } else if ((int)it != iteration) {
+        set_err(err, errlen, "%s: \"iteration\" is %llu, but the directory is iter_%07d", path,
+                (unsigned long long)it, iteration);
+    } else if (json_uint(cJSON_GetObjectItemCaseSensitive(root, "consumed_train_samples"),
+                         &samples)) {
+        set_err(err, errlen, "%s: expected a non-negative integer \"consumed_train_samples\"",
+                path);
+    } else if (json_uint(cJSON_GetObjectItemCaseSensitive(root, "optimizer_step"), &step) ||
+               step > INT_MAX) {
+        set_err(err, errlen, "%s: expected a non-negative integer \"optimizer_step\"", path);
+    } else if (args && !cJSON_IsObject(args) && !cJSON_IsNull(args)) {
+        set_err(err, errlen, "%s: expected \"args\" to be an object", path);
+    } else {
+        st->iteration = (int)it;
+        st->consumed_train_samples = samples;
+        st->optimizer_step = (int)step;
+        st->args = cJSON_IsObject(args) ? cJSON_DetachItemFromObjectCaseSensitive(root, "args")
+                                        : NULL;
+        rc = 0;
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* Checks that file f holds `name` as a float tensor of t's shape with a matching crc32. */
+static int check_tensor(const st_file *f, const char *name, const param_tensor *t,
+                        const st_entry **out, char *err, size_t errlen) {
+    char ms[128], fs[128];
+    shape_str(ms, sizeof ms, t->ndim, t->shape);
+    const st_entry *e = st_find(f, name);
+    if (!e) {
+        set_err(err, errlen, "%s: tensor %s: missing (the model has shape %s)", f->path, name, ms);
+        return -1;
+    }
+    shape_str(fs, sizeof fs, e->ndim, e->shape);
+    int same = e->ndim == t->ndim && e->numel == t->numel;
+    for (int d = 0; same && d < t->ndim; d++) same = e->shape[d] == t->shape[d];
+    if (!same) {
+        set_err(err, errlen, "%s: tensor %s: shape %s in the checkpoint, %s in the model",
+                f->path, name, fs, ms);
+        return -1;
+    }
+    if (e->dtype != ST_F32 && e->dtype != ST_F16 && e->dtype != ST_BF16) {
+        set_err(err, errlen, "%s: tensor %s: dtype %s, expected F32 (or F16, BF16)", f->path, name,
+                st_dtype_name(e->dtype));
+        return -1;
+    }
+    char key[PARAM_NAME_MAX + 64];
+    snprintf(key, sizeof key, "crc32.%s", name);
+    const char *want = st_metadata(f, key);
+    if (want) {
+        char *endp = NULL;
+        unsigned long w = strtoul(want, &endp, 16);
+        if (strlen(want) != 8 || !endp || *endp || w > 0xffffffffUL) {
+            set_err(err, errlen, "%s: tensor %s: malformed crc32 \"%s\" in __metadata__",
+                    f->path, name, want);
+            return -1;
+        }
+        uint32_t got = crc32_bytes(e->data, (size_t)(e->end - e->begin));
+        if (got != (uint32_t)w) {
+            set_err(err, errlen,
+                    "%s: tensor %s: crc32 mismatch: __metadata__ says %s, the data gives %08x "
+                    "(the file is corrupted)",
+                    f->path, name, want, got);
+            return -1;
+        }
+    }
+    *out = e;
+    return 0;
+}
+
+int ckpt_load_tensors(const char *dir, int iteration, param_set *ps, int with_optimizer,
+                      char *err, size_t errlen) {
+    if (check_param_set(ps, with_optimizer, err, errlen)) return -1;
+    char mpath[PATH_MAX], opath[PATH_MAX];
+    if (path_join(mpath, sizeof mpath, err, errlen, "%s/iter_%07d/model.safetensors", dir,
+                  iteration) ||
+        path_join(opath, sizeof opath, err, errlen, "%s/iter_%07d/optimizer.safetensors", dir,
+                  iteration))
+        return -1;
+    int n = ps->count;
+    st_file mf, of;
+    memset(&of, 0, sizeof of);
+    const st_entry **ents = calloc((size_t)3 * (size_t)n + 1, sizeof *ents);
+    if (!ents) {
+        set_err(err, errlen, "%s: out of memory", mpath);
+        return -1;
+    }
+    if (st_open(mpath, &mf, err, errlen)) {
+        free(ents);
+        return -1;
+    }
+    int rc = -1;
+    if (with_optimizer) {
+        if (access(opath, F_OK) != 0 && errno == ENOENT) {
+            set_err(err, errlen, "%s: missing: the checkpoint was saved without optimizer state",
+                    opath);
+            goto done;
+        }
+        if (st_open(opath, &of, err, errlen)) goto done;
+    }
+    /* Validate everything (presence, shapes, checksums) before touching ps. */
+    for (int i = 0; i < n; i++) {
+        const param_tensor *t = &ps->tensors[i];
+        if (check_tensor(&mf, t->name, t, &ents[i], err, errlen)) goto done;
+        if (with_optimizer) {
+            char name[PARAM_NAME_MAX + 32];
+            snprintf(name, sizeof name, "optimizer.exp_avg.%s", t->name);
+            if (check_tensor(&of, name, t, &ents[n + i], err, errlen)) goto done;
+            snprintf(name, sizeof name, "optimizer.exp_avg_sq.%s", t->name);
+            if (check_tensor(&of, name, t, &ents[2 * n + i], err, errlen)) goto done;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        const param_tensor *t = &ps->tensors[i];
+        if (st_read_f32(&mf, ents[i], ps->data + t->offset, err, errlen)) goto done;
+        if (with_optimizer &&
+            (st_read_f32(&of, ents[n + i], ps->exp_avg + t->offset, err, errlen) ||
+             st_read_f32(&of, ents[2 * n + i], ps->exp_avg_sq + t->offset, err, errlen)))
+            goto done;
+    }
+    rc = 0;
+done:
+    st_close(&mf);
+    st_close(&of);
+    free(ents);
+    return rc;
+}

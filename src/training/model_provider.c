@@ -1,0 +1,44 @@
+#include "training/model_provider.h"
+
+#include <string.h>
+
+transformer_config model_config_from_args(const megadlm_args *a) {
+    transformer_config c;
+    memset(&c, 0, sizeof(c));
+    c.num_layers = a->num_layers;
+    c.hidden_size = a->hidden_size;
+    c.ffn_hidden_size = a->ffn_hidden_size;
+    c.num_attention_heads = a->num_attention_heads;
+    c.num_query_groups = a->num_query_groups;
+    c.kv_channels = a->kv_channels;
+    c.seq_length = a->seq_length;
+    c.max_position_embeddings = a->max_position_embeddings;
+    c.padded_vocab_size = a->padded_vocab_size;
+    c.normalization = strcmp(a->normalization, "RMSNorm") == 0 ? NORM_RMSNORM : NORM_LAYERNORM;
+    c.norm_epsilon = a->norm_epsilon;
+    c.qk_layernorm = a->qk_layernorm;
+    c.swiglu = a->swiglu;
+    /* Megatron-core: the fused bias-GELU (tanh approximation) when bias_gelu_fusion holds,
+     * --openai-gelu is the tanh form too; otherwise torch's exact erf GELU. */
+    c.gelu = (a->openai_gelu || a->bias_gelu_fusion) ? GELU_TANH : GELU_ERF;
+    c.add_bias_linear = a->add_bias_linear;
+    c.rope = strcmp(a->position_embedding_type, "rope") == 0;
+    c.rotary_base = a->rotary_base;
+    c.rot_dim = (int)(a->kv_channels * a->rotary_percent);
+    c.untie_embeddings_and_output_weights = a->untie_embeddings_and_output_weights;
+    c.init_method_std = a->init_method_std;
+    c.hidden_dropout = a->hidden_dropout;
+    c.attention_dropout = a->attention_dropout;
+    c.causal = 1;
+    return c;
+}
+
+double model_flops_per_iteration(const megadlm_args *a, int64_t batch_size) {
+    double h = a->hidden_size, s = a->seq_length, L = a->num_layers;
+    double heads = a->num_attention_heads, groups = a->num_query_groups;
+    double q_ratio = (double)a->kv_channels * heads / h;
+    double gated = a->swiglu ? 1.5 : 1.0;
+    return 12.0 * (double)batch_size * s * L * h * h *
+           ((1.0 + groups / heads + s / h) * q_ratio + (a->ffn_hidden_size / h) * gated +
+            a->padded_vocab_size / (2.0 * L * h));
+}

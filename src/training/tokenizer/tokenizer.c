@@ -1,0 +1,158 @@
+/* ByteLevel and NullTokenizer (see tokenizer.h). */
+#include "training/tokenizer/tokenizer.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { TOK_BYTELEVEL = 0, TOK_NULL = 1 };
+
+struct tokenizer {
+    int kind;
+    int vocab_size; /* including eod */
+    int eod;
+};
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || errlen == 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+tokenizer *tokenizer_create(const char *type, int vocab_size, char *err, size_t errlen) {
+    int kind;
+    if (type && strcmp(type, "ByteLevel") == 0) {
+        kind = TOK_BYTELEVEL;
+    } else if (type && strcmp(type, "NullTokenizer") == 0) {
+        kind = TOK_NULL;
+        if (vocab_size <= 0) {
+            seterr(err, errlen,
+                   "--vocab-size: NullTokenizer needs a vocabulary size V > 0 (ids 0..V-1, "
+                   "end-of-document V), found %d",
+                   vocab_size);
+            return NULL;
+        }
+    } else {
+        seterr(err, errlen, "--tokenizer-type: expected ByteLevel or NullTokenizer, found '%s'",
+               type ? type : "");
+        return NULL;
+    }
+    tokenizer *t = calloc(1, sizeof *t);
+    if (!t) {
+        seterr(err, errlen, "out of memory");
+        return NULL;
+    }
+    t->kind = kind;
+    if (kind == TOK_BYTELEVEL) {
+        t->vocab_size = 257;
+        t->eod = 256;
+    } else {
+        t->vocab_size = vocab_size + 1;
+        t->eod = vocab_size;
+    }
+    return t;
+}
+
+void tokenizer_free(tokenizer *tok) { free(tok); }
+
+const char *tokenizer_type(const tokenizer *tok) {
+    return tok->kind == TOK_BYTELEVEL ? "ByteLevel" : "NullTokenizer";
+}
+int tokenizer_vocab_size(const tokenizer *tok) { return tok->vocab_size; }
+int tokenizer_eod(const tokenizer *tok) { return tok->eod; }
+
+int tokenizer_encode(const tokenizer *tok, const char *text, size_t len, int32_t **ids,
+                     size_t *n, char *err, size_t errlen) {
+    *ids = NULL;
+    *n = 0;
+    if (tok->kind == TOK_BYTELEVEL) {
+        int32_t *out = malloc((len ? len : 1) * sizeof(int32_t));
+        if (!out) {
+            seterr(err, errlen, "out of memory encoding %zu bytes", len);
+            return -1;
+        }
+        for (size_t i = 0; i < len; i++) out[i] = (unsigned char)text[i];
+        *ids = out;
+        *n = len;
+        return 0;
+    }
+    /* NullTokenizer: whitespace-separated decimal ids in [0, V) */
+    size_t cap = 16, cnt = 0;
+    int32_t *out = malloc(cap * sizeof(int32_t));
+    if (!out) {
+        seterr(err, errlen, "out of memory");
+        return -1;
+    }
+    size_t i = 0;
+    while (i < len) {
+        while (i < len && isspace((unsigned char)text[i])) i++;
+        if (i >= len) break;
+        size_t start = i;
+        while (i < len && !isspace((unsigned char)text[i])) i++;
+        size_t tl = i - start;
+        char buf[32];
+        int ok = tl > 0 && tl < sizeof buf;
+        long v = 0;
+        if (ok) {
+            memcpy(buf, text + start, tl);
+            buf[tl] = 0;
+            char *e;
+            errno = 0;
+            v = strtol(buf, &e, 10);
+            ok = *e == 0 && errno == 0 && (isdigit((unsigned char)buf[0]) ||
+                                           ((buf[0] == '-' || buf[0] == '+') && tl > 1));
+        }
+        if (!ok) {
+            seterr(err, errlen, "token '%.*s' at byte %zu is not an integer",
+                   (int)(tl > 40 ? 40 : tl), text + start, start);
+            free(out);
+            return -1;
+        }
+        if (v < 0 || v >= tok->eod) {
+            seterr(err, errlen, "token '%.*s' at byte %zu is outside [0, %d) (--vocab-size %d)",
+                   (int)tl, text + start, start, tok->eod, tok->eod);
+            free(out);
+            return -1;
+        }
+        if (cnt == cap) {
+            cap *= 2;
+            int32_t *q = realloc(out, cap * sizeof(int32_t));
+            if (!q) {
+                free(out);
+                seterr(err, errlen, "out of memory");
+                return -1;
+            }
+            out = q;
+        }
+        out[cnt++] = (int32_t)v;
+    }
+    *ids = out;
+    *n = cnt;
+    return 0;
+}
+
+char *tokenizer_decode(const tokenizer *tok, const int32_t *ids, size_t n) {
+    if (tok->kind == TOK_BYTELEVEL) {
+        char *s = malloc(n + 1);
+        if (!s) return NULL;
+        size_t o = 0;
+        for (size_t i = 0; i < n; i++)
+            if (ids[i] >= 0 && ids[i] < 256) s[o++] = (char)ids[i];
+        s[o] = 0;
+        return s;
+    }
+    size_t cap = n * 12 + 1, o = 0;
+    char *s = malloc(cap);
+    if (!s) return NULL;
+    s[0] = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] == tok->eod) continue;
+        o += (size_t)snprintf(s + o, cap - o, o ? " %d" : "%d", (int)ids[i]);
+    }
+    return s;
+}

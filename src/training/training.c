@@ -1,0 +1,365 @@
+#include "training/training.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/datasets/gpt_data.h"
+#include "core/models/gpt_model.h"
+#include "core/optimizer/optimizer.h"
+#include "core/tensor/memory.h"
+#include "tools/tools.h"
+#include "training/checkpointing.h"
+#include "training/model_provider.h"
+#include "training/tokenizer/tokenizer.h"
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Everything one training job holds. */
+typedef struct {
+    megadlm_args *a;
+    tokenizer *tok;
+    gpt_model *model;
+    gpt_data *data;
+    optimizer_config oc;
+    lr_scheduler sched;
+    int num_microbatches;
+    int iteration;
+    uint64_t consumed_train_samples;
+    int32_t *sample;   /* [seq_length + 1] */
+    int32_t *tokens;   /* [micro_batch_size * seq_length] */
+    int32_t *labels;
+    float *loss_mask;
+} trainer;
+
+/* Fills the micro-batch whose first sample is global sample `first` of `split`:
+ * tokens = sample[:-1], labels = sample[1:], loss mask 1 (0 on eod tokens with --eod-mask-loss,
+ * as Megatron's get_ltor_masks_and_position_ids). */
+static void get_batch(trainer *tr, int split, uint64_t first) {
+    const megadlm_args *a = tr->a;
+    int T = a->seq_length, eod = tokenizer_eod(tr->tok);
+    for (int b = 0; b < a->micro_batch_size; b++) {
+        gpt_data_get(tr->data, split, first + b, tr->sample);
+        for (int t = 0; t < T; t++) {
+            int i = b * T + t;
+            tr->tokens[i] = tr->sample[t];
+            tr->labels[i] = tr->sample[t + 1];
+            tr->loss_mask[i] = (a->eod_mask_loss && tr->sample[t] == eod) ? 0.0f : 1.0f;
+        }
+    }
+}
+
+/* One iteration: gradient accumulation over the micro-batches, clipping, AdamW.
+ * Megatron's loss: the mean over micro-batches of each micro-batch's token-averaged loss. */
+static void train_step(trainer *tr, float *loss_out, float *grad_norm_out, float *lr_out) {
+    megadlm_args *a = tr->a;
+    param_set *ps = &tr->model->params;
+    memset(ps->grad, 0, ps->numel * sizeof(float));
+    double loss_sum = 0.0;
+    for (int mb = 0; mb < tr->num_microbatches; mb++) {
+        get_batch(tr, SPLIT_TRAIN,
+                  tr->consumed_train_samples + (uint64_t)mb * a->micro_batch_size);
+        gpt_step step = {.seed = a->seed, .iteration = (uint32_t)tr->iteration,
+                         .microbatch = (uint32_t)mb, .training = 1};
+        float loss = gpt_model_forward(tr->model, tr->tokens, tr->labels, tr->loss_mask,
+                                       a->micro_batch_size, a->seq_length, step);
+        gpt_model_backward(tr->model, 1.0f / tr->num_microbatches);
+        loss_sum += loss;
+    }
+    float norm = optimizer_grad_norm(ps);
+    optimizer_clip_grads(ps, norm, a->clip_grad);
+    /* Megatron's scheduler counts samples; the step about to be taken uses the lr of the
+     * samples consumed so far. */
+    float lr = (float)lr_scheduler_get(&tr->sched, (int64_t)tr->consumed_train_samples);
+    optimizer_step(ps, &tr->oc, lr, tr->iteration + 1);
+    *loss_out = (float)(loss_sum / tr->num_microbatches);
+    *grad_norm_out = norm;
+    *lr_out = lr;
+}
+
+/* Mean loss over eval_iters global batches of `split`, starting at sample `first`. */
+static float evaluate(trainer *tr, int split, uint64_t first) {
+    megadlm_args *a = tr->a;
+    double sum = 0.0;
+    int count = 0;
+    for (int it = 0; it < a->eval_iters; it++) {
+        for (int mb = 0; mb < tr->num_microbatches; mb++) {
+            get_batch(tr, split, first);
+            first += a->micro_batch_size;
+            gpt_step step = {.seed = a->seed, .iteration = 0, .microbatch = 0, .training = 0};
+            sum += gpt_model_forward(tr->model, tr->tokens, tr->labels, tr->loss_mask,
+                                     a->micro_batch_size, a->seq_length, step);
+            count++;
+        }
+    }
+    return count ? (float)(sum / count) : 0.0f;
+}
+
+static void print_eval(const char *what, int iteration, float loss) {
+    char line[256];
+    int n = snprintf(line, sizeof(line),
+                     " %s loss at iteration %d | lm loss value: %.6E | lm loss PPL: %.6E | ", what,
+                     iteration, loss, exp(fmin(loss, 20.0)));
+    char dashes[256];
+    memset(dashes, '-', n + 1);
+    dashes[n + 1] = '\0';
+    printf("%s\n%s\n%s\n", dashes, line, dashes);
+    fflush(stdout);
+}
+
+static int save(trainer *tr) {
+    megadlm_args *a = tr->a;
+    char err[1024];
+    ckpt_state st = {.iteration = tr->iteration,
+                     .consumed_train_samples = tr->consumed_train_samples,
+                     .optimizer_step = tr->iteration,
+                     .args = args_to_json(a)};
+    double t0 = now_seconds();
+    int rc = ckpt_save(a->save, &tr->model->params, &st, 1, err, sizeof(err));
+    cJSON_Delete(st.args);
+    if (rc != 0) {
+        fprintf(stderr, "error: saving checkpoint: %s\n", err);
+        return -1;
+    }
+    printf("  successfully saved checkpoint from iteration %7d to %s [ t %.1f ms ]\n",
+           tr->iteration, a->save, (now_seconds() - t0) * 1000.0);
+    fflush(stdout);
+    return 0;
+}
+
+/* The model flags a checkpoint fixes: resuming with different values is refused. */
+static const char *const k_model_flags[] = {
+    "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "kv_channels",
+    "num_query_groups", "max_position_embeddings", "position_embedding_type", "normalization",
+    "qk_layernorm", "swiglu", "add_bias_linear", "untie_embeddings_and_output_weights",
+    "padded_vocab_size", NULL};
+
+static int check_checkpoint_args(const megadlm_args *a, const cJSON *saved, const char *dir,
+                                 char *err, size_t errlen) {
+    cJSON *now = args_to_json(a);
+    int rc = 0;
+    for (int i = 0; k_model_flags[i]; i++) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(now, k_model_flags[i]);
+        const cJSON *y = cJSON_GetObjectItemCaseSensitive(saved, k_model_flags[i]);
+        if (!x || !y || cJSON_Compare(x, y, 1)) continue;
+        char *xs = cJSON_PrintUnformatted(x), *ys = cJSON_PrintUnformatted(y);
+        snprintf(err, errlen, "--load %s: the checkpoint was saved with %s = %s, this run has %s",
+                 dir, k_model_flags[i], ys, xs);
+        free(xs);
+        free(ys);
+        rc = -1;
+        break;
+    }
+    cJSON_Delete(now);
+    return rc;
+}
+
+/* Loads the latest checkpoint of --load if there is one. 0 ok (or nothing to load), -1 error. */
+static int load(trainer *tr) {
+    megadlm_args *a = tr->a;
+    char err[1024];
+    int it;
+    int rc = ckpt_read_latest(a->load, &it, err, sizeof(err));
+    if (rc == 1) {
+        printf(" WARNING: could not find the metadata file %s/latest_checkpointed_iteration.txt\n"
+               "    will not load any checkpoints and will start from random\n",
+               a->load);
+        return 0;
+    }
+    ckpt_state st = {0};
+    if (rc < 0 || ckpt_load_state(a->load, it, &st, err, sizeof(err)) != 0 ||
+        check_checkpoint_args(a, st.args, a->load, err, sizeof(err)) != 0 ||
+        ckpt_load_tensors(a->load, it, &tr->model->params, 1, err, sizeof(err)) != 0) {
+        fprintf(stderr, "error: loading checkpoint: %s\n", err);
+        ckpt_state_free(&st);
+        return -1;
+    }
+    tr->iteration = st.iteration;
+    tr->consumed_train_samples = st.consumed_train_samples;
+    ckpt_state_free(&st);
+    printf("  successfully loaded checkpoint from %s [ t 0/1, p 0/1 ] at iteration %d\n", a->load,
+           tr->iteration);
+    return 0;
+}
+
+static void setup_optimizer(trainer *tr) {
+    megadlm_args *a = tr->a;
+    tr->oc = (optimizer_config){.beta1 = a->adam_beta1, .beta2 = a->adam_beta2,
+                                .eps = a->adam_eps, .weight_decay = a->weight_decay,
+                                .clip_grad = a->clip_grad};
+    int64_t gbs = a->global_batch_size;
+    int64_t warmup_iters = a->lr_warmup_fraction >= 0.0f
+                               ? (int64_t)(a->lr_warmup_fraction * a->lr_decay_iters)
+                               : a->lr_warmup_iters;
+    tr->sched = (lr_scheduler){.max_lr = a->lr, .min_lr = a->min_lr, .init_lr = 0.0,
+                               .warmup_steps = warmup_iters * gbs,
+                               .decay_steps = (int64_t)a->lr_decay_iters * gbs,
+                               .wsd_decay_steps = (int64_t)a->lr_wsd_decay_iters * gbs,
+                               .style = lr_decay_style_parse(a->lr_decay_style),
+                               .wsd_style = lr_wsd_style_parse(a->lr_wsd_decay_style)};
+}
+
+/* Megatron's num samples per split: train = iters x gbs; valid = (iters / eval_interval + 1)
+ * x eval_iters x gbs; test = eval_iters x gbs. */
+static int build_data(trainer *tr) {
+    megadlm_args *a = tr->a;
+    uint64_t gbs = a->global_batch_size;
+    gpt_data_config dc = {
+        .mock = a->mock_data,
+        .num_paths = a->num_data_paths,
+        .data_paths = (const char **)a->data_paths,
+        .weights = a->data_weighted ? a->data_weights : NULL,
+        .split = a->split,
+        .seq_length = a->seq_length,
+        .seed = a->seed,
+        .vocab_size = tokenizer_vocab_size(tr->tok),
+        .eod = tokenizer_eod(tr->tok),
+        .num_samples = {(uint64_t)a->train_iters * gbs,
+                        (uint64_t)(a->train_iters / a->eval_interval + 1) * a->eval_iters * gbs,
+                        (uint64_t)a->eval_iters * gbs},
+    };
+    printf("> building train, validation, and test datasets ...\n");
+    char err[1024];
+    tr->data = gpt_data_build(&dc, err, sizeof(err));
+    if (!tr->data) {
+        fprintf(stderr, "error: %s\n", err);
+        return -1;
+    }
+    printf(" > datasets target sizes (minimum size):\n    train:      %llu\n"
+           "    validation: %llu\n    test:       %llu\n",
+           (unsigned long long)dc.num_samples[0], (unsigned long long)dc.num_samples[1],
+           (unsigned long long)dc.num_samples[2]);
+    if (gpt_data_num_samples(tr->data, SPLIT_TRAIN) == 0) {
+        fprintf(stderr, "error: --split %s leaves no training samples\n", a->split);
+        return -1;
+    }
+    return 0;
+}
+
+static void training_log(trainer *tr, double elapsed_s, int iters, double loss_sum,
+                         float lr, float grad_norm) {
+    megadlm_args *a = tr->a;
+    double per_iter = elapsed_s / iters;
+    double tflops = model_flops_per_iteration(a, a->global_batch_size) /
+                    (per_iter * 1e12 * a->world_size);
+    printf(" iteration %8d/%8d | consumed samples: %12llu | elapsed time per iteration (ms): "
+           "%.1f | throughput per GPU (TFLOP/s/GPU): %.3f | learning rate: %.6E | global batch "
+           "size: %5d | lm loss: %.6E | loss scale: 1.0 | grad norm: %.3f | number of skipped "
+           "iterations: %3d | number of nan iterations: %3d |\n",
+           tr->iteration, a->train_iters, (unsigned long long)tr->consumed_train_samples,
+           per_iter * 1000.0, tflops, lr, a->global_batch_size, loss_sum / iters, grad_norm, 0,
+           0);
+    fflush(stdout);
+}
+
+int pretrain(megadlm_args *a) {
+    trainer tr = {.a = a};
+    char err[1024];
+    int status = 1;
+    tr.tok = tokenizer_create(a->tokenizer_type, a->vocab_size, err, sizeof(err));
+    if (!tr.tok) {
+        fprintf(stderr, "error: %s\n", err);
+        return 1;
+    }
+    args_print(a, stdout);
+    transformer_config cfg = model_config_from_args(a);
+    printf("building GPT model ...\n");
+    tr.model = gpt_model_create(&cfg, a->micro_batch_size, 1);
+    printf(" > number of parameters on (tensor, pipeline) model parallel rank (0, 0): %zu\n",
+           tr.model->params.numel);
+    gpt_model_init_params(tr.model, a->seed);
+    if (a->load[0] && load(&tr) != 0) goto done;
+    if (build_data(&tr) != 0) goto done;
+    setup_optimizer(&tr);
+    tr.num_microbatches = a->global_batch_size / (a->micro_batch_size * a->data_parallel_size);
+    size_t N = (size_t)a->micro_batch_size * a->seq_length;
+    tr.sample = mem_alloc(MEM_OTHER, (a->seq_length + 1) * sizeof(int32_t), "sample");
+    tr.tokens = mem_alloc(MEM_OTHER, N * sizeof(int32_t), "batch tokens");
+    tr.labels = mem_alloc(MEM_OTHER, N * sizeof(int32_t), "batch labels");
+    tr.loss_mask = mem_alloc_floats(MEM_OTHER, N, "batch loss mask");
+
+    printf("training ...\n");
+    fflush(stdout);
+    double t_log = now_seconds(), loss_acc = 0.0;
+    int iters_acc = 0, saved_at = -1, memory_reported = 0;
+    while (tr.iteration < a->train_iters) {
+        float loss, norm, lr;
+        train_step(&tr, &loss, &norm, &lr);
+        (void)lr;
+        tr.iteration++;
+        tr.consumed_train_samples += a->global_batch_size;
+        loss_acc += loss;
+        iters_acc++;
+        if (!isfinite(loss)) {
+            fprintf(stderr, "error: lm loss is %f at iteration %d\n", loss, tr.iteration);
+            goto done;
+        }
+        if (a->log_memory && !memory_reported) { /* after the first iteration of this run */
+            mem_report(stdout, 0);
+            memory_reported = 1;
+        }
+        if (tr.iteration % a->log_interval == 0) {
+            /* Megatron logs the learning rate the next step will use. */
+            float next_lr =
+                (float)lr_scheduler_get(&tr.sched, (int64_t)tr.consumed_train_samples);
+            training_log(&tr, now_seconds() - t_log, iters_acc, loss_acc, next_lr, norm);
+            t_log = now_seconds();
+            loss_acc = 0.0;
+            iters_acc = 0;
+        }
+        if (a->eval_iters > 0 && tr.iteration % a->eval_interval == 0 &&
+            gpt_data_num_samples(tr.data, SPLIT_VALID) > 0) {
+            uint64_t first = (uint64_t)(tr.iteration / a->eval_interval - 1) * a->eval_iters *
+                             a->global_batch_size;
+            print_eval("validation", tr.iteration, evaluate(&tr, SPLIT_VALID, first));
+            t_log = now_seconds(); /* evaluation time is not training time */
+        }
+        if (a->save[0] && a->save_interval > 0 && tr.iteration % a->save_interval == 0) {
+            if (save(&tr) != 0) goto done;
+            saved_at = tr.iteration;
+            t_log = now_seconds();
+        }
+    }
+    if (a->save[0] && saved_at != tr.iteration && save(&tr) != 0) goto done;
+    if (a->eval_iters > 0) {
+        if (gpt_data_num_samples(tr.data, SPLIT_VALID) > 0)
+            print_eval("validation", tr.iteration,
+                       evaluate(&tr, SPLIT_VALID,
+                                (uint64_t)(tr.iteration / a->eval_interval) * a->eval_iters *
+                                    a->global_batch_size));
+        if (gpt_data_num_samples(tr.data, SPLIT_TEST) > 0)
+            print_eval("test", tr.iteration, evaluate(&tr, SPLIT_TEST, 0));
+    }
+    status = 0;
+done:
+    mem_free(tr.sample);
+    mem_free(tr.tokens);
+    mem_free(tr.labels);
+    mem_free(tr.loss_mask);
+    gpt_data_free(tr.data);
+    gpt_model_free(tr.model);
+    tokenizer_free(tr.tok);
+    return status;
+}
+
+int train_main(int argc, char **argv) {
+    megadlm_args a;
+    args_defaults(&a);
+    char err[1024];
+    int rc = args_parse(&a, argc, argv, err, sizeof(err));
+    if (rc == 1) return 0;
+    if (rc < 0 || args_validate(&a, err, sizeof(err)) != 0) {
+        fprintf(stderr, "error: %s\n", err);
+        args_free(&a);
+        return 2;
+    }
+    int status = pretrain(&a);
+    args_free(&a);
+    return status;
+}
