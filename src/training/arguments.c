@@ -709,7 +709,8 @@ int args_validate(megadlm_args *a, char *err, size_t errlen) {
     if (a->pipeline_model_parallel_size != 1)
         return fail(err, errlen, "--pipeline-model-parallel-size %d: not supported yet (%s)",
                     a->pipeline_model_parallel_size, later_reason("pipeline-model-parallel-size"));
-    if (a->world_size <= 0) a->world_size = 1;
+    if (a->world_size < 0) return fail(err, errlen, "world size %d must be positive", a->world_size);
+    if (a->world_size == 0) a->world_size = 1; /* not set by the caller */
     {
         int model = a->tensor_model_parallel_size * a->pipeline_model_parallel_size;
         if (a->world_size % model != 0)

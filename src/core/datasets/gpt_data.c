@@ -1,0 +1,348 @@
+/* The data path of gpt_data.h: Megatron's BlendedMegatronDatasetBuilder over GPTDatasets
+ * (see gpt_dataset.h for the index algorithms) plus mock data.
+ *
+ * Splits and blends, as Megatron:
+ *   - one prefix, no weight: each split s with a non-zero --split weight and
+ *     num_samples[s] > 0 is a GPTDataset over its sequence range with num_samples[s];
+ *   - weighted prefixes (any count): weights normalized; prefix k contributes a GPTDataset
+ *     asked for ceil(num_samples[s] * w_k * 1.005) samples; the split is a BlendedDataset of
+ *     size sum_k of those, blending index built with the (re-normalized) weights;
+ *   - several prefixes without weights: each GPTDataset is one epoch; blended with weights
+ *     proportional to their lengths; size min(num_samples[s], sum of lengths).
+ * The per-split seed of every GPTDataset is --seed (numpy.random.RandomState(seed)).
+ * num_samples[s] == 0 means the split is not built (Megatron would build one epoch).
+ *
+ * Mock data (--mock-data; --split and --data-path are ignored, as Megatron's mock ignores
+ * the blend and uses an even split): split s has exactly num_samples[s] samples; sample i is
+ *     token[j] = (start + j) mod (vocab_size - 1),  j = 0 .. seq_length,
+ *     start    = mix(mix(mix(seed) ^ s) ^ i) mod (vocab_size - 1),
+ * where mix is the SplitMix64 step (x += 0x9e3779b97f4a7c15, then the SplitMix64
+ * finalizer). Every label is its token + 1 (mod vocab_size - 1): learnable after one token,
+ * deterministic in (seed, split, index), and never the end-of-document id when that id is
+ * vocab_size - 1 (ByteLevel, NullTokenizer). */
+#include "core/datasets/gpt_data.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/datasets/gpt_data_debug.h"
+#include "core/datasets/gpt_dataset.h"
+#include "core/datasets/indexed_dataset.h"
+#include "core/tensor/memory.h"
+
+typedef struct {
+    indexed_dataset *ds; /* not owned */
+    int64_t beg, end;    /* sequence range of the split */
+    gpt_indices ix;
+} mid_ds;
+
+typedef struct {
+    int kind;
+    uint64_t size;
+    int n_mid;
+    mid_ds *mid;
+    int16_t *dataset_index;
+    int64_t *dataset_sample_index;
+    double *blend_weights;
+} split_ds;
+
+struct gpt_data {
+    int seq_length;
+    uint64_t seed;
+    int vocab_size;
+    int eod;
+    int num_ds;
+    indexed_dataset **ds;
+    split_ds split[3];
+};
+
+static const char *SPLIT_NAMES[3] = {"train", "valid", "test"};
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || errlen == 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static uint64_t mix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+void gpt_data_free(gpt_data *d) {
+    if (!d) return;
+    for (int s = 0; s < 3; s++) {
+        split_ds *sp = &d->split[s];
+        for (int k = 0; k < sp->n_mid; k++) gpt_indices_free(&sp->mid[k].ix);
+        free(sp->mid);
+        mem_free(sp->dataset_index);
+        mem_free(sp->dataset_sample_index);
+        free(sp->blend_weights);
+    }
+    for (int i = 0; i < d->num_ds; i++) indexed_dataset_close(d->ds[i]);
+    free(d->ds);
+    free(d);
+}
+
+/* Builds component k of split s over prefix k's split range. */
+static int build_mid(gpt_data *d, const gpt_data_config *cfg, int s, mid_ds *m,
+                     indexed_dataset *ds, const int64_t beg[3], const int64_t end[3],
+                     uint64_t num_samples, char *err, size_t errlen) {
+    m->ds = ds;
+    m->beg = beg[s];
+    m->end = end[s];
+    char e2[512];
+    if (gpt_indices_build(ds->sequence_lengths, beg[s], end[s], num_samples, cfg->seq_length,
+                          (uint32_t)cfg->seed, 1, &m->ix, e2, sizeof e2) != 0) {
+        seterr(err, errlen,
+               "--split: the %s split of %s (sequences [%" PRId64 ", %" PRId64 ") of %" PRIu64
+               " with --split %s): %s",
+               SPLIT_NAMES[s], ds->prefix, beg[s], end[s], ds->sequence_count, cfg->split, e2);
+        return -1;
+    }
+    (void)d;
+    return 0;
+}
+
+gpt_data *gpt_data_build(const gpt_data_config *cfg, char *err, size_t errlen) {
+    if (cfg->seq_length < 2) {
+        seterr(err, errlen, "--seq-length: expected at least 2, found %d", cfg->seq_length);
+        return NULL;
+    }
+    gpt_data *d = calloc(1, sizeof *d);
+    if (!d) {
+        seterr(err, errlen, "out of memory");
+        return NULL;
+    }
+    d->seq_length = cfg->seq_length;
+    d->seed = cfg->seed;
+    d->vocab_size = cfg->vocab_size;
+    d->eod = cfg->eod;
+
+    if (cfg->mock) {
+        if (cfg->vocab_size < 2) {
+            seterr(err, errlen, "--mock-data: expected a vocabulary of at least 2 ids, found %d",
+                   cfg->vocab_size);
+            gpt_data_free(d);
+            return NULL;
+        }
+        for (int s = 0; s < 3; s++) {
+            d->split[s].kind = cfg->num_samples[s] ? GPT_SPLIT_MOCK : GPT_SPLIT_EMPTY;
+            d->split[s].size = cfg->num_samples[s];
+        }
+        return d;
+    }
+
+    if (cfg->num_paths < 1 || !cfg->data_paths) {
+        seterr(err, errlen, "--data-path: expected at least one dataset prefix (or --mock-data)");
+        gpt_data_free(d);
+        return NULL;
+    }
+    if (cfg->seed > 0xffffffffULL) {
+        seterr(err, errlen,
+               "--seed: expected a value below 2^32 (numpy.random.RandomState seeds the data "
+               "indices), found %" PRIu64,
+               cfg->seed);
+        gpt_data_free(d);
+        return NULL;
+    }
+    double split_w[3];
+    if (gpt_split_parse(cfg->split ? cfg->split : "969,30,1", split_w, err, errlen) != 0) {
+        gpt_data_free(d);
+        return NULL;
+    }
+    const char *split_str = cfg->split ? cfg->split : "969,30,1";
+    gpt_data_config c2 = *cfg;
+    c2.split = split_str;
+    cfg = &c2;
+
+    int n = cfg->num_paths;
+    double *w = NULL;
+    if (cfg->weights) {
+        double sum = 0;
+        for (int k = 0; k < n; k++) {
+            if (!isfinite(cfg->weights[k]) || cfg->weights[k] < 0) {
+                seterr(err, errlen,
+                       "--data-path: expected a non-negative weight for %s, found %g",
+                       cfg->data_paths[k], cfg->weights[k]);
+                gpt_data_free(d);
+                return NULL;
+            }
+            sum += cfg->weights[k];
+        }
+        if (!(sum > 0)) {
+            seterr(err, errlen, "--data-path: expected weights with a positive sum, found %g",
+                   sum);
+            gpt_data_free(d);
+            return NULL;
+        }
+        if (n > 32766) {
+            seterr(err, errlen, "--data-path: expected at most 32766 datasets, found %d", n);
+            gpt_data_free(d);
+            return NULL;
+        }
+        w = malloc((size_t)n * sizeof(double));
+        gpt_normalize(cfg->weights, n, w);
+    }
+
+    d->ds = calloc((size_t)n, sizeof(indexed_dataset *));
+    d->num_ds = n;
+    for (int k = 0; k < n; k++) {
+        char e2[768];
+        d->ds[k] = indexed_dataset_open(cfg->data_paths[k], e2, sizeof e2);
+        if (!d->ds[k]) {
+            seterr(err, errlen, "--data-path: %s", e2);
+            free(w);
+            gpt_data_free(d);
+            return NULL;
+        }
+    }
+
+    for (int s = 0; s < 3; s++) {
+        split_ds *sp = &d->split[s];
+        uint64_t N = cfg->num_samples[s];
+        if (N == 0) continue;
+        /* Per-prefix ranges (each prefix is split by its own sequence count). */
+        int64_t (*beg)[3] = calloc((size_t)n, sizeof *beg);
+        int64_t (*end)[3] = calloc((size_t)n, sizeof *end);
+        int present[3];
+        for (int k = 0; k < n; k++)
+            gpt_split_ranges(split_w, d->ds[k]->sequence_count, present, beg[k], end[k]);
+        if (!present[s]) {
+            free(beg);
+            free(end);
+            continue; /* zero --split weight: Megatron builds no dataset for this split */
+        }
+        sp->n_mid = n;
+        sp->mid = calloc((size_t)n, sizeof(mid_ds));
+        int fail = 0;
+        if (n == 1 && !w) {
+            sp->kind = GPT_SPLIT_SINGLE;
+            fail = build_mid(d, cfg, s, &sp->mid[0], d->ds[0], beg[0], end[0], N, err, errlen);
+            if (!fail) sp->size = sp->mid[0].ix.num_samples;
+        } else {
+            sp->kind = GPT_SPLIT_BLENDED;
+            sp->blend_weights = malloc((size_t)n * sizeof(double));
+            uint64_t size = 0;
+            if (w) {
+                for (int k = 0; k < n && !fail; k++) {
+                    uint64_t nk = gpt_blend_dataset_size(N, w[k]);
+                    fail = build_mid(d, cfg, s, &sp->mid[k], d->ds[k], beg[k], end[k], nk, err,
+                                     errlen);
+                    size += nk;
+                }
+                /* BlendedDataset normalizes the (already normalized) weights again */
+                gpt_normalize(w, n, sp->blend_weights);
+            } else {
+                double *lens = malloc((size_t)n * sizeof(double));
+                uint64_t total = 0;
+                for (int k = 0; k < n && !fail; k++) {
+                    fail = build_mid(d, cfg, s, &sp->mid[k], d->ds[k], beg[k], end[k], 0, err,
+                                     errlen);
+                    if (!fail) {
+                        lens[k] = (double)sp->mid[k].ix.num_samples;
+                        total += sp->mid[k].ix.num_samples;
+                    }
+                }
+                if (!fail) gpt_normalize(lens, n, sp->blend_weights);
+                free(lens);
+                size = N < total ? N : total;
+            }
+            if (!fail) {
+                sp->size = size;
+                sp->dataset_index =
+                    mem_alloc(MEM_OTHER, (size ? size : 1) * sizeof(int16_t), "blend dataset index");
+                sp->dataset_sample_index = mem_alloc(
+                    MEM_OTHER, (size ? size : 1) * sizeof(int64_t), "blend dataset sample index");
+                gpt_blending_indices(sp->blend_weights, n, size, sp->dataset_index,
+                                     sp->dataset_sample_index);
+            }
+        }
+        free(beg);
+        free(end);
+        if (fail) {
+            free(w);
+            gpt_data_free(d);
+            return NULL;
+        }
+    }
+    free(w);
+    return d;
+}
+
+uint64_t gpt_data_num_samples(const gpt_data *d, int split) {
+    if (!d || split < 0 || split > 2) return 0;
+    return d->split[split].size;
+}
+
+static void read_ds(void *ctx, uint64_t seq, uint64_t offset, uint64_t count, int32_t *out) {
+    indexed_dataset_read((const indexed_dataset *)ctx, seq, offset, count, out);
+}
+
+static void mid_get(const gpt_data *d, const mid_ds *m, uint64_t j, int32_t *tokens) {
+    uint64_t want = (uint64_t)d->seq_length + 1;
+    if (m->ix.num_samples == 0) {
+        for (uint64_t t = 0; t < want; t++) tokens[t] = d->eod;
+        return;
+    }
+    uint64_t s = (uint64_t)m->ix.shuffle_index[j % m->ix.num_samples];
+    uint64_t got = gpt_indices_sample(&m->ix, m->ds->sequence_lengths, d->seq_length, s,
+                                      read_ds, m->ds, tokens);
+    /* Only a partial last sample (never built: drop_last_partial is on) is short; Megatron
+     * pads with its pad id and masks the loss, we pad with end-of-document. */
+    for (uint64_t t = got; t < want; t++) tokens[t] = d->eod;
+}
+
+void gpt_data_get(const gpt_data *d, int split, uint64_t index, int32_t *tokens) {
+    uint64_t want = (uint64_t)d->seq_length + 1;
+    const split_ds *sp = (split >= 0 && split <= 2) ? &d->split[split] : NULL;
+    if (!sp || sp->size == 0) {
+        for (uint64_t t = 0; t < want; t++) tokens[t] = d->eod;
+        return;
+    }
+    uint64_t i = index % sp->size;
+    switch (sp->kind) {
+    case GPT_SPLIT_MOCK: {
+        uint64_t m = (uint64_t)(d->vocab_size - 1);
+        uint64_t start = mix64(mix64(mix64(d->seed) ^ (uint64_t)split) ^ i) % m;
+        for (uint64_t t = 0; t < want; t++) tokens[t] = (int32_t)((start + t) % m);
+        break;
+    }
+    case GPT_SPLIT_SINGLE: mid_get(d, &sp->mid[0], i, tokens); break;
+    case GPT_SPLIT_BLENDED: {
+        const mid_ds *m = &sp->mid[sp->dataset_index[i]];
+        mid_get(d, m, (uint64_t)sp->dataset_sample_index[i], tokens);
+        break;
+    }
+    default:
+        for (uint64_t t = 0; t < want; t++) tokens[t] = d->eod;
+    }
+}
+
+/* ---- introspection (gpt_data_debug.h) ---- */
+int gpt_data_split_kind(const gpt_data *d, int split) { return d->split[split].kind; }
+int gpt_data_num_components(const gpt_data *d, int split) { return d->split[split].n_mid; }
+const gpt_indices *gpt_data_component(const gpt_data *d, int split, int k) {
+    return &d->split[split].mid[k].ix;
+}
+void gpt_data_component_range(const gpt_data *d, int split, int k, int64_t *beg, int64_t *end) {
+    *beg = d->split[split].mid[k].beg;
+    *end = d->split[split].mid[k].end;
+}
+const int16_t *gpt_data_blend_dataset_index(const gpt_data *d, int split) {
+    return d->split[split].dataset_index;
+}
+const int64_t *gpt_data_blend_sample_index(const gpt_data *d, int split) {
+    return d->split[split].dataset_sample_index;
+}
+const double *gpt_data_blend_weights(const gpt_data *d, int split) {
+    return d->split[split].blend_weights;
+}

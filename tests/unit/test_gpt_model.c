@@ -1,0 +1,193 @@
+/* Whole-model checks: finite differences of the loss w.r.t. sampled parameters (both model
+ * families, dropout on), gradient-accumulation equivalence, determinism of the counter-based
+ * dropout, and no allocation during training steps. */
+#include <string.h>
+
+#include "core/models/gpt_model.h"
+#include "core/optimizer/optimizer.h"
+#include "core/random/philox.h"
+#include "core/tensor/memory.h"
+#include "test_util.h"
+
+static transformer_config gpt2_config(void) {
+    transformer_config c = {0};
+    c.num_layers = 2;
+    c.hidden_size = 32;
+    c.ffn_hidden_size = 128;
+    c.num_attention_heads = 4;
+    c.num_query_groups = 4;
+    c.kv_channels = 8;
+    c.seq_length = 12;
+    c.max_position_embeddings = 16;
+    c.padded_vocab_size = 64;
+    c.normalization = NORM_LAYERNORM;
+    c.norm_epsilon = 1e-5f;
+    c.gelu = GELU_TANH;
+    c.add_bias_linear = 1;
+    c.init_method_std = 0.2f; /* large enough that every path matters */
+    c.hidden_dropout = 0.1f;
+    c.attention_dropout = 0.1f;
+    c.causal = 1;
+    return c;
+}
+
+static transformer_config llama_config(void) {
+    transformer_config c = gpt2_config();
+    c.normalization = NORM_RMSNORM;
+    c.swiglu = 1;
+    c.ffn_hidden_size = 48;
+    c.num_query_groups = 2;
+    c.kv_channels = 12; /* != hidden / heads */
+    c.qk_layernorm = 1;
+    c.add_bias_linear = 0;
+    c.rope = 1;
+    c.rotary_base = 10000.0f;
+    c.rot_dim = 8; /* partial rotary */
+    c.untie_embeddings_and_output_weights = 1;
+    return c;
+}
+
+static void make_batch(int32_t *tok, int32_t *lab, float *mask, int N, int V, uint64_t seed) {
+    for (int i = 0; i < N; i++) {
+        uint32_t ctr[4] = {(uint32_t)i, 0, 0, 0}, key[2] = {(uint32_t)seed, 1}, r[4];
+        philox4x32_10(ctr, key, r);
+        tok[i] = (int32_t)(r[0] % V);
+        lab[i] = (int32_t)(r[1] % V);
+        mask[i] = (r[2] % 5 == 0) ? 0.0f : 1.0f;
+    }
+}
+
+/* Central differences of the loss for sampled parameters vs the analytic gradient. */
+static void check_finite_differences(transformer_config c, const char *family) {
+    int B = 2, T = c.seq_length, N = B * T;
+    gpt_model *m = gpt_model_create(&c, B, 1);
+    gpt_model_init_params(m, 42);
+    int32_t tok[64], lab[64];
+    float mask[64];
+    make_batch(tok, lab, mask, N, c.padded_vocab_size - 5, 7);
+    gpt_step step = {.seed = 3, .iteration = 1, .microbatch = 0, .training = 1};
+    param_set *ps = &m->params;
+    memset(ps->grad, 0, ps->numel * sizeof(float));
+    gpt_model_forward(m, tok, lab, mask, B, T, step);
+    gpt_model_backward(m, 1.0f);
+
+    /* For every tensor, probe its largest-gradient element and one pseudo-random element.
+     * float32 forward: step 1e-2 on O(0.2) weights; loss differences are ~1e-4 absolute, so
+     * accept |fd - g| <= 2e-3 * max|grad of tensor| + 2e-4. A wrong backward is off by O(g). */
+    int worst_failures = test_failures;
+    for (int t = 0; t < ps->count; t++) {
+        const param_tensor *pt = &ps->tensors[t];
+        float *w = ps->data + pt->offset, *g = ps->grad + pt->offset;
+        size_t imax = 0;
+        float gmax = 0.0f;
+        for (size_t i = 0; i < pt->numel; i++)
+            if (fabsf(g[i]) > gmax) gmax = fabsf(g[i]), imax = i;
+        size_t probes[2] = {imax, (size_t)(t * 7919u + 13u) % pt->numel};
+        for (int k = 0; k < 2; k++) {
+            size_t i = probes[k];
+            float orig = w[i], h = 1e-2f;
+            w[i] = orig + h;
+            double lp = gpt_model_forward(m, tok, lab, mask, B, T, step);
+            w[i] = orig - h;
+            double lm = gpt_model_forward(m, tok, lab, mask, B, T, step);
+            w[i] = orig;
+            double fd = (lp - lm) / (2.0 * h);
+            double tol = 2e-3 * gmax + 2e-4;
+            test_checks++;
+            if (fabs(fd - g[i]) > tol) {
+                fprintf(stderr, "%s: %s[%zu]: analytic %.6g, finite difference %.6g (tol %.2g)\n",
+                        family, pt->name, i, g[i], fd, tol);
+                test_failures++;
+            }
+        }
+    }
+    printf("%s: finite differences over %d tensors: %s\n", family, ps->count,
+           test_failures == worst_failures ? "ok" : "FAILED");
+    gpt_model_free(m);
+}
+
+/* One micro-batch of 4 vs two of 2 with loss_scale 1/2: same gradients (to rounding). */
+static void check_grad_accumulation(transformer_config c, const char *family) {
+    c.hidden_dropout = c.attention_dropout = 0.0f; /* masks depend on the micro-batch index */
+    int T = c.seq_length;
+    gpt_model *big = gpt_model_create(&c, 4, 1), *small = gpt_model_create(&c, 2, 1);
+    gpt_model_init_params(big, 5);
+    gpt_model_init_params(small, 5);
+    int32_t tok[4 * 16], lab[4 * 16];
+    float mask[4 * 16];
+    make_batch(tok, lab, mask, 4 * T, c.padded_vocab_size, 11);
+    for (int i = 0; i < 4 * T; i++) mask[i] = 1.0f; /* equal token counts per micro-batch */
+    gpt_step step = {.seed = 1, .iteration = 1, .training = 1};
+    memset(big->params.grad, 0, big->params.numel * sizeof(float));
+    float loss_big = gpt_model_forward(big, tok, lab, mask, 4, T, step);
+    gpt_model_backward(big, 1.0f);
+    memset(small->params.grad, 0, small->params.numel * sizeof(float));
+    float loss_small = 0.0f;
+    for (int mb = 0; mb < 2; mb++) {
+        step.microbatch = mb;
+        loss_small += 0.5f * gpt_model_forward(small, tok + mb * 2 * T, lab + mb * 2 * T,
+                                               mask + mb * 2 * T, 2, T, step);
+        gpt_model_backward(small, 0.5f);
+    }
+    CHECK_CLOSE(loss_small, loss_big, 1e-6, 0);
+    double maxdiff = 0.0, maxref = 0.0;
+    for (size_t i = 0; i < big->params.numel; i++) {
+        maxdiff = fmax(maxdiff, fabs(big->params.grad[i] - small->params.grad[i]));
+        maxref = fmax(maxref, fabs(big->params.grad[i]));
+    }
+    printf("%s: gradient accumulation max |diff| / max |grad| = %.3g\n", family, maxdiff / maxref);
+    CHECK(maxdiff <= 1e-5 * maxref);
+    gpt_model_free(big);
+    gpt_model_free(small);
+}
+
+/* Dropout masks are a function of the key: the same key gives the same bits, another
+ * iteration a different loss; and training steps allocate nothing. */
+static void check_determinism_and_no_alloc(transformer_config c) {
+    int B = 2, T = c.seq_length, N = B * T;
+    gpt_model *m = gpt_model_create(&c, B, 1);
+    gpt_model_init_params(m, 9);
+    int32_t tok[64], lab[64];
+    float mask[64];
+    make_batch(tok, lab, mask, N, c.padded_vocab_size, 3);
+    gpt_step step = {.seed = 77, .iteration = 5, .microbatch = 1, .training = 1};
+    float a = gpt_model_forward(m, tok, lab, mask, B, T, step);
+    float b = gpt_model_forward(m, tok, lab, mask, B, T, step);
+    CHECK(memcmp(&a, &b, sizeof(float)) == 0);
+    step.iteration = 6;
+    float d = gpt_model_forward(m, tok, lab, mask, B, T, step);
+    CHECK(a != d);
+    step.training = 0;
+    float e1 = gpt_model_forward(m, tok, lab, mask, B, T, step);
+    step.iteration = 99;
+    float e2 = gpt_model_forward(m, tok, lab, mask, B, T, step);
+    CHECK(e1 == e2); /* no dropout outside training */
+
+    optimizer_config oc = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
+                           .clip_grad = 1.0f};
+    unsigned long before = mem_alloc_count();
+    size_t peak = mem_total_peak();
+    for (int it = 1; it <= 3; it++) {
+        memset(m->params.grad, 0, m->params.numel * sizeof(float));
+        step.training = 1;
+        step.iteration = it;
+        gpt_model_forward(m, tok, lab, mask, B, T, step);
+        gpt_model_backward(m, 1.0f);
+        float norm = optimizer_grad_norm(&m->params);
+        optimizer_clip_grads(&m->params, norm, oc.clip_grad);
+        optimizer_step(&m->params, &oc, 1e-3f, it);
+    }
+    CHECK(mem_alloc_count() == before);
+    CHECK(mem_total_peak() == peak);
+    gpt_model_free(m);
+}
+
+int main(void) {
+    check_finite_differences(gpt2_config(), "gpt2");
+    check_finite_differences(llama_config(), "llama");
+    check_grad_accumulation(gpt2_config(), "gpt2");
+    check_grad_accumulation(llama_config(), "llama");
+    check_determinism_and_no_alloc(gpt2_config());
+    check_determinism_and_no_alloc(llama_config());
+    TEST_DONE();
+}
