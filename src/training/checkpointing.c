@@ -442,17 +442,17 @@ int ckpt_read_latest(const char *dir, int *iteration, char *err, size_t errlen) 
     int too_long = !feof(fp) && fgetc(fp) != EOF;
     fclose(fp);
     buf[n] = 0;
+    int has_nul = memchr(buf, 0, n) != NULL;
     char *s = buf;
     while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r') s++;
     char *e = s + strlen(s);
     while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r')) *--e = 0;
     long long v = 0;
-    int ok = !too_long && *s;
+    int ok = !too_long && !has_nul && *s;
     for (char *p = s; ok && *p; p++) {
         if (*p < '0' || *p > '9') ok = 0;
         else if ((v = v * 10 + (*p - '0')) > INT_MAX) ok = 0;
     }
-    if (ok && memchr(buf, 0, n)) ok = 0; /* embedded NUL */
     if (!ok) {
         char shown[40];
         size_t k = 0;

@@ -1,0 +1,526 @@
+/* megadlm preprocess: Megatron's tools/preprocess_data.py in C.
+ *
+ *   megadlm preprocess --input FILE --output-prefix P --tokenizer-type ByteLevel|NullTokenizer
+ *                      [--vocab-size V] [--json-keys text] [--append-eod] [--workers N]
+ *
+ * Input .jsonl (any name not ending in .txt): one JSON object per line; for every key of
+ * --json-keys the value (a string, or a list of strings = sentences, as Megatron) is encoded
+ * into its own indexed dataset P_{key}_document.bin/.idx. Each non-empty sentence becomes one
+ * sequence; --append-eod appends the end-of-document id to a non-empty document (added to its
+ * last sequence); an empty document adds no sequence but still ends a document — all as
+ * Megatron's Encoder.encode + IndexedDatasetBuilder.add_document. Lines holding only
+ * whitespace are skipped (Megatron would fail on them).
+ * Input .txt: documents are runs of non-blank lines separated by blank (whitespace-only)
+ * lines; a document's text is its lines joined by their newlines, without the final newline.
+ * Written as P_text_document.
+ *
+ * Encoding runs in parallel (OpenMP, --workers threads) over chunks of lines; documents are
+ * written in input order, so the output does not depend on --workers. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <omp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/datasets/indexed_dataset.h"
+#include "tools/tools.h"
+#include "training/tokenizer/tokenizer.h"
+
+#define MAX_KEYS 32
+#define CHUNK_LINES 4096
+#define CHUNK_BYTES (32u << 20)
+
+typedef struct {
+    char *text; /* owned; a JSON line or a text document */
+    size_t len;
+    long line; /* first line number (1-based) */
+} item;
+
+typedef struct {
+    int32_t *ids;
+    size_t n;
+    int32_t *seq_lens; /* one per non-empty sentence */
+    size_t n_seq;
+} encoded;
+
+typedef struct {
+    encoded enc[MAX_KEYS];
+    char *error; /* malloc'd message, NULL if fine */
+} item_result;
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: megadlm preprocess --input FILE --output-prefix PREFIX --tokenizer-type TYPE "
+            "[options]\n"
+            "\n"
+            "Tokenizes a .jsonl (one JSON object per line) or .txt (documents separated by blank\n"
+            "lines) file into Megatron indexed datasets PREFIX_{key}_document.bin/.idx.\n"
+            "\n"
+            "  --input FILE            input file, .jsonl or .txt (required)\n"
+            "  --output-prefix PREFIX  output path prefix (required)\n"
+            "  --tokenizer-type TYPE   ByteLevel or NullTokenizer (required)\n"
+            "  --vocab-size V          NullTokenizer vocabulary size: ids 0..V-1, end-of-document\n"
+            "                          V (required for NullTokenizer; default: none)\n"
+            "  --json-keys KEYS        JSON keys to extract, space- or comma-separated; each writes\n"
+            "                          PREFIX_{key}_document (default: text; ignored for .txt)\n"
+            "  --append-eod            append the end-of-document id to every non-empty document\n"
+            "                          (default: off)\n"
+            "  --workers N             OpenMP threads used for encoding (default: the OpenMP\n"
+            "                          default, $OMP_NUM_THREADS or the number of cores: %d here)\n"
+            "  --help                  print this help and exit\n",
+            omp_get_max_threads());
+}
+
+static void errmsg(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "preprocess: error: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+}
+
+static char *xstrdup_printf(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = NULL;
+    if (vasprintf(&s, fmt, ap) < 0) s = NULL;
+    va_end(ap);
+    return s;
+}
+
+static int ends_with(const char *s, const char *suf) {
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && strcmp(s + a - b, suf) == 0;
+}
+
+static int is_blank(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r' && s[i] != '\n' && s[i] != '\f' &&
+            s[i] != '\v')
+            return 0;
+    return 1;
+}
+
+/* Appends the tokens of one sentence (Megatron's per-sentence loop). */
+static int encode_sentence(const tokenizer *tok, const char *s, size_t len, encoded *e,
+                           size_t *cap, char *err, size_t errlen) {
+    int32_t *ids;
+    size_t n;
+    if (tokenizer_encode(tok, s, len, &ids, &n, err, errlen) != 0) return -1;
+    if (n > 0) {
+        if (e->n + n + 1 > *cap) {
+            size_t nc = (*cap ? *cap : 64);
+            while (nc < e->n + n + 1) nc *= 2;
+            int32_t *q = realloc(e->ids, nc * sizeof(int32_t));
+            if (!q) {
+                free(ids);
+                snprintf(err, errlen, "out of memory");
+                return -1;
+            }
+            e->ids = q;
+            *cap = nc;
+        }
+        memcpy(e->ids + e->n, ids, n * sizeof(int32_t));
+        e->n += n;
+        int32_t *q = realloc(e->seq_lens, (e->n_seq + 1) * sizeof(int32_t));
+        if (!q) {
+            free(ids);
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        e->seq_lens = q;
+        e->seq_lens[e->n_seq++] = (int32_t)n;
+    }
+    free(ids);
+    return 0;
+}
+
+static void finish_doc(const tokenizer *tok, int append_eod, encoded *e, size_t *cap) {
+    if (e->n > 0 && append_eod) {
+        if (e->n + 1 > *cap) {
+            e->ids = realloc(e->ids, (e->n + 1) * sizeof(int32_t));
+            *cap = e->n + 1;
+        }
+        e->ids[e->n++] = tokenizer_eod(tok);
+        e->seq_lens[e->n_seq - 1] += 1;
+    }
+}
+
+static void encode_item(const tokenizer *tok, const char *input, int is_txt, int nkeys,
+                        char **keys, int append_eod, const item *it, item_result *r) {
+    char err[512];
+    if (is_txt) {
+        size_t cap = 0;
+        if (encode_sentence(tok, it->text, it->len, &r->enc[0], &cap, err, sizeof err) != 0) {
+            r->error = xstrdup_printf("%s:%ld: %s", input, it->line, err);
+            return;
+        }
+        finish_doc(tok, append_eod, &r->enc[0], &cap);
+        return;
+    }
+    const char *endp = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(it->text, it->len, &endp, 0);
+    if (!root) {
+        /* cJSON reports where parsing stopped through endp (its global error pointer is
+         * not thread-safe) */
+        const char *ep = endp;
+        long col = (ep && ep >= it->text && ep <= it->text + it->len) ? (long)(ep - it->text) + 1
+                                                                      : 0;
+        r->error = xstrdup_printf("%s:%ld: not valid JSON (near column %ld)", input, it->line, col);
+        return;
+    }
+    /* trailing garbage after the object */
+    if (endp && !is_blank(endp, (size_t)(it->text + it->len - endp))) {
+        r->error = xstrdup_printf("%s:%ld: not valid JSON (unexpected text at column %ld)", input,
+                                  it->line, (long)(endp - it->text) + 1);
+        cJSON_Delete(root);
+        return;
+    }
+    if (!cJSON_IsObject(root)) {
+        r->error = xstrdup_printf("%s:%ld: expected a JSON object, found another JSON value",
+                                  input, it->line);
+        cJSON_Delete(root);
+        return;
+    }
+    for (int k = 0; k < nkeys; k++) {
+        cJSON *v = cJSON_GetObjectItemCaseSensitive(root, keys[k]);
+        size_t cap = 0;
+        if (!v) {
+            r->error = xstrdup_printf("%s:%ld: key '%s' missing (--json-keys)", input, it->line,
+                                      keys[k]);
+            break;
+        }
+        if (cJSON_IsString(v)) {
+            if (encode_sentence(tok, v->valuestring, strlen(v->valuestring), &r->enc[k], &cap,
+                                err, sizeof err) != 0) {
+                r->error = xstrdup_printf("%s:%ld: key '%s': %s", input, it->line, keys[k], err);
+                break;
+            }
+        } else if (cJSON_IsArray(v)) {
+            cJSON *s;
+            int bad = 0;
+            cJSON_ArrayForEach(s, v) {
+                if (!cJSON_IsString(s)) {
+                    r->error = xstrdup_printf(
+                        "%s:%ld: key '%s': expected a string or a list of strings, found a list "
+                        "holding a non-string",
+                        input, it->line, keys[k]);
+                    bad = 1;
+                    break;
+                }
+                if (encode_sentence(tok, s->valuestring, strlen(s->valuestring), &r->enc[k], &cap,
+                                    err, sizeof err) != 0) {
+                    r->error =
+                        xstrdup_printf("%s:%ld: key '%s': %s", input, it->line, keys[k], err);
+                    bad = 1;
+                    break;
+                }
+            }
+            if (bad) break;
+        } else {
+            r->error = xstrdup_printf("%s:%ld: key '%s': expected a string or a list of strings",
+                                      input, it->line, keys[k]);
+            break;
+        }
+        finish_doc(tok, append_eod, &r->enc[k], &cap);
+    }
+    cJSON_Delete(root);
+}
+
+typedef struct {
+    FILE *f;
+    int is_txt;
+    long line; /* lines read so far */
+    char *buf;
+    size_t cap;
+    int eof;
+} reader;
+
+/* Reads the next chunk of items. Returns the count (0 at end). */
+static size_t read_chunk(reader *rd, item *items, size_t max_items) {
+    size_t n = 0, bytes = 0;
+    char *doc = NULL;
+    size_t doc_len = 0, doc_cap = 0;
+    long doc_line = 0;
+    while (n < max_items && bytes < CHUNK_BYTES && !rd->eof) {
+        ssize_t got = getline(&rd->buf, &rd->cap, rd->f);
+        if (got < 0) {
+            rd->eof = 1;
+            break;
+        }
+        rd->line++;
+        size_t len = (size_t)got;
+        if (!rd->is_txt) {
+            if (is_blank(rd->buf, len)) continue;
+            if (len && rd->buf[len - 1] == '\n') len--;
+            items[n].text = malloc(len + 1);
+            memcpy(items[n].text, rd->buf, len);
+            items[n].text[len] = 0;
+            items[n].len = len;
+            items[n].line = rd->line;
+            n++;
+            bytes += len;
+            continue;
+        }
+        if (is_blank(rd->buf, len)) {
+            if (doc_len) {
+                if (doc[doc_len - 1] == '\n') doc_len--;
+                doc[doc_len] = 0;
+                items[n].text = doc;
+                items[n].len = doc_len;
+                items[n].line = doc_line;
+                n++;
+                bytes += doc_len;
+                doc = NULL;
+                doc_len = doc_cap = 0;
+            }
+            continue;
+        }
+        if (!doc_len) doc_line = rd->line;
+        if (doc_len + len + 1 > doc_cap) {
+            doc_cap = (doc_len + len + 1) * 2;
+            doc = realloc(doc, doc_cap);
+        }
+        memcpy(doc + doc_len, rd->buf, len);
+        doc_len += len;
+    }
+    if (doc_len) {
+        /* A text document cut by the chunk limit continues: read on to its end. */
+        for (;;) {
+            ssize_t got = rd->eof ? -1 : getline(&rd->buf, &rd->cap, rd->f);
+            if (got < 0) {
+                rd->eof = 1;
+                break;
+            }
+            rd->line++;
+            if (is_blank(rd->buf, (size_t)got)) break;
+            if (doc_len + (size_t)got + 1 > doc_cap) {
+                doc_cap = (doc_len + (size_t)got + 1) * 2;
+                doc = realloc(doc, doc_cap);
+            }
+            memcpy(doc + doc_len, rd->buf, (size_t)got);
+            doc_len += (size_t)got;
+        }
+        if (doc[doc_len - 1] == '\n') doc_len--;
+        doc[doc_len] = 0;
+        items[n].text = doc;
+        items[n].len = doc_len;
+        items[n].line = doc_line;
+        n++;
+    } else {
+        free(doc);
+    }
+    return n;
+}
+
+static int split_keys(char *spec, char **keys, int *nkeys) {
+    *nkeys = 0;
+    for (char *tok = strtok(spec, " ,\t"); tok; tok = strtok(NULL, " ,\t")) {
+        if (*nkeys >= MAX_KEYS) return -1;
+        keys[(*nkeys)++] = tok;
+    }
+    return *nkeys > 0 ? 0 : -1;
+}
+
+int preprocess_main(int argc, char **argv) {
+    const char *input = NULL, *output_prefix = NULL, *tok_type = NULL;
+    const char *json_keys_arg = "text";
+    int vocab_size = 0, append_eod = 0, workers = 0;
+    static const struct option opts[] = {
+        {"input", required_argument, 0, 'i'},          {"output-prefix", required_argument, 0, 'o'},
+        {"tokenizer-type", required_argument, 0, 't'}, {"vocab-size", required_argument, 0, 'v'},
+        {"json-keys", required_argument, 0, 'k'},      {"append-eod", no_argument, 0, 'e'},
+        {"workers", required_argument, 0, 'w'},        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        char *end;
+        switch (c) {
+        case 'i': input = optarg; break;
+        case 'o': output_prefix = optarg; break;
+        case 't': tok_type = optarg; break;
+        case 'k': json_keys_arg = optarg; break;
+        case 'e': append_eod = 1; break;
+        case 'v': {
+            errno = 0;
+            long v = strtol(optarg, &end, 10);
+            if (*optarg == 0 || *end != 0 || errno || v <= 0 || v > 2000000000L) {
+                errmsg("--vocab-size: expected a positive integer, found '%s'", optarg);
+                return 1;
+            }
+            vocab_size = (int)v;
+            break;
+        }
+        case 'w': {
+            errno = 0;
+            long v = strtol(optarg, &end, 10);
+            if (*optarg == 0 || *end != 0 || errno || v <= 0 || v > 4096) {
+                errmsg("--workers: expected a positive integer, found '%s'", optarg);
+                return 1;
+            }
+            workers = (int)v;
+            break;
+        }
+        case 'h': usage(stdout); return 0;
+        case ':':
+            errmsg("%s: missing value (see megadlm preprocess --help)", argv[optind - 1]);
+            return 1;
+        default:
+            errmsg("unknown option '%s' (see megadlm preprocess --help)", argv[optind - 1]);
+            return 1;
+        }
+    }
+    if (optind < argc) {
+        errmsg("unexpected argument '%s' (--json-keys takes one space- or comma-separated "
+               "list, e.g. --json-keys 'text title')",
+               argv[optind]);
+        return 1;
+    }
+    if (!input) {
+        errmsg("--input: missing (see megadlm preprocess --help)");
+        return 1;
+    }
+    if (!output_prefix) {
+        errmsg("--output-prefix: missing (see megadlm preprocess --help)");
+        return 1;
+    }
+    if (!tok_type) {
+        errmsg("--tokenizer-type: missing, expected ByteLevel or NullTokenizer");
+        return 1;
+    }
+    char err[1024];
+    tokenizer *tok = tokenizer_create(tok_type, vocab_size, err, sizeof err);
+    if (!tok) {
+        errmsg("%s", err);
+        return 1;
+    }
+    int is_txt = ends_with(input, ".txt");
+    char *keys_buf = strdup(is_txt ? "text" : json_keys_arg);
+    char *keys[MAX_KEYS];
+    int nkeys;
+    if (split_keys(keys_buf, keys, &nkeys) != 0) {
+        errmsg("--json-keys: expected 1 to %d keys, found '%s'", MAX_KEYS, json_keys_arg);
+        free(keys_buf);
+        tokenizer_free(tok);
+        return 1;
+    }
+    for (int a = 0; a < nkeys; a++)
+        for (int b = 0; b < a; b++)
+            if (strcmp(keys[a], keys[b]) == 0) {
+                errmsg("--json-keys: key '%s' given twice", keys[a]);
+                free(keys_buf);
+                tokenizer_free(tok);
+                return 1;
+            }
+    FILE *f = fopen(input, "rb");
+    if (!f) {
+        errmsg("--input: %s: cannot open: %s", input, strerror(errno));
+        free(keys_buf);
+        tokenizer_free(tok);
+        return 1;
+    }
+    if (workers <= 0) workers = omp_get_max_threads();
+
+    int dtype = idx_dtype_optimal(tokenizer_vocab_size(tok));
+    idx_builder *builders[MAX_KEYS] = {0};
+    char *prefixes[MAX_KEYS] = {0};
+    int rc = 1;
+    for (int k = 0; k < nkeys; k++) {
+        prefixes[k] = xstrdup_printf("%s_%s_document", output_prefix, keys[k]);
+        builders[k] = idx_builder_create(prefixes[k], dtype, err, sizeof err);
+        if (!builders[k]) {
+            errmsg("--output-prefix: %s", err);
+            goto done;
+        }
+    }
+
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    reader rd = {.f = f, .is_txt = is_txt};
+    item *items = calloc(CHUNK_LINES + 1, sizeof(item));
+    item_result *results = calloc(CHUNK_LINES + 1, sizeof(item_result));
+    uint64_t docs = 0;
+    int failed = 0;
+    for (;;) {
+        size_t n = read_chunk(&rd, items, CHUNK_LINES);
+        if (ferror(f)) {
+            errmsg("--input: %s: read error: %s", input, strerror(errno));
+            failed = 1;
+        }
+        if (n == 0 || failed) break;
+#pragma omp parallel for schedule(dynamic, 16) num_threads(workers)
+        for (size_t i = 0; i < n; i++)
+            encode_item(tok, input, is_txt, nkeys, keys, append_eod, &items[i], &results[i]);
+        for (size_t i = 0; i < n; i++) {
+            if (!failed && results[i].error) {
+                errmsg("%s", results[i].error);
+                failed = 1;
+            }
+            for (int k = 0; k < nkeys && !failed; k++) {
+                encoded *e = &results[i].enc[k];
+                size_t off = 0;
+                for (size_t s = 0; s < e->n_seq && !failed; s++) {
+                    if (idx_builder_add_item(builders[k], e->ids + off, (size_t)e->seq_lens[s], err,
+                                             sizeof err) != 0) {
+                        errmsg("%s:%ld: %s", input, items[i].line, err);
+                        failed = 1;
+                    }
+                    off += (size_t)e->seq_lens[s];
+                }
+                if (!failed) idx_builder_end_document(builders[k], err, sizeof err);
+            }
+            if (!failed) docs++;
+            for (int k = 0; k < nkeys; k++) {
+                free(results[i].enc[k].ids);
+                free(results[i].enc[k].seq_lens);
+            }
+            free(results[i].error);
+            free(items[i].text);
+            memset(&results[i], 0, sizeof results[i]);
+        }
+        if (failed) break;
+    }
+    free(items);
+    free(results);
+    free(rd.buf);
+    if (failed) goto done;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+
+    for (int k = 0; k < nkeys; k++) {
+        uint64_t nd = idx_builder_num_documents(builders[k]);
+        uint64_t ns = idx_builder_num_sequences(builders[k]);
+        uint64_t nt = idx_builder_num_tokens(builders[k]);
+        idx_builder *b = builders[k];
+        builders[k] = NULL;
+        if (idx_builder_finalize(b, err, sizeof err) != 0) {
+            errmsg("%s", err);
+            goto done;
+        }
+        printf("preprocess: key '%s': %" PRIu64 " documents, %" PRIu64 " sequences, %" PRIu64
+               " tokens -> %s.bin, %s.idx (dtype %s)\n",
+               keys[k], nd, ns, nt, prefixes[k], prefixes[k], idx_dtype_name(dtype));
+    }
+    printf("preprocess: %s: %" PRIu64 " documents read, tokenizer %s (vocab %d, eod %d%s), %d "
+           "workers, %.2f s\n",
+           input, docs, tokenizer_type(tok), tokenizer_vocab_size(tok), tokenizer_eod(tok),
+           append_eod ? ", appended" : ", not appended", workers, secs);
+    rc = 0;
+done:
+    for (int k = 0; k < nkeys; k++) {
+        if (builders[k]) idx_builder_abort(builders[k]);
+        free(prefixes[k]);
+    }
+    fclose(f);
+    free(keys_buf);
+    tokenizer_free(tok);
+    return rc;
+}
