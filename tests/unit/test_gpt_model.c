@@ -182,7 +182,30 @@ static void check_determinism_and_no_alloc(transformer_config c) {
     gpt_model_free(m);
 }
 
+/* Saved bytes per layer == the table of docs/MEMORY.md, written out here independently. */
+static void check_saved_bytes(transformer_config c, int B, const char *family) {
+    gpt_model *m = gpt_model_create(&c, B, 1);
+    size_t s = c.seq_length, b = B, N = s * b, h = c.hidden_size, a = c.num_attention_heads;
+    size_t g = c.num_query_groups, d = c.kv_channels, f = c.ffn_hidden_size;
+    size_t Q = g * (a / g + 2) * d;
+    int ln = c.normalization == NORM_LAYERNORM;
+    size_t floats = N * h                                   /* hidden[l] */
+                    + N * h + (ln ? N : 0) + N               /* ln1, mean, rstd */
+                    + (c.qk_layernorm ? N * Q + (ln ? N * (a + g) : 0) + N * (a + g) : 0)
+                    + N * Q + a * s * s * b + N * a * d       /* qkv, probs, ctx */
+                    + N * h + N * h + (ln ? N : 0) + N       /* res1, ln2, mean, rstd */
+                    + N * f * (c.swiglu ? 2 : 1) + N * f;    /* fc1, act */
+    for (int l = 0; l < c.num_layers; l++)
+        CHECK(transformer_block_layer_saved_bytes(&m->block, l) == 4 * floats);
+    if (!c.qk_layernorm && ln && a == g && d * a == h && f == 4 * h)
+        CHECK(4 * floats == 64 * s * b * h + 4 * a * s * s * b + 16 * s * b);
+    printf("%s: saved activations per layer %zu bytes\n", family, 4 * floats);
+    gpt_model_free(m);
+}
+
 int main(void) {
+    check_saved_bytes(gpt2_config(), 3, "gpt2");
+    check_saved_bytes(llama_config(), 2, "llama");
     check_finite_differences(gpt2_config(), "gpt2");
     check_finite_differences(llama_config(), "llama");
     check_grad_accumulation(gpt2_config(), "gpt2");

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Every rejected input gives a non-zero exit and a message naming the flag or file at fault, and
+# starts no training.
+set -uo pipefail
+rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+fail=0
+base=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
+      --max-position-embeddings 16 --micro-batch-size 2 --train-iters 2 --lr 1e-3
+      --mock-data --vocab-size 50 --eval-iters 0)
+
+# expect_error "<substring>" args... : must exit non-zero, print the substring, and not train.
+expect_error() {
+  local want=$1; shift
+  local out rc
+  out=$("$MEGADLM" "$@" 2>&1); rc=$?
+  if [ $rc -eq 0 ] || ! grep -qF -- "$want" <<<"$out" || grep -q "iteration " <<<"$out"; then
+    echo "FAILED: megadlm $* -> rc=$rc, expected an error containing '$want'; got:"
+    echo "$out" | head -5
+    fail=1
+  fi
+}
+
+expect_error "--num-attention-heads" train "${base[@]}" --num-attention-heads 5
+expect_error "--num-query-groups" train "${base[@]}" --group-query-attention --num-query-groups 3
+expect_error "--global-batch-size" train "${base[@]}" --global-batch-size 3
+expect_error "--max-position-embeddings" train "${base[@]}" --seq-length 32
+expect_error "--data-path" train "${base[@]/--mock-data/}"
+expect_error "unknown flag '--no-such-flag'" train "${base[@]}" --no-such-flag
+expect_error "--sequence-parallel" train "${base[@]}" --sequence-parallel
+expect_error "--recompute-granularity" train "${base[@]}" --recompute-granularity full
+expect_error "--bf16" train "${base[@]}" --bf16
+expect_error "--tensor-model-parallel-size" train "${base[@]}" --tensor-model-parallel-size 2
+expect_error "--lr" train "${base[@]}" --lr abc
+expect_error "unknown command" frobnicate
+
+# data files: missing, not MMIDIDX, truncated
+base_nodata=("${base[@]/--mock-data/}")
+expect_error "missing.idx" train "${base_nodata[@]}" --tokenizer-type ByteLevel --data-path missing
+printf 'NOTANIDX\0\0\0\0\0\0\0\0\0\0\0\0' > bad.idx; : > bad.bin
+expect_error "bad.idx" train "${base_nodata[@]}" --tokenizer-type ByteLevel --data-path bad
+printf '{"text": "hello world"}\n{"text": "second document"}\n' > tiny.jsonl
+"$MEGADLM" preprocess --input tiny.jsonl --output-prefix tiny --tokenizer-type ByteLevel \
+    --append-eod > /dev/null || { echo "FAILED: preprocess"; fail=1; }
+head -c 30 tiny_text_document.idx > trunc.idx; cp tiny_text_document.bin trunc.bin
+expect_error "trunc.idx" train "${base_nodata[@]}" --tokenizer-type ByteLevel --data-path trunc
+expect_error "tiny.jsonl" preprocess --input tiny.jsonl --output-prefix t2 --json-keys nokey \
+    --tokenizer-type ByteLevel
+printf '{"text": "ok"}\nnot json\n' > broken.jsonl
+expect_error "broken.jsonl:2" preprocess --input broken.jsonl --output-prefix t3 \
+    --tokenizer-type ByteLevel
+
+# --help lists flags with defaults and exits 0
+"$MEGADLM" train --help | grep -q -- "--make-vocab-size-divisible-by" || { echo "FAILED: train --help"; fail=1; }
+"$MEGADLM" --help | grep -q "generate" || { echo "FAILED: --help"; fail=1; }
+
+[ $fail -eq 0 ] && echo "all validation errors reported"
+exit $fail
