@@ -4,6 +4,9 @@
  * One static table (OPTIONS) drives getopt_long and --help; a second table (FIELDS) describes
  * every struct field for args_print and the JSON round trip. Flags of features that arrive
  * later are in the table too, and are refused with "<flag>: not supported yet". */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* open_memstream */
+#endif
 #include "training/arguments.h"
 
 #include <ctype.h>
@@ -18,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------------------------------------ */
 /* errors                                                                                      */
@@ -35,31 +39,71 @@ static int fail(char *err, size_t errlen, const char *fmt, ...) {
     return -1;
 }
 
-/* Shortest decimal (%g) that reads back as the same float through strtod: what Python would
- * print for the value the user typed (0.1, 1e-05, ...). Adds ".0" to integral values as
- * Python's repr does. */
-static void fmt_float(char *buf, size_t n, float x) {
+/* Python's repr of a number: the shortest digits that read back as the same value (as a
+ * float when f32, so 0.1f prints "0.1"), fixed notation for exponents -4..15 ("10000.0",
+ * "0.02"), scientific otherwise ("1e-05", "1e-08"). NaN prints as None (an unset value). */
+static void fmt_num(char *buf, size_t n, double x, int f32) {
     if (isnan(x)) {
         snprintf(buf, n, "None");
         return;
     }
-    int p;
-    for (p = 1; p <= 9; p++) {
-        snprintf(buf, n, "%.*g", p, (double)x);
-        if ((float)strtod(buf, NULL) == x) break;
+    if (isinf(x)) {
+        snprintf(buf, n, "%sinf", x < 0 ? "-" : "");
+        return;
     }
-    if (p > 9) snprintf(buf, n, "%.17g", (double)x);
-    if (!strpbrk(buf, ".eninf") && strlen(buf) + 2 < n) strcat(buf, ".0");
+    char tmp[64];
+    int p;
+    for (p = 0; p < 17; p++) {
+        snprintf(tmp, sizeof(tmp), "%.*e", p, x);
+        double back = strtod(tmp, NULL);
+        if (f32 ? ((float)back == (float)x) : (back == x)) break;
+    }
+    if (p == 17) snprintf(tmp, sizeof(tmp), "%.16e", x);
+    /* tmp: [-]D[.DDD]e[+-]XX */
+    const char *q = tmp;
+    int neg = 0;
+    if (*q == '-') {
+        neg = 1;
+        q++;
+    }
+    char digits[32];
+    int nd = 0;
+    for (; *q && *q != 'e'; q++)
+        if (*q >= '0' && *q <= '9' && nd < 31) digits[nd++] = *q;
+    int e = *q == 'e' ? atoi(q + 1) : 0;
+    while (nd > 1 && digits[nd - 1] == '0') nd--;
+    digits[nd] = 0;
+    char out[96];
+    size_t k = 0;
+    if (neg) out[k++] = '-';
+    if (e >= -4 && e < 16) {
+        if (e >= 0) {
+            for (int i = 0; i <= e; i++) out[k++] = i < nd ? digits[i] : '0';
+            out[k++] = '.';
+            if (nd > e + 1)
+                for (int i = e + 1; i < nd; i++) out[k++] = digits[i];
+            else
+                out[k++] = '0';
+        } else {
+            out[k++] = '0';
+            out[k++] = '.';
+            for (int i = 0; i < -e - 1; i++) out[k++] = '0';
+            for (int i = 0; i < nd; i++) out[k++] = digits[i];
+        }
+        out[k] = 0;
+    } else {
+        out[k++] = digits[0];
+        if (nd > 1) {
+            out[k++] = '.';
+            for (int i = 1; i < nd; i++) out[k++] = digits[i];
+        }
+        snprintf(out + k, sizeof(out) - k, "e%c%02d", e < 0 ? '-' : '+', e < 0 ? -e : e);
+    }
+    snprintf(buf, n, "%s", out);
 }
 
-static void fmt_double(char *buf, size_t n, double x) {
-    int p;
-    for (p = 1; p <= 17; p++) {
-        snprintf(buf, n, "%.*g", p, x);
-        if (strtod(buf, NULL) == x) break;
-    }
-    if (!strpbrk(buf, ".eninf") && strlen(buf) + 2 < n) strcat(buf, ".0");
-}
+static void fmt_float(char *buf, size_t n, float x) { fmt_num(buf, n, (double)x, 1); }
+static void fmt_double(char *buf, size_t n, double x) { fmt_num(buf, n, x, 0); }
 
 /* ------------------------------------------------------------------------------------------ */
 /* strict number parsing                                                                       */
@@ -237,6 +281,8 @@ static const opt_def OPTIONS[] = {
     FLTOPT("adam-eps", G_TRAIN, adam_eps, NULL, "Adam epsilon."),
     FLTOPT("weight-decay", G_TRAIN, weight_decay, NULL, "Decoupled weight decay coefficient."),
     FLTOPT("clip-grad", G_TRAIN, clip_grad, NULL, "Clip the global gradient L2 norm (0: no clipping)."),
+    INTOPT("exit-interval", K_POS, G_TRAIN, exit_interval, "N", "none",
+           "Stop after an iteration divisible by N (saving first when --save is given)."),
 
     /* ---- logging, evaluation, checkpoints ---- */
     INTOPT("log-interval", K_POS, G_LOG, log_interval, "N", NULL, "Iterations between log lines."),
@@ -360,7 +406,36 @@ static void format_default(const opt_def *o, const megadlm_args *d, char *buf, s
     }
 }
 
+static void print_help_to(const char *command, FILE *out);
+
+/* The help is composed in memory and written with one write(): `megadlm train --help | grep -q`
+ * then never sees a second write fail with SIGPIPE after grep has exited. */
 void args_print_help(const char *command, FILE *out) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&buf, &len);
+    if (!mem) {
+        print_help_to(command, out);
+        return;
+    }
+    print_help_to(command, mem);
+    fclose(mem);
+    fflush(out);
+    int fd = fileno(out);
+    size_t done = 0;
+    if (fd >= 0) {
+        while (done < len) {
+            ssize_t w = write(fd, buf + done, len - done);
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) break;
+            done += (size_t)w;
+        }
+    }
+    if (done < len) fwrite(buf + done, 1, len - done, out);
+    free(buf);
+}
+
+static void print_help_to(const char *command, FILE *out) {
     megadlm_args d;
     args_defaults(&d);
     const char *cmd = (command && *command) ? command : "train";
@@ -370,17 +445,17 @@ void args_print_help(const char *command, FILE *out) {
     for (int g = 0; g < G_COUNT; g++) {
         fprintf(out, "\n%s:\n", GROUP_TITLES[g]);
         if (g == G_LATER) {
-            int col = 2;
-            fprintf(out, "  ");
+            fprintf(out, "  (each is refused with \"<flag>: not supported yet\")\n");
+            int col = 0;
             for (int i = 0; i < NUM_OPTIONS; i++) {
                 if (OPTIONS[i].group != g) continue;
                 int w = (int)strlen(OPTIONS[i].name) + 3;
-                if (col + w > 96) {
-                    fprintf(out, "\n  ");
-                    col = 2;
+                if (col && col + w > 96) {
+                    fprintf(out, "\n");
+                    col = 0;
                 }
-                fprintf(out, "--%s ", OPTIONS[i].name);
-                col += w;
+                fprintf(out, "%s--%s", col ? " " : "  ", OPTIONS[i].name);
+                col += col ? w : w + 1;
             }
             fprintf(out, "\n");
             continue;
@@ -492,7 +567,14 @@ int args_parse(megadlm_args *a, int argc, char **argv, char *err, size_t errlen)
     for (;;) {
         int start = optind ? optind : 1;
         int c = getopt_long(argc, argv, "+:h", longopts, NULL);
-        if (c == -1) break;
+        if (c == -1) {
+            /* empty words (a shell's "${args[@]/--flag/}") are no arguments: skip them */
+            if (optind < argc && argv[optind] && !argv[optind][0]) {
+                optind++;
+                continue;
+            }
+            break;
+        }
         const char *word = start < argc ? argv[start] : "";
         char fw[128];
         flag_word(word, fw, sizeof(fw));
@@ -576,6 +658,9 @@ int args_parse(megadlm_args *a, int argc, char **argv, char *err, size_t errlen)
                 return fail(err, errlen, "--%s: expected a number, found '%s'", o->name, optarg);
             break;
         case K_STR:
+            /* Megatron's choice that does not fit the field: refused by name */
+            if (o->off == OFF(lr_decay_style) && !strcmp(optarg, "inverse-square-root"))
+                return fail(err, errlen, "--lr-decay-style inverse-square-root: not supported yet");
             if (strlen(optarg) >= o->size)
                 return fail(err, errlen, "--%s: value longer than %zu characters", o->name,
                             o->size - 1);
@@ -608,6 +693,10 @@ int args_parse(megadlm_args *a, int argc, char **argv, char *err, size_t errlen)
             int n = 0;
             words[n++] = optarg;
             while (optind < argc && strncmp(argv[optind], "--", 2) != 0) {
+                if (!argv[optind][0]) { /* empty word: no argument */
+                    optind++;
+                    continue;
+                }
                 if (n >= 2 * ARGS_MAX_DATA_PATHS + 1)
                     return fail(err, errlen, "--data-path: more than %d datasets",
                                 ARGS_MAX_DATA_PATHS);
@@ -862,11 +951,7 @@ int args_validate(megadlm_args *a, char *err, size_t errlen) {
     }
     int tok_vocab;
     if (!strcmp(a->tokenizer_type, "ByteLevel")) {
-        if (a->vocab_size > 0)
-            return fail(err, errlen,
-                        "--vocab-size is only used by --tokenizer-type NullTokenizer "
-                        "(ByteLevel has 257 ids)");
-        tok_vocab = 257;
+        tok_vocab = 257; /* --vocab-size is not used (Megatron ignores it too) */
     } else if (!strcmp(a->tokenizer_type, "NullTokenizer")) {
         if (a->vocab_size <= 0)
             return fail(err, errlen,
@@ -985,6 +1070,7 @@ int args_validate(megadlm_args *a, char *err, size_t errlen) {
     if (a->eval_interval <= 0) return fail(err, errlen, "--eval-interval must be positive");
     if (a->eval_iters < 0) return fail(err, errlen, "--eval-iters must be >= 0");
     if (a->save_interval < 0) return fail(err, errlen, "--save-interval must be positive");
+    if (a->exit_interval < 0) return fail(err, errlen, "--exit-interval must be positive");
     if (a->save_interval > 0 && !a->save[0])
         return fail(err, errlen, "--save-interval %d needs --save DIR", a->save_interval);
     return 0;
@@ -1024,7 +1110,7 @@ static const field_def FIELDS[] = {
     FI(log_interval), FI(eval_interval), FI(eval_iters), FB(log_memory), FS(save),
     FI(save_interval), FS(load),
     FI(tensor_model_parallel_size), FI(pipeline_model_parallel_size), FI(world_size),
-    FI(data_parallel_size),
+    FI(data_parallel_size), FI(exit_interval),
 };
 #define NUM_FIELDS ((int)(sizeof(FIELDS) / sizeof(FIELDS[0])))
 

@@ -87,6 +87,10 @@ typedef struct {
     int pipeline_model_parallel_size; /* --pipeline-model-parallel-size (1) */
     int world_size;                   /* derived: MPI world (1 for now) */
     int data_parallel_size;           /* derived */
+
+    /* ---- added after the first contract ---- */
+    int exit_interval;            /* --exit-interval N: stop (saving first when --save is given)
+                                   * after an iteration divisible by N; 0 = none (Megatron's None) */
 } megadlm_args;
 
 /* Fills Megatron's defaults. */

@@ -176,7 +176,7 @@ static void copy_file(const char *from, const char *to) {
 }
 
 static int tracker_is(const char *dir, const char *want) {
-    char p[512];
+    char p[1024];
     snprintf(p, sizeof p, "%s/latest_checkpointed_iteration.txt", dir);
     char *t = read_file(p, NULL);
     int ok = t && strcmp(t, want) == 0;
@@ -455,6 +455,18 @@ static void test_corruption(void) {
     CHECK_ERR(ckpt_load_tensors(dir, 4, &got, 0, g_err, sizeof g_err) == -1,
               "iter_0000004/model.safetensors", "offset 0", "file of 5 bytes");
 
+    /* Bytes appended after the last tensor. */
+    {
+        char *longer = calloc(1, len + 4);
+        memcpy(longer, orig, len);
+        write_file(path, longer, len + 4);
+        free(longer);
+        char want[64];
+        snprintf(want, sizeof want, "offset %zu: expected the end of the file", len);
+        CHECK_ERR(ckpt_load_tensors(dir, 4, &got, 0, g_err, sizeof g_err) == -1,
+                  "iter_0000004/model.safetensors", want, "found 4 more bytes");
+    }
+
     /* Garbage header. */
     memcpy(bad, orig, len);
     memcpy(bad + 8, "garbage!", 8);
@@ -476,6 +488,12 @@ static void test_corruption(void) {
     write_file(path, bad, len);
     CHECK_ERR(ckpt_load_tensors(dir, 4, &got, 0, g_err, sizeof g_err) == -1,
               "iter_0000004/model.safetensors", "offset 0", "found 18446744073709551615");
+    memcpy(bad, orig, len);
+    bad[0] = (char)0xf8; /* header length changed, still inside the file: JSON cut short */
+    bad[1] = 0;
+    write_file(path, bad, len);
+    CHECK_ERR(ckpt_load_tensors(dir, 4, &got, 0, g_err, sizeof g_err) == -1,
+              "iter_0000004/model.safetensors", "offset ", NULL);
 
     /* Back to the good file: loads bitwise. */
     write_file(path, orig, len);
@@ -529,6 +547,11 @@ static void test_header_validation(void) {
         {"{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,4]}}", 8,
          "tensor x: data_offsets [8, 4] end before", NULL},
         {"{\"x\":[1,2]}", 0, "tensor x: expected an object", NULL},
+        {"{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+         "\"y\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}", 12,
+         "tensor y: data_offsets [8, 12] leave bytes [4, 8) of the buffer unused", NULL},
+        {"{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 7,
+         "offset 68: expected the end of the file", "found 3 more bytes"},
         {"{\"__metadata__\":{\"k\":1}}", 0, "__metadata__: key \"k\": expected a string", NULL},
         {"[1,2]", 0, "offset 8: expected '{'", NULL},
         {"{\"a\":1} x", 0, "offset 16: expected only space padding", NULL},

@@ -19,6 +19,8 @@
 
 /* Offsets and sizes go through JSON numbers (doubles in cJSON): integers are exact below 2^53. */
 #define ST_MAX_JSON_INT 9007199254740992.0 /* 2^53 */
+/* The reference implementation's limit on the header, against maliciously large headers. */
+#define ST_MAX_HEADER 100000000ull
 
 static const struct {
     const char *name;
@@ -432,6 +434,11 @@ int st_open(const char *path, st_file *f, char *err, size_t errlen) {
     uint64_t n = 0;
     for (int k = 0; k < 8; k++) n |= (uint64_t)base[k] << (8 * k);
     f->header_len = n;
+    if (n > ST_MAX_HEADER) {
+        set_err(err, errlen, "%s: offset 0: expected a header length of at most %llu, found %llu",
+                path, (unsigned long long)ST_MAX_HEADER, (unsigned long long)n);
+        goto fail;
+    }
     if (n > f->map_len - 8) {
         set_err(err, errlen,
                 "%s: offset 0: expected a header length of at most %zu (the file size minus 8), "
@@ -573,6 +580,30 @@ int st_open(const char *path, st_file *f, char *err, size_t errlen) {
             goto fail;
         }
         if (!reach || e->end > reach->end) reach = e;
+    }
+    /* The buffer must be fully indexed: no gaps, nothing after the last tensor (as the
+     * reference implementation requires; it also rules out polyglot files). */
+    uint64_t cursor = 0;
+    for (int i = 0; i < f->count; i++) {
+        const st_entry *e = order[i];
+        if (e->begin == e->end) continue;
+        if (e->begin != cursor) {
+            set_err(err, errlen,
+                    "%s: tensor %s: data_offsets [%llu, %llu] leave bytes [%llu, %llu) of the "
+                    "buffer unused (the buffer must be fully indexed)",
+                    path, e->name, (unsigned long long)e->begin, (unsigned long long)e->end,
+                    (unsigned long long)cursor, (unsigned long long)e->begin);
+            goto fail;
+        }
+        cursor = e->end;
+    }
+    if (cursor != f->buffer_len) {
+        set_err(err, errlen,
+                "%s: offset %llu: expected the end of the file (the last tensor ends there), "
+                "found %llu more bytes",
+                path, (unsigned long long)(8 + n + cursor),
+                (unsigned long long)(f->buffer_len - cursor));
+        goto fail;
     }
     free(order);
     free(hcopy);

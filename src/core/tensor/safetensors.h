@@ -19,7 +19,9 @@
  * all of it before returning: header length within the file, UTF-8, JSON syntax, a JSON
  * object, metadata values are strings, every entry's dtype is known, shape dimensions are
  * non-negative integers, shape product * dtype size == end - begin, begin <= end <= buffer
- * length, no two tensors overlap, no name twice. Errors read
+ * length, no two tensors overlap, no name twice, and (as the reference implementation) the
+ * tensors cover the buffer exactly: no gaps, no bytes after the last one; header length at
+ * most 100,000,000 bytes (the reference implementation's limit). Errors read
  *   "FILE: offset N: expected X, found Y"     (structure of the file / header)
  *   "FILE: tensor NAME: ..."                  (one entry of the header)
  * Tensor data is then a pointer into the mapping (valid until st_close). It is aligned to

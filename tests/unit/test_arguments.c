@@ -1,0 +1,854 @@
+/* Unit tests of src/training/arguments.c: Megatron's defaults, parsing (strict numbers,
+ * negative flags, --data-path lists, refused flags), every validation rule (the message must
+ * name the flags), derived values computed by hand from Megatron's formulas, --help,
+ * args_print and the JSON round trip. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_util.h"
+#include "training/arguments.h"
+
+#define BASE                                                                                  \
+    "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "               \
+    "--max-position-embeddings 64 --micro-batch-size 2 --train-iters 10 --lr 1e-3 "          \
+    "--mock-data --vocab-size 100"
+
+static char ERR[1024];
+
+/* Splits line at spaces into argv (argv[0] = "train") and parses into a (defaults first). */
+static int parse_line(megadlm_args *a, const char *line) {
+    static char buf[4096];
+    char *argv[256];
+    int argc = 0;
+    argv[argc++] = "train";
+    snprintf(buf, sizeof(buf), "%s", line);
+    for (char *t = strtok(buf, " "); t && argc < 255; t = strtok(NULL, " ")) argv[argc++] = t;
+    argv[argc] = NULL;
+    args_defaults(a);
+    ERR[0] = 0;
+    return args_parse(a, argc, argv, ERR, sizeof(ERR));
+}
+
+/* parse + validate; 0 when both succeed */
+static int run_line(megadlm_args *a, const char *line) {
+    int rc = parse_line(a, line);
+    if (rc != 0) return rc;
+    return args_validate(a, ERR, sizeof(ERR));
+}
+
+static int contains(const char *s, const char *a, const char *b, const char *c) {
+    return strstr(s, a) && (!b || strstr(s, b)) && (!c || strstr(s, c));
+}
+
+/* Expects line to fail (at parse or validation) with a message containing s1, s2, s3. */
+#define EXPECT_ERR(line, s1, s2, s3)                                                      \
+    do {                                                                                  \
+        megadlm_args _a;                                                                  \
+        int _rc = run_line(&_a, line);                                                    \
+        CHECK(_rc == -1);                                                                 \
+        CHECK(contains(ERR, s1, s2, s3));                                                 \
+        if (_rc != -1 || !contains(ERR, s1, s2, s3))                                      \
+            fprintf(stderr, "  line: %s\n  rc %d, message: '%s'\n", line, _rc, ERR);      \
+        args_free(&_a);                                                                   \
+    } while (0)
+
+#define EXPECT_OK(a, line)                                                                \
+    do {                                                                                  \
+        int _rc = run_line(a, line);                                                      \
+        CHECK(_rc == 0);                                                                  \
+        if (_rc != 0) fprintf(stderr, "  line: %s\n  rc %d, message: '%s'\n", line, _rc, ERR); \
+    } while (0)
+
+static char *cap_buf;
+static size_t cap_len;
+
+/* Output of args_print_help / args_print as a malloc'd string (caller frees). */
+static char *capture_help(void) {
+    cap_buf = NULL;
+    FILE *f = open_memstream(&cap_buf, &cap_len);
+    if (!f) return NULL;
+    args_print_help("train", f);
+    fclose(f);
+    return cap_buf;
+}
+
+static char *capture_print(const megadlm_args *a) {
+    cap_buf = NULL;
+    FILE *f = open_memstream(&cap_buf, &cap_len);
+    if (!f) return NULL;
+    args_print(a, f);
+    fclose(f);
+    return cap_buf;
+}
+
+static void test_defaults(void) {
+    megadlm_args a;
+    args_defaults(&a);
+    CHECK(a.num_layers == 0 && a.hidden_size == 0 && a.num_attention_heads == 0);
+    CHECK(a.ffn_hidden_size == 0 && a.kv_channels == 0);
+    CHECK(a.group_query_attention == 0 && a.num_query_groups == 0);
+    CHECK(a.max_position_embeddings == 0 && a.seq_length == 0);
+    CHECK(strcmp(a.position_embedding_type, "learned_absolute") == 0);
+    CHECK(a.rotary_base == 10000.0f);
+    CHECK(a.rotary_percent == 1.0f);
+    CHECK(strcmp(a.normalization, "LayerNorm") == 0);
+    CHECK(a.norm_epsilon == 1e-5f);
+    CHECK(a.qk_layernorm == 0 && a.swiglu == 0 && a.openai_gelu == 0);
+    CHECK(a.add_bias_linear == 1);
+    CHECK(a.bias_gelu_fusion == 1);
+    CHECK(a.untie_embeddings_and_output_weights == 0);
+    CHECK(a.make_vocab_size_divisible_by == 128);
+    CHECK(a.init_method_std == 0.02f);
+    CHECK(a.hidden_dropout == 0.1f);
+    CHECK(a.attention_dropout == 0.1f);
+    CHECK(a.tokenizer_type[0] == 0 && a.vocab_size == 0 && a.padded_vocab_size == 0);
+    CHECK(a.mock_data == 0 && a.num_data_paths == 0 && a.data_weighted == 0);
+    CHECK(strcmp(a.split, "969, 30, 1") == 0);
+    CHECK(a.eod_mask_loss == 0);
+    CHECK(a.micro_batch_size == 0 && a.global_batch_size == 0 && a.train_iters == 0);
+    CHECK(a.seed == 1234);
+    CHECK(strcmp(a.optimizer, "adam") == 0);
+    CHECK(isnan(a.lr)); /* required: unset */
+    CHECK(a.min_lr == 0.0f);
+    CHECK(a.lr_warmup_iters == 0);
+    CHECK(a.lr_warmup_fraction < 0);
+    CHECK(a.lr_decay_iters == 0);
+    CHECK(strcmp(a.lr_decay_style, "linear") == 0);
+    CHECK(strcmp(a.lr_wsd_decay_style, "exponential") == 0);
+    CHECK(a.lr_wsd_decay_iters == 0);
+    CHECK(a.adam_beta1 == 0.9f);
+    CHECK(a.adam_beta2 == 0.999f);
+    CHECK(a.adam_eps == 1e-8f);
+    CHECK(a.weight_decay == 0.01f);
+    CHECK(a.clip_grad == 1.0f);
+    CHECK(a.log_interval == 100);
+    CHECK(a.eval_interval == 1000);
+    CHECK(a.eval_iters == 100);
+    CHECK(a.log_memory == 0);
+    CHECK(a.save[0] == 0 && a.save_interval == 0 && a.load[0] == 0);
+    CHECK(a.tensor_model_parallel_size == 1 && a.pipeline_model_parallel_size == 1);
+    CHECK(a.world_size == 1);
+    CHECK(a.exit_interval == 0);
+    args_free(&a);
+}
+
+static void test_parse_values(void) {
+    megadlm_args a;
+    int rc = parse_line(&a,
+                        "--num-layers 12 --hidden-size=768 --num-attention-heads 12 "
+                        "--ffn-hidden-size 3000 --kv-channels 64 --seq-length 1024 "
+                        "--max-position-embeddings 2048 --position-embedding-type rope "
+                        "--rotary-base 500000 --rotary-percent 0.5 --normalization RMSNorm "
+                        "--norm-epsilon 1e-6 --qk-layernorm --swiglu --disable-bias-linear "
+                        "--no-bias-gelu-fusion --untie-embeddings-and-output-weights "
+                        "--make-vocab-size-divisible-by 64 --init-method-std 0.006 "
+                        "--hidden-dropout 0 --attention-dropout 0.05 --tokenizer-type ByteLevel "
+                        "--eod-mask-loss --micro-batch-size 4 --global-batch-size 32 "
+                        "--train-iters 500 --seed 42 --lr 6e-4 --min-lr 6e-5 "
+                        "--lr-decay-style cosine --lr-decay-iters 400 --lr-warmup-iters 20 "
+                        "--adam-beta1 0.8 --adam-beta2 0.95 --adam-eps 1e-6 --weight-decay 0.1 "
+                        "--clip-grad 0.5 --log-interval 5 --eval-interval 50 --eval-iters 7 "
+                        "--log-memory --save /tmp/ck --save-interval 100 --load /tmp/old "
+                        "--exit-interval 250 "
+                        "--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 "
+                        "--data-path /data/kjv");
+    CHECK(rc == 0);
+    if (rc) fprintf(stderr, "  %s\n", ERR);
+    CHECK(a.num_layers == 12 && a.hidden_size == 768 && a.num_attention_heads == 12);
+    CHECK(a.ffn_hidden_size == 3000 && a.kv_channels == 64);
+    CHECK(a.seq_length == 1024 && a.max_position_embeddings == 2048);
+    CHECK(strcmp(a.position_embedding_type, "rope") == 0);
+    CHECK(a.rotary_base == 500000.0f && a.rotary_percent == 0.5f);
+    CHECK(strcmp(a.normalization, "RMSNorm") == 0 && a.norm_epsilon == 1e-6f);
+    CHECK(a.qk_layernorm == 1 && a.swiglu == 1);
+    CHECK(a.add_bias_linear == 0);   /* --disable-bias-linear */
+    CHECK(a.bias_gelu_fusion == 0);  /* --no-bias-gelu-fusion */
+    CHECK(a.untie_embeddings_and_output_weights == 1);
+    CHECK(a.make_vocab_size_divisible_by == 64 && a.init_method_std == 0.006f);
+    CHECK(a.hidden_dropout == 0.0f && a.attention_dropout == 0.05f);
+    CHECK(strcmp(a.tokenizer_type, "ByteLevel") == 0 && a.eod_mask_loss == 1);
+    CHECK(a.micro_batch_size == 4 && a.global_batch_size == 32 && a.train_iters == 500);
+    CHECK(a.seed == 42 && a.lr == 6e-4f && a.min_lr == 6e-5f);
+    CHECK(strcmp(a.lr_decay_style, "cosine") == 0 && a.lr_decay_iters == 400);
+    CHECK(a.lr_warmup_iters == 20);
+    CHECK(a.adam_beta1 == 0.8f && a.adam_beta2 == 0.95f && a.adam_eps == 1e-6f);
+    CHECK(a.weight_decay == 0.1f && a.clip_grad == 0.5f);
+    CHECK(a.log_interval == 5 && a.eval_interval == 50 && a.eval_iters == 7 && a.log_memory == 1);
+    CHECK(strcmp(a.save, "/tmp/ck") == 0 && a.save_interval == 100);
+    CHECK(strcmp(a.load, "/tmp/old") == 0);
+    CHECK(a.exit_interval == 250);
+    CHECK(a.num_data_paths == 1 && a.data_weighted == 0);
+    CHECK(a.num_data_paths == 1 && strcmp(a.data_paths[0], "/data/kjv") == 0);
+    CHECK(args_validate(&a, ERR, sizeof(ERR)) == 0);
+    if (ERR[0]) fprintf(stderr, "  %s\n", ERR);
+    args_free(&a);
+    CHECK(a.num_data_paths == 0);
+
+    /* no flags at all: nothing changes */
+    char *argv0[] = {"train", NULL};
+    args_defaults(&a);
+    CHECK(args_parse(&a, 1, argv0, ERR, sizeof(ERR)) == 0);
+    CHECK(a.log_interval == 100);
+
+    /* --lr-warmup-fraction, --lr-wsd-*, --group-query-attention, --openai-gelu */
+    rc = parse_line(&a, "--lr-warmup-fraction 0.01 --lr-wsd-decay-style cosine "
+                        "--lr-wsd-decay-iters 30 --group-query-attention --num-query-groups 2 "
+                        "--openai-gelu --optimizer adam --split 90,5,5");
+    CHECK(rc == 0);
+    CHECK(a.lr_warmup_fraction == 0.01f && a.lr_wsd_decay_iters == 30);
+    CHECK(strcmp(a.lr_wsd_decay_style, "cosine") == 0);
+    CHECK(a.group_query_attention == 1 && a.num_query_groups == 2 && a.openai_gelu == 1);
+    CHECK(strcmp(a.split, "90,5,5") == 0);
+    args_free(&a);
+
+    /* a split with spaces, as one argv word (the way a shell passes "969, 30, 1") */
+    char *argv1[] = {"train", "--split", "98, 1.5, 0.5", NULL};
+    args_defaults(&a);
+    CHECK(args_parse(&a, 3, argv1, ERR, sizeof(ERR)) == 0);
+    CHECK(strcmp(a.split, "98, 1.5, 0.5") == 0);
+
+    /* empty words (what "${args[@]/--mock-data/}" leaves in a shell) are skipped */
+    char *argv2[] = {"train", "--num-layers", "4", "", "--data-path", "0.5", "A", "", "0.5", "B",
+                     "", "--swiglu", "", NULL};
+    args_defaults(&a);
+    CHECK(args_parse(&a, 13, argv2, ERR, sizeof(ERR)) == 0);
+    CHECK(a.num_layers == 4 && a.swiglu == 1 && a.num_data_paths == 2);
+    CHECK(a.num_data_paths == 2 && strcmp(a.data_paths[1], "B") == 0);
+    args_free(&a);
+
+    /* a large seed */
+    CHECK(parse_line(&a, "--seed 18446744073709551615") == 0);
+    CHECK(a.seed == 18446744073709551615ULL);
+
+    /* parsing can be repeated (getopt state is reset) */
+    CHECK(parse_line(&a, "--num-layers 3") == 0 && a.num_layers == 3);
+    CHECK(parse_line(&a, "--num-layers 5") == 0 && a.num_layers == 5);
+}
+
+static void test_parse_errors(void) {
+    megadlm_args a;
+    /* strict numbers */
+    CHECK(parse_line(&a, "--num-layers abc") == -1);
+    CHECK(strcmp(ERR, "--num-layers: expected an integer, found 'abc'") == 0);
+    CHECK(parse_line(&a, "--num-layers 12x") == -1);
+    CHECK(strcmp(ERR, "--num-layers: expected an integer, found '12x'") == 0);
+    CHECK(parse_line(&a, "--num-layers 1.5") == -1);
+    CHECK(strstr(ERR, "--num-layers: expected an integer, found '1.5'") != NULL);
+    CHECK(parse_line(&a, "--num-layers 99999999999") == -1);
+    CHECK(strstr(ERR, "--num-layers: expected an integer") != NULL);
+    CHECK(parse_line(&a, "--num-layers 0") == -1);
+    CHECK(strstr(ERR, "--num-layers: expected a positive integer, found '0'") != NULL);
+    CHECK(parse_line(&a, "--hidden-size -64") == -1);
+    CHECK(strstr(ERR, "--hidden-size: expected a positive integer") != NULL);
+    CHECK(parse_line(&a, "--eval-iters -1") == -1);
+    CHECK(strstr(ERR, "--eval-iters: expected a non-negative integer") != NULL);
+    CHECK(parse_line(&a, "--lr 1e-3x") == -1);
+    CHECK(strcmp(ERR, "--lr: expected a number, found '1e-3x'") == 0);
+    CHECK(parse_line(&a, "--lr abc") == -1);
+    CHECK(strstr(ERR, "--lr: expected a number, found 'abc'") != NULL);
+    CHECK(parse_line(&a, "--lr nan") == -1);
+    CHECK(strstr(ERR, "--lr: expected a number") != NULL);
+    CHECK(parse_line(&a, "--clip-grad 1e400") == -1);
+    CHECK(strstr(ERR, "--clip-grad: expected a number") != NULL);
+    CHECK(parse_line(&a, "--lr=") == -1);
+    CHECK(strstr(ERR, "--lr: expected a number, found ''") != NULL);
+    CHECK(parse_line(&a, "--seed -1") == -1);
+    CHECK(strstr(ERR, "--seed: expected a non-negative integer, found '-1'") != NULL);
+    CHECK(parse_line(&a, "--seed 18446744073709551616") == -1);
+    CHECK(strstr(ERR, "--seed: expected") != NULL);
+
+    /* missing values */
+    CHECK(parse_line(&a, "--num-layers 2 --lr") == -1);
+    CHECK(strcmp(ERR, "--lr: expects a value") == 0);
+    CHECK(parse_line(&a, "--lr --seed 3") == -1);
+    CHECK(strcmp(ERR, "--lr: expects a value") == 0);
+    CHECK(parse_line(&a, "--data-path --mock-data") == -1);
+    CHECK(strcmp(ERR, "--data-path: expects a value") == 0);
+    CHECK(parse_line(&a, "--save") == -1);
+    CHECK(strcmp(ERR, "--save: expects a value") == 0);
+
+    /* boolean flags take no value */
+    CHECK(parse_line(&a, "--swiglu=1") == -1);
+    CHECK(strcmp(ERR, "--swiglu: takes no value") == 0);
+
+    /* unknown flags, abbreviations (Megatron: allow_abbrev=False), stray words */
+    CHECK(parse_line(&a, "--num-layers 2 --foo") == -1);
+    CHECK(strcmp(ERR, "unknown flag '--foo' (see megadlm train --help)") == 0);
+    CHECK(parse_line(&a, "--foo=3") == -1);
+    CHECK(strcmp(ERR, "unknown flag '--foo' (see megadlm train --help)") == 0);
+    CHECK(parse_line(&a, "--num-lay 4") == -1);
+    CHECK(strcmp(ERR, "unknown flag '--num-lay' (see megadlm train --help)") == 0);
+    CHECK(parse_line(&a, "--swig") == -1);
+    CHECK(strstr(ERR, "unknown flag '--swig'") != NULL);
+    CHECK(parse_line(&a, "--lr-warmup 3") == -1); /* ambiguous prefix */
+    CHECK(strstr(ERR, "unknown flag '--lr-warmup'") != NULL);
+    CHECK(parse_line(&a, "-x") == -1);
+    CHECK(strstr(ERR, "unknown flag '-x'") != NULL);
+    CHECK(parse_line(&a, "--num-layers 2 stray") == -1);
+    CHECK(strstr(ERR, "unexpected argument 'stray'") != NULL);
+
+    /* the command name in the hint is argv[0] */
+    char *argv[] = {"generate", "--bar", NULL};
+    args_defaults(&a);
+    CHECK(args_parse(&a, 2, argv, ERR, sizeof(ERR)) == -1);
+    CHECK(strcmp(ERR, "unknown flag '--bar' (see megadlm generate --help)") == 0);
+
+    /* too long strings */
+    char longline[1200];
+    snprintf(longline, sizeof(longline), "--tokenizer-type %040d", 0);
+    CHECK(parse_line(&a, longline) == -1);
+    CHECK(strstr(ERR, "--tokenizer-type: value longer than") != NULL);
+}
+
+static void test_refused_flags(void) {
+    static const char *later[] = {
+        "--sequence-parallel", "--recompute-activations", "--recompute-granularity full",
+        "--recompute-method uniform", "--recompute-num-layers 1",
+        "--distribute-saved-activations", "--bf16", "--fp16", "--use-distributed-optimizer",
+        "--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap",
+        "--num-layers-per-virtual-pipeline-stage 2", "--virtual-pipeline-model-parallel-size 2",
+        "--context-parallel-size 2", "--expert-model-parallel-size 2", "--num-experts 8",
+        "--use-flash-attn", "--enable-cuda-graph", "--model-running-mode x",
+        "--attention-mask-type causal", "--mask-token 3", "--vocab-file v.json",
+        "--merge-file m.txt", "--tokenizer-model t.model", "--fp8-format hybrid",
+        "--ddp-bucket-size 1000", "--accumulate-allreduce-grads-in-fp32", "--bf16=1",
+    };
+    for (size_t i = 0; i < sizeof(later) / sizeof(later[0]); i++) {
+        megadlm_args a;
+        char line[256], want[128];
+        snprintf(line, sizeof(line), BASE " %s", later[i]);
+        size_t n = strcspn(later[i], " =");
+        snprintf(want, sizeof(want), "%.*s: not supported yet", (int)n, later[i]);
+        int rc = parse_line(&a, line);
+        CHECK(rc == -1);
+        CHECK(strcmp(ERR, want) == 0);
+        if (rc != -1 || strcmp(ERR, want)) fprintf(stderr, "  %s -> '%s'\n", later[i], ERR);
+        args_free(&a);
+    }
+    megadlm_args a;
+    CHECK(parse_line(&a, "--tensor-model-parallel-size 2") == -1);
+    CHECK(strcmp(ERR, "--tensor-model-parallel-size 2: not supported yet (tensor parallelism "
+                      "arrives with a later release)") == 0);
+    CHECK(parse_line(&a, "--pipeline-model-parallel-size 4") == -1);
+    CHECK(strcmp(ERR, "--pipeline-model-parallel-size 4: not supported yet (pipeline "
+                      "parallelism arrives with a later release)") == 0);
+    CHECK(parse_line(&a, "--tensor-model-parallel-size 0") == -1);
+    CHECK(strstr(ERR, "--tensor-model-parallel-size: expected a positive integer") != NULL);
+    CHECK(parse_line(&a, "--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1") == 0);
+    /* a struct that did not come from the parser (e.g. JSON) is checked by validation too */
+    megadlm_args b;
+    CHECK(run_line(&b, BASE) == 0);
+    b.tensor_model_parallel_size = 2;
+    CHECK(args_validate(&b, ERR, sizeof(ERR)) == -1);
+    CHECK(strstr(ERR, "--tensor-model-parallel-size 2: not supported yet") != NULL);
+    args_free(&b);
+}
+
+static void test_data_path(void) {
+    megadlm_args a;
+    /* weighted blend, followed by another flag */
+    CHECK(parse_line(&a, "--data-path 0.3 /d/p1 0.7 /d/p2 --num-layers 3") == 0);
+    CHECK(a.num_data_paths == 2 && a.data_weighted == 1);
+    CHECK(a.num_data_paths == 2 && strcmp(a.data_paths[0], "/d/p1") == 0 &&
+          strcmp(a.data_paths[1], "/d/p2") == 0);
+    CHECK(a.data_weights[0] == 0.3 && a.data_weights[1] == 0.7);
+    CHECK(a.num_layers == 3);
+    args_free(&a);
+    /* at the end of the line, three datasets, integer weights */
+    CHECK(parse_line(&a, "--num-layers 3 --data-path 1 A 2 B 3 C") == 0);
+    CHECK(a.num_data_paths == 3 && a.data_weighted == 1);
+    CHECK(a.num_data_paths == 3 && strcmp(a.data_paths[2], "C") == 0 && a.data_weights[2] == 3.0);
+    args_free(&a);
+    /* --data-path=P form; a later --data-path replaces the earlier one (argparse) */
+    CHECK(parse_line(&a, "--data-path=/x/one --data-path 0.5 /y/a 0.5 /y/b") == 0);
+    CHECK(a.num_data_paths == 2 && strcmp(a.data_paths[0], "/y/a") == 0);
+    args_free(&a);
+    /* odd count, non-numeric weight, negative weight, all-zero weights */
+    CHECK(parse_line(&a, "--data-path 0.3 P1 0.7") == -1);
+    CHECK(strstr(ERR, "--data-path") && strstr(ERR, "W1 P1 W2 P2"));
+    CHECK(parse_line(&a, "--data-path P1 P2") == -1);
+    CHECK(strstr(ERR, "--data-path: expected a weight, found 'P1'") != NULL);
+    CHECK(parse_line(&a, "--data-path 0.5 P1 x P2") == -1);
+    CHECK(strstr(ERR, "--data-path: expected a weight, found 'x'") != NULL);
+    CHECK(parse_line(&a, "--data-path -0.5 P1 1 P2") == -1);
+    CHECK(strstr(ERR, "--data-path") && strstr(ERR, "negative"));
+    CHECK(parse_line(&a, "--data-path 0 P1 0 P2") == -1);
+    CHECK(strstr(ERR, "--data-path") && strstr(ERR, "sum to 0"));
+    CHECK(a.num_data_paths == 0);
+    /* full validation with a blend */
+    EXPECT_OK(&a, "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
+                  "--max-position-embeddings 64 --micro-batch-size 2 --train-iters 10 --lr 1e-3 "
+                  "--data-path 0.3 P1 0.7 P2 --tokenizer-type ByteLevel");
+    CHECK(a.num_data_paths == 2 && a.data_weighted == 1);
+    args_free(&a);
+}
+
+static void test_validation_errors(void) {
+    /* required flags */
+    EXPECT_ERR("--mock-data --vocab-size 10", "--num-layers", "--hidden-size", "--lr");
+    EXPECT_ERR("--mock-data --vocab-size 10", "--num-attention-heads", "--seq-length",
+               "--max-position-embeddings");
+    EXPECT_ERR("--mock-data --vocab-size 10", "--micro-batch-size", "--train-iters", "missing");
+    EXPECT_ERR("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
+               "--max-position-embeddings 64 --micro-batch-size 2 --train-iters 10 "
+               "--mock-data --vocab-size 100",
+               "missing required flag --lr", NULL, NULL);
+    /* heads */
+    EXPECT_ERR(BASE " --hidden-size 100 --num-attention-heads 3",
+               "--hidden-size 100 is not divisible by --num-attention-heads 3", NULL, NULL);
+    EXPECT_ERR(BASE " --group-query-attention --num-query-groups 3", "--num-attention-heads 4",
+               "--num-query-groups 3", "not divisible");
+    EXPECT_ERR(BASE " --num-query-groups 2", "--num-query-groups", "--group-query-attention", NULL);
+    /* MLP */
+    EXPECT_ERR(BASE " --openai-gelu --swiglu", "--openai-gelu", "--swiglu", NULL);
+    EXPECT_ERR(BASE " --hidden-size 16 --swiglu", "--swiglu", "--ffn-hidden-size", NULL);
+    /* positions */
+    EXPECT_ERR(BASE " --seq-length 128", "--seq-length 128", "--max-position-embeddings 64", NULL);
+    EXPECT_ERR(BASE " --position-embedding-type rope --seq-length 128", "--seq-length",
+               "--max-position-embeddings", NULL);
+    EXPECT_ERR(BASE " --position-embedding-type rope --rotary-percent 0", "--rotary-percent",
+               "(0, 1]", NULL);
+    EXPECT_ERR(BASE " --position-embedding-type rope --rotary-percent 1.5", "--rotary-percent",
+               "(0, 1]", NULL);
+    /* kv_channels 16 * 0.3 = 4.8 -> 4 (even, fine); 16 * 0.5625 = 9 (odd) */
+    EXPECT_ERR(BASE " --position-embedding-type rope --rotary-percent 0.5625", "--rotary-percent",
+               "--kv-channels 16", "even");
+    EXPECT_ERR(BASE " --position-embedding-type relative", "--position-embedding-type",
+               "not supported yet", NULL);
+    EXPECT_ERR(BASE " --position-embedding-type alibi", "--position-embedding-type", "alibi",
+               "learned_absolute or rope");
+    EXPECT_ERR(BASE " --normalization BatchNorm", "--normalization", "LayerNorm or RMSNorm", NULL);
+    EXPECT_ERR(BASE " --norm-epsilon 0", "--norm-epsilon", NULL, NULL);
+    /* dropout in [0, 1) */
+    EXPECT_ERR(BASE " --hidden-dropout 1", "--hidden-dropout", "[0, 1)", NULL);
+    EXPECT_ERR(BASE " --hidden-dropout -0.1", "--hidden-dropout", "[0, 1)", NULL);
+    EXPECT_ERR(BASE " --attention-dropout 1.5", "--attention-dropout", "[0, 1)", NULL);
+    /* parallel layout / batch */
+    EXPECT_ERR(BASE " --micro-batch-size 4 --global-batch-size 6", "--global-batch-size 6",
+               "--micro-batch-size 4", "not divisible");
+    /* data */
+    EXPECT_ERR("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
+               "--max-position-embeddings 64 --micro-batch-size 2 --train-iters 10 --lr 1e-3",
+               "no data: give --data-path PREFIX or --mock-data", NULL, NULL);
+    EXPECT_ERR(BASE " --data-path P", "--mock-data", "--data-path", "exclusive");
+    EXPECT_ERR(BASE " --split 1,2,3,4", "--split", "more than 3", NULL);
+    EXPECT_ERR(BASE " --split 90,x,5", "--split", "not a number", NULL);
+    EXPECT_ERR(BASE " --split 90,-5,5", "--split", "negative", NULL);
+    EXPECT_ERR(BASE " --split 0,0,0", "--split", "sum to 0", NULL);
+    EXPECT_ERR(BASE " --split 90,,5", "--split", NULL, NULL);
+    /* tokenizer */
+    EXPECT_ERR("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
+               "--max-position-embeddings 64 --micro-batch-size 2 --train-iters 10 --lr 1e-3 "
+               "--data-path P",
+               "--tokenizer-type", "required", NULL);
+    EXPECT_ERR("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
+               "--max-position-embeddings 64 --micro-batch-size 2 --train-iters 10 --lr 1e-3 "
+               "--mock-data",
+               "NullTokenizer", "--mock-data", "--vocab-size");
+    EXPECT_ERR("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
+               "--max-position-embeddings 64 --micro-batch-size 2 --train-iters 10 --lr 1e-3 "
+               "--data-path P --tokenizer-type NullTokenizer",
+               "--tokenizer-type NullTokenizer", "--vocab-size", NULL);
+    EXPECT_ERR(BASE " --tokenizer-type GPT2BPETokenizer", "--tokenizer-type GPT2BPETokenizer",
+               "not supported yet", NULL);
+    EXPECT_ERR(BASE " --tokenizer-type HuggingFaceTokenizer", "--tokenizer-type HuggingFaceTokenizer",
+               "not supported yet", NULL);
+    EXPECT_ERR(BASE " --tokenizer-type Whatever", "--tokenizer-type", "Whatever",
+               "ByteLevel or NullTokenizer");
+    /* learning rate */
+    EXPECT_ERR(BASE " --lr-warmup-fraction 0.1 --lr-warmup-iters 3", "--lr-warmup-fraction",
+               "--lr-warmup-iters", NULL);
+    EXPECT_ERR(BASE " --lr-warmup-iters 10", "--lr-warmup-iters 10", "--lr-decay-iters 10", NULL);
+    EXPECT_ERR(BASE " --lr-warmup-fraction 1", "--lr-warmup-fraction", NULL, NULL);
+    EXPECT_ERR(BASE " --lr-decay-style WSD", "--lr-decay-style WSD", "--lr-wsd-decay-iters", NULL);
+    EXPECT_ERR(BASE " --lr-decay-style WSD --lr-wsd-decay-iters 11", "--lr-wsd-decay-iters 11",
+               "--lr-decay-iters 10", NULL);
+    EXPECT_ERR(BASE " --lr-decay-style WSD --lr-decay-iters 5 --lr-wsd-decay-iters 6",
+               "--lr-wsd-decay-iters 6", "--lr-decay-iters 5", NULL);
+    EXPECT_ERR(BASE " --lr-decay-style step", "--lr-decay-style", "step", NULL);
+    EXPECT_ERR(BASE " --lr-decay-style inverse-square-root", "--lr-decay-style",
+               "not supported yet", NULL);
+    EXPECT_ERR(BASE " --lr-wsd-decay-style square", "--lr-wsd-decay-style", "square", NULL);
+    EXPECT_ERR(BASE " --min-lr 0.01", "--min-lr 0.01", "--lr 0.001", NULL);
+    EXPECT_ERR(BASE " --min-lr -1e-5", "--min-lr", ">= 0", NULL);
+    EXPECT_ERR(BASE " --lr -1", "--lr", ">= 0", NULL);
+    /* optimizer */
+    EXPECT_ERR(BASE " --optimizer sgd", "--optimizer sgd", "not supported yet", NULL);
+    EXPECT_ERR(BASE " --optimizer lion", "--optimizer", "lion", "adam");
+    EXPECT_ERR(BASE " --adam-beta1 1", "--adam-beta1", "[0, 1)", NULL);
+    EXPECT_ERR(BASE " --adam-beta2 -0.5", "--adam-beta2", "[0, 1)", NULL);
+    EXPECT_ERR(BASE " --adam-eps -1", "--adam-eps", NULL, NULL);
+    EXPECT_ERR(BASE " --weight-decay -0.1", "--weight-decay", NULL, NULL);
+    EXPECT_ERR(BASE " --clip-grad -1", "--clip-grad", ">= 0", NULL);
+    /* checkpoints */
+    EXPECT_ERR(BASE " --save-interval 10", "--save-interval", "--save", NULL);
+    EXPECT_ERR(BASE " --exit-interval 0", "--exit-interval", "positive", NULL);
+    /* eval-interval > 0 (only reachable through a struct, the parser wants a positive int) */
+    {
+        megadlm_args a;
+        CHECK(parse_line(&a, BASE) == 0);
+        a.eval_interval = 0;
+        CHECK(args_validate(&a, ERR, sizeof(ERR)) == -1);
+        CHECK(strstr(ERR, "--eval-interval") != NULL);
+        CHECK(parse_line(&a, BASE) == 0);
+        a.world_size = 3;
+        a.global_batch_size = 4;
+        CHECK(args_validate(&a, ERR, sizeof(ERR)) == -1);
+        CHECK(contains(ERR, "--global-batch-size 4", "--micro-batch-size 2", "data-parallel size 3"));
+    }
+    EXPECT_ERR(BASE " --eval-interval 0", "--eval-interval", NULL, NULL);
+}
+
+static void test_derived(void) {
+    megadlm_args a;
+    /* plain: kv = 64/4, ffn = 4h, groups = heads, global = micro * dp, decay = train iters,
+     * tokenizer NullTokenizer (mock data), padded = 101 -> 128 */
+    EXPECT_OK(&a, BASE);
+    CHECK(a.kv_channels == 16);
+    CHECK(a.ffn_hidden_size == 256);
+    CHECK(a.num_query_groups == 4);
+    CHECK(a.global_batch_size == 2);
+    CHECK(a.data_parallel_size == 1);
+    CHECK(a.lr_decay_iters == 10);
+    CHECK(strcmp(a.tokenizer_type, "NullTokenizer") == 0);
+    CHECK(a.padded_vocab_size == 128);
+    CHECK(a.bias_gelu_fusion == 1);
+    /* validation is idempotent (it runs again after a checkpoint's args are loaded) */
+    {
+        megadlm_args b = a;
+        CHECK(args_validate(&b, ERR, sizeof(ERR)) == 0);
+        CHECK(memcmp(&a, &b, sizeof(a)) == 0);
+        CHECK(b.kv_channels == a.kv_channels && b.ffn_hidden_size == a.ffn_hidden_size &&
+              b.num_query_groups == a.num_query_groups && b.padded_vocab_size == a.padded_vocab_size &&
+              b.global_batch_size == a.global_batch_size && b.lr_decay_iters == a.lr_decay_iters);
+    }
+
+    /* SwiGLU: int(4*h*2/3/64)*64. h=768: 2048 exactly -> 2048. h=1024: 2730.67 -> 42*64 = 2688.
+     * h=4096: 10922.67 -> 170*64 = 10880. h=64: 170.67/64 = 2.67 -> 128. */
+    EXPECT_OK(&a, BASE " --hidden-size 768 --num-attention-heads 12 --swiglu");
+    CHECK(a.ffn_hidden_size == 2048);
+    CHECK(a.kv_channels == 64);
+    CHECK(a.bias_gelu_fusion == 0); /* no GeLU with SwiGLU */
+    EXPECT_OK(&a, BASE " --hidden-size 1024 --num-attention-heads 16 --swiglu");
+    CHECK(a.ffn_hidden_size == 2688);
+    EXPECT_OK(&a, BASE " --hidden-size 4096 --num-attention-heads 32 --swiglu");
+    CHECK(a.ffn_hidden_size == 10880);
+    EXPECT_OK(&a, BASE " --swiglu");
+    CHECK(a.ffn_hidden_size == 128);
+    /* explicit ffn and kv channels win; hidden % heads no longer required with --kv-channels */
+    EXPECT_OK(&a, BASE " --swiglu --ffn-hidden-size 100");
+    CHECK(a.ffn_hidden_size == 100);
+    EXPECT_OK(&a, BASE " --hidden-size 100 --num-attention-heads 3 --kv-channels 32");
+    CHECK(a.kv_channels == 32 && a.ffn_hidden_size == 400);
+
+    /* Megatron: without biases there is no bias-GeLU fusion */
+    EXPECT_OK(&a, BASE " --disable-bias-linear");
+    CHECK(a.add_bias_linear == 0 && a.bias_gelu_fusion == 0);
+
+    /* GQA: default one group; explicit groups */
+    EXPECT_OK(&a, BASE " --group-query-attention");
+    CHECK(a.num_query_groups == 1);
+    EXPECT_OK(&a, BASE " --group-query-attention --num-query-groups 2");
+    CHECK(a.num_query_groups == 2);
+
+    /* padded vocabulary (Megatron's _vocab_size_with_padding of the tokenizer's vocab_size):
+     * NullTokenizer 50256 -> 50257 entries -> next multiple of 128 = 393*128 = 50304;
+     * divisible-by 8: 50257 -> 6283*8 = 50264; ByteLevel 257 -> 3*128 = 384; by 1 -> 257;
+     * NullTokenizer 127 -> 128 entries -> 128 (already a multiple). */
+    EXPECT_OK(&a, BASE " --vocab-size 50256");
+    CHECK(a.padded_vocab_size == 50304);
+    EXPECT_OK(&a, BASE " --vocab-size 50256 --make-vocab-size-divisible-by 8");
+    CHECK(a.padded_vocab_size == 50264);
+    EXPECT_OK(&a, BASE " --vocab-size 127");
+    CHECK(a.padded_vocab_size == 128);
+    EXPECT_OK(&a, "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
+                  "--max-position-embeddings 64 --micro-batch-size 2 --train-iters 10 --lr 1e-3 "
+                  "--mock-data --tokenizer-type ByteLevel");
+    CHECK(a.padded_vocab_size == 384);
+    EXPECT_OK(&a, BASE " --tokenizer-type ByteLevel"); /* --vocab-size 100 is not used */
+    CHECK(a.padded_vocab_size == 384);
+    EXPECT_OK(&a, "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
+                  "--max-position-embeddings 64 --micro-batch-size 2 --train-iters 10 --lr 1e-3 "
+                  "--data-path P --tokenizer-type ByteLevel --make-vocab-size-divisible-by 1");
+    CHECK(a.padded_vocab_size == 257);
+    args_free(&a);
+
+    /* data parallel size from the world size the caller sets */
+    CHECK(parse_line(&a, BASE) == 0);
+    a.world_size = 4;
+    CHECK(args_validate(&a, ERR, sizeof(ERR)) == 0);
+    CHECK(a.data_parallel_size == 4 && a.global_batch_size == 8);
+    CHECK(parse_line(&a, BASE " --global-batch-size 16") == 0);
+    a.world_size = 4;
+    CHECK(args_validate(&a, ERR, sizeof(ERR)) == 0);
+    CHECK(a.global_batch_size == 16);
+
+    /* WSD, fractions, rope that fits */
+    EXPECT_OK(&a, BASE " --lr-decay-style WSD --lr-wsd-decay-iters 10 --lr-warmup-fraction 0.5");
+    CHECK(a.lr_decay_iters == 10 && a.lr_wsd_decay_iters == 10);
+    EXPECT_OK(&a, BASE " --position-embedding-type rope --rotary-percent 0.25");
+    EXPECT_OK(&a, BASE " --position-embedding-type rope --seq-length 64");
+    EXPECT_OK(&a, BASE " --save /tmp/x --save-interval 5 --split 1");
+    EXPECT_OK(&a, BASE " --num-query-groups 4"); /* equal to the head count: what MHA derives */
+}
+
+static void test_help(void) {
+    megadlm_args a;
+    char *argv[] = {"train", "--num-layers", "2", "--help", NULL};
+    args_defaults(&a);
+    /* --help prints to stdout: send it to /dev/null for the test */
+    fflush(stdout);
+    FILE *saved = stdout;
+    FILE *null = fopen("/dev/null", "w");
+    if (null) stdout = null;
+    int rc = args_parse(&a, 4, argv, ERR, sizeof(ERR));
+    char *argvh[] = {"train", "-h", NULL};
+    int rch = args_parse(&a, 2, argvh, ERR, sizeof(ERR));
+    if (null) {
+        stdout = saved;
+        fclose(null);
+    }
+    CHECK(rc == 1);
+    CHECK(rch == 1);
+
+    char *h = capture_help();
+    CHECK(h != NULL);
+    if (!h) return;
+    static const char *flags[] = {
+        "--num-layers N", "--hidden-size N", "--ffn-hidden-size N", "--num-attention-heads N",
+        "--kv-channels N", "--group-query-attention ", "--num-query-groups N",
+        "--max-position-embeddings N", "--position-embedding-type TYPE", "--rotary-base X",
+        "--rotary-percent X", "--normalization NORM", "--norm-epsilon X", "--qk-layernorm ",
+        "--swiglu ", "--disable-bias-linear ", "--no-bias-gelu-fusion ", "--openai-gelu ",
+        "--untie-embeddings-and-output-weights ", "--make-vocab-size-divisible-by N",
+        "--init-method-std X", "--hidden-dropout X", "--attention-dropout X", "--data-path ",
+        "--mock-data ", "--split ", "--seq-length N", "--tokenizer-type TYPE", "--vocab-size V",
+        "--eod-mask-loss ", "--micro-batch-size N", "--global-batch-size N", "--train-iters N",
+        "--seed N", "--optimizer NAME", "--lr X", "--min-lr X", "--lr-decay-style STYLE",
+        "--lr-decay-iters N", "--lr-warmup-iters N", "--lr-warmup-fraction X",
+        "--lr-wsd-decay-style STYLE", "--lr-wsd-decay-iters N", "--adam-beta1 X",
+        "--adam-beta2 X", "--adam-eps X", "--weight-decay X", "--clip-grad X", "--exit-interval N",
+        "--log-interval N", "--eval-interval N", "--eval-iters N", "--log-memory ", "--save DIR",
+        "--save-interval N", "--load DIR", "--tensor-model-parallel-size 1",
+        "--pipeline-model-parallel-size 1", "--help", "--sequence-parallel", "--bf16",
+        "--accumulate-allreduce-grads-in-fp32", "--use-flash-attn",
+    };
+    for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++) {
+        CHECK(strstr(h, flags[i]) != NULL);
+        if (!strstr(h, flags[i])) fprintf(stderr, "  help lacks '%s'\n", flags[i]);
+    }
+    /* defaults shown on the flag's own line */
+    static const char *pairs[][2] = {
+        {"--norm-epsilon", "[default: 1e-05]"},
+        {"--make-vocab-size-divisible-by", "[default: 128]"},
+        {"--init-method-std", "[default: 0.02]"},
+        {"--hidden-dropout", "[default: 0.1]"},
+        {"--attention-dropout", "[default: 0.1]"},
+        {"--rotary-base", "[default: 10000.0]"},
+        {"--rotary-percent", "[default: 1.0]"},
+        {"--seed", "[default: 1234]"},
+        {"--lr-decay-style", "[default: linear]"},
+        {"--lr-wsd-decay-style", "[default: exponential]"},
+        {"--adam-beta1", "[default: 0.9]"},
+        {"--adam-beta2", "[default: 0.999]"},
+        {"--adam-eps", "[default: 1e-08]"},
+        {"--weight-decay", "[default: 0.01]"},
+        {"--clip-grad", "[default: 1.0]"},
+        {"--log-interval", "[default: 100]"},
+        {"--eval-interval", "[default: 1000]"},
+        {"--eval-iters", "[default: 100]"},
+        {"--split", "[default: 969, 30, 1]"},
+        {"--position-embedding-type", "[default: learned_absolute]"},
+        {"--normalization", "[default: LayerNorm]"},
+        {"--optimizer", "[default: adam]"},
+        {"--num-layers", "[default: required]"},
+        {"--lr ", "[default: required]"},
+        {"--tensor-model-parallel-size", "[default: 1]"},
+    };
+    for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++) {
+        char key[80];
+        snprintf(key, sizeof(key), "  %s", pairs[i][0]);
+        const char *line = strstr(h, key);
+        const char *eol = line ? strchr(line, '\n') : NULL;
+        const char *d = line ? strstr(line, pairs[i][1]) : NULL;
+        int ok = line && eol && d && d < eol;
+        CHECK(ok);
+        if (!ok) fprintf(stderr, "  help: '%s' lacks '%s'\n", pairs[i][0], pairs[i][1]);
+    }
+    /* groups, in order */
+    const char *g1 = strstr(h, "\nmodel:"), *g2 = strstr(h, "\ndata and tokenizer:"),
+               *g3 = strstr(h, "\ntraining"), *g4 = strstr(h, "\nlogging, evaluation and checkpoints:"),
+               *g5 = strstr(h, "\nparallelism:");
+    CHECK(g1 && g2 && g3 && g4 && g5);
+    CHECK(g1 < g2 && g2 < g3 && g3 < g4 && g4 < g5);
+    CHECK(strstr(h, "Usage: megadlm train") != NULL);
+    free(h);
+}
+
+static void test_print(void) {
+    megadlm_args a;
+    EXPECT_OK(&a, "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
+                  "--max-position-embeddings 64 --micro-batch-size 2 --train-iters 10 --lr 1e-3 "
+                  "--data-path 0.3 P1 0.7 P2 --tokenizer-type ByteLevel");
+    char *s = capture_print(&a);
+    CHECK(s != NULL);
+    if (!s) return;
+    {
+        const char *hdr = "------------------------ arguments ------------------------\n";
+        CHECK(strncmp(s, hdr, strlen(hdr)) == 0);
+    }
+    CHECK(strstr(s, "\n-------------------- end of arguments ---------------------\n") != NULL);
+    /* "  name " + '.' * (48 - len(name)) + " value" */
+    char want[128];
+    snprintf(want, sizeof(want), "\n  num_layers %.*s 2\n", 48 - 10,
+             "................................................");
+    CHECK(strstr(s, want) != NULL);
+    snprintf(want, sizeof(want), "\n  data_path %.*s ['0.3', 'P1', '0.7', 'P2']\n", 48 - 9,
+             "................................................");
+    CHECK(strstr(s, want) != NULL);
+    CHECK(strstr(s, "  hidden_dropout ") && strstr(s, " 0.1\n"));
+    CHECK(strstr(s, "  swiglu ") != NULL);
+    CHECK(strstr(s, " False\n") != NULL && strstr(s, " True\n") != NULL);
+    CHECK(strstr(s, "  lr_warmup_fraction ") != NULL);
+    /* sorted by name */
+    const char *p1 = strstr(s, "  adam_beta1 "), *p2 = strstr(s, "  data_path "),
+               *p3 = strstr(s, "  lr "), *p4 = strstr(s, "  lr_decay_iters "),
+               *p5 = strstr(s, "  world_size ");
+    CHECK(p1 && p2 && p3 && p4 && p5);
+    CHECK(p1 < p2 && p2 < p3 && p3 < p4 && p4 < p5);
+    free(s);
+    args_free(&a);
+}
+
+static void test_json(void) {
+    megadlm_args a, b;
+    EXPECT_OK(&a, "--num-layers 3 --hidden-size 96 --num-attention-heads 6 --seq-length 48 "
+                  "--max-position-embeddings 64 --micro-batch-size 3 --global-batch-size 12 "
+                  "--train-iters 77 --lr 3e-4 --min-lr 3e-5 --lr-decay-style WSD "
+                  "--lr-wsd-decay-style minus_sqrt --lr-wsd-decay-iters 20 --lr-warmup-fraction 0.1 "
+                  "--group-query-attention --num-query-groups 3 --position-embedding-type rope "
+                  "--rotary-percent 0.5 --rotary-base 500000 --normalization RMSNorm "
+                  "--norm-epsilon 1e-6 --qk-layernorm --swiglu --disable-bias-linear "
+                  "--untie-embeddings-and-output-weights --make-vocab-size-divisible-by 64 "
+                  "--init-method-std 0.006 --hidden-dropout 0 --attention-dropout 0.05 "
+                  "--data-path 0.25 /d/a 0.75 /d/b --tokenizer-type NullTokenizer --vocab-size 1000 "
+                  "--split 98,1,1 --eod-mask-loss --seed 99 --adam-beta1 0.85 --adam-beta2 0.95 "
+                  "--adam-eps 1e-7 --weight-decay 0.1 --clip-grad 0.7 --log-interval 3 "
+                  "--eval-interval 9 --eval-iters 2 --log-memory --save /tmp/s --save-interval 11 "
+                  "--load /tmp/l --exit-interval 33");
+    cJSON *j = args_to_json(&a);
+    CHECK(j != NULL);
+    if (!j) return;
+    char *text = cJSON_PrintUnformatted(j);
+    CHECK(text != NULL);
+    /* floats are written as typed */
+    CHECK(strstr(text, "\"attention_dropout\":0.05,") != NULL);
+    CHECK(strstr(text, "\"init_method_std\":0.006,") != NULL);
+    CHECK(strstr(text, "\"hidden_dropout\":0") != NULL);
+    CHECK(strstr(text, "\"data_path\":[\"/d/a\",\"/d/b\"]") != NULL);
+    CHECK(strstr(text, "\"data_weights\":[0.25,0.75]") != NULL);
+    cJSON *j2 = cJSON_Parse(text);
+    CHECK(j2 != NULL);
+    args_defaults(&b);
+    CHECK(args_from_json(&b, j2, ERR, sizeof(ERR)) == 0);
+    if (ERR[0]) fprintf(stderr, "  %s\n", ERR);
+    /* every field equal: compare the structs with the path pointers masked */
+    CHECK(b.num_data_paths == 2 && b.data_weighted == 1);
+    if (b.num_data_paths == 2) {
+        CHECK(strcmp(b.data_paths[0], "/d/a") == 0 && strcmp(b.data_paths[1], "/d/b") == 0);
+        CHECK(b.data_weights[0] == 0.25 && b.data_weights[1] == 0.75);
+    }
+    {
+        megadlm_args x = a, y = b;
+        memset(x.data_paths, 0, sizeof(x.data_paths));
+        memset(y.data_paths, 0, sizeof(y.data_paths));
+        CHECK(memcmp(&x, &y, sizeof(x)) == 0);
+        /* field by field, so that a failure says which */
+        CHECK(x.num_layers == y.num_layers && x.hidden_size == y.hidden_size);
+        CHECK(x.ffn_hidden_size == y.ffn_hidden_size && x.kv_channels == y.kv_channels);
+        CHECK(x.num_query_groups == y.num_query_groups && x.group_query_attention == y.group_query_attention);
+        CHECK(x.rotary_percent == y.rotary_percent && x.rotary_base == y.rotary_base);
+        CHECK(x.norm_epsilon == y.norm_epsilon && x.init_method_std == y.init_method_std);
+        CHECK(x.attention_dropout == y.attention_dropout && x.hidden_dropout == y.hidden_dropout);
+        CHECK(x.lr == y.lr && x.min_lr == y.min_lr && x.lr_warmup_fraction == y.lr_warmup_fraction);
+        CHECK(x.adam_beta1 == y.adam_beta1 && x.adam_beta2 == y.adam_beta2 && x.adam_eps == y.adam_eps);
+        CHECK(x.weight_decay == y.weight_decay && x.clip_grad == y.clip_grad);
+        CHECK(x.seed == y.seed && x.padded_vocab_size == y.padded_vocab_size);
+        CHECK(strcmp(x.lr_wsd_decay_style, y.lr_wsd_decay_style) == 0);
+        CHECK(strcmp(x.save, y.save) == 0 && strcmp(x.load, y.load) == 0);
+        CHECK(strcmp(x.split, y.split) == 0 && strcmp(x.tokenizer_type, y.tokenizer_type) == 0);
+        CHECK(x.add_bias_linear == y.add_bias_linear && x.swiglu == y.swiglu);
+        CHECK(x.log_memory == y.log_memory && x.save_interval == y.save_interval);
+        CHECK(x.world_size == y.world_size && x.data_parallel_size == y.data_parallel_size);
+        CHECK(y.exit_interval == 33);
+    }
+    /* validation of the loaded arguments gives the same values again */
+    CHECK(args_validate(&b, ERR, sizeof(ERR)) == 0);
+    CHECK(b.ffn_hidden_size == a.ffn_hidden_size && b.num_query_groups == 3);
+    cJSON_Delete(j2);
+    free(text);
+    cJSON_Delete(j);
+    args_free(&b);
+
+    /* an unset --lr is null and comes back unset; a big seed survives as a string */
+    args_defaults(&b);
+    b.seed = 18446744073709551557ULL;
+    j = args_to_json(&b);
+    CHECK(cJSON_IsNull(cJSON_GetObjectItem(j, "lr")));
+    megadlm_args c;
+    args_defaults(&c);
+    c.lr = 1.0f;
+    CHECK(args_from_json(&c, j, ERR, sizeof(ERR)) == 0);
+    CHECK(isnan(c.lr) && c.seed == 18446744073709551557ULL);
+    cJSON_Delete(j);
+
+    /* only the fields present are overwritten */
+    args_defaults(&c);
+    c.num_layers = 7;
+    j = cJSON_Parse("{\"hidden_size\": 32, \"swiglu\": true, \"data_path\": [\"/only\"], "
+                    "\"data_weighted\": false}");
+    CHECK(args_from_json(&c, j, ERR, sizeof(ERR)) == 0);
+    CHECK(c.num_layers == 7 && c.hidden_size == 32 && c.swiglu == 1);
+    CHECK(c.num_data_paths == 1 && strcmp(c.data_paths[0], "/only") == 0 && c.data_weighted == 0);
+    CHECK(c.log_interval == 100);
+    cJSON_Delete(j);
+    /* errors name the key and leave the struct alone */
+    j = cJSON_Parse("{\"num_layers\": \"x\"}");
+    CHECK(args_from_json(&c, j, ERR, sizeof(ERR)) == -1);
+    CHECK(strstr(ERR, "num_layers") != NULL && c.num_layers == 7);
+    cJSON_Delete(j);
+    j = cJSON_Parse("{\"hidden_size\": 2.5}");
+    CHECK(args_from_json(&c, j, ERR, sizeof(ERR)) == -1);
+    CHECK(strstr(ERR, "hidden_size") != NULL && c.hidden_size == 32);
+    cJSON_Delete(j);
+    j = cJSON_Parse("{\"data_path\": [\"a\", \"b\"], \"data_weights\": [1]}");
+    CHECK(args_from_json(&c, j, ERR, sizeof(ERR)) == -1);
+    CHECK(strstr(ERR, "data_weights") != NULL);
+    CHECK(c.num_data_paths == 1 && strcmp(c.data_paths[0], "/only") == 0);
+    cJSON_Delete(j);
+    j = cJSON_Parse("{\"normalization\": \"LayerNormLayerNormLayerNorm\"}");
+    CHECK(args_from_json(&c, j, ERR, sizeof(ERR)) == -1);
+    CHECK(strstr(ERR, "normalization") != NULL);
+    cJSON_Delete(j);
+    args_free(&c);
+    args_free(&a);
+}
+
+int main(void) {
+    test_defaults();
+    test_parse_values();
+    test_parse_errors();
+    test_refused_flags();
+    test_data_path();
+    test_validation_errors();
+    test_derived();
+    test_help();
+    test_print();
+    test_json();
+    TEST_DONE();
+}
