@@ -325,6 +325,13 @@ int pretrain(megadlm_args *a) {
             saved_at = tr.iteration;
             t_log = now_seconds();
         }
+        if (a->exit_interval > 0 && tr.iteration % a->exit_interval == 0) {
+            /* Megatron's --exit-interval: save (if saving) and stop, skipping final evaluation */
+            if (a->save[0] && saved_at != tr.iteration && save(&tr) != 0) goto done;
+            printf("exiting program at iteration %d\n", tr.iteration);
+            status = 0;
+            goto done;
+        }
     }
     if (a->save[0] && saved_at != tr.iteration && save(&tr) != 0) goto done;
     if (a->eval_iters > 0) {
