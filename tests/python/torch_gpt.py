@@ -18,10 +18,16 @@ batch from DUMPDIR/batch.safetensors, and compares with what megadlm wrote:
   * gradient of every parameter                    max|a-b| / max|b|        <= 1e-4 per tensor
   * per-step loss / grad norm / lr of 3 AdamW steps with clipping and the cosine schedule
                                                    rel                      <= 1e-5
-  * every parameter after the 3 steps              max|a-b| / max|b|        <= 1e-5 per tensor
-    (the total update is ~5e-3 of parameters whose max is ~0.2..1, so this bounds the error
-    of the update itself to a few 1e-3 relative)
-Exits 1 with a message naming the worst offender on any mismatch. A self-check first confirms
+  * every parameter after the 3 steps              max|a-b| / max|b|        <= 1e-4 per tensor
+    (the total update is ~5e-3 of parameters whose max is ~0.2..1, so this bounds the error of
+    the update to a few per cent of it; observed < 1e-5). Exception: elements whose gradient
+    is at the float32 noise floor (below 1e-4 x the tensor's max |gradient| in some step, ~1%
+    of the elements, e.g. the key part of linear_qkv.bias, whose gradient is mathematically
+    zero) take a noise-driven Adam step in either implementation; they are held to Adam's step
+    bound instead (see compare_params).
+The first step's lr is 0 (Megatron's warmup starts at 0 samples), the second max lr, the third
+on the cosine; clipping (clip_grad 4) triggers in steps 1 and 2, not in step 3.
+Exits 1 with a message naming the worst offender on any mismatch. A self-check then confirms
 that the comparison flags a megadlm gradient perturbed by 1e-3 relative (and a perturbed loss
 and parameter), so the test can fail.
 
@@ -331,6 +337,10 @@ def compare_params(ours, ref, step_grads, lr_sum):
             loose_worst = max(loose_worst, loose)
         if tight >= worst:
             worst, worst_name = tight, name
+    total = sum(b.numel() for b in ref.values())
+    if n_ill > 0.05 * total:  # the loose set must stay the exception
+        raise Mismatch(f"parameters after the steps: {n_ill} of {total} elements have "
+                       "noise-level gradients; the comparison would say little")
     return worst, worst_name, n_ill, loose_worst
 
 

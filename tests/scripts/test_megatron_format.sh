@@ -88,15 +88,16 @@ idx_case() {  # idx_case NAME SPLIT SEQ SEED COUNTS MODE ARGS...
   fi
   cat "ix_$name.log" >> indices.log
 }
-idx_case single 969,30,1 32 1234 2000,40,8 plain big
+idx_case single 90,8,2 32 1234 2000,40,8 plain big
+idx_case kjv 969,30,1 64 1234 3000,100,20 plain kjv1_text_document
 idx_case seed0 "8, 1, 1" 16 0 700,50,30 plain big
 idx_case seedmax 98,2 64 4294967295 300,20,0 plain kjv1_text_document
-for n in 100 250 330 460 520 800 1100; do
+for n in 100 460 520 800 1000 1450 1500; do
   idx_case "epochs$n" 90,5,5 24 1234 $n,9,9 plain big
 done
-idx_case weighted 969,30,1 32 1234 1500,60,10 weighted 0.3 big 0.7 kjv1_text_document
+idx_case weighted 90,8,2 32 1234 1500,60,10 weighted 0.3 big 0.7 kjv1_text_document
 idx_case weighted3 6,3,1 16 77 900,30,30 weighted 2 big 1 small 5 kjv1_text_document
-idx_case unweighted 969,30,1 32 1234 1500,60,10 plain big small kjv1_text_document
+idx_case unweighted 90,8,2 32 1234 1500,60,10 plain big small kjv1_text_document
 idx_case nine 1,0,1 8 3 400,0,40 weighted 1 big 2 small 3 big 4 small 5 big 6 small 7 big 8 small 9 big
 grep -q "separate_final_epoch=1" indices.log || { echo "FAILED: no case had a separate final epoch"; fail=1; }
 grep -Eq "num_epochs=[2-9].*separate_final_epoch=0" indices.log || {
