@@ -34,6 +34,26 @@ int dropout_keep(dropout_key key, uint64_t global_index, float p) {
 #define DROP_GROUPS 16
 #define DROP_BLOCK (4 * DROP_GROUPS)
 
+/* Ten Philox4x32 rounds on DROP_GROUPS counters held as four word arrays (structure of
+ * arrays, restrict: the j loop vectorizes). */
+static void philox_rounds_soa(uint32_t *restrict c0, uint32_t *restrict c1, uint32_t *restrict c2,
+                              uint32_t *restrict c3, uint32_t k0, uint32_t k1) {
+    for (int r = 0; r < 10; r++) {
+        for (int j = 0; j < DROP_GROUPS; j++) {
+            const uint64_t p0 = (uint64_t)c0[j] * 0xD2511F53u;
+            const uint64_t p1 = (uint64_t)c2[j] * 0xCD9E8D57u;
+            const uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1[j] ^ k0;
+            const uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3[j] ^ k1;
+            c1[j] = (uint32_t)p1;
+            c3[j] = (uint32_t)p0;
+            c0[j] = n0;
+            c2[j] = n2;
+        }
+        k0 += 0x9E3779B9u; /* Weyl key schedule, as philox4x32_10_inline */
+        k1 += 0xBB67AE85u;
+    }
+}
+
 static inline void dropout_block_uniforms(dropout_key key, uint64_t block, float u[DROP_BLOCK]) {
     uint32_t c0[DROP_GROUPS], c1[DROP_GROUPS], c2[DROP_GROUPS], c3[DROP_GROUPS];
     const uint32_t word2 = (key.layer << 8) | key.site;
@@ -44,21 +64,7 @@ static inline void dropout_block_uniforms(dropout_key key, uint64_t block, float
         c2[j] = word2;
         c3[j] = key.microbatch;
     }
-    uint32_t k0 = (uint32_t)key.seed, k1 = key.iteration;
-    for (int r = 0; r < 10; r++) {
-        for (int j = 0; j < DROP_GROUPS; j++) {
-            const uint64_t p0 = (uint64_t)0xD2511F53u * c0[j];
-            const uint64_t p1 = (uint64_t)0xCD9E8D57u * c2[j];
-            const uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1[j] ^ k0;
-            const uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3[j] ^ k1;
-            c1[j] = (uint32_t)p1;
-            c3[j] = (uint32_t)p0;
-            c0[j] = n0;
-            c2[j] = n2;
-        }
-        k0 += 0x9E3779B9u;
-        k1 += 0xBB67AE85u;
-    }
+    philox_rounds_soa(c0, c1, c2, c3, (uint32_t)key.seed, key.iteration);
     for (int j = 0; j < DROP_GROUPS; j++) {
         u[4 * j + 0] = philox_to_uniform(c0[j]);
         u[4 * j + 1] = philox_to_uniform(c1[j]);
