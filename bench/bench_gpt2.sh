@@ -75,7 +75,6 @@ grep -o 'elapsed time per iteration (ms): [0-9.]*' "$OUT/megadlm.log" | awk '{ p
   >"$OUT/megadlm.ms"
 [ "$(wc -l <"$OUT/megadlm.ms")" -eq $((WARMUP + ITERS)) ] ||
   die "expected $((WARMUP + ITERS)) iteration lines in $OUT/megadlm.log"
-MEG_ITERS=$(tail -n +$((WARMUP + 1)) "$OUT/megadlm.ms" | tr '\n' ' ')
 echo "   iterations (ms): $(tr '\n' ' ' <"$OUT/megadlm.ms")(first $WARMUP not counted)"
 
 # ---- 3. PyTorch, twice. Stock = as Debian installs python3-torch: libtorch1.13 depends on
@@ -105,33 +104,41 @@ warn=""
 echo "-- sgemm (again)"
 OMP_NUM_THREADS=$THREADS "$OUT/sgemm_bench" 1 | tee -a "$OUT/sgemm.log"
 
-# ---- 4. table
+# ---- 4. table. Per framework the best timed iteration counts (as for sgemm, a neighbour's load
+# only adds time); the median is printed beside it.
 sg() { awk -v n="$1" '$1 == n && $6 > best { best = $6 } END { printf "%.1f", best }' "$OUT/sgemm.log"; }
-SG_REF=$(sg ref) SG_FWD=$(sg fwd) SG_DINP=$(sg dinp) SG_DWGT=$(sg dwgt)
-MEG_MS=$(tail -n +$((WARMUP + 1)) "$OUT/megadlm.ms" | median)
-ST_MS=$(awk '/^iter_ms:/ { print $2 }' "$OUT/torch_stock.log" | median)
-TU_MS=$(awk '/^iter_ms:/ { print $2 }' "$OUT/torch_tuned.log" | median)
-ST_ITERS=$(awk '/^iter_ms:/ { printf "%s ", $2 }' "$OUT/torch_stock.log")
-TU_ITERS=$(awk '/^iter_ms:/ { printf "%s ", $2 }' "$OUT/torch_tuned.log")
+sg_spread() { awk -v n="$1" '$1 == n { if (!lo || $6 < lo) lo = $6; if ($6 > hi) hi = $6 }
+  END { printf "%.0f", 100 * (hi - lo) / hi }' "$OUT/sgemm.log"; }
+SG_REF=$(sg ref) SG_FWD=$(sg fwd) SG_DINP=$(sg dinp) SG_DWGT=$(sg dwgt) SG_SPREAD=$(sg_spread ref)
+tail -n +$((WARMUP + 1)) "$OUT/megadlm.ms" >"$OUT/megadlm_timed.ms"
+awk '/^iter_ms:/ { print $2 }' "$OUT/torch_stock.log" >"$OUT/torch_stock.ms"
+awk '/^iter_ms:/ { print $2 }' "$OUT/torch_tuned.log" >"$OUT/torch_tuned.ms"
+best() { sort -g "$1" | head -1; }
 TORCH_V=$(awk '/^torch / { print $2; exit }' "$OUT/torch_stock.log")
+LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
 
-awk -v G="$GFLOP" -v meg="$MEG_MS" -v st="$ST_MS" -v tu="$TU_MS" -v sg="$SG_REF" \
-  -v fwd="$SG_FWD" -v dinp="$SG_DINP" -v dwgt="$SG_DWGT" -v tv="$TORCH_V" \
-  -v mi="$MEG_ITERS" -v si="$ST_ITERS" -v ti="$TU_ITERS" \
-  -v sl="$STOCK_LIBS" -v tl="$TUNED_LIBS" -v th="$THREADS" 'BEGIN {
+awk -v G="$GFLOP" -v tv="$TORCH_V" -v th="$THREADS" -v spread="$SG_SPREAD" -v load="$LOAD_END" \
+  -v meg="$(best "$OUT/megadlm_timed.ms")" -v megm="$(median <"$OUT/megadlm_timed.ms")" \
+  -v st="$(best "$OUT/torch_stock.ms")" -v stm="$(median <"$OUT/torch_stock.ms")" \
+  -v tu="$(best "$OUT/torch_tuned.ms")" -v tum="$(median <"$OUT/torch_tuned.ms")" \
+  -v sg="$SG_REF" -v fwd="$SG_FWD" -v dinp="$SG_DINP" -v dwgt="$SG_DWGT" \
+  -v sl="$STOCK_LIBS" -v tl="$TUNED_LIBS" 'BEGIN {
   r = G * 1000
-  printf "\n== results (model FLOPs per iteration, Megatron formula, V=50304: %.1f GFLOP)\n", G
-  printf "%-34s %10s %10s   %s\n", "", "ms/iter", "GFLOP/s", "timed iterations (ms), median counts"
-  printf "%-34s %10.1f %10.1f   %s\n", "megadlm", meg, r / meg, mi
-  printf "%-34s %10.1f %10.1f   %s\n", "torch " tv " stock (pthread BLAS, glibc)", st, r / st, si
-  printf "%-34s %10.1f %10.1f   %s\n", "torch " tv " tuned (OpenMP BLAS, jemalloc)", tu, r / tu, ti
-  printf "%-34s %10s %10.1f   %s\n", "cblas_sgemm 1024x768x3072 NN", "-", sg, \
-    "best call; linear-layer layouts: fwd NT " fwd ", dinp NN " dinp ", dwgt TN " dwgt
-  printf "\n== ratios (same run)\n"
+  printf "\n== results: %.1f GFLOP per iteration (Megatron formula, V=50304), %d threads, dropout 0\n", G, th
+  printf "%-42s %9s %9s %9s\n", "", "ms/iter", "median", "GFLOP/s"
+  printf "%-42s %9.1f %9.1f %9.1f\n", "megadlm", meg, megm, r / meg
+  printf "%-42s %9.1f %9.1f %9.1f\n", "torch " tv " stock (pthread OpenBLAS, glibc)", st, stm, r / st
+  printf "%-42s %9.1f %9.1f %9.1f\n", "torch " tv " tuned (OpenMP OpenBLAS, jemalloc)", tu, tum, r / tu
+  printf "%-42s %9s %9s %9.1f\n", "cblas_sgemm 1024x768x3072 (NN)", "", "", sg
+  printf "%-42s %9s %9s %9s\n", "  linear layouts: fwd NT / dinp NN / dwgt TN", "", "",
+    sprintf("%s / %s / %s", fwd, dinp, dwgt)
+  printf "\n== ratios (this run; ms/iter = best timed iteration)\n"
   printf "megadlm / torch stock   %6.2fx\n", st / meg
   printf "megadlm / torch tuned   %6.2fx\n", tu / meg
   printf "megadlm / sgemm         %6.1f%%   (target >= 85%%)\n", 100 * (r / meg) / sg
   printf "torch tuned / sgemm     %6.1f%%\n", 100 * (r / tu) / sg
-  printf "\n   torch stock loaded: %s\n   torch tuned loaded: %s\n   dropout 0 in both frameworks; %d threads\n", sl, tl, th
+  printf "\n   torch stock loaded: %s\n   torch tuned loaded: %s\n", sl, tl
+  printf "   sgemm spread between its two runs: %d%%; load average at the end: %s\n", spread, load
+  if (spread > 20) printf "NOTE: the machine was busy during this run (sgemm varied by %d%%): ratios are rough\n", spread
 }'
 [ -z "$warn" ] || echo "WARNING:$warn (see $OUT/torch_*.log)"
