@@ -76,6 +76,11 @@ grep -o 'elapsed time per iteration (ms): [0-9.]*' "$OUT/megadlm.log" | awk '{ p
 [ "$(wc -l <"$OUT/megadlm.ms")" -eq $((WARMUP + ITERS)) ] ||
   die "expected $((WARMUP + ITERS)) iteration lines in $OUT/megadlm.log"
 echo "   iterations (ms): $(tr '\n' ' ' <"$OUT/megadlm.ms")(first $WARMUP not counted)"
+# megadlm logs its own throughput from model_flops_per_iteration: it must agree with $GFLOP
+awk -v G="$GFLOP" '/elapsed time per iteration/ {
+    for (i = 1; i <= NF; i++) { if ($i == "(ms):") ms = $(i + 1); if ($i == "(TFLOP/s/GPU):") tf = $(i + 1) } }
+  END { own = tf * ms; if (own < 0.97 * G || own > 1.03 * G)
+    printf "WARNING: megadlm counts %.1f GFLOP per iteration, this bench %.1f\n", own, G }' "$OUT/megadlm.log"
 
 # ---- 3. PyTorch, twice. Stock = as Debian installs python3-torch: libtorch1.13 depends on
 # libopenblas0-pthread | -openmp | -serial, so apt picks the pthread build, and glibc malloc.
@@ -125,12 +130,12 @@ awk -v G="$GFLOP" -v tv="$TORCH_V" -v th="$THREADS" -v spread="$SG_SPREAD" -v lo
   -v sl="$STOCK_LIBS" -v tl="$TUNED_LIBS" 'BEGIN {
   r = G * 1000
   printf "\n== results: %.1f GFLOP per iteration (Megatron formula, V=50304), %d threads, dropout 0\n", G, th
-  printf "%-42s %9s %9s %9s\n", "", "ms/iter", "median", "GFLOP/s"
-  printf "%-42s %9.1f %9.1f %9.1f\n", "megadlm", meg, megm, r / meg
-  printf "%-42s %9.1f %9.1f %9.1f\n", "torch " tv " stock (pthread OpenBLAS, glibc)", st, stm, r / st
-  printf "%-42s %9.1f %9.1f %9.1f\n", "torch " tv " tuned (OpenMP OpenBLAS, jemalloc)", tu, tum, r / tu
-  printf "%-42s %9s %9s %9.1f\n", "cblas_sgemm 1024x768x3072 (NN)", "", "", sg
-  printf "%-42s %9s %9s %9s\n", "  linear layouts: fwd NT / dinp NN / dwgt TN", "", "",
+  printf "%-50s %9s %9s %9s\n", "", "ms/iter", "median", "GFLOP/s"
+  printf "%-50s %9.1f %9.1f %9.1f\n", "megadlm", meg, megm, r / meg
+  printf "%-50s %9.1f %9.1f %9.1f\n", "torch " tv " stock (pthread OpenBLAS, glibc)", st, stm, r / st
+  printf "%-50s %9.1f %9.1f %9.1f\n", "torch " tv " tuned (OpenMP OpenBLAS, jemalloc)", tu, tum, r / tu
+  printf "%-50s %9s %9s %9.1f\n", "cblas_sgemm 1024x768x3072 (NN)", "", "", sg
+  printf "%-50s %9s %9s %9s\n", "  linear layouts: fwd NT / dinp NN / dwgt TN", "", "",
     sprintf("%s / %s / %s", fwd, dinp, dwgt)
   printf "\n== ratios (this run; ms/iter = best timed iteration)\n"
   printf "megadlm / torch stock   %6.2fx\n", st / meg

@@ -48,7 +48,8 @@ static float *falloc(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
 static double *dalloc(size_t n) { return calloc(n ? n : 1, sizeof(double)); }
 static float *frandom(size_t n, double lo, double hi) {
     float *x = falloc(n);
-    for (size_t i = 0; i < n; i++) x[i] = (float)(lo + (hi - lo) * urand());
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(lo + (hi - lo) * urand());
     return x;
 }
 static float *fcopy(const float *x, size_t n) {
@@ -58,17 +59,20 @@ static float *fcopy(const float *x, size_t n) {
 }
 static double *to_double(const float *x, size_t n) {
     double *y = dalloc(n);
-    for (size_t i = 0; i < n; i++) y[i] = x[i];
+    for (size_t i = 0; i < n; i++)
+        y[i] = x[i];
     return y;
 }
 static double dot(const double *a, const double *b, size_t n) {
     double s = 0.0;
-    for (size_t i = 0; i < n; i++) s += a[i] * b[i];
+    for (size_t i = 0; i < n; i++)
+        s += a[i] * b[i];
     return s;
 }
 static double maxabs(const double *x, size_t n) {
     double m = 0.0;
-    for (size_t i = 0; i < n; i++) m = fabs(x[i]) > m ? fabs(x[i]) : m;
+    for (size_t i = 0; i < n; i++)
+        m = fabs(x[i]) > m ? fabs(x[i]) : m;
     return m;
 }
 
@@ -91,17 +95,20 @@ static double *numgrad(loss_fn loss, void *ctx, double *x, size_t n) {
 /* Worst ratio of error to tolerance (<= 1 passes) of analytic a vs numeric num. */
 static double grad_err(const double *a, const double *num, size_t n) {
     double mx = maxabs(num, n), worst = 0.0;
-    if (mx < 1e-30) mx = 1e-30;
+    if (mx < 1e-30)
+        mx = 1e-30;
     for (size_t i = 0; i < n; i++) {
         const double r = fabs(a[i] - num[i]) / (GRAD_ATOL * mx + GRAD_RTOL * fabs(num[i]));
-        if (!(r <= worst)) worst = r; /* NaN propagates */
+        if (!(r <= worst))
+            worst = r; /* NaN propagates */
     }
     return worst;
 }
 static size_t argmaxabs(const double *x, size_t n) {
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
-        if (fabs(x[i]) > fabs(x[k])) k = i;
+        if (fabs(x[i]) > fabs(x[k]))
+            k = i;
     return k;
 }
 
@@ -111,10 +118,12 @@ static size_t argmaxabs(const double *x, size_t n) {
 static void check_grad(const char *name, const float *g0, const float *g1, const float *g2,
                        const double *num, size_t n) {
     double *a = dalloc(n), *num2 = dalloc(n);
-    for (size_t i = 0; i < n; i++) a[i] = (double)g1[i] - (g0 ? (double)g0[i] : 0.0);
+    for (size_t i = 0; i < n; i++)
+        a[i] = (double)g1[i] - (g0 ? (double)g0[i] : 0.0);
     const double mx = maxabs(num, n);
     double rel = 0.0;
-    for (size_t i = 0; i < n; i++) rel = fmax(rel, fabs(a[i] - num[i]));
+    for (size_t i = 0; i < n; i++)
+        rel = fmax(rel, fabs(a[i] - num[i]));
     rel /= fmax(mx, 1e-30);
     const double e1 = grad_err(a, num, n);
     /* the check can fail: perturb the largest element by 1% of max|num| */
@@ -132,12 +141,14 @@ static void check_grad(const char *name, const float *g0, const float *g1, const
     }
     printf("  grad %-30s n=%6zu max|g|=%.2e  max err/max|g|=%.1e  (tol ratio %.3f%s)\n", name, n,
            mx, rel, e1, g2 ? ", accumulates x2 ok" : "");
-    if (!(e1 <= 1.0)) fprintf(stderr, "FAIL grad %s: error ratio %g\n", name, e1);
-    if (g2 && !(e2 <= 1.0)) fprintf(stderr, "FAIL grad %s (2nd call, accumulate): %g\n", name, e2);
+    if (!(e1 <= 1.0))
+        fprintf(stderr, "FAIL grad %s: error ratio %g\n", name, e1);
+    if (g2 && !(e2 <= 1.0))
+        fprintf(stderr, "FAIL grad %s (2nd call, accumulate): %g\n", name, e2);
     CHECK(e1 <= 1.0);
     CHECK(!g2 || e2 <= 1.0);
-    CHECK(mx > 0.0);   /* a vacuous all-zero gradient would prove nothing */
-    CHECK(ep > 1.0);   /* the comparison detects a 1% error */
+    CHECK(mx > 0.0); /* a vacuous all-zero gradient would prove nothing */
+    CHECK(ep > 1.0); /* the comparison detects a 1% error */
     free(a);
     free(num2);
 }
@@ -148,7 +159,8 @@ static double fwd_err(const float *got, const double *ref, size_t n, size_t k, d
     double err = 0.0;
     for (size_t i = 0; i < n; i++) {
         const double e = fabs((double)got[i] + (i == k ? bump : 0.0) - ref[i]);
-        if (!(e <= err)) err = e;
+        if (!(e <= err))
+            err = e;
     }
     return err / mx;
 }
@@ -156,7 +168,8 @@ static void check_fwd(const char *name, const float *got, const double *ref, siz
     const double err = fwd_err(got, ref, n, n, 0.0);
     const double errp = fwd_err(got, ref, n, argmaxabs(ref, n), 0.01 * maxabs(ref, n));
     printf("  fwd  %-30s n=%6zu max|y|=%.2e  max err/max|y|=%.1e\n", name, n, maxabs(ref, n), err);
-    if (!(err <= FWD_TOL)) fprintf(stderr, "FAIL fwd %s: %g\n", name, err);
+    if (!(err <= FWD_TOL))
+        fprintf(stderr, "FAIL fwd %s: %g\n", name, err);
     CHECK(err <= FWD_TOL);
     CHECK(errp > FWD_TOL);
 }
@@ -192,7 +205,8 @@ static void linear_ref(double *out, const double *inp, const double *w, const do
     for (int n = 0; n < N; n++)
         for (int o = 0; o < OC; o++) {
             double s = b ? b[o] : 0.0;
-            for (int c = 0; c < C; c++) s += inp[n * C + c] * w[o * C + c];
+            for (int c = 0; c < C; c++)
+                s += inp[n * C + c] * w[o * C + c];
             out[n * OC + o] = s;
         }
 }
@@ -206,8 +220,14 @@ static void test_linear(void) {
     const int N = 5, C = 9, OC = 70; /* OC > 64: two bias-reduction blocks */
     float *inp = frandom(N * C, -1, 1), *w = frandom(OC * C, -1, 1), *b = frandom(OC, -1, 1);
     float *out = falloc(N * OC), *R = frandom(N * OC, -1, 1);
-    lin_ctx c = {N, C, OC, to_double(inp, N * C), to_double(w, OC * C), to_double(b, OC),
-                 to_double(R, N * OC), dalloc(N * OC)};
+    lin_ctx c = {N,
+                 C,
+                 OC,
+                 to_double(inp, N * C),
+                 to_double(w, OC * C),
+                 to_double(b, OC),
+                 to_double(R, N * OC),
+                 dalloc(N * OC)};
     linear_forward(out, inp, w, b, N, C, OC);
     linear_ref(c.out, c.inp, c.w, c.b, N, C, OC);
     check_fwd("linear", out, c.out, N * OC);
@@ -218,7 +238,11 @@ static void test_linear(void) {
     gbuf di = gb_new(N * C), dw = gb_new(OC * C), db = gb_new(OC);
     for (int rep = 0; rep < 2; rep++) {
         linear_backward(di.g, dw.g, db.g, R, inp, w, N, C, OC);
-        if (rep == 0) { gb_snap(&di); gb_snap(&dw); gb_snap(&db); }
+        if (rep == 0) {
+            gb_snap(&di);
+            gb_snap(&dw);
+            gb_snap(&db);
+        }
     }
     double *ni = numgrad(lin_loss, &c, c.inp, N * C), *nw = numgrad(lin_loss, &c, c.w, OC * C);
     double *nb = numgrad(lin_loss, &c, c.b, OC);
@@ -230,10 +254,22 @@ static void test_linear(void) {
     linear_backward(NULL, dw2, NULL, R, inp, w, N, C, OC);
     CHECK(memcmp(dw2, dw.g1, OC * C * sizeof(float)) == 0);
     free(dw2);
-    gb_free(&di); gb_free(&dw); gb_free(&db);
-    free(ni); free(nw); free(nb);
-    free(inp); free(w); free(b); free(out); free(R);
-    free(c.inp); free(c.w); free(c.b); free(c.R); free(c.out);
+    gb_free(&di);
+    gb_free(&dw);
+    gb_free(&db);
+    free(ni);
+    free(nw);
+    free(nb);
+    free(inp);
+    free(w);
+    free(b);
+    free(out);
+    free(R);
+    free(c.inp);
+    free(c.w);
+    free(c.b);
+    free(c.R);
+    free(c.out);
 }
 
 /* ------------------------------------------------------------------ layernorm / rmsnorm */
@@ -243,18 +279,24 @@ static void norm_vec_ref(double *y, double *mean_out, double *rstd_out, const do
                          const double *w, const double *b, int C, int layernorm, double eps) {
     double m = 0.0, v = 0.0;
     if (layernorm) {
-        for (int i = 0; i < C; i++) m += x[i];
+        for (int i = 0; i < C; i++)
+            m += x[i];
         m /= C;
-        for (int i = 0; i < C; i++) v += (x[i] - m) * (x[i] - m);
+        for (int i = 0; i < C; i++)
+            v += (x[i] - m) * (x[i] - m);
         v /= C;
     } else {
-        for (int i = 0; i < C; i++) v += x[i] * x[i];
+        for (int i = 0; i < C; i++)
+            v += x[i] * x[i];
         v /= C;
     }
     const double s = 1.0 / sqrt(v + eps);
-    for (int i = 0; i < C; i++) y[i] = (x[i] - m) * s * w[i] + (b ? b[i] : 0.0);
-    if (mean_out) *mean_out = m;
-    if (rstd_out) *rstd_out = s;
+    for (int i = 0; i < C; i++)
+        y[i] = (x[i] - m) * s * w[i] + (b ? b[i] : 0.0);
+    if (mean_out)
+        *mean_out = m;
+    if (rstd_out)
+        *rstd_out = s;
 }
 
 typedef struct {
@@ -275,8 +317,15 @@ static void test_norm(int layernorm) {
     const float eps = 1e-5f;
     float *inp = frandom(N * C, -1.5, 2.5), *w = frandom(C, 0.5, 1.5), *b = frandom(C, -1, 1);
     float *out = falloc(N * C), *mean = falloc(N), *rstd = falloc(N), *R = frandom(N * C, -1, 1);
-    norm_ctx c = {N, C, layernorm, eps, to_double(inp, N * C), to_double(w, C), to_double(b, C),
-                  to_double(R, N * C), dalloc(N * C)};
+    norm_ctx c = {N,
+                  C,
+                  layernorm,
+                  eps,
+                  to_double(inp, N * C),
+                  to_double(w, C),
+                  to_double(b, C),
+                  to_double(R, N * C),
+                  dalloc(N * C)};
     double *rm = dalloc(N), *rs = dalloc(N);
     for (int n = 0; n < N; n++)
         norm_vec_ref(c.out + n * C, rm + n, rs + n, c.inp + n * C, c.w, layernorm ? c.b : NULL, C,
@@ -289,7 +338,11 @@ static void test_norm(int layernorm) {
         check_fwd("layernorm rstd", rstd, rs, N);
         for (int rep = 0; rep < 2; rep++) {
             layernorm_backward(di.g, dw.g, db.g, R, inp, w, mean, rstd, N, C);
-            if (rep == 0) { gb_snap(&di); gb_snap(&dw); gb_snap(&db); }
+            if (rep == 0) {
+                gb_snap(&di);
+                gb_snap(&dw);
+                gb_snap(&db);
+            }
         }
     } else {
         rmsnorm_forward(out, rstd, inp, w, N, C, eps);
@@ -297,21 +350,39 @@ static void test_norm(int layernorm) {
         check_fwd("rmsnorm rstd", rstd, rs, N);
         for (int rep = 0; rep < 2; rep++) {
             rmsnorm_backward(di.g, dw.g, R, inp, w, rstd, N, C);
-            if (rep == 0) { gb_snap(&di); gb_snap(&dw); }
+            if (rep == 0) {
+                gb_snap(&di);
+                gb_snap(&dw);
+            }
         }
     }
     double *ni = numgrad(norm_loss, &c, c.inp, N * C), *nw = numgrad(norm_loss, &c, c.w, C);
     gb_check(layernorm ? "layernorm dinp" : "rmsnorm dinp", &di, ni);
     gb_check(layernorm ? "layernorm dweight" : "rmsnorm dweight", &dw, nw);
-    free(ni); free(nw);
+    free(ni);
+    free(nw);
     if (layernorm) {
         double *nb = numgrad(norm_loss, &c, c.b, C);
         gb_check("layernorm dbias", &db, nb);
         free(nb);
     }
-    gb_free(&di); gb_free(&dw); gb_free(&db);
-    free(inp); free(w); free(b); free(out); free(mean); free(rstd); free(R);
-    free(c.inp); free(c.w); free(c.b); free(c.R); free(c.out); free(rm); free(rs);
+    gb_free(&di);
+    gb_free(&dw);
+    gb_free(&db);
+    free(inp);
+    free(w);
+    free(b);
+    free(out);
+    free(mean);
+    free(rstd);
+    free(R);
+    free(c.inp);
+    free(c.w);
+    free(c.b);
+    free(c.R);
+    free(c.out);
+    free(rm);
+    free(rs);
 }
 
 /* ------------------------------------------------------------------ qk_norm */
@@ -328,7 +399,8 @@ static void qk_norm_ref(qkn_ctx *c) {
             for (int k = 0; k < Q + 2; k++) {
                 const int off = n * C3 + (g * (Q + 2) + k) * HS;
                 if (k == Q + 1) {
-                    for (int i = 0; i < HS; i++) c->out[off + i] = c->inp[off + i];
+                    for (int i = 0; i < HS; i++)
+                        c->out[off + i] = c->inp[off + i];
                 } else {
                     const int is_q = k < Q;
                     norm_vec_ref(c->out + off, NULL, NULL, c->inp + off, is_q ? c->qw : c->kw,
@@ -352,8 +424,18 @@ static void test_qk_norm(int layernorm) {
     float *qw = frandom(HS, 0.5, 1.5), *qb = frandom(HS, -1, 1);
     float *kw = frandom(HS, 0.5, 1.5), *kb = frandom(HS, -1, 1);
     float *mean = falloc(N * (NH + NG)), *rstd = falloc(N * (NH + NG));
-    qkn_ctx c = {N, NH, NG, HS, layernorm, eps, to_double(inp, n), to_double(qw, HS),
-                 to_double(qb, HS), to_double(kw, HS), to_double(kb, HS), to_double(R, n),
+    qkn_ctx c = {N,
+                 NH,
+                 NG,
+                 HS,
+                 layernorm,
+                 eps,
+                 to_double(inp, n),
+                 to_double(qw, HS),
+                 to_double(qb, HS),
+                 to_double(kw, HS),
+                 to_double(kb, HS),
+                 to_double(R, n),
                  dalloc(n)};
     const norm_kind kind = layernorm ? NORM_LAYERNORM : NORM_RMSNORM;
     qk_norm_forward(out, layernorm ? mean : NULL, rstd, inp, qw, layernorm ? qb : NULL, kw,
@@ -371,34 +453,61 @@ static void test_qk_norm(int layernorm) {
     CHECK(vbad == 0);
     /* in place (out == inp) gives the same result */
     float *inpl = fcopy(inp, n);
-    qk_norm_forward(inpl, NULL, NULL, inpl, qw, layernorm ? qb : NULL, kw, layernorm ? kb : NULL,
-                    N, NH, NG, HS, kind, eps);
+    qk_norm_forward(inpl, NULL, NULL, inpl, qw, layernorm ? qb : NULL, kw, layernorm ? kb : NULL, N,
+                    NH, NG, HS, kind, eps);
     CHECK(memcmp(inpl, out, n * sizeof(float)) == 0);
     free(inpl);
 
     gbuf di = gb_new(n), dqw = gb_new(HS), dqb = gb_new(HS), dkw = gb_new(HS), dkb = gb_new(HS);
     for (int rep = 0; rep < 2; rep++) {
-        qk_norm_backward(di.g, dqw.g, layernorm ? dqb.g : NULL, dkw.g, layernorm ? dkb.g : NULL,
-                         R, inp, qw, kw, layernorm ? mean : NULL, rstd, N, NH, NG, HS, kind);
-        if (rep == 0) { gb_snap(&di); gb_snap(&dqw); gb_snap(&dqb); gb_snap(&dkw); gb_snap(&dkb); }
+        qk_norm_backward(di.g, dqw.g, layernorm ? dqb.g : NULL, dkw.g, layernorm ? dkb.g : NULL, R,
+                         inp, qw, kw, layernorm ? mean : NULL, rstd, N, NH, NG, HS, kind);
+        if (rep == 0) {
+            gb_snap(&di);
+            gb_snap(&dqw);
+            gb_snap(&dqb);
+            gb_snap(&dkw);
+            gb_snap(&dkb);
+        }
     }
     double *ni = numgrad(qkn_loss, &c, c.inp, n);
     double *nqw = numgrad(qkn_loss, &c, c.qw, HS), *nkw = numgrad(qkn_loss, &c, c.kw, HS);
     gb_check("qk_norm dinp", &di, ni);
     gb_check("qk_norm dq_weight", &dqw, nqw);
     gb_check("qk_norm dk_weight", &dkw, nkw);
-    free(ni); free(nqw); free(nkw);
+    free(ni);
+    free(nqw);
+    free(nkw);
     if (layernorm) {
         double *nqb = numgrad(qkn_loss, &c, c.qb, HS), *nkb = numgrad(qkn_loss, &c, c.kb, HS);
         gb_check("qk_norm dq_bias", &dqb, nqb);
         gb_check("qk_norm dk_bias", &dkb, nkb);
-        free(nqb); free(nkb);
+        free(nqb);
+        free(nkb);
     } else { /* untouched for RMSNorm */
         CHECK(memcmp(dqb.g, dqb.g0, HS * sizeof(float)) == 0);
     }
-    gb_free(&di); gb_free(&dqw); gb_free(&dqb); gb_free(&dkw); gb_free(&dkb);
-    free(inp); free(R); free(out); free(qw); free(qb); free(kw); free(kb); free(mean); free(rstd);
-    free(c.inp); free(c.qw); free(c.qb); free(c.kw); free(c.kb); free(c.R); free(c.out);
+    gb_free(&di);
+    gb_free(&dqw);
+    gb_free(&dqb);
+    gb_free(&dkw);
+    gb_free(&dkb);
+    free(inp);
+    free(R);
+    free(out);
+    free(qw);
+    free(qb);
+    free(kw);
+    free(kb);
+    free(mean);
+    free(rstd);
+    free(c.inp);
+    free(c.qw);
+    free(c.qb);
+    free(c.kw);
+    free(c.kb);
+    free(c.R);
+    free(c.out);
 }
 
 /* ------------------------------------------------------------------ gelu / swiglu */
@@ -443,7 +552,13 @@ static void test_gelu(gelu_kind kind) {
     double *ni = numgrad(act_loss, &c, c.inp, n);
     gb_check(kind == GELU_TANH ? "gelu tanh dinp" : "gelu erf dinp", &di, ni);
     gb_free(&di);
-    free(ni); free(inp); free(R); free(out); free(c.inp); free(c.R); free(c.out);
+    free(ni);
+    free(inp);
+    free(R);
+    free(out);
+    free(c.inp);
+    free(c.R);
+    free(c.out);
 }
 static void test_swiglu(void) {
     printf("swiglu\n");
@@ -460,7 +575,13 @@ static void test_swiglu(void) {
     double *ni = numgrad(act_loss, &c, c.inp, N * 2 * F);
     gb_check("swiglu dinp", &di, ni);
     gb_free(&di);
-    free(ni); free(inp); free(R); free(out); free(c.inp); free(c.R); free(c.out);
+    free(ni);
+    free(inp);
+    free(R);
+    free(out);
+    free(c.inp);
+    free(c.R);
+    free(c.out);
 }
 
 /* ------------------------------------------------------------------ attention */
@@ -481,8 +602,7 @@ static void attention_ref(att_ctx *c) {
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
             const int g = h / Q;
-            const int qo = (g * (Q + 2) + h % Q) * HS, ko = (g * (Q + 2) + Q) * HS,
-                      vo = ko + HS;
+            const int qo = (g * (Q + 2) + h % Q) * HS, ko = (g * (Q + 2) + Q) * HS, vo = ko + HS;
             for (int i = 0; i < T; i++) {
                 double mx = -INFINITY;
                 for (int j = 0; j < T; j++) {
@@ -491,7 +611,8 @@ static void attention_ref(att_ctx *c) {
                     for (int e = 0; e < HS; e++)
                         d += c->qkv[(b * T + i) * C3 + qo + e] * c->qkv[(b * T + j) * C3 + ko + e];
                     s[j] = masked ? -INFINITY : d * scale;
-                    if (s[j] > mx) mx = s[j];
+                    if (s[j] > mx)
+                        mx = s[j];
                 }
                 double sum = 0.0;
                 for (int j = 0; j < T; j++) {
@@ -501,13 +622,16 @@ static void attention_ref(att_ctx *c) {
                 for (int j = 0; j < T; j++) {
                     s[j] /= sum;
                     const uint64_t idx = ((uint64_t)(b * NH + h) * T + i) * T + j;
-                    if (c->probs) c->probs[idx] = s[j];
-                    pd[j] = c->p > 0.0f ? (dropout_keep(c->key, idx, c->p) ? s[j] / (1.0 - c->p) : 0.0)
-                                        : s[j];
+                    if (c->probs)
+                        c->probs[idx] = s[j];
+                    pd[j] = c->p > 0.0f
+                                ? (dropout_keep(c->key, idx, c->p) ? s[j] / (1.0 - c->p) : 0.0)
+                                : s[j];
                 }
                 for (int e = 0; e < HS; e++) {
                     double o = 0.0;
-                    for (int j = 0; j < T; j++) o += pd[j] * c->qkv[(b * T + j) * C3 + vo + e];
+                    for (int j = 0; j < T; j++)
+                        o += pd[j] * c->qkv[(b * T + j) * C3 + vo + e];
                     c->out[(b * T + i) * NH * HS + h * HS + e] = o;
                 }
             }
@@ -524,13 +648,26 @@ static void test_attention(int B, int T, int NH, int NG, int HS, int causal, flo
     const int Q = NH / NG, C3 = NG * (Q + 2) * HS;
     const size_t nqkv = (size_t)B * T * C3, nout = (size_t)B * T * NH * HS,
                  nprobs = (size_t)B * NH * T * T;
-    dropout_key key = {.seed = 99, .iteration = 3, .microbatch = 1, .layer = 2,
+    dropout_key key = {.seed = 99,
+                       .iteration = 3,
+                       .microbatch = 1,
+                       .layer = 2,
                        .site = DROPOUT_SITE_ATTENTION_PROBS};
     float *qkv = frandom(nqkv, -2, 2), *R = frandom(nout, -1, 1);
     float *out = falloc(nout), *probs = falloc(nprobs);
     float *ws = falloc(attention_workspace_floats(T));
-    att_ctx c = {B, T, NH, NG, HS, causal, p, key, to_double(qkv, nqkv), to_double(R, nout),
-                 dalloc(nout), dalloc(nprobs)};
+    att_ctx c = {B,
+                 T,
+                 NH,
+                 NG,
+                 HS,
+                 causal,
+                 p,
+                 key,
+                 to_double(qkv, nqkv),
+                 to_double(R, nout),
+                 dalloc(nout),
+                 dalloc(nprobs)};
     attention_forward(out, probs, qkv, B, T, NH, NG, HS, causal, p, key, ws);
     attention_ref(&c);
     check_fwd("attention out", out, c.out, nout);
@@ -539,7 +676,8 @@ static void test_attention(int B, int T, int NH, int NG, int HS, int causal, flo
     int mbad = 0;
     for (int bh = 0; bh < B * NH && causal; bh++)
         for (int i = 0; i < T; i++)
-            for (int j = i + 1; j < T; j++) mbad += probs[((size_t)bh * T + i) * T + j] != 0.0f;
+            for (int j = i + 1; j < T; j++)
+                mbad += probs[((size_t)bh * T + i) * T + j] != 0.0f;
     CHECK(mbad == 0);
     /* probs == NULL (no saved probabilities) gives the same output */
     float *out2 = falloc(nout);
@@ -550,14 +688,22 @@ static void test_attention(int B, int T, int NH, int NG, int HS, int causal, flo
     gbuf dq = gb_new(nqkv);
     for (int rep = 0; rep < 2; rep++) {
         attention_backward(dq.g, R, qkv, probs, B, T, NH, NG, HS, causal, p, key, ws);
-        if (rep == 0) gb_snap(&dq);
+        if (rep == 0)
+            gb_snap(&dq);
     }
     c.probs = NULL;
     double *nq = numgrad(att_loss, &c, c.qkv, nqkv);
     gb_check("attention dqkv", &dq, nq);
     gb_free(&dq);
-    free(nq); free(qkv); free(R); free(out); free(probs); free(ws);
-    free(c.qkv); free(c.R); free(c.out);
+    free(nq);
+    free(qkv);
+    free(R);
+    free(out);
+    free(probs);
+    free(ws);
+    free(c.qkv);
+    free(c.R);
+    free(c.out);
 }
 
 /* ------------------------------------------------------------------ rope */
@@ -608,8 +754,8 @@ static void test_rope(int rot_dim) {
     check_fwd("rope cos table", cos_t, rc, T * half);
     check_fwd("rope sin table", sin_t, rsn, T * half);
     float *qkv = frandom(n, -1, 1), *R = frandom(n, -1, 1), *x = fcopy(qkv, n);
-    rope_ctx c = {B, T, NH, NG, HS, rot_dim, pos_offset, base, to_double(qkv, n), to_double(R, n),
-                  dalloc(n)};
+    rope_ctx c = {
+        B, T, NH, NG, HS, rot_dim, pos_offset, base, to_double(qkv, n), to_double(R, n), dalloc(n)};
     rope_forward(x, cos_t, sin_t, B, T, NH, NG, HS, rot_dim);
     rope_ref(&c);
     check_fwd("rope", x, c.out, n);
@@ -621,10 +767,21 @@ static void test_rope(int rot_dim) {
     /* backward undoes forward (rotation is orthogonal) */
     rope_backward(x, cos_t, sin_t, B, T, NH, NG, HS, rot_dim);
     double err = 0.0;
-    for (size_t i = 0; i < n; i++) err = fmax(err, fabs(x[i] - qkv[i]));
+    for (size_t i = 0; i < n; i++)
+        err = fmax(err, fabs(x[i] - qkv[i]));
     CHECK(err < 1e-6);
-    free(ng); free(g); free(cos_t); free(sin_t); free(rc); free(rsn); free(qkv); free(R); free(x);
-    free(c.qkv); free(c.R); free(c.out);
+    free(ng);
+    free(g);
+    free(cos_t);
+    free(sin_t);
+    free(rc);
+    free(rsn);
+    free(qkv);
+    free(R);
+    free(x);
+    free(c.qkv);
+    free(c.R);
+    free(c.out);
 }
 
 /* ------------------------------------------------------------------ embedding */
@@ -651,8 +808,15 @@ static void test_embedding(void) {
     const int tokens[12] = {1, 3, 3, 7, 1, 1, 0, 9, 3, 2, 2, 1};
     float *wte = frandom(V * C, -1, 1), *wpe = frandom(MAXT * C, -1, 1);
     float *R = frandom(B * T * C, -1, 1), *out = falloc(B * T * C);
-    emb_ctx c = {B, T, C, pos_offset, tokens, to_double(wte, V * C), to_double(wpe, MAXT * C),
-                 to_double(R, B * T * C), dalloc(B * T * C)};
+    emb_ctx c = {B,
+                 T,
+                 C,
+                 pos_offset,
+                 tokens,
+                 to_double(wte, V * C),
+                 to_double(wpe, MAXT * C),
+                 to_double(R, B * T * C),
+                 dalloc(B * T * C)};
     embedding_forward(out, tokens, wte, wpe, B, T, C, pos_offset);
     embedding_ref(&c);
     check_fwd("embedding", out, c.out, B * T * C);
@@ -666,18 +830,31 @@ static void test_embedding(void) {
     gbuf dte = gb_new(V * C), dpe = gb_new(MAXT * C);
     for (int rep = 0; rep < 2; rep++) {
         embedding_backward(dte.g, dpe.g, R, tokens, B, T, C, pos_offset);
-        if (rep == 0) { gb_snap(&dte); gb_snap(&dpe); }
+        if (rep == 0) {
+            gb_snap(&dte);
+            gb_snap(&dpe);
+        }
     }
-    double *nte = numgrad(emb_loss, &c, c.wte, V * C), *npe = numgrad(emb_loss, &c, c.wpe, MAXT * C);
+    double *nte = numgrad(emb_loss, &c, c.wte, V * C),
+           *npe = numgrad(emb_loss, &c, c.wpe, MAXT * C);
     gb_check("embedding dwte", &dte, nte);
     gb_check("embedding dwpe", &dpe, npe);
     float *dte2 = fcopy(dte.g0, V * C);
     embedding_backward(dte2, NULL, R, tokens, B, T, C, pos_offset);
     CHECK(memcmp(dte2, dte.g1, V * C * sizeof(float)) == 0);
     free(dte2);
-    gb_free(&dte); gb_free(&dpe);
-    free(nte); free(npe); free(wte); free(wpe); free(R); free(out);
-    free(c.wte); free(c.wpe); free(c.R); free(c.out);
+    gb_free(&dte);
+    gb_free(&dpe);
+    free(nte);
+    free(npe);
+    free(wte);
+    free(wpe);
+    free(R);
+    free(out);
+    free(c.wte);
+    free(c.wpe);
+    free(c.R);
+    free(c.out);
 }
 
 /* ------------------------------------------------------------------ cross entropy */
@@ -691,8 +868,10 @@ static void ce_ref(ce_ctx *c) {
     for (int n = 0; n < c->N; n++) {
         const double *x = c->logits + (size_t)n * c->V;
         double mx = x[0], s = 0.0;
-        for (int v = 1; v < c->V; v++) mx = fmax(mx, x[v]);
-        for (int v = 0; v < c->V; v++) s += exp(x[v] - mx);
+        for (int v = 1; v < c->V; v++)
+            mx = fmax(mx, x[v]);
+        for (int v = 0; v < c->V; v++)
+            s += exp(x[v] - mx);
         c->lse[n] = mx + log(s);
         c->losses[n] = c->lse[n] - x[c->targets[n]];
     }
@@ -715,7 +894,8 @@ static void test_cross_entropy(void) {
     check_fwd("cross_entropy lse", lse, c.lse, N);
     /* backward writes (no accumulation): pre-fill with garbage */
     float *dl = falloc(N * V);
-    for (int i = 0; i < N * V; i++) dl[i] = 1e30f;
+    for (int i = 0; i < N * V; i++)
+        dl[i] = 1e30f;
     cross_entropy_backward(dl, logits, lse, targets, R, N, V);
     double *nl = numgrad(ce_loss, &c, c.logits, N * V);
     check_grad("cross_entropy dlogits", NULL, dl, NULL, nl, N * V);
@@ -725,7 +905,8 @@ static void test_cross_entropy(void) {
     CHECK(memcmp(inpl, dl, N * V * sizeof(float)) == 0);
     /* stability: logits shifted by +200 (exp overflows float without max subtraction) */
     float *shifted = falloc(N * V), *l2 = falloc(N), *lse2 = falloc(N);
-    for (int i = 0; i < N * V; i++) shifted[i] = logits[i] + 200.0f;
+    for (int i = 0; i < N * V; i++)
+        shifted[i] = logits[i] + 200.0f;
     cross_entropy_forward(l2, lse2, shifted, targets, N, V);
     for (int n = 0; n < N; n++) {
         CHECK(isfinite(l2[n]));
@@ -733,11 +914,23 @@ static void test_cross_entropy(void) {
     }
     cross_entropy_backward(shifted, shifted, lse2, targets, R, N, V);
     double err = 0.0;
-    for (int i = 0; i < N * V; i++) err = fmax(err, fabs(shifted[i] - dl[i]));
+    for (int i = 0; i < N * V; i++)
+        err = fmax(err, fabs(shifted[i] - dl[i]));
     CHECK(err < 1e-3);
-    free(shifted); free(l2); free(lse2); free(inpl); free(dl); free(nl);
-    free(logits); free(R); free(losses); free(lse);
-    free(c.logits); free(c.R); free(c.losses); free(c.lse);
+    free(shifted);
+    free(l2);
+    free(lse2);
+    free(inpl);
+    free(dl);
+    free(nl);
+    free(logits);
+    free(R);
+    free(losses);
+    free(lse);
+    free(c.logits);
+    free(c.R);
+    free(c.losses);
+    free(c.lse);
 }
 
 /* ------------------------------------------------------------------ dropout */
@@ -766,12 +959,13 @@ static void test_dropout(int residual) {
     const size_t n = 203;
     const float p = 0.3f;
     const uint64_t offset = 5;
-    const dropout_key key = {.seed = 5, .iteration = 11, .microbatch = 0, .layer = 1,
-                             .site = DROPOUT_SITE_MLP_OUT};
+    const dropout_key key = {
+        .seed = 5, .iteration = 11, .microbatch = 0, .layer = 1, .site = DROPOUT_SITE_MLP_OUT};
     float *x = frandom(n, -1, 1), *res = frandom(n, -1, 1), *R = frandom(n, -1, 1);
     float *out = falloc(n);
-    drop_ctx c = {n, p, key, offset, residual, to_double(res, n), to_double(x, n),
-                  to_double(R, n), dalloc(n)};
+    drop_ctx c = {
+        n,        p, key, offset, residual, to_double(res, n), to_double(x, n), to_double(R, n),
+        dalloc(n)};
     if (residual)
         residual_dropout_forward(out, res, x, n, p, key, offset);
     else
@@ -784,7 +978,10 @@ static void test_dropout(int residual) {
             residual_dropout_backward(dr.g, dx.g, R, n, p, key, offset);
         else
             dropout_backward(dx.g, R, n, p, key, offset);
-        if (rep == 0) { gb_snap(&dx); gb_snap(&dr); }
+        if (rep == 0) {
+            gb_snap(&dx);
+            gb_snap(&dr);
+        }
     }
     double *nx = numgrad(drop_loss, &c, c.x, n);
     gb_check(residual ? "residual_dropout dx" : "dropout dinp", &dx, nx);
@@ -793,9 +990,17 @@ static void test_dropout(int residual) {
         gb_check("residual_dropout dresidual", &dr, nr);
         free(nr);
     }
-    gb_free(&dx); gb_free(&dr);
-    free(nx); free(x); free(res); free(R); free(out);
-    free(c.res); free(c.x); free(c.R); free(c.out);
+    gb_free(&dx);
+    gb_free(&dr);
+    free(nx);
+    free(x);
+    free(res);
+    free(R);
+    free(out);
+    free(c.res);
+    free(c.x);
+    free(c.R);
+    free(c.out);
 }
 
 /* ------------------------------------------------------------------ adamw */
@@ -816,7 +1021,8 @@ static void test_adamw(void) {
     double *tp = to_double(p, n), *tm = dalloc(n), *tv = dalloc(n); /* double trajectory */
     for (int step = 1; step <= 3; step++) {
         float *g = frandom(n, -2, 2);
-        if (step == 2) g[0] = 0.0f; /* a zero gradient still decays */
+        if (step == 2)
+            g[0] = 0.0f; /* a zero gradient still decays */
         double *p0 = to_double(p, n), *m0 = to_double(m, n), *v0 = to_double(v, n);
         adamw_update(p, g, m, v, n, lr, b1, b2, eps, wd, step);
         const double bc1 = 1.0 - pow(b1, step), bc2 = 1.0 - pow(b2, step);
@@ -830,27 +1036,37 @@ static void test_adamw(void) {
             const double got = (double)p[i] - p0[i];
             worst_p = fmax(worst_p, fabs(got + upd) / (1e-3 * fabs(upd) + 2e-7));
             worst_nowd = fmax(worst_nowd, fabs(got + adam) / (1e-3 * fabs(adam) + 2e-7));
-            worst_mv = fmax(worst_mv, fabs(m[i] - mi) /
-                                          (1e-6 * (fabs(b1 * m0[i]) + fabs((1 - b1) * gi)) + 1e-30));
-            worst_mv = fmax(worst_mv, fabs(v[i] - vi) /
-                                          (1e-6 * (fabs(b2 * v0[i]) + fabs((1 - b2) * gi * gi)) + 1e-30));
+            worst_mv =
+                fmax(worst_mv,
+                     fabs(m[i] - mi) / (1e-6 * (fabs(b1 * m0[i]) + fabs((1 - b1) * gi)) + 1e-30));
+            worst_mv =
+                fmax(worst_mv, fabs(v[i] - vi) /
+                                   (1e-6 * (fabs(b2 * v0[i]) + fabs((1 - b2) * gi * gi)) + 1e-30));
             /* pure double trajectory */
             tm[i] = (double)b1 * tm[i] + (1.0 - (double)b1) * gi;
             tv[i] = (double)b2 * tv[i] + (1.0 - (double)b2) * gi * gi;
             tp[i] -= lr * ((tm[i] / bc1) / (sqrt(tv[i] / bc2) + eps) + (double)wd * tp[i]);
         }
-        printf("  adamw step %d: update err/tol %.3f, m/v err/tol %.3f\n", step, worst_p,
-               worst_mv);
+        printf("  adamw step %d: update err/tol %.3f, m/v err/tol %.3f\n", step, worst_p, worst_mv);
         CHECK(worst_p <= 1.0);
         CHECK(worst_mv <= 1.0);
         CHECK(worst_nowd > 1.0); /* the check would catch a missing weight decay */
-        free(g); free(p0); free(m0); free(v0);
+        free(g);
+        free(p0);
+        free(m0);
+        free(v0);
     }
     double perr = 0.0;
-    for (size_t i = 0; i < n; i++) perr = fmax(perr, fabs(p[i] - tp[i]));
+    for (size_t i = 0; i < n; i++)
+        perr = fmax(perr, fabs(p[i] - tp[i]));
     printf("  adamw 3-step trajectory: max |p - p_double| = %.1e\n", perr);
     CHECK(perr < 1e-6);
-    free(p); free(m); free(v); free(tp); free(tm); free(tv);
+    free(p);
+    free(m);
+    free(v);
+    free(tp);
+    free(tm);
+    free(tv);
 }
 
 int main(void) {

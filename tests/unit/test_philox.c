@@ -11,12 +11,12 @@
 static void test_known_answers(void) {
     /* Random123 tests/kat_vectors, "philox4x32 10" lines: counter words, key words, result. */
     static const uint32_t kat[3][10] = {
-        {0x00000000, 0x00000000, 0x00000000, 0x00000000, 0x00000000, 0x00000000,
-         0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8},
-        {0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff,
-         0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd},
-        {0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344, 0xa4093822, 0x299f31d0,
-         0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1},
+        {0x00000000, 0x00000000, 0x00000000, 0x00000000, 0x00000000, 0x00000000, 0x6627e8d5,
+         0xe169c58d, 0xbc57ac4c, 0x9b00dbd8},
+        {0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0x408f276d,
+         0x41c83b0e, 0xa20bc7c6, 0x6d5451fd},
+        {0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344, 0xa4093822, 0x299f31d0, 0xd16cfe09,
+         0x94fdcceb, 0x5001e420, 0x24126ea1},
     };
     for (int t = 0; t < 3; t++) {
         uint32_t out[4], out_inline[4];
@@ -47,7 +47,8 @@ static void test_keep_statistics(void) {
     for (int t = 0; t < 3; t++) {
         const float p = ps[t];
         uint64_t kept = 0;
-        for (uint64_t i = 0; i < n; i++) kept += (uint64_t)dropout_keep(key, i, p);
+        for (uint64_t i = 0; i < n; i++)
+            kept += (uint64_t)dropout_keep(key, i, p);
         const double frac = (double)kept / (double)n;
         const double sigma = sqrt((double)p * (1.0 - p) / (double)n);
         CHECK_CLOSE(frac, 1.0 - p, 0.0, 5.0 * sigma);
@@ -65,14 +66,36 @@ static void test_keep_statistics(void) {
             CHECK(dropout_keep(key, idx[t], ps[pi]) ==
                   (philox_to_uniform(r[idx[t] % 4]) >= ps[pi]));
     }
+    /* Boundary: kept iff uniform >= p. With p equal to an element's own uniform u it is kept,
+     * with p just above u dropped; same through dropout_forward's vectorized block path. */
+    for (uint64_t idx = 1000; idx < 1010; idx++) {
+        const uint64_t g = idx / 4;
+        const uint32_t c[4] = {(uint32_t)g, (uint32_t)(g >> 32), (key.layer << 8) | key.site,
+                               key.microbatch};
+        const uint32_t k[2] = {(uint32_t)key.seed, key.iteration};
+        uint32_t r[4];
+        philox4x32_10(c, k, r);
+        const float u = philox_to_uniform(r[idx % 4]);
+        CHECK(dropout_keep(key, idx, u) == 1);
+        CHECK(dropout_keep(key, idx, nextafterf(u, 2.0f)) == 0);
+        float one = 1.0f, y = -1.0f;
+        if (u > 0.0f && u < 1.0f) {
+            dropout_forward(&y, &one, 1, u, key, idx);
+            CHECK(y == 1.0f / (1.0f - u));
+            dropout_forward(&y, &one, 1, nextafterf(u, 2.0f), key, idx);
+            CHECK(y == 0.0f);
+        }
+    }
     /* p = 0 keeps everything */
-    for (uint64_t i = 0; i < 1000; i++) CHECK(dropout_keep(key, i, 0.0f));
+    for (uint64_t i = 0; i < 1000; i++)
+        CHECK(dropout_keep(key, i, 0.0f));
 }
 
 /* Fraction of 8192 decisions (p = 0.5) that differ between two keys. */
 static double mask_difference(dropout_key a, dropout_key b) {
     int diff = 0;
-    for (uint64_t i = 0; i < 8192; i++) diff += dropout_keep(a, i, 0.5f) != dropout_keep(b, i, 0.5f);
+    for (uint64_t i = 0; i < 8192; i++)
+        diff += dropout_keep(a, i, 0.5f) != dropout_keep(b, i, 0.5f);
     return diff / 8192.0;
 }
 
@@ -80,18 +103,32 @@ static void test_key_fields(void) {
     const dropout_key k0 = base_key();
     dropout_key k;
     CHECK(mask_difference(k0, k0) == 0.0);
-    k = k0; k.seed += 1;       CHECK_CLOSE(mask_difference(k0, k), 0.5, 0.0, 0.05);
-    k = k0; k.iteration += 1;  CHECK_CLOSE(mask_difference(k0, k), 0.5, 0.0, 0.05);
-    k = k0; k.microbatch += 1; CHECK_CLOSE(mask_difference(k0, k), 0.5, 0.0, 0.05);
-    k = k0; k.layer += 1;      CHECK_CLOSE(mask_difference(k0, k), 0.5, 0.0, 0.05);
-    k = k0; k.site += 1;       CHECK_CLOSE(mask_difference(k0, k), 0.5, 0.0, 0.05);
+    k = k0;
+    k.seed += 1;
+    CHECK_CLOSE(mask_difference(k0, k), 0.5, 0.0, 0.05);
+    k = k0;
+    k.iteration += 1;
+    CHECK_CLOSE(mask_difference(k0, k), 0.5, 0.0, 0.05);
+    k = k0;
+    k.microbatch += 1;
+    CHECK_CLOSE(mask_difference(k0, k), 0.5, 0.0, 0.05);
+    k = k0;
+    k.layer += 1;
+    CHECK_CLOSE(mask_difference(k0, k), 0.5, 0.0, 0.05);
+    k = k0;
+    k.site += 1;
+    CHECK_CLOSE(mask_difference(k0, k), 0.5, 0.0, 0.05);
     /* layer and site share a word as (layer << 8) | site: (layer 5, site 2) != (layer 2, site 5) */
     dropout_key a = k0, b = k0;
-    a.layer = 5; a.site = 2; b.layer = 2; b.site = 5;
+    a.layer = 5;
+    a.site = 2;
+    b.layer = 2;
+    b.site = 5;
     CHECK_CLOSE(mask_difference(a, b), 0.5, 0.0, 0.05);
     /* Shifting the index by 1 changes the mask too (not just a lane permutation). */
     int diff = 0;
-    for (uint64_t i = 0; i < 8192; i++) diff += dropout_keep(k0, i, 0.5f) != dropout_keep(k0, i + 1, 0.5f);
+    for (uint64_t i = 0; i < 8192; i++)
+        diff += dropout_keep(k0, i, 0.5f) != dropout_keep(k0, i + 1, 0.5f);
     CHECK_CLOSE(diff / 8192.0, 0.5, 0.0, 0.05);
 }
 
@@ -114,7 +151,8 @@ static void test_dropout_buffers(void) {
     for (size_t i = 0; i < n; i++) {
         const int keep = dropout_keep(key, offset + i, p);
         kept += keep;
-        if (y[i] != (keep ? x[i] * scale : 0.0f)) bad++;
+        if (y[i] != (keep ? x[i] * scale : 0.0f))
+            bad++;
     }
     CHECK(bad == 0);
     CHECK_CLOSE((double)kept / n, 1.0 - p, 0.0, 0.01);
@@ -137,21 +175,23 @@ static void test_dropout_buffers(void) {
     memset(z, 0, n * sizeof(float));
     for (int rep = 0; rep < 2; rep++)
         for (int s = 0; s < 3; s++)
-            dropout_backward(z + cut[s], x + cut[s], cut[s + 1] - cut[s], p, key,
-                             offset + cut[s]);
+            dropout_backward(z + cut[s], x + cut[s], cut[s + 1] - cut[s], p, key, offset + cut[s]);
     bad = 0;
-    for (size_t i = 0; i < n; i++) bad += z[i] != 2.0f * y[i];
+    for (size_t i = 0; i < n; i++)
+        bad += z[i] != 2.0f * y[i];
     CHECK(bad == 0);
 
     /* residual: out = res + dropout(x); backward dres += dout, dx += mask * dout * scale */
     residual_dropout_forward(z, res, x, n, p, key, offset);
     bad = 0;
-    for (size_t i = 0; i < n; i++) bad += z[i] != res[i] + y[i];
+    for (size_t i = 0; i < n; i++)
+        bad += z[i] != res[i] + y[i];
     CHECK(bad == 0);
     memcpy(z, res, n * sizeof(float)); /* out aliases residual */
     residual_dropout_forward(z, z, x, n, p, key, offset);
     bad = 0;
-    for (size_t i = 0; i < n; i++) bad += z[i] != res[i] + y[i];
+    for (size_t i = 0; i < n; i++)
+        bad += z[i] != res[i] + y[i];
     CHECK(bad == 0);
 
     /* p == 0: exact copy / pass-through, forward and backward */
@@ -162,9 +202,13 @@ static void test_dropout_buffers(void) {
     CHECK(memcmp(z, x, n * sizeof(float)) == 0);
     residual_dropout_forward(z, res, x, n, 0.0f, key, offset);
     bad = 0;
-    for (size_t i = 0; i < n; i++) bad += z[i] != res[i] + x[i];
+    for (size_t i = 0; i < n; i++)
+        bad += z[i] != res[i] + x[i];
     CHECK(bad == 0);
-    free(x); free(y); free(z); free(res);
+    free(x);
+    free(y);
+    free(z);
+    free(res);
 }
 
 static void test_fill_normal(void) {
@@ -175,7 +219,8 @@ static void test_fill_normal(void) {
     for (uint64_t i = 0; i < n; i++) {
         sum += a[i];
         sq += (double)a[i] * a[i];
-        if (fabs(a[i]) > mx) mx = fabs(a[i]);
+        if (fabs(a[i]) > mx)
+            mx = fabs(a[i]);
     }
     const double mean = sum / n, std = sqrt(sq / n - mean * mean);
     CHECK_CLOSE(mean, 0.0, 0.0, 5.0 * 0.02 / sqrt((double)n));
@@ -183,7 +228,8 @@ static void test_fill_normal(void) {
     CHECK(mx > 4.0 * 0.02 && mx < 6.7 * 0.02);
     /* Fraction within one sigma ~ 0.6827 */
     uint64_t in1 = 0;
-    for (uint64_t i = 0; i < n; i++) in1 += fabs(a[i]) < 0.02;
+    for (uint64_t i = 0; i < n; i++)
+        in1 += fabs(a[i]) < 0.02;
     CHECK_CLOSE((double)in1 / n, 0.682689, 0.0, 0.003);
 
     /* Element i depends only on (seed, stream, i): a prefix and a different n agree. */

@@ -5,13 +5,14 @@
 
 /* param, grad, m, v [n]; step >= 1.
  *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
- *   p -= lr * ( (m / (1-b1^step)) / (sqrt(v / (1-b2^step)) + eps) + weight_decay * p ) */
+ *   p -= lr * ( (m / (1-b1^step)) / (sqrt(v / (1-b2^step)) + eps) + weight_decay * p )
+ * The four buffers must not overlap (the loop is SIMD-vectorized). */
 void adamw_update(float *param, const float *grad, float *m, float *v, size_t n, float lr,
                   float beta1, float beta2, float eps, float weight_decay, int step) {
     const float bc1 = (float)(1.0 - pow((double)beta1, (double)step));
     const float bc2 = (float)(1.0 - pow((double)beta2, (double)step));
     const long long nn = (long long)n;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for simd schedule(static)
     for (long long i = 0; i < nn; i++) {
         const float g = grad[i];
         const float mi = beta1 * m[i] + (1.0f - beta1) * g;

@@ -5,7 +5,8 @@
  * a group). Each thread uses its own slice of the workspace (2 * T * T floats: a score/dP
  * matrix and a dropped-probabilities matrix) and calls gemm() on strided views of the packed
  * buffers: Q, K, V of a head are [T, HS] with row stride QKV_C; out/dout of a head are [T, HS]
- * with row stride NH * HS. OpenBLAS runs single-threaded inside the parallel region.
+ * with row stride NH * HS. OpenBLAS is set single-threaded for the duration of the parallel
+ * region (gemm_serial_begin/end, see gemm.h).
  *
  * Causal attention is computed in row blocks of ATT_BLOCK query positions: block [i0, i1)
  * only touches key positions j < i1, which skips most of the masked upper triangle. Every
@@ -18,31 +19,9 @@
 #include <string.h>
 
 #include "core/kernels/gemm.h"
+#include "core/kernels/simd_math.h"
 
 #define ATT_BLOCK 64
-
-/* Same as in cross_entropy.c: expf for x <= 88, branch-free so the loops vectorize (glibc's expf does not): range
- * reduction x = n ln2 + r, |r| <= ln2/2, degree-6 polynomial (Cephes expf coefficients),
- * times 2^n built in the exponent bits. Max relative error ~1e-7 (about 1.5 ulp); arguments
- * below -87.7 return 0 (flush to zero), NaN propagates. */
-static inline float vexpf(float x) {
-    x = x < -88.0f ? -88.0f : (x > 88.0f ? 88.0f : x);
-    const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round(x/ln2) */
-    float r = x - n * 0.693145751953125f;
-    r = r - n * 1.428606765330187045e-06f;
-    float p = 1.9875691500E-4f;
-    p = p * r + 1.3981999507E-3f;
-    p = p * r + 8.3334519073E-3f;
-    p = p * r + 4.1665795894E-2f;
-    p = p * r + 1.6666665459E-1f;
-    p = p * r + 5.0000001201E-1f;
-    p = p * r * r + r + 1.0f;
-    const int32_t bits = ((int32_t)n + 127) << 23;
-    float two_n;
-    memcpy(&two_n, &bits, sizeof two_n);
-    return p * two_n;
-}
-
 
 size_t attention_workspace_floats(int T) {
     /* omp_get_max_threads() at call time bounds the team of every later parallel region, as
@@ -72,7 +51,9 @@ static inline size_t k_offset(int h, int Q, int HS) {
 
 /* out[B,T,NH*HS] = dropout(softmax(Q K^T / sqrt(HS) + mask)) @ V   per (b, h);
  * probs[B,NH,T,T] = softmax output before dropout, masked entries 0 (probs may be NULL when
- * no backward pass follows; then the probabilities live only in the workspace). */
+ * no backward pass follows; then the probabilities live only in the workspace).
+ * The dropout key's site field is set to DROPOUT_SITE_ATTENTION_PROBS here (both passes), so
+ * callers may pass their layer's key as is. */
 void attention_forward(float *out, float *probs, const float *qkv, int B, int T, int NH, int NG,
                        int HS, int causal, float dropout_p, dropout_key key, float *workspace) {
     const int Q = NH / NG;
@@ -82,6 +63,7 @@ void attention_forward(float *out, float *probs, const float *qkv, int B, int T,
     const size_t TT = (size_t)T * T;
     key.site = DROPOUT_SITE_ATTENTION_PROBS;
 
+    const int blas_threads = gemm_serial_begin();
 #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < B * NH; bh++) {
         const int b = bh / NH, h = bh % NH;
@@ -96,8 +78,8 @@ void attention_forward(float *out, float *probs, const float *qkv, int B, int T,
         /* S = scale * Q K^T  (causal: block [i0,i1) x [0,i1)) */
         for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
             const int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T;
-            gemm(0, 1, i1 - i0, causal ? i1 : T, HS, scale, q + (size_t)i0 * QKV_C, QKV_C, k,
-                 QKV_C, 0.0f, S + (size_t)i0 * T, T);
+            gemm(0, 1, i1 - i0, causal ? i1 : T, HS, scale, q + (size_t)i0 * QKV_C, QKV_C, k, QKV_C,
+                 0.0f, S + (size_t)i0 * T, T);
         }
         /* P = softmax over the unmasked j < L (max-subtracted); masked entries 0. */
         for (int i = 0; i < T; i++) {
@@ -106,17 +88,20 @@ void attention_forward(float *out, float *probs, const float *qkv, int B, int T,
             float *p = P + (size_t)i * T;
             float mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
-            for (int j = 0; j < L; j++) mx = s[j] > mx ? s[j] : mx;
+            for (int j = 0; j < L; j++)
+                mx = s[j] > mx ? s[j] : mx;
             float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
             for (int j = 0; j < L; j++) {
-                const float e = vexpf(s[j] - mx);
+                const float e = simd_expf(s[j] - mx);
                 p[j] = e;
                 sum += e;
             }
             const float inv = 1.0f / sum;
-            for (int j = 0; j < L; j++) p[j] *= inv;
-            for (int j = L; j < T; j++) p[j] = 0.0f;
+            for (int j = 0; j < L; j++)
+                p[j] *= inv;
+            for (int j = L; j < T; j++)
+                p[j] = 0.0f;
         }
         /* Dropout on the probabilities (same mask regenerated in backward). */
         const float *Pu = P;
@@ -126,7 +111,8 @@ void attention_forward(float *out, float *probs, const float *qkv, int B, int T,
                 float *pd = Pd + (size_t)i * T;
                 dropout_forward(pd, P + (size_t)i * T, (size_t)L, dropout_p, key,
                                 probs_index(0, b, NH, 0, h, T, i));
-                for (int j = L; j < T; j++) pd[j] = 0.0f;
+                for (int j = L; j < T; j++)
+                    pd[j] = 0.0f;
             }
             Pu = Pd;
         }
@@ -137,6 +123,7 @@ void attention_forward(float *out, float *probs, const float *qkv, int B, int T,
                  out + ((size_t)b * T + i0) * OC + (size_t)h * HS, OC);
         }
     }
+    gemm_serial_end(blas_threads);
 }
 
 /* With Pu = dropout(P) and dPu = dO V^T:
@@ -145,9 +132,9 @@ void attention_forward(float *out, float *probs, const float *qkv, int B, int T,
  *   dS  = P * (dP - rowsum(P * dP))           (softmax backward; 0 where masked)
  *   dQ += scale * dS K,   dK += scale * dS^T Q.
  * dqkv[B,T,QKV_C] accumulates; value/key gradients of a group sum over its query heads. */
-void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *probs,
-                        int B, int T, int NH, int NG, int HS, int causal, float dropout_p,
-                        dropout_key key, float *workspace) {
+void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *probs, int B,
+                        int T, int NH, int NG, int HS, int causal, float dropout_p, dropout_key key,
+                        float *workspace) {
     const int Q = NH / NG;
     const int QKV_C = NG * (Q + 2) * HS;
     const int OC = NH * HS;
@@ -155,6 +142,7 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv, const 
     const size_t TT = (size_t)T * T;
     key.site = DROPOUT_SITE_ATTENTION_PROBS;
 
+    const int blas_threads = gemm_serial_begin();
 #pragma omp parallel for schedule(static)
     for (int bg = 0; bg < B * NG; bg++) {
         const int b = bg / NG, g = bg % NG;
@@ -180,7 +168,8 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv, const 
                     float *pd = Pd + (size_t)i * T;
                     dropout_forward(pd, P + (size_t)i * T, (size_t)L, dropout_p, key,
                                     probs_index(0, b, NH, 0, h, T, i));
-                    for (int j = L; j < T; j++) pd[j] = 0.0f;
+                    for (int j = L; j < T; j++)
+                        pd[j] = 0.0f;
                 }
                 Pu = Pd;
             }
@@ -207,13 +196,15 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv, const 
                     dropout_forward(d, d, (size_t)L, dropout_p, key,
                                     probs_index(0, b, NH, 0, h, T, i));
                 float dot = 0.0f;
-                for (int j = 0; j < L; j++) dot += p[j] * d[j];
-                for (int j = 0; j < L; j++) d[j] = p[j] * (d[j] - dot);
+                for (int j = 0; j < L; j++)
+                    dot += p[j] * d[j];
+                for (int j = 0; j < L; j++)
+                    d[j] = p[j] * (d[j] - dot);
                 if (causal) {
-                    const int end = (i / ATT_BLOCK + 1) * ATT_BLOCK < T
-                                        ? (i / ATT_BLOCK + 1) * ATT_BLOCK
-                                        : T;
-                    for (int j = L; j < end; j++) d[j] = 0.0f;
+                    const int end =
+                        (i / ATT_BLOCK + 1) * ATT_BLOCK < T ? (i / ATT_BLOCK + 1) * ATT_BLOCK : T;
+                    for (int j = L; j < end; j++)
+                        d[j] = 0.0f;
                 }
             }
             /* dQ += scale * dS K */
@@ -231,4 +222,5 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv, const 
             }
         }
     }
+    gemm_serial_end(blas_threads);
 }

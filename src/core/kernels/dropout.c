@@ -76,41 +76,44 @@ static inline void dropout_block_uniforms(dropout_key key, uint64_t block, float
 /* The shared loop: for every element i in [0, n) (global index offset + i), evaluates BODY
  * with keep = 0/1. Blocks are split across threads when the buffer is large and we are not
  * already inside a parallel region (attention calls this per row from its own threads). */
-#define DROPOUT_BLOCK_BODY(BODY)                                                          \
-    do {                                                                                  \
-        float u[DROP_BLOCK];                                                              \
-        dropout_block_uniforms(key, (uint64_t)blk, u);                                    \
-        const uint64_t b0 = (uint64_t)blk * DROP_BLOCK;                                   \
-        const uint64_t lo = first > b0 ? first : b0;                                      \
-        const uint64_t hi = last < b0 + DROP_BLOCK ? last : b0 + DROP_BLOCK;              \
-        float *const ub = u + (lo - b0);                                                  \
-        const size_t i0 = (size_t)(lo - first), cnt = (size_t)(hi - lo);                  \
-        for (size_t e = 0; e < cnt; e++) {                                                \
-            const size_t i = i0 + e;                                                      \
-            const int keep = ub[e] >= p;                                                  \
-            BODY;                                                                         \
-        }                                                                                 \
+#define DROPOUT_BLOCK_BODY(BODY)                                                                   \
+    do {                                                                                           \
+        float u[DROP_BLOCK];                                                                       \
+        dropout_block_uniforms(key, (uint64_t)blk, u);                                             \
+        const uint64_t b0 = (uint64_t)blk * DROP_BLOCK;                                            \
+        const uint64_t lo = first > b0 ? first : b0;                                               \
+        const uint64_t hi = last < b0 + DROP_BLOCK ? last : b0 + DROP_BLOCK;                       \
+        float *const ub = u + (lo - b0);                                                           \
+        const size_t i0 = (size_t)(lo - first), cnt = (size_t)(hi - lo);                           \
+        for (size_t e = 0; e < cnt; e++) {                                                         \
+            const size_t i = i0 + e;                                                               \
+            const int keep = ub[e] >= p;                                                           \
+            BODY;                                                                                  \
+        }                                                                                          \
     } while (0)
 
-#define DROPOUT_LOOP(BODY)                                                                \
-    do {                                                                                  \
-        const uint64_t first = offset, last = offset + n; /* [first, last) */             \
-        const int64_t blk_begin = (int64_t)(first / DROP_BLOCK);                          \
-        const int64_t blk_end = (int64_t)((last + DROP_BLOCK - 1) / DROP_BLOCK);          \
-        if (n >= DROPOUT_PARALLEL_MIN && !omp_in_parallel()) {                            \
-            _Pragma("omp parallel for schedule(static)")                                  \
-            for (int64_t blk = blk_begin; blk < blk_end; blk++) DROPOUT_BLOCK_BODY(BODY); \
-        } else {                                                                          \
-            for (int64_t blk = blk_begin; blk < blk_end; blk++) DROPOUT_BLOCK_BODY(BODY); \
-        }                                                                                 \
+/* clang-format off */
+#define DROPOUT_LOOP(BODY)                                                                         \
+    do {                                                                                           \
+        const uint64_t first = offset, last = offset + n; /* [first, last) */                      \
+        const int64_t blk_begin = (int64_t)(first / DROP_BLOCK);                                   \
+        const int64_t blk_end = (int64_t)((last + DROP_BLOCK - 1) / DROP_BLOCK);                   \
+        if (n >= DROPOUT_PARALLEL_MIN && !omp_in_parallel()) {                                     \
+            _Pragma("omp parallel for schedule(static)")                                           \
+            for (int64_t blk = blk_begin; blk < blk_end; blk++) DROPOUT_BLOCK_BODY(BODY);          \
+        } else {                                                                                   \
+            for (int64_t blk = blk_begin; blk < blk_end; blk++) DROPOUT_BLOCK_BODY(BODY);          \
+        }                                                                                          \
     } while (0)
+/* clang-format on */
 
 /* out[i] = keep(offset+i) ? inp[i] * (1/(1-p)) : 0.  p <= 0 copies (exactly); p >= 1 zeros.
  * out may alias inp. */
 void dropout_forward(float *out, const float *inp, size_t n, float p, dropout_key key,
                      uint64_t offset) {
     if (p <= 0.0f) {
-        if (out != inp) memmove(out, inp, n * sizeof(float));
+        if (out != inp)
+            memmove(out, inp, n * sizeof(float));
         return;
     }
     if (p >= 1.0f) {
@@ -127,25 +130,29 @@ void dropout_backward(float *dinp, const float *dout, size_t n, float p, dropout
     if (p <= 0.0f) {
         const int64_t nn = (int64_t)n;
 #pragma omp parallel for schedule(static) if (nn >= DROPOUT_PARALLEL_MIN && !omp_in_parallel())
-        for (int64_t i = 0; i < nn; i++) dinp[i] += dout[i];
+        for (int64_t i = 0; i < nn; i++)
+            dinp[i] += dout[i];
         return;
     }
-    if (p >= 1.0f) return;
+    if (p >= 1.0f)
+        return;
     const float scale = 1.0f / (1.0f - p);
     DROPOUT_LOOP(if (keep) dinp[i] += dout[i] * scale);
 }
 
 /* out[i] = residual[i] + dropout(x)[i]. out may alias residual (or x). */
-void residual_dropout_forward(float *out, const float *residual, const float *x, size_t n,
-                              float p, dropout_key key, uint64_t offset) {
+void residual_dropout_forward(float *out, const float *residual, const float *x, size_t n, float p,
+                              dropout_key key, uint64_t offset) {
     if (p <= 0.0f) {
         const int64_t nn = (int64_t)n;
 #pragma omp parallel for schedule(static) if (nn >= DROPOUT_PARALLEL_MIN && !omp_in_parallel())
-        for (int64_t i = 0; i < nn; i++) out[i] = residual[i] + x[i];
+        for (int64_t i = 0; i < nn; i++)
+            out[i] = residual[i] + x[i];
         return;
     }
     if (p >= 1.0f) {
-        if (out != residual) memmove(out, residual, n * sizeof(float));
+        if (out != residual)
+            memmove(out, residual, n * sizeof(float));
         return;
     }
     const float scale = 1.0f / (1.0f - p);
@@ -158,7 +165,9 @@ void residual_dropout_backward(float *dresidual, float *dx, const float *dout, s
     if (dresidual) {
         const int64_t nn = (int64_t)n;
 #pragma omp parallel for schedule(static) if (nn >= DROPOUT_PARALLEL_MIN && !omp_in_parallel())
-        for (int64_t i = 0; i < nn; i++) dresidual[i] += dout[i];
+        for (int64_t i = 0; i < nn; i++)
+            dresidual[i] += dout[i];
     }
-    if (dx) dropout_backward(dx, dout, n, p, key, offset);
+    if (dx)
+        dropout_backward(dx, dout, n, p, key, offset);
 }

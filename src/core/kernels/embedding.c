@@ -13,9 +13,11 @@ void embedding_forward(float *out, const int *tokens, const float *wte, const fl
         const float *e = wte + (size_t)tokens[bt] * C;
         if (wpe) {
             const float *p = wpe + (size_t)(pos_offset + t) * C;
-            for (int i = 0; i < C; i++) o[i] = e[i] + p[i];
+            for (int i = 0; i < C; i++)
+                o[i] = e[i] + p[i];
         } else {
-            for (int i = 0; i < C; i++) o[i] = e[i];
+            for (int i = 0; i < C; i++)
+                o[i] = e[i];
         }
     }
 }
@@ -37,11 +39,13 @@ void embedding_backward(float *dwte, float *dwpe, const float *dout, const int *
             const float *d = dout + (size_t)bt * C + c0;
             if (dwte) {
                 float *e = dwte + (size_t)tokens[bt] * C + c0;
-                for (int i = 0; i < w; i++) e[i] += d[i];
+                for (int i = 0; i < w; i++)
+                    e[i] += d[i];
             }
             if (dwpe) {
                 float *p = dwpe + (size_t)(pos_offset + bt % T) * C + c0;
-                for (int i = 0; i < w; i++) p[i] += d[i];
+                for (int i = 0; i < w; i++)
+                    p[i] += d[i];
             }
         }
     }

@@ -7,4 +7,14 @@
 void gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
           const float *B, int ldb, float beta, float *C, int ldc);
 
+/* Calling gemm() from every thread of an OpenMP parallel region (attention does, one small
+ * GEMM per (batch, head) per thread): OpenBLAS must then run single-threaded per call. The
+ * OpenMP build of OpenBLAS 0.3.21 (Debian/Ubuntu) does NOT do this by itself: inside a
+ * parallel region it still splits each call into nthreads chunks, and concurrent calls then
+ * serialize and spin on its one shared thread buffer (measured 30x slower at 2 threads).
+ * Bracket such a region with these: gemm_serial_begin() sets OpenBLAS to 1 thread and returns
+ * the previous count, gemm_serial_end() restores it. Not reentrant; call from serial code. */
+int gemm_serial_begin(void);
+void gemm_serial_end(int saved_threads);
+
 #endif

@@ -13,7 +13,8 @@ void linear_forward(float *out, const float *inp, const float *weight, const flo
 #pragma omp parallel for schedule(static)
         for (int n = 0; n < N; n++) {
             float *o = out + (size_t)n * OC;
-            for (int j = 0; j < OC; j++) o[j] += bias[j];
+            for (int j = 0; j < OC; j++)
+                o[j] += bias[j];
         }
     }
 }
@@ -25,10 +26,12 @@ void linear_forward(float *out, const float *inp, const float *weight, const flo
 /* dinp[N,C] += dout[N,OC] @ weight[OC,C]
  * dweight[OC,C] += dout[N,OC]^T @ inp[N,C]
  * dbias[OC] += sum over n of dout[n,:] */
-void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                     const float *inp, const float *weight, int N, int C, int OC) {
-    if (dinp) gemm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
-    if (dweight) gemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                     const float *weight, int N, int C, int OC) {
+    if (dinp)
+        gemm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
+    if (dweight)
+        gemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
     if (dbias) {
         const int nblocks = (OC + DBIAS_BLOCK - 1) / DBIAS_BLOCK;
 #pragma omp parallel for schedule(static)
@@ -38,9 +41,11 @@ void linear_backward(float *dinp, float *dweight, float *dbias, const float *dou
             float acc[DBIAS_BLOCK] = {0};
             for (int n = 0; n < N; n++) {
                 const float *d = dout + (size_t)n * OC + j0;
-                for (int j = 0; j < w; j++) acc[j] += d[j];
+                for (int j = 0; j < w; j++)
+                    acc[j] += d[j];
             }
-            for (int j = 0; j < w; j++) dbias[j0 + j] += acc[j];
+            for (int j = 0; j < w; j++)
+                dbias[j0 + j] += acc[j];
         }
     }
 }

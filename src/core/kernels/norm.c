@@ -1,7 +1,8 @@
 /* LayerNorm / RMSNorm over the last dimension, and the per-head --qk-layernorm on the packed
  * QKV buffer. Forward and the input gradient are parallel over rows; the weight/bias gradients
  * are parallel over column blocks (each block sums over all rows in row order), so every
- * result is independent of the thread count. Accumulation is in float, like PyTorch. */
+ * result is independent of the thread count. Accumulation is in float, like PyTorch; the
+ * per-row sums are SIMD reductions (fixed lane-wise order, deterministic). */
 #include "core/kernels/norm.h"
 
 #include <math.h>
@@ -13,9 +14,12 @@
 /* LayerNorm statistics, two-pass in float: mean, biased variance, rstd = 1/sqrt(var + eps). */
 static inline void ln_stats(const float *x, int C, float eps, float *mean_out, float *rstd_out) {
     float sum = 0.0f;
-    for (int i = 0; i < C; i++) sum += x[i];
+#pragma omp simd reduction(+ : sum)
+    for (int i = 0; i < C; i++)
+        sum += x[i];
     const float m = sum / (float)C;
     float var = 0.0f;
+#pragma omp simd reduction(+ : var)
     for (int i = 0; i < C; i++) {
         const float d = x[i] - m;
         var += d * d;
@@ -28,7 +32,9 @@ static inline void ln_stats(const float *x, int C, float eps, float *mean_out, f
 /* RMSNorm: rstd = 1/sqrt(mean(x^2) + eps). */
 static inline float rms_rstd(const float *x, int C, float eps) {
     float ss = 0.0f;
-    for (int i = 0; i < C; i++) ss += x[i] * x[i];
+#pragma omp simd reduction(+ : ss)
+    for (int i = 0; i < C; i++)
+        ss += x[i] * x[i];
     return 1.0f / sqrtf(ss / (float)C + eps);
 }
 
@@ -36,9 +42,11 @@ static inline float rms_rstd(const float *x, int C, float eps) {
 static inline void norm_apply(float *y, const float *x, int C, float m, float s, const float *w,
                               const float *b) {
     if (b)
-        for (int i = 0; i < C; i++) y[i] = (x[i] - m) * s * w[i] + b[i];
+        for (int i = 0; i < C; i++)
+            y[i] = (x[i] - m) * s * w[i] + b[i];
     else
-        for (int i = 0; i < C; i++) y[i] = (x[i] - m) * s * w[i];
+        for (int i = 0; i < C; i++)
+            y[i] = (x[i] - m) * s * w[i];
 }
 
 /* Input gradient of one normalized vector, accumulated. With xhat = (x - m) * s, g = w * dy:
@@ -47,6 +55,7 @@ static inline void norm_apply(float *y, const float *x, int C, float m, float s,
 static inline void norm_dx(float *dx, const float *dy, const float *x, const float *w, int C,
                            float m, float s, int layernorm) {
     float g_mean = 0.0f, gx_mean = 0.0f;
+#pragma omp simd reduction(+ : g_mean, gx_mean)
     for (int i = 0; i < C; i++) {
         const float g = w[i] * dy[i];
         g_mean += g;
@@ -67,24 +76,26 @@ static inline void norm_dx(float *dx, const float *dy, const float *x, const flo
 
 /* out[N,C] = (inp - mean) * rstd * weight[C] + bias[C];  mean[N], rstd[N] saved (may be NULL
  * for inference). out may alias inp. */
-void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                       const float *weight, const float *bias, int N, int C, float eps) {
+void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
+                       const float *bias, int N, int C, float eps) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
         float m, s;
         ln_stats(x, C, eps, &m, &s);
         norm_apply(out + (size_t)n * C, x, C, m, s, weight, bias);
-        if (mean) mean[n] = m;
-        if (rstd) rstd[n] = s;
+        if (mean)
+            mean[n] = m;
+        if (rstd)
+            rstd[n] = s;
     }
 }
 
 /* dinp[N,C] += ...;  dweight[C] += sum_n dout * xhat;  dbias[C] += sum_n dout.
  * Any of dinp, dweight, dbias may be NULL. */
 void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                        const float *inp, const float *weight, const float *mean,
-                        const float *rstd, int N, int C) {
+                        const float *inp, const float *weight, const float *mean, const float *rstd,
+                        int N, int C) {
     if (dinp) {
 #pragma omp parallel for schedule(static)
         for (int n = 0; n < N; n++)
@@ -107,8 +118,10 @@ void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *
                 }
             }
             for (int i = 0; i < w; i++) {
-                if (dweight) dweight[c0 + i] += dw[i];
-                if (dbias) dbias[c0 + i] += db[i];
+                if (dweight)
+                    dweight[c0 + i] += dw[i];
+                if (dbias)
+                    dbias[c0 + i] += db[i];
             }
         }
     }
@@ -124,7 +137,8 @@ void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *wei
         const float *x = inp + (size_t)n * C;
         const float s = rms_rstd(x, C, eps);
         norm_apply(out + (size_t)n * C, x, C, 0.0f, s, weight, NULL);
-        if (rstd) rstd[n] = s;
+        if (rstd)
+            rstd[n] = s;
     }
 }
 
@@ -147,9 +161,11 @@ void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const floa
             for (int n = 0; n < N; n++) {
                 const float *x = inp + (size_t)n * C + c0, *dy = dout + (size_t)n * C + c0;
                 const float s = rstd[n];
-                for (int i = 0; i < w; i++) dw[i] += dy[i] * x[i] * s;
+                for (int i = 0; i < w; i++)
+                    dw[i] += dy[i] * x[i] * s;
             }
-            for (int i = 0; i < w; i++) dweight[c0 + i] += dw[i];
+            for (int i = 0; i < w; i++)
+                dweight[c0 + i] += dw[i];
         }
     }
 }
@@ -164,10 +180,9 @@ void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const floa
 #define QKV_SLOT(g, k) ((size_t)((g) * (Q + 2) + (k)) * HS)
 
 /* out[N,QKV_C]: query/key heads normalized over HS, value heads copied. out may alias inp. */
-void qk_norm_forward(float *out, float *mean, float *rstd, const float *inp,
-                     const float *q_weight, const float *q_bias, const float *k_weight,
-                     const float *k_bias, int N, int NH, int NG, int HS, norm_kind kind,
-                     float eps) {
+void qk_norm_forward(float *out, float *mean, float *rstd, const float *inp, const float *q_weight,
+                     const float *q_bias, const float *k_weight, const float *k_bias, int N, int NH,
+                     int NG, int HS, norm_kind kind, float eps) {
     const int Q = NH / NG;
     const size_t QKV_C = (size_t)NG * (Q + 2) * HS;
     const int NS = NH + NG;
@@ -180,7 +195,8 @@ void qk_norm_forward(float *out, float *mean, float *rstd, const float *inp,
                 const float *x = xr + QKV_SLOT(g, k);
                 float *y = yr + QKV_SLOT(g, k);
                 if (k == Q + 1) { /* value head */
-                    if (y != x) memcpy(y, x, (size_t)HS * sizeof(float));
+                    if (y != x)
+                        memcpy(y, x, (size_t)HS * sizeof(float));
                     continue;
                 }
                 const size_t si = (size_t)n * NS + (k < Q ? g * Q + k : NH + g);
@@ -192,8 +208,10 @@ void qk_norm_forward(float *out, float *mean, float *rstd, const float *inp,
                 else
                     s = rms_rstd(x, HS, eps);
                 norm_apply(y, x, HS, m, s, w, kind == NORM_LAYERNORM ? b : NULL);
-                if (mean) mean[si] = m;
-                if (rstd) rstd[si] = s;
+                if (mean)
+                    mean[si] = m;
+                if (rstd)
+                    rstd[si] = s;
             }
         }
     }
@@ -217,7 +235,8 @@ void qk_norm_backward(float *dinp, float *dq_weight, float *dq_bias, float *dk_w
                 for (int k = 0; k < Q + 2; k++) {
                     const size_t off = (size_t)n * QKV_C + QKV_SLOT(g, k);
                     if (k == Q + 1) {
-                        for (int i = 0; i < HS; i++) dinp[off + i] += dout[off + i];
+                        for (int i = 0; i < HS; i++)
+                            dinp[off + i] += dout[off + i];
                         continue;
                     }
                     const size_t si = (size_t)n * NS + (k < Q ? g * Q + k : NH + g);
@@ -254,8 +273,10 @@ void qk_norm_backward(float *dinp, float *dq_weight, float *dq_bias, float *dk_w
             float *gw = is_key ? dk_weight : dq_weight;
             float *gb = ln ? (is_key ? dk_bias : dq_bias) : NULL;
             for (int i = 0; i < w; i++) {
-                if (gw) gw[c0 + i] += dw[i];
-                if (gb) gb[c0 + i] += db[i];
+                if (gw)
+                    gw[c0 + i] += dw[i];
+                if (gb)
+                    gb[c0 + i] += db[i];
             }
         }
     }

@@ -47,8 +47,8 @@ static void rope_rotate(float *qkv, const float *cos_t, const float *sin_t, int 
 }
 
 /* qkv[B,T,QKV_C] rotated in place (query and key heads, first rot_dim channels). */
-void rope_forward(float *qkv, const float *cos_t, const float *sin_t, int B, int T, int NH,
-                  int NG, int HS, int rot_dim) {
+void rope_forward(float *qkv, const float *cos_t, const float *sin_t, int B, int T, int NH, int NG,
+                  int HS, int rot_dim) {
     rope_rotate(qkv, cos_t, sin_t, B, T, NH, NG, HS, rot_dim, 1.0f);
 }
 

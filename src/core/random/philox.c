@@ -38,6 +38,7 @@ void philox_fill_normal(float *out, uint64_t n, float std, uint64_t seed, uint64
         philox_normal2(r[0], r[1], &z0, &z1);
         const uint64_t i = 2 * (uint64_t)k;
         out[i] = std * z0;
-        if (i + 1 < n) out[i + 1] = std * z1;
+        if (i + 1 < n)
+            out[i + 1] = std * z1;
     }
 }
