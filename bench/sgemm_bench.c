@@ -49,7 +49,7 @@ int main(int argc, char **argv) {
         {"dinp", 0, 0, 1024, 768, 3072, 1.0f}, /* linear backward, input gradient */
         {"dwgt", 1, 0, 3072, 768, 1024, 1.0f}, /* linear backward, weight gradient */
     };
-    printf("# %s| threads %d | best call over %.1f s per case\n", openblas_get_config(),
+    printf("# %s | threads %d | best call over %.1f s per case\n", openblas_get_config(),
            openblas_get_num_threads(), seconds);
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
         const gemm_case *g = &cases[c];
