@@ -16,13 +16,13 @@ rm -rf "$OUT/checkpoints"
 "$MEGADLM" train \
     --num-layers 4 --hidden-size 192 --num-attention-heads 6 \
     --seq-length 128 --max-position-embeddings 128 \
-    --micro-batch-size 16 --global-batch-size 32 \
-    --train-iters ${DEMO_ITERS:-250} --lr 2e-3 --min-lr 2e-4 --lr-decay-style cosine \
+    --micro-batch-size 16 --global-batch-size 16 \
+    --train-iters ${DEMO_ITERS:-500} --lr 3e-3 --min-lr 3e-4 --lr-decay-style cosine \
     --lr-warmup-iters 20 --weight-decay 0.1 --clip-grad 1.0 \
     --hidden-dropout 0.0 --attention-dropout 0.0 \
     --tokenizer-type ByteLevel --data-path "$OUT/kjv_text_document" --split 969,30,1 \
-    --log-interval 10 --eval-interval 100 --eval-iters 5 --log-memory \
-    --save "$OUT/checkpoints" --save-interval 100
+    --log-interval 25 --eval-interval 250 --eval-iters 10 --log-memory \
+    --save "$OUT/checkpoints" --save-interval 250
 
 echo "== generate =="
 "$MEGADLM" generate --load "$OUT/checkpoints" --prompt "And God said" \
