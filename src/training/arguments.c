@@ -163,11 +163,11 @@ enum opt_kind {
     K_LATER,     /* a flag of a later feature: refused */
 };
 
-enum opt_group { G_MODEL, G_DATA, G_TRAIN, G_LOG, G_PAR, G_LATER, G_COUNT };
+enum opt_group { G_MODEL, G_DATA, G_TRAIN, G_LOG, G_RECOMPUTE, G_PAR, G_LATER, G_COUNT };
 
 static const char *const GROUP_TITLES[G_COUNT] = {
     "model", "data and tokenizer", "training (batch, optimizer, learning rate)",
-    "logging, evaluation and checkpoints", "parallelism", "refused (features of later releases)",
+    "logging, evaluation and checkpoints", "activation recomputation", "parallelism", "refused (features of later releases)",
 };
 
 typedef struct {
@@ -297,6 +297,23 @@ static const opt_def OPTIONS[] = {
            "Iterations between checkpoints; needs --save."),
     STROPT("load", G_LOG, load, "DIR", "none", "Directory to resume from."),
 
+    /* ---- activation recomputation ---- */
+    BOOLOPT("recompute-activations", K_TRUE, G_RECOMPUTE, recompute_activations, "off",
+            "Selective recomputation of the core attention (= --recompute-granularity selective)."),
+    STROPT("recompute-granularity", G_RECOMPUTE, recompute_granularity, "full|selective", "none",
+           "full: keep only each checkpointed chunk's input and re-run its forward in backward; "
+           "selective: keep Q, K, V and re-run the core attention."),
+    STROPT("recompute-method", G_RECOMPUTE, recompute_method, "uniform|block", "none",
+           "full only. uniform: layers in chunks of --recompute-num-layers, each chunk "
+           "checkpointed; block: only the first --recompute-num-layers layers checkpointed."),
+    INTOPT("recompute-num-layers", K_POS, G_RECOMPUTE, recompute_num_layers, "N", "none",
+           "full only: layers per chunk (uniform) or layers checkpointed (block)."),
+    BOOLOPT("distribute-saved-activations", K_TRUE, G_RECOMPUTE, distribute_saved_activations,
+            "off", "Split checkpointed inputs across tensor-parallel ranks (needs tensor "
+            "parallelism)."),
+    BOOLOPT("enable-cuda-graph", K_TRUE, G_RECOMPUTE, enable_cuda_graph, "off",
+            "Refused: there are no CUDA graphs on CPUs."),
+
     /* ---- parallelism ---- */
     INTOPT("tensor-model-parallel-size", K_PAR1, G_PAR, tensor_model_parallel_size, "1", NULL,
            "Tensor parallelism (1 until a later release)."),
@@ -306,14 +323,12 @@ static const opt_def OPTIONS[] = {
     {"help", K_HELP, G_COUNT, 0, 0, NULL, NULL, "Print this help and exit."},
 
     /* ---- features of later releases: refused, never silently accepted ---- */
-    LATER("sequence-parallel"), LATER("recompute-activations"), LATER("recompute-granularity"),
-    LATER("recompute-method"), LATER("recompute-num-layers"),
-    LATER("distribute-saved-activations"), LATER("bf16"), LATER("fp16"),
+    LATER("sequence-parallel"), LATER("bf16"), LATER("fp16"),
     LATER("use-distributed-optimizer"), LATER("overlap-grad-reduce"),
     LATER("overlap-param-gather"), LATER("tp-comm-overlap"),
     LATER("num-layers-per-virtual-pipeline-stage"), LATER("virtual-pipeline-model-parallel-size"),
     LATER("context-parallel-size"), LATER("expert-model-parallel-size"), LATER("num-experts"),
-    LATER("use-flash-attn"), LATER("enable-cuda-graph"), LATER("model-running-mode"),
+    LATER("use-flash-attn"), LATER("model-running-mode"),
     LATER("attention-mask-type"), LATER("mask-token"), LATER("vocab-file"), LATER("merge-file"),
     LATER("tokenizer-model"), LATER("fp8-format"), LATER("ddp-bucket-size"),
     LATER("accumulate-allreduce-grads-in-fp32"),
@@ -765,6 +780,52 @@ static const char *const MEGATRON_TOKENIZERS[] = {
     "GPTSentencePieceTokenizer", "HuggingFaceTokenizer", "Llama2Tokenizer", "TikTokenizer",
     "MultimodalTokenizer", "NullMultimodalTokenizer", "SFTTokenizer", NULL};
 
+/* Megatron's recompute rules (arguments.py validate_args and TransformerConfig.__post_init__). */
+static int validate_recompute(megadlm_args *a, char *err, size_t errlen) {
+    if (a->enable_cuda_graph)
+        return fail(err, errlen, "--enable-cuda-graph: there are no CUDA graphs on CPUs (and "
+                                 "Megatron does not allow them with activation recomputation)");
+    if (a->recompute_activations) {
+        if (a->recompute_granularity[0] && strcmp(a->recompute_granularity, "selective") != 0)
+            return fail(err, errlen, "--recompute-activations means --recompute-granularity "
+                                     "selective; it conflicts with --recompute-granularity %s",
+                        a->recompute_granularity);
+        snprintf(a->recompute_granularity, sizeof(a->recompute_granularity), "selective");
+        a->recompute_activations = 0; /* as Megatron: folded into the granularity */
+    }
+    const char *g = a->recompute_granularity, *m = a->recompute_method;
+    int stage_layers = a->num_layers / (a->pipeline_model_parallel_size > 0
+                                            ? a->pipeline_model_parallel_size : 1);
+    if (g[0] && strcmp(g, "full") != 0 && strcmp(g, "selective") != 0)
+        return fail(err, errlen, "--recompute-granularity %s: expected full or selective", g);
+    if (m[0] && strcmp(m, "uniform") != 0 && strcmp(m, "block") != 0)
+        return fail(err, errlen, "--recompute-method %s: expected uniform or block", m);
+    if (!g[0] && (m[0] || a->recompute_num_layers))
+        return fail(err, errlen, "--recompute-method / --recompute-num-layers need "
+                                 "--recompute-granularity full");
+    if (!strcmp(g, "selective") && m[0])
+        return fail(err, errlen, "--recompute-method %s: not used with --recompute-granularity "
+                                 "selective (only with full)", m);
+    if (!strcmp(g, "selective") && a->recompute_num_layers)
+        return fail(err, errlen, "--recompute-num-layers: must not be set with "
+                                 "--recompute-granularity selective (only with full)");
+    if (!strcmp(g, "full") && !m[0])
+        return fail(err, errlen, "--recompute-granularity full needs --recompute-method "
+                                 "uniform or block");
+    if (!strcmp(g, "full") && !a->recompute_num_layers)
+        return fail(err, errlen, "--recompute-granularity full needs --recompute-num-layers N");
+    if (a->recompute_num_layers && (a->recompute_num_layers < 1 ||
+                                    a->recompute_num_layers > stage_layers))
+        return fail(err, errlen, "--recompute-num-layers %d: must be between 1 and the %d layers "
+                                 "of a pipeline stage (--num-layers / "
+                                 "--pipeline-model-parallel-size)",
+                    a->recompute_num_layers, stage_layers);
+    if (a->distribute_saved_activations)
+        return fail(err, errlen, "--distribute-saved-activations needs tensor parallelism "
+                                 "(--tensor-model-parallel-size > 1), which is not supported yet");
+    return 0;
+}
+
 int args_validate(megadlm_args *a, char *err, size_t errlen) {
     if (err && errlen) err[0] = 0;
 
@@ -1073,7 +1134,7 @@ int args_validate(megadlm_args *a, char *err, size_t errlen) {
     if (a->exit_interval < 0) return fail(err, errlen, "--exit-interval must be positive");
     if (a->save_interval > 0 && !a->save[0])
         return fail(err, errlen, "--save-interval %d needs --save DIR", a->save_interval);
-    return 0;
+    return validate_recompute(a, err, errlen);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -1111,6 +1172,8 @@ static const field_def FIELDS[] = {
     FI(save_interval), FS(load),
     FI(tensor_model_parallel_size), FI(pipeline_model_parallel_size), FI(world_size),
     FI(data_parallel_size), FI(exit_interval),
+    FB(recompute_activations), FS(recompute_granularity), FS(recompute_method),
+    FI(recompute_num_layers), FB(distribute_saved_activations), FB(enable_cuda_graph),
 };
 #define NUM_FIELDS ((int)(sizeof(FIELDS) / sizeof(FIELDS[0])))
 

@@ -91,6 +91,14 @@ typedef struct {
     /* ---- added after the first contract ---- */
     int exit_interval;            /* --exit-interval N: stop (saving first when --save is given)
                                    * after an iteration divisible by N; 0 = none (Megatron's None) */
+
+    /* ---- activation recomputation (Megatron's names and rules) ---- */
+    int recompute_activations;    /* --recompute-activations: shorthand for --recompute-granularity selective */
+    char recompute_granularity[16]; /* --recompute-granularity full|selective ("" = none) */
+    char recompute_method[16];    /* --recompute-method uniform|block ("" = none) */
+    int recompute_num_layers;     /* --recompute-num-layers N (0 = unset) */
+    int distribute_saved_activations; /* --distribute-saved-activations (needs tensor parallelism) */
+    int enable_cuda_graph;        /* --enable-cuda-graph: always refused (no CUDA graphs here) */
 } megadlm_args;
 
 /* Fills Megatron's defaults. */

@@ -307,13 +307,11 @@ static void test_parse_errors(void) {
 
 static void test_refused_flags(void) {
     static const char *later[] = {
-        "--sequence-parallel", "--recompute-activations", "--recompute-granularity full",
-        "--recompute-method uniform", "--recompute-num-layers 1",
-        "--distribute-saved-activations", "--bf16", "--fp16", "--use-distributed-optimizer",
+        "--sequence-parallel", "--bf16", "--fp16", "--use-distributed-optimizer",
         "--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap",
         "--num-layers-per-virtual-pipeline-stage 2", "--virtual-pipeline-model-parallel-size 2",
         "--context-parallel-size 2", "--expert-model-parallel-size 2", "--num-experts 8",
-        "--use-flash-attn", "--enable-cuda-graph", "--model-running-mode x",
+        "--use-flash-attn", "--model-running-mode x",
         "--attention-mask-type causal", "--mask-token 3", "--vocab-file v.json",
         "--merge-file m.txt", "--tokenizer-model t.model", "--fp8-format hybrid",
         "--ddp-bucket-size 1000", "--accumulate-allreduce-grads-in-fp32", "--bf16=1",
@@ -839,6 +837,52 @@ static void test_json(void) {
     args_free(&a);
 }
 
+/* Megatron's recompute rules; BASE has 2 layers. */
+static void test_recompute(void) {
+    megadlm_args a;
+    EXPECT_OK(&a, BASE " --recompute-activations");
+    CHECK(strcmp(a.recompute_granularity, "selective") == 0);
+    args_free(&a);
+    EXPECT_OK(&a, BASE " --recompute-granularity selective");
+    CHECK(strcmp(a.recompute_granularity, "selective") == 0 && !a.recompute_method[0]);
+    args_free(&a);
+    EXPECT_OK(&a, BASE " --recompute-granularity full --recompute-method uniform "
+                       "--recompute-num-layers 2");
+    CHECK(strcmp(a.recompute_method, "uniform") == 0 && a.recompute_num_layers == 2);
+    CHECK(args_validate(&a, ERR, sizeof(ERR)) == 0); /* idempotent */
+    args_free(&a);
+    EXPECT_OK(&a, BASE " --recompute-granularity full --recompute-method block "
+                       "--recompute-num-layers 1");
+    args_free(&a);
+    EXPECT_ERR(BASE " --recompute-granularity full", "--recompute-granularity full",
+               "--recompute-method", NULL);
+    EXPECT_ERR(BASE " --recompute-granularity full --recompute-method uniform",
+               "--recompute-num-layers", NULL, NULL);
+    EXPECT_ERR(BASE " --recompute-granularity selective --recompute-method uniform",
+               "--recompute-method", "selective", NULL);
+    EXPECT_ERR(BASE " --recompute-granularity selective --recompute-num-layers 1",
+               "--recompute-num-layers", "selective", NULL);
+    EXPECT_ERR(BASE " --recompute-granularity full --recompute-method uniform "
+                    "--recompute-num-layers 3",
+               "--recompute-num-layers 3", "between 1 and the 2 layers", NULL);
+    EXPECT_ERR(BASE " --recompute-method block --recompute-num-layers 1",
+               "--recompute-granularity full", NULL, NULL);
+    EXPECT_ERR(BASE " --recompute-granularity partial", "--recompute-granularity partial",
+               "full or selective", NULL);
+    EXPECT_ERR(BASE " --recompute-granularity full --recompute-method mixed "
+                    "--recompute-num-layers 1",
+               "--recompute-method mixed", "uniform or block", NULL);
+    EXPECT_ERR(BASE " --recompute-activations --recompute-granularity full "
+                    "--recompute-method uniform --recompute-num-layers 1",
+               "--recompute-activations", "--recompute-granularity full", NULL);
+    EXPECT_ERR(BASE " --recompute-granularity full --recompute-method uniform "
+                    "--recompute-num-layers 1 --distribute-saved-activations",
+               "--distribute-saved-activations", "--tensor-model-parallel-size", NULL);
+    EXPECT_ERR(BASE " --enable-cuda-graph", "--enable-cuda-graph", NULL, NULL);
+    EXPECT_ERR(BASE " --recompute-activations --enable-cuda-graph", "--enable-cuda-graph", NULL,
+               NULL);
+}
+
 int main(void) {
     test_defaults();
     test_parse_values();
@@ -850,5 +894,6 @@ int main(void) {
     test_help();
     test_print();
     test_json();
+    test_recompute();
     TEST_DONE();
 }
