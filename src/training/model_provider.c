@@ -30,6 +30,12 @@ transformer_config model_config_from_args(const megadlm_args *a) {
     c.hidden_dropout = a->hidden_dropout;
     c.attention_dropout = a->attention_dropout;
     c.causal = 1;
+    if (!strcmp(a->recompute_granularity, "selective"))
+        c.recompute_granularity = RECOMPUTE_SELECTIVE;
+    else if (!strcmp(a->recompute_granularity, "full"))
+        c.recompute_granularity = RECOMPUTE_FULL;
+    c.recompute_method = !strcmp(a->recompute_method, "block") ? RECOMPUTE_BLOCK : RECOMPUTE_UNIFORM;
+    c.recompute_num_layers = a->recompute_num_layers;
     return c;
 }
 

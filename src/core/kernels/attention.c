@@ -23,10 +23,46 @@
 
 #define ATT_BLOCK 64
 
+/* One head's attention probabilities: S[T,T] = scale * Q K^T (workspace), then
+ * P[T,T] = row softmax of S over the unmasked keys, masked entries 0. P may alias S. The only
+ * code that computes probabilities, so forward and the recomputation in backward (selective
+ * recompute) produce the same bits. q, k: [T, HS] with row stride QKV_C. */
+static void head_probs(float *P, float *S, const float *q, const float *k, int T, int HS,
+                       int QKV_C, float scale, int causal) {
+    /* S = scale * Q K^T  (causal: block [i0,i1) x [0,i1)) */
+    for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
+        const int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T;
+        gemm(0, 1, i1 - i0, causal ? i1 : T, HS, scale, q + (size_t)i0 * QKV_C, QKV_C, k, QKV_C,
+             0.0f, S + (size_t)i0 * T, T);
+    }
+    /* P = softmax over the unmasked j < L (max-subtracted); masked entries 0. */
+    for (int i = 0; i < T; i++) {
+        const int L = causal ? i + 1 : T;
+        const float *s = S + (size_t)i * T;
+        float *p = P + (size_t)i * T;
+        float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+        for (int j = 0; j < L; j++)
+            mx = s[j] > mx ? s[j] : mx;
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int j = 0; j < L; j++) {
+            const float e = simd_expf(s[j] - mx);
+            p[j] = e;
+            sum += e;
+        }
+        const float inv = 1.0f / sum;
+        for (int j = 0; j < L; j++)
+            p[j] *= inv;
+        for (int j = L; j < T; j++)
+            p[j] = 0.0f;
+    }
+}
+
 size_t attention_workspace_floats(int T) {
     /* omp_get_max_threads() at call time bounds the team of every later parallel region, as
      * long as the thread count is not raised afterwards. */
-    return 2 * (size_t)T * (size_t)T * (size_t)omp_get_max_threads();
+    return 3 * (size_t)T * (size_t)T * (size_t)omp_get_max_threads();
 }
 
 /* Global dropout element index of probs[b, h, i, 0] (add j for column j):
@@ -67,7 +103,7 @@ void attention_forward(float *out, float *probs, const float *qkv, int B, int T,
 #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < B * NH; bh++) {
         const int b = bh / NH, h = bh % NH;
-        float *S = workspace + (size_t)omp_get_thread_num() * 2 * TT; /* scores [T,T] */
+        float *S = workspace + (size_t)omp_get_thread_num() * 3 * TT; /* scores [T,T] */
         float *Pd = S + TT;                                           /* dropped probs [T,T] */
         const float *qkv_b = qkv + (size_t)b * T * QKV_C;
         const float *q = qkv_b + q_offset(h, Q, HS);
@@ -75,34 +111,7 @@ void attention_forward(float *out, float *probs, const float *qkv, int B, int T,
         const float *v = k + HS;
         float *P = probs ? probs + (size_t)bh * TT : S;
 
-        /* S = scale * Q K^T  (causal: block [i0,i1) x [0,i1)) */
-        for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
-            const int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T;
-            gemm(0, 1, i1 - i0, causal ? i1 : T, HS, scale, q + (size_t)i0 * QKV_C, QKV_C, k, QKV_C,
-                 0.0f, S + (size_t)i0 * T, T);
-        }
-        /* P = softmax over the unmasked j < L (max-subtracted); masked entries 0. */
-        for (int i = 0; i < T; i++) {
-            const int L = causal ? i + 1 : T;
-            const float *s = S + (size_t)i * T;
-            float *p = P + (size_t)i * T;
-            float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-            for (int j = 0; j < L; j++)
-                mx = s[j] > mx ? s[j] : mx;
-            float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-            for (int j = 0; j < L; j++) {
-                const float e = simd_expf(s[j] - mx);
-                p[j] = e;
-                sum += e;
-            }
-            const float inv = 1.0f / sum;
-            for (int j = 0; j < L; j++)
-                p[j] *= inv;
-            for (int j = L; j < T; j++)
-                p[j] = 0.0f;
-        }
+        head_probs(P, S, q, k, T, HS, QKV_C, scale, causal);
         /* Dropout on the probabilities (same mask regenerated in backward). */
         const float *Pu = P;
         if (dropout_p > 0.0f) {
@@ -146,14 +155,17 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv, const 
 #pragma omp parallel for schedule(static)
     for (int bg = 0; bg < B * NG; bg++) {
         const int b = bg / NG, g = bg % NG;
-        float *dS = workspace + (size_t)omp_get_thread_num() * 2 * TT; /* dP, then dS [T,T] */
+        float *dS = workspace + (size_t)omp_get_thread_num() * 3 * TT; /* dP, then dS [T,T] */
         float *Pd = dS + TT;
+        float *Pr = Pd + TT; /* recomputed probabilities when probs == NULL */
         const float *qkv_b = qkv + (size_t)b * T * QKV_C;
         float *dqkv_b = dqkv + (size_t)b * T * QKV_C;
         for (int h = g * Q; h < (g + 1) * Q; h++) {
-            const float *P = probs + ((size_t)b * NH + h) * TT;
             const float *q = qkv_b + q_offset(h, Q, HS);
             const float *k = qkv_b + k_offset(h, Q, HS);
+            const float *P = probs ? probs + ((size_t)b * NH + h) * TT : Pr;
+            if (!probs) /* selective recompute: the probabilities were not kept */
+                head_probs(Pr, Pr, q, k, T, HS, QKV_C, scale, causal);
             const float *v = k + HS;
             float *dq = dqkv_b + q_offset(h, Q, HS);
             float *dk = dqkv_b + k_offset(h, Q, HS);

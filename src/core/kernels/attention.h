@@ -11,6 +11,9 @@
  * Attention dropout uses key.site = DROPOUT_SITE_ATTENTION_PROBS; the global element index of
  * probs[b,h,i,j] is ((b_offset + b) * NH_total + h_offset + h) * T * T + i * T + j, with
  * b_offset/h_offset 0 here (single process); see attention.c.
+ * probs may be NULL in forward (nothing kept) and in backward, which then recomputes each
+ * head's probabilities with the same code as forward (bitwise identical): selective
+ * recomputation keeps only Q, K, V.
  * workspace: attention_workspace_floats(T) floats, shared by forward and backward. */
 #ifndef MEGADLM_CORE_KERNELS_ATTENTION_H
 #define MEGADLM_CORE_KERNELS_ATTENTION_H

@@ -5,47 +5,114 @@
 
 #include "core/tensor/memory.h"
 
+/* ---- the recompute plan (a pure function of the config) ---- */
+
+int transformer_block_checkpointed(const transformer_config *c, int l) {
+    if (c->recompute_granularity != RECOMPUTE_FULL) return 0;
+    return c->recompute_method == RECOMPUTE_UNIFORM || l < c->recompute_num_layers;
+}
+
+int transformer_block_chunk_begin(const transformer_config *c, int l) {
+    if (!transformer_block_checkpointed(c, l) || c->recompute_method == RECOMPUTE_BLOCK) return l;
+    return l - l % c->recompute_num_layers;
+}
+
+/* ---- allocation ---- */
+
 void transformer_block_init(transformer_block *blk, const transformer_config *cfg, int B, int T,
                             int with_backward) {
     memset(blk, 0, sizeof(*blk));
     blk->cfg = cfg;
-    blk->num_layers = cfg->num_layers;
-    int L = cfg->num_layers;
+    int L = blk->num_layers = cfg->num_layers;
     size_t NC = (size_t)B * T * cfg->hidden_size;
     blk->w = calloc(L, sizeof(layer_weights));
     blk->g = with_backward ? calloc(L, sizeof(layer_weights)) : NULL;
     blk->saved = calloc(L, sizeof(layer_saved));
     blk->hidden = calloc(L + 1, sizeof(float *));
-    blk->hidden_bytes = NC * sizeof(float);
-    for (int l = 0; l <= L; l++)
-        blk->hidden[l] = mem_alloc_floats(MEM_ACTIVATIONS, NC, "layer input (residual stream)");
-    for (int l = 0; l < L; l++) layer_saved_alloc(&blk->saved[l], cfg, B, T);
+    blk->layer_saved_bytes = calloc(L, sizeof(size_t));
+
+    /* Recompute slots: a uniform chunk needs one per layer of the chunk, block one. */
+    if (cfg->recompute_granularity == RECOMPUTE_FULL) {
+        blk->num_slots = cfg->recompute_method == RECOMPUTE_UNIFORM ? cfg->recompute_num_layers : 1;
+        blk->slots = calloc(blk->num_slots, sizeof(layer_saved));
+        blk->hidden_slots = calloc(blk->num_slots, sizeof(float *));
+        for (int k = 0; k < blk->num_slots; k++) {
+            layer_saved_alloc(&blk->slots[k], cfg, B, T, MEM_WORKSPACE);
+            if (k > 0)
+                blk->hidden_slots[k - 1] =
+                    mem_alloc_floats(MEM_WORKSPACE, NC, "recomputed layer input");
+        }
+    }
+    for (int l = 0; l < L; l++) {
+        size_t before = mem_current(MEM_ACTIVATIONS);
+        int b = transformer_block_chunk_begin(cfg, l);
+        if (l == b)
+            blk->hidden[l] = mem_alloc_floats(MEM_ACTIVATIONS, NC, "layer input (residual stream)");
+        else
+            blk->hidden[l] = blk->hidden_slots[l - b - 1];
+        if (transformer_block_checkpointed(cfg, l))
+            blk->saved[l] = blk->slots[l - b];
+        else
+            layer_saved_alloc(&blk->saved[l], cfg, B, T, MEM_ACTIVATIONS);
+        blk->layer_saved_bytes[l] = mem_current(MEM_ACTIVATIONS) - before;
+    }
+    /* The block's output is the final norm's input: the model head's, not a layer's. */
+    blk->hidden[L] = mem_alloc_floats(MEM_ACTIVATIONS, NC, "block output (residual stream)");
     layer_workspace_alloc(&blk->ws, cfg, B, T, with_backward);
 }
 
 void transformer_block_free(transformer_block *blk) {
-    for (int l = 0; l < blk->num_layers; l++) layer_saved_free(&blk->saved[l]);
-    for (int l = 0; l <= blk->num_layers; l++) mem_free(blk->hidden[l]);
+    const transformer_config *cfg = blk->cfg;
+    for (int l = 0; l < blk->num_layers; l++) {
+        if (!transformer_block_checkpointed(cfg, l)) layer_saved_free(&blk->saved[l]);
+        if (transformer_block_chunk_begin(cfg, l) == l) mem_free(blk->hidden[l]);
+    }
+    mem_free(blk->hidden[blk->num_layers]);
+    for (int k = 0; k < blk->num_slots; k++) {
+        layer_saved_free(&blk->slots[k]);
+        if (k > 0) mem_free(blk->hidden_slots[k - 1]);
+    }
     layer_workspace_free(&blk->ws);
     free(blk->w);
     free(blk->g);
     free(blk->saved);
+    free(blk->slots);
     free(blk->hidden);
+    free(blk->hidden_slots);
+    free(blk->layer_saved_bytes);
     memset(blk, 0, sizeof(*blk));
 }
 
+/* ---- forward / backward ---- */
+
+static void layer_forward(transformer_block *blk, const layer_ctx *ctx, int l) {
+    transformer_layer_forward(ctx, l, &blk->w[l], &blk->saved[l], &blk->ws, blk->hidden[l],
+                              blk->hidden[l + 1]);
+}
+
 void transformer_block_forward(transformer_block *blk, const layer_ctx *ctx) {
-    for (int l = 0; l < blk->num_layers; l++)
-        transformer_layer_forward(ctx, l, &blk->w[l], &blk->saved[l], &blk->ws, blk->hidden[l],
-                                  blk->hidden[l + 1]);
+    /* Checkpointed layers run the same forward; their saved tensors land in the recompute
+     * slots and are overwritten by the next chunk. */
+    for (int l = 0; l < blk->num_layers; l++) layer_forward(blk, ctx, l);
 }
 
 void transformer_block_backward(transformer_block *blk, const layer_ctx *ctx, float *dres) {
-    for (int l = blk->num_layers - 1; l >= 0; l--)
-        transformer_layer_backward(ctx, l, &blk->w[l], &blk->g[l], &blk->saved[l], &blk->ws,
-                                   blk->hidden[l], dres);
+    const transformer_config *cfg = blk->cfg;
+    int l = blk->num_layers - 1;
+    while (l >= 0) {
+        int b = transformer_block_chunk_begin(cfg, l);
+        if (transformer_block_checkpointed(cfg, l)) {
+            /* Re-run the chunk's forward from its kept input: this refills the slots (and
+             * rewrites the chunk's output with the same bits). */
+            for (int j = b; j <= l; j++) layer_forward(blk, ctx, j);
+        }
+        for (int j = l; j >= b; j--)
+            transformer_layer_backward(ctx, j, &blk->w[j], &blk->g[j], &blk->saved[j], &blk->ws,
+                                       blk->hidden[j], dres);
+        l = b - 1;
+    }
 }
 
 size_t transformer_block_layer_saved_bytes(const transformer_block *blk, int l) {
-    return blk->saved[l].bytes + blk->hidden_bytes;
+    return blk->layer_saved_bytes[l];
 }

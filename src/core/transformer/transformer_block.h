@@ -1,6 +1,18 @@
 /* The stack of transformer layers (Megatron-core's TransformerBlock). It owns the residual
- * stream buffers hidden[0..L] (hidden[l] is layer l's input and is kept for its backward) and
- * the per-layer saved activations; activation recomputation will live here. */
+ * stream buffers hidden[0..L] (hidden[l] is layer l's input), the per-layer saved activations,
+ * and the activation-recomputation policy:
+ *
+ *   none       every layer keeps its layer_saved buffers and its input.
+ *   selective  as none, but no layer keeps its attention probabilities: the core attention is
+ *              recomputed in backward from the kept Q, K, V (core/kernels/attention.c).
+ *   full       layers are grouped in checkpointed chunks (Megatron's _checkpointed_forward):
+ *              uniform: chunks of N consecutive layers; block: each of the first N layers is
+ *              a chunk of one and the remaining layers keep everything. A chunk keeps only its
+ *              input; its layers run forward into shared recompute slots (workspace), and
+ *              backward re-runs the chunk's forward into those slots before its backward.
+ *
+ * Recomputation runs the same kernels on the same inputs with the same dropout keys, so losses
+ * and gradients are bitwise identical to no recomputation (tests/unit/test_recompute.c). */
 #ifndef MEGADLM_CORE_TRANSFORMER_BLOCK_H
 #define MEGADLM_CORE_TRANSFORMER_BLOCK_H
 
@@ -11,11 +23,20 @@ typedef struct {
     int num_layers;
     layer_weights *w;     /* [num_layers] parameters (set by the model) */
     layer_weights *g;     /* [num_layers] gradients (NULL without backward) */
-    layer_saved *saved;   /* [num_layers] */
-    layer_workspace ws;
+    layer_saved *saved;   /* [num_layers] a layer's own buffers, or a copy of its recompute slot */
+    layer_saved *slots;   /* [num_slots] recompute slots (full recompute), MEM_WORKSPACE */
+    int num_slots;
     float **hidden;       /* [num_layers + 1] of [N, C]; hidden[0] = block input */
-    size_t hidden_bytes;  /* bytes of one hidden[l] */
+    float **hidden_slots; /* [num_slots - 1] inputs of the non-first layers of a chunk */
+    size_t *layer_saved_bytes; /* [num_layers] saved-activation bytes each layer allocated, as
+                                  measured by the tracked allocator */
+    layer_workspace ws;
 } transformer_block;
+
+/* 1 if layer l is inside a checkpointed chunk (full recompute). */
+int transformer_block_checkpointed(const transformer_config *cfg, int l);
+/* First layer of the chunk holding layer l (l itself when not checkpointed). */
+int transformer_block_chunk_begin(const transformer_config *cfg, int l);
 
 void transformer_block_init(transformer_block *blk, const transformer_config *cfg, int B, int T,
                             int with_backward);
@@ -26,7 +47,8 @@ void transformer_block_forward(transformer_block *blk, const layer_ctx *ctx);
 /* dres[N, C]: gradient w.r.t. hidden[num_layers] on entry, w.r.t. hidden[0] on return. */
 void transformer_block_backward(transformer_block *blk, const layer_ctx *ctx, float *dres);
 
-/* Saved-activation bytes of layer l: its layer_saved buffers plus its input hidden[l]. */
+/* Saved-activation bytes of layer l (its kept input plus its own saved buffers), measured by
+ * the tracked allocator when the block was built. */
 size_t transformer_block_layer_saved_bytes(const transformer_block *blk, int l);
 
 #endif

@@ -8,6 +8,10 @@
 #include "core/kernels/activation.h"
 #include "core/kernels/norm.h"
 
+/* Activation recomputation (Megatron-core's recompute_granularity / recompute_method). */
+typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } recompute_granularity;
+typedef enum { RECOMPUTE_UNIFORM = 0, RECOMPUTE_BLOCK } recompute_method;
+
 typedef struct {
     int num_layers;
     int hidden_size;            /* C */
@@ -32,6 +36,10 @@ typedef struct {
     float hidden_dropout;
     float attention_dropout;
     int causal;                 /* causal self-attention (the autoregressive objective) */
+    recompute_granularity recompute_granularity;
+    recompute_method recompute_method; /* with RECOMPUTE_FULL */
+    int recompute_num_layers;          /* with RECOMPUTE_FULL: chunk size (uniform) or number of
+                                          checkpointed layers (block) */
 } transformer_config;
 
 /* Width of the fused QKV projection: NG * (NH/NG + 2) * HS. */

@@ -10,33 +10,35 @@
 
 /* ---- allocation ---- */
 
-static float *saved(layer_saved *s, size_t count, const char *what) {
+static float *saved(layer_saved *s, mem_category cat, size_t count, const char *what) {
     s->bytes += count * sizeof(float);
-    return mem_alloc_floats(MEM_ACTIVATIONS, count, what);
+    return mem_alloc_floats(cat, count, what);
 }
 
-void layer_saved_alloc(layer_saved *s, const transformer_config *c, int B, int T) {
+void layer_saved_alloc(layer_saved *s, const transformer_config *c, int B, int T,
+                       mem_category cat) {
     memset(s, 0, sizeof(*s));
     size_t N = (size_t)B * T, C = c->hidden_size, QKV = tc_qkv_width(c);
     size_t NH = c->num_attention_heads, NG = c->num_query_groups, HS = c->kv_channels;
     int layernorm = c->normalization == NORM_LAYERNORM;
-    s->ln1 = saved(s, N * C, "ln1");
-    if (layernorm) s->ln1_mean = saved(s, N, "ln1_mean");
-    s->ln1_rstd = saved(s, N, "ln1_rstd");
+    s->ln1 = saved(s, cat, N * C, "ln1");
+    if (layernorm) s->ln1_mean = saved(s, cat, N, "ln1_mean");
+    s->ln1_rstd = saved(s, cat, N, "ln1_rstd");
     if (c->qk_layernorm) {
-        s->qkv_raw = saved(s, N * QKV, "qkv_raw");
-        if (layernorm) s->qk_mean = saved(s, N * (NH + NG), "qk_mean");
-        s->qk_rstd = saved(s, N * (NH + NG), "qk_rstd");
+        s->qkv_raw = saved(s, cat, N * QKV, "qkv_raw");
+        if (layernorm) s->qk_mean = saved(s, cat, N * (NH + NG), "qk_mean");
+        s->qk_rstd = saved(s, cat, N * (NH + NG), "qk_rstd");
     }
-    s->qkv = saved(s, N * QKV, "qkv");
-    s->probs = saved(s, (size_t)B * NH * T * T, "attention probs");
-    s->ctx = saved(s, N * NH * HS, "attention context");
-    s->res1 = saved(s, N * C, "residual after attention");
-    s->ln2 = saved(s, N * C, "ln2");
-    if (layernorm) s->ln2_mean = saved(s, N, "ln2_mean");
-    s->ln2_rstd = saved(s, N, "ln2_rstd");
-    s->fc1 = saved(s, N * tc_fc1_width(c), "fc1 output");
-    s->act = saved(s, N * c->ffn_hidden_size, "activation output");
+    s->qkv = saved(s, cat, N * QKV, "qkv");
+    if (c->recompute_granularity != RECOMPUTE_SELECTIVE)
+        s->probs = saved(s, cat, (size_t)B * NH * T * T, "attention probs");
+    s->ctx = saved(s, cat, N * NH * HS, "attention context");
+    s->res1 = saved(s, cat, N * C, "residual after attention");
+    s->ln2 = saved(s, cat, N * C, "ln2");
+    if (layernorm) s->ln2_mean = saved(s, cat, N, "ln2_mean");
+    s->ln2_rstd = saved(s, cat, N, "ln2_rstd");
+    s->fc1 = saved(s, cat, N * tc_fc1_width(c), "fc1 output");
+    s->act = saved(s, cat, N * c->ffn_hidden_size, "activation output");
 }
 
 void layer_saved_free(layer_saved *s) {

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "core/kernels/dropout.h"
+#include "core/tensor/memory.h"
 #include "core/transformer/transformer_config.h"
 
 /* Pointers into a param_set's data (or grad) buffer; NULL where the config has no such tensor
@@ -34,7 +35,8 @@ typedef struct {
     float *qkv_raw;          /* [N, QKV]  linear_qkv output before q/k norm (--qk-layernorm only) */
     float *qk_mean, *qk_rstd;/* [N, NH+NG] (--qk-layernorm only; mean LayerNorm only) */
     float *qkv;              /* [N, QKV]  Q, K (after q/k norm and RoPE) and V */
-    float *probs;            /* [B, NH, T, T] softmax output (before attention dropout) */
+    float *probs;            /* [B, NH, T, T] softmax output (before attention dropout);
+                                NULL with selective recompute (backward recomputes it) */
     float *ctx;              /* [N, NH*HS] attention output = linear_proj input */
     float *res1;             /* [N, C]    residual after attention = norm2 input */
     float *ln2;              /* [N, C]    norm2 output = linear_fc1 input */
@@ -67,8 +69,10 @@ typedef struct {
     const float *rope_sin;
 } layer_ctx;
 
-/* Allocates a layer's saved buffers for up to B x T tokens (MEM_ACTIVATIONS). */
-void layer_saved_alloc(layer_saved *s, const transformer_config *cfg, int B, int T);
+/* Allocates a layer's saved buffers for up to B x T tokens in category cat (MEM_ACTIVATIONS for
+ * a layer that keeps its state, MEM_WORKSPACE for the slots full recompute reuses). */
+void layer_saved_alloc(layer_saved *s, const transformer_config *cfg, int B, int T,
+                       mem_category cat);
 void layer_saved_free(layer_saved *s);
 void layer_workspace_alloc(layer_workspace *ws, const transformer_config *cfg, int B, int T,
                            int with_backward);
