@@ -10,6 +10,7 @@
 #include "core/models/gpt_model.h"
 #include "core/optimizer/optimizer.h"
 #include "core/tensor/memory.h"
+#include "core/transformer/activation_memory.h"
 #include "tools/tools.h"
 #include "training/checkpointing.h"
 #include "training/model_provider.h"
@@ -258,6 +259,18 @@ static void training_log(trainer *tr, double elapsed_s, int iters, double loss_s
     fflush(stdout);
 }
 
+/* Saved activations per layer: what the tracked allocator measured when the block was built,
+ * beside the analytic count of docs/MEMORY.md (they must agree). */
+static void log_saved_activations(const trainer *tr) {
+    const gpt_model *m = tr->model;
+    int B = tr->a->micro_batch_size, T = tr->a->seq_length;
+    for (int l = 0; l < m->cfg.num_layers; l++)
+        printf("[Rank 0] saved activations layer %d (bytes) | measured %zu | analytic %zu |\n", l,
+               transformer_block_layer_saved_bytes(&m->block, l),
+               activation_memory_layer_bytes(&m->cfg, B, T, l));
+    fflush(stdout);
+}
+
 int pretrain(megadlm_args *a) {
     trainer tr = {.a = a};
     char err[1024];
@@ -302,6 +315,7 @@ int pretrain(megadlm_args *a) {
         }
         if (a->log_memory && !memory_reported) { /* after the first iteration of this run */
             mem_report(stdout, 0);
+            log_saved_activations(&tr);
             memory_reported = 1;
         }
         if (tr.iteration % a->log_interval == 0) {
