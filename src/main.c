@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/parallel_state.h"
 #include "tools/tools.h"
 
 typedef struct {
@@ -31,7 +32,13 @@ int main(int argc, char **argv) {
         return argc < 2 ? 2 : 0;
     }
     for (int i = 0; i < NUM_COMMANDS; i++)
-        if (!strcmp(argv[1], k_commands[i].name)) return k_commands[i].run(argc - 1, argv + 1);
+        if (!strcmp(argv[1], k_commands[i].name)) {
+            /* under mpirun every rank runs the command; without it, a world of one */
+            parallel_init(&argc, &argv);
+            int status = k_commands[i].run(argc - 1, argv + 1);
+            parallel_finalize();
+            return status;
+        }
     fprintf(stderr, "error: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;

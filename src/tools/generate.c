@@ -182,6 +182,10 @@ int generate_main(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", err);
         return 1;
     }
+    /* one process: whatever layout the checkpoint was trained with, its tensors are whole */
+    a.tensor_model_parallel_size = 1;
+    a.sequence_parallel = 0;
+    a.distribute_saved_activations = 0;
     transformer_config cfg = model_config_from_args(&a);
     gpt_model *m = gpt_model_create(&cfg, 1, 0);
     if (ckpt_load_tensors(g.load, iteration, &m->params, 0, err, sizeof(err)) != 0) {

@@ -158,7 +158,6 @@ enum opt_kind {
     K_TRUE,      /* store_true: sets the int field to 1, takes no value */
     K_FALSE,     /* store_false (Megatron's --disable-* / --no-*): sets the int field to 0 */
     K_DATA,      /* --data-path W1 P1 W2 P2 ... */
-    K_PAR1,      /* parallel size, only 1 for now */
     K_HELP,      /* --help */
     K_LATER,     /* a flag of a later feature: refused */
 };
@@ -314,20 +313,33 @@ static const opt_def OPTIONS[] = {
     BOOLOPT("enable-cuda-graph", K_TRUE, G_RECOMPUTE, enable_cuda_graph, "off",
             "Refused: there are no CUDA graphs on CPUs."),
 
-    /* ---- parallelism ---- */
-    INTOPT("tensor-model-parallel-size", K_PAR1, G_PAR, tensor_model_parallel_size, "1", NULL,
-           "Tensor parallelism (1 until a later release)."),
-    INTOPT("pipeline-model-parallel-size", K_PAR1, G_PAR, pipeline_model_parallel_size, "1", NULL,
-           "Pipeline parallelism (1 until a later release)."),
+    /* ---- parallelism (Megatron's rules in args_validate; what `train` cannot run yet is
+     *      refused by args_check_trainable, `megadlm memory` evaluates any layout) ---- */
+    INTOPT("tensor-model-parallel-size", K_POS, G_PAR, tensor_model_parallel_size, "N", NULL,
+           "Tensor parallelism: heads, query groups, ffn and vocabulary split across N ranks "
+           "(train: 1 until a later release)."),
+    INTOPT("pipeline-model-parallel-size", K_POS, G_PAR, pipeline_model_parallel_size, "N", NULL,
+           "Pipeline parallelism: the layers split into N stages (train: 1 until a later "
+           "release)."),
+    BOOLOPT("sequence-parallel", K_TRUE, G_PAR, sequence_parallel, "off",
+            "Norms, dropouts and residuals split along the sequence across the tensor-parallel "
+            "ranks (off at tensor-parallel size 1, as Megatron)."),
+    BOOLOPT("use-distributed-optimizer", K_TRUE, G_PAR, use_distributed_optimizer, "off",
+            "Optimizer state and fp32 master weights sharded across data-parallel ranks."),
+    INTOPT("num-layers-per-virtual-pipeline-stage", K_POS, G_PAR,
+           num_layers_per_virtual_pipeline_stage, "N", "none",
+           "Interleaved pipeline schedule: layers per virtual stage."),
+    INTOPT("virtual-pipeline-model-parallel-size", K_POS, G_PAR,
+           virtual_pipeline_model_parallel_size, "V", "none",
+           "Interleaved pipeline schedule: model chunks per pipeline rank."),
+    INTOPT("world-size", K_POS, G_PAR, world_size, "N", "TP x PP",
+           "`megadlm memory` only: the job's number of ranks (train takes it from mpirun)."),
 
     {"help", K_HELP, G_COUNT, 0, 0, NULL, NULL, "Print this help and exit."},
 
     /* ---- features of later releases: refused, never silently accepted ---- */
-    LATER("sequence-parallel"), LATER("bf16"), LATER("fp16"),
-    LATER("use-distributed-optimizer"), LATER("overlap-grad-reduce"),
-    LATER("overlap-param-gather"), LATER("tp-comm-overlap"),
-    LATER("num-layers-per-virtual-pipeline-stage"), LATER("virtual-pipeline-model-parallel-size"),
-    LATER("context-parallel-size"), LATER("expert-model-parallel-size"), LATER("num-experts"),
+    LATER("bf16"), LATER("fp16"), LATER("overlap-grad-reduce"),
+    LATER("overlap-param-gather"), LATER("tp-comm-overlap"), LATER("context-parallel-size"), LATER("expert-model-parallel-size"), LATER("num-experts"),
     LATER("use-flash-attn"), LATER("model-running-mode"),
     LATER("attention-mask-type"), LATER("mask-token"), LATER("vocab-file"), LATER("merge-file"),
     LATER("tokenizer-model"), LATER("fp8-format"), LATER("ddp-bucket-size"),
@@ -380,7 +392,7 @@ void args_defaults(megadlm_args *a) {
     /* parallelism */
     a->tensor_model_parallel_size = 1;
     a->pipeline_model_parallel_size = 1;
-    a->world_size = 1;
+    a->world_size = 0; /* not given: TP x PP (train: the launcher's world) */
     a->data_parallel_size = 1;
 }
 
@@ -404,7 +416,7 @@ static void format_default(const opt_def *o, const megadlm_args *d, char *buf, s
     }
     const void *p = cfield_ptr(d, o->off);
     switch (o->kind) {
-    case K_INT: case K_POS: case K_NONNEG: case K_PAR1:
+    case K_INT: case K_POS: case K_NONNEG:
         snprintf(buf, n, "%d", *(const int *)p);
         break;
     case K_U64:
@@ -545,12 +557,6 @@ static int set_data_paths(megadlm_args *a, char **words, int n, char *err, size_
     return 0;
 }
 
-static const char *later_reason(const char *name) {
-    if (!strcmp(name, "tensor-model-parallel-size"))
-        return "tensor parallelism arrives with a later release";
-    return "pipeline parallelism arrives with a later release";
-}
-
 /* The flag word as typed, up to '=' (for messages). */
 static void flag_word(const char *word, char *buf, size_t n) {
     size_t len = strcspn(word, "=");
@@ -631,6 +637,10 @@ int args_parse(megadlm_args *a, int argc, char **argv, char *err, size_t errlen)
                 return fail(err, errlen, "unknown flag '%s' (see megadlm %s --help)", fw, cmd);
         }
         if (o->kind == K_LATER) return fail(err, errlen, "--%s: not supported yet", o->name);
+        if (o->kind == K_POS && o->off == OFF(world_size) && strcmp(cmd, "memory") != 0)
+            return fail(err, errlen,
+                        "--world-size: only for `megadlm memory` (%s takes the world size from "
+                        "mpirun)", cmd);
         if (o->kind == K_HELP) {
             args_print_help(cmd, stdout);
             return 1;
@@ -687,21 +697,6 @@ int args_parse(megadlm_args *a, int argc, char **argv, char *err, size_t errlen)
         case K_FALSE:
             *(int *)p = 0;
             break;
-        case K_PAR1: {
-            int v;
-            if (parse_int(optarg, 1, &v)) {
-                int tmp;
-                if (!parse_int(optarg, INT_MIN, &tmp))
-                    return fail(err, errlen, "--%s: expected a positive integer, found '%s'",
-                                o->name, optarg);
-                return fail(err, errlen, "--%s: expected an integer, found '%s'", o->name, optarg);
-            }
-            if (v != 1)
-                return fail(err, errlen, "--%s %d: not supported yet (%s)", o->name, v,
-                            later_reason(o->name));
-            *(int *)p = v;
-            break;
-        }
         case K_DATA: {
             /* nargs: optarg, then every following word up to the next "--" flag */
             char *words[2 * ARGS_MAX_DATA_PATHS + 2];
@@ -820,9 +815,130 @@ static int validate_recompute(megadlm_args *a, char *err, size_t errlen) {
                                  "of a pipeline stage (--num-layers / "
                                  "--pipeline-model-parallel-size)",
                     a->recompute_num_layers, stage_layers);
-    if (a->distribute_saved_activations)
-        return fail(err, errlen, "--distribute-saved-activations needs tensor parallelism "
-                                 "(--tensor-model-parallel-size > 1), which is not supported yet");
+    /* Megatron: tp > 1, full granularity with a method (arguments.py); not with sequence
+     * parallelism (TransformerConfig) */
+    if (a->distribute_saved_activations) {
+        if (a->tensor_model_parallel_size <= 1)
+            return fail(err, errlen, "--distribute-saved-activations needs tensor parallelism "
+                                     "(--tensor-model-parallel-size > 1)");
+        if (strcmp(g, "full") != 0)
+            return fail(err, errlen, "--distribute-saved-activations needs --recompute-granularity "
+                                     "full with a --recompute-method (it splits the inputs of "
+                                     "checkpointed layers)");
+        if (a->sequence_parallel)
+            return fail(err, errlen, "--distribute-saved-activations cannot be combined with "
+                                     "--sequence-parallel (the checkpointed inputs are already "
+                                     "split along the sequence)");
+    }
+    return 0;
+}
+
+/* Megatron's parallel rules: the world divisible by TP x PP (arguments.py); heads and query
+ * groups divisible by TP (TransformerConfig); the ffn size too (the column/row split of
+ * linear_fc1/linear_fc2); sequence parallelism off at TP 1 (arguments.py, with a warning), and
+ * the sequence divisible by TP with it (its scatter along the sequence); layers divisible by PP,
+ * and the interleaved schedule's rules. The model's rules come before the world size, so a
+ * layout that cannot split the model is refused with the same words whatever the world size
+ * (`train` takes it from the launcher, `megadlm memory` from --world-size). */
+static int validate_parallel(megadlm_args *a, char *err, size_t errlen) {
+    int t = a->tensor_model_parallel_size, p = a->pipeline_model_parallel_size;
+    if (a->num_attention_heads % t != 0)
+        return fail(err, errlen,
+                    "--num-attention-heads %d is not divisible by --tensor-model-parallel-size %d",
+                    a->num_attention_heads, t);
+    if (a->num_query_groups % t != 0)
+        return fail(err, errlen,
+                    "--num-query-groups %d is not divisible by --tensor-model-parallel-size %d "
+                    "(each tensor-parallel rank holds whole key/value groups)",
+                    a->num_query_groups, t);
+    if (a->ffn_hidden_size % t != 0)
+        return fail(err, errlen,
+                    "--ffn-hidden-size %d is not divisible by --tensor-model-parallel-size %d "
+                    "(linear_fc1 and linear_fc2 are split along it)",
+                    a->ffn_hidden_size, t);
+    if (a->sequence_parallel && t == 1) {
+        fprintf(stderr, "note: --sequence-parallel is off at --tensor-model-parallel-size 1 (as "
+                        "Megatron: \"Disabling sequence parallelism because tensor model "
+                        "parallelism is disabled\")\n");
+        a->sequence_parallel = 0;
+    }
+    if (a->sequence_parallel && a->seq_length % t != 0)
+        return fail(err, errlen,
+                    "--sequence-parallel: --seq-length %d is not divisible by "
+                    "--tensor-model-parallel-size %d (the sequence is split across its ranks)",
+                    a->seq_length, t);
+    if (a->num_layers % p != 0)
+        return fail(err, errlen,
+                    "--num-layers %d is not divisible by --pipeline-model-parallel-size %d",
+                    a->num_layers, p);
+    int v = a->virtual_pipeline_model_parallel_size;
+    if (a->num_layers_per_virtual_pipeline_stage > 0) {
+        int n = a->num_layers_per_virtual_pipeline_stage, stage = a->num_layers / p;
+        if (stage % n != 0)
+            return fail(err, errlen,
+                        "--num-layers-per-virtual-pipeline-stage %d does not divide the %d layers "
+                        "of a pipeline stage (--num-layers / --pipeline-model-parallel-size)",
+                        n, stage);
+        if (v > 0 && v != stage / n && !(v == 1 && stage / n == 1))
+            return fail(err, errlen,
+                        "give one of --num-layers-per-virtual-pipeline-stage and "
+                        "--virtual-pipeline-model-parallel-size (%d layers per virtual stage make "
+                        "%d model chunks per rank, not %d)",
+                        n, stage / n, v);
+        v = stage / n;
+    }
+    if (v == 1) v = 0; /* Megatron: one model chunk per rank is no interleaving (None) */
+    if (v > 0) {
+        if (p <= 2)
+            return fail(err, errlen,
+                        "the interleaved schedule (%d model chunks per rank) needs "
+                        "--pipeline-model-parallel-size > 2 (Megatron: to avoid several p2p "
+                        "sends and receives between the same 2 ranks)",
+                        v);
+        if (a->num_layers % ((long long)p * v) != 0)
+            return fail(err, errlen,
+                        "--num-layers %d is not divisible by --pipeline-model-parallel-size %d x "
+                        "%d model chunks (--virtual-pipeline-model-parallel-size)",
+                        a->num_layers, p, v);
+    }
+    a->virtual_pipeline_model_parallel_size = v;
+
+    long long model = (long long)t * p;
+    if (model > INT_MAX)
+        return fail(err, errlen, "--tensor-model-parallel-size x --pipeline-model-parallel-size "
+                                 "is too large");
+    if (a->world_size == 0) a->world_size = (int)model; /* not given: one model replica */
+    if (a->world_size % model != 0)
+        return fail(err, errlen,
+                    "world size (%d) is not divisible by --tensor-model-parallel-size %d x "
+                    "--pipeline-model-parallel-size %d",
+                    a->world_size, t, p);
+    a->data_parallel_size = (int)(a->world_size / model);
+    return 0;
+}
+
+int args_check_trainable(const megadlm_args *a, char *err, size_t errlen) {
+    if (err && errlen) err[0] = 0;
+    /* tensor and sequence parallelism train (src/core/tensor_parallel/) */
+    if (a->pipeline_model_parallel_size > 1)
+        return fail(err, errlen, "--pipeline-model-parallel-size %d: not supported yet (pipeline "
+                                 "parallelism arrives with a later release)",
+                    a->pipeline_model_parallel_size);
+    if (a->virtual_pipeline_model_parallel_size > 0)
+        return fail(err, errlen, "%s: not supported yet (the interleaved schedule arrives with "
+                                 "pipeline parallelism)",
+                    a->num_layers_per_virtual_pipeline_stage > 0
+                        ? "--num-layers-per-virtual-pipeline-stage"
+                        : "--virtual-pipeline-model-parallel-size");
+    if (a->use_distributed_optimizer)
+        return fail(err, errlen, "--use-distributed-optimizer: not supported yet (the distributed "
+                                 "optimizer arrives with a later release)");
+    if (a->data_parallel_size > 1)
+        return fail(err, errlen, "data-parallel size %d (world size %d / tensor x pipeline "
+                                 "parallel size %d): not supported yet (data parallelism arrives "
+                                 "with a later release)",
+                    a->data_parallel_size, a->world_size,
+                    a->tensor_model_parallel_size * a->pipeline_model_parallel_size);
     return 0;
 }
 
@@ -852,25 +968,16 @@ int args_validate(megadlm_args *a, char *err, size_t errlen) {
             return fail(err, errlen, "missing required flag%s %s", nmiss > 1 ? "s" : "", missing);
     }
 
-    /* ---- parallelism ---- */
-    if (a->tensor_model_parallel_size != 1)
-        return fail(err, errlen, "--tensor-model-parallel-size %d: not supported yet (%s)",
-                    a->tensor_model_parallel_size, later_reason("tensor-model-parallel-size"));
-    if (a->pipeline_model_parallel_size != 1)
-        return fail(err, errlen, "--pipeline-model-parallel-size %d: not supported yet (%s)",
-                    a->pipeline_model_parallel_size, later_reason("pipeline-model-parallel-size"));
+    /* ---- parallel sizes (the model's divisibility and the world size follow the MLP) ---- */
+    if (a->tensor_model_parallel_size < 1)
+        return fail(err, errlen, "--tensor-model-parallel-size must be positive");
+    if (a->pipeline_model_parallel_size < 1)
+        return fail(err, errlen, "--pipeline-model-parallel-size must be positive");
     if (a->world_size < 0) return fail(err, errlen, "world size %d must be positive", a->world_size);
-    if (a->world_size == 0) a->world_size = 1; /* not set by the caller */
-    {
-        int model = a->tensor_model_parallel_size * a->pipeline_model_parallel_size;
-        if (a->world_size % model != 0)
-            return fail(err, errlen,
-                        "world size (%d) is not divisible by --tensor-model-parallel-size %d x "
-                        "--pipeline-model-parallel-size %d",
-                        a->world_size, a->tensor_model_parallel_size,
-                        a->pipeline_model_parallel_size);
-        a->data_parallel_size = a->world_size / model;
-    }
+    if (a->num_layers_per_virtual_pipeline_stage < 0)
+        return fail(err, errlen, "--num-layers-per-virtual-pipeline-stage must be positive");
+    if (a->virtual_pipeline_model_parallel_size < 0)
+        return fail(err, errlen, "--virtual-pipeline-model-parallel-size must be positive");
 
     /* ---- attention shape ---- */
     if (a->kv_channels < 0) return fail(err, errlen, "--kv-channels must be positive");
@@ -925,6 +1032,9 @@ int args_validate(megadlm_args *a, char *err, size_t errlen) {
     /* Megatron: "if not args.add_bias_linear: args.bias_gelu_fusion = False"; with --swiglu the
      * GeLU fusion does not apply (Megatron uses bias_swiglu_fusion there). */
     if (!a->add_bias_linear || a->swiglu) a->bias_gelu_fusion = 0;
+
+    /* ---- tensor, sequence and pipeline parallelism; world and data-parallel size ---- */
+    if (validate_parallel(a, err, errlen)) return -1;
 
     /* ---- normalization, embeddings ---- */
     static const char *const NORMS[] = {"LayerNorm", "RMSNorm", NULL};
@@ -1050,6 +1160,16 @@ int args_validate(megadlm_args *a, char *err, size_t errlen) {
                         "--global-batch-size %d is not divisible by --micro-batch-size %d x "
                         "data-parallel size %d",
                         a->global_batch_size, a->micro_batch_size, a->data_parallel_size);
+        /* Megatron's interleaved schedule: micro-batches in groups of the pipeline size */
+        long long m = a->global_batch_size / mdp;
+        if (a->virtual_pipeline_model_parallel_size > 0 &&
+            m % a->pipeline_model_parallel_size != 0)
+            return fail(err, errlen,
+                        "number of micro-batches (%lld = --global-batch-size %d / (--micro-batch-size "
+                        "%d x data-parallel size %d)) is not divisible by "
+                        "--pipeline-model-parallel-size %d, as the interleaved schedule needs",
+                        m, a->global_batch_size, a->micro_batch_size, a->data_parallel_size,
+                        a->pipeline_model_parallel_size);
     }
 
     /* ---- optimizer ---- */
@@ -1174,13 +1294,22 @@ static const field_def FIELDS[] = {
     FI(data_parallel_size), FI(exit_interval),
     FB(recompute_activations), FS(recompute_granularity), FS(recompute_method),
     FI(recompute_num_layers), FB(distribute_saved_activations), FB(enable_cuda_graph),
+    FB(sequence_parallel), FB(use_distributed_optimizer),
+    FI(num_layers_per_virtual_pipeline_stage), FI(virtual_pipeline_model_parallel_size),
 };
 #define NUM_FIELDS ((int)(sizeof(FIELDS) / sizeof(FIELDS[0])))
 
 static void format_field(const megadlm_args *a, const field_def *f, char *buf, size_t n) {
     const void *p = cfield_ptr(a, f->off);
     switch (f->type) {
-    case T_INT: snprintf(buf, n, "%d", *(const int *)p); break;
+    case T_INT:
+        /* Megatron's None for the unset virtual-pipeline sizes */
+        if ((f->off == OFF(num_layers_per_virtual_pipeline_stage) ||
+             f->off == OFF(virtual_pipeline_model_parallel_size)) && *(const int *)p == 0)
+            snprintf(buf, n, "None");
+        else
+            snprintf(buf, n, "%d", *(const int *)p);
+        break;
     case T_BOOL: snprintf(buf, n, "%s", *(const int *)p ? "True" : "False"); break;
     case T_U64: snprintf(buf, n, "%llu", (unsigned long long)*(const uint64_t *)p); break;
     case T_FLOAT:

@@ -82,11 +82,13 @@ typedef struct {
     int save_interval;            /* --save-interval (0 = only at the end when --save is given) */
     char load[512];               /* --load DIR ("" = none) */
 
-    /* ---- parallelism (only size 1 until the parallelism issues land) ---- */
+    /* ---- parallelism (validated with Megatron's rules; `train` refuses what it cannot run
+     *      yet through args_check_trainable, `megadlm memory` evaluates any layout) ---- */
     int tensor_model_parallel_size;   /* --tensor-model-parallel-size (1) */
     int pipeline_model_parallel_size; /* --pipeline-model-parallel-size (1) */
-    int world_size;                   /* derived: MPI world (1 for now) */
-    int data_parallel_size;           /* derived */
+    int world_size;                   /* --world-size N (`megadlm memory` only); train: the
+                                       * launcher's world. 0 = not given: TP x PP (DP 1) */
+    int data_parallel_size;           /* derived: world / (TP x PP) */
 
     /* ---- added after the first contract ---- */
     int exit_interval;            /* --exit-interval N: stop (saving first when --save is given)
@@ -99,6 +101,14 @@ typedef struct {
     int recompute_num_layers;     /* --recompute-num-layers N (0 = unset) */
     int distribute_saved_activations; /* --distribute-saved-activations (needs tensor parallelism) */
     int enable_cuda_graph;        /* --enable-cuda-graph: always refused (no CUDA graphs here) */
+
+    /* ---- parallelism, continued (Megatron's names and rules) ---- */
+    int sequence_parallel;        /* --sequence-parallel; turned off (with a note) at TP 1, as Megatron */
+    int use_distributed_optimizer; /* --use-distributed-optimizer */
+    int num_layers_per_virtual_pipeline_stage; /* --num-layers-per-virtual-pipeline-stage N (0 = unset) */
+    int virtual_pipeline_model_parallel_size;  /* --virtual-pipeline-model-parallel-size V; derived
+                                                * from the former; 0 = None (no interleaving, also
+                                                * when it comes out as 1, as Megatron) */
 } megadlm_args;
 
 /* Fills Megatron's defaults. */
@@ -107,12 +117,19 @@ void args_defaults(megadlm_args *a);
 /* Parses `argv` (argv[0] is the subcommand name; parsing starts at argv[1]).
  * Returns 0 on success; 1 after printing --help to stdout (caller exits 0); -1 on error with
  * the message in err (unknown flag, missing value, malformed number, a flag of a later
- * feature: "--sequence-parallel: not supported yet", ...). */
+ * feature: "--bf16: not supported yet", ...). `--world-size` is accepted only when argv[0] is
+ * "memory". */
 int args_parse(megadlm_args *a, int argc, char **argv, char *err, size_t errlen);
 
 /* Applies Megatron's rules and derived defaults. 0, or -1 with a message naming the flags and
  * the rule in err. Run once, after parsing (and after loading a checkpoint's arguments). */
 int args_validate(megadlm_args *a, char *err, size_t errlen);
+
+/* What `megadlm train` cannot run yet, after args_validate accepted the arguments: tensor or
+ * pipeline parallelism, sequence parallelism, the distributed optimizer, the interleaved
+ * schedule, a world of more than one rank. 0, or -1 with "<flag>: not supported yet (...)" in
+ * err. `megadlm memory` validates with the same args_validate but skips this. */
+int args_check_trainable(const megadlm_args *a, char *err, size_t errlen);
 
 /* Prints the flag table with defaults (what `megadlm train --help` shows). */
 void args_print_help(const char *command, FILE *out);

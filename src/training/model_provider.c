@@ -2,6 +2,8 @@
 
 #include <string.h>
 
+#include "core/parallel_state.h"
+
 transformer_config model_config_from_args(const megadlm_args *a) {
     transformer_config c;
     memset(&c, 0, sizeof(c));
@@ -36,6 +38,11 @@ transformer_config model_config_from_args(const megadlm_args *a) {
         c.recompute_granularity = RECOMPUTE_FULL;
     c.recompute_method = !strcmp(a->recompute_method, "block") ? RECOMPUTE_BLOCK : RECOMPUTE_UNIFORM;
     c.recompute_num_layers = a->recompute_num_layers;
+    /* this process's place in the tensor-parallel group (set up by parallel_setup_groups) */
+    c.tp_size = a->tensor_model_parallel_size;
+    c.tp_rank = c.tp_size > 1 ? parallel_get()->tp_rank : 0;
+    c.sequence_parallel = a->sequence_parallel && c.tp_size > 1;
+    c.distribute_saved_activations = a->distribute_saved_activations;
     return c;
 }
 

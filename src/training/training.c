@@ -1,6 +1,7 @@
 #include "training/training.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,8 +14,22 @@
 #include "core/transformer/activation_memory.h"
 #include "tools/tools.h"
 #include "training/checkpointing.h"
+#include "training/dist_checkpointing.h"
+#include "core/parallel_state.h"
 #include "training/model_provider.h"
 #include "training/tokenizer/tokenizer.h"
+
+/* Megatron prints the training log on the last rank (print_rank_last); the others stay quiet
+ * except for what is per rank (parameter counts, memory). */
+static int g_log_rank = 1;
+static void log_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void log_printf(const char *fmt, ...) {
+    if (!g_log_rank) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+}
 
 static double now_seconds(void) {
     struct timespec ts;
@@ -73,6 +88,7 @@ static void train_step(trainer *tr, float *loss_out, float *grad_norm_out, float
         gpt_model_backward(tr->model, 1.0f / tr->num_microbatches);
         loss_sum += loss;
     }
+    gpt_model_finalize_grads(tr->model);
     float norm = optimizer_grad_norm(ps);
     optimizer_clip_grads(ps, norm, a->clip_grad);
     /* Megatron's scheduler counts samples; the step about to be taken uses the lr of the
@@ -110,7 +126,7 @@ static void print_eval(const char *what, int iteration, float loss) {
     char dashes[256];
     memset(dashes, '-', n + 1);
     dashes[n + 1] = '\0';
-    printf("%s\n%s\n%s\n", dashes, line, dashes);
+    log_printf("%s\n%s\n%s\n", dashes, line, dashes);
     fflush(stdout);
 }
 
@@ -122,13 +138,13 @@ static int save(trainer *tr) {
                      .optimizer_step = tr->iteration,
                      .args = args_to_json(a)};
     double t0 = now_seconds();
-    int rc = ckpt_save(a->save, &tr->model->params, &st, 1, err, sizeof(err));
+    int rc = dist_ckpt_save(a->save, &tr->model->params, &st, 1, err, sizeof(err));
     cJSON_Delete(st.args);
     if (rc != 0) {
         fprintf(stderr, "error: saving checkpoint: %s\n", err);
         return -1;
     }
-    printf("  successfully saved checkpoint from iteration %7d to %s [ t %.1f ms ]\n",
+    log_printf("  successfully saved checkpoint from iteration %7d to %s [ t %.1f ms ]\n",
            tr->iteration, a->save, (now_seconds() - t0) * 1000.0);
     fflush(stdout);
     return 0;
@@ -168,7 +184,7 @@ static int load(trainer *tr) {
     int it;
     int rc = ckpt_read_latest(a->load, &it, err, sizeof(err));
     if (rc == 1) {
-        printf(" WARNING: could not find the metadata file %s/latest_checkpointed_iteration.txt\n"
+        log_printf(" WARNING: could not find the metadata file %s/latest_checkpointed_iteration.txt\n"
                "    will not load any checkpoints and will start from random\n",
                a->load);
         return 0;
@@ -176,7 +192,7 @@ static int load(trainer *tr) {
     ckpt_state st = {0};
     if (rc < 0 || ckpt_load_state(a->load, it, &st, err, sizeof(err)) != 0 ||
         check_checkpoint_args(a, st.args, a->load, err, sizeof(err)) != 0 ||
-        ckpt_load_tensors(a->load, it, &tr->model->params, 1, err, sizeof(err)) != 0) {
+        dist_ckpt_load_tensors(a->load, it, &tr->model->params, 1, err, sizeof(err)) != 0) {
         fprintf(stderr, "error: loading checkpoint: %s\n", err);
         ckpt_state_free(&st);
         return -1;
@@ -184,7 +200,7 @@ static int load(trainer *tr) {
     tr->iteration = st.iteration;
     tr->consumed_train_samples = st.consumed_train_samples;
     ckpt_state_free(&st);
-    printf("  successfully loaded checkpoint from %s [ t 0/1, p 0/1 ] at iteration %d\n", a->load,
+    log_printf("  successfully loaded checkpoint from %s [ t 0/1, p 0/1 ] at iteration %d\n", a->load,
            tr->iteration);
     return 0;
 }
@@ -225,14 +241,14 @@ static int build_data(trainer *tr) {
                         (uint64_t)(a->train_iters / a->eval_interval + 1) * a->eval_iters * gbs,
                         (uint64_t)a->eval_iters * gbs},
     };
-    printf("> building train, validation, and test datasets ...\n");
+    log_printf("> building train, validation, and test datasets ...\n");
     char err[1024];
     tr->data = gpt_data_build(&dc, err, sizeof(err));
     if (!tr->data) {
         fprintf(stderr, "error: %s\n", err);
         return -1;
     }
-    printf(" > datasets target sizes (minimum size):\n    train:      %llu\n"
+    log_printf(" > datasets target sizes (minimum size):\n    train:      %llu\n"
            "    validation: %llu\n    test:       %llu\n",
            (unsigned long long)dc.num_samples[0], (unsigned long long)dc.num_samples[1],
            (unsigned long long)dc.num_samples[2]);
@@ -249,7 +265,7 @@ static void training_log(trainer *tr, double elapsed_s, int iters, double loss_s
     double per_iter = elapsed_s / iters;
     double tflops = model_flops_per_iteration(a, a->global_batch_size) /
                     (per_iter * 1e12 * a->world_size);
-    printf(" iteration %8d/%8d | consumed samples: %12llu | elapsed time per iteration (ms): "
+    log_printf(" iteration %8d/%8d | consumed samples: %12llu | elapsed time per iteration (ms): "
            "%.1f | throughput per GPU (TFLOP/s/GPU): %.3f | learning rate: %.6E | global batch "
            "size: %5d | lm loss: %.6E | loss scale: 1.0 | grad norm: %.3f | number of skipped "
            "iterations: %3d | number of nan iterations: %3d |\n",
@@ -265,7 +281,8 @@ static void log_saved_activations(const trainer *tr) {
     const gpt_model *m = tr->model;
     int B = tr->a->micro_batch_size, T = tr->a->seq_length;
     for (int l = 0; l < m->cfg.num_layers; l++)
-        printf("[Rank 0] saved activations layer %d (bytes) | measured %zu | analytic %zu |\n", l,
+        printf("[Rank %d] saved activations layer %d (bytes) | measured %zu | analytic %zu |\n",
+               parallel_world_rank(), l,
                transformer_block_layer_saved_bytes(&m->block, l),
                activation_memory_layer_bytes(&m->cfg, B, T, l));
     fflush(stdout);
@@ -280,12 +297,14 @@ int pretrain(megadlm_args *a) {
         fprintf(stderr, "error: %s\n", err);
         return 1;
     }
-    args_print(a, stdout);
+    const parallel_state *pst = parallel_get();
+    g_log_rank = pst->world_rank == pst->world_size - 1;
+    if (g_log_rank) args_print(a, stdout);
     transformer_config cfg = model_config_from_args(a);
-    printf("building GPT model ...\n");
+    log_printf("building GPT model ...\n");
     tr.model = gpt_model_create(&cfg, a->micro_batch_size, 1);
-    printf(" > number of parameters on (tensor, pipeline) model parallel rank (0, 0): %zu\n",
-           tr.model->params.numel);
+    printf(" > number of parameters on (tensor, pipeline) model parallel rank (%d, %d): %zu\n",
+           pst->tp_rank, pst->pp_rank, tr.model->params.numel);
     gpt_model_init_params(tr.model, a->seed);
     if (a->load[0] && load(&tr) != 0) goto done;
     if (build_data(&tr) != 0) goto done;
@@ -297,7 +316,7 @@ int pretrain(megadlm_args *a) {
     tr.labels = mem_alloc(MEM_OTHER, N * sizeof(int32_t), "batch labels");
     tr.loss_mask = mem_alloc_floats(MEM_OTHER, N, "batch loss mask");
 
-    printf("training ...\n");
+    log_printf("training ...\n");
     fflush(stdout);
     double t_log = now_seconds(), loss_acc = 0.0;
     int iters_acc = 0, saved_at = -1, memory_reported = 0;
@@ -314,7 +333,7 @@ int pretrain(megadlm_args *a) {
             goto done;
         }
         if (a->log_memory && !memory_reported) { /* after the first iteration of this run */
-            mem_report(stdout, 0);
+            mem_report(stdout, pst->world_rank);
             log_saved_activations(&tr);
             memory_reported = 1;
         }
@@ -342,7 +361,7 @@ int pretrain(megadlm_args *a) {
         if (a->exit_interval > 0 && tr.iteration % a->exit_interval == 0) {
             /* Megatron's --exit-interval: save (if saving) and stop, skipping final evaluation */
             if (a->save[0] && saved_at != tr.iteration && save(&tr) != 0) goto done;
-            printf("exiting program at iteration %d\n", tr.iteration);
+            log_printf("exiting program at iteration %d\n", tr.iteration);
             status = 0;
             goto done;
         }
@@ -375,8 +394,17 @@ int train_main(int argc, char **argv) {
     char err[1024];
     int rc = args_parse(&a, argc, argv, err, sizeof(err));
     if (rc == 1) return 0;
-    if (rc < 0 || args_validate(&a, err, sizeof(err)) != 0) {
-        fprintf(stderr, "error: %s\n", err);
+    if (rc == 0) a.world_size = parallel_world_size(); /* train's world is mpirun's */
+    /* Every rank validates the same arguments, so every rank fails together, each saying why,
+     * and all exit cleanly (no rank is left waiting in a collective). */
+    if (rc < 0 || args_validate(&a, err, sizeof(err)) != 0 ||
+        args_check_trainable(&a, err, sizeof(err)) != 0 ||
+        parallel_setup_groups(a.tensor_model_parallel_size, a.pipeline_model_parallel_size, err,
+                              sizeof(err)) != 0) {
+        if (parallel_world_size() > 1)
+            fprintf(stderr, "[rank %d] error: %s\n", parallel_world_rank(), err);
+        else
+            fprintf(stderr, "error: %s\n", err);
         args_free(&a);
         return 2;
     }

@@ -668,7 +668,7 @@ static void test_attention(int B, int T, int NH, int NG, int HS, int causal, flo
                  to_double(R, nout),
                  dalloc(nout),
                  dalloc(nprobs)};
-    attention_forward(out, probs, qkv, B, T, NH, NG, HS, causal, p, key, ws);
+    attention_forward(out, probs, qkv, B, T, NH, NG, HS, causal, p, key, 0, NH, ws);
     attention_ref(&c);
     check_fwd("attention out", out, c.out, nout);
     check_fwd("attention probs", probs, c.probs, nprobs);
@@ -681,13 +681,13 @@ static void test_attention(int B, int T, int NH, int NG, int HS, int causal, flo
     CHECK(mbad == 0);
     /* probs == NULL (no saved probabilities) gives the same output */
     float *out2 = falloc(nout);
-    attention_forward(out2, NULL, qkv, B, T, NH, NG, HS, causal, p, key, ws);
+    attention_forward(out2, NULL, qkv, B, T, NH, NG, HS, causal, p, key, 0, NH, ws);
     CHECK(memcmp(out, out2, nout * sizeof(float)) == 0);
     free(out2);
 
     gbuf dq = gb_new(nqkv);
     for (int rep = 0; rep < 2; rep++) {
-        attention_backward(dq.g, R, qkv, probs, B, T, NH, NG, HS, causal, p, key, ws);
+        attention_backward(dq.g, R, qkv, probs, B, T, NH, NG, HS, causal, p, key, 0, NH, ws);
         if (rep == 0)
             gb_snap(&dq);
     }

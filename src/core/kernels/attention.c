@@ -91,7 +91,8 @@ static inline size_t k_offset(int h, int Q, int HS) {
  * The dropout key's site field is set to DROPOUT_SITE_ATTENTION_PROBS here (both passes), so
  * callers may pass their layer's key as is. */
 void attention_forward(float *out, float *probs, const float *qkv, int B, int T, int NH, int NG,
-                       int HS, int causal, float dropout_p, dropout_key key, float *workspace) {
+                       int HS, int causal, float dropout_p, dropout_key key, int head_offset,
+                       int total_heads, float *workspace) {
     const int Q = NH / NG;
     const int QKV_C = NG * (Q + 2) * HS;
     const int OC = NH * HS;
@@ -119,7 +120,7 @@ void attention_forward(float *out, float *probs, const float *qkv, int B, int T,
                 const int L = causal ? i + 1 : T;
                 float *pd = Pd + (size_t)i * T;
                 dropout_forward(pd, P + (size_t)i * T, (size_t)L, dropout_p, key,
-                                probs_index(0, b, NH, 0, h, T, i));
+                                probs_index(0, b, total_heads, head_offset, h, T, i));
                 for (int j = L; j < T; j++)
                     pd[j] = 0.0f;
             }
@@ -143,7 +144,7 @@ void attention_forward(float *out, float *probs, const float *qkv, int B, int T,
  * dqkv[B,T,QKV_C] accumulates; value/key gradients of a group sum over its query heads. */
 void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *probs, int B,
                         int T, int NH, int NG, int HS, int causal, float dropout_p, dropout_key key,
-                        float *workspace) {
+                        int head_offset, int total_heads, float *workspace) {
     const int Q = NH / NG;
     const int QKV_C = NG * (Q + 2) * HS;
     const int OC = NH * HS;
@@ -179,7 +180,7 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv, const 
                     const int L = causal ? i + 1 : T;
                     float *pd = Pd + (size_t)i * T;
                     dropout_forward(pd, P + (size_t)i * T, (size_t)L, dropout_p, key,
-                                    probs_index(0, b, NH, 0, h, T, i));
+                                    probs_index(0, b, total_heads, head_offset, h, T, i));
                     for (int j = L; j < T; j++)
                         pd[j] = 0.0f;
                 }
@@ -206,7 +207,7 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv, const 
                 const float *p = P + (size_t)i * T;
                 if (dropout_p > 0.0f)
                     dropout_forward(d, d, (size_t)L, dropout_p, key,
-                                    probs_index(0, b, NH, 0, h, T, i));
+                                    probs_index(0, b, total_heads, head_offset, h, T, i));
                 float dot = 0.0f;
                 for (int j = 0; j < L; j++)
                     dot += p[j] * d[j];

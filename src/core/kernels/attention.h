@@ -9,8 +9,9 @@
  * probs[B,NH,T,T] is the softmax output before dropout, saved for backward (masked entries 0).
  * scale = 1/sqrt(HS). causal != 0 masks key positions j > query position i.
  * Attention dropout uses key.site = DROPOUT_SITE_ATTENTION_PROBS; the global element index of
- * probs[b,h,i,j] is ((b_offset + b) * NH_total + h_offset + h) * T * T + i * T + j, with
- * b_offset/h_offset 0 here (single process); see attention.c.
+ * probs[b,h,i,j] is (b * total_heads + head_offset + h) * T * T + i * T + j, so a tensor-parallel
+ * rank holding heads head_offset .. head_offset + NH - 1 of total_heads draws the same masks as a
+ * single process (which passes 0 and NH).
  * probs may be NULL in forward (nothing kept) and in backward, which then recomputes each
  * head's probabilities with the same code as forward (bitwise identical): selective
  * recomputation keeps only Q, K, V.
@@ -25,10 +26,11 @@
 size_t attention_workspace_floats(int T);
 
 void attention_forward(float *out, float *probs, const float *qkv, int B, int T, int NH, int NG,
-                       int HS, int causal, float dropout_p, dropout_key key, float *workspace);
+                       int HS, int causal, float dropout_p, dropout_key key, int head_offset,
+                       int total_heads, float *workspace);
 /* dqkv[B,T,QKV_C] += gradient w.r.t. qkv (query, key and value columns). */
 void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *probs,
                         int B, int T, int NH, int NG, int HS, int causal, float dropout_p,
-                        dropout_key key, float *workspace);
+                        dropout_key key, int head_offset, int total_heads, float *workspace);
 
 #endif

@@ -9,13 +9,15 @@
 void linear_forward(float *out, const float *inp, const float *weight, const float *bias, int N,
                     int C, int OC) {
     gemm(0, 1, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC);
-    if (bias) {
+    if (bias) bias_add_forward(out, bias, N, OC);
+}
+
+void bias_add_forward(float *out, const float *bias, int N, int OC) {
 #pragma omp parallel for schedule(static)
-        for (int n = 0; n < N; n++) {
-            float *o = out + (size_t)n * OC;
-            for (int j = 0; j < OC; j++)
-                o[j] += bias[j];
-        }
+    for (int n = 0; n < N; n++) {
+        float *o = out + (size_t)n * OC;
+        for (int j = 0; j < OC; j++)
+            o[j] += bias[j];
     }
 }
 

@@ -11,4 +11,7 @@ void linear_forward(float *out, const float *inp, const float *weight, const flo
 void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                      const float *inp, const float *weight, int N, int C, int OC);
 
+/* out[N,OC] += bias[OC] (row-parallel layers add their bias after the reduction). */
+void bias_add_forward(float *out, const float *bias, int N, int OC);
+
 #endif

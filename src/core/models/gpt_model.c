@@ -14,6 +14,8 @@
 #include "core/kernels/rope.h"
 #include "core/random/philox.h"
 #include "core/tensor/memory.h"
+#include "core/tensor_parallel/layers.h"
+#include "core/tensor_parallel/mappings.h"
 
 /* ---- parameter registration ----
  * Each parameter is registered with its name, shape, init and the addresses of the pointers
@@ -23,11 +25,15 @@ typedef struct {
     param_tensor *t;
     float ***slots; /* [n][2]: &data_ptr, &grad_ptr */
     int n, cap;
+    int tp;         /* tensor-parallel size: local shapes are 1/tp of whole ones along the split */
+    int sp;         /* sequence parallelism: replicated norms/biases get partial gradients */
 } param_builder;
 
+/* Registers a tensor of whole shape `shape`, partitioned across TP as `split`. partial_grad:
+ * each TP rank computes only part of its gradient (summed across TP after backward). */
 static void add_param(param_builder *pb, float **data_slot, float **grad_slot, int weight_decay,
-                      float init_std, float init_value, int ndim, const int64_t *shape,
-                      const char *fmt, ...) {
+                      float init_std, float init_value, int ndim, const int64_t *shape, int split,
+                      int partial_grad, const char *name) {
     if (pb->n == pb->cap) {
         pb->cap = pb->cap ? 2 * pb->cap : 64;
         pb->t = realloc(pb->t, pb->cap * sizeof(param_tensor));
@@ -35,16 +41,19 @@ static void add_param(param_builder *pb, float **data_slot, float **grad_slot, i
     }
     param_tensor *p = &pb->t[pb->n];
     memset(p, 0, sizeof(*p));
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(p->name, sizeof(p->name), fmt, ap);
-    va_end(ap);
+    snprintf(p->name, sizeof(p->name), "%s", name);
     p->ndim = ndim;
     p->numel = 1;
     for (int i = 0; i < ndim; i++) {
-        p->shape[i] = shape[i];
-        p->numel *= (size_t)shape[i];
+        p->full_shape[i] = p->shape[i] = shape[i];
+        if ((i == 0 && (split == TP_SPLIT_ROWS || split == TP_SPLIT_ROWS_SWIGLU)) ||
+            (i == 1 && split == TP_SPLIT_COLS))
+            p->shape[i] = shape[i] / pb->tp;
+        p->numel *= (size_t)p->shape[i];
     }
+    p->tp_split = pb->tp > 1 ? split : TP_SPLIT_NONE;
+    p->tp_duplicate = pb->tp > 1 && split == TP_SPLIT_NONE;
+    p->tp_allreduce_grad = pb->tp > 1 && partial_grad;
     p->weight_decay = weight_decay;
     p->init_std = init_std;
     p->init_value = init_value;
@@ -55,14 +64,17 @@ static void add_param(param_builder *pb, float **data_slot, float **grad_slot, i
 
 /* weight matrix [rows, cols], normal(std), decayed */
 static void add_matrix(param_builder *pb, float **d, float **g, float std, int64_t rows,
-                       int64_t cols, const char *name) {
+                       int64_t cols, int split, const char *name) {
     int64_t shape[2] = {rows, cols};
-    add_param(pb, d, g, 1, std, 0.0f, 2, shape, "%s", name);
+    add_param(pb, d, g, 1, std, 0.0f, 2, shape, split, 0, name);
 }
-/* vector [n], constant init, not decayed (biases, norm weights) */
+
+/* vector [n], constant init, not decayed: a column-parallel bias (split with its weight's
+ * rows), or a replicated norm weight / row-parallel bias (partial gradients under sequence
+ * parallelism, where they act on token shards) */
 static void add_vector(param_builder *pb, float **d, float **g, float value, int64_t n,
-                       const char *name) {
-    add_param(pb, d, g, 0, 0.0f, value, 1, &n, "%s", name);
+                       int split, const char *name) {
+    add_param(pb, d, g, 0, 0.0f, value, 1, &n, split, split == TP_SPLIT_NONE && pb->sp, name);
 }
 
 static void register_layer(param_builder *pb, const transformer_config *c, int l,
@@ -71,29 +83,44 @@ static void register_layer(param_builder *pb, const transformer_config *c, int l
     int64_t CTX = (int64_t)c->num_attention_heads * HS, F = c->ffn_hidden_size;
     int64_t FC1 = tc_fc1_width(c);
     int ln = c->normalization == NORM_LAYERNORM, bias = c->add_bias_linear;
+    int fc1_split = c->swiglu ? TP_SPLIT_ROWS_SWIGLU : TP_SPLIT_ROWS;
     float std = c->init_method_std;
     float out_std = std / sqrtf(2.0f * c->num_layers); /* Megatron's scaled_init_method_normal */
     char n[PARAM_NAME_MAX];
 #define NAME(suffix) (snprintf(n, sizeof(n), "decoder.layers.%d.%s", l, suffix), n)
 #define G(field) (g ? &g->field : NULL)
-    add_vector(pb, &w->ln1_w, G(ln1_w), 1.0f, C, NAME("input_layernorm.weight"));
-    if (ln) add_vector(pb, &w->ln1_b, G(ln1_b), 0.0f, C, NAME("input_layernorm.bias"));
-    add_matrix(pb, &w->qkv_w, G(qkv_w), std, QKV, C, NAME("self_attention.linear_qkv.weight"));
-    if (bias) add_vector(pb, &w->qkv_b, G(qkv_b), 0.0f, QKV, NAME("self_attention.linear_qkv.bias"));
+    add_vector(pb, &w->ln1_w, G(ln1_w), 1.0f, C, TP_SPLIT_NONE, NAME("input_layernorm.weight"));
+    if (ln) add_vector(pb, &w->ln1_b, G(ln1_b), 0.0f, C, TP_SPLIT_NONE, NAME("input_layernorm.bias"));
+    add_matrix(pb, &w->qkv_w, G(qkv_w), std, QKV, C, TP_SPLIT_ROWS,
+               NAME("self_attention.linear_qkv.weight"));
+    if (bias)
+        add_vector(pb, &w->qkv_b, G(qkv_b), 0.0f, QKV, TP_SPLIT_ROWS,
+                   NAME("self_attention.linear_qkv.bias"));
     if (c->qk_layernorm) {
-        add_vector(pb, &w->q_ln_w, G(q_ln_w), 1.0f, HS, NAME("self_attention.q_layernorm.weight"));
-        if (ln) add_vector(pb, &w->q_ln_b, G(q_ln_b), 0.0f, HS, NAME("self_attention.q_layernorm.bias"));
-        add_vector(pb, &w->k_ln_w, G(k_ln_w), 1.0f, HS, NAME("self_attention.k_layernorm.weight"));
-        if (ln) add_vector(pb, &w->k_ln_b, G(k_ln_b), 0.0f, HS, NAME("self_attention.k_layernorm.bias"));
+        /* shared by every head, used on this rank's heads only: always partial under TP */
+        int64_t hs = HS;
+        add_param(pb, &w->q_ln_w, G(q_ln_w), 0, 0.0f, 1.0f, 1, &hs, TP_SPLIT_NONE, 1,
+                  NAME("self_attention.q_layernorm.weight"));
+        if (ln)
+            add_param(pb, &w->q_ln_b, G(q_ln_b), 0, 0.0f, 0.0f, 1, &hs, TP_SPLIT_NONE, 1,
+                      NAME("self_attention.q_layernorm.bias"));
+        add_param(pb, &w->k_ln_w, G(k_ln_w), 0, 0.0f, 1.0f, 1, &hs, TP_SPLIT_NONE, 1,
+                  NAME("self_attention.k_layernorm.weight"));
+        if (ln)
+            add_param(pb, &w->k_ln_b, G(k_ln_b), 0, 0.0f, 0.0f, 1, &hs, TP_SPLIT_NONE, 1,
+                      NAME("self_attention.k_layernorm.bias"));
     }
-    add_matrix(pb, &w->proj_w, G(proj_w), out_std, C, CTX, NAME("self_attention.linear_proj.weight"));
-    if (bias) add_vector(pb, &w->proj_b, G(proj_b), 0.0f, C, NAME("self_attention.linear_proj.bias"));
-    add_vector(pb, &w->ln2_w, G(ln2_w), 1.0f, C, NAME("pre_mlp_layernorm.weight"));
-    if (ln) add_vector(pb, &w->ln2_b, G(ln2_b), 0.0f, C, NAME("pre_mlp_layernorm.bias"));
-    add_matrix(pb, &w->fc1_w, G(fc1_w), std, FC1, C, NAME("mlp.linear_fc1.weight"));
-    if (bias) add_vector(pb, &w->fc1_b, G(fc1_b), 0.0f, FC1, NAME("mlp.linear_fc1.bias"));
-    add_matrix(pb, &w->fc2_w, G(fc2_w), out_std, C, F, NAME("mlp.linear_fc2.weight"));
-    if (bias) add_vector(pb, &w->fc2_b, G(fc2_b), 0.0f, C, NAME("mlp.linear_fc2.bias"));
+    add_matrix(pb, &w->proj_w, G(proj_w), out_std, C, CTX, TP_SPLIT_COLS,
+               NAME("self_attention.linear_proj.weight"));
+    if (bias)
+        add_vector(pb, &w->proj_b, G(proj_b), 0.0f, C, TP_SPLIT_NONE,
+                   NAME("self_attention.linear_proj.bias"));
+    add_vector(pb, &w->ln2_w, G(ln2_w), 1.0f, C, TP_SPLIT_NONE, NAME("pre_mlp_layernorm.weight"));
+    if (ln) add_vector(pb, &w->ln2_b, G(ln2_b), 0.0f, C, TP_SPLIT_NONE, NAME("pre_mlp_layernorm.bias"));
+    add_matrix(pb, &w->fc1_w, G(fc1_w), std, FC1, C, fc1_split, NAME("mlp.linear_fc1.weight"));
+    if (bias) add_vector(pb, &w->fc1_b, G(fc1_b), 0.0f, FC1, fc1_split, NAME("mlp.linear_fc1.bias"));
+    add_matrix(pb, &w->fc2_w, G(fc2_w), out_std, C, F, TP_SPLIT_COLS, NAME("mlp.linear_fc2.weight"));
+    if (bias) add_vector(pb, &w->fc2_b, G(fc2_b), 0.0f, C, TP_SPLIT_NONE, NAME("mlp.linear_fc2.bias"));
 #undef NAME
 #undef G
 }
@@ -101,23 +128,26 @@ static void register_layer(param_builder *pb, const transformer_config *c, int l
 static void build_params(gpt_model *m) {
     const transformer_config *c = &m->cfg;
     int bw = m->with_backward;
-    param_builder pb = {0};
+    param_builder pb = {.tp = tc_tp(c), .sp = tc_sp(c)};
     float std = c->init_method_std;
     add_matrix(&pb, &m->wte, bw ? &m->g_wte : NULL, std, c->padded_vocab_size, c->hidden_size,
-               "embedding.word_embeddings.weight");
-    if (!c->rope)
-        add_matrix(&pb, &m->wpe, bw ? &m->g_wpe : NULL, std, c->max_position_embeddings,
-                   c->hidden_size, "embedding.position_embeddings.weight");
+               TP_SPLIT_ROWS, "embedding.word_embeddings.weight");
+    if (!c->rope) {
+        int64_t shape[2] = {c->max_position_embeddings, c->hidden_size};
+        /* replicated; added on token shards under sequence parallelism (partial gradients) */
+        add_param(&pb, &m->wpe, bw ? &m->g_wpe : NULL, 1, std, 0.0f, 2, shape, TP_SPLIT_NONE,
+                  pb.sp, "embedding.position_embeddings.weight");
+    }
     for (int l = 0; l < c->num_layers; l++)
         register_layer(&pb, c, l, &m->block.w[l], bw ? &m->block.g[l] : NULL);
-    add_vector(&pb, &m->lnf_w, bw ? &m->g_lnf_w : NULL, 1.0f, c->hidden_size,
+    add_vector(&pb, &m->lnf_w, bw ? &m->g_lnf_w : NULL, 1.0f, c->hidden_size, TP_SPLIT_NONE,
                "decoder.final_layernorm.weight");
     if (c->normalization == NORM_LAYERNORM)
-        add_vector(&pb, &m->lnf_b, bw ? &m->g_lnf_b : NULL, 0.0f, c->hidden_size,
+        add_vector(&pb, &m->lnf_b, bw ? &m->g_lnf_b : NULL, 0.0f, c->hidden_size, TP_SPLIT_NONE,
                    "decoder.final_layernorm.bias");
     if (c->untie_embeddings_and_output_weights)
         add_matrix(&pb, &m->out_w, bw ? &m->g_out_w : NULL, std, c->padded_vocab_size,
-                   c->hidden_size, "output_layer.weight");
+                   c->hidden_size, TP_SPLIT_ROWS, "output_layer.weight");
 
     /* Weight decay: Megatron excludes biases and 1-D (norm) parameters, which add_vector
      * marks; embeddings and the output layer are decayed. */
@@ -155,22 +185,26 @@ gpt_model *gpt_model_create(const transformer_config *cfg, int max_batch, int wi
     transformer_block_init(&m->block, c, max_batch, c->seq_length, with_backward);
     build_params(m);
 
-    size_t N = (size_t)max_batch * c->seq_length, C = c->hidden_size, V = c->padded_vocab_size;
+    /* N tokens, Ns of them outside tensor-parallel regions, V this rank's vocabulary rows */
+    size_t N = (size_t)max_batch * c->seq_length, C = c->hidden_size, V = tc_vocab_local(c);
+    size_t Ns = tc_tokens_local(c, (int)N);
     m->tokens = mem_alloc(MEM_OTHER, N * sizeof(int), "tokens");
     m->labels = mem_alloc(MEM_OTHER, N * sizeof(int), "labels");
     m->loss_mask = mem_alloc_floats(MEM_OTHER, N, "loss mask");
-    m->lnf = mem_alloc_floats(MEM_ACTIVATIONS, N * C, "final norm output");
+    m->lnf = mem_alloc_floats(MEM_ACTIVATIONS, Ns * C, "final norm output");
     if (c->normalization == NORM_LAYERNORM)
-        m->lnf_mean = mem_alloc_floats(MEM_ACTIVATIONS, N, "final norm mean");
-    m->lnf_rstd = mem_alloc_floats(MEM_ACTIVATIONS, N, "final norm rstd");
+        m->lnf_mean = mem_alloc_floats(MEM_ACTIVATIONS, Ns, "final norm mean");
+    m->lnf_rstd = mem_alloc_floats(MEM_ACTIVATIONS, Ns, "final norm rstd");
     m->logits = mem_alloc_floats(MEM_ACTIVATIONS, N * V, "logits");
     m->losses = mem_alloc_floats(MEM_ACTIVATIONS, N, "per-token loss");
     m->lse = mem_alloc_floats(MEM_ACTIVATIONS, N, "logsumexp");
     if (with_backward) {
         m->dlosses = mem_alloc_floats(MEM_WORKSPACE, N, "dlosses");
-        m->dres = mem_alloc_floats(MEM_WORKSPACE, N * C, "residual gradient");
+        m->dres = mem_alloc_floats(MEM_WORKSPACE, Ns * C, "residual gradient");
         m->demb = mem_alloc_floats(MEM_WORKSPACE, N * C, "embedding gradient");
     }
+    if (tc_tp(c) > 1) /* the vocab-parallel lookup's partial sums before the reduction */
+        m->emb_partial = mem_alloc_floats(MEM_WORKSPACE, N * C, "embedding partial lookup");
     if (c->rope) {
         size_t half = c->rot_dim / 2;
         m->rope_cos = mem_alloc_floats(MEM_OTHER, c->seq_length * half, "rope cos");
@@ -191,7 +225,7 @@ void gpt_model_free(gpt_model *m) {
     free(ps->tensors);
     void *bufs[] = {m->tokens, m->labels, m->loss_mask, m->lnf,    m->lnf_mean, m->lnf_rstd,
                     m->logits, m->losses, m->lse,       m->dlosses, m->dres,    m->demb,
-                    m->rope_cos, m->rope_sin};
+                    m->rope_cos, m->rope_sin, m->emb_partial};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) mem_free(bufs[i]);
     free(m);
 }
@@ -201,8 +235,15 @@ void gpt_model_init_params(gpt_model *m, uint64_t seed) {
     for (int i = 0; i < ps->count; i++) {
         const param_tensor *t = &ps->tensors[i];
         float *d = ps->data + t->offset;
-        if (t->init_std > 0.0f) {
+        if (t->init_std > 0.0f && t->tp_split == TP_SPLIT_NONE) {
             philox_fill_normal(d, t->numel, t->init_std, seed, (uint64_t)i);
+        } else if (t->init_std > 0.0f) {
+            /* a TP slice gets the values the whole tensor has there */
+            size_t len = t->numel / (size_t)t->shape[0];
+            for (int64_t r = 0; r < t->shape[0]; r++)
+                philox_fill_normal_range(d + (size_t)r * len,
+                                         tp_shard_row_start(t, m->cfg.tp_rank, tc_tp(&m->cfg), r),
+                                         len, t->init_std, seed, (uint64_t)i);
         } else {
             for (size_t k = 0; k < t->numel; k++) d[k] = t->init_value;
         }
@@ -210,6 +251,67 @@ void gpt_model_init_params(gpt_model *m, uint64_t seed) {
 }
 
 /* ---- forward / backward ---- */
+
+static void final_norm_forward(const transformer_config *c, gpt_model *m, const float *h, int Ns) {
+    if (c->normalization == NORM_LAYERNORM)
+        layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, h, m->lnf_w, m->lnf_b, Ns,
+                          c->hidden_size, c->norm_epsilon);
+    else
+        rmsnorm_forward(m->lnf, m->lnf_rstd, h, m->lnf_w, Ns, c->hidden_size, c->norm_epsilon);
+}
+
+static void final_norm_backward(const transformer_config *c, gpt_model *m, float *dh,
+                                const float *dout, const float *h, int Ns) {
+    if (c->normalization == NORM_LAYERNORM)
+        layernorm_backward(dh, m->g_lnf_w, m->g_lnf_b, dout, h, m->lnf_w, m->lnf_mean,
+                           m->lnf_rstd, Ns, c->hidden_size);
+    else
+        rmsnorm_backward(dh, m->g_lnf_w, dout, h, m->lnf_w, m->lnf_rstd, Ns, c->hidden_size);
+}
+
+/* Index of this rank's first token row: its shard's under sequence parallelism, else 0. */
+static int64_t shard_first_token(const transformer_config *c, int Ns) {
+    return tc_sp(c) ? (int64_t)c->tp_rank * Ns : 0;
+}
+
+/* Word (+ position) embedding of the micro-batch into h0 [Ns, C]. Under tensor parallelism the
+ * lookup is vocab-parallel: each rank fills the rows of the tokens it owns, and the partial
+ * sums are reduced (all-reduce, or reduce-scatter to this rank's token shard). */
+static void embedding_layer_forward(gpt_model *m, float *h0, int B, int T) {
+    const transformer_config *c = &m->cfg;
+    int N = B * T, Ns = tc_tokens_local(c, N), C = c->hidden_size;
+    if (tc_tp(c) == 1) {
+        embedding_forward(h0, m->tokens, m->wte, m->wpe, B, T, C, 0);
+        return;
+    }
+    int Vl = tc_vocab_local(c);
+    vocab_parallel_embedding_forward(m->emb_partial, m->tokens, m->wte, c->tp_rank * Vl, Vl, N, C);
+    if (tc_sp(c)) {
+        tp_reduce_scatter(h0, m->emb_partial, (size_t)Ns * C);
+    } else {
+        tp_all_reduce_sum(m->emb_partial, (size_t)N * C);
+        memcpy(h0, m->emb_partial, (size_t)N * C * sizeof(float));
+    }
+    if (m->wpe) position_embedding_add(h0, m->wpe, shard_first_token(c, Ns), Ns, T, C);
+}
+
+static void embedding_layer_backward(gpt_model *m, const float *dh0, int B, int T) {
+    const transformer_config *c = &m->cfg;
+    int N = B * T, Ns = tc_tokens_local(c, N), C = c->hidden_size;
+    if (tc_tp(c) == 1) {
+        embedding_backward(m->g_wte, m->g_wpe, dh0, m->tokens, B, T, C, 0);
+        return;
+    }
+    int Vl = tc_vocab_local(c);
+    if (m->wpe)
+        position_embedding_add_backward(m->g_wpe, dh0, shard_first_token(c, Ns), Ns, T, C);
+    const float *full = dh0;
+    if (tc_sp(c)) {
+        tp_all_gather(m->emb_partial, dh0, (size_t)Ns * C);
+        full = m->emb_partial;
+    }
+    vocab_parallel_embedding_backward(m->g_wte, full, m->tokens, c->tp_rank * Vl, Vl, N, C);
+}
 
 float gpt_model_forward(gpt_model *m, const int32_t *tokens, const int32_t *labels,
                         const float *loss_mask, int B, int T, gpt_step step) {
@@ -219,7 +321,7 @@ float gpt_model_forward(gpt_model *m, const int32_t *tokens, const int32_t *labe
                 m->max_batch, c->seq_length);
         exit(1);
     }
-    int N = B * T, C = c->hidden_size, V = c->padded_vocab_size;
+    int N = B * T, Ns = tc_tokens_local(c, N), C = c->hidden_size, V = tc_vocab_local(c);
     m->B = B;
     m->T = T;
     memcpy(m->tokens, tokens, (size_t)N * sizeof(int));
@@ -235,20 +337,22 @@ float gpt_model_forward(gpt_model *m, const int32_t *tokens, const int32_t *labe
 
     /* embedding + dropout (Megatron applies --hidden-dropout to the embedding output) */
     float *h0 = m->block.hidden[0];
-    embedding_forward(h0, m->tokens, m->wte, m->wpe, B, T, C, 0);
+    embedding_layer_forward(m, h0, B, T);
     dropout_key ek = ctx->key;
     ek.site = DROPOUT_SITE_EMBEDDING;
-    dropout_forward(h0, h0, (size_t)N * C, step.training ? c->hidden_dropout : 0.0f, ek, 0);
+    uint64_t off = tc_sp(c) ? (uint64_t)c->tp_rank * Ns * C : 0;
+    dropout_forward(h0, h0, (size_t)Ns * C, step.training ? c->hidden_dropout : 0.0f, ek, off);
 
     transformer_block_forward(&m->block, ctx);
 
-    const float *hL = m->block.hidden[c->num_layers];
-    if (c->normalization == NORM_LAYERNORM)
-        layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, hL, m->lnf_w, m->lnf_b, N, C,
-                          c->norm_epsilon);
-    else
-        rmsnorm_forward(m->lnf, m->lnf_rstd, hL, m->lnf_w, N, C, c->norm_epsilon);
-    linear_forward(m->logits, m->lnf, m->out_w, NULL, N, C, V);
+    /* final norm on the token shard, gathered for the vocab-parallel output layer */
+    final_norm_forward(c, m, m->block.hidden[c->num_layers], Ns);
+    const float *in = m->lnf;
+    if (tc_sp(c)) {
+        tp_all_gather(m->block.ws.gathered, m->lnf, (size_t)Ns * C);
+        in = m->block.ws.gathered;
+    }
+    linear_forward(m->logits, in, m->out_w, NULL, N, C, V);
 
     if (!labels) return 0.0f;
     memcpy(m->labels, labels, (size_t)N * sizeof(int));
@@ -256,7 +360,11 @@ float gpt_model_forward(gpt_model *m, const int32_t *tokens, const int32_t *labe
         memcpy(m->loss_mask, loss_mask, (size_t)N * sizeof(float));
     else
         for (int i = 0; i < N; i++) m->loss_mask[i] = 1.0f;
-    cross_entropy_forward(m->losses, m->lse, m->logits, m->labels, N, V);
+    if (tc_tp(c) == 1)
+        cross_entropy_forward(m->losses, m->lse, m->logits, m->labels, N, V);
+    else
+        vocab_parallel_cross_entropy_forward(m->losses, m->lse, m->logits, m->labels,
+                                             c->tp_rank * V, V, N);
     double num = 0.0, den = 0.0;
     for (int i = 0; i < N; i++) {
         num += (double)m->losses[i] * m->loss_mask[i];
@@ -268,32 +376,47 @@ float gpt_model_forward(gpt_model *m, const int32_t *tokens, const int32_t *labe
 
 void gpt_model_backward(gpt_model *m, float loss_scale) {
     const transformer_config *c = &m->cfg;
-    int B = m->B, T = m->T, N = B * T, C = c->hidden_size, V = c->padded_vocab_size;
-    size_t NC = (size_t)N * C;
+    int B = m->B, T = m->T, N = B * T, Ns = tc_tokens_local(c, N), C = c->hidden_size;
+    int V = tc_vocab_local(c);
+    size_t NsC = (size_t)Ns * C;
     const layer_ctx *ctx = &m->ctx;
 
     /* loss = sum_i mask_i * loss_i / sum(mask) */
     float inv = m->loss_mask_sum > 0.0f ? loss_scale / m->loss_mask_sum : 0.0f;
     for (int i = 0; i < N; i++) m->dlosses[i] = m->loss_mask[i] * inv;
-    cross_entropy_backward(m->logits, m->logits, m->lse, m->labels, m->dlosses, N, V);
-
-    /* output layer (dlogits now in m->logits); m->demb holds the final norm's output
-     * gradient until the embedding needs it */
-    memset(m->dres, 0, NC * sizeof(float));
-    memset(m->demb, 0, NC * sizeof(float));
-    linear_backward(m->demb, m->g_out_w, NULL, m->logits, m->lnf, m->out_w, N, C, V);
-    const float *hL = m->block.hidden[c->num_layers];
-    if (c->normalization == NORM_LAYERNORM)
-        layernorm_backward(m->dres, m->g_lnf_w, m->g_lnf_b, m->demb, hL, m->lnf_w, m->lnf_mean,
-                           m->lnf_rstd, N, C);
+    if (tc_tp(c) == 1)
+        cross_entropy_backward(m->logits, m->logits, m->lse, m->labels, m->dlosses, N, V);
     else
-        rmsnorm_backward(m->dres, m->g_lnf_w, m->demb, hL, m->lnf_w, m->lnf_rstd, N, C);
+        vocab_parallel_cross_entropy_backward(m->logits, m->logits, m->lse, m->labels,
+                                              c->tp_rank * V, m->dlosses, V, N);
+
+    /* output layer (dlogits now in m->logits): m->demb [N, C] holds this rank's part of the
+     * gradient w.r.t. the (gathered) final norm output, summed across TP into dln [Ns, C] */
+    const float *in = m->lnf;
+    if (tc_sp(c)) {
+        tp_all_gather(m->block.ws.gathered, m->lnf, NsC);
+        in = m->block.ws.gathered;
+    }
+    memset(m->demb, 0, (size_t)N * C * sizeof(float));
+    linear_backward(m->demb, m->g_out_w, NULL, m->logits, in, m->out_w, N, C, V);
+    float *dln = m->demb;
+    if (tc_sp(c)) {
+        tp_reduce_scatter(m->block.ws.dln, m->demb, NsC);
+        dln = m->block.ws.dln;
+    } else {
+        tp_all_reduce_sum(m->demb, (size_t)N * C);
+    }
+    memset(m->dres, 0, NsC * sizeof(float));
+    final_norm_backward(c, m, m->dres, dln, m->block.hidden[c->num_layers], Ns);
 
     transformer_block_backward(&m->block, ctx, m->dres);
 
-    memset(m->demb, 0, NC * sizeof(float));
+    memset(m->demb, 0, NsC * sizeof(float));
     dropout_key ek = ctx->key;
     ek.site = DROPOUT_SITE_EMBEDDING;
-    dropout_backward(m->demb, m->dres, NC, ctx->training ? c->hidden_dropout : 0.0f, ek, 0);
-    embedding_backward(m->g_wte, m->g_wpe, m->demb, m->tokens, B, T, C, 0);
+    uint64_t off = tc_sp(c) ? (uint64_t)c->tp_rank * Ns * C : 0;
+    dropout_backward(m->demb, m->dres, NsC, ctx->training ? c->hidden_dropout : 0.0f, ek, off);
+    embedding_layer_backward(m, m->demb, B, T);
 }
+
+void gpt_model_finalize_grads(gpt_model *m) { tp_allreduce_partial_grads(&m->params); }

@@ -35,6 +35,7 @@ typedef struct {
     float *dres;          /* [N, C] residual-stream gradient */
     float *demb;          /* [N, C] embedding gradient before dropout */
     float *rope_cos, *rope_sin; /* [seq_length, rot_dim/2] */
+    float *emb_partial;   /* [N, C] vocab-parallel lookup before its reduction (TP only) */
 
     /* the last forward call, which backward differentiates */
     int B, T;
@@ -68,5 +69,8 @@ float gpt_model_forward(gpt_model *m, const int32_t *tokens, const int32_t *labe
 /* Backward of the last forward, with d(objective)/d(loss) = loss_scale (1/num_microbatches for
  * gradient accumulation). Gradients accumulate into m->params.grad. */
 void gpt_model_backward(gpt_model *m, float loss_scale);
+/* After the last micro-batch's backward: sums across TP the gradients each rank holds only a
+ * part of (Megatron's finalize_model_grads). A no-op with one TP rank. */
+void gpt_model_finalize_grads(gpt_model *m);
 
 #endif

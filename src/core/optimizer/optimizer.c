@@ -4,8 +4,28 @@
 #include <string.h>
 
 #include "core/kernels/adamw.h"
+#include "core/parallel_state.h"
+#include "core/tensor_parallel/mappings.h"
 
 float optimizer_grad_norm(const param_set *ps) {
+    int duplicates = 0;
+    for (int i = 0; i < ps->count; i++) duplicates |= ps->tensors[i].tp_duplicate;
+    if (duplicates) {
+        /* Tensor parallel: each rank sums its slices; tensors every TP rank holds whole count
+         * on TP rank 0 only (Megatron's param_is_not_tensor_parallel_duplicate). */
+        int tp_rank = parallel_get()->tp_rank;
+        double local = 0.0;
+        for (int i = 0; i < ps->count; i++) {
+            const param_tensor *t = &ps->tensors[i];
+            if (t->tp_duplicate && tp_rank != 0) continue;
+            const float *g = ps->grad + t->offset;
+            double part = 0.0;
+#pragma omp parallel for reduction(+ : part) schedule(static)
+            for (size_t k = 0; k < t->numel; k++) part += (double)g[k] * g[k];
+            local += part;
+        }
+        return (float)sqrt(tp_all_reduce_sum_double(local));
+    }
     double sum = 0.0;
     const float *g = ps->grad;
     size_t n = ps->numel;

@@ -42,3 +42,22 @@ void philox_fill_normal(float *out, uint64_t n, float std, uint64_t seed, uint64
             out[i + 1] = std * z1;
     }
 }
+
+void philox_fill_normal_range(float *out, uint64_t begin, uint64_t n, float std, uint64_t seed,
+                              uint64_t stream) {
+    const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+    const int64_t k0 = (int64_t)(begin / 2), k1 = (int64_t)((begin + n + 1) / 2);
+#pragma omp parallel for schedule(static) if (k1 - k0 > 4096)
+    for (int64_t k = k0; k < k1; k++) {
+        const uint32_t ctr[4] = {(uint32_t)k, (uint32_t)((uint64_t)k >> 32), (uint32_t)stream,
+                                 (uint32_t)(stream >> 32)};
+        uint32_t r[4];
+        philox4x32_10_inline(ctr, key, r);
+        float z[2];
+        philox_normal2(r[0], r[1], &z[0], &z[1]);
+        for (int lane = 0; lane < 2; lane++) {
+            const uint64_t i = 2 * (uint64_t)k + lane; /* index in the whole tensor */
+            if (i >= begin && i < begin + n) out[i - begin] = std * z[lane];
+        }
+    }
+}

@@ -46,5 +46,9 @@ void philox_normal2(uint32_t a, uint32_t b, float *z0, float *z1);
 /* Fills out[0..n) with N(0, std^2) samples that depend only on (seed, stream, index):
  * element i is a pure function of (seed, stream, i). Used for parameter init. */
 void philox_fill_normal(float *out, uint64_t n, float std, uint64_t seed, uint64_t stream);
+/* out[j] = element (begin + j) of what philox_fill_normal would produce for a tensor of at least
+ * begin + n elements: a shard of a tensor gets exactly the values the whole tensor would. */
+void philox_fill_normal_range(float *out, uint64_t begin, uint64_t n, float std, uint64_t seed,
+                              uint64_t stream);
 
 #endif

@@ -22,7 +22,15 @@ typedef struct {
     int weight_decay;      /* 0 for biases and norm weights (Megatron: no decay on 1-D params) */
     float init_std;        /* std of the normal init; 0 = constant init_value */
     float init_value;      /* for norms (1) and biases (0) */
+    /* tensor parallelism (core/tensor_parallel/layers.h): how this rank's slice sits in the
+     * whole tensor, whose shape the checkpoint stores */
+    int tp_split;          /* TP_SPLIT_NONE / ROWS / COLS / ROWS_SWIGLU */
+    int64_t full_shape[PARAM_MAX_DIMS];
+    int tp_duplicate;      /* the same on every TP rank: counted once in the gradient norm */
+    int tp_allreduce_grad; /* each TP rank holds a partial gradient: summed across TP */
 } param_tensor;
+
+enum { TP_SPLIT_NONE = 0, TP_SPLIT_ROWS, TP_SPLIT_COLS, TP_SPLIT_ROWS_SWIGLU };
 
 typedef struct {
     int count;

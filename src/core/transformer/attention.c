@@ -7,45 +7,50 @@
 #include "core/kernels/norm.h"
 #include "core/kernels/rope.h"
 
+/* Dropout key and head range of this rank's core attention. */
+static dropout_key probs_key(const layer_ctx *ctx, int layer_index) {
+    dropout_key key = ctx->key;
+    key.layer = (uint32_t)layer_index;
+    key.site = DROPOUT_SITE_ATTENTION_PROBS;
+    return key;
+}
+
 void self_attention_forward(const layer_ctx *ctx, int layer_index, const layer_weights *w,
-                            layer_saved *s, layer_workspace *ws, const float *ln1, float *out) {
+                            layer_saved *s, layer_workspace *ws, const float *in, float *out) {
     const transformer_config *c = ctx->cfg;
-    int B = ctx->B, T = ctx->T, N = B * T, C = c->hidden_size, QKV = tc_qkv_width(c);
-    int NH = c->num_attention_heads, NG = c->num_query_groups, HS = c->kv_channels;
+    int B = ctx->B, T = ctx->T, N = B * T, C = c->hidden_size, QKV = tc_qkv_width_local(c);
+    int NH = tc_heads_local(c), NG = tc_groups_local(c), HS = c->kv_channels;
 
     /* With --qk-layernorm the projection output is kept separately (the norm's backward needs
      * it); otherwise RoPE rotates it in place and only the rotated copy is kept. */
     float *proj_out = c->qk_layernorm ? s->qkv_raw : s->qkv;
-    linear_forward(proj_out, ln1, w->qkv_w, w->qkv_b, N, C, QKV);
+    linear_forward(proj_out, in, w->qkv_w, w->qkv_b, N, C, QKV);
     if (c->qk_layernorm)
         qk_norm_forward(s->qkv, s->qk_mean, s->qk_rstd, s->qkv_raw, w->q_ln_w, w->q_ln_b,
                         w->k_ln_w, w->k_ln_b, N, NH, NG, HS, c->normalization, c->norm_epsilon);
     if (c->rope) rope_forward(s->qkv, ctx->rope_cos, ctx->rope_sin, B, T, NH, NG, HS, c->rot_dim);
 
-    dropout_key key = ctx->key;
-    key.layer = (uint32_t)layer_index;
-    key.site = DROPOUT_SITE_ATTENTION_PROBS;
     float p = ctx->training ? c->attention_dropout : 0.0f;
-    attention_forward(s->ctx, s->probs, s->qkv, B, T, NH, NG, HS, c->causal, p, key, ws->attn);
-    linear_forward(out, s->ctx, w->proj_w, w->proj_b, N, NH * HS, C);
+    attention_forward(s->ctx, s->probs, s->qkv, B, T, NH, NG, HS, c->causal, p,
+                      probs_key(ctx, layer_index), c->tp_rank * NH, c->num_attention_heads,
+                      ws->attn);
+    linear_forward(out, s->ctx, w->proj_w, NULL, N, NH * HS, C);
 }
 
 void self_attention_backward(const layer_ctx *ctx, int layer_index, const layer_weights *w,
                              const layer_weights *g, const layer_saved *s, layer_workspace *ws,
-                             const float *ln1, const float *dout, float *dln1) {
+                             const float *in, const float *dout, float *din) {
     const transformer_config *c = ctx->cfg;
-    int B = ctx->B, T = ctx->T, N = B * T, C = c->hidden_size, QKV = tc_qkv_width(c);
-    int NH = c->num_attention_heads, NG = c->num_query_groups, HS = c->kv_channels;
+    int B = ctx->B, T = ctx->T, N = B * T, C = c->hidden_size, QKV = tc_qkv_width_local(c);
+    int NH = tc_heads_local(c), NG = tc_groups_local(c), HS = c->kv_channels;
 
     memset(ws->dctx, 0, (size_t)N * NH * HS * sizeof(float));
-    linear_backward(ws->dctx, g->proj_w, g->proj_b, dout, s->ctx, w->proj_w, N, NH * HS, C);
+    linear_backward(ws->dctx, g->proj_w, NULL, dout, s->ctx, w->proj_w, N, NH * HS, C);
 
-    dropout_key key = ctx->key;
-    key.layer = (uint32_t)layer_index;
-    key.site = DROPOUT_SITE_ATTENTION_PROBS;
     float p = ctx->training ? c->attention_dropout : 0.0f;
     memset(ws->dqkv, 0, (size_t)N * QKV * sizeof(float));
-    attention_backward(ws->dqkv, ws->dctx, s->qkv, s->probs, B, T, NH, NG, HS, c->causal, p, key,
+    attention_backward(ws->dqkv, ws->dctx, s->qkv, s->probs, B, T, NH, NG, HS, c->causal, p,
+                       probs_key(ctx, layer_index), c->tp_rank * NH, c->num_attention_heads,
                        ws->attn);
     if (c->rope)
         rope_backward(ws->dqkv, ctx->rope_cos, ctx->rope_sin, B, T, NH, NG, HS, c->rot_dim);
@@ -58,5 +63,5 @@ void self_attention_backward(const layer_ctx *ctx, int layer_index, const layer_
                          c->normalization);
         dproj = ws->dqkv_raw;
     }
-    linear_backward(dln1, g->qkv_w, g->qkv_b, dproj, ln1, w->qkv_w, N, C, QKV);
+    linear_backward(din, g->qkv_w, g->qkv_b, dproj, in, w->qkv_w, N, C, QKV);
 }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/tensor/memory.h"
+#include "core/tensor_parallel/mappings.h"
 
 /* ---- the recompute plan (a pure function of the config) ---- */
 
@@ -17,6 +18,12 @@ int transformer_block_chunk_begin(const transformer_config *c, int l) {
     return l - l % c->recompute_num_layers;
 }
 
+/* Which of the two gathered-input buffers the chunk starting at layer b uses. */
+static int chunk_parity(const transformer_config *c, int b) {
+    int size = c->recompute_method == RECOMPUTE_UNIFORM ? c->recompute_num_layers : 1;
+    return (b / size) % 2;
+}
+
 /* ---- allocation ---- */
 
 void transformer_block_init(transformer_block *blk, const transformer_config *cfg, int B, int T,
@@ -24,12 +31,18 @@ void transformer_block_init(transformer_block *blk, const transformer_config *cf
     memset(blk, 0, sizeof(*blk));
     blk->cfg = cfg;
     int L = blk->num_layers = cfg->num_layers;
-    size_t NC = (size_t)B * T * cfg->hidden_size;
+    size_t NC = (size_t)tc_tokens_local(cfg, B * T) * cfg->hidden_size;
+    blk->hidden_floats = NC;
     blk->w = calloc(L, sizeof(layer_weights));
     blk->g = with_backward ? calloc(L, sizeof(layer_weights)) : NULL;
     blk->saved = calloc(L, sizeof(layer_saved));
     blk->hidden = calloc(L + 1, sizeof(float *));
     blk->layer_saved_bytes = calloc(L, sizeof(size_t));
+    blk->kept_shard = calloc(L, sizeof(float *));
+    int distribute = cfg->distribute_saved_activations && cfg->recompute_granularity == RECOMPUTE_FULL;
+    if (distribute)
+        for (int k = 0; k < 2; k++)
+            blk->chunk_input[k] = mem_alloc_floats(MEM_WORKSPACE, NC, "gathered chunk input");
 
     /* Recompute slots: a uniform chunk needs one per layer of the chunk, block one. */
     if (cfg->recompute_granularity == RECOMPUTE_FULL) {
@@ -46,7 +59,11 @@ void transformer_block_init(transformer_block *blk, const transformer_config *cf
     for (int l = 0; l < L; l++) {
         size_t before = mem_current(MEM_ACTIVATIONS);
         int b = transformer_block_chunk_begin(cfg, l);
-        if (l == b)
+        if (l == b && distribute && transformer_block_checkpointed(cfg, l)) {
+            blk->kept_shard[l] = mem_alloc_floats(MEM_ACTIVATIONS, NC / tc_tp(cfg),
+                                                  "chunk input shard (distributed)");
+            blk->hidden[l] = blk->chunk_input[chunk_parity(cfg, l)];
+        } else if (l == b)
             blk->hidden[l] = mem_alloc_floats(MEM_ACTIVATIONS, NC, "layer input (residual stream)");
         else
             blk->hidden[l] = blk->hidden_slots[l - b - 1];
@@ -65,14 +82,20 @@ void transformer_block_free(transformer_block *blk) {
     const transformer_config *cfg = blk->cfg;
     for (int l = 0; l < blk->num_layers; l++) {
         if (!transformer_block_checkpointed(cfg, l)) layer_saved_free(&blk->saved[l]);
-        if (transformer_block_chunk_begin(cfg, l) == l) mem_free(blk->hidden[l]);
+        if (blk->kept_shard[l])
+            mem_free(blk->kept_shard[l]);
+        else if (transformer_block_chunk_begin(cfg, l) == l)
+            mem_free(blk->hidden[l]);
     }
     mem_free(blk->hidden[blk->num_layers]);
     for (int k = 0; k < blk->num_slots; k++) {
         layer_saved_free(&blk->slots[k]);
         if (k > 0) mem_free(blk->hidden_slots[k - 1]);
     }
+    mem_free(blk->chunk_input[0]);
+    mem_free(blk->chunk_input[1]);
     layer_workspace_free(&blk->ws);
+    free(blk->kept_shard);
     free(blk->w);
     free(blk->g);
     free(blk->saved);
@@ -90,10 +113,20 @@ static void layer_forward(transformer_block *blk, const layer_ctx *ctx, int l) {
                               blk->hidden[l + 1]);
 }
 
+/* The 1/t slice of a whole chunk input that this tensor-parallel rank keeps. */
+static size_t shard_floats(const transformer_block *blk) {
+    return blk->hidden_floats / tc_tp(blk->cfg);
+}
+
 void transformer_block_forward(transformer_block *blk, const layer_ctx *ctx) {
     /* Checkpointed layers run the same forward; their saved tensors land in the recompute
      * slots and are overwritten by the next chunk. */
-    for (int l = 0; l < blk->num_layers; l++) layer_forward(blk, ctx, l);
+    size_t n = shard_floats(blk);
+    for (int l = 0; l < blk->num_layers; l++) {
+        if (blk->kept_shard[l])
+            memcpy(blk->kept_shard[l], blk->hidden[l] + blk->cfg->tp_rank * n, n * sizeof(float));
+        layer_forward(blk, ctx, l);
+    }
 }
 
 void transformer_block_backward(transformer_block *blk, const layer_ctx *ctx, float *dres) {
@@ -104,6 +137,7 @@ void transformer_block_backward(transformer_block *blk, const layer_ctx *ctx, fl
         if (transformer_block_checkpointed(cfg, l)) {
             /* Re-run the chunk's forward from its kept input: this refills the slots (and
              * rewrites the chunk's output with the same bits). */
+            if (blk->kept_shard[b]) tp_all_gather(blk->hidden[b], blk->kept_shard[b], shard_floats(blk));
             for (int j = b; j <= l; j++) layer_forward(blk, ctx, j);
         }
         for (int j = l; j >= b; j--)

@@ -26,8 +26,14 @@ typedef struct {
     layer_saved *saved;   /* [num_layers] a layer's own buffers, or a copy of its recompute slot */
     layer_saved *slots;   /* [num_slots] recompute slots (full recompute), MEM_WORKSPACE */
     int num_slots;
-    float **hidden;       /* [num_layers + 1] of [N, C]; hidden[0] = block input */
+    float **hidden;       /* [num_layers + 1] of [Ns, C]; hidden[0] = block input */
     float **hidden_slots; /* [num_slots - 1] inputs of the non-first layers of a chunk */
+    /* --distribute-saved-activations: a chunk keeps 1/t of its input (kept_shard[l]); its
+     * whole input lives in one of two workspace buffers (chunks alternate) and is all-gathered
+     * back before the chunk is recomputed. */
+    float **kept_shard;   /* [num_layers] (NULL where not a distributed chunk start) */
+    float *chunk_input[2];
+    size_t hidden_floats; /* floats of one hidden[l] */
     size_t *layer_saved_bytes; /* [num_layers] saved-activation bytes each layer allocated, as
                                   measured by the tracked allocator */
     layer_workspace ws;
@@ -44,7 +50,7 @@ void transformer_block_free(transformer_block *blk);
 
 /* hidden[0] -> hidden[num_layers]. */
 void transformer_block_forward(transformer_block *blk, const layer_ctx *ctx);
-/* dres[N, C]: gradient w.r.t. hidden[num_layers] on entry, w.r.t. hidden[0] on return. */
+/* dres[Ns, C]: gradient w.r.t. hidden[num_layers] on entry, w.r.t. hidden[0] on return. */
 void transformer_block_backward(transformer_block *blk, const layer_ctx *ctx, float *dres);
 
 /* Saved-activation bytes of layer l (its kept input plus its own saved buffers), measured by

@@ -40,16 +40,43 @@ typedef struct {
     recompute_method recompute_method; /* with RECOMPUTE_FULL */
     int recompute_num_layers;          /* with RECOMPUTE_FULL: chunk size (uniform) or number of
                                           checkpointed layers (block) */
+    /* tensor parallelism: this rank's share of heads, query groups, ffn and vocabulary */
+    int tp_size;                       /* 0 or 1: no tensor parallelism */
+    int tp_rank;
+    int sequence_parallel;             /* norms, dropouts, residuals on N/t token shards */
+    int distribute_saved_activations;  /* full recompute: keep 1/t of each chunk input */
 } transformer_config;
 
-/* Width of the fused QKV projection: NG * (NH/NG + 2) * HS. */
+static inline int tc_tp(const transformer_config *c) { return c->tp_size > 1 ? c->tp_size : 1; }
+static inline int tc_sp(const transformer_config *c) { return c->sequence_parallel && tc_tp(c) > 1; }
+/* This rank's attention heads, query groups, ffn size, vocabulary rows. */
+static inline int tc_heads_local(const transformer_config *c) {
+    return c->num_attention_heads / tc_tp(c);
+}
+static inline int tc_groups_local(const transformer_config *c) {
+    return c->num_query_groups / tc_tp(c);
+}
+static inline int tc_ffn_local(const transformer_config *c) { return c->ffn_hidden_size / tc_tp(c); }
+static inline int tc_vocab_local(const transformer_config *c) {
+    return c->padded_vocab_size / tc_tp(c);
+}
+/* Token rows a rank holds outside the tensor-parallel regions: N/t with sequence parallelism. */
+static inline int tc_tokens_local(const transformer_config *c, int N) {
+    return tc_sp(c) ? N / tc_tp(c) : N;
+}
+
+
+/* Width of the fused QKV projection: NG * (NH/NG + 2) * HS (whole model). */
 static inline int tc_qkv_width(const transformer_config *c) {
     return c->num_query_groups * (c->num_attention_heads / c->num_query_groups + 2) *
            c->kv_channels;
 }
-/* Output width of FC1: 2F with SwiGLU, else F. */
+/* ... and this rank's share: its query groups' rows. */
+static inline int tc_qkv_width_local(const transformer_config *c) { return tc_qkv_width(c) / tc_tp(c); }
+/* Output width of FC1: 2F with SwiGLU, else F (whole model), and this rank's share. */
 static inline int tc_fc1_width(const transformer_config *c) {
     return c->swiglu ? 2 * c->ffn_hidden_size : c->ffn_hidden_size;
 }
+static inline int tc_fc1_width_local(const transformer_config *c) { return tc_fc1_width(c) / tc_tp(c); }
 
 #endif

@@ -3,8 +3,10 @@
 #include <string.h>
 
 #include "core/kernels/attention.h"
+#include "core/kernels/linear.h"
 #include "core/kernels/norm.h"
 #include "core/tensor/memory.h"
+#include "core/tensor_parallel/mappings.h"
 #include "core/transformer/attention.h"
 #include "core/transformer/mlp.h"
 
@@ -18,12 +20,13 @@ static float *saved(layer_saved *s, mem_category cat, size_t count, const char *
 void layer_saved_alloc(layer_saved *s, const transformer_config *c, int B, int T,
                        mem_category cat) {
     memset(s, 0, sizeof(*s));
-    size_t N = (size_t)B * T, C = c->hidden_size, QKV = tc_qkv_width(c);
-    size_t NH = c->num_attention_heads, NG = c->num_query_groups, HS = c->kv_channels;
+    size_t N = (size_t)B * T, Ns = tc_tokens_local(c, (int)N), C = c->hidden_size;
+    size_t QKV = tc_qkv_width_local(c), NH = tc_heads_local(c), NG = tc_groups_local(c);
+    size_t HS = c->kv_channels;
     int layernorm = c->normalization == NORM_LAYERNORM;
-    s->ln1 = saved(s, cat, N * C, "ln1");
-    if (layernorm) s->ln1_mean = saved(s, cat, N, "ln1_mean");
-    s->ln1_rstd = saved(s, cat, N, "ln1_rstd");
+    s->ln1 = saved(s, cat, Ns * C, "ln1");
+    if (layernorm) s->ln1_mean = saved(s, cat, Ns, "ln1_mean");
+    s->ln1_rstd = saved(s, cat, Ns, "ln1_rstd");
     if (c->qk_layernorm) {
         s->qkv_raw = saved(s, cat, N * QKV, "qkv_raw");
         if (layernorm) s->qk_mean = saved(s, cat, N * (NH + NG), "qk_mean");
@@ -33,12 +36,12 @@ void layer_saved_alloc(layer_saved *s, const transformer_config *c, int B, int T
     if (c->recompute_granularity != RECOMPUTE_SELECTIVE)
         s->probs = saved(s, cat, (size_t)B * NH * T * T, "attention probs");
     s->ctx = saved(s, cat, N * NH * HS, "attention context");
-    s->res1 = saved(s, cat, N * C, "residual after attention");
-    s->ln2 = saved(s, cat, N * C, "ln2");
-    if (layernorm) s->ln2_mean = saved(s, cat, N, "ln2_mean");
-    s->ln2_rstd = saved(s, cat, N, "ln2_rstd");
-    s->fc1 = saved(s, cat, N * tc_fc1_width(c), "fc1 output");
-    s->act = saved(s, cat, N * c->ffn_hidden_size, "activation output");
+    s->res1 = saved(s, cat, Ns * C, "residual after attention");
+    s->ln2 = saved(s, cat, Ns * C, "ln2");
+    if (layernorm) s->ln2_mean = saved(s, cat, Ns, "ln2_mean");
+    s->ln2_rstd = saved(s, cat, Ns, "ln2_rstd");
+    s->fc1 = saved(s, cat, N * tc_fc1_width_local(c), "fc1 output");
+    s->act = saved(s, cat, N * tc_ffn_local(c), "activation output");
 }
 
 void layer_saved_free(layer_saved *s) {
@@ -52,22 +55,29 @@ void layer_saved_free(layer_saved *s) {
 void layer_workspace_alloc(layer_workspace *ws, const transformer_config *c, int B, int T,
                            int with_backward) {
     memset(ws, 0, sizeof(*ws));
-    size_t N = (size_t)B * T, C = c->hidden_size, QKV = tc_qkv_width(c);
-    size_t CTX = (size_t)c->num_attention_heads * c->kv_channels;
-    ws->branch = mem_alloc_floats(MEM_WORKSPACE, N * C, "branch output");
+    size_t N = (size_t)B * T, Ns = tc_tokens_local(c, (int)N), C = c->hidden_size;
+    size_t QKV = tc_qkv_width_local(c), CTX = (size_t)tc_heads_local(c) * c->kv_channels;
+    int sp = tc_sp(c);
+    ws->branch = mem_alloc_floats(MEM_WORKSPACE, Ns * C, "branch output");
+    ws->branch_full =
+        sp ? mem_alloc_floats(MEM_WORKSPACE, N * C, "branch partial output") : ws->branch;
+    if (sp) ws->gathered = mem_alloc_floats(MEM_WORKSPACE, N * C, "gathered norm output");
     ws->attn = mem_alloc_floats(MEM_WORKSPACE, attention_workspace_floats(T), "attention");
     if (!with_backward) return;
-    ws->dln = mem_alloc_floats(MEM_WORKSPACE, N * C, "dln");
+    ws->dln = mem_alloc_floats(MEM_WORKSPACE, Ns * C, "dln");
+    ws->dln_full = sp ? mem_alloc_floats(MEM_WORKSPACE, N * C, "dln partial") : ws->dln;
     ws->dctx = mem_alloc_floats(MEM_WORKSPACE, N * CTX, "dctx");
     ws->dqkv = mem_alloc_floats(MEM_WORKSPACE, N * QKV, "dqkv");
     if (c->qk_layernorm) ws->dqkv_raw = mem_alloc_floats(MEM_WORKSPACE, N * QKV, "dqkv_raw");
-    ws->dfc1 = mem_alloc_floats(MEM_WORKSPACE, N * tc_fc1_width(c), "dfc1");
-    ws->dact = mem_alloc_floats(MEM_WORKSPACE, N * c->ffn_hidden_size, "dact");
+    ws->dfc1 = mem_alloc_floats(MEM_WORKSPACE, N * tc_fc1_width_local(c), "dfc1");
+    ws->dact = mem_alloc_floats(MEM_WORKSPACE, N * tc_ffn_local(c), "dact");
 }
 
 void layer_workspace_free(layer_workspace *ws) {
-    float *bufs[] = {ws->branch, ws->dln, ws->dctx, ws->dqkv, ws->dqkv_raw,
-                     ws->dfc1,   ws->dact, ws->attn};
+    if (ws->branch_full != ws->branch) mem_free(ws->branch_full);
+    if (ws->dln_full != ws->dln) mem_free(ws->dln_full);
+    float *bufs[] = {ws->branch, ws->dln,  ws->gathered, ws->dctx, ws->dqkv,
+                     ws->dqkv_raw, ws->dfc1, ws->dact,   ws->attn};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) mem_free(bufs[i]);
     memset(ws, 0, sizeof(*ws));
 }
@@ -100,49 +110,104 @@ static dropout_key site_key(const layer_ctx *ctx, int layer_index, uint32_t site
     return k;
 }
 
+/* Global index of this rank's first element of an [N, C] activation: its shard's first row
+ * under sequence parallelism, 0 otherwise (dropout masks are keyed by global element). */
+static uint64_t shard_offset(const transformer_config *c, int N) {
+    return tc_sp(c) ? (uint64_t)c->tp_rank * tc_tokens_local(c, N) * c->hidden_size : 0;
+}
+
+/* The input of a column-parallel GEMM: the norm output, all-gathered along tokens under
+ * sequence parallelism (gather_from_sp), as is otherwise (copy_to_tp: identity forward). */
+static const float *column_input(const transformer_config *c, layer_workspace *ws,
+                                 const float *ln, int N) {
+    if (!tc_sp(c)) return ln;
+    tp_all_gather(ws->gathered, ln, (size_t)tc_tokens_local(c, N) * c->hidden_size);
+    return ws->gathered;
+}
+
+/* Reduces a row-parallel GEMM's partial output across TP (reduce_from_tp: all-reduce, or
+ * reduce_scatter_to_sp) into ws->branch and adds the bias there. */
+static void row_output(const transformer_config *c, layer_workspace *ws, const float *bias,
+                       int N) {
+    int Ns = tc_tokens_local(c, N);
+    if (tc_sp(c))
+        tp_reduce_scatter(ws->branch, ws->branch_full, (size_t)Ns * c->hidden_size);
+    else
+        tp_all_reduce_sum(ws->branch, (size_t)N * c->hidden_size);
+    if (bias) bias_add_forward(ws->branch, bias, Ns, c->hidden_size);
+}
+
+/* Backward of row_output: bias gradient from the [Ns, C] gradient in ws->branch, then that
+ * gradient made whole for the GEMM (all-gather under sequence parallelism, identity else). */
+static void row_output_backward(const transformer_config *c, layer_workspace *ws, float *dbias,
+                                int N) {
+    int Ns = tc_tokens_local(c, N);
+    if (dbias) linear_backward(NULL, NULL, dbias, ws->branch, NULL, NULL, Ns, 0, c->hidden_size);
+    if (tc_sp(c)) tp_all_gather(ws->branch_full, ws->branch, (size_t)Ns * c->hidden_size);
+}
+
+/* Backward of column_input: this rank's partial gradient w.r.t. the gathered input (in
+ * ws->dln_full) summed across TP into ws->dln [Ns, C] (reduce-scatter, or all-reduce). */
+static void column_input_backward(const transformer_config *c, layer_workspace *ws, int N) {
+    if (tc_sp(c))
+        tp_reduce_scatter(ws->dln, ws->dln_full, (size_t)tc_tokens_local(c, N) * c->hidden_size);
+    else
+        tp_all_reduce_sum(ws->dln, (size_t)N * c->hidden_size);
+}
+
 void transformer_layer_forward(const layer_ctx *ctx, int layer_index, const layer_weights *w,
                                layer_saved *s, layer_workspace *ws, const float *inp,
                                float *out) {
     const transformer_config *c = ctx->cfg;
-    int N = ctx->B * ctx->T;
-    size_t NC = (size_t)N * c->hidden_size;
+    int N = ctx->B * ctx->T, Ns = tc_tokens_local(c, N);
+    size_t NC = (size_t)Ns * c->hidden_size;
+    uint64_t off = shard_offset(c, N);
     float p = ctx->training ? c->hidden_dropout : 0.0f;
 
-    norm_forward(c, s->ln1, s->ln1_mean, s->ln1_rstd, inp, w->ln1_w, w->ln1_b, N);
-    self_attention_forward(ctx, layer_index, w, s, ws, s->ln1, ws->branch);
+    norm_forward(c, s->ln1, s->ln1_mean, s->ln1_rstd, inp, w->ln1_w, w->ln1_b, Ns);
+    self_attention_forward(ctx, layer_index, w, s, ws, column_input(c, ws, s->ln1, N),
+                           ws->branch_full);
+    row_output(c, ws, w->proj_b, N);
     residual_dropout_forward(s->res1, inp, ws->branch, NC, p,
-                             site_key(ctx, layer_index, DROPOUT_SITE_ATTENTION_OUT), 0);
+                             site_key(ctx, layer_index, DROPOUT_SITE_ATTENTION_OUT), off);
 
-    norm_forward(c, s->ln2, s->ln2_mean, s->ln2_rstd, s->res1, w->ln2_w, w->ln2_b, N);
-    mlp_forward(ctx, w, s, s->ln2, ws->branch);
+    norm_forward(c, s->ln2, s->ln2_mean, s->ln2_rstd, s->res1, w->ln2_w, w->ln2_b, Ns);
+    mlp_forward(ctx, w, s, column_input(c, ws, s->ln2, N), ws->branch_full);
+    row_output(c, ws, w->fc2_b, N);
     residual_dropout_forward(out, s->res1, ws->branch, NC, p,
-                             site_key(ctx, layer_index, DROPOUT_SITE_MLP_OUT), 0);
+                             site_key(ctx, layer_index, DROPOUT_SITE_MLP_OUT), off);
 }
 
 void transformer_layer_backward(const layer_ctx *ctx, int layer_index, const layer_weights *w,
                                 const layer_weights *g, const layer_saved *s,
                                 layer_workspace *ws, const float *inp, float *dres) {
     const transformer_config *c = ctx->cfg;
-    int N = ctx->B * ctx->T;
-    size_t NC = (size_t)N * c->hidden_size;
+    int N = ctx->B * ctx->T, Ns = tc_tokens_local(c, N);
+    size_t NC = (size_t)Ns * c->hidden_size, NCfull = (size_t)N * c->hidden_size;
+    uint64_t off = shard_offset(c, N);
     float p = ctx->training ? c->hidden_dropout : 0.0f;
 
     /* MLP branch: out = res1 + dropout(mlp(norm2(res1))). dres already holds the identity
      * path's gradient w.r.t. res1, so only the branch's contribution is added to it. */
     memset(ws->branch, 0, NC * sizeof(float));
     residual_dropout_backward(NULL, ws->branch, dres, NC, p,
-                              site_key(ctx, layer_index, DROPOUT_SITE_MLP_OUT), 0);
-    memset(ws->dln, 0, NC * sizeof(float));
-    mlp_backward(ctx, w, g, s, ws, s->ln2, ws->branch, ws->dln);
+                              site_key(ctx, layer_index, DROPOUT_SITE_MLP_OUT), off);
+    row_output_backward(c, ws, g->fc2_b, N);
+    memset(ws->dln_full, 0, NCfull * sizeof(float));
+    mlp_backward(ctx, w, g, s, ws, column_input(c, ws, s->ln2, N), ws->branch_full, ws->dln_full);
+    column_input_backward(c, ws, N);
     norm_backward(c, dres, g->ln2_w, g->ln2_b, ws->dln, s->res1, w->ln2_w, s->ln2_mean,
-                  s->ln2_rstd, N);
+                  s->ln2_rstd, Ns);
 
     /* Attention branch: res1 = inp + dropout(attention(norm1(inp))). */
     memset(ws->branch, 0, NC * sizeof(float));
     residual_dropout_backward(NULL, ws->branch, dres, NC, p,
-                              site_key(ctx, layer_index, DROPOUT_SITE_ATTENTION_OUT), 0);
-    memset(ws->dln, 0, NC * sizeof(float));
-    self_attention_backward(ctx, layer_index, w, g, s, ws, s->ln1, ws->branch, ws->dln);
+                              site_key(ctx, layer_index, DROPOUT_SITE_ATTENTION_OUT), off);
+    row_output_backward(c, ws, g->proj_b, N);
+    memset(ws->dln_full, 0, NCfull * sizeof(float));
+    self_attention_backward(ctx, layer_index, w, g, s, ws, column_input(c, ws, s->ln1, N),
+                            ws->branch_full, ws->dln_full);
+    column_input_backward(c, ws, N);
     norm_backward(c, dres, g->ln1_w, g->ln1_b, ws->dln, inp, w->ln1_w, s->ln1_mean, s->ln1_rstd,
-                  N);
+                  Ns);
 }

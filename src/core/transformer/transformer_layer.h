@@ -27,30 +27,37 @@ typedef struct {
     float *fc2_w, *fc2_b;                   /* mlp.linear_fc2 [C, F], [C] */
 } layer_weights;
 
-/* What one layer keeps for backward (shapes for N = B*T tokens). See docs/MEMORY.md. */
+/* What one layer keeps for backward. See docs/MEMORY.md. Shapes for N = B*T tokens; Ns = N/t
+ * under sequence parallelism (else N); QKV, NH, NG, F, FC1 are this rank's tensor-parallel
+ * shares (the whole model's with one rank). */
 typedef struct {
-    float *ln1;              /* [N, C]    norm1 output = linear_qkv input */
-    float *ln1_mean;         /* [N]       (LayerNorm only) */
-    float *ln1_rstd;         /* [N] */
+    float *ln1;              /* [Ns, C]   norm1 output = linear_qkv input (gathered to [N, C]
+                                           before the GEMM under sequence parallelism) */
+    float *ln1_mean;         /* [Ns]      (LayerNorm only) */
+    float *ln1_rstd;         /* [Ns] */
     float *qkv_raw;          /* [N, QKV]  linear_qkv output before q/k norm (--qk-layernorm only) */
     float *qk_mean, *qk_rstd;/* [N, NH+NG] (--qk-layernorm only; mean LayerNorm only) */
     float *qkv;              /* [N, QKV]  Q, K (after q/k norm and RoPE) and V */
     float *probs;            /* [B, NH, T, T] softmax output (before attention dropout);
                                 NULL with selective recompute (backward recomputes it) */
     float *ctx;              /* [N, NH*HS] attention output = linear_proj input */
-    float *res1;             /* [N, C]    residual after attention = norm2 input */
-    float *ln2;              /* [N, C]    norm2 output = linear_fc1 input */
-    float *ln2_mean;         /* [N]       (LayerNorm only) */
-    float *ln2_rstd;         /* [N] */
+    float *res1;             /* [Ns, C]   residual after attention = norm2 input */
+    float *ln2;              /* [Ns, C]   norm2 output = linear_fc1 input */
+    float *ln2_mean;         /* [Ns]      (LayerNorm only) */
+    float *ln2_rstd;         /* [Ns] */
     float *fc1;              /* [N, FC1]  linear_fc1 output (activation input) */
     float *act;              /* [N, F]    activation output = linear_fc2 input */
     size_t bytes;            /* total bytes of the buffers above */
 } layer_saved;
 
-/* Transient buffers shared by all layers (workspace, not saved). */
+/* Transient buffers shared by all layers (workspace, not saved). Under sequence parallelism
+ * the [Ns, C] and [N, C] buffers are distinct; otherwise the *_full pointers alias them. */
 typedef struct {
-    float *branch;   /* [N, C]   output of linear_proj / linear_fc2 before dropout; its grad */
-    float *dln;      /* [N, C]   grad w.r.t. a norm output */
+    float *branch;      /* [Ns, C]  reduced output of linear_proj / linear_fc2 (+ bias); its grad */
+    float *branch_full; /* [N, C]   this rank's partial output before the reduction; its grad */
+    float *dln;         /* [Ns, C]  grad w.r.t. a norm output */
+    float *dln_full;    /* [N, C]   this rank's partial grad w.r.t. the gathered norm output */
+    float *gathered;    /* [N, C]   all-gathered norm output (sequence parallelism) */
     float *dctx;     /* [N, NH*HS] */
     float *dqkv;     /* [N, QKV] */
     float *dqkv_raw; /* [N, QKV] (--qk-layernorm only) */
@@ -78,11 +85,11 @@ void layer_workspace_alloc(layer_workspace *ws, const transformer_config *cfg, i
                            int with_backward);
 void layer_workspace_free(layer_workspace *ws);
 
-/* out[N, C] from inp[N, C]; layer_index keys dropout. out must not alias inp. */
+/* out[Ns, C] from inp[Ns, C]; layer_index keys dropout. out must not alias inp. */
 void transformer_layer_forward(const layer_ctx *ctx, int layer_index, const layer_weights *w,
                                layer_saved *s, layer_workspace *ws, const float *inp,
                                float *out);
-/* dres[N, C]: on entry the gradient w.r.t. the layer's output, on return w.r.t. its input
+/* dres[Ns, C]: on entry the gradient w.r.t. the layer's output, on return w.r.t. its input
  * (updated in place). Weight gradients accumulate into g. */
 void transformer_layer_backward(const layer_ctx *ctx, int layer_index, const layer_weights *w,
                                 const layer_weights *g, const layer_saved *s,

@@ -1,0 +1,69 @@
+#include "core/parallel_state.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static parallel_state g = {.world_size = 1, .tp_size = 1, .pp_size = 1, .dp_size = 1,
+                           .tp = MPI_COMM_NULL, .pp = MPI_COMM_NULL, .dp = MPI_COMM_NULL};
+
+/* mpirun (Open MPI's ORTE/PMIx launcher) sets these; a plain start does not. */
+static int launched_by_mpirun(void) {
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
+}
+
+void parallel_init(int *argc, char ***argv) {
+    if (!launched_by_mpirun()) return;
+    int provided;
+    MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    g.mpi = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &g.world_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &g.world_size);
+    /* Any MPI error aborts the whole job (the default, made explicit). */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+}
+
+int parallel_world_rank(void) { return g.world_rank; }
+int parallel_world_size(void) { return g.world_size; }
+const parallel_state *parallel_get(void) { return &g; }
+
+int parallel_setup_groups(int tp_size, int pp_size, char *err, size_t errlen) {
+    if (tp_size < 1 || pp_size < 1 || g.world_size % (tp_size * pp_size) != 0) {
+        snprintf(err, errlen,
+                 "world size %d is not divisible by --tensor-model-parallel-size %d x "
+                 "--pipeline-model-parallel-size %d",
+                 g.world_size, tp_size, pp_size);
+        return -1;
+    }
+    g.tp_size = tp_size;
+    g.pp_size = pp_size;
+    g.dp_size = g.world_size / (tp_size * pp_size);
+    g.tp_rank = g.world_rank % tp_size;
+    g.dp_rank = (g.world_rank / tp_size) % g.dp_size;
+    g.pp_rank = g.world_rank / (tp_size * g.dp_size);
+    if (!g.mpi) return 0;
+    /* colour = the other two coordinates, key = own coordinate */
+    MPI_Comm_split(MPI_COMM_WORLD, g.pp_rank * g.dp_size + g.dp_rank, g.tp_rank, &g.tp);
+    MPI_Comm_split(MPI_COMM_WORLD, g.dp_rank * tp_size + g.tp_rank, g.pp_rank, &g.pp);
+    MPI_Comm_split(MPI_COMM_WORLD, g.pp_rank * tp_size + g.tp_rank, g.dp_rank, &g.dp);
+    return 0;
+}
+
+void parallel_abort(int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "[rank %d] error: ", g.world_rank);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    fflush(stderr);
+    fflush(stdout);
+    if (g.mpi && g.world_size > 1) MPI_Abort(MPI_COMM_WORLD, code);
+    exit(code);
+}
+
+void parallel_finalize(void) {
+    if (!g.mpi) return;
+    MPI_Finalize();
+    g.mpi = 0;
+}

@@ -1,0 +1,36 @@
+/* Process groups (Megatron's parallel_state): world = TP x PP x DP, ranks ordered with
+ * tensor-parallel ranks adjacent (tp fastest, then dp, then pp):
+ *   world_rank = tp_rank + tp_size * (dp_rank + dp_size * pp_rank).
+ * MPI is initialised only when the process was started by mpirun (Open MPI's environment says
+ * so); otherwise this is a world of one with no MPI at all, and every communicator is trivial.
+ * Errors that only some ranks see go through parallel_abort, which takes every rank down with
+ * the message: a failing rank never leaves the others hanging. */
+#ifndef MEGADLM_CORE_PARALLEL_STATE_H
+#define MEGADLM_CORE_PARALLEL_STATE_H
+
+#include <mpi.h>
+#include <stddef.h>
+
+typedef struct {
+    int mpi;          /* MPI initialised (launched under mpirun) */
+    int world_rank, world_size;
+    int tp_rank, tp_size;
+    int pp_rank, pp_size;
+    int dp_rank, dp_size;
+    MPI_Comm tp, pp, dp; /* MPI_COMM_NULL when !mpi */
+} parallel_state;
+
+/* Initialises MPI if launched by mpirun. Call first thing in main. */
+void parallel_init(int *argc, char ***argv);
+/* World rank and size before the groups exist (0 and 1 without MPI). */
+int parallel_world_rank(void);
+int parallel_world_size(void);
+/* Creates the TP/PP/DP communicators. 0, or -1 with a message (world not divisible). */
+int parallel_setup_groups(int tp_size, int pp_size, char *err, size_t errlen);
+const parallel_state *parallel_get(void);
+/* Prints "[rank N] error: msg" and ends every rank with exit status `code`. */
+void parallel_abort(int code, const char *fmt, ...) __attribute__((noreturn, format(printf, 2, 3)));
+/* Finalises MPI (if initialised). */
+void parallel_finalize(void);
+
+#endif

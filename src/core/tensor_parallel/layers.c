@@ -1,0 +1,147 @@
+#include "core/tensor_parallel/layers.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "core/tensor_parallel/mappings.h"
+
+/* Rows of the whole tensor (1-D tensors are columns of one). */
+static int64_t whole_rows(const param_tensor *t) { return t->full_shape[0]; }
+static size_t row_len_local(const param_tensor *t) {
+    return t->ndim == 1 ? 1 : (size_t)t->shape[1];
+}
+static size_t row_len_whole(const param_tensor *t) {
+    return t->ndim == 1 ? 1 : (size_t)t->full_shape[1];
+}
+
+size_t tp_shard_row_start(const param_tensor *t, int rank, int tp, int64_t i) {
+    int64_t local_rows = t->shape[0];
+    switch (t->tp_split) {
+    case TP_SPLIT_ROWS: return (size_t)(rank * local_rows + i) * row_len_whole(t);
+    case TP_SPLIT_COLS: return (size_t)i * row_len_whole(t) + (size_t)rank * row_len_local(t);
+    case TP_SPLIT_ROWS_SWIGLU: {
+        int64_t half = local_rows / 2, F = whole_rows(t) / 2;
+        int64_t row = i < half ? rank * half + i : F + rank * half + (i - half);
+        return (size_t)row * row_len_whole(t);
+    }
+    default: (void)tp; return (size_t)i * row_len_whole(t);
+    }
+}
+
+void tp_shard_copy(float *local, float *whole, const param_tensor *t, int rank, int tp,
+                   int to_local) {
+    size_t len = row_len_local(t);
+    for (int64_t i = 0; i < t->shape[0]; i++) {
+        float *l = local + (size_t)i * len, *w = whole + tp_shard_row_start(t, rank, tp, i);
+        if (to_local)
+            memcpy(l, w, len * sizeof(float));
+        else
+            memcpy(w, l, len * sizeof(float));
+    }
+}
+
+void vocab_parallel_embedding_forward(float *out, const int *tokens, const float *wte_local,
+                                      int vocab_start, int Vl, int N, int C) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        int v = tokens[n] - vocab_start;
+        float *o = out + (size_t)n * C;
+        if (v >= 0 && v < Vl)
+            memcpy(o, wte_local + (size_t)v * C, C * sizeof(float));
+        else
+            memset(o, 0, C * sizeof(float));
+    }
+}
+
+#define COL_BLOCK 64
+/* Parallel over column blocks so that repeated tokens never race and the order is fixed. */
+void vocab_parallel_embedding_backward(float *dwte_local, const float *dout, const int *tokens,
+                                       int vocab_start, int Vl, int N, int C) {
+    int nblocks = (C + COL_BLOCK - 1) / COL_BLOCK;
+#pragma omp parallel for schedule(static)
+    for (int blk = 0; blk < nblocks; blk++) {
+        int c0 = blk * COL_BLOCK, w = C - c0 < COL_BLOCK ? C - c0 : COL_BLOCK;
+        for (int n = 0; n < N; n++) {
+            int v = tokens[n] - vocab_start;
+            if (v < 0 || v >= Vl) continue;
+            const float *d = dout + (size_t)n * C + c0;
+            float *e = dwte_local + (size_t)v * C + c0;
+            for (int i = 0; i < w; i++) e[i] += d[i];
+        }
+    }
+}
+
+void position_embedding_add(float *out, const float *wpe, int64_t first_token, int Ns, int T,
+                            int C) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < Ns; n++) {
+        const float *p = wpe + (size_t)((first_token + n) % T) * C;
+        float *o = out + (size_t)n * C;
+        for (int i = 0; i < C; i++) o[i] += p[i];
+    }
+}
+
+void position_embedding_add_backward(float *dwpe, const float *dout, int64_t first_token, int Ns,
+                                     int T, int C) {
+    int nblocks = (C + COL_BLOCK - 1) / COL_BLOCK;
+#pragma omp parallel for schedule(static)
+    for (int blk = 0; blk < nblocks; blk++) {
+        int c0 = blk * COL_BLOCK, w = C - c0 < COL_BLOCK ? C - c0 : COL_BLOCK;
+        for (int n = 0; n < Ns; n++) {
+            const float *d = dout + (size_t)n * C + c0;
+            float *p = dwpe + (size_t)((first_token + n) % T) * C + c0;
+            for (int i = 0; i < w; i++) p[i] += d[i];
+        }
+    }
+}
+
+void vocab_parallel_cross_entropy_forward(float *losses, float *lse, const float *logits_local,
+                                          const int *targets, int vocab_start, int Vl, int N) {
+    /* lse doubles as the row max, losses as the target logit, until the reductions are done */
+    float *rowmax = lse, *target_logit = losses;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *x = logits_local + (size_t)n * Vl;
+        float m = -INFINITY;
+        for (int v = 0; v < Vl; v++) m = x[v] > m ? x[v] : m;
+        rowmax[n] = m;
+        int t = targets[n] - vocab_start;
+        target_logit[n] = (t >= 0 && t < Vl) ? x[t] : 0.0f;
+    }
+    tp_all_reduce_max(rowmax, N);
+    tp_all_reduce_sum(target_logit, N);
+    float sumexp[N > 0 ? N : 1];
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *x = logits_local + (size_t)n * Vl;
+        double s = 0.0;
+        for (int v = 0; v < Vl; v++) s += expf(x[v] - rowmax[n]);
+        sumexp[n] = (float)s;
+    }
+    tp_all_reduce_sum(sumexp, N);
+    for (int n = 0; n < N; n++) {
+        float l = rowmax[n] + logf(sumexp[n]);
+        losses[n] = l - target_logit[n];
+        lse[n] = l;
+    }
+}
+
+void vocab_parallel_cross_entropy_backward(float *dlogits_local, const float *logits_local,
+                                           const float *lse, const int *targets, int vocab_start,
+                                           const float *dlosses, int Vl, int N) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *x = logits_local + (size_t)n * Vl;
+        float *d = dlogits_local + (size_t)n * Vl;
+        for (int v = 0; v < Vl; v++) d[v] = expf(x[v] - lse[n]) * dlosses[n];
+        int t = targets[n] - vocab_start;
+        if (t >= 0 && t < Vl) d[t] -= dlosses[n];
+    }
+}
+
+void tp_allreduce_partial_grads(param_set *ps) {
+    for (int i = 0; i < ps->count; i++) {
+        const param_tensor *t = &ps->tensors[i];
+        if (t->tp_allreduce_grad) tp_all_reduce_sum(ps->grad + t->offset, t->numel);
+    }
+}

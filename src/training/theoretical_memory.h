@@ -1,0 +1,91 @@
+/* What a configuration costs before it runs (`megadlm memory`), and what `train --log-memory`
+ * predicts beside the tracked allocator's measurement. Pure arithmetic on validated arguments:
+ * no model memory is allocated, so any size (the paper's 1T model included) is instant.
+ *
+ * Three accounts, each from its source:
+ *  - Megatron-LM's report_theoretical_memory (megatron/training/theoretical_memory_usage.py):
+ *    weight and optimizer bytes of the most loaded rank from Megatron's parameter formula
+ *    (GQA, SwiGLU, untied embeddings), 18 bytes per parameter (6 + 12/DP with the distributed
+ *    optimizer); activations of the first pipeline stage at the paper's convention.
+ *  - Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models":
+ *    Table 2's six per-layer rows (16-bit values, 1-byte masks), the first stage's in-flight
+ *    micro-batches (1F1B: p; interleaved: p(1 + (p-1)/(pv))), the output layer when p = 1, and
+ *    appendix A's model and hardware FLOPs.
+ *  - megadlm's own tensors (fp32, docs/MEMORY.md, core/transformer/activation_memory.c), per
+ *    layer and, for a layout `train` can run, exactly what it allocates.
+ * docs/MEMORY.md ("`megadlm memory`") writes every formula out. */
+#ifndef MEGADLM_TRAINING_THEORETICAL_MEMORY_H
+#define MEGADLM_TRAINING_THEORETICAL_MEMORY_H
+
+#include <stddef.h>
+
+#include "training/arguments.h"
+
+#define TM_BYTES_PER_MB (1024.0 * 1024.0) /* Megatron's NUM_BYTES_IN_MEGABYTE */
+
+/* The six rows of the paper's Table 2 (per layer). */
+enum {
+    TM_NO_PARALLELISM = 0,     /* sbh(34 + 5as/h) */
+    TM_TENSOR_PARALLEL,        /* sbh(10 + 24/t + 5as/(ht)) */
+    TM_TENSOR_SEQUENCE,        /* (sbh/t)(34 + 5as/h) */
+    TM_TENSOR_SELECTIVE,       /* sbh(10 + 24/t) */
+    TM_TENSOR_SEQUENCE_SELECTIVE, /* 34sbh/t */
+    TM_FULL_RECOMPUTE,         /* 2sbh */
+    TM_NUM_ROWS
+};
+extern const char *const TM_ROW_KEYS[TM_NUM_ROWS];     /* JSON keys: "no_parallelism", ... */
+extern const char *const TM_ROW_NAMES[TM_NUM_ROWS];    /* "tensor parallel + selective", ... */
+extern const char *const TM_ROW_FORMULAS[TM_NUM_ROWS]; /* "sbh(10 + 24/t)", ... */
+
+typedef struct {
+    /* ---- Megatron's report_theoretical_memory (bytes; the report prints MB = 2^20) ---- */
+    double weight_and_optimizer_bytes;
+    double activation_bytes;
+    double total_bytes;
+    double parameters;                   /* the whole model, Megatron's formula */
+    double parameters_most_loaded_shard; /* first stage: (block/p + embedding [+ output]) / t */
+    double bytes_per_parameter;          /* 18, or 6 + 12/DP with the distributed optimizer */
+
+    /* ---- per layer ---- */
+    double per_layer[TM_NUM_ROWS];         /* the paper's Table 2 at this model's shapes */
+    double per_layer_megadlm[TM_NUM_ROWS]; /* megadlm's fp32 tensors, partitioned the same way */
+    double per_layer_activation_bytes;     /* the chosen layout and recompute mode, paper's
+                                            * convention: mean over the first stage's layers */
+    double per_layer_saved_bytes_megadlm;  /* the same at megadlm's fp32 (activation_memory.c) */
+
+    /* ---- the first pipeline stage ---- */
+    int stage_layers;              /* layers of the first stage, all its model chunks */
+    int num_microbatches;          /* per iteration: global / (micro x DP) */
+    double in_flight_microbatches; /* micro-batches whose activations the first stage holds */
+    double stage_layer_bytes;      /* one micro-batch through the stage's layers (paper) */
+    double embedding_bytes;        /* one micro-batch: token ids and the embedding dropout mask */
+    double output_layer_bytes;     /* p = 1: final norm and output-layer inputs, fp32 logits */
+
+    /* ---- FLOPs per iteration (global batch), the paper's appendix A at the real shapes ---- */
+    double model_flops_per_iteration;
+    double hardware_flops_per_iteration;
+} theoretical_memory;
+
+/* Fills *out from validated arguments (args_validate). */
+void theoretical_memory_compute(const megadlm_args *a, theoretical_memory *out);
+
+/* megadlm's own bytes on a rank `train` builds (fp32 parameters, gradients, two Adam moments;
+ * the saved activations of one micro-batch: every layer's activation_memory_layer_bytes plus
+ * the model head's). For a layout `train` runs (args_check_trainable) these equal what the
+ * tracked allocator measures; `train --log-memory` prints both. */
+typedef struct {
+    size_t parameters;
+    size_t gradients;
+    size_t optimizer;
+    size_t saved_activations;
+} theoretical_megadlm_bytes;
+
+/* Parameters megadlm's GPTModel holds (every tensor gpt_model.c registers: biases, norms,
+ * q/k norms, learned positions, untied output layer). */
+size_t theoretical_megadlm_parameter_count(const megadlm_args *a);
+/* Saved-activation bytes outside the layers for one micro-batch of b x s tokens: the block's
+ * output, the final norm's output and statistics, the logits, per-token loss and logsumexp. */
+size_t theoretical_megadlm_head_saved_bytes(const megadlm_args *a);
+theoretical_megadlm_bytes theoretical_megadlm(const megadlm_args *a);
+
+#endif

@@ -1,0 +1,73 @@
+/* Byte-level BPE, the engine under GPT2BPETokenizer (gpt2_bpe.c) and HuggingFaceTokenizer
+ * (hf_tokenizer.c). Private to src/training/tokenizer/.
+ *
+ * encode(text):
+ *   1. added tokens (HF only) are matched first, leftmost-longest, on the raw text;
+ *   2. the text between them is cut into maximal runs of valid UTF-8; an invalid byte is a
+ *      piece of its own (GPT-2 and HF need decoded text; this keeps encode lossless);
+ *   3. a valid run is normalized (NFC, HF only) and pre-tokenized by the regex steps in order
+ *      (each step splits every piece of the previous one; matches and the gaps between them
+ *      are both pieces: HF's "Isolated"). `\s`/`\S` in a pattern mean Unicode White_Space, as
+ *      in Python's `regex` module (GPT-2, Megatron) and Oniguruma (HF tokenizers);
+ *   4. each piece's bytes become the byte-level symbols (GPT-2's bytes_to_unicode) and are
+ *      merged by rank exactly as GPT-2's encoder.py does: repeatedly take the adjacent pair of
+ *      lowest rank and merge all its occurrences left to right.
+ * Ids are the vocabulary's; merges are resolved to ids at load time. */
+#ifndef MEGADLM_TRAINING_TOKENIZER_BPE_H
+#define MEGADLM_TRAINING_TOKENIZER_BPE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct bpe_model bpe_model;
+
+bpe_model *bpe_new(void);
+void bpe_free(bpe_model *m);
+
+/* Vocabulary entry: the byte-level token string (UTF-8) and its id (>= 0). -1 if the id or
+ * the string is already taken (err says which). */
+int bpe_add_vocab(bpe_model *m, const char *tok, size_t len, int id, char *err, size_t errlen);
+/* Id of a vocabulary string, or -1. */
+int bpe_vocab_id(const bpe_model *m, const char *tok, size_t len);
+/* Merge of rank `rank` (its position in the merges list): a + b -> the vocabulary entry a||b.
+ * All three must be in the vocabulary (-1 and a message otherwise). A pair listed twice keeps
+ * its last rank, as Python's dict() and HF do. */
+int bpe_add_merge(bpe_model *m, const char *a, size_t al, const char *b, size_t bl, int rank,
+                  char *err, size_t errlen);
+/* Appends a pre-tokenizer step: split every piece by the regex (may be NULL: no split) after
+ * prepending a space to pieces that do not start with one when prefix_space (HF ByteLevel's
+ * add_prefix_space). literal: the pattern is a plain string (HF Split {"String": ...}).
+ * -1 with PCRE2's message (and the offset) on a bad pattern. */
+int bpe_add_split(bpe_model *m, const char *pattern, int literal, int prefix_space, char *err,
+                  size_t errlen);
+/* GPT-2's pre-tokenizer regex (also HF's ByteLevel use_regex). */
+extern const char *const BPE_GPT2_PATTERN;
+/* Added token (HF added_tokens): matched before pre-tokenization; lstrip/rstrip absorb the
+ * White_Space before/after it. Its id may or may not be in the vocabulary. */
+int bpe_add_special(bpe_model *m, const char *content, size_t len, int id, int lstrip, int rstrip,
+                    char *err, size_t errlen);
+void bpe_set_nfc(bpe_model *m, int on);           /* HF normalizer NFC */
+void bpe_set_ignore_merges(bpe_model *m, int on); /* HF BPE ignore_merges */
+/* Finishes loading: the 256 byte symbols must be in the vocabulary. */
+int bpe_finish(bpe_model *m, char *err, size_t errlen);
+
+int bpe_vocab_size(const bpe_model *m); /* largest id + 1 */
+/* Id of an added token's content, or -1. */
+int bpe_added_id(const bpe_model *m, const char *content);
+
+/* Appends the ids of len bytes of text to *ids (realloc'd; *n, *cap updated). 0 or -1 (out of
+ * memory). Thread-safe: the merge cache is sharded and locked. */
+int bpe_encode(const bpe_model *m, const char *text, size_t len, int32_t **ids, size_t *n,
+               size_t *cap);
+/* The bytes of one id (byte-level decoded; added tokens verbatim); NULL for an unknown id. */
+const char *bpe_id_bytes(const bpe_model *m, int id, size_t *len);
+
+/* Reads a whole file (NUL-terminated, *len bytes); NULL with "PATH: strerror" in err. */
+char *bpe_read_file(const char *path, size_t *len, char *err, size_t errlen);
+
+/* Loaders. Messages name the flag and the file. *eod: the end-of-document id. */
+bpe_model *gpt2_bpe_load(const char *vocab_file, const char *merge_file, int *eod, char *err,
+                         size_t errlen);
+bpe_model *hf_tokenizer_load(const char *path, int *eod, char *err, size_t errlen);
+
+#endif
