@@ -3,7 +3,7 @@
 # exact command to run. `--test` adds what the test suite needs (PyTorch for parity tests).
 set -euo pipefail
 
-build_pkgs=(build-essential cmake libopenblas-openmp-dev libcjson-dev zlib1g-dev libopenmpi-dev openmpi-bin)
+build_pkgs=(build-essential cmake libopenblas-openmp-dev libcjson-dev zlib1g-dev libpcre2-dev libopenmpi-dev openmpi-bin)
 demo_pkgs=()
 test_pkgs=(python3-torch python3-numpy)
 bench_pkgs=(python3-torch python3-numpy libopenblas0-openmp libopenblas0-pthread libjemalloc2)

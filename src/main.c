@@ -16,6 +16,8 @@ static const command k_commands[] = {
     {"preprocess", preprocess_main,
      "tokenize .jsonl/.txt into Megatron's indexed dataset (.bin/.idx)"},
     {"generate", generate_main, "sample text from a trained checkpoint"},
+    {"memory", memory_main,
+     "theoretical memory and FLOPs of a configuration, without running it (train's flags)"},
 };
 #define NUM_COMMANDS (int)(sizeof(k_commands) / sizeof(k_commands[0]))
 

@@ -958,8 +958,8 @@ char *bpe_read_file(const char *path, size_t *len, char *err, size_t errlen) {
     int bad = ferror(f);
     fclose(f);
     if (!buf || bad) {
-        free(buf);
         seterr(err, errlen, "%s: %s", path, buf ? "read error" : "out of memory");
+        free(buf);
         return NULL;
     }
     buf[n] = 0;

@@ -1,4 +1,4 @@
-/* ByteLevel and NullTokenizer (see tokenizer.h). */
+/* ByteLevel and NullTokenizer, and the dispatch to the BPE tokenizers (see tokenizer.h). */
 #include "training/tokenizer/tokenizer.h"
 
 #include <ctype.h>
@@ -8,12 +8,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { TOK_BYTELEVEL = 0, TOK_NULL = 1 };
+#include "training/tokenizer/bpe.h"
+
+enum { TOK_BYTELEVEL = 0, TOK_NULL = 1, TOK_GPT2 = 2, TOK_HF = 3 };
+
+static const char *const KIND_NAMES[] = {"ByteLevel", "NullTokenizer", "GPT2BPETokenizer",
+                                         "HuggingFaceTokenizer"};
 
 struct tokenizer {
     int kind;
     int vocab_size; /* including eod */
     int eod;
+    bpe_model *bpe; /* GPT2BPETokenizer, HuggingFaceTokenizer */
 };
 
 static void seterr(char *err, size_t errlen, const char *fmt, ...) {
@@ -25,7 +31,36 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...) {
 }
 
 tokenizer *tokenizer_create(const char *type, int vocab_size, char *err, size_t errlen) {
+    tokenizer_options o = {.type = type, .vocab_size = vocab_size};
+    return tokenizer_create_opts(&o, err, errlen);
+}
+
+tokenizer *tokenizer_create_opts(const tokenizer_options *o, char *err, size_t errlen) {
     int kind;
+    const char *type = o->type;
+    int vocab_size = o->vocab_size;
+    if (type && (strcmp(type, "GPT2BPETokenizer") == 0 ||
+                 strcmp(type, "HuggingFaceTokenizer") == 0)) {
+        int is_gpt2 = type[0] == 'G', eod = -1;
+        char e2[1024];
+        bpe_model *m = is_gpt2 ? gpt2_bpe_load(o->vocab_file, o->merge_file, &eod, e2, sizeof e2)
+                               : hf_tokenizer_load(o->tokenizer_model, &eod, e2, sizeof e2);
+        if (!m) {
+            seterr(err, errlen, "%s", e2);
+            return NULL;
+        }
+        tokenizer *t = calloc(1, sizeof *t);
+        if (!t) {
+            bpe_free(m);
+            seterr(err, errlen, "out of memory");
+            return NULL;
+        }
+        t->kind = is_gpt2 ? TOK_GPT2 : TOK_HF;
+        t->bpe = m;
+        t->eod = eod;
+        t->vocab_size = bpe_vocab_size(m);
+        return t;
+    }
     if (type && strcmp(type, "ByteLevel") == 0) {
         kind = TOK_BYTELEVEL;
     } else if (type && strcmp(type, "NullTokenizer") == 0) {
@@ -38,7 +73,9 @@ tokenizer *tokenizer_create(const char *type, int vocab_size, char *err, size_t 
             return NULL;
         }
     } else {
-        seterr(err, errlen, "--tokenizer-type: expected ByteLevel or NullTokenizer, found '%s'",
+        seterr(err, errlen,
+               "--tokenizer-type: expected ByteLevel, NullTokenizer, GPT2BPETokenizer or "
+               "HuggingFaceTokenizer, found '%s'",
                type ? type : "");
         return NULL;
     }
@@ -58,11 +95,13 @@ tokenizer *tokenizer_create(const char *type, int vocab_size, char *err, size_t 
     return t;
 }
 
-void tokenizer_free(tokenizer *tok) { free(tok); }
-
-const char *tokenizer_type(const tokenizer *tok) {
-    return tok->kind == TOK_BYTELEVEL ? "ByteLevel" : "NullTokenizer";
+void tokenizer_free(tokenizer *tok) {
+    if (!tok) return;
+    bpe_free(tok->bpe);
+    free(tok);
 }
+
+const char *tokenizer_type(const tokenizer *tok) { return KIND_NAMES[tok->kind]; }
 int tokenizer_vocab_size(const tokenizer *tok) { return tok->vocab_size; }
 int tokenizer_eod(const tokenizer *tok) { return tok->eod; }
 
@@ -70,6 +109,18 @@ int tokenizer_encode(const tokenizer *tok, const char *text, size_t len, int32_t
                      size_t *n, char *err, size_t errlen) {
     *ids = NULL;
     *n = 0;
+    if (tok->bpe) {
+        size_t cap = 0;
+        if (bpe_encode(tok->bpe, text, len, ids, n, &cap) != 0) {
+            free(*ids);
+            *ids = NULL;
+            *n = 0;
+            seterr(err, errlen, "out of memory encoding %zu bytes", len);
+            return -1;
+        }
+        if (!*ids) *ids = malloc(sizeof(int32_t)); /* empty text: a valid pointer */
+        return 0;
+    }
     if (tok->kind == TOK_BYTELEVEL) {
         int32_t *out = malloc((len ? len : 1) * sizeof(int32_t));
         if (!out) {
@@ -137,6 +188,27 @@ int tokenizer_encode(const tokenizer *tok, const char *text, size_t len, int32_t
 }
 
 char *tokenizer_decode(const tokenizer *tok, const int32_t *ids, size_t n) {
+    return tokenizer_decode_len(tok, ids, n, NULL);
+}
+
+char *tokenizer_decode_len(const tokenizer *tok, const int32_t *ids, size_t n, size_t *len) {
+    if (tok->bpe) {
+        size_t total = 0, l;
+        for (size_t i = 0; i < n; i++)
+            if (ids[i] != tok->eod && bpe_id_bytes(tok->bpe, ids[i], &l)) total += l;
+        char *s = malloc(total + 1);
+        if (!s) return NULL;
+        size_t o = 0;
+        for (size_t i = 0; i < n; i++) {
+            const char *b;
+            if (ids[i] == tok->eod || !(b = bpe_id_bytes(tok->bpe, ids[i], &l))) continue;
+            memcpy(s + o, b, l);
+            o += l;
+        }
+        s[o] = 0;
+        if (len) *len = o;
+        return s;
+    }
     if (tok->kind == TOK_BYTELEVEL) {
         char *s = malloc(n + 1);
         if (!s) return NULL;
@@ -144,6 +216,7 @@ char *tokenizer_decode(const tokenizer *tok, const int32_t *ids, size_t n) {
         for (size_t i = 0; i < n; i++)
             if (ids[i] >= 0 && ids[i] < 256) s[o++] = (char)ids[i];
         s[o] = 0;
+        if (len) *len = o;
         return s;
     }
     size_t cap = n * 12 + 1, o = 0;
@@ -154,5 +227,6 @@ char *tokenizer_decode(const tokenizer *tok, const int32_t *ids, size_t n) {
         if (ids[i] == tok->eod) continue;
         o += (size_t)snprintf(s + o, cap - o, o ? " %d" : "%d", (int)ids[i]);
     }
+    if (len) *len = o;
     return s;
 }

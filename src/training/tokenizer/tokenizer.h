@@ -1,9 +1,14 @@
-/* Tokenizer interface (Megatron's megatron/training/tokenizer). Implementations now:
- *   ByteLevel      ids 0..255 are the bytes of UTF-8 text, 256 is the end-of-document token;
- *                  vocab_size 257.
- *   NullTokenizer  (Megatron's) text is already whitespace-separated integer ids < V;
- *                  vocab_size V + 1, end-of-document id V.  Needs --vocab-size V.
- * GPT-2 BPE and Hugging Face tokenizers come later behind the same interface. */
+/* Tokenizer interface (Megatron's megatron/training/tokenizer). Implementations:
+ *   ByteLevel             ids 0..255 are the bytes of UTF-8 text, 256 is the end-of-document
+ *                         token; vocab_size 257.
+ *   NullTokenizer         (Megatron's) text is already whitespace-separated integer ids < V;
+ *                         vocab_size V + 1, end-of-document id V.  Needs --vocab-size V.
+ *   GPT2BPETokenizer      GPT-2's byte-level BPE from --vocab-file (vocab.json) and
+ *                         --merge-file (merges.txt); end of document '<|endoftext|>'
+ *                         (gpt2_bpe.c).
+ *   HuggingFaceTokenizer  byte-level BPE described by a tokenizer.json (--tokenizer-model):
+ *                         GPT-2, GPT-NeoX, Qwen2 style (hf_tokenizer.c).
+ * The two BPE tokenizers share the engine of bpe.c; docs/DATA.md describes them. */
 #ifndef MEGADLM_TRAINING_TOKENIZER_H
 #define MEGADLM_TRAINING_TOKENIZER_H
 
@@ -12,8 +17,19 @@
 
 typedef struct tokenizer tokenizer;
 
-/* type: "ByteLevel" or "NullTokenizer" (vocab_size used by NullTokenizer only).
- * Returns NULL and writes a message naming --tokenizer-type / --vocab-size into err. */
+/* What selects and loads a tokenizer: the flags of the same names. */
+typedef struct {
+    const char *type;            /* --tokenizer-type */
+    int vocab_size;              /* --vocab-size (NullTokenizer only) */
+    const char *vocab_file;      /* --vocab-file (GPT2BPETokenizer) */
+    const char *merge_file;      /* --merge-file (GPT2BPETokenizer) */
+    const char *tokenizer_model; /* --tokenizer-model (HuggingFaceTokenizer) */
+} tokenizer_options;
+
+/* Returns NULL and writes a message naming the flag (and the file and field) into err. */
+tokenizer *tokenizer_create_opts(const tokenizer_options *o, char *err, size_t errlen);
+/* type: "ByteLevel" or "NullTokenizer" (vocab_size used by NullTokenizer only); the file-based
+ * types need tokenizer_create_opts. */
 tokenizer *tokenizer_create(const char *type, int vocab_size, char *err, size_t errlen);
 void tokenizer_free(tokenizer *tok);
 
@@ -25,8 +41,10 @@ int tokenizer_eod(const tokenizer *tok);
  * -1 with a message in err (e.g. NullTokenizer: "token 'x' at byte 12 is not an integer"). */
 int tokenizer_encode(const tokenizer *tok, const char *text, size_t len, int32_t **ids,
                      size_t *n, char *err, size_t errlen);
-/* Decodes ids into a malloc'd NUL-terminated string (end-of-document ids are dropped,
- * ByteLevel ids >= 257 that a model may sample from the padded vocabulary too). */
+/* Decodes ids into a malloc'd NUL-terminated string (end-of-document ids are dropped, and so
+ * are ids outside the vocabulary that a model may sample from the padded rows). *len, when
+ * not NULL, receives the length (the text may hold NUL bytes). */
 char *tokenizer_decode(const tokenizer *tok, const int32_t *ids, size_t n);
+char *tokenizer_decode_len(const tokenizer *tok, const int32_t *ids, size_t n, size_t *len);
 
 #endif

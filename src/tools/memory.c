@@ -1,0 +1,200 @@
+/* `megadlm memory <train's model, batch, parallelism and recompute flags> [--world-size N]
+ * [--json]`: what a configuration costs before it runs (training/theoretical_memory.c), with no
+ * MPI ranks and no model memory. The flags go through the same args_parse and args_validate as
+ * `megadlm train`, so a layout train would refuse is refused here with the same words; the
+ * flags only train needs (--train-iters, --lr, the data source) may be left out. */
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "tools/tools.h"
+#include "training/arguments.h"
+#include "training/theoretical_memory.h"
+
+static double mb(double bytes) { return bytes / TM_BYTES_PER_MB; }
+
+static const char *recompute_name(const megadlm_args *a) {
+    if (!strcmp(a->recompute_granularity, "selective")) return "selective recompute";
+    if (!strcmp(a->recompute_granularity, "full"))
+        return !strcmp(a->recompute_method, "block") ? "full recompute (block)"
+                                                     : "full recompute (uniform)";
+    return "no recompute";
+}
+
+/* The GPT-3-like shapes Table 2's formulas are written for. */
+static int gpt3_like(const megadlm_args *a) {
+    return a->ffn_hidden_size == 4 * a->hidden_size &&
+           a->num_query_groups == a->num_attention_heads &&
+           (long long)a->kv_channels * a->num_attention_heads == a->hidden_size && !a->swiglu;
+}
+
+static void print_report(const megadlm_args *a, const theoretical_memory *m) {
+    /* Megatron's line (report_theoretical_memory) */
+    printf("Theoretical memory footprints: weight and optimizer=%.2f MB, activation=%.2f MB, "
+           "total=%.2f MB\n\n",
+           mb(m->weight_and_optimizer_bytes), mb(m->activation_bytes), mb(m->total_bytes));
+
+    int t = a->tensor_model_parallel_size, p = a->pipeline_model_parallel_size;
+    printf("layout: tensor parallel %d x pipeline parallel %d x data parallel %d = %d ranks",
+           t, p, a->data_parallel_size, a->world_size);
+    if (a->virtual_pipeline_model_parallel_size > 0)
+        printf(", interleaved (%d model chunks per rank)", a->virtual_pipeline_model_parallel_size);
+    printf("%s%s; %s\n", a->sequence_parallel ? ", sequence parallel" : "",
+           a->use_distributed_optimizer ? ", distributed optimizer" : "", recompute_name(a));
+    printf("batch: micro-batch %d, global batch %d (%d micro-batches per iteration), sequence "
+           "%d\n",
+           a->micro_batch_size, a->global_batch_size, m->num_microbatches, a->seq_length);
+    printf("most loaded rank: the first pipeline stage, %d of %d layers, %g micro-batch%s of "
+           "activations in flight\n",
+           m->stage_layers, a->num_layers, m->in_flight_microbatches,
+           m->in_flight_microbatches == 1.0 ? "" : "es");
+    printf("parameters (Megatron's formula): %.3f B in the model, %.4f B on this rank, x %g "
+           "bytes = %.2f MB\n",
+           m->parameters / 1e9, m->parameters_most_loaded_shard / 1e9, m->bytes_per_parameter,
+           mb(m->weight_and_optimizer_bytes));
+    printf("activations: (%.2f MB of layers + %.2f MB of embedding) x %g in flight + %.2f MB "
+           "of output layer = %.2f MB\n\n",
+           mb(m->stage_layer_bytes), mb(m->embedding_bytes), m->in_flight_microbatches,
+           mb(m->output_layer_bytes), mb(m->activation_bytes));
+
+    printf("Activation memory per layer (Korthikanti et al. 2022, Table 2; s=%d, b=%d, h=%d, "
+           "a=%d, t=%d)%s:\n",
+           a->seq_length, a->micro_batch_size, a->hidden_size, a->num_attention_heads, t,
+           gpt3_like(a) ? "" : ", at this model's widths (Q, K, V, ffn, SwiGLU gate)");
+    printf("  %-50s %-27s %16s %16s\n", "configuration", "formula", "paper (16-bit)",
+           "megadlm (fp32)");
+    for (int r = 0; r < TM_NUM_ROWS; r++)
+        printf("  %-50s %-27s %13.2f MB %13.2f MB\n", TM_ROW_NAMES[r], TM_ROW_FORMULAS[r],
+               mb(m->per_layer[r]), mb(m->per_layer_megadlm[r]));
+    printf("  %-50s %-27s %13.2f MB %13.2f MB\n", "this configuration (mean over the stage)", "",
+           mb(m->per_layer_activation_bytes), mb(m->per_layer_saved_bytes_megadlm));
+    printf("\n");
+
+    int sel = !strcmp(a->recompute_granularity, "selective");
+    int full = !strcmp(a->recompute_granularity, "full");
+    printf("FLOPs per iteration (global batch %d; Korthikanti et al. 2022, appendix A):\n",
+           a->global_batch_size);
+    printf("  model     %.4e  72BLsh^2(1 + s/(6h) + V/(12hL))%s\n", m->model_flops_per_iteration,
+           gpt3_like(a) ? "" : " at this model's shapes (Megatron's formula)");
+    printf("  hardware  %.4e  %s\n", m->hardware_flops_per_iteration,
+           sel    ? "selective recompute: 72BLsh^2(1 + s/(3h) + V/(12hL))"
+           : full ? "full recompute: 96BLsh^2(1 + s/(6h) + V/(16hL)) when every layer is "
+                    "checkpointed"
+                  : "no recompute: = model");
+
+    char err[512];
+    if (args_check_trainable(a, err, sizeof(err)) == 0) {
+        theoretical_megadlm_bytes g = theoretical_megadlm(a);
+        printf("\nmegadlm train on this layout (fp32, what --log-memory measures): parameters "
+               "%.2f MB, gradients %.2f MB, optimizer state %.2f MB, saved activations %.2f MB "
+               "(one micro-batch)\n",
+               mb((double)g.parameters), mb((double)g.gradients), mb((double)g.optimizer),
+               mb((double)g.saved_activations));
+    }
+}
+
+static cJSON *report_json(const megadlm_args *a, const theoretical_memory *m) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "weights_and_optimizer_bytes", m->weight_and_optimizer_bytes);
+    cJSON_AddNumberToObject(o, "activation_bytes", m->activation_bytes);
+    cJSON_AddNumberToObject(o, "total_bytes", m->total_bytes);
+    cJSON_AddNumberToObject(o, "parameters", m->parameters);
+    cJSON_AddNumberToObject(o, "parameters_most_loaded_rank", m->parameters_most_loaded_shard);
+    cJSON_AddNumberToObject(o, "bytes_per_parameter", m->bytes_per_parameter);
+    cJSON *rows = cJSON_AddObjectToObject(o, "per_layer_activation_bytes");
+    cJSON *mrows = cJSON_CreateObject();
+    for (int r = 0; r < TM_NUM_ROWS; r++) {
+        cJSON_AddNumberToObject(rows, TM_ROW_KEYS[r], m->per_layer[r]);
+        cJSON_AddNumberToObject(mrows, TM_ROW_KEYS[r], m->per_layer_megadlm[r]);
+    }
+    cJSON_AddNumberToObject(o, "per_layer_activation_bytes_this_configuration",
+                            m->per_layer_activation_bytes);
+    cJSON_AddNumberToObject(o, "per_layer_saved_bytes_megadlm", m->per_layer_saved_bytes_megadlm);
+    cJSON_AddItemToObject(o, "per_layer_saved_bytes_megadlm_by_configuration", mrows);
+    cJSON_AddNumberToObject(o, "model_flops_per_iteration", m->model_flops_per_iteration);
+    cJSON_AddNumberToObject(o, "hardware_flops_per_iteration", m->hardware_flops_per_iteration);
+    cJSON_AddNumberToObject(o, "first_stage_layers", m->stage_layers);
+    cJSON_AddNumberToObject(o, "num_microbatches", m->num_microbatches);
+    cJSON_AddNumberToObject(o, "in_flight_microbatches", m->in_flight_microbatches);
+    cJSON_AddNumberToObject(o, "tensor_model_parallel_size", a->tensor_model_parallel_size);
+    cJSON_AddNumberToObject(o, "pipeline_model_parallel_size", a->pipeline_model_parallel_size);
+    cJSON_AddNumberToObject(o, "data_parallel_size", a->data_parallel_size);
+    cJSON_AddNumberToObject(o, "world_size", a->world_size);
+    char err[512];
+    if (args_check_trainable(a, err, sizeof(err)) == 0) {
+        theoretical_megadlm_bytes g = theoretical_megadlm(a);
+        cJSON *t = cJSON_AddObjectToObject(o, "megadlm_train_bytes");
+        cJSON_AddNumberToObject(t, "parameters", (double)g.parameters);
+        cJSON_AddNumberToObject(t, "gradients", (double)g.gradients);
+        cJSON_AddNumberToObject(t, "optimizer", (double)g.optimizer);
+        cJSON_AddNumberToObject(t, "saved_activations", (double)g.saved_activations);
+    } else {
+        cJSON_AddNullToObject(o, "megadlm_train_bytes");
+    }
+    return o;
+}
+
+/* After args_parse printed the shared flag table for "memory". */
+static void print_memory_help(void) {
+    printf("\n`megadlm memory` takes train's flags (--train-iters, --lr and the data source may "
+           "be left out)\nand prints the theoretical memory of the most loaded rank, Table 2 of "
+           "Korthikanti et al. 2022\nand the FLOPs per iteration, without building the model "
+           "(see docs/MEMORY.md).\n");
+    printf("  %-44s %s\n", "--world-size N",
+           "The job's number of ranks [default: tensor x pipeline parallel size].");
+    printf("  %-44s %s\n", "--json", "Print one JSON object (bytes and FLOPs) instead.");
+}
+
+int memory_main(int argc, char **argv) {
+    /* --json is memory's own flag: take it out before the shared parser */
+    char **av = malloc(sizeof(char *) * (size_t)(argc + 1));
+    if (!av) return 1;
+    int ac = 0, json = 0;
+    for (int i = 0; i < argc; i++) {
+        if (i > 0 && !strcmp(argv[i], "--json")) {
+            json = 1;
+            continue;
+        }
+        av[ac++] = argv[i];
+    }
+    av[ac] = NULL;
+    av[0] = "memory";
+
+    megadlm_args a;
+    args_defaults(&a);
+    char err[1024];
+    int rc = args_parse(&a, ac, av, err, sizeof(err));
+    free(av);
+    if (rc == 1) {
+        print_memory_help();
+        return 0;
+    }
+    if (rc == 0) {
+        /* what only training needs: not used here */
+        if (isnan(a.lr)) a.lr = a.min_lr;
+        if (a.train_iters == 0) a.train_iters = INT_MAX;
+        if (!a.mock_data && a.num_data_paths == 0) a.mock_data = 1;
+    }
+    if (rc < 0 || args_validate(&a, err, sizeof(err)) != 0) {
+        fprintf(stderr, "error: %s\n", err);
+        args_free(&a);
+        return 2;
+    }
+    theoretical_memory m;
+    theoretical_memory_compute(&a, &m);
+    if (json) {
+        cJSON *o = report_json(&a, &m);
+        char *s = cJSON_Print(o);
+        printf("%s\n", s);
+        free(s);
+        cJSON_Delete(o);
+    } else {
+        print_report(&a, &m);
+    }
+    args_free(&a);
+    return 0;
+}

@@ -1,0 +1,256 @@
+#include "training/theoretical_memory.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "core/transformer/activation_memory.h"
+#include "core/transformer/transformer_block.h"
+#include "training/model_provider.h"
+
+const char *const TM_ROW_KEYS[TM_NUM_ROWS] = {
+    "no_parallelism",            "tensor_parallel",
+    "tensor_sequence_parallel",  "tensor_parallel_selective",
+    "tensor_sequence_parallel_selective", "full_recompute"};
+const char *const TM_ROW_NAMES[TM_NUM_ROWS] = {
+    "no parallelism",
+    "tensor parallel",
+    "tensor + sequence parallel",
+    "tensor parallel + selective recompute",
+    "tensor + sequence parallel + selective recompute",
+    "full recompute"};
+const char *const TM_ROW_FORMULAS[TM_NUM_ROWS] = {
+    "sbh(34 + 5as/h)", "sbh(10 + 24/t + 5as/(ht))", "(sbh/t)(34 + 5as/h)",
+    "sbh(10 + 24/t)",  "34sbh/t",                   "2sbh"};
+
+/* ---- Megatron's parameter formula (compute_weight_and_optimizer_memory) ---- */
+
+static void megatron_parameters(const megadlm_args *a, double *total, double *shard) {
+    double h = a->hidden_size, L = a->num_layers, V = a->padded_vocab_size;
+    double heads = a->num_attention_heads, groups = a->num_query_groups;
+    double q_ratio = (double)a->kv_channels * heads / h; /* query projection / hidden size */
+    double gated = a->swiglu ? 1.5 : 1.0;
+    double norm = strcmp(a->normalization, "RMSNorm") == 0 ? 1.0 : 2.0; /* RMSNorm: no bias */
+    double attention = 2.0 * h * h * ((1.0 + groups / heads) * q_ratio);
+    double layer = 2.0 * h * (a->ffn_hidden_size * gated + norm) + attention;
+    double embedding = h * V;
+    double block = layer * L + norm * h; /* + the final norm */
+    double t = a->tensor_model_parallel_size, p = a->pipeline_model_parallel_size;
+    int untied = a->untie_embeddings_and_output_weights;
+    *total = block + (untied ? 2.0 : 1.0) * embedding;
+    /* most loaded shard: 1/p of the block and the embedding, split by t; the output layer too
+     * when untied and p = 1 */
+    *shard = (block / p + embedding) / t;
+    if (untied && p == 1) *shard += embedding / t;
+}
+
+/* ---- per layer ---- */
+
+/* One layer's saved bytes split as the parallel layouts split them:
+ *   R  kept whole by every tensor-parallel rank (split along the sequence with SP),
+ *   S  split across tensor-parallel ranks (heads, query groups, ffn columns),
+ *   A  the core attention's s x s tensors (split by heads; gone with selective recompute),
+ *   in the layer's input (what full recompute keeps). */
+typedef struct {
+    double R, S, A, in;
+} layer_parts;
+
+/* The paper's count (16-bit values, 1-byte dropout masks), at this model's widths. For f = 4h,
+ * one query group per head, d = h/a and GeLU, R + S + A = sbh(34 + 5as/h):
+ *   R = 10sbh: inputs of norm 1 (2), linear_qkv (2), norm 2 (2), linear_fc1 (2), and the two
+ *       dropout masks (1 + 1);
+ *   S = 24sbh: Q (2sb·ad), K (2sb·gd), V (2sb·gd), linear_proj input (2sb·ad), activation
+ *       input (2sb·f, 2·2sb·f with SwiGLU's gate), linear_fc2 input (2sb·f);
+ *   A = 5as²b: softmax output (2), its dropout mask (1), dropout output (2). */
+static layer_parts paper_parts(const megadlm_args *a) {
+    double s = a->seq_length, b = a->micro_batch_size, h = a->hidden_size;
+    double heads = a->num_attention_heads, g = a->num_query_groups, d = a->kv_channels;
+    double f = a->ffn_hidden_size;
+    layer_parts x;
+    x.R = 10.0 * s * b * h;
+    x.S = 2.0 * s * b * (2.0 * heads * d + 2.0 * g * d + f * (a->swiglu ? 3.0 : 2.0));
+    x.A = 5.0 * heads * s * s * b;
+    x.in = 2.0 * s * b * h;
+    return x;
+}
+
+/* The config of the whole model (no tensor-parallel split), for activation_memory.c. */
+static transformer_config whole_model_config(const megadlm_args *a) {
+    megadlm_args one = *a;
+    one.tensor_model_parallel_size = 1;
+    one.sequence_parallel = 0;
+    one.distribute_saved_activations = 0;
+    return model_config_from_args(&one);
+}
+
+/* megadlm's tensors (fp32, docs/MEMORY.md): R = the layer input, norm outputs and statistics,
+ * the residual after attention; A = the attention probabilities; S = everything else. */
+static layer_parts megadlm_parts(const megadlm_args *a) {
+    transformer_config c = whole_model_config(a);
+    int B = a->micro_batch_size, T = a->seq_length;
+    double N = (double)B * T, h = a->hidden_size;
+    double stats = c.normalization == NORM_LAYERNORM ? 2.0 * N : N; /* mean (LayerNorm), rstd */
+    double input = 4.0 * N * h;
+    double all = input + (double)activation_memory_layer_state_bytes(&c, B, T);
+    layer_parts x;
+    x.R = input + 4.0 * (3.0 * N * h + 2.0 * stats); /* input; ln1, res1, ln2; both stats */
+    x.A = (double)activation_memory_probs_bytes(&c, B, T);
+    x.S = all - x.R - x.A;
+    x.in = input;
+    return x;
+}
+
+static void table_rows(const layer_parts *x, double t, double out[TM_NUM_ROWS]) {
+    out[TM_NO_PARALLELISM] = x->R + x->S + x->A;
+    out[TM_TENSOR_PARALLEL] = x->R + (x->S + x->A) / t;
+    out[TM_TENSOR_SEQUENCE] = (x->R + x->S + x->A) / t;
+    out[TM_TENSOR_SELECTIVE] = x->R + x->S / t;
+    out[TM_TENSOR_SEQUENCE_SELECTIVE] = (x->R + x->S) / t;
+    out[TM_FULL_RECOMPUTE] = x->in;
+}
+
+/* Layer l of a model chunk under the chosen layout and recompute mode. */
+static double layer_bytes(const megadlm_args *a, const transformer_config *c,
+                          const layer_parts *x, const double rows[TM_NUM_ROWS], int l) {
+    int sp = a->sequence_parallel;
+    double t = a->tensor_model_parallel_size;
+    double keep_all = rows[sp ? TM_TENSOR_SEQUENCE : TM_TENSOR_PARALLEL];
+    switch (c->recompute_granularity) {
+    case RECOMPUTE_NONE: return keep_all;
+    case RECOMPUTE_SELECTIVE: return rows[sp ? TM_TENSOR_SEQUENCE_SELECTIVE : TM_TENSOR_SELECTIVE];
+    case RECOMPUTE_FULL:
+        if (!transformer_block_checkpointed(c, l)) return keep_all;
+        if (transformer_block_chunk_begin(c, l) != l) return 0.0;
+        /* a chunk keeps its input: split along the sequence with SP, or across the
+         * tensor-parallel ranks with --distribute-saved-activations */
+        return x->in / ((sp || a->distribute_saved_activations) ? t : 1.0);
+    }
+    return 0.0;
+}
+
+/* ---- FLOPs ---- */
+
+/* One layer's forward FLOPs for the global batch (Megatron's num_floating_point_operations
+ * divided by 3 passes and L layers, the logits left out). */
+static double layer_forward_flops(const megadlm_args *a) {
+    double B = a->global_batch_size, s = a->seq_length, h = a->hidden_size;
+    double heads = a->num_attention_heads, g = a->num_query_groups;
+    double q_ratio = (double)a->kv_channels * heads / h;
+    double gated = a->swiglu ? 1.5 : 1.0;
+    return 4.0 * B * s * h * h *
+           ((1.0 + g / heads + s / h) * q_ratio + ((double)a->ffn_hidden_size / h) * gated);
+}
+
+void theoretical_memory_compute(const megadlm_args *a, theoretical_memory *out) {
+    memset(out, 0, sizeof(*out));
+    double t = a->tensor_model_parallel_size, p = a->pipeline_model_parallel_size;
+    double s = a->seq_length, b = a->micro_batch_size, h = a->hidden_size;
+    double V = a->padded_vocab_size;
+    int sp = a->sequence_parallel;
+    int v = a->virtual_pipeline_model_parallel_size > 1 ? a->virtual_pipeline_model_parallel_size : 1;
+
+    /* weight and optimizer */
+    megatron_parameters(a, &out->parameters, &out->parameters_most_loaded_shard);
+    out->bytes_per_parameter =
+        a->use_distributed_optimizer ? 6.0 + 12.0 / a->data_parallel_size : 18.0;
+    out->weight_and_optimizer_bytes = out->parameters_most_loaded_shard * out->bytes_per_parameter;
+
+    /* per layer: Table 2 at the paper's convention, and megadlm's fp32 tensors */
+    layer_parts pp = paper_parts(a), mp = megadlm_parts(a);
+    table_rows(&pp, t, out->per_layer);
+    table_rows(&mp, t, out->per_layer_megadlm);
+
+    /* the first stage: v model chunks of L/(pv) layers each; recompute chunks restart in each */
+    transformer_config c = whole_model_config(a);
+    int chunk_layers = a->num_layers / (a->pipeline_model_parallel_size * v);
+    out->stage_layers = chunk_layers * v;
+    double paper_sum = 0.0, megadlm_sum = 0.0;
+    for (int l = 0; l < chunk_layers; l++) {
+        paper_sum += layer_bytes(a, &c, &pp, out->per_layer, l);
+        megadlm_sum += layer_bytes(a, &c, &mp, out->per_layer_megadlm, l);
+    }
+    out->stage_layer_bytes = v * paper_sum;
+    out->per_layer_activation_bytes = out->stage_layer_bytes / out->stage_layers;
+    out->per_layer_saved_bytes_megadlm = v * megadlm_sum / out->stage_layers;
+
+    /* Megatron: token ids (8 bytes each) and the embedding dropout mask, per micro-batch */
+    out->embedding_bytes = (8.0 * s * b + s * b * h) / (sp ? t : 1.0);
+    out->num_microbatches =
+        a->global_batch_size / (a->micro_batch_size * a->data_parallel_size);
+    if (a->pipeline_model_parallel_size == 1)
+        out->in_flight_microbatches = 1.0;
+    else if (v > 1) /* interleaved 1F1B: p micro-batches times Megatron's penalty */
+        out->in_flight_microbatches = p * (1.0 + (p - 1.0) / (p * v));
+    else /* 1F1B: the first stage holds p micro-batches, fewer when there are fewer */
+        out->in_flight_microbatches = fmin((double)out->num_microbatches, p);
+    /* p = 1: final norm and output-layer inputs (2 x 2sbh) and the fp32 logits (4sbV) */
+    if (a->pipeline_model_parallel_size == 1)
+        out->output_layer_bytes = sp ? (4.0 * s * b * h + 4.0 * s * b * V) / t
+                                     : 4.0 * s * b * h + 4.0 * s * b * V / t;
+    out->activation_bytes =
+        (out->stage_layer_bytes + out->embedding_bytes) * out->in_flight_microbatches +
+        out->output_layer_bytes;
+    out->total_bytes = out->weight_and_optimizer_bytes + out->activation_bytes;
+
+    /* FLOPs: model = Megatron's formula (= 72BLsh^2(1 + s/6h + V/12hL) for GPT-3 shapes);
+     * hardware adds what recomputation re-runs */
+    out->model_flops_per_iteration = model_flops_per_iteration(a, a->global_batch_size);
+    double hw = out->model_flops_per_iteration;
+    if (c.recompute_granularity == RECOMPUTE_SELECTIVE) {
+        /* the paper: s/(3h) in place of s/(6h), i.e. the attention-score term again */
+        double B = a->global_batch_size, L = a->num_layers;
+        hw += 12.0 * B * L * s * s * a->num_attention_heads * a->kv_channels;
+    } else if (c.recompute_granularity == RECOMPUTE_FULL) {
+        /* one more forward of every checkpointed layer (the paper: 96BLsh^2(1 + s/6h +
+         * V/16hL) when all are) */
+        double recomputed = c.recompute_method == RECOMPUTE_UNIFORM
+                                ? a->num_layers
+                                : fmin(a->recompute_num_layers, chunk_layers) * v * p;
+        hw += recomputed * layer_forward_flops(a);
+    }
+    out->hardware_flops_per_iteration = hw;
+}
+
+/* ---- megadlm's exact bytes ---- */
+
+size_t theoretical_megadlm_parameter_count(const megadlm_args *a) {
+    size_t h = a->hidden_size, V = a->padded_vocab_size, d = a->kv_channels;
+    size_t heads = a->num_attention_heads, g = a->num_query_groups;
+    size_t Q = g * (heads / g + 2) * d, ctx = heads * d, f = a->ffn_hidden_size;
+    size_t fc1 = a->swiglu ? 2 * f : f;
+    size_t norm = strcmp(a->normalization, "LayerNorm") == 0 ? 2 : 1; /* weight (+ bias) */
+    int bias = a->add_bias_linear;
+    size_t layer = norm * h                          /* input_layernorm */
+                   + Q * h + (bias ? Q : 0)          /* linear_qkv */
+                   + (a->qk_layernorm ? 2 * norm * d : 0) /* q_layernorm, k_layernorm */
+                   + h * ctx + (bias ? h : 0)        /* linear_proj */
+                   + norm * h                        /* pre_mlp_layernorm */
+                   + fc1 * h + (bias ? fc1 : 0)      /* linear_fc1 */
+                   + h * f + (bias ? h : 0);         /* linear_fc2 */
+    size_t total = V * h;                            /* word embeddings */
+    if (strcmp(a->position_embedding_type, "rope") != 0)
+        total += (size_t)a->max_position_embeddings * h; /* learned positions */
+    total += (size_t)a->num_layers * layer + norm * h; /* layers, final_layernorm */
+    if (a->untie_embeddings_and_output_weights) total += V * h; /* output_layer */
+    return total;
+}
+
+size_t theoretical_megadlm_head_saved_bytes(const megadlm_args *a) {
+    size_t N = (size_t)a->micro_batch_size * a->seq_length, h = a->hidden_size;
+    size_t stats = strcmp(a->normalization, "LayerNorm") == 0 ? 2 * N : N;
+    /* block output, final norm output, its statistics, logits, per-token loss, logsumexp */
+    return 4 * (N * h + N * h + stats + N * (size_t)a->padded_vocab_size + 2 * N);
+}
+
+theoretical_megadlm_bytes theoretical_megadlm(const megadlm_args *a) {
+    theoretical_megadlm_bytes r;
+    size_t n = theoretical_megadlm_parameter_count(a);
+    r.parameters = 4 * n;
+    r.gradients = 4 * n;
+    r.optimizer = 8 * n; /* exp_avg, exp_avg_sq */
+    transformer_config c = model_config_from_args(a);
+    size_t saved = theoretical_megadlm_head_saved_bytes(a);
+    for (int l = 0; l < c.num_layers; l++)
+        saved += activation_memory_layer_bytes(&c, a->micro_batch_size, a->seq_length, l);
+    r.saved_activations = saved;
+    return r;
+}

@@ -1,0 +1,293 @@
+/* HuggingFaceTokenizer: byte-level BPE models described by a Hugging Face tokenizer.json
+ * (GPT-2, GPT-NeoX, Qwen2, Llama-3 style). What is read (anything else is refused with a
+ * message naming the file and the field):
+ *   model          {"type": "BPE", "vocab": {...}, "merges": ["a b", ...] or [["a", "b"], ...],
+ *                   "ignore_merges"}; dropout must be null, continuing_subword_prefix and
+ *                   end_of_word_suffix empty; unk_token / fuse_unk / byte_fallback have no
+ *                   effect (every byte has a token).
+ *   normalizer     null, NFC, or a Sequence of those.
+ *   pre_tokenizer  ByteLevel {add_prefix_space, use_regex} (GPT-2's regex), or a Sequence of
+ *                  Split {pattern: {"Regex"|"String"}, behavior "Isolated", invert false}
+ *                  steps ending with ByteLevel.
+ *   added_tokens   matched in the text before anything else (leftmost, longest first), with
+ *                  lstrip / rstrip; single_word is refused; "normalized" is not used (they are
+ *                  matched on the text as given).
+ *   decoder        null or ByteLevel.
+ *   post_processor not applied: encoding never adds BOS/EOS tokens.
+ * End of document: "<|endoftext|>" (an added token or a vocabulary entry) if there is one,
+ * else the first added token with "special": true. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "training/tokenizer/bpe.h"
+
+typedef struct {
+    const char *path;
+    char *err;
+    size_t errlen;
+} ctx;
+
+static int fail(ctx *c, const char *field, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    snprintf(c->err, c->errlen, "--tokenizer-model %s: %s%s%s", c->path, field ? field : "",
+             field ? ": " : "", msg);
+    return -1;
+}
+
+static const char *type_of(const cJSON *o) {
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "type");
+    return cJSON_IsString(t) ? t->valuestring : NULL;
+}
+
+/* true/false field with a default; -1 if present and not a bool */
+static int get_bool(const cJSON *o, const char *name, int deflt) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (!v || cJSON_IsNull(v)) return deflt;
+    if (!cJSON_IsBool(v)) return -1;
+    return cJSON_IsTrue(v);
+}
+
+static int empty_or_null(const cJSON *o, const char *name) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    return !v || cJSON_IsNull(v) || (cJSON_IsString(v) && v->valuestring[0] == 0);
+}
+
+static int load_model(ctx *c, bpe_model *m, const cJSON *model) {
+    if (!cJSON_IsObject(model)) return fail(c, "model", "missing or not an object");
+    const char *type = type_of(model);
+    if (type && strcmp(type, "BPE") != 0)
+        return fail(c, "model.type", "'%s' is not supported (only byte-level BPE)", type);
+    const cJSON *dropout = cJSON_GetObjectItemCaseSensitive(model, "dropout");
+    if (dropout && !cJSON_IsNull(dropout) && !(cJSON_IsNumber(dropout) && dropout->valuedouble == 0))
+        return fail(c, "model.dropout", "BPE dropout is not supported (must be null)");
+    if (!empty_or_null(model, "continuing_subword_prefix"))
+        return fail(c, "model.continuing_subword_prefix", "not supported (must be null)");
+    if (!empty_or_null(model, "end_of_word_suffix"))
+        return fail(c, "model.end_of_word_suffix", "not supported (must be null)");
+    int im = get_bool(model, "ignore_merges", 0);
+    if (im < 0) return fail(c, "model.ignore_merges", "not a boolean");
+    bpe_set_ignore_merges(m, im);
+
+    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
+    if (!cJSON_IsObject(vocab)) return fail(c, "model.vocab", "missing or not an object");
+    char e2[512];
+    const cJSON *it;
+    cJSON_ArrayForEach(it, vocab) {
+        double v = cJSON_IsNumber(it) ? it->valuedouble : -1;
+        if (!(v >= 0 && v <= 2147483647.0 && v == floor(v)))
+            return fail(c, "model.vocab", "token '%.60s': id is not a non-negative integer",
+                        it->string);
+        if (bpe_add_vocab(m, it->string, strlen(it->string), (int)v, e2, sizeof e2))
+            return fail(c, "model.vocab", "%s", e2);
+    }
+    const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
+    if (!cJSON_IsArray(merges)) return fail(c, "model.merges", "missing or not an array");
+    int rank = 0;
+    cJSON_ArrayForEach(it, merges) {
+        const char *a, *b;
+        size_t al, bl;
+        if (cJSON_IsString(it)) { /* "a b" (HF splits on ' ' and wants exactly two parts) */
+            a = it->valuestring;
+            const char *sp = strchr(a, ' ');
+            if (!sp || strchr(sp + 1, ' '))
+                return fail(c, "model.merges", "entry %d '%.60s' is not two tokens 'a b'", rank,
+                            a);
+            al = (size_t)(sp - a);
+            b = sp + 1;
+            bl = strlen(b);
+        } else if (cJSON_IsArray(it) && cJSON_GetArraySize(it) == 2 &&
+                   cJSON_IsString(cJSON_GetArrayItem(it, 0)) &&
+                   cJSON_IsString(cJSON_GetArrayItem(it, 1))) {
+            a = cJSON_GetArrayItem(it, 0)->valuestring;
+            b = cJSON_GetArrayItem(it, 1)->valuestring;
+            al = strlen(a);
+            bl = strlen(b);
+        } else {
+            return fail(c, "model.merges", "entry %d is neither \"a b\" nor [\"a\", \"b\"]", rank);
+        }
+        if (bpe_add_merge(m, a, al, b, bl, rank, e2, sizeof e2))
+            return fail(c, "model.merges", "entry %d: %s", rank, e2);
+        rank++;
+    }
+    return 0;
+}
+
+static int load_normalizer(ctx *c, bpe_model *m, const cJSON *n, const char *field) {
+    if (!n || cJSON_IsNull(n)) return 0;
+    const char *type = type_of(n);
+    if (!type) return fail(c, field, "no type");
+    if (!strcmp(type, "NFC")) {
+        bpe_set_nfc(m, 1);
+        return 0;
+    }
+    if (!strcmp(type, "Sequence")) {
+        const cJSON *list = cJSON_GetObjectItemCaseSensitive(n, "normalizers");
+        if (!cJSON_IsArray(list)) return fail(c, field, "Sequence without 'normalizers'");
+        const cJSON *it;
+        char sub[128];
+        int i = 0;
+        cJSON_ArrayForEach(it, list) {
+            snprintf(sub, sizeof sub, "%s.normalizers[%d]", field, i++);
+            if (load_normalizer(c, m, it, sub)) return -1;
+        }
+        return 0;
+    }
+    return fail(c, field, "type '%s' is not supported (null or NFC)", type);
+}
+
+/* One pre-tokenizer; *saw_bytelevel is set by ByteLevel, which must come last. */
+static int load_pre(ctx *c, bpe_model *m, const cJSON *p, const char *field, int *saw_bytelevel) {
+    const char *type = type_of(p);
+    char e2[512];
+    if (!type) return fail(c, field, "no type");
+    if (*saw_bytelevel)
+        return fail(c, field, "'%s' after ByteLevel is not supported (ByteLevel must be last)",
+                    type);
+    if (!strcmp(type, "ByteLevel")) {
+        int prefix = get_bool(p, "add_prefix_space", 1), use_regex = get_bool(p, "use_regex", 1);
+        if (prefix < 0 || use_regex < 0) return fail(c, field, "bad ByteLevel flags");
+        *saw_bytelevel = 1;
+        if (!prefix && !use_regex) return 0;
+        if (bpe_add_split(m, use_regex ? BPE_GPT2_PATTERN : NULL, 0, prefix, e2, sizeof e2))
+            return fail(c, field, "%s", e2);
+        return 0;
+    }
+    if (!strcmp(type, "Split")) {
+        const cJSON *pat = cJSON_GetObjectItemCaseSensitive(p, "pattern");
+        const cJSON *re = cJSON_GetObjectItemCaseSensitive(pat, "Regex");
+        const cJSON *str = cJSON_GetObjectItemCaseSensitive(pat, "String");
+        const cJSON *beh = cJSON_GetObjectItemCaseSensitive(p, "behavior");
+        int invert = get_bool(p, "invert", 0);
+        if (!cJSON_IsString(re) && !cJSON_IsString(str))
+            return fail(c, field, "Split pattern is neither {\"Regex\": ...} nor {\"String\": ...}");
+        if (!cJSON_IsString(beh) || strcmp(beh->valuestring, "Isolated") != 0)
+            return fail(c, field, "Split behavior '%s' is not supported (Isolated only)",
+                        cJSON_IsString(beh) ? beh->valuestring : "?");
+        if (invert != 0) return fail(c, field, "Split with invert true is not supported");
+        if (bpe_add_split(m, cJSON_IsString(re) ? re->valuestring : str->valuestring,
+                          !cJSON_IsString(re), 0, e2, sizeof e2))
+            return fail(c, field, "%s", e2);
+        return 0;
+    }
+    if (!strcmp(type, "Sequence")) {
+        const cJSON *list = cJSON_GetObjectItemCaseSensitive(p, "pretokenizers");
+        if (!cJSON_IsArray(list)) return fail(c, field, "Sequence without 'pretokenizers'");
+        const cJSON *it;
+        char sub[128];
+        int i = 0;
+        cJSON_ArrayForEach(it, list) {
+            snprintf(sub, sizeof sub, "%s.pretokenizers[%d]", field, i++);
+            if (load_pre(c, m, it, sub, saw_bytelevel)) return -1;
+        }
+        return 0;
+    }
+    return fail(c, field, "type '%s' is not supported (ByteLevel, Split, Sequence)", type);
+}
+
+static int load_added(ctx *c, bpe_model *m, const cJSON *added, int *first_special) {
+    *first_special = -1;
+    if (!added || cJSON_IsNull(added)) return 0;
+    if (!cJSON_IsArray(added)) return fail(c, "added_tokens", "not an array");
+    const cJSON *it;
+    int i = 0;
+    char e2[512];
+    cJSON_ArrayForEach(it, added) {
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "id");
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(it, "content");
+        char field[64];
+        snprintf(field, sizeof field, "added_tokens[%d]", i++);
+        if (!cJSON_IsNumber(id) || !(id->valuedouble >= 0 && id->valuedouble <= 2147483647.0) ||
+            id->valuedouble != floor(id->valuedouble) || !cJSON_IsString(content))
+            return fail(c, field, "needs an integer 'id' and a string 'content'");
+        int lstrip = get_bool(it, "lstrip", 0), rstrip = get_bool(it, "rstrip", 0);
+        int single = get_bool(it, "single_word", 0), special = get_bool(it, "special", 0);
+        if (lstrip < 0 || rstrip < 0 || single < 0 || special < 0)
+            return fail(c, field, "lstrip, rstrip, single_word and special must be booleans");
+        if (single)
+            return fail(c, field, "'%.60s': single_word true is not supported",
+                        content->valuestring);
+        if (bpe_add_special(m, content->valuestring, strlen(content->valuestring),
+                            (int)id->valuedouble, lstrip, rstrip, e2, sizeof e2))
+            return fail(c, field, "%s", e2);
+        if (special && *first_special < 0) *first_special = (int)id->valuedouble;
+    }
+    return 0;
+}
+
+bpe_model *hf_tokenizer_load(const char *path, int *eod, char *err, size_t errlen) {
+    ctx c = {path, err, errlen};
+    if (!path || !path[0]) {
+        snprintf(err, errlen, "--tokenizer-type HuggingFaceTokenizer needs --tokenizer-model "
+                              "(a tokenizer.json)");
+        return NULL;
+    }
+    size_t len;
+    char e2[512];
+    char *text = bpe_read_file(path, &len, e2, sizeof e2);
+    if (!text) {
+        snprintf(err, errlen, "--tokenizer-model %s", e2);
+        return NULL;
+    }
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    free(text);
+    bpe_model *m = bpe_new();
+    int first_special = -1, saw_bytelevel = 0;
+    if (!m) {
+        snprintf(err, errlen, "out of memory");
+        cJSON_Delete(root);
+        return NULL;
+    }
+    if (!cJSON_IsObject(root)) {
+        fail(&c, NULL, "not a JSON object (a Hugging Face tokenizer.json)");
+        goto bad;
+    }
+    if (load_model(&c, m, cJSON_GetObjectItemCaseSensitive(root, "model")) ||
+        load_normalizer(&c, m, cJSON_GetObjectItemCaseSensitive(root, "normalizer"),
+                        "normalizer"))
+        goto bad;
+    const cJSON *pre = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
+    if (!pre || cJSON_IsNull(pre)) {
+        fail(&c, "pre_tokenizer", "null: not a byte-level BPE tokenizer (needs ByteLevel)");
+        goto bad;
+    }
+    if (load_pre(&c, m, pre, "pre_tokenizer", &saw_bytelevel)) goto bad;
+    if (!saw_bytelevel) {
+        fail(&c, "pre_tokenizer", "no ByteLevel step: not a byte-level BPE tokenizer");
+        goto bad;
+    }
+    const cJSON *dec = cJSON_GetObjectItemCaseSensitive(root, "decoder");
+    if (dec && !cJSON_IsNull(dec) && (!type_of(dec) || strcmp(type_of(dec), "ByteLevel") != 0)) {
+        fail(&c, "decoder", "type '%s' is not supported (ByteLevel)",
+             type_of(dec) ? type_of(dec) : "?");
+        goto bad;
+    }
+    if (load_added(&c, m, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"),
+                   &first_special))
+        goto bad;
+    if (bpe_finish(m, e2, sizeof e2)) {
+        fail(&c, "model.vocab", "%s", e2);
+        goto bad;
+    }
+    *eod = bpe_added_id(m, "<|endoftext|>");
+    if (*eod < 0) *eod = bpe_vocab_id(m, "<|endoftext|>", 13);
+    if (*eod < 0) *eod = first_special;
+    if (*eod < 0) {
+        fail(&c, "added_tokens",
+             "no end-of-document token: neither '<|endoftext|>' nor a special added token");
+        goto bad;
+    }
+    cJSON_Delete(root);
+    return m;
+bad:
+    cJSON_Delete(root);
+    bpe_free(m);
+    return NULL;
+}
