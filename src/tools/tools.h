@@ -7,6 +7,7 @@
 int train_main(int argc, char **argv);      /* src/training/training.c */
 int preprocess_main(int argc, char **argv); /* src/tools/preprocess.c */
 int generate_main(int argc, char **argv);   /* src/tools/generate.c */
+int tokenize_main(int argc, char **argv);   /* src/tools/tokenize.c */
 int memory_main(int argc, char **argv);     /* src/tools/memory.c */
 
 #endif

@@ -213,9 +213,14 @@ void theoretical_memory_compute(const megadlm_args *a, theoretical_memory *out) 
 /* ---- megadlm's exact bytes ---- */
 
 size_t theoretical_megadlm_parameter_count(const megadlm_args *a) {
-    size_t h = a->hidden_size, V = a->padded_vocab_size, d = a->kv_channels;
+    /* gpt_model.c's registration: column-parallel weights and biases (linear_qkv, linear_fc1)
+     * and row-parallel weights (linear_proj, linear_fc2) hold 1/t, the word embeddings and
+     * output layer 1/t of the vocabulary; norms, q/k norms, row-parallel biases and learned
+     * positions are whole on every rank */
+    size_t t = (size_t)a->tensor_model_parallel_size;
+    size_t h = a->hidden_size, V = (size_t)a->padded_vocab_size / t, d = a->kv_channels;
     size_t heads = a->num_attention_heads, g = a->num_query_groups;
-    size_t Q = g * (heads / g + 2) * d, ctx = heads * d, f = a->ffn_hidden_size;
+    size_t Q = g * (heads / g + 2) * d / t, ctx = heads * d / t, f = a->ffn_hidden_size / t;
     size_t fc1 = a->swiglu ? 2 * f : f;
     size_t norm = strcmp(a->normalization, "LayerNorm") == 0 ? 2 : 1; /* weight (+ bias) */
     int bias = a->add_bias_linear;
@@ -235,10 +240,13 @@ size_t theoretical_megadlm_parameter_count(const megadlm_args *a) {
 }
 
 size_t theoretical_megadlm_head_saved_bytes(const megadlm_args *a) {
+    size_t t = (size_t)a->tensor_model_parallel_size;
     size_t N = (size_t)a->micro_batch_size * a->seq_length, h = a->hidden_size;
-    size_t stats = strcmp(a->normalization, "LayerNorm") == 0 ? 2 * N : N;
-    /* block output, final norm output, its statistics, logits, per-token loss, logsumexp */
-    return 4 * (N * h + N * h + stats + N * (size_t)a->padded_vocab_size + 2 * N);
+    size_t Ns = a->sequence_parallel ? N / t : N; /* tokens outside tensor-parallel regions */
+    size_t stats = strcmp(a->normalization, "LayerNorm") == 0 ? 2 * Ns : Ns;
+    /* block output, final norm output and statistics (token shards with SP), this rank's
+     * vocabulary columns of the logits, per-token loss and logsumexp */
+    return 4 * (Ns * h + Ns * h + stats + N * ((size_t)a->padded_vocab_size / t) + 2 * N);
 }
 
 theoretical_megadlm_bytes theoretical_megadlm(const megadlm_args *a) {

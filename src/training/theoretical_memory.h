@@ -80,11 +80,13 @@ typedef struct {
     size_t saved_activations;
 } theoretical_megadlm_bytes;
 
-/* Parameters megadlm's GPTModel holds (every tensor gpt_model.c registers: biases, norms,
- * q/k norms, learned positions, untied output layer). */
+/* Parameters megadlm's GPTModel holds on one tensor-parallel rank (every tensor gpt_model.c
+ * registers: biases, norms, q/k norms, learned positions, untied output layer; the whole model
+ * at TP 1). */
 size_t theoretical_megadlm_parameter_count(const megadlm_args *a);
-/* Saved-activation bytes outside the layers for one micro-batch of b x s tokens: the block's
- * output, the final norm's output and statistics, the logits, per-token loss and logsumexp. */
+/* Saved-activation bytes outside the layers for one micro-batch of b x s tokens on one
+ * tensor-parallel rank: the block's output, the final norm's output and statistics, the
+ * logits (this rank's vocabulary), per-token loss and logsumexp. */
 size_t theoretical_megadlm_head_saved_bytes(const megadlm_args *a);
 theoretical_megadlm_bytes theoretical_megadlm(const megadlm_args *a);
 

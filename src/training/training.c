@@ -17,6 +17,7 @@
 #include "training/dist_checkpointing.h"
 #include "core/parallel_state.h"
 #include "training/model_provider.h"
+#include "training/theoretical_memory.h"
 #include "training/tokenizer/tokenizer.h"
 
 /* Megatron prints the training log on the last rank (print_rank_last); the others stay quiet
@@ -276,15 +277,32 @@ static void training_log(trainer *tr, double elapsed_s, int iters, double loss_s
 }
 
 /* Saved activations per layer: what the tracked allocator measured when the block was built,
- * beside the analytic count of docs/MEMORY.md (they must agree). */
+ * beside the analytic count of docs/MEMORY.md (they must agree). Then, per category, what
+ * `megadlm memory` predicts for this rank (training/theoretical_memory.c, the same code) beside
+ * what the allocator holds: any difference is a bug in one of the two. */
 static void log_saved_activations(const trainer *tr) {
     const gpt_model *m = tr->model;
-    int B = tr->a->micro_batch_size, T = tr->a->seq_length;
+    int B = tr->a->micro_batch_size, T = tr->a->seq_length, rank = parallel_world_rank();
     for (int l = 0; l < m->cfg.num_layers; l++)
         printf("[Rank %d] saved activations layer %d (bytes) | measured %zu | analytic %zu |\n",
-               parallel_world_rank(), l,
+               rank, l,
                transformer_block_layer_saved_bytes(&m->block, l),
                activation_memory_layer_bytes(&m->cfg, B, T, l));
+    theoretical_megadlm_bytes p = theoretical_megadlm(tr->a);
+    const struct {
+        const char *name;
+        size_t predicted;
+        mem_category cat;
+    } rows[] = {{"parameters", p.parameters, MEM_PARAMS},
+                {"gradients", p.gradients, MEM_GRADS},
+                {"optimizer state", p.optimizer, MEM_OPTIMIZER},
+                {"saved activations", p.saved_activations, MEM_ACTIVATIONS}};
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        size_t measured = mem_current(rows[i].cat);
+        printf("[Rank %d] memory %s (bytes) | predicted %zu | measured %zu | difference %lld |\n",
+               rank, rows[i].name, rows[i].predicted, measured,
+               (long long)measured - (long long)rows[i].predicted);
+    }
     fflush(stdout);
 }
 
