@@ -24,6 +24,7 @@ typedef struct {
     int top_k;
     float top_p;
     uint64_t seed;
+    const char *vocab_file, *merge_file, *tokenizer_model; /* override the checkpoint's */
 } generate_args;
 
 static void print_help(FILE *out) {
@@ -35,7 +36,11 @@ static void print_help(FILE *out) {
             "  --temperature T       divide logits by T (> 0)                       (1.0)\n"
             "  --top-k K             sample among the K most likely tokens; 0 = off (0)\n"
             "  --top-p P             nucleus sampling with mass P; 0 = off          (0.0)\n"
-            "  --seed S              random seed                                    (1234)\n");
+            "  --seed S              random seed                                    (1234)\n"
+            "  --vocab-file F, --merge-file F, --tokenizer-model F\n"
+            "                        tokenizer files instead of the checkpoint's (which are\n"
+            "                        stored as absolute paths); they must give the same\n"
+            "                        padded vocabulary\n");
 }
 
 static int parse_number(const char *flag, const char *s, double *out) {
@@ -54,6 +59,8 @@ static int parse(generate_args *g, int argc, char **argv) {
         {"max-new-tokens", required_argument, 0, 'n'}, {"temperature", required_argument, 0, 't'},
         {"top-k", required_argument, 0, 'k'},        {"top-p", required_argument, 0, 'P'},
         {"seed", required_argument, 0, 's'},         {"help", no_argument, 0, 'h'},
+        {"vocab-file", required_argument, 0, 'V'},   {"merge-file", required_argument, 0, 'M'},
+        {"tokenizer-model", required_argument, 0, 'T'},
         {0, 0, 0, 0}};
     *g = (generate_args){.prompt = "", .max_new_tokens = 64, .temperature = 1.0f, .seed = 1234};
     opterr = 0;
@@ -64,6 +71,9 @@ static int parse(generate_args *g, int argc, char **argv) {
         switch (c) {
         case 'l': g->load = optarg; break;
         case 'p': g->prompt = optarg; break;
+        case 'V': g->vocab_file = optarg; break;
+        case 'M': g->merge_file = optarg; break;
+        case 'T': g->tokenizer_model = optarg; break;
         case 'h': print_help(stdout); return 1;
         case 'n': case 't': case 'k': case 'P': case 's': {
             const char *flag = c == 'n' ? "--max-new-tokens" : c == 't' ? "--temperature"
@@ -170,14 +180,44 @@ int generate_main(int argc, char **argv) {
     megadlm_args a;
     args_defaults(&a);
     if (ckpt_load_state(g.load, iteration, &st, err, sizeof(err)) != 0 ||
-        args_from_json(&a, st.args, err, sizeof(err)) != 0 ||
-        args_validate(&a, err, sizeof(err)) != 0) {
+        args_from_json(&a, st.args, err, sizeof(err)) != 0) {
         fprintf(stderr, "error: --load %s: %s\n", g.load, err);
         ckpt_state_free(&st);
         return 1;
     }
     ckpt_state_free(&st);
-    tokenizer *tok = tokenizer_create(a.tokenizer_type, a.vocab_size, err, sizeof(err));
+    const struct {
+        const char *value;
+        char *field;
+        size_t size;
+    } overrides[3] = {{g.vocab_file, a.vocab_file, sizeof a.vocab_file},
+                      {g.merge_file, a.merge_file, sizeof a.merge_file},
+                      {g.tokenizer_model, a.tokenizer_model, sizeof a.tokenizer_model}};
+    for (int i = 0; i < 3; i++)
+        if (overrides[i].value) snprintf(overrides[i].field, overrides[i].size, "%s", overrides[i].value);
+    int saved_padded = a.padded_vocab_size;
+    if (args_validate(&a, err, sizeof(err)) != 0) {
+        fprintf(stderr, "error: --load %s: %s%s\n", g.load, err,
+                strstr(err, "--vocab-file") || strstr(err, "--merge-file") ||
+                        strstr(err, "--tokenizer-model")
+                    ? " (the checkpoint's tokenizer file: give generate --vocab-file, "
+                      "--merge-file or --tokenizer-model to use another copy)"
+                    : "");
+        return 1;
+    }
+    if (saved_padded && a.padded_vocab_size != saved_padded) {
+        fprintf(stderr,
+                "error: --load %s: the tokenizer gives a padded vocabulary of %d, the checkpoint "
+                "was trained with %d\n",
+                g.load, a.padded_vocab_size, saved_padded);
+        return 1;
+    }
+    tokenizer_options topts = {.type = a.tokenizer_type,
+                               .vocab_size = a.vocab_size,
+                               .vocab_file = a.vocab_file,
+                               .merge_file = a.merge_file,
+                               .tokenizer_model = a.tokenizer_model};
+    tokenizer *tok = tokenizer_create_opts(&topts, err, sizeof(err));
     if (!tok) {
         fprintf(stderr, "error: %s\n", err);
         return 1;

@@ -1,7 +1,8 @@
 /* megadlm preprocess: Megatron's tools/preprocess_data.py in C.
  *
- *   megadlm preprocess --input FILE --output-prefix P --tokenizer-type ByteLevel|NullTokenizer
- *                      [--vocab-size V] [--json-keys text] [--append-eod] [--workers N]
+ *   megadlm preprocess --input FILE --output-prefix P --tokenizer-type TYPE
+ *                      [--vocab-size V | --vocab-file F --merge-file F | --tokenizer-model F]
+ *                      [--json-keys text] [--append-eod] [--workers N]
  *
  * Input .jsonl (any name not ending in .txt): one JSON object per line; for every key of
  * --json-keys the value (a string, or a list of strings = sentences, as Megatron) is encoded
@@ -63,9 +64,13 @@ static void usage(FILE *f) {
             "\n"
             "  --input FILE            input file, .jsonl or .txt (required)\n"
             "  --output-prefix PREFIX  output path prefix (required)\n"
-            "  --tokenizer-type TYPE   ByteLevel or NullTokenizer (required)\n"
+            "  --tokenizer-type TYPE   ByteLevel, NullTokenizer, GPT2BPETokenizer or\n"
+            "                          HuggingFaceTokenizer (required)\n"
             "  --vocab-size V          NullTokenizer vocabulary size: ids 0..V-1, end-of-document\n"
             "                          V (required for NullTokenizer; default: none)\n"
+            "  --vocab-file FILE       GPT2BPETokenizer: vocab.json (required for it)\n"
+            "  --merge-file FILE       GPT2BPETokenizer: merges.txt (required for it)\n"
+            "  --tokenizer-model FILE  HuggingFaceTokenizer: tokenizer.json (required for it)\n"
             "  --json-keys KEYS        JSON keys to extract, space- or comma-separated; each writes\n"
             "                          PREFIX_{key}_document (default: text; ignored for .txt)\n"
             "  --append-eod            append the end-of-document id to every non-empty document\n"
@@ -330,6 +335,7 @@ static int split_keys(char *spec, char **keys, int *nkeys) {
 
 int preprocess_main(int argc, char **argv) {
     const char *input = NULL, *output_prefix = NULL, *tok_type = NULL;
+    const char *vocab_file = NULL, *merge_file = NULL, *tokenizer_model = NULL;
     const char *json_keys_arg = "text";
     int vocab_size = 0, append_eod = 0, workers = 0;
     static const struct option opts[] = {
@@ -337,6 +343,8 @@ int preprocess_main(int argc, char **argv) {
         {"tokenizer-type", required_argument, 0, 't'}, {"vocab-size", required_argument, 0, 'v'},
         {"json-keys", required_argument, 0, 'k'},      {"append-eod", no_argument, 0, 'e'},
         {"workers", required_argument, 0, 'w'},        {"help", no_argument, 0, 'h'},
+        {"vocab-file", required_argument, 0, 'V'},     {"merge-file", required_argument, 0, 'M'},
+        {"tokenizer-model", required_argument, 0, 'T'},
         {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
@@ -347,6 +355,9 @@ int preprocess_main(int argc, char **argv) {
         case 'i': input = optarg; break;
         case 'o': output_prefix = optarg; break;
         case 't': tok_type = optarg; break;
+        case 'V': vocab_file = optarg; break;
+        case 'M': merge_file = optarg; break;
+        case 'T': tokenizer_model = optarg; break;
         case 'k': json_keys_arg = optarg; break;
         case 'e': append_eod = 1; break;
         case 'v': {
@@ -393,11 +404,17 @@ int preprocess_main(int argc, char **argv) {
         return 1;
     }
     if (!tok_type) {
-        errmsg("--tokenizer-type: missing, expected ByteLevel or NullTokenizer");
+        errmsg("--tokenizer-type: missing, expected ByteLevel, NullTokenizer, GPT2BPETokenizer or "
+               "HuggingFaceTokenizer");
         return 1;
     }
     char err[1024];
-    tokenizer *tok = tokenizer_create(tok_type, vocab_size, err, sizeof err);
+    tokenizer_options topts = {.type = tok_type,
+                               .vocab_size = vocab_size,
+                               .vocab_file = vocab_file,
+                               .merge_file = merge_file,
+                               .tokenizer_model = tokenizer_model};
+    tokenizer *tok = tokenizer_create_opts(&topts, err, sizeof err);
     if (!tok) {
         errmsg("%s", err);
         return 1;

@@ -23,6 +23,8 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "training/tokenizer/tokenizer.h"
+
 /* ------------------------------------------------------------------------------------------ */
 /* errors                                                                                      */
 
@@ -245,9 +247,16 @@ static const opt_def OPTIONS[] = {
     INTOPT("seq-length", K_POS, G_DATA, seq_length, "N", "required",
            "Sequence length of each sample."),
     STROPT("tokenizer-type", G_DATA, tokenizer_type, "TYPE",
-           "NullTokenizer with --mock-data, else required", "ByteLevel or NullTokenizer."),
+           "NullTokenizer with --mock-data, else required",
+           "ByteLevel, NullTokenizer, GPT2BPETokenizer or HuggingFaceTokenizer."),
     INTOPT("vocab-size", K_POS, G_DATA, vocab_size, "V", "none",
            "NullTokenizer: ids are < V, end-of-document is V (vocabulary V+1)."),
+    STROPT("vocab-file", G_DATA, vocab_file, "FILE", "none",
+           "GPT2BPETokenizer: the vocabulary (vocab.json, token -> id)."),
+    STROPT("merge-file", G_DATA, merge_file, "FILE", "none",
+           "GPT2BPETokenizer: the BPE merges (merges.txt)."),
+    STROPT("tokenizer-model", G_DATA, tokenizer_model, "FILE", "none",
+           "HuggingFaceTokenizer: a Hugging Face tokenizer.json (byte-level BPE)."),
     BOOLOPT("eod-mask-loss", K_TRUE, G_DATA, eod_mask_loss, "off",
             "No loss on end-of-document tokens."),
 
@@ -341,8 +350,8 @@ static const opt_def OPTIONS[] = {
     LATER("bf16"), LATER("fp16"), LATER("overlap-grad-reduce"),
     LATER("overlap-param-gather"), LATER("tp-comm-overlap"), LATER("context-parallel-size"), LATER("expert-model-parallel-size"), LATER("num-experts"),
     LATER("use-flash-attn"), LATER("model-running-mode"),
-    LATER("attention-mask-type"), LATER("mask-token"), LATER("vocab-file"), LATER("merge-file"),
-    LATER("tokenizer-model"), LATER("fp8-format"), LATER("ddp-bucket-size"),
+    LATER("attention-mask-type"), LATER("mask-token"),
+    LATER("fp8-format"), LATER("ddp-bucket-size"),
     LATER("accumulate-allreduce-grads-in-fp32"),
 };
 
@@ -770,6 +779,50 @@ static int check_split(const char *s, char *err, size_t errlen) {
     return 0;
 }
 
+/* GPT2BPETokenizer / HuggingFaceTokenizer: the files are required and made absolute (so that
+ * a checkpoint's arguments find them from any directory), and the tokenizer is loaded once for
+ * its vocabulary size (Megatron's tokenizer.vocab_size, before padding). */
+static int validate_tokenizer_files(megadlm_args *a, int *tok_vocab, char *err, size_t errlen) {
+    int gpt2 = !strcmp(a->tokenizer_type, "GPT2BPETokenizer");
+    if (gpt2 && (!a->vocab_file[0] || !a->merge_file[0]))
+        return fail(err, errlen,
+                    "--tokenizer-type GPT2BPETokenizer needs --vocab-file (vocab.json) and "
+                    "--merge-file (merges.txt)");
+    if (!gpt2 && !a->tokenizer_model[0])
+        return fail(err, errlen,
+                    "--tokenizer-type HuggingFaceTokenizer needs --tokenizer-model "
+                    "(tokenizer.json)");
+    struct tok_file {
+        const char *flag;
+        char *path;
+        size_t size;
+    } files[2] = {{"--vocab-file", a->vocab_file, sizeof a->vocab_file},
+                  {"--merge-file", a->merge_file, sizeof a->merge_file}};
+    if (!gpt2)
+        files[0] = (struct tok_file){"--tokenizer-model", a->tokenizer_model,
+                                     sizeof a->tokenizer_model};
+    for (int i = 0; i < (gpt2 ? 2 : 1); i++) {
+        char *abs = realpath(files[i].path, NULL);
+        if (!abs) return fail(err, errlen, "%s %s: %s", files[i].flag, files[i].path, strerror(errno));
+        if (strlen(abs) >= files[i].size) {
+            free(abs);
+            return fail(err, errlen, "%s %s: the absolute path is longer than %zu characters",
+                        files[i].flag, files[i].path, files[i].size - 1);
+        }
+        snprintf(files[i].path, files[i].size, "%s", abs);
+        free(abs);
+    }
+    tokenizer_options o = {.type = a->tokenizer_type,
+                           .vocab_file = a->vocab_file,
+                           .merge_file = a->merge_file,
+                           .tokenizer_model = a->tokenizer_model};
+    tokenizer *t = tokenizer_create_opts(&o, err, errlen);
+    if (!t) return -1;
+    *tok_vocab = tokenizer_vocab_size(t);
+    tokenizer_free(t);
+    return 0;
+}
+
 static const char *const MEGATRON_TOKENIZERS[] = {
     "BertWordPieceLowerCase", "BertWordPieceCase", "GPT2BPETokenizer", "SentencePieceTokenizer",
     "GPTSentencePieceTokenizer", "HuggingFaceTokenizer", "Llama2Tokenizer", "TikTokenizer",
@@ -833,13 +886,13 @@ static int validate_recompute(megadlm_args *a, char *err, size_t errlen) {
     return 0;
 }
 
-/* Megatron's parallel rules: the world divisible by TP x PP (arguments.py); heads and query
- * groups divisible by TP (TransformerConfig); the ffn size too (the column/row split of
- * linear_fc1/linear_fc2); sequence parallelism off at TP 1 (arguments.py, with a warning), and
- * the sequence divisible by TP with it (its scatter along the sequence); layers divisible by PP,
- * and the interleaved schedule's rules. The model's rules come before the world size, so a
- * layout that cannot split the model is refused with the same words whatever the world size
- * (`train` takes it from the launcher, `megadlm memory` from --world-size). */
+/* Megatron's parallel rules for the model: heads and query groups divisible by TP
+ * (TransformerConfig); the ffn size too (the column/row split of linear_fc1/linear_fc2);
+ * sequence parallelism off at TP 1 (arguments.py, with a warning), and the sequence divisible
+ * by TP with it (its scatter along the sequence); layers divisible by PP, and the interleaved
+ * schedule's rules. The world size is checked later (validate_world), so a layout that cannot
+ * split the model is refused with the same words whatever the world size (`train` takes it
+ * from the launcher, `megadlm memory` from --world-size). */
 static int validate_parallel(megadlm_args *a, char *err, size_t errlen) {
     int t = a->tensor_model_parallel_size, p = a->pipeline_model_parallel_size;
     if (a->num_attention_heads % t != 0)
@@ -902,7 +955,13 @@ static int validate_parallel(megadlm_args *a, char *err, size_t errlen) {
                         a->num_layers, p, v);
     }
     a->virtual_pipeline_model_parallel_size = v;
+    return 0;
+}
 
+/* The world divisible by TP x PP (Megatron's first check; here after every rule of the model
+ * and the recompute plan, which do not depend on it), and the data-parallel size. */
+static int validate_world(megadlm_args *a, char *err, size_t errlen) {
+    int t = a->tensor_model_parallel_size, p = a->pipeline_model_parallel_size;
     long long model = (long long)t * p;
     if (model > INT_MAX)
         return fail(err, errlen, "--tensor-model-parallel-size x --pipeline-model-parallel-size "
@@ -1033,7 +1092,7 @@ int args_validate(megadlm_args *a, char *err, size_t errlen) {
      * GeLU fusion does not apply (Megatron uses bias_swiglu_fusion there). */
     if (!a->add_bias_linear || a->swiglu) a->bias_gelu_fusion = 0;
 
-    /* ---- tensor, sequence and pipeline parallelism; world and data-parallel size ---- */
+    /* ---- tensor, sequence and pipeline parallelism (the world size comes later) ---- */
     if (validate_parallel(a, err, errlen)) return -1;
 
     /* ---- normalization, embeddings ---- */
@@ -1118,9 +1177,10 @@ int args_validate(megadlm_args *a, char *err, size_t errlen) {
             snprintf(a->tokenizer_type, sizeof(a->tokenizer_type), "NullTokenizer");
         else
             return fail(err, errlen,
-                        "--tokenizer-type is required with --data-path (ByteLevel or NullTokenizer)");
+                        "--tokenizer-type is required with --data-path (ByteLevel, NullTokenizer, "
+                        "GPT2BPETokenizer or HuggingFaceTokenizer)");
     }
-    int tok_vocab;
+    int tok_vocab = 0;
     if (!strcmp(a->tokenizer_type, "ByteLevel")) {
         tok_vocab = 257; /* --vocab-size is not used (Megatron ignores it too) */
     } else if (!strcmp(a->tokenizer_type, "NullTokenizer")) {
@@ -1130,12 +1190,18 @@ int args_validate(megadlm_args *a, char *err, size_t errlen) {
                         a->mock_data ? " (the tokenizer of --mock-data)" : "");
         if (a->vocab_size == INT_MAX) return fail(err, errlen, "--vocab-size is too large");
         tok_vocab = a->vocab_size + 1; /* Megatron's _NullTokenizer: eod = vocab_size */
+    } else if (!strcmp(a->tokenizer_type, "GPT2BPETokenizer") ||
+               !strcmp(a->tokenizer_type, "HuggingFaceTokenizer")) {
+        if (validate_tokenizer_files(a, &tok_vocab, err, errlen)) return -1;
     } else if (one_of(a->tokenizer_type, MEGATRON_TOKENIZERS)) {
         return fail(err, errlen,
-                    "--tokenizer-type %s: not supported yet (ByteLevel or NullTokenizer for now)",
+                    "--tokenizer-type %s: not supported yet (ByteLevel, NullTokenizer, "
+                    "GPT2BPETokenizer or HuggingFaceTokenizer)",
                     a->tokenizer_type);
     } else {
-        return fail(err, errlen, "--tokenizer-type '%s': expected ByteLevel or NullTokenizer",
+        return fail(err, errlen,
+                    "--tokenizer-type '%s': expected ByteLevel, NullTokenizer, GPT2BPETokenizer "
+                    "or HuggingFaceTokenizer",
                     a->tokenizer_type);
     }
     {
@@ -1146,6 +1212,10 @@ int args_validate(megadlm_args *a, char *err, size_t errlen) {
         if (padded > INT_MAX) return fail(err, errlen, "--vocab-size: padded vocabulary too large");
         a->padded_vocab_size = (int)padded;
     }
+
+    /* ---- recompute plan; then the world size, and the data-parallel size it gives ---- */
+    if (validate_recompute(a, err, errlen)) return -1;
+    if (validate_world(a, err, errlen)) return -1;
 
     /* ---- batch ---- */
     {
@@ -1254,7 +1324,7 @@ int args_validate(megadlm_args *a, char *err, size_t errlen) {
     if (a->exit_interval < 0) return fail(err, errlen, "--exit-interval must be positive");
     if (a->save_interval > 0 && !a->save[0])
         return fail(err, errlen, "--save-interval %d needs --save DIR", a->save_interval);
-    return validate_recompute(a, err, errlen);
+    return 0;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -1282,7 +1352,8 @@ static const field_def FIELDS[] = {
     FB(add_bias_linear), FB(bias_gelu_fusion), FB(openai_gelu),
     FB(untie_embeddings_and_output_weights), FI(make_vocab_size_divisible_by),
     FF(init_method_std), FF(hidden_dropout), FF(attention_dropout),
-    FS(tokenizer_type), FI(vocab_size), FI(padded_vocab_size), FB(mock_data), FS(split),
+    FS(tokenizer_type), FI(vocab_size), FS(vocab_file), FS(merge_file), FS(tokenizer_model),
+    FI(padded_vocab_size), FB(mock_data), FS(split),
     FB(eod_mask_loss),
     FI(micro_batch_size), FI(global_batch_size), FI(train_iters), {"seed", T_U64, OFF(seed), 0},
     FS(optimizer), FF(lr), FF(min_lr), FI(lr_warmup_iters), FF(lr_warmup_fraction),

@@ -42,8 +42,11 @@ typedef struct {
     float attention_dropout;      /* --attention-dropout (0.1) */
 
     /* ---- tokenizer / data ---- */
-    char tokenizer_type[32];      /* --tokenizer-type ByteLevel|NullTokenizer (default: NullTokenizer with --mock-data, else required) */
+    char tokenizer_type[32];      /* --tokenizer-type ByteLevel|NullTokenizer|GPT2BPETokenizer|HuggingFaceTokenizer (default: NullTokenizer with --mock-data, else required) */
     int vocab_size;               /* --vocab-size (NullTokenizer, mock data) */
+    char vocab_file[1024];        /* --vocab-file (GPT2BPETokenizer: vocab.json); made absolute by validation */
+    char merge_file[1024];        /* --merge-file (GPT2BPETokenizer: merges.txt); made absolute by validation */
+    char tokenizer_model[1024];   /* --tokenizer-model (HuggingFaceTokenizer: tokenizer.json); made absolute by validation */
     int padded_vocab_size;        /* derived: tokenizer vocab rounded up to make_vocab_size_divisible_by */
     int mock_data;                /* --mock-data */
     int num_data_paths;           /* --data-path [W1] P1 [W2 P2 ...] */

@@ -16,6 +16,7 @@
 #include "training/checkpointing.h"
 #include "training/dist_checkpointing.h"
 #include "core/parallel_state.h"
+#include "core/tensor_parallel/mappings.h"
 #include "training/model_provider.h"
 #include "training/theoretical_memory.h"
 #include "training/tokenizer/tokenizer.h"
@@ -306,11 +307,28 @@ static void log_saved_activations(const trainer *tr) {
     fflush(stdout);
 }
 
+/* Payload moved by the tensor-parallel regions in the first iteration (per rank). */
+static void log_tp_communication(const trainer *tr) {
+    const tp_comm_stats *st = tp_comm_get_stats();
+    if (tr->a->tensor_model_parallel_size <= 1) return;
+    printf("[Rank %d] tensor-parallel communication in iteration 1 (payload bytes) | all-reduce "
+           "%.0f (%lu calls) | all-gather %.0f (%lu calls) | reduce-scatter %.0f (%lu calls) |\n",
+           parallel_world_rank(), st->all_reduce_bytes, st->all_reduce_calls,
+           st->all_gather_bytes, st->all_gather_calls, st->reduce_scatter_bytes,
+           st->reduce_scatter_calls);
+    fflush(stdout);
+}
+
 int pretrain(megadlm_args *a) {
     trainer tr = {.a = a};
     char err[1024];
     int status = 1;
-    tr.tok = tokenizer_create(a->tokenizer_type, a->vocab_size, err, sizeof(err));
+    tokenizer_options topts = {.type = a->tokenizer_type,
+                               .vocab_size = a->vocab_size,
+                               .vocab_file = a->vocab_file,
+                               .merge_file = a->merge_file,
+                               .tokenizer_model = a->tokenizer_model};
+    tr.tok = tokenizer_create_opts(&topts, err, sizeof(err));
     if (!tr.tok) {
         fprintf(stderr, "error: %s\n", err);
         return 1;
@@ -353,6 +371,7 @@ int pretrain(megadlm_args *a) {
         if (a->log_memory && !memory_reported) { /* after the first iteration of this run */
             mem_report(stdout, pst->world_rank);
             log_saved_activations(&tr);
+            log_tp_communication(&tr);
             memory_reported = 1;
         }
         if (tr.iteration % a->log_interval == 0) {

@@ -110,8 +110,12 @@ expect_error "badjson.jsonl:2: not valid JSON" --input badjson.jsonl "${B[@]}"
 expect_error "nokey.jsonl:2: key 'text' missing" --input nokey.jsonl "${B[@]}"
 expect_error "notstring.jsonl:1: key 'text': expected a string or a list of strings" --input notstring.jsonl "${B[@]}"
 expect_error "notobject.jsonl:1: expected a JSON object" --input notobject.jsonl "${B[@]}"
-expect_error "--tokenizer-type: expected ByteLevel or NullTokenizer, found 'GPT2BPETokenizer'" \
+expect_error "--tokenizer-type: expected ByteLevel, NullTokenizer, GPT2BPETokenizer or HuggingFaceTokenizer, found 'Llama2Tokenizer'" \
+  --input in.jsonl --output-prefix bad --tokenizer-type Llama2Tokenizer
+expect_error "--tokenizer-type GPT2BPETokenizer needs --vocab-file (vocab.json) and --merge-file (merges.txt)" \
   --input in.jsonl --output-prefix bad --tokenizer-type GPT2BPETokenizer
+expect_error "--tokenizer-model nonexistent.json: No such file or directory" \
+  --input in.jsonl --output-prefix bad --tokenizer-type HuggingFaceTokenizer --tokenizer-model nonexistent.json
 expect_error "--tokenizer-type: missing" --input in.jsonl --output-prefix bad
 expect_error "--vocab-size" --input in.jsonl --output-prefix bad --tokenizer-type NullTokenizer
 expect_error "--vocab-size: expected a positive integer, found 'x'" --input in.jsonl --output-prefix bad \

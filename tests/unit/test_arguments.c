@@ -132,7 +132,10 @@ static void test_defaults(void) {
     CHECK(a.log_memory == 0);
     CHECK(a.save[0] == 0 && a.save_interval == 0 && a.load[0] == 0);
     CHECK(a.tensor_model_parallel_size == 1 && a.pipeline_model_parallel_size == 1);
-    CHECK(a.world_size == 1);
+    CHECK(a.world_size == 0); /* not given: TP x PP (train sets the launcher's) */
+    CHECK(a.sequence_parallel == 0 && a.use_distributed_optimizer == 0);
+    CHECK(a.num_layers_per_virtual_pipeline_stage == 0 &&
+          a.virtual_pipeline_model_parallel_size == 0);
     CHECK(a.exit_interval == 0);
     args_free(&a);
 }
@@ -307,13 +310,11 @@ static void test_parse_errors(void) {
 
 static void test_refused_flags(void) {
     static const char *later[] = {
-        "--sequence-parallel", "--bf16", "--fp16", "--use-distributed-optimizer",
+        "--bf16", "--fp16",
         "--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap",
-        "--num-layers-per-virtual-pipeline-stage 2", "--virtual-pipeline-model-parallel-size 2",
         "--context-parallel-size 2", "--expert-model-parallel-size 2", "--num-experts 8",
         "--use-flash-attn", "--model-running-mode x",
-        "--attention-mask-type causal", "--mask-token 3", "--vocab-file v.json",
-        "--merge-file m.txt", "--tokenizer-model t.model", "--fp8-format hybrid",
+        "--attention-mask-type causal", "--mask-token 3", "--fp8-format hybrid",
         "--ddp-bucket-size 1000", "--accumulate-allreduce-grads-in-fp32", "--bf16=1",
     };
     for (size_t i = 0; i < sizeof(later) / sizeof(later[0]); i++) {
@@ -328,23 +329,179 @@ static void test_refused_flags(void) {
         if (rc != -1 || strcmp(ERR, want)) fprintf(stderr, "  %s -> '%s'\n", later[i], ERR);
         args_free(&a);
     }
+    /* the parallel flags are real fields now: parsed and validated with Megatron's rules
+     * (test_parallel); what `train` cannot run yet is refused by args_check_trainable */
     megadlm_args a;
-    CHECK(parse_line(&a, "--tensor-model-parallel-size 2") == -1);
-    CHECK(strcmp(ERR, "--tensor-model-parallel-size 2: not supported yet (tensor parallelism "
-                      "arrives with a later release)") == 0);
-    CHECK(parse_line(&a, "--pipeline-model-parallel-size 4") == -1);
-    CHECK(strcmp(ERR, "--pipeline-model-parallel-size 4: not supported yet (pipeline "
-                      "parallelism arrives with a later release)") == 0);
+    CHECK(parse_line(&a, "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 4 "
+                         "--sequence-parallel --use-distributed-optimizer "
+                         "--num-layers-per-virtual-pipeline-stage 2") == 0);
+    CHECK(a.tensor_model_parallel_size == 2 && a.pipeline_model_parallel_size == 4);
+    CHECK(a.sequence_parallel == 1 && a.use_distributed_optimizer == 1);
+    CHECK(a.num_layers_per_virtual_pipeline_stage == 2);
     CHECK(parse_line(&a, "--tensor-model-parallel-size 0") == -1);
     CHECK(strstr(ERR, "--tensor-model-parallel-size: expected a positive integer") != NULL);
     CHECK(parse_line(&a, "--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1") == 0);
+    static const struct {
+        const char *flags, *want;
+    } untrainable[] = {
+        {" --pipeline-model-parallel-size 2",
+         "--pipeline-model-parallel-size 2: not supported yet (pipeline parallelism arrives "
+         "with a later release)"},
+        {" --use-distributed-optimizer",
+         "--use-distributed-optimizer: not supported yet (the distributed optimizer arrives "
+         "with a later release)"},
+    };
+    for (size_t i = 0; i < sizeof(untrainable) / sizeof(untrainable[0]); i++) {
+        char line[512];
+        snprintf(line, sizeof(line), BASE "%s", untrainable[i].flags);
+        CHECK(run_line(&a, line) == 0); /* valid for Megatron (and `megadlm memory`) */
+        CHECK(args_check_trainable(&a, ERR, sizeof(ERR)) == -1);
+        CHECK(strcmp(ERR, untrainable[i].want) == 0);
+        if (strcmp(ERR, untrainable[i].want)) fprintf(stderr, "  %s -> '%s'\n", line, ERR);
+        args_free(&a);
+    }
+    /* the interleaved schedule (pipeline size > 2 first) and data parallelism */
+    {
+        megadlm_args b;
+        CHECK(run_line(&b, BASE " --num-layers 6 --pipeline-model-parallel-size 3 "
+                                "--num-layers-per-virtual-pipeline-stage 1 --global-batch-size 6") == 0);
+        CHECK(b.virtual_pipeline_model_parallel_size == 2);
+        b.pipeline_model_parallel_size = 1; /* only to reach the next refusal */
+        CHECK(args_check_trainable(&b, ERR, sizeof(ERR)) == -1);
+        CHECK(strcmp(ERR, "--num-layers-per-virtual-pipeline-stage: not supported yet (the "
+                          "interleaved schedule arrives with pipeline parallelism)") == 0);
+        CHECK(run_line(&b, BASE) == 0);
+        b.world_size = 2;
+        b.global_batch_size = 4;
+        CHECK(args_validate(&b, ERR, sizeof(ERR)) == 0 && b.data_parallel_size == 2);
+        CHECK(args_check_trainable(&b, ERR, sizeof(ERR)) == -1);
+        CHECK(strstr(ERR, "data-parallel size 2") && strstr(ERR, "not supported yet"));
+        CHECK(run_line(&b, BASE) == 0);
+        CHECK(args_check_trainable(&b, ERR, sizeof(ERR)) == 0);
+        args_free(&b);
+    }
     /* a struct that did not come from the parser (e.g. JSON) is checked by validation too */
     megadlm_args b;
     CHECK(run_line(&b, BASE) == 0);
-    b.tensor_model_parallel_size = 2;
+    b.tensor_model_parallel_size = 3;
     CHECK(args_validate(&b, ERR, sizeof(ERR)) == -1);
-    CHECK(strstr(ERR, "--tensor-model-parallel-size 2: not supported yet") != NULL);
+    CHECK(strcmp(ERR, "--num-attention-heads 4 is not divisible by --tensor-model-parallel-size 3") == 0);
+    CHECK(run_line(&b, BASE) == 0);
+    b.tensor_model_parallel_size = 0;
+    CHECK(args_validate(&b, ERR, sizeof(ERR)) == -1);
+    CHECK(strstr(ERR, "--tensor-model-parallel-size must be positive") != NULL);
     args_free(&b);
+}
+
+/* Megatron's parallel rules (arguments.py validate_args, TransformerConfig, the parallel
+ * linear layers' divisions); BASE: 2 layers, h 64, 4 heads, ffn 256, seq 32, micro 2. */
+static void test_parallel(void) {
+    megadlm_args a;
+    /* world: not given = TP x PP, DP 1; given (memory's --world-size, train's launcher) */
+    EXPECT_OK(&a, BASE " --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2");
+    CHECK(a.world_size == 4 && a.data_parallel_size == 1 && a.global_batch_size == 2);
+    CHECK(parse_line(&a, BASE " --tensor-model-parallel-size 2") == 0);
+    a.world_size = 8;
+    CHECK(args_validate(&a, ERR, sizeof(ERR)) == 0);
+    CHECK(a.data_parallel_size == 4 && a.global_batch_size == 8);
+    CHECK(parse_line(&a, BASE " --tensor-model-parallel-size 2") == 0);
+    a.world_size = 3;
+    CHECK(args_validate(&a, ERR, sizeof(ERR)) == -1);
+    CHECK(strcmp(ERR, "world size (3) is not divisible by --tensor-model-parallel-size 2 x "
+                      "--pipeline-model-parallel-size 1") == 0);
+    /* --world-size is memory's */
+    {
+        char *argv[] = {"memory", "--world-size", "16", NULL};
+        args_defaults(&a);
+        CHECK(args_parse(&a, 3, argv, ERR, sizeof(ERR)) == 0 && a.world_size == 16);
+        char *targv[] = {"train", "--world-size", "16", NULL};
+        args_defaults(&a);
+        CHECK(args_parse(&a, 3, targv, ERR, sizeof(ERR)) == -1);
+        CHECK(strcmp(ERR, "--world-size: only for `megadlm memory` (train takes the world size "
+                          "from mpirun)") == 0);
+    }
+    /* tensor parallelism: heads, query groups, ffn */
+    EXPECT_ERR(BASE " --tensor-model-parallel-size 3",
+               "--num-attention-heads 4 is not divisible by --tensor-model-parallel-size 3", NULL,
+               NULL);
+    EXPECT_ERR(BASE " --group-query-attention --num-query-groups 2 --tensor-model-parallel-size 4",
+               "--num-query-groups 2 is not divisible by --tensor-model-parallel-size 4", NULL, NULL);
+    EXPECT_ERR(BASE " --ffn-hidden-size 102 --tensor-model-parallel-size 4",
+               "--ffn-hidden-size 102 is not divisible by --tensor-model-parallel-size 4", NULL,
+               NULL);
+    EXPECT_OK(&a, BASE " --group-query-attention --num-query-groups 2 --tensor-model-parallel-size 2");
+    /* vocabulary padding: a multiple of make-vocab-size-divisible-by x TP (101 -> 256) */
+    CHECK(a.padded_vocab_size == 256);
+    /* sequence parallelism: off at TP 1 (Megatron, with a warning); the sequence splits by TP */
+    EXPECT_OK(&a, BASE " --sequence-parallel");
+    CHECK(a.sequence_parallel == 0);
+    EXPECT_OK(&a, BASE " --sequence-parallel --tensor-model-parallel-size 2");
+    CHECK(a.sequence_parallel == 1);
+    EXPECT_ERR(BASE " --sequence-parallel --tensor-model-parallel-size 2 --seq-length 33",
+               "--sequence-parallel", "--seq-length 33", "--tensor-model-parallel-size 2");
+    /* pipeline: layers divisible by PP */
+    EXPECT_ERR(BASE " --pipeline-model-parallel-size 3",
+               "--num-layers 2 is not divisible by --pipeline-model-parallel-size 3", NULL, NULL);
+    /* interleaving: v = (L/p) / layers-per-virtual-stage; 1 is None; p > 2; L divisible by
+     * p x v; micro-batches divisible by p */
+    const char *L12 = BASE " --num-layers 12 --pipeline-model-parallel-size 3 --global-batch-size 6";
+    char line[512];
+    snprintf(line, sizeof(line), "%s --num-layers-per-virtual-pipeline-stage 2", L12);
+    EXPECT_OK(&a, line);
+    CHECK(a.virtual_pipeline_model_parallel_size == 2);
+    {
+        megadlm_args b = a;
+        CHECK(args_validate(&b, ERR, sizeof(ERR)) == 0); /* idempotent */
+        CHECK(memcmp(&a, &b, sizeof(a)) == 0);
+    }
+    snprintf(line, sizeof(line), "%s --num-layers-per-virtual-pipeline-stage 4", L12);
+    EXPECT_OK(&a, line);
+    CHECK(a.virtual_pipeline_model_parallel_size == 0); /* one chunk: no interleaving */
+    snprintf(line, sizeof(line), "%s --num-layers-per-virtual-pipeline-stage 3", L12);
+    EXPECT_ERR(line, "--num-layers-per-virtual-pipeline-stage 3", "4 layers", NULL);
+    snprintf(line, sizeof(line), "%s --virtual-pipeline-model-parallel-size 4", L12);
+    EXPECT_OK(&a, line);
+    CHECK(a.virtual_pipeline_model_parallel_size == 4);
+    snprintf(line, sizeof(line), "%s --virtual-pipeline-model-parallel-size 5", L12);
+    EXPECT_ERR(line, "--num-layers 12 is not divisible by --pipeline-model-parallel-size 3 x 5",
+               NULL, NULL);
+    snprintf(line, sizeof(line),
+             "%s --virtual-pipeline-model-parallel-size 3 --num-layers-per-virtual-pipeline-stage 2",
+             L12);
+    EXPECT_ERR(line, "give one of --num-layers-per-virtual-pipeline-stage", NULL, NULL);
+    EXPECT_ERR(BASE " --num-layers 12 --pipeline-model-parallel-size 2 "
+                    "--num-layers-per-virtual-pipeline-stage 2",
+               "interleaved schedule", "--pipeline-model-parallel-size > 2", NULL);
+    EXPECT_ERR(BASE " --num-layers 12 --pipeline-model-parallel-size 3 "
+                    "--num-layers-per-virtual-pipeline-stage 2 --global-batch-size 4",
+               "number of micro-batches (2", "--pipeline-model-parallel-size 3", NULL);
+    /* --distribute-saved-activations: TP > 1, full recompute, not with sequence parallelism */
+    const char *FULL = " --recompute-granularity full --recompute-method uniform "
+                       "--recompute-num-layers 1 --distribute-saved-activations";
+    snprintf(line, sizeof(line), BASE "%s --tensor-model-parallel-size 2", FULL);
+    EXPECT_OK(&a, line);
+    snprintf(line, sizeof(line), BASE "%s", FULL);
+    EXPECT_ERR(line, "--distribute-saved-activations needs tensor parallelism "
+                     "(--tensor-model-parallel-size > 1)", NULL, NULL);
+    EXPECT_ERR(BASE " --recompute-activations --distribute-saved-activations "
+                    "--tensor-model-parallel-size 2",
+               "--distribute-saved-activations needs --recompute-granularity full", NULL, NULL);
+    snprintf(line, sizeof(line), BASE "%s --tensor-model-parallel-size 2 --sequence-parallel", FULL);
+    EXPECT_ERR(line, "--distribute-saved-activations cannot be combined with --sequence-parallel",
+               NULL, NULL);
+    /* recompute-num-layers counts the layers of a pipeline stage */
+    EXPECT_ERR(BASE " --num-layers 4 --pipeline-model-parallel-size 2 --recompute-granularity full "
+                    "--recompute-method block --recompute-num-layers 3",
+               "--recompute-num-layers 3", "between 1 and the 2 layers", NULL);
+    /* args_print: Megatron's None for the unset virtual-pipeline sizes */
+    EXPECT_OK(&a, BASE);
+    char *s = capture_print(&a);
+    CHECK(s && strstr(s, "  virtual_pipeline_model_parallel_size ") &&
+          strstr(strstr(s, "  virtual_pipeline_model_parallel_size "), " None\n"));
+    CHECK(s && strstr(s, "  sequence_parallel ") &&
+          strstr(strstr(s, "  sequence_parallel "), " False\n"));
+    free(s);
+    args_free(&a);
 }
 
 static void test_data_path(void) {
@@ -453,11 +610,18 @@ static void test_validation_errors(void) {
                "--data-path P --tokenizer-type NullTokenizer",
                "--tokenizer-type NullTokenizer", "--vocab-size", NULL);
     EXPECT_ERR(BASE " --tokenizer-type GPT2BPETokenizer", "--tokenizer-type GPT2BPETokenizer",
-               "not supported yet", NULL);
+               "needs --vocab-file", "--merge-file");
+    EXPECT_ERR(BASE " --tokenizer-type GPT2BPETokenizer --vocab-file v.json",
+               "--tokenizer-type GPT2BPETokenizer", "--merge-file", NULL);
+    EXPECT_ERR(BASE " --tokenizer-type GPT2BPETokenizer --vocab-file /nonexistent/v.json "
+                    "--merge-file m.txt",
+               "--vocab-file /nonexistent/v.json", "No such file", NULL);
     EXPECT_ERR(BASE " --tokenizer-type HuggingFaceTokenizer", "--tokenizer-type HuggingFaceTokenizer",
+               "needs --tokenizer-model", NULL);
+    EXPECT_ERR(BASE " --tokenizer-type SentencePieceTokenizer", "SentencePieceTokenizer",
                "not supported yet", NULL);
     EXPECT_ERR(BASE " --tokenizer-type Whatever", "--tokenizer-type", "Whatever",
-               "ByteLevel or NullTokenizer");
+               "GPT2BPETokenizer or HuggingFaceTokenizer");
     /* learning rate */
     EXPECT_ERR(BASE " --lr-warmup-fraction 0.1 --lr-warmup-iters 3", "--lr-warmup-fraction",
                "--lr-warmup-iters", NULL);
@@ -632,8 +796,10 @@ static void test_help(void) {
         "--lr-wsd-decay-style STYLE", "--lr-wsd-decay-iters N", "--adam-beta1 X",
         "--adam-beta2 X", "--adam-eps X", "--weight-decay X", "--clip-grad X", "--exit-interval N",
         "--log-interval N", "--eval-interval N", "--eval-iters N", "--log-memory ", "--save DIR",
-        "--save-interval N", "--load DIR", "--tensor-model-parallel-size 1",
-        "--pipeline-model-parallel-size 1", "--help", "--sequence-parallel", "--bf16",
+        "--save-interval N", "--load DIR", "--tensor-model-parallel-size N",
+        "--pipeline-model-parallel-size N", "--help", "--sequence-parallel", "--bf16",
+        "--use-distributed-optimizer ", "--num-layers-per-virtual-pipeline-stage N",
+        "--virtual-pipeline-model-parallel-size V", "--world-size N",
         "--accumulate-allreduce-grads-in-fp32", "--use-flash-attn",
     };
     for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++) {
@@ -888,6 +1054,7 @@ int main(void) {
     test_parse_values();
     test_parse_errors();
     test_refused_flags();
+    test_parallel();
     test_data_path();
     test_validation_errors();
     test_derived();

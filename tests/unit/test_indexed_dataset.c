@@ -380,7 +380,12 @@ static void test_tokenizers(void) {
     CHECK(tokenizer_create("NullTokenizer", 0, err, sizeof err) == NULL);
     CHECK(strstr(err, "--vocab-size") != NULL);
     CHECK(tokenizer_create("GPT2BPETokenizer", 0, err, sizeof err) == NULL);
-    CHECK(strstr(err, "--tokenizer-type: expected ByteLevel or NullTokenizer, found 'GPT2BPETokenizer'") != NULL);
+    CHECK(strstr(err, "GPT2BPETokenizer needs --vocab-file (vocab.json) and --merge-file") != NULL);
+    CHECK(tokenizer_create("HuggingFaceTokenizer", 0, err, sizeof err) == NULL);
+    CHECK(strstr(err, "HuggingFaceTokenizer needs --tokenizer-model") != NULL);
+    CHECK(tokenizer_create("SentencePieceTokenizer", 0, err, sizeof err) == NULL);
+    CHECK(strstr(err, "--tokenizer-type: expected ByteLevel, NullTokenizer, GPT2BPETokenizer or "
+                      "HuggingFaceTokenizer, found 'SentencePieceTokenizer'") != NULL);
 }
 
 static void rm_rf(const char *dir) {

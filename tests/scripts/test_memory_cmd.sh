@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# `megadlm memory`:
+#  - the paper's four configurations (Korthikanti et al. 2022, Table 3) print Megatron's line
+#    "Theoretical memory footprints: weight and optimizer=X MB, activation=Y MB, total=Z MB",
+#    instantly (no model memory); the 175B numbers equal an independent awk computation;
+#  - --json is one object with the documented keys;
+#  - invalid combinations are refused with the same words as `megadlm train`;
+#  - `megadlm train --log-memory` prints predicted == measured for parameters, gradients,
+#    optimizer state and saved activations in every recompute mode, both families, and under
+#    tensor and sequence parallelism (mpirun -np 2), and memory's prediction is the same number.
+set -uo pipefail
+rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+fail=0
+say_fail() { echo "FAILED: $*"; fail=1; }
+
+# ---- the paper's configurations ----------------------------------------------------------------
+paper=(--seq-length 2048 --max-position-embeddings 2048 --micro-batch-size 1 --vocab-size 50256
+       --tensor-model-parallel-size 8 --sequence-parallel --recompute-activations)
+declare -A CFG=(
+  [22B]="--num-layers 48 --hidden-size 6144 --num-attention-heads 64 --pipeline-model-parallel-size 1 --global-batch-size 4"
+  [175B]="--num-layers 96 --hidden-size 12288 --num-attention-heads 96 --pipeline-model-parallel-size 8 --global-batch-size 64"
+  [530B]="--num-layers 105 --hidden-size 20480 --num-attention-heads 128 --pipeline-model-parallel-size 35 --global-batch-size 280"
+  [1T]="--num-layers 128 --hidden-size 25600 --num-attention-heads 160 --pipeline-model-parallel-size 64 --global-batch-size 512"
+)
+line_re='^Theoretical memory footprints: weight and optimizer=[0-9]+\.[0-9]{2} MB, activation=[0-9]+\.[0-9]{2} MB, total=[0-9]+\.[0-9]{2} MB$'
+now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
+for name in 22B 175B 530B 1T; do
+  t0=$(now_ms)
+  # shellcheck disable=SC2086
+  out=$("$MEGADLM" memory "${paper[@]}" ${CFG[$name]} 2>&1) || { say_fail "memory $name: $out"; continue; }
+  ms=$(( $(now_ms) - t0 ))
+  first=$(head -1 <<<"$out")
+  grep -Eq "$line_re" <<<"$first" || say_fail "memory $name: first line '$first'"
+  # instant: no model is built (the 1T model's parameters alone would be 4 TB in fp32)
+  [ "$ms" -lt 1000 ] || say_fail "memory $name took ${ms} ms"
+  for row in "no parallelism" "tensor parallel" "tensor + sequence parallel" \
+             "tensor parallel + selective recompute" \
+             "tensor + sequence parallel + selective recompute" "full recompute"; do
+    grep -q "^  $row  " <<<"$out" || say_fail "memory $name: no Table 2 row '$row'"
+  done
+  grep -q "^  model     " <<<"$out" && grep -q "^  hardware  " <<<"$out" ||
+    say_fail "memory $name: no FLOPs"
+  echo "$name ($ms ms): $first"
+done
+
+# 175B worked out independently (Megatron's formulas; MB = 2^20): parameters per layer
+# 12h^2 + 4h, final LayerNorm 2h, embedding Vh; most loaded rank (block/p + Vh)/t x 18 bytes;
+# activations 34sbh/t per layer x L (L/p layers x p micro-batches) + (8sb + sbh) p / t
+want=$(awk 'BEGIN { L = 96; h = 12288; s = 2048; b = 1; V = 51200; t = 8; p = 8; MB = 1048576
+  block = L * (12 * h * h + 4 * h) + 2 * h
+  w = (block / p + V * h) / t * 18
+  act = 34 * s * b * h / t * L + (8 * s * b + s * b * h) * p / t
+  printf "Theoretical memory footprints: weight and optimizer=%.2f MB, activation=%.2f MB, total=%.2f MB", w / MB, act / MB, (w + act) / MB }')
+# shellcheck disable=SC2086
+got=$("$MEGADLM" memory "${paper[@]}" ${CFG[175B]} | head -1)
+[ "$got" = "$want" ] || say_fail "175B: got '$got', expected '$want'"
+
+# ---- --json ------------------------------------------------------------------------------------
+# shellcheck disable=SC2086
+"$MEGADLM" memory "${paper[@]}" ${CFG[175B]} --json > 175B.json || say_fail "memory --json"
+python3 - 175B.json <<'EOF' || fail=1
+import json, sys
+o = json.load(open(sys.argv[1]))
+keys = ["weights_and_optimizer_bytes", "activation_bytes", "total_bytes", "parameters",
+        "per_layer_activation_bytes", "per_layer_saved_bytes_megadlm",
+        "model_flops_per_iteration", "hardware_flops_per_iteration"]
+rows = ["no_parallelism", "tensor_parallel", "tensor_sequence_parallel",
+        "tensor_parallel_selective", "tensor_sequence_parallel_selective", "full_recompute"]
+bad = [k for k in keys if k not in o] + [r for r in rows if r not in o.get("per_layer_activation_bytes", {})]
+if bad:
+    print("FAILED: --json lacks", bad); sys.exit(1)
+s, b, h, a, t = 2048, 1, 12288, 96, 8
+if o["per_layer_activation_bytes"]["tensor_sequence_parallel_selective"] != 34 * s * b * h / t:
+    print("FAILED: --json 34sbh/t"); sys.exit(1)
+if abs(o["total_bytes"] - o["weights_and_optimizer_bytes"] - o["activation_bytes"]) > 1:
+    print("FAILED: --json total"); sys.exit(1)
+print("--json: %d keys" % len(o))
+EOF
+
+# ---- invalid combinations: the same words as train ---------------------------------------------
+small=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
+       --max-position-embeddings 16 --micro-batch-size 2 --vocab-size 50)
+train_only=(--train-iters 1 --lr 1e-3 --mock-data --eval-iters 0)
+invalid=(
+  "--tensor-model-parallel-size 3"
+  "--group-query-attention --num-query-groups 2 --tensor-model-parallel-size 4"
+  "--ffn-hidden-size 30 --tensor-model-parallel-size 4"
+  "--sequence-parallel --tensor-model-parallel-size 2 --seq-length 15"
+  "--pipeline-model-parallel-size 3"
+  "--num-layers 8 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2"
+  "--distribute-saved-activations --recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
+  "--distribute-saved-activations --recompute-activations --tensor-model-parallel-size 2"
+  "--distribute-saved-activations --recompute-granularity full --recompute-method uniform --recompute-num-layers 1 --tensor-model-parallel-size 2 --sequence-parallel"
+  "--recompute-granularity full"
+  "--global-batch-size 3"
+  "--num-attention-heads 5"
+  "--bf16"
+)
+for flags in "${invalid[@]}"; do
+  # shellcheck disable=SC2086
+  m=$("$MEGADLM" memory "${small[@]}" $flags 2>&1 >/dev/null); mrc=$?
+  # shellcheck disable=SC2086
+  t=$("$MEGADLM" train "${small[@]}" "${train_only[@]}" $flags 2>&1 >/dev/null); trc=$?
+  if [ $mrc -eq 0 ] || [ $trc -eq 0 ] || [ "$m" != "$t" ] || [ -z "$m" ]; then
+    say_fail "'$flags': memory (rc $mrc) '$m' vs train (rc $trc) '$t'"
+  fi
+done
+echo "invalid combinations: ${#invalid[@]} refused with train's words"
+# --world-size is memory's; train refuses it
+"$MEGADLM" memory "${small[@]}" --tensor-model-parallel-size 2 --world-size 3 2>&1 |
+  grep -qF "world size (3) is not divisible by --tensor-model-parallel-size 2" ||
+  say_fail "memory --world-size 3"
+"$MEGADLM" train "${small[@]}" "${train_only[@]}" --world-size 2 2>&1 |
+  grep -qF -- "--world-size: only for \`megadlm memory\` (train takes the world size from mpirun)" ||
+  say_fail "train --world-size"
+
+# ---- train --log-memory: predicted == measured ----------------------------------------------------
+common=(--num-layers 3 --hidden-size 32 --num-attention-heads 4 --seq-length 16
+        --max-position-embeddings 16 --micro-batch-size 2 --global-batch-size 4 --train-iters 1
+        --lr 1e-3 --mock-data --vocab-size 100 --eval-iters 0 --log-memory)
+llama=(--normalization RMSNorm --position-embedding-type rope --swiglu --group-query-attention
+       --num-query-groups 2 --qk-layernorm --disable-bias-linear
+       --untie-embeddings-and-output-weights)
+modes=(""
+       "--recompute-activations"
+       "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
+       "--recompute-granularity full --recompute-method uniform --recompute-num-layers 2"
+       "--recompute-granularity full --recompute-method block --recompute-num-layers 2")
+
+# check_log LOG RANKS: every category on every rank has difference 0, every layer measured ==
+# analytic
+check_log() {
+  local log=$1 ranks=$2 what=$3
+  local n
+  n=$(grep -cE '^\[Rank [0-9]+\] memory (parameters|gradients|optimizer state|saved activations) \(bytes\) \| predicted [0-9]+ \| measured [0-9]+ \| difference 0 \|$' "$log")
+  [ "$n" -eq $((4 * ranks)) ] || { say_fail "$what: $n of $((4 * ranks)) categories predicted == measured"; grep 'memory ' "$log" | head -8; }
+  awk '/saved activations layer/ { n++; if ($10 != $13) bad = 1 } END { exit (n == 0 || bad) }' "$log" ||
+    say_fail "$what: a layer's measured != analytic"
+}
+
+for family in gpt2 llama; do
+  extra=()
+  [ "$family" = llama ] && extra=("${llama[@]}")
+  for mode in "${modes[@]}"; do
+    what="$family ${mode:-no recompute}"
+    # shellcheck disable=SC2086
+    "$MEGADLM" train "${common[@]}" "${extra[@]}" $mode > train.log 2>&1 || { say_fail "$what: train"; tail -3 train.log; continue; }
+    check_log train.log 1 "$what"
+    # memory's prediction for the same flags is the same number
+    # shellcheck disable=SC2086
+    pred=$("$MEGADLM" memory "${common[@]}" "${extra[@]}" $mode --json |
+           python3 -c 'import json,sys; print(json.load(sys.stdin)["megadlm_train_bytes"]["saved_activations"])')
+    meas=$(grep -o 'memory saved activations (bytes) | predicted [0-9]* | measured [0-9]*' train.log | awk '{print $NF}')
+    [ "${pred%.0}" = "$meas" ] || say_fail "$what: memory predicts $pred saved-activation bytes, train measured $meas"
+    echo "$what: predicted == measured (saved activations $meas bytes)"
+  done
+done
+
+# tensor and sequence parallelism (two ranks)
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe -np 2)
+if command -v mpirun > /dev/null; then
+  for layout in "--tensor-model-parallel-size 2" "--tensor-model-parallel-size 2 --sequence-parallel" \
+                "--tensor-model-parallel-size 2 --recompute-granularity full --recompute-method uniform --recompute-num-layers 1 --distribute-saved-activations"; do
+    for family in gpt2 llama; do
+      extra=()
+      [ "$family" = llama ] && extra=("${llama[@]}")
+      # shellcheck disable=SC2086
+      OMP_NUM_THREADS=1 "${MPIRUN[@]}" "$MEGADLM" train "${common[@]}" "${extra[@]}" $layout \
+          > tp.log 2>&1 || { say_fail "$family $layout: train"; tail -3 tp.log; continue; }
+      check_log tp.log 2 "$family $layout"
+      echo "$family $layout: predicted == measured on both ranks"
+    done
+  done
+else
+  echo "mpirun not found: tensor-parallel layouts not checked"
+fi
+
+[ $fail -eq 0 ] && echo "megadlm memory: all checks passed"
+exit $fail
