@@ -11,6 +11,7 @@ deps:
 
 test-deps:
 	bash scripts/install-deps.sh --test
+	cd tests/node && npm ci --prefer-offline --no-audit --no-fund
 
 build: deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release

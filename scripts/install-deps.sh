@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages megadlm needs. As root it runs apt-get; otherwise it prints the
-# exact command to run. `--test` adds what the test suite needs (PyTorch for parity tests).
+# exact command to run. `--test` adds what the test suite needs (PyTorch for parity tests;
+# node and npm for the tokenizer tests, whose npm package the Makefile's test-deps installs
+# into tests/node with `npm ci`).
 set -euo pipefail
 
 build_pkgs=(build-essential cmake libopenblas-openmp-dev libcjson-dev zlib1g-dev libpcre2-dev libopenmpi-dev openmpi-bin)
@@ -10,7 +12,11 @@ bench_pkgs=(python3-torch python3-numpy libopenblas0-openmp libopenblas0-pthread
 
 want=("${build_pkgs[@]}" "${demo_pkgs[@]}")
 case "${1:-}" in
-  --test) want+=("${test_pkgs[@]}") ;;
+  --test)
+    want+=("${test_pkgs[@]}")
+    # Debian's nodejs and npm, unless a node with its npm is already installed
+    if ! command -v node > /dev/null || ! command -v npm > /dev/null; then want+=(nodejs npm); fi
+    ;;
   --bench) want+=("${bench_pkgs[@]}") ;;
 esac
 

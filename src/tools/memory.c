@@ -56,10 +56,16 @@ static void print_report(const megadlm_args *a, const theoretical_memory *m) {
            "bytes = %.2f MB\n",
            m->parameters / 1e9, m->parameters_most_loaded_shard / 1e9, m->bytes_per_parameter,
            mb(m->weight_and_optimizer_bytes));
-    printf("activations: (%.2f MB of layers + %.2f MB of embedding) x %g in flight + %.2f MB "
-           "of output layer = %.2f MB\n\n",
-           mb(m->stage_layer_bytes), mb(m->embedding_bytes), m->in_flight_microbatches,
-           mb(m->output_layer_bytes), mb(m->activation_bytes));
+    if (p == 1)
+        printf("activations: (%.2f MB of layers + %.2f MB of embedding) x %g in flight + %.2f MB "
+               "of output layer = %.2f MB\n\n",
+               mb(m->stage_layer_bytes), mb(m->embedding_bytes), m->in_flight_microbatches,
+               mb(m->output_layer_bytes), mb(m->activation_bytes));
+    else
+        printf("activations: (%.2f MB of layers + %.2f MB of embedding) x %g in flight = %.2f MB "
+               "(the output layer is on the last stage)\n\n",
+               mb(m->stage_layer_bytes), mb(m->embedding_bytes), m->in_flight_microbatches,
+               mb(m->activation_bytes));
 
     printf("Activation memory per layer (Korthikanti et al. 2022, Table 2; s=%d, b=%d, h=%d, "
            "a=%d, t=%d)%s:\n",
@@ -144,8 +150,6 @@ static void print_memory_help(void) {
            "be left out)\nand prints the theoretical memory of the most loaded rank, Table 2 of "
            "Korthikanti et al. 2022\nand the FLOPs per iteration, without building the model "
            "(see docs/MEMORY.md).\n");
-    printf("  %-44s %s\n", "--world-size N",
-           "The job's number of ranks [default: tensor x pipeline parallel size].");
     printf("  %-44s %s\n", "--json", "Print one JSON object (bytes and FLOPs) instead.");
 }
 

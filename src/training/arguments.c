@@ -326,10 +326,9 @@ static const opt_def OPTIONS[] = {
      *      refused by args_check_trainable, `megadlm memory` evaluates any layout) ---- */
     INTOPT("tensor-model-parallel-size", K_POS, G_PAR, tensor_model_parallel_size, "N", NULL,
            "Tensor parallelism: heads, query groups, ffn and vocabulary split across N ranks "
-           "(train: 1 until a later release)."),
+           "(train: run N ranks under mpirun)."),
     INTOPT("pipeline-model-parallel-size", K_POS, G_PAR, pipeline_model_parallel_size, "N", NULL,
-           "Pipeline parallelism: the layers split into N stages (train: 1 until a later "
-           "release)."),
+           "Pipeline parallelism: the layers split into N stages (train: not supported yet)."),
     BOOLOPT("sequence-parallel", K_TRUE, G_PAR, sequence_parallel, "off",
             "Norms, dropouts and residuals split along the sequence across the tensor-parallel "
             "ranks (off at tensor-parallel size 1, as Megatron)."),

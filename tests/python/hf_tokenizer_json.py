@@ -11,13 +11,15 @@
                regex)], added <|endoftext|> <|im_start|> <|im_end|> and <|sep|> (lstrip and
                rstrip), merges as pairs
       bad-normalizer, bad-model, bad-pre, bad-single-word, bad-merge: refused variants
-  bpe ENCODER.json VOCAB.bpe             stdin: JSONL, each line a list of pieces (strings,
-                                         each BPE-encoded on its own as one pre-token, with
-                                         OpenAI's encoder.py bpe()) and ids (ints, copied);
-                                         prints the ids of each line
-  nfc                                    stdin lines -> unicodedata.normalize("NFC")
-  jsonl                                  stdin JSONL of lists (as for bpe) -> {"text": ...}
-                                         lines (the ids become the given added tokens' text)
+  bpe ENCODER.json VOCAB.bpe             stdin: JSONL, each line {"pieces": [...], ...}: the
+                                         pieces are strings (each BPE-encoded on its own as
+                                         one pre-token, with OpenAI's encoder.py bpe()) and
+                                         ids (ints, copied); prints the ids of each line
+  nfc                                    stdin -> unicodedata.normalize("NFC", stdin)
+  nfc-text SEED LINES                    random lines for NFC: bases, combining marks of many
+                                         classes (reordering), precomposed letters, Hangul
+                                         jamo and syllables, singletons, composition
+                                         exclusions, two-part Indic vowels, kana + voicing
   read PREFIX                            prints the ids of every document of an indexed
                                          dataset, one line per document
 """
@@ -28,9 +30,6 @@ import unicodedata
 
 QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
                  r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-
-ADDED_QWEN2 = {50256: "<|endoftext|>", 50257: "<|im_start|>", 50258: "<|im_end|>",
-               50259: "<|sep|>"}
 
 
 def bytes_to_unicode():
@@ -81,7 +80,7 @@ def convert(encoder, merges, style):
     elif style == "neox":
         tok["normalizer"] = {"type": "NFC"}
         tok["added_tokens"] += [added(50257, "|||IP_ADDRESS|||", special=False),
-                                added(50258, "  ", special=False)]
+                                added(50258, "|||EMAIL_ADDRESS|||", special=False)]
     elif style == "qwen2":
         tok["normalizer"] = {"type": "NFC"}
         tok["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
@@ -151,6 +150,33 @@ def bpe_encoder(encoder, merges):
     return encode_piece
 
 
+NFC_ALPHABET = [
+    (0x41, 0x5A), (0x61, 0x7A), (0x20, 0x20), (0x300, 0x36F), (0x591, 0x5BD), (0x610, 0x61A),
+    (0x64B, 0x65F), (0x93C, 0x93C), (0x94D, 0x94D), (0xE38, 0xE3A), (0x1DC0, 0x1DF9),
+    (0x20D0, 0x20F0), (0x302A, 0x302F), (0x3099, 0x309A), (0xFE20, 0xFE2F), (0xC0, 0x24F),
+    (0x1E00, 0x1EFF), (0x1F00, 0x1FFE), (0x386, 0x3CE), (0x400, 0x45F), (0x1100, 0x1112),
+    (0x1161, 0x1175), (0x11A8, 0x11C2), (0xAC00, 0xD7A3), (0x212A, 0x212B), (0x2126, 0x2126),
+    (0x340, 0x344), (0x374, 0x374), (0x37E, 0x37E), (0x387, 0x387), (0x958, 0x95F),
+    (0x9DC, 0x9DF), (0xA33, 0xA36), (0xA59, 0xA5E), (0xB5C, 0xB5D), (0xFB1D, 0xFB4E),
+    (0xDD9, 0xDDF), (0xDCA, 0xDCF), (0xB47, 0xB57), (0xB3E, 0xB3E), (0xBC6, 0xBD7),
+    (0xBBE, 0xBBE), (0x304B, 0x3062), (0x30AB, 0x30C2), (0x915, 0x939), (0x2ADC, 0x2ADC),
+    (0x1D15E, 0x1D164), (0xF900, 0xFA0D), (0x2F800, 0x2F810), (0x1B05, 0x1B13), (0x1B35, 0x1B43),
+]
+
+
+def nfc_text(seed, lines):
+    import random
+    rng = random.Random(seed)
+    for _ in range(lines):
+        chars = []
+        for _ in range(rng.randint(1, 24)):
+            lo, hi = rng.choice(NFC_ALPHABET)
+            c = rng.randint(lo, hi)
+            if unicodedata.category(chr(c)) != "Cn" and not 0xD800 <= c <= 0xDFFF:
+                chars.append(chr(c))
+        sys.stdout.buffer.write("".join(chars).encode("utf-8") + b"\n")
+
+
 def main():
     cmd = sys.argv[1]
     if cmd == "convert":
@@ -161,17 +187,14 @@ def main():
         enc = bpe_encoder(encoder, merges)
         for line in sys.stdin:
             ids = []
-            for item in json.loads(line):
+            for item in json.loads(line)["pieces"]:
                 ids += [item] if isinstance(item, int) else enc(item)
             print(" ".join(map(str, ids)))
     elif cmd == "nfc":
         data = sys.stdin.buffer.read().decode("utf-8")
         sys.stdout.buffer.write(unicodedata.normalize("NFC", data).encode("utf-8"))
-    elif cmd == "jsonl":
-        for line in sys.stdin:
-            items = json.loads(line)
-            text = "".join(ADDED_QWEN2[x] if isinstance(x, int) else x for x in items)
-            print(json.dumps({"text": text}))
+    elif cmd == "nfc-text":
+        nfc_text(int(sys.argv[2]), int(sys.argv[3]))
     elif cmd == "read":
         prefix = sys.argv[2]
         idx = open(prefix + ".idx", "rb").read()

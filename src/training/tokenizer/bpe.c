@@ -455,7 +455,8 @@ int bpe_add_split(bpe_model *m, const char *pattern, int literal, int prefix_spa
         int ec;
         PCRE2_SIZE eo;
         re = pcre2_compile((PCRE2_SPTR)tp, PCRE2_ZERO_TERMINATED,
-                           PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0), &ec, &eo, NULL);
+                           literal ? PCRE2_UTF | PCRE2_LITERAL : PCRE2_UTF | PCRE2_UCP, &ec, &eo,
+                           NULL);
         free(tp);
         if (!re) {
             PCRE2_UCHAR msg[256];
