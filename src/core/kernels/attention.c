@@ -59,6 +59,21 @@ static void head_probs(float *P, float *S, const float *q, const float *k, int T
     }
 }
 
+/* One head's probabilities after attention dropout: P itself when p == 0, else Pd[T,T] =
+ * dropout(P) with the mask of global elements first + i*T + j, masked entries 0. Forward and
+ * backward both call this, so they apply the same mask. */
+static const float *dropped_probs(float *Pd, const float *P, int T, int causal, float dropout_p,
+                                  dropout_key key, uint64_t first) {
+    if (dropout_p <= 0.0f) return P;
+    for (int i = 0; i < T; i++) {
+        const int L = causal ? i + 1 : T;
+        float *pd = Pd + (size_t)i * T;
+        dropout_forward(pd, P + (size_t)i * T, (size_t)L, dropout_p, key, first + (uint64_t)i * T);
+        for (int j = L; j < T; j++) pd[j] = 0.0f;
+    }
+    return Pd;
+}
+
 size_t attention_workspace_floats(int T) {
     /* omp_get_max_threads() at call time bounds the team of every later parallel region, as
      * long as the thread count is not raised afterwards. */
@@ -113,19 +128,9 @@ void attention_forward(float *out, float *probs, const float *qkv, int B, int T,
         float *P = probs ? probs + (size_t)bh * TT : S;
 
         head_probs(P, S, q, k, T, HS, QKV_C, scale, causal);
-        /* Dropout on the probabilities (same mask regenerated in backward). */
-        const float *Pu = P;
-        if (dropout_p > 0.0f) {
-            for (int i = 0; i < T; i++) {
-                const int L = causal ? i + 1 : T;
-                float *pd = Pd + (size_t)i * T;
-                dropout_forward(pd, P + (size_t)i * T, (size_t)L, dropout_p, key,
-                                probs_index(0, b, total_heads, head_offset, h, T, i));
-                for (int j = L; j < T; j++)
-                    pd[j] = 0.0f;
-            }
-            Pu = Pd;
-        }
+        /* Dropout on the probabilities (the same mask is regenerated in backward). */
+        const float *Pu = dropped_probs(Pd, P, T, causal, dropout_p, key,
+                                        probs_index(0, b, total_heads, head_offset, h, T, 0));
         /* out_h = Pu @ V */
         for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
             const int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T;
@@ -174,18 +179,8 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv, const 
             const float *dO = dout + (size_t)b * T * OC + (size_t)h * HS;
 
             /* Regenerate the dropped probabilities. */
-            const float *Pu = P;
-            if (dropout_p > 0.0f) {
-                for (int i = 0; i < T; i++) {
-                    const int L = causal ? i + 1 : T;
-                    float *pd = Pd + (size_t)i * T;
-                    dropout_forward(pd, P + (size_t)i * T, (size_t)L, dropout_p, key,
-                                    probs_index(0, b, total_heads, head_offset, h, T, i));
-                    for (int j = L; j < T; j++)
-                        pd[j] = 0.0f;
-                }
-                Pu = Pd;
-            }
+            const float *Pu = dropped_probs(Pd, P, T, causal, dropout_p, key,
+                                            probs_index(0, b, total_heads, head_offset, h, T, 0));
             /* dV += Pu^T dO  (causal: key block [j0,j1) gets query rows i >= j0) */
             for (int j0 = 0; j0 < T; j0 += ATT_BLOCK) {
                 const int j1 = j0 + ATT_BLOCK < T ? j0 + ATT_BLOCK : T;
