@@ -194,7 +194,8 @@ int generate_main(int argc, char **argv) {
                       {g.merge_file, a.merge_file, sizeof a.merge_file},
                       {g.tokenizer_model, a.tokenizer_model, sizeof a.tokenizer_model}};
     for (int i = 0; i < 3; i++)
-        if (overrides[i].value) snprintf(overrides[i].field, overrides[i].size, "%s", overrides[i].value);
+        if (overrides[i].value)
+            snprintf(overrides[i].field, overrides[i].size, "%s", overrides[i].value);
     int saved_padded = a.padded_vocab_size;
     if (args_validate(&a, err, sizeof(err)) != 0) {
         fprintf(stderr, "error: --load %s: %s%s\n", g.load, err,
