@@ -991,12 +991,7 @@ int args_check_trainable(const megadlm_args *a, char *err, size_t errlen) {
     if (a->use_distributed_optimizer)
         return fail(err, errlen, "--use-distributed-optimizer: not supported yet (the distributed "
                                  "optimizer arrives with a later release)");
-    if (a->data_parallel_size > 1)
-        return fail(err, errlen, "data-parallel size %d (world size %d / tensor x pipeline "
-                                 "parallel size %d): not supported yet (data parallelism arrives "
-                                 "with a later release)",
-                    a->data_parallel_size, a->world_size,
-                    a->tensor_model_parallel_size * a->pipeline_model_parallel_size);
+    /* data parallelism trains (gradients averaged after backward; no bucketing/overlap yet) */
     return 0;
 }
 

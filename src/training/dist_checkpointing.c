@@ -58,8 +58,26 @@ static void gather_buffer(float *whole_buf, const float *local_buf, const param_
     }
 }
 
+/* The tensor-parallel group of data-parallel replica 0 writes; every replica holds the same
+ * parameters, so the others only wait for its status. */
+static int save_tp_group(const char *dir, const param_set *local, const ckpt_state *st,
+                         int with_optimizer, char *err, size_t errlen);
+
 int dist_ckpt_save(const char *dir, const param_set *local, const ckpt_state *st,
                    int with_optimizer, char *err, size_t errlen) {
+    const parallel_state *ps = parallel_get();
+    int rc = 0;
+    if (ps->dp_rank == 0) rc = save_tp_group(dir, local, st, with_optimizer, err, errlen);
+    if (ps->mpi && ps->dp_size > 1) {
+        MPI_Bcast(&rc, 1, MPI_INT, 0, ps->dp);
+        if (rc != 0 && ps->dp_rank != 0)
+            snprintf(err, errlen, "saving failed on data-parallel rank 0");
+    }
+    return rc;
+}
+
+static int save_tp_group(const char *dir, const param_set *local, const ckpt_state *st,
+                         int with_optimizer, char *err, size_t errlen) {
     const parallel_state *ps = parallel_get();
     if (ps->tp_size == 1) return ckpt_save(dir, local, st, with_optimizer, err, errlen);
     param_set whole;

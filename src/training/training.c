@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "core/datasets/gpt_data.h"
+#include "core/distributed/data_parallel.h"
 #include "core/models/gpt_model.h"
 #include "core/optimizer/optimizer.h"
 #include "core/tensor/memory.h"
@@ -47,7 +48,8 @@ typedef struct {
     gpt_data *data;
     optimizer_config oc;
     lr_scheduler sched;
-    int num_microbatches;
+    int num_microbatches; /* per data-parallel rank */
+    int dp_rank, dp_size;
     int iteration;
     uint64_t consumed_train_samples;
     int32_t *sample;   /* [seq_length + 1] */
@@ -81,23 +83,28 @@ static void train_step(trainer *tr, float *loss_out, float *grad_norm_out, float
     memset(ps->grad, 0, ps->numel * sizeof(float));
     double loss_sum = 0.0;
     for (int mb = 0; mb < tr->num_microbatches; mb++) {
+        /* Megatron's sampler: each data-parallel step takes micro_batch x DP consecutive
+         * samples and DP rank d the d-th micro-batch of them; the dropout key uses that global
+         * micro-batch index, so any DP size draws the masks one process would. */
+        uint32_t global_mb = (uint32_t)(mb * tr->dp_size + tr->dp_rank);
         get_batch(tr, SPLIT_TRAIN,
-                  tr->consumed_train_samples + (uint64_t)mb * a->micro_batch_size);
+                  tr->consumed_train_samples + (uint64_t)global_mb * a->micro_batch_size);
         gpt_step step = {.seed = a->seed, .iteration = (uint32_t)tr->iteration,
-                         .microbatch = (uint32_t)mb, .training = 1};
+                         .microbatch = global_mb, .training = 1};
         float loss = gpt_model_forward(tr->model, tr->tokens, tr->labels, tr->loss_mask,
                                        a->micro_batch_size, a->seq_length, step);
         gpt_model_backward(tr->model, 1.0f / tr->num_microbatches);
         loss_sum += loss;
     }
     gpt_model_finalize_grads(tr->model);
+    dp_average_grads(ps);
     float norm = optimizer_grad_norm(ps);
     optimizer_clip_grads(ps, norm, a->clip_grad);
     /* Megatron's scheduler counts samples; the step about to be taken uses the lr of the
      * samples consumed so far. */
     float lr = (float)lr_scheduler_get(&tr->sched, (int64_t)tr->consumed_train_samples);
     optimizer_step(ps, &tr->oc, lr, tr->iteration + 1);
-    *loss_out = (float)(loss_sum / tr->num_microbatches);
+    *loss_out = (float)dp_average(loss_sum / tr->num_microbatches);
     *grad_norm_out = norm;
     *lr_out = lr;
 }
@@ -109,15 +116,16 @@ static float evaluate(trainer *tr, int split, uint64_t first) {
     int count = 0;
     for (int it = 0; it < a->eval_iters; it++) {
         for (int mb = 0; mb < tr->num_microbatches; mb++) {
-            get_batch(tr, split, first);
-            first += a->micro_batch_size;
+            /* this DP rank's micro-batch of each data-parallel step, as in training */
+            get_batch(tr, split, first + (uint64_t)tr->dp_rank * a->micro_batch_size);
+            first += (uint64_t)a->micro_batch_size * tr->dp_size;
             gpt_step step = {.seed = a->seed, .iteration = 0, .microbatch = 0, .training = 0};
             sum += gpt_model_forward(tr->model, tr->tokens, tr->labels, tr->loss_mask,
                                      a->micro_batch_size, a->seq_length, step);
             count++;
         }
     }
-    return count ? (float)(sum / count) : 0.0f;
+    return count ? (float)dp_average(sum / count) : 0.0f;
 }
 
 static void print_eval(const char *what, int iteration, float loss) {
@@ -346,6 +354,8 @@ int pretrain(megadlm_args *a) {
     if (build_data(&tr) != 0) goto done;
     setup_optimizer(&tr);
     tr.num_microbatches = a->global_batch_size / (a->micro_batch_size * a->data_parallel_size);
+    tr.dp_rank = pst->dp_rank;
+    tr.dp_size = pst->dp_size;
     size_t N = (size_t)a->micro_batch_size * a->seq_length;
     tr.sample = mem_alloc(MEM_OTHER, (a->seq_length + 1) * sizeof(int32_t), "sample");
     tr.tokens = mem_alloc(MEM_OTHER, N * sizeof(int32_t), "batch tokens");
