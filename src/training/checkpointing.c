@@ -34,6 +34,7 @@
 #include <zlib.h>
 
 #include "core/tensor/safetensors.h"
+#include "core/util/error.h"
 
 #define CKPT_FORMAT_VERSION 1
 #define CKPT_TRACKER "latest_checkpointed_iteration.txt"
@@ -45,21 +46,13 @@
  * RENAME_EXCHANGE. Tests declare it `extern`; it is not part of the API. */
 int (*ckpt_test_hook)(const char *stage) = NULL;
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 static int path_join(char *out, size_t len, char *err, size_t errlen, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(out, len, fmt, ap);
     va_end(ap);
     if (n < 0 || (size_t)n >= len) {
-        set_err(err, errlen, "checkpoint path too long (%d characters)", n);
+        err_set(err, errlen, "checkpoint path too long (%d characters)", n);
         return -1;
     }
     return 0;
@@ -94,12 +87,12 @@ static int mkdir_p(const char *dir, char *err, size_t errlen) {
             else snprintf(parent, sizeof parent, ".");
             fsync_path(parent);
         } else if (errno != EEXIST) {
-            set_err(err, errlen, "%s: cannot create directory: %s", buf, strerror(errno));
+            err_set(err, errlen, "%s: cannot create directory: %s", buf, strerror(errno));
             return -1;
         } else {
             struct stat sb;
             if (stat(buf, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-                set_err(err, errlen, "%s: exists and is not a directory", buf);
+                err_set(err, errlen, "%s: exists and is not a directory", buf);
                 return -1;
             }
         }
@@ -139,16 +132,16 @@ static int write_all(int fd, const char *p, size_t n) {
 static int write_text_file(const char *path, const char *text, char *err, size_t errlen) {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
-        set_err(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+        err_set(err, errlen, "%s: cannot create: %s", path, strerror(errno));
         return -1;
     }
     if (write_all(fd, text, strlen(text)) != 0 || fsync(fd) != 0) {
-        set_err(err, errlen, "%s: write failed: %s", path, strerror(errno));
+        err_set(err, errlen, "%s: write failed: %s", path, strerror(errno));
         close(fd);
         return -1;
     }
     if (close(fd) != 0) {
-        set_err(err, errlen, "%s: close failed: %s", path, strerror(errno));
+        err_set(err, errlen, "%s: close failed: %s", path, strerror(errno));
         return -1;
     }
     return 0;
@@ -178,7 +171,7 @@ static int write_tensor_file(const char *path, const param_set *ps, const float 
     char (*vals)[12] = calloc((size_t)n + 1, sizeof *vals);
     int rc = -1;
     if (!desc || !meta || !names || !keys || !vals) {
-        set_err(err, errlen, "%s: out of memory", path);
+        err_set(err, errlen, "%s: out of memory", path);
         goto done;
     }
     meta[0].key = "format";
@@ -211,11 +204,11 @@ done:
 
 static int check_param_set(const param_set *ps, int with_optimizer, char *err, size_t errlen) {
     if (!ps || ps->count < 0 || (ps->count > 0 && (!ps->tensors || !ps->data))) {
-        set_err(err, errlen, "checkpoint: parameter set has no tensors or no data");
+        err_set(err, errlen, "checkpoint: parameter set has no tensors or no data");
         return -1;
     }
     if (with_optimizer && ps->count > 0 && (!ps->exp_avg || !ps->exp_avg_sq)) {
-        set_err(err, errlen, "checkpoint: optimizer state requested but the parameter set has "
+        err_set(err, errlen, "checkpoint: optimizer state requested but the parameter set has "
                              "no exp_avg / exp_avg_sq buffers");
         return -1;
     }
@@ -228,7 +221,7 @@ static int check_param_set(const param_set *ps, int with_optimizer, char *err, s
             numel *= (size_t)t->shape[d];
         }
         if (!ok || numel != t->numel || t->offset > ps->numel || t->numel > ps->numel - t->offset) {
-            set_err(err, errlen,
+            err_set(err, errlen,
                     "checkpoint: tensor %s: shape, numel %zu or offset %zu inconsistent with the "
                     "parameter set (%zu floats)",
                     t->name, t->numel, t->offset, ps->numel);
@@ -240,7 +233,7 @@ static int check_param_set(const param_set *ps, int with_optimizer, char *err, s
 
 static int hook(const char *stage, char *err, size_t errlen, const char *path) {
     if (ckpt_test_hook && ckpt_test_hook(stage)) {
-        set_err(err, errlen, "%s: save failed at stage \"%s\" (test hook)", path, stage);
+        err_set(err, errlen, "%s: save failed at stage \"%s\" (test hook)", path, stage);
         return -1;
     }
     return 0;
@@ -281,7 +274,7 @@ static void remove_leftovers(const char *dir) {
 int ckpt_save(const char *dir, const param_set *ps, const ckpt_state *st, int with_optimizer,
               char *err, size_t errlen) {
     if (!dir || !st || st->iteration < 0 || st->iteration > 9999999) {
-        set_err(err, errlen, "%s: invalid checkpoint iteration %d", dir ? dir : "(null)",
+        err_set(err, errlen, "%s: invalid checkpoint iteration %d", dir ? dir : "(null)",
                 st ? st->iteration : -1);
         return -1;
     }
@@ -303,7 +296,7 @@ int ckpt_save(const char *dir, const param_set *ps, const ckpt_state *st, int wi
     rm_rf(tmp_dir);   /* a leftover of this pid's own earlier failed attempt */
     if (hook("tmpdir", err, errlen, tmp_dir)) return -1;
     if (mkdir(tmp_dir, 0755) != 0) {
-        set_err(err, errlen, "%s: cannot create directory: %s", tmp_dir, strerror(errno));
+        err_set(err, errlen, "%s: cannot create directory: %s", tmp_dir, strerror(errno));
         return -1;
     }
 
@@ -337,14 +330,14 @@ int ckpt_save(const char *dir, const param_set *ps, const ckpt_state *st, int wi
         char *text = cJSON_Print(root);
         cJSON_Delete(root);
         if (!text) {
-            set_err(err, errlen, "%s: out of memory", path);
+            err_set(err, errlen, "%s: out of memory", path);
             goto fail;
         }
         size_t tl = strlen(text);
         char *withnl = malloc(tl + 2);
         if (!withnl) {
             free(text);
-            set_err(err, errlen, "%s: out of memory", path);
+            err_set(err, errlen, "%s: out of memory", path);
             goto fail;
         }
         memcpy(withnl, text, tl);
@@ -356,7 +349,7 @@ int ckpt_save(const char *dir, const param_set *ps, const ckpt_state *st, int wi
         if (rc) goto fail;
     }
     if (fsync_path(tmp_dir) != 0) {
-        set_err(err, errlen, "%s: fsync failed: %s", tmp_dir, strerror(errno));
+        err_set(err, errlen, "%s: fsync failed: %s", tmp_dir, strerror(errno));
         goto fail;
     }
 
@@ -365,7 +358,7 @@ int ckpt_save(const char *dir, const param_set *ps, const ckpt_state *st, int wi
     struct stat sb;
     if (lstat(final_dir, &sb) != 0) {
         if (rename(tmp_dir, final_dir) != 0) {
-            set_err(err, errlen, "%s: rename to %s failed: %s", tmp_dir, final_dir, strerror(errno));
+            err_set(err, errlen, "%s: rename to %s failed: %s", tmp_dir, final_dir, strerror(errno));
             goto fail;
         }
         in_place = 1;
@@ -373,7 +366,7 @@ int ckpt_save(const char *dir, const param_set *ps, const ckpt_state *st, int wi
                renameat2(AT_FDCWD, tmp_dir, AT_FDCWD, final_dir, RENAME_EXCHANGE) == 0) {
         in_place = 1; /* tmp_dir now holds the old checkpoint */
         if (fsync_path(dir) != 0) {
-            set_err(err, errlen, "%s: fsync failed: %s", dir, strerror(errno));
+            err_set(err, errlen, "%s: fsync failed: %s", dir, strerror(errno));
             goto fail;
         }
         rm_rf(tmp_dir);
@@ -381,23 +374,23 @@ int ckpt_save(const char *dir, const param_set *ps, const ckpt_state *st, int wi
         /* No atomic exchange here: move the old one away first. */
         rm_rf(old_dir);
         if (rename(final_dir, old_dir) != 0) {
-            set_err(err, errlen, "%s: rename to %s failed: %s", final_dir, old_dir, strerror(errno));
+            err_set(err, errlen, "%s: rename to %s failed: %s", final_dir, old_dir, strerror(errno));
             goto fail;
         }
         if (rename(tmp_dir, final_dir) != 0) {
-            set_err(err, errlen, "%s: rename to %s failed: %s", tmp_dir, final_dir, strerror(errno));
+            err_set(err, errlen, "%s: rename to %s failed: %s", tmp_dir, final_dir, strerror(errno));
             rename(old_dir, final_dir); /* put the old one back */
             goto fail;
         }
         in_place = 1;
         if (fsync_path(dir) != 0) {
-            set_err(err, errlen, "%s: fsync failed: %s", dir, strerror(errno));
+            err_set(err, errlen, "%s: fsync failed: %s", dir, strerror(errno));
             goto fail;
         }
         rm_rf(old_dir);
     }
     if (fsync_path(dir) != 0) {
-        set_err(err, errlen, "%s: fsync failed: %s", dir, strerror(errno));
+        err_set(err, errlen, "%s: fsync failed: %s", dir, strerror(errno));
         goto fail;
     }
 
@@ -408,12 +401,12 @@ int ckpt_save(const char *dir, const param_set *ps, const ckpt_state *st, int wi
         snprintf(text, sizeof text, "%d", st->iteration); /* as Megatron: no newline */
         if (write_text_file(tracker_tmp, text, err, errlen)) goto fail;
         if (rename(tracker_tmp, tracker) != 0) {
-            set_err(err, errlen, "%s: rename to %s failed: %s", tracker_tmp, tracker,
+            err_set(err, errlen, "%s: rename to %s failed: %s", tracker_tmp, tracker,
                     strerror(errno));
             goto fail;
         }
         if (fsync_path(dir) != 0) {
-            set_err(err, errlen, "%s: fsync failed: %s", dir, strerror(errno));
+            err_set(err, errlen, "%s: fsync failed: %s", dir, strerror(errno));
             return -1; /* the tracker is renamed; only durability is in doubt */
         }
     }
@@ -434,7 +427,7 @@ int ckpt_read_latest(const char *dir, int *iteration, char *err, size_t errlen) 
     FILE *fp = fopen(path, "rb");
     if (!fp) {
         if (errno == ENOENT || errno == ENOTDIR) return 1;
-        set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        err_set(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return -1;
     }
     char buf[64];
@@ -458,7 +451,7 @@ int ckpt_read_latest(const char *dir, int *iteration, char *err, size_t errlen) 
         size_t k = 0;
         for (const char *p = s; *p && k < 24; p++) shown[k++] = (*p >= 0x20 && *p < 0x7f) ? *p : '?';
         shown[k] = 0;
-        set_err(err, errlen, "%s: expected an iteration number, found \"%s%s\"%s", path, shown,
+        err_set(err, errlen, "%s: expected an iteration number, found \"%s%s\"%s", path, shown,
                 too_long || strlen(s) > 24 ? "..." : "",
                 strcmp(s, "release") == 0 ? " (Megatron release checkpoints are not supported)"
                                           : "");
@@ -490,7 +483,7 @@ int ckpt_load_state(const char *dir, int iteration, ckpt_state *st, char *err, s
         return -1;
     FILE *fp = fopen(path, "rb");
     if (!fp) {
-        set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        err_set(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return -1;
     }
     size_t cap = 4096, n = 0;
@@ -506,7 +499,7 @@ int ckpt_load_state(const char *dir, int iteration, ckpt_state *st, char *err, s
     fclose(fp);
     if (!text || rerr) {
         free(text);
-        set_err(err, errlen, "%s: read failed", path);
+        err_set(err, errlen, "%s: read failed", path);
         return -1;
     }
     text[n] = 0;
@@ -515,7 +508,7 @@ int ckpt_load_state(const char *dir, int iteration, ckpt_state *st, char *err, s
     if (!root) {
         const char *at = cJSON_GetErrorPtr();
         size_t pos = (at && at >= text && at <= text + n) ? (size_t)(at - text) : 0;
-        set_err(err, errlen, "%s: offset %zu: expected valid JSON", path, pos);
+        err_set(err, errlen, "%s: offset %zu: expected valid JSON", path, pos);
         free(text);
         return -1;
     }
@@ -524,27 +517,27 @@ int ckpt_load_state(const char *dir, int iteration, ckpt_state *st, char *err, s
     uint64_t it, samples, step, ver;
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(root, "args");
     if (!cJSON_IsObject(root)) {
-        set_err(err, errlen, "%s: expected a JSON object", path);
+        err_set(err, errlen, "%s: expected a JSON object", path);
     } else if (json_uint(cJSON_GetObjectItemCaseSensitive(root, "format_version"), &ver)) {
-        set_err(err, errlen, "%s: expected an integer \"format_version\"", path);
+        err_set(err, errlen, "%s: expected an integer \"format_version\"", path);
     } else if (ver != CKPT_FORMAT_VERSION) {
-        set_err(err, errlen, "%s: format_version %llu is not supported (this build reads %d)",
+        err_set(err, errlen, "%s: format_version %llu is not supported (this build reads %d)",
                 path, (unsigned long long)ver, CKPT_FORMAT_VERSION);
     } else if (json_uint(cJSON_GetObjectItemCaseSensitive(root, "iteration"), &it) ||
                it > INT_MAX) {
-        set_err(err, errlen, "%s: expected a non-negative integer \"iteration\"", path);
+        err_set(err, errlen, "%s: expected a non-negative integer \"iteration\"", path);
     } else if ((int)it != iteration) {
-        set_err(err, errlen, "%s: \"iteration\" is %llu, but the directory is iter_%07d", path,
+        err_set(err, errlen, "%s: \"iteration\" is %llu, but the directory is iter_%07d", path,
                 (unsigned long long)it, iteration);
     } else if (json_uint(cJSON_GetObjectItemCaseSensitive(root, "consumed_train_samples"),
                          &samples)) {
-        set_err(err, errlen, "%s: expected a non-negative integer \"consumed_train_samples\"",
+        err_set(err, errlen, "%s: expected a non-negative integer \"consumed_train_samples\"",
                 path);
     } else if (json_uint(cJSON_GetObjectItemCaseSensitive(root, "optimizer_step"), &step) ||
                step > INT_MAX) {
-        set_err(err, errlen, "%s: expected a non-negative integer \"optimizer_step\"", path);
+        err_set(err, errlen, "%s: expected a non-negative integer \"optimizer_step\"", path);
     } else if (args && !cJSON_IsObject(args) && !cJSON_IsNull(args)) {
-        set_err(err, errlen, "%s: expected \"args\" to be an object", path);
+        err_set(err, errlen, "%s: expected \"args\" to be an object", path);
     } else {
         st->iteration = (int)it;
         st->consumed_train_samples = samples;
@@ -564,19 +557,19 @@ static int check_tensor(const st_file *f, const char *name, const param_tensor *
     shape_str(ms, sizeof ms, t->ndim, t->shape);
     const st_entry *e = st_find(f, name);
     if (!e) {
-        set_err(err, errlen, "%s: tensor %s: missing (the model has shape %s)", f->path, name, ms);
+        err_set(err, errlen, "%s: tensor %s: missing (the model has shape %s)", f->path, name, ms);
         return -1;
     }
     shape_str(fs, sizeof fs, e->ndim, e->shape);
     int same = e->ndim == t->ndim && e->numel == t->numel;
     for (int d = 0; same && d < t->ndim; d++) same = e->shape[d] == t->shape[d];
     if (!same) {
-        set_err(err, errlen, "%s: tensor %s: shape %s in the checkpoint, %s in the model",
+        err_set(err, errlen, "%s: tensor %s: shape %s in the checkpoint, %s in the model",
                 f->path, name, fs, ms);
         return -1;
     }
     if (e->dtype != ST_F32 && e->dtype != ST_F16 && e->dtype != ST_BF16) {
-        set_err(err, errlen, "%s: tensor %s: dtype %s, expected F32 (or F16, BF16)", f->path, name,
+        err_set(err, errlen, "%s: tensor %s: dtype %s, expected F32 (or F16, BF16)", f->path, name,
                 st_dtype_name(e->dtype));
         return -1;
     }
@@ -587,13 +580,13 @@ static int check_tensor(const st_file *f, const char *name, const param_tensor *
         char *endp = NULL;
         unsigned long w = strtoul(want, &endp, 16);
         if (strlen(want) != 8 || !endp || *endp || w > 0xffffffffUL) {
-            set_err(err, errlen, "%s: tensor %s: malformed crc32 \"%s\" in __metadata__",
+            err_set(err, errlen, "%s: tensor %s: malformed crc32 \"%s\" in __metadata__",
                     f->path, name, want);
             return -1;
         }
         uint32_t got = crc32_bytes(e->data, (size_t)(e->end - e->begin));
         if (got != (uint32_t)w) {
-            set_err(err, errlen,
+            err_set(err, errlen,
                     "%s: tensor %s: crc32 mismatch: __metadata__ says %s, the data gives %08x "
                     "(the file is corrupted)",
                     f->path, name, want, got);
@@ -618,7 +611,7 @@ int ckpt_load_tensors(const char *dir, int iteration, param_set *ps, int with_op
     memset(&of, 0, sizeof of);
     const st_entry **ents = calloc((size_t)3 * (size_t)n + 1, sizeof *ents);
     if (!ents) {
-        set_err(err, errlen, "%s: out of memory", mpath);
+        err_set(err, errlen, "%s: out of memory", mpath);
         return -1;
     }
     if (st_open(mpath, &mf, err, errlen)) {
@@ -628,7 +621,7 @@ int ckpt_load_tensors(const char *dir, int iteration, param_set *ps, int with_op
     int rc = -1;
     if (with_optimizer) {
         if (access(opath, F_OK) != 0 && errno == ENOENT) {
-            set_err(err, errlen, "%s: missing: the checkpoint was saved without optimizer state",
+            err_set(err, errlen, "%s: missing: the checkpoint was saved without optimizer state",
                     opath);
             goto done;
         }

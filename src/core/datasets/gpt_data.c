@@ -33,6 +33,7 @@
 #include "core/datasets/gpt_dataset.h"
 #include "core/datasets/indexed_dataset.h"
 #include "core/tensor/memory.h"
+#include "core/util/error.h"
 
 typedef struct {
     indexed_dataset *ds; /* not owned */
@@ -61,14 +62,6 @@ struct gpt_data {
 };
 
 static const char *SPLIT_NAMES[3] = {"train", "valid", "test"};
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 static uint64_t mix64(uint64_t x) {
     x += 0x9e3779b97f4a7c15ULL;
@@ -102,7 +95,7 @@ static int build_mid(gpt_data *d, const gpt_data_config *cfg, int s, mid_ds *m,
     char e2[512];
     if (gpt_indices_build(ds->sequence_lengths, beg[s], end[s], num_samples, cfg->seq_length,
                           (uint32_t)cfg->seed, 1, &m->ix, e2, sizeof e2) != 0) {
-        seterr(err, errlen,
+        err_set(err, errlen,
                "--split: the %s split of %s (sequences [%" PRId64 ", %" PRId64 ") of %" PRIu64
                " with --split %s): %s",
                SPLIT_NAMES[s], ds->prefix, beg[s], end[s], ds->sequence_count, cfg->split, e2);
@@ -114,12 +107,12 @@ static int build_mid(gpt_data *d, const gpt_data_config *cfg, int s, mid_ds *m,
 
 gpt_data *gpt_data_build(const gpt_data_config *cfg, char *err, size_t errlen) {
     if (cfg->seq_length < 2) {
-        seterr(err, errlen, "--seq-length: expected at least 2, found %d", cfg->seq_length);
+        err_set(err, errlen, "--seq-length: expected at least 2, found %d", cfg->seq_length);
         return NULL;
     }
     gpt_data *d = calloc(1, sizeof *d);
     if (!d) {
-        seterr(err, errlen, "out of memory");
+        err_set(err, errlen, "out of memory");
         return NULL;
     }
     d->seq_length = cfg->seq_length;
@@ -129,7 +122,7 @@ gpt_data *gpt_data_build(const gpt_data_config *cfg, char *err, size_t errlen) {
 
     if (cfg->mock) {
         if (cfg->vocab_size < 2) {
-            seterr(err, errlen, "--mock-data: expected a vocabulary of at least 2 ids, found %d",
+            err_set(err, errlen, "--mock-data: expected a vocabulary of at least 2 ids, found %d",
                    cfg->vocab_size);
             gpt_data_free(d);
             return NULL;
@@ -142,12 +135,12 @@ gpt_data *gpt_data_build(const gpt_data_config *cfg, char *err, size_t errlen) {
     }
 
     if (cfg->num_paths < 1 || !cfg->data_paths) {
-        seterr(err, errlen, "--data-path: expected at least one dataset prefix (or --mock-data)");
+        err_set(err, errlen, "--data-path: expected at least one dataset prefix (or --mock-data)");
         gpt_data_free(d);
         return NULL;
     }
     if (cfg->seed > 0xffffffffULL) {
-        seterr(err, errlen,
+        err_set(err, errlen,
                "--seed: expected a value below 2^32 (numpy.random.RandomState seeds the data "
                "indices), found %" PRIu64,
                cfg->seed);
@@ -170,7 +163,7 @@ gpt_data *gpt_data_build(const gpt_data_config *cfg, char *err, size_t errlen) {
         double sum = 0;
         for (int k = 0; k < n; k++) {
             if (!isfinite(cfg->weights[k]) || cfg->weights[k] < 0) {
-                seterr(err, errlen,
+                err_set(err, errlen,
                        "--data-path: expected a non-negative weight for %s, found %g",
                        cfg->data_paths[k], cfg->weights[k]);
                 gpt_data_free(d);
@@ -179,13 +172,13 @@ gpt_data *gpt_data_build(const gpt_data_config *cfg, char *err, size_t errlen) {
             sum += cfg->weights[k];
         }
         if (!(sum > 0)) {
-            seterr(err, errlen, "--data-path: expected weights with a positive sum, found %g",
+            err_set(err, errlen, "--data-path: expected weights with a positive sum, found %g",
                    sum);
             gpt_data_free(d);
             return NULL;
         }
         if (n > 32766) {
-            seterr(err, errlen, "--data-path: expected at most 32766 datasets, found %d", n);
+            err_set(err, errlen, "--data-path: expected at most 32766 datasets, found %d", n);
             gpt_data_free(d);
             return NULL;
         }
@@ -199,7 +192,7 @@ gpt_data *gpt_data_build(const gpt_data_config *cfg, char *err, size_t errlen) {
         char e2[768];
         d->ds[k] = indexed_dataset_open(cfg->data_paths[k], e2, sizeof e2);
         if (!d->ds[k]) {
-            seterr(err, errlen, "--data-path: %s", e2);
+            err_set(err, errlen, "--data-path: %s", e2);
             free(w);
             gpt_data_free(d);
             return NULL;

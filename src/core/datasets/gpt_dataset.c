@@ -15,16 +15,9 @@
 
 #include "core/random/mt19937.h"
 #include "core/tensor/memory.h"
+#include "core/util/error.h"
 
 #define ADD_EXTRA_TOKEN 1 /* Megatron's add_extra_token_to_sequence = True */
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* ------------------------------------------------------------------ indices */
 
@@ -102,11 +95,11 @@ int gpt_indices_build(const int32_t *sizes, int64_t doc_beg, int64_t doc_end,
                       int drop_last_partial, gpt_indices *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     if (seq_length < 2) {
-        seterr(err, errlen, "--seq-length: expected at least 2, found %d", seq_length);
+        err_set(err, errlen, "--seq-length: expected at least 2, found %d", seq_length);
         return -1;
     }
     if (doc_end < doc_beg || doc_end - doc_beg > INT32_MAX || doc_end > INT32_MAX) {
-        seterr(err, errlen, "documents [%" PRId64 ", %" PRId64 "): expected at most 2^31 - 1",
+        err_set(err, errlen, "documents [%" PRId64 ", %" PRId64 "): expected at most 2^31 - 1",
                doc_beg, doc_end);
         return -1;
     }
@@ -114,7 +107,7 @@ int gpt_indices_build(const int32_t *sizes, int64_t doc_beg, int64_t doc_end,
     int64_t num_tokens_per_epoch = 0;
     for (int64_t d = doc_beg; d < doc_end; d++) num_tokens_per_epoch += sizes[d];
     if (num_tokens_per_epoch <= ADD_EXTRA_TOKEN) {
-        seterr(err, errlen,
+        err_set(err, errlen,
                "expected more than %d token(s) in the %" PRId64 " sequence(s) [%" PRId64
                ", %" PRId64 "), found %" PRId64,
                ADD_EXTRA_TOKEN, doc_end - doc_beg, doc_beg, doc_end, num_tokens_per_epoch);
@@ -132,7 +125,7 @@ int gpt_indices_build(const int32_t *sizes, int64_t doc_beg, int64_t doc_end,
     }
     if ((uint64_t)num_epochs * (uint64_t)(doc_end - doc_beg) > INT32_MAX) {
         /* build_sample_idx indexes the document index with int32 in Megatron too */
-        seterr(err, errlen,
+        err_set(err, errlen,
                "%d epochs of %" PRId64 " documents: the document index would exceed 2^31 - 1 "
                "entries",
                num_epochs, doc_end - doc_beg);
@@ -254,7 +247,7 @@ int gpt_split_parse(const char *split, double weights[3], char *err, size_t errl
     const char *p = split ? split : "";
     while (*p && isspace((unsigned char)*p)) p++;
     if (!*p) {
-        seterr(err, errlen, "--split: expected up to 3 comma-separated weights, found '%s'",
+        err_set(err, errlen, "--split: expected up to 3 comma-separated weights, found '%s'",
                split ? split : "");
         return -1;
     }
@@ -263,7 +256,7 @@ int gpt_split_parse(const char *split, double weights[3], char *err, size_t errl
         char *e;
         double v = strtod(p, &e);
         if (e == p || n >= 3 || !isfinite(v) || v < 0) {
-            seterr(err, errlen,
+            err_set(err, errlen,
                    "--split: expected up to 3 comma-separated non-negative weights, found '%s'",
                    split);
             return -1;
@@ -273,14 +266,14 @@ int gpt_split_parse(const char *split, double weights[3], char *err, size_t errl
         while (isspace((unsigned char)*p)) p++;
         if (*p == 0) break;
         if (*p != ',' && *p != '/') {
-            seterr(err, errlen, "--split: expected up to 3 comma-separated weights, found '%s'",
+            err_set(err, errlen, "--split: expected up to 3 comma-separated weights, found '%s'",
                    split);
             return -1;
         }
         p++;
     }
     if (w[0] + w[1] + w[2] <= 0) {
-        seterr(err, errlen, "--split: expected weights with a positive sum, found '%s'", split);
+        err_set(err, errlen, "--split: expected weights with a positive sum, found '%s'", split);
         return -1;
     }
     gpt_normalize(w, 3, weights);

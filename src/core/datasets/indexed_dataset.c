@@ -12,16 +12,9 @@
 #include <unistd.h>
 
 #include "core/tensor/memory.h"
+#include "core/util/error.h"
 
 static const unsigned char IDX_MAGIC[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0};
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 size_t idx_dtype_size(int code) {
     switch (code) {
@@ -78,17 +71,17 @@ static int map_file(const char *path, const unsigned char **map, size_t *size, c
                     size_t errlen) {
     int fd = open(path, O_RDONLY);
     if (fd < 0) {
-        seterr(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        err_set(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return -1;
     }
     struct stat st;
     if (fstat(fd, &st) != 0) {
-        seterr(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
+        err_set(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
         close(fd);
         return -1;
     }
     if (!S_ISREG(st.st_mode)) {
-        seterr(err, errlen, "%s: cannot open: not a regular file", path);
+        err_set(err, errlen, "%s: cannot open: not a regular file", path);
         close(fd);
         return -1;
     }
@@ -97,7 +90,7 @@ static int map_file(const char *path, const unsigned char **map, size_t *size, c
     if (*size > 0) {
         void *p = mmap(NULL, *size, PROT_READ, MAP_SHARED, fd, 0);
         if (p == MAP_FAILED) {
-            seterr(err, errlen, "%s: cannot mmap: %s", path, strerror(errno));
+            err_set(err, errlen, "%s: cannot mmap: %s", path, strerror(errno));
             close(fd);
             return -1;
         }
@@ -153,30 +146,30 @@ static int validate_idx(indexed_dataset *ds, char *err, size_t errlen) {
     if (memcmp(m ? m : IDX_MAGIC, IDX_MAGIC, cmp) != 0) {
         char found[64];
         escape_bytes(m, cmp, found, sizeof found);
-        seterr(err, errlen, "%s: offset 0: expected magic 'MMIDIDX\\x00\\x00', found '%s'", path,
+        err_set(err, errlen, "%s: offset 0: expected magic 'MMIDIDX\\x00\\x00', found '%s'", path,
                found);
         return -1;
     }
     if (size < 9) {
-        seterr(err, errlen,
+        err_set(err, errlen,
                "%s: offset 0: expected magic 'MMIDIDX\\x00\\x00' (9 bytes), found end of file "
                "after %zu bytes",
                path, size);
         return -1;
     }
     if (size < 17) {
-        seterr(err, errlen,
+        err_set(err, errlen,
                "%s: offset 9: expected version (uint64), found end of file (file is %zu bytes)",
                path, size);
         return -1;
     }
     uint64_t version = rd_u64(m + 9);
     if (version != 1) {
-        seterr(err, errlen, "%s: offset 9: expected version 1, found %" PRIu64, path, version);
+        err_set(err, errlen, "%s: offset 9: expected version 1, found %" PRIu64, path, version);
         return -1;
     }
     if (size < 18) {
-        seterr(err, errlen,
+        err_set(err, errlen,
                "%s: offset 17: expected dtype code (uint8), found end of file (file is %zu "
                "bytes)",
                path, size);
@@ -184,7 +177,7 @@ static int validate_idx(indexed_dataset *ds, char *err, size_t errlen) {
     }
     int code = m[17];
     if (idx_dtype_size(code) == 0) {
-        seterr(err, errlen,
+        err_set(err, errlen,
                "%s: offset 17: expected dtype code 1-8 (uint8, int8, int16, int32, int64, "
                "float64, float32, uint16), found %d",
                path, code);
@@ -193,7 +186,7 @@ static int validate_idx(indexed_dataset *ds, char *err, size_t errlen) {
     ds->dtype = code;
     ds->itemsize = idx_dtype_size(code);
     if (size < 26) {
-        seterr(err, errlen,
+        err_set(err, errlen,
                "%s: offset 18: expected sequence count (uint64), found end of file (file is "
                "%zu bytes)",
                path, size);
@@ -201,7 +194,7 @@ static int validate_idx(indexed_dataset *ds, char *err, size_t errlen) {
     }
     uint64_t S = rd_u64(m + 18);
     if (size < 34) {
-        seterr(err, errlen,
+        err_set(err, errlen,
                "%s: offset 26: expected document count (uint64), found end of file (file is "
                "%zu bytes)",
                path, size);
@@ -209,7 +202,7 @@ static int validate_idx(indexed_dataset *ds, char *err, size_t errlen) {
     }
     uint64_t D = rd_u64(m + 26);
     if (D == 0) {
-        seterr(err, errlen,
+        err_set(err, errlen,
                "%s: offset 26: expected document count >= 1 (document_indices starts with 0), "
                "found 0",
                path);
@@ -219,12 +212,12 @@ static int validate_idx(indexed_dataset *ds, char *err, size_t errlen) {
     size_t avail = size - IDX_HEADER_BYTES;
     if (S > avail / 4) {
         if (S <= UINT64_MAX / 4)
-            seterr(err, errlen,
+            err_set(err, errlen,
                    "%s: offset 34: expected sequence_lengths[%" PRIu64 "] (%" PRIu64
                    " bytes), found %zu bytes to the end of the file",
                    path, S, S * 4, avail);
         else
-            seterr(err, errlen,
+            err_set(err, errlen,
                    "%s: offset 34: expected sequence_lengths[%" PRIu64
                    "] (more than 2^64 bytes), found %zu bytes to the end of the file",
                    path, S, avail);
@@ -233,7 +226,7 @@ static int validate_idx(indexed_dataset *ds, char *err, size_t errlen) {
     size_t poff = IDX_HEADER_BYTES + (size_t)S * 4;
     avail = size - poff;
     if (S > avail / 8) {
-        seterr(err, errlen,
+        err_set(err, errlen,
                "%s: offset %zu: expected sequence_pointers[%" PRIu64 "] (%" PRIu64
                " bytes), found %zu bytes to the end of the file",
                path, poff, S, S * 8, avail);
@@ -243,12 +236,12 @@ static int validate_idx(indexed_dataset *ds, char *err, size_t errlen) {
     avail = size - doff;
     if (D > avail / 8) {
         if (D <= UINT64_MAX / 8)
-            seterr(err, errlen,
+            err_set(err, errlen,
                    "%s: offset %zu: expected document_indices[%" PRIu64 "] (%" PRIu64
                    " bytes), found %zu bytes to the end of the file",
                    path, doff, D, D * 8, avail);
         else
-            seterr(err, errlen,
+            err_set(err, errlen,
                    "%s: offset %zu: expected document_indices[%" PRIu64
                    "] (more than 2^64 bytes), found %zu bytes to the end of the file",
                    path, doff, D, avail);
@@ -262,14 +255,14 @@ static int validate_idx(indexed_dataset *ds, char *err, size_t errlen) {
     /* document_indices: starts at 0, non-decreasing, ends at S. */
     int64_t prev = rd_i64(m + doff);
     if (prev != 0) {
-        seterr(err, errlen, "%s: offset %zu: expected document_indices[0] = 0, found %" PRId64,
+        err_set(err, errlen, "%s: offset %zu: expected document_indices[0] = 0, found %" PRId64,
                path, doff, prev);
         return -1;
     }
     for (uint64_t d = 1; d < D; d++) {
         int64_t v = rd_i64(m + doff + 8 * d);
         if (v < prev || (uint64_t)v > S) {
-            seterr(err, errlen,
+            err_set(err, errlen,
                    "%s: offset %zu: expected document_indices[%" PRIu64 "] in [%" PRId64
                    ", %" PRIu64 "] (non-decreasing, at most the sequence count), found %" PRId64,
                    path, (size_t)(doff + 8 * d), d, prev, S, v);
@@ -278,7 +271,7 @@ static int validate_idx(indexed_dataset *ds, char *err, size_t errlen) {
         prev = v;
     }
     if ((uint64_t)prev != S) {
-        seterr(err, errlen,
+        err_set(err, errlen,
                "%s: offset %zu: expected document_indices[%" PRIu64 "] = sequence count %" PRIu64
                ", found %" PRId64,
                path, (size_t)(doff + 8 * (D - 1)), D - 1, S, prev);
@@ -296,7 +289,7 @@ static int validate_sequences(indexed_dataset *ds, char *err, size_t errlen) {
     for (uint64_t i = 0; i < S; i++) {
         int32_t len = ds->sequence_lengths[i];
         if (len < 0) {
-            seterr(err, errlen,
+            err_set(err, errlen,
                    "%s: offset %zu: expected sequence_lengths[%" PRIu64 "] >= 0, found %" PRId32,
                    ds->idx_path, (size_t)(IDX_HEADER_BYTES + 4 * i), i, len);
             return -1;
@@ -304,7 +297,7 @@ static int validate_sequences(indexed_dataset *ds, char *err, size_t errlen) {
         int64_t p = indexed_dataset_pointer(ds, i);
         size_t poff = ds->pointers_offset + 8 * (size_t)i;
         if (p < 0 || (uint64_t)p > ds->bin_size) {
-            seterr(err, errlen,
+            err_set(err, errlen,
                    "%s: offset %zu: expected sequence_pointers[%" PRIu64 "] in [0, %zu] (the size "
                    "of %s), found %" PRId64,
                    ds->idx_path, poff, i, ds->bin_size, ds->bin_path, p);
@@ -312,7 +305,7 @@ static int validate_sequences(indexed_dataset *ds, char *err, size_t errlen) {
         }
         uint64_t need = (uint64_t)len * ds->itemsize;
         if (need > ds->bin_size - (uint64_t)p) {
-            seterr(err, errlen,
+            err_set(err, errlen,
                    "%s: offset %" PRId64 ": expected %" PRIu64 " bytes of sequence %" PRIu64
                    " (%" PRId32 " %s tokens), found %" PRIu64 " bytes (file is %zu bytes)",
                    ds->bin_path, p, need, i, len, idx_dtype_name(ds->dtype),
@@ -326,7 +319,7 @@ static int validate_sequences(indexed_dataset *ds, char *err, size_t errlen) {
 indexed_dataset *indexed_dataset_open(const char *prefix, char *err, size_t errlen) {
     indexed_dataset *ds = calloc(1, sizeof *ds);
     if (!ds) {
-        seterr(err, errlen, "%s: out of memory", prefix);
+        err_set(err, errlen, "%s: out of memory", prefix);
         return NULL;
     }
     ds->prefix = str_concat(prefix, "");
@@ -437,12 +430,12 @@ static void builder_free(idx_builder *b) {
 
 idx_builder *idx_builder_create(const char *prefix, int dtype, char *err, size_t errlen) {
     if (idx_dtype_size(dtype) == 0) {
-        seterr(err, errlen, "%s: unknown dtype code %d", prefix, dtype);
+        err_set(err, errlen, "%s: unknown dtype code %d", prefix, dtype);
         return NULL;
     }
     idx_builder *b = calloc(1, sizeof *b);
     if (!b) {
-        seterr(err, errlen, "%s: out of memory", prefix);
+        err_set(err, errlen, "%s: out of memory", prefix);
         return NULL;
     }
     b->idx_path = str_concat(prefix, ".idx");
@@ -453,7 +446,7 @@ idx_builder *idx_builder_create(const char *prefix, int dtype, char *err, size_t
     b->itemsize = idx_dtype_size(dtype);
     b->bin = fopen(b->bin_tmp, "wb");
     if (!b->bin) {
-        seterr(err, errlen, "%s: cannot create: %s", b->bin_tmp, strerror(errno));
+        err_set(err, errlen, "%s: cannot create: %s", b->bin_tmp, strerror(errno));
         builder_free(b);
         return NULL;
     }
@@ -478,7 +471,7 @@ static int fits(int dtype, int32_t v) {
 int idx_builder_add_item(idx_builder *b, const int32_t *ids, size_t n, char *err,
                          size_t errlen) {
     if (n > INT32_MAX) {
-        seterr(err, errlen, "%s: sequence of %zu tokens exceeds the int32 length field",
+        err_set(err, errlen, "%s: sequence of %zu tokens exceeds the int32 length field",
                b->bin_path, n);
         return -1;
     }
@@ -487,7 +480,7 @@ int idx_builder_add_item(idx_builder *b, const int32_t *ids, size_t n, char *err
     for (size_t i = 0; i < n; i++) {
         int32_t v = ids[i];
         if (!fits(b->dtype, v)) {
-            seterr(err, errlen, "%s: token id %" PRId32 " does not fit dtype %s", b->bin_path, v,
+            err_set(err, errlen, "%s: token id %" PRId32 " does not fit dtype %s", b->bin_path, v,
                    idx_dtype_name(b->dtype));
             return -1;
         }
@@ -519,7 +512,7 @@ int idx_builder_add_item(idx_builder *b, const int32_t *ids, size_t n, char *err
         }
     }
     if (n && fwrite(o, b->itemsize, n, b->bin) != n) {
-        seterr(err, errlen, "%s: write failed: %s", b->bin_tmp, strerror(errno));
+        err_set(err, errlen, "%s: write failed: %s", b->bin_tmp, strerror(errno));
         return -1;
     }
     b->lengths = grow(b->lengths, &b->cap_lengths, b->n_lengths + 1, sizeof(int32_t));
@@ -565,13 +558,13 @@ int idx_builder_finalize(idx_builder *b, char *err, size_t errlen) {
     if (fclose(b->bin) != 0) ok = 0;
     b->bin = NULL;
     if (!ok) {
-        seterr(err, errlen, "%s: write failed: %s", b->bin_tmp, strerror(errno));
+        err_set(err, errlen, "%s: write failed: %s", b->bin_tmp, strerror(errno));
         idx_builder_abort(b);
         return -1;
     }
     FILE *f = fopen(b->idx_tmp, "wb");
     if (!f) {
-        seterr(err, errlen, "%s: cannot create: %s", b->idx_tmp, strerror(errno));
+        err_set(err, errlen, "%s: cannot create: %s", b->idx_tmp, strerror(errno));
         idx_builder_abort(b);
         return -1;
     }
@@ -591,19 +584,19 @@ int idx_builder_finalize(idx_builder *b, char *err, size_t errlen) {
     if (fflush(f) != 0 || fsync(fileno(f)) != 0) ok = 0;
     if (fclose(f) != 0) ok = 0;
     if (!ok) {
-        seterr(err, errlen, "%s: write failed: %s", b->idx_tmp, strerror(errno));
+        err_set(err, errlen, "%s: write failed: %s", b->idx_tmp, strerror(errno));
         idx_builder_abort(b);
         return -1;
     }
     /* .bin first: a reader never sees a new .idx pointing into an old .bin. */
     if (rename(b->bin_tmp, b->bin_path) != 0) {
-        seterr(err, errlen, "%s: cannot rename to %s: %s", b->bin_tmp, b->bin_path,
+        err_set(err, errlen, "%s: cannot rename to %s: %s", b->bin_tmp, b->bin_path,
                strerror(errno));
         idx_builder_abort(b);
         return -1;
     }
     if (rename(b->idx_tmp, b->idx_path) != 0) {
-        seterr(err, errlen, "%s: cannot rename to %s: %s", b->idx_tmp, b->idx_path,
+        err_set(err, errlen, "%s: cannot rename to %s: %s", b->idx_tmp, b->idx_path,
                strerror(errno));
         idx_builder_abort(b);
         return -1;

@@ -1,5 +1,6 @@
 /* safetensors reader and writer: see safetensors.h for the format and the guarantees. */
 #include "core/tensor/safetensors.h"
+#include "core/util/error.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -47,14 +48,6 @@ int st_dtype_parse(const char *name, st_dtype *dt) {
             return 0;
         }
     return -1;
-}
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
 }
 
 /* "[2, 3]" */
@@ -108,7 +101,7 @@ static int cmp_str_ptr(const void *a, const void *b) {
 int st_write_fd(int fd, const char *path, const st_tensor_desc *tensors, int n,
                 const st_meta *meta, int nmeta, char *err, size_t errlen) {
     if (n < 0 || nmeta < 0) {
-        set_err(err, errlen, "%s: invalid tensor count %d / metadata count %d", path, n, nmeta);
+        err_set(err, errlen, "%s: invalid tensor count %d / metadata count %d", path, n, nmeta);
         return -1;
     }
     /* Validate the tensors and lay them out in the given order. */
@@ -118,7 +111,7 @@ int st_write_fd(int fd, const char *path, const st_tensor_desc *tensors, int n,
     char *json = NULL;
     int rc = -1;
     if (!bytes || !names || !root) {
-        set_err(err, errlen, "%s: out of memory building the header", path);
+        err_set(err, errlen, "%s: out of memory building the header", path);
         goto done;
     }
     uint64_t offset = 0;
@@ -126,7 +119,7 @@ int st_write_fd(int fd, const char *path, const st_tensor_desc *tensors, int n,
         cJSON *m = cJSON_AddObjectToObject(root, "__metadata__");
         for (int i = 0; i < nmeta; i++) {
             if (!meta[i].key || !meta[i].value) {
-                set_err(err, errlen, "%s: metadata entry %d has no key or value", path, i);
+                err_set(err, errlen, "%s: metadata entry %d has no key or value", path, i);
                 goto done;
             }
             cJSON_AddStringToObject(m, meta[i].key, meta[i].value);
@@ -136,22 +129,22 @@ int st_write_fd(int fd, const char *path, const st_tensor_desc *tensors, int n,
         const st_tensor_desc *t = &tensors[i];
         const char *name = t->name ? t->name : "";
         if (!*name || strcmp(name, "__metadata__") == 0) {
-            set_err(err, errlen, "%s: tensor %d: invalid name \"%s\"", path, i, name);
+            err_set(err, errlen, "%s: tensor %d: invalid name \"%s\"", path, i, name);
             goto done;
         }
         size_t es = st_dtype_size(t->dtype);
         size_t numel;
         if (es == 0) {
-            set_err(err, errlen, "%s: tensor %s: invalid dtype %d", path, name, (int)t->dtype);
+            err_set(err, errlen, "%s: tensor %s: invalid dtype %d", path, name, (int)t->dtype);
             goto done;
         }
         if (t->ndim < 0 || t->ndim > ST_MAX_DIMS || (t->ndim > 0 && !t->shape) ||
             tensor_bytes(t->ndim, t->shape, es, &numel, &bytes[i]) != 0) {
-            set_err(err, errlen, "%s: tensor %s: invalid shape (ndim %d)", path, name, t->ndim);
+            err_set(err, errlen, "%s: tensor %s: invalid shape (ndim %d)", path, name, t->ndim);
             goto done;
         }
         if (bytes[i] > 0 && !t->data) {
-            set_err(err, errlen, "%s: tensor %s: no data", path, name);
+            err_set(err, errlen, "%s: tensor %s: no data", path, name);
             goto done;
         }
         names[i] = name;
@@ -163,7 +156,7 @@ int st_write_fd(int fd, const char *path, const st_tensor_desc *tensors, int n,
         cJSON *off = cJSON_AddArrayToObject(e, "data_offsets");
         cJSON_AddItemToArray(off, cJSON_CreateNumber((double)offset));
         if ((double)(offset + bytes[i]) >= ST_MAX_JSON_INT) {
-            set_err(err, errlen, "%s: tensor %s: file larger than 2^53 bytes", path, name);
+            err_set(err, errlen, "%s: tensor %s: file larger than 2^53 bytes", path, name);
             goto done;
         }
         offset += bytes[i];
@@ -172,13 +165,13 @@ int st_write_fd(int fd, const char *path, const st_tensor_desc *tensors, int n,
     qsort(names, (size_t)n, sizeof(char *), cmp_str_ptr);
     for (int i = 1; i < n; i++)
         if (strcmp(names[i - 1], names[i]) == 0) {
-            set_err(err, errlen, "%s: tensor %s: name given twice", path, names[i]);
+            err_set(err, errlen, "%s: tensor %s: name given twice", path, names[i]);
             goto done;
         }
 
     json = cJSON_PrintUnformatted(root);
     if (!json) {
-        set_err(err, errlen, "%s: out of memory printing the header", path);
+        err_set(err, errlen, "%s: out of memory printing the header", path);
         goto done;
     }
     size_t jlen = strlen(json);
@@ -188,12 +181,12 @@ int st_write_fd(int fd, const char *path, const st_tensor_desc *tensors, int n,
     char pad[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
     if (write_all(fd, lenbuf, 8) || write_all(fd, json, jlen) ||
         write_all(fd, pad, hlen - jlen)) {
-        set_err(err, errlen, "%s: writing the header: %s", path, strerror(errno));
+        err_set(err, errlen, "%s: writing the header: %s", path, strerror(errno));
         goto done;
     }
     for (int i = 0; i < n; i++)
         if (write_all(fd, tensors[i].data, bytes[i])) {
-            set_err(err, errlen, "%s: tensor %s: write failed: %s", path, tensors[i].name,
+            err_set(err, errlen, "%s: tensor %s: write failed: %s", path, tensors[i].name,
                     strerror(errno));
             goto done;
         }
@@ -210,7 +203,7 @@ int st_write_file(const char *path, const st_tensor_desc *tensors, int n, const 
                   int nmeta, char *err, size_t errlen) {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
-        set_err(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+        err_set(err, errlen, "%s: cannot create: %s", path, strerror(errno));
         return -1;
     }
     if (st_write_fd(fd, path, tensors, n, meta, nmeta, err, errlen) != 0) {
@@ -218,12 +211,12 @@ int st_write_file(const char *path, const st_tensor_desc *tensors, int n, const 
         return -1;
     }
     if (fsync(fd) != 0) {
-        set_err(err, errlen, "%s: fsync failed: %s", path, strerror(errno));
+        err_set(err, errlen, "%s: fsync failed: %s", path, strerror(errno));
         close(fd);
         return -1;
     }
     if (close(fd) != 0) {
-        set_err(err, errlen, "%s: close failed: %s", path, strerror(errno));
+        err_set(err, errlen, "%s: close failed: %s", path, strerror(errno));
         return -1;
     }
     return 0;
@@ -317,7 +310,7 @@ static int parse_entry(const char *path, const cJSON *item, st_entry *e, uint64_
                        char *err, size_t errlen) {
     const char *name = item->string;
     if (!cJSON_IsObject(item)) {
-        set_err(err, errlen,
+        err_set(err, errlen,
                 "%s: tensor %s: expected an object {\"dtype\", \"shape\", \"data_offsets\"}, "
                 "found %s",
                 path, name, json_type_name(item));
@@ -327,22 +320,22 @@ static int parse_entry(const char *path, const cJSON *item, st_entry *e, uint64_
     const cJSON *sh = cJSON_GetObjectItemCaseSensitive(item, "shape");
     const cJSON *off = cJSON_GetObjectItemCaseSensitive(item, "data_offsets");
     if (!cJSON_IsString(dt)) {
-        set_err(err, errlen, "%s: tensor %s: expected a string \"dtype\", found %s", path, name,
+        err_set(err, errlen, "%s: tensor %s: expected a string \"dtype\", found %s", path, name,
                 json_type_name(dt));
         return -1;
     }
     if (st_dtype_parse(dt->valuestring, &e->dtype) != 0) {
-        set_err(err, errlen, "%s: tensor %s: unknown dtype \"%s\"", path, name, dt->valuestring);
+        err_set(err, errlen, "%s: tensor %s: unknown dtype \"%s\"", path, name, dt->valuestring);
         return -1;
     }
     if (!cJSON_IsArray(sh)) {
-        set_err(err, errlen, "%s: tensor %s: expected an array \"shape\", found %s", path, name,
+        err_set(err, errlen, "%s: tensor %s: expected an array \"shape\", found %s", path, name,
                 json_type_name(sh));
         return -1;
     }
     int ndim = cJSON_GetArraySize(sh);
     if (ndim > ST_MAX_DIMS) {
-        set_err(err, errlen, "%s: tensor %s: %d dimensions, at most %d supported", path, name,
+        err_set(err, errlen, "%s: tensor %s: %d dimensions, at most %d supported", path, name,
                 ndim, ST_MAX_DIMS);
         return -1;
     }
@@ -351,7 +344,7 @@ static int parse_entry(const char *path, const cJSON *item, st_entry *e, uint64_
     for (const cJSON *v = sh->child; v; v = v->next, d++) {
         uint64_t x;
         if (json_uint(v, &x) != 0) {
-            set_err(err, errlen,
+            err_set(err, errlen,
                     "%s: tensor %s: shape dimension %d: expected a non-negative integer, found %s",
                     path, name, d, cJSON_IsNumber(v) ? "a non-integer or too large number"
                                                      : json_type_name(v));
@@ -361,7 +354,7 @@ static int parse_entry(const char *path, const cJSON *item, st_entry *e, uint64_
     }
     if (!cJSON_IsArray(off) || cJSON_GetArraySize(off) != 2 ||
         json_uint(off->child, &e->begin) != 0 || json_uint(off->child->next, &e->end) != 0) {
-        set_err(err, errlen,
+        err_set(err, errlen,
                 "%s: tensor %s: expected \"data_offsets\": [begin, end] of non-negative integers",
                 path, name);
         return -1;
@@ -369,17 +362,17 @@ static int parse_entry(const char *path, const cJSON *item, st_entry *e, uint64_
     char sbuf[160];
     shape_str(sbuf, sizeof sbuf, e->ndim, e->shape);
     if (e->end < e->begin) {
-        set_err(err, errlen, "%s: tensor %s: data_offsets [%llu, %llu] end before they begin",
+        err_set(err, errlen, "%s: tensor %s: data_offsets [%llu, %llu] end before they begin",
                 path, name, (unsigned long long)e->begin, (unsigned long long)e->end);
         return -1;
     }
     uint64_t bytes;
     if (tensor_bytes(e->ndim, e->shape, st_dtype_size(e->dtype), &e->numel, &bytes) != 0) {
-        set_err(err, errlen, "%s: tensor %s: shape %s is too large", path, name, sbuf);
+        err_set(err, errlen, "%s: tensor %s: shape %s is too large", path, name, sbuf);
         return -1;
     }
     if (bytes != e->end - e->begin) {
-        set_err(err, errlen,
+        err_set(err, errlen,
                 "%s: tensor %s: shape %s of %s needs %llu bytes, but data_offsets [%llu, %llu] "
                 "hold %llu",
                 path, name, sbuf, st_dtype_name(e->dtype), (unsigned long long)bytes,
@@ -388,7 +381,7 @@ static int parse_entry(const char *path, const cJSON *item, st_entry *e, uint64_
         return -1;
     }
     if (e->end > buffer_len) {
-        set_err(err, errlen,
+        err_set(err, errlen,
                 "%s: tensor %s: data_offsets [%llu, %llu] extend past the end of the data buffer "
                 "(%llu bytes): the file is truncated or the header is wrong",
                 path, name, (unsigned long long)e->begin, (unsigned long long)e->end,
@@ -405,19 +398,19 @@ int st_open(const char *path, st_file *f, char *err, size_t errlen) {
     char *hcopy = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        err_set(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return -1;
     }
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
-        set_err(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
+        err_set(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
         close(fd);
         return -1;
     }
     f->path = strdup(path);
     f->map_len = (size_t)sb.st_size;
     if (f->map_len < 8) {
-        set_err(err, errlen,
+        err_set(err, errlen,
                 "%s: offset 0: expected an 8-byte header length, found a file of %zu bytes",
                 path, f->map_len);
         close(fd);
@@ -427,7 +420,7 @@ int st_open(const char *path, st_file *f, char *err, size_t errlen) {
     close(fd);
     if (f->map == MAP_FAILED) {
         f->map = NULL;
-        set_err(err, errlen, "%s: mmap failed: %s", path, strerror(errno));
+        err_set(err, errlen, "%s: mmap failed: %s", path, strerror(errno));
         goto fail;
     }
     const uint8_t *base = (const uint8_t *)f->map;
@@ -435,12 +428,12 @@ int st_open(const char *path, st_file *f, char *err, size_t errlen) {
     for (int k = 0; k < 8; k++) n |= (uint64_t)base[k] << (8 * k);
     f->header_len = n;
     if (n > ST_MAX_HEADER) {
-        set_err(err, errlen, "%s: offset 0: expected a header length of at most %llu, found %llu",
+        err_set(err, errlen, "%s: offset 0: expected a header length of at most %llu, found %llu",
                 path, (unsigned long long)ST_MAX_HEADER, (unsigned long long)n);
         goto fail;
     }
     if (n > f->map_len - 8) {
-        set_err(err, errlen,
+        err_set(err, errlen,
                 "%s: offset 0: expected a header length of at most %zu (the file size minus 8), "
                 "found %llu",
                 path, f->map_len - 8, (unsigned long long)n);
@@ -449,23 +442,23 @@ int st_open(const char *path, st_file *f, char *err, size_t errlen) {
     const char *hdr = (const char *)base + 8;
     if (n == 0 || hdr[0] != '{') {
         if (n == 0)
-            set_err(err, errlen, "%s: offset 8: expected '{' (the JSON header), found an empty "
+            err_set(err, errlen, "%s: offset 8: expected '{' (the JSON header), found an empty "
                                  "header", path);
         else
-            set_err(err, errlen, "%s: offset 8: expected '{' (the JSON header), found byte 0x%02x",
+            err_set(err, errlen, "%s: offset 8: expected '{' (the JSON header), found byte 0x%02x",
                     path, (unsigned)(uint8_t)hdr[0]);
         goto fail;
     }
     size_t bad = utf8_invalid_at((const uint8_t *)hdr, (size_t)n);
     if (bad < n) {
-        set_err(err, errlen, "%s: offset %llu: expected UTF-8 text in the header, found byte 0x%02x",
+        err_set(err, errlen, "%s: offset %llu: expected UTF-8 text in the header, found byte 0x%02x",
                 path, (unsigned long long)(8 + bad), (unsigned)(uint8_t)hdr[bad]);
         goto fail;
     }
     /* Parse a NUL-terminated copy: the mapping has no terminator after the header. */
     hcopy = malloc((size_t)n + 1);
     if (!hcopy) {
-        set_err(err, errlen, "%s: out of memory reading a %llu-byte header", path,
+        err_set(err, errlen, "%s: out of memory reading a %llu-byte header", path,
                 (unsigned long long)n);
         goto fail;
     }
@@ -483,20 +476,20 @@ int st_open(const char *path, st_file *f, char *err, size_t errlen) {
             snip[k] = (c >= 0x20 && c < 0x7f) ? c : '?';
         }
         snip[k] = 0;
-        set_err(err, errlen, "%s: offset %llu: expected valid JSON in the header, found \"%s\"",
+        err_set(err, errlen, "%s: offset %llu: expected valid JSON in the header, found \"%s\"",
                 path, (unsigned long long)(8 + pos), k ? snip : "the end of the header");
         goto fail;
     }
     for (const char *p = parse_end; p && p < hcopy + n; p++)
         if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
-            set_err(err, errlen,
+            err_set(err, errlen,
                     "%s: offset %llu: expected only space padding after the JSON header, found "
                     "byte 0x%02x",
                     path, (unsigned long long)(8 + (size_t)(p - hcopy)), (unsigned)(uint8_t)*p);
             goto fail;
         }
     if (!cJSON_IsObject(root)) {
-        set_err(err, errlen, "%s: offset 8: expected a JSON object, found %s", path,
+        err_set(err, errlen, "%s: offset 8: expected a JSON object, found %s", path,
                 json_type_name(root));
         goto fail;
     }
@@ -507,7 +500,7 @@ int st_open(const char *path, st_file *f, char *err, size_t errlen) {
     for (const cJSON *it = root->child; it; it = it->next) {
         if (it->string && strcmp(it->string, "__metadata__") == 0) {
             if (!cJSON_IsObject(it)) {
-                set_err(err, errlen, "%s: __metadata__: expected an object, found %s", path,
+                err_set(err, errlen, "%s: __metadata__: expected an object, found %s", path,
                         json_type_name(it));
                 goto fail;
             }
@@ -522,21 +515,21 @@ int st_open(const char *path, st_file *f, char *err, size_t errlen) {
     f->meta_values = calloc((size_t)nmeta + 1, sizeof(char *));
     order = calloc((size_t)count + 1, sizeof(st_entry *));
     if (!f->entries || !f->by_name || !f->meta_keys || !f->meta_values || !order) {
-        set_err(err, errlen, "%s: out of memory reading the header", path);
+        err_set(err, errlen, "%s: out of memory reading the header", path);
         goto fail;
     }
     for (const cJSON *it = root->child; it; it = it->next) {
         if (it->string && strcmp(it->string, "__metadata__") == 0) {
             for (const cJSON *m = it->child; m; m = m->next) {
                 if (!cJSON_IsString(m)) {
-                    set_err(err, errlen,
+                    err_set(err, errlen,
                             "%s: __metadata__: key \"%s\": expected a string value, found %s",
                             path, m->string, json_type_name(m));
                     goto fail;
                 }
                 for (int k = 0; k < f->nmeta; k++)
                     if (strcmp(f->meta_keys[k], m->string) == 0) {
-                        set_err(err, errlen, "%s: __metadata__: key \"%s\" appears twice", path,
+                        err_set(err, errlen, "%s: __metadata__: key \"%s\" appears twice", path,
                                 m->string);
                         goto fail;
                     }
@@ -559,7 +552,7 @@ int st_open(const char *path, st_file *f, char *err, size_t errlen) {
     for (int i = 0; i < f->count; i++) {
         f->by_name[i] = (int)(order[i] - f->entries);
         if (i > 0 && strcmp(order[i - 1]->name, order[i]->name) == 0) {
-            set_err(err, errlen, "%s: tensor %s: appears twice in the header", path,
+            err_set(err, errlen, "%s: tensor %s: appears twice in the header", path,
                     order[i]->name);
             goto fail;
         }
@@ -571,7 +564,7 @@ int st_open(const char *path, st_file *f, char *err, size_t errlen) {
         const st_entry *e = order[i];
         if (e->begin == e->end) continue;
         if (reach && e->begin < reach->end) {
-            set_err(err, errlen,
+            err_set(err, errlen,
                     "%s: tensor %s: data_offsets [%llu, %llu] overlap those of tensor %s "
                     "[%llu, %llu]",
                     path, e->name, (unsigned long long)e->begin, (unsigned long long)e->end,
@@ -588,7 +581,7 @@ int st_open(const char *path, st_file *f, char *err, size_t errlen) {
         const st_entry *e = order[i];
         if (e->begin == e->end) continue;
         if (e->begin != cursor) {
-            set_err(err, errlen,
+            err_set(err, errlen,
                     "%s: tensor %s: data_offsets [%llu, %llu] leave bytes [%llu, %llu) of the "
                     "buffer unused (the buffer must be fully indexed)",
                     path, e->name, (unsigned long long)e->begin, (unsigned long long)e->end,
@@ -598,7 +591,7 @@ int st_open(const char *path, st_file *f, char *err, size_t errlen) {
         cursor = e->end;
     }
     if (cursor != f->buffer_len) {
-        set_err(err, errlen,
+        err_set(err, errlen,
                 "%s: offset %llu: expected the end of the file (the last tensor ends there), "
                 "found %llu more bytes",
                 path, (unsigned long long)(8 + n + cursor),
@@ -670,7 +663,7 @@ int st_read_f32(const st_file *f, const st_entry *e, float *out, char *err, size
         }
         return 0;
     default:
-        set_err(err, errlen, "%s: tensor %s: dtype %s cannot be read as F32 (F32, F16, BF16 can)",
+        err_set(err, errlen, "%s: tensor %s: dtype %s cannot be read as F32 (F32, F16, BF16 can)",
                 f->path, e->name, st_dtype_name(e->dtype));
         return -1;
     }

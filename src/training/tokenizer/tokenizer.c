@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "training/tokenizer/bpe.h"
+#include "core/util/error.h"
 
 enum { TOK_BYTELEVEL = 0, TOK_NULL = 1, TOK_GPT2 = 2, TOK_HF = 3 };
 
@@ -21,14 +22,6 @@ struct tokenizer {
     int eod;
     bpe_model *bpe; /* GPT2BPETokenizer, HuggingFaceTokenizer */
 };
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 tokenizer *tokenizer_create(const char *type, int vocab_size, char *err, size_t errlen) {
     tokenizer_options o = {.type = type, .vocab_size = vocab_size};
@@ -46,13 +39,13 @@ tokenizer *tokenizer_create_opts(const tokenizer_options *o, char *err, size_t e
         bpe_model *m = is_gpt2 ? gpt2_bpe_load(o->vocab_file, o->merge_file, &eod, e2, sizeof e2)
                                : hf_tokenizer_load(o->tokenizer_model, &eod, e2, sizeof e2);
         if (!m) {
-            seterr(err, errlen, "%s", e2);
+            err_set(err, errlen, "%s", e2);
             return NULL;
         }
         tokenizer *t = calloc(1, sizeof *t);
         if (!t) {
             bpe_free(m);
-            seterr(err, errlen, "out of memory");
+            err_set(err, errlen, "out of memory");
             return NULL;
         }
         t->kind = is_gpt2 ? TOK_GPT2 : TOK_HF;
@@ -66,14 +59,14 @@ tokenizer *tokenizer_create_opts(const tokenizer_options *o, char *err, size_t e
     } else if (type && strcmp(type, "NullTokenizer") == 0) {
         kind = TOK_NULL;
         if (vocab_size <= 0) {
-            seterr(err, errlen,
+            err_set(err, errlen,
                    "--vocab-size: NullTokenizer needs a vocabulary size V > 0 (ids 0..V-1, "
                    "end-of-document V), found %d",
                    vocab_size);
             return NULL;
         }
     } else {
-        seterr(err, errlen,
+        err_set(err, errlen,
                "--tokenizer-type: expected ByteLevel, NullTokenizer, GPT2BPETokenizer or "
                "HuggingFaceTokenizer, found '%s'",
                type ? type : "");
@@ -81,7 +74,7 @@ tokenizer *tokenizer_create_opts(const tokenizer_options *o, char *err, size_t e
     }
     tokenizer *t = calloc(1, sizeof *t);
     if (!t) {
-        seterr(err, errlen, "out of memory");
+        err_set(err, errlen, "out of memory");
         return NULL;
     }
     t->kind = kind;
@@ -115,7 +108,7 @@ int tokenizer_encode(const tokenizer *tok, const char *text, size_t len, int32_t
             free(*ids);
             *ids = NULL;
             *n = 0;
-            seterr(err, errlen, "out of memory encoding %zu bytes", len);
+            err_set(err, errlen, "out of memory encoding %zu bytes", len);
             return -1;
         }
         if (!*ids) *ids = malloc(sizeof(int32_t)); /* empty text: a valid pointer */
@@ -124,7 +117,7 @@ int tokenizer_encode(const tokenizer *tok, const char *text, size_t len, int32_t
     if (tok->kind == TOK_BYTELEVEL) {
         int32_t *out = malloc((len ? len : 1) * sizeof(int32_t));
         if (!out) {
-            seterr(err, errlen, "out of memory encoding %zu bytes", len);
+            err_set(err, errlen, "out of memory encoding %zu bytes", len);
             return -1;
         }
         for (size_t i = 0; i < len; i++) out[i] = (unsigned char)text[i];
@@ -136,7 +129,7 @@ int tokenizer_encode(const tokenizer *tok, const char *text, size_t len, int32_t
     size_t cap = 16, cnt = 0;
     int32_t *out = malloc(cap * sizeof(int32_t));
     if (!out) {
-        seterr(err, errlen, "out of memory");
+        err_set(err, errlen, "out of memory");
         return -1;
     }
     size_t i = 0;
@@ -159,13 +152,13 @@ int tokenizer_encode(const tokenizer *tok, const char *text, size_t len, int32_t
                                            ((buf[0] == '-' || buf[0] == '+') && tl > 1));
         }
         if (!ok) {
-            seterr(err, errlen, "token '%.*s' at byte %zu is not an integer",
+            err_set(err, errlen, "token '%.*s' at byte %zu is not an integer",
                    (int)(tl > 40 ? 40 : tl), text + start, start);
             free(out);
             return -1;
         }
         if (v < 0 || v >= tok->eod) {
-            seterr(err, errlen, "token '%.*s' at byte %zu is outside [0, %d) (--vocab-size %d)",
+            err_set(err, errlen, "token '%.*s' at byte %zu is outside [0, %d) (--vocab-size %d)",
                    (int)tl, text + start, start, tok->eod, tok->eod);
             free(out);
             return -1;
@@ -175,7 +168,7 @@ int tokenizer_encode(const tokenizer *tok, const char *text, size_t len, int32_t
             int32_t *q = realloc(out, cap * sizeof(int32_t));
             if (!q) {
                 free(out);
-                seterr(err, errlen, "out of memory");
+                err_set(err, errlen, "out of memory");
                 return -1;
             }
             out = q;
