@@ -29,7 +29,9 @@ expect 4 "--ffn-hidden-size 50" --tensor-model-parallel-size 4 --ffn-hidden-size
 expect 2 "--seq-length 15" --tensor-model-parallel-size 2 --sequence-parallel --seq-length 15 --max-position-embeddings 15
 expect 2 "--distribute-saved-activations" --tensor-model-parallel-size 2 --sequence-parallel \
     --recompute-granularity full --recompute-method uniform --recompute-num-layers 1 --distribute-saved-activations
-expect 4 "data-parallel size 2" --tensor-model-parallel-size 2
+# TP 2 x DP 2: a global batch the 2 replicas cannot share
+expect 4 "--global-batch-size 3" --tensor-model-parallel-size 2 --global-batch-size 3
+expect 2 "--pipeline-model-parallel-size 2" --pipeline-model-parallel-size 2
 # a checkpoint that does not exist on a rank: every rank fails to load, none hangs
 mkdir -p broken && echo 7 > broken/latest_checkpointed_iteration.txt
 expect 2 "error: loading checkpoint" --tensor-model-parallel-size 2 --load broken

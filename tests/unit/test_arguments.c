@@ -360,7 +360,7 @@ static void test_refused_flags(void) {
         if (strcmp(ERR, untrainable[i].want)) fprintf(stderr, "  %s -> '%s'\n", line, ERR);
         args_free(&a);
     }
-    /* the interleaved schedule (pipeline size > 2 first) and data parallelism */
+    /* the interleaved schedule (pipeline size > 2 first); data parallelism is trainable */
     {
         megadlm_args b;
         CHECK(run_line(&b, BASE " --num-layers 6 --pipeline-model-parallel-size 3 "
@@ -374,8 +374,13 @@ static void test_refused_flags(void) {
         b.world_size = 2;
         b.global_batch_size = 4;
         CHECK(args_validate(&b, ERR, sizeof(ERR)) == 0 && b.data_parallel_size == 2);
-        CHECK(args_check_trainable(&b, ERR, sizeof(ERR)) == -1);
-        CHECK(strstr(ERR, "data-parallel size 2") && strstr(ERR, "not supported yet"));
+        CHECK(args_check_trainable(&b, ERR, sizeof(ERR)) == 0); /* data parallelism trains */
+        args_free(&b);
+        CHECK(parse_line(&b, BASE " --tensor-model-parallel-size 2 --sequence-parallel") == 0);
+        b.world_size = 4; /* TP 2 x DP 2 */
+        CHECK(args_validate(&b, ERR, sizeof(ERR)) == 0 && b.data_parallel_size == 2);
+        CHECK(args_check_trainable(&b, ERR, sizeof(ERR)) == 0);
+        args_free(&b);
         CHECK(run_line(&b, BASE) == 0);
         CHECK(args_check_trainable(&b, ERR, sizeof(ERR)) == 0);
         args_free(&b);
