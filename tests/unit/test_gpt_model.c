@@ -203,7 +203,45 @@ static void check_saved_bytes(transformer_config c, int B, const char *family) {
     gpt_model_free(m);
 }
 
+/* The backward's "gradients done" ranges tile the flat buffer exactly once, head first and
+ * embedding last, and every gradient element they cover is final when reported. */
+static size_t g_covered, g_calls, g_prev_begin;
+static int g_order_ok = 1;
+static gpt_model *g_model;
+static float *g_snapshot;
+static void on_done(void *user, size_t begin, size_t end) {
+    (void)user;
+    if (g_calls > 0 && end != g_prev_begin) g_order_ok = 0; /* backward order: ranges descend */
+    g_prev_begin = begin;
+    g_covered += end - begin;
+    g_calls++;
+    memcpy(g_snapshot + begin, g_model->params.grad + begin, (end - begin) * sizeof(float));
+}
+static void check_grads_done_hook(transformer_config c) {
+    int B = 2, T = c.seq_length;
+    gpt_model *m = g_model = gpt_model_create(&c, B, 1);
+    gpt_model_init_params(m, 3);
+    g_snapshot = calloc(m->params.numel, sizeof(float));
+    m->grads_done = on_done;
+    int32_t tok[64], lab[64];
+    float mask[64];
+    make_batch(tok, lab, mask, B * T, c.padded_vocab_size, 5);
+    gpt_step step = {.seed = 1, .iteration = 1, .training = 1};
+    memset(m->params.grad, 0, m->params.numel * sizeof(float));
+    gpt_model_forward(m, tok, lab, mask, B, T, step);
+    gpt_model_backward(m, 1.0f);
+    CHECK(g_covered == m->params.numel);
+    CHECK(g_calls == (size_t)c.num_layers + 2);
+    CHECK(g_order_ok && g_prev_begin == 0);
+    CHECK(memcmp(g_snapshot, m->params.grad, m->params.numel * sizeof(float)) == 0);
+    free(g_snapshot);
+    gpt_model_free(m);
+    g_covered = g_calls = g_prev_begin = 0;
+}
+
 int main(void) {
+    check_grads_done_hook(gpt2_config());
+    check_grads_done_hook(llama_config());
     check_saved_bytes(gpt2_config(), 3, "gpt2");
     check_saved_bytes(llama_config(), 2, "llama");
     check_finite_differences(gpt2_config(), "gpt2");

@@ -125,6 +125,12 @@ static void register_layer(param_builder *pb, const transformer_config *c, int l
 #undef G
 }
 
+/* Block callback: layer l's gradients are complete -> its range of the flat buffer. */
+static void layer_grads_done(void *user, int l) {
+    gpt_model *m = user;
+    if (m->grads_done) m->grads_done(m->grads_done_user, m->layer_begin[l], m->layer_begin[l + 1]);
+}
+
 static void build_params(gpt_model *m) {
     const transformer_config *c = &m->cfg;
     int bw = m->with_backward;
@@ -138,8 +144,12 @@ static void build_params(gpt_model *m) {
         add_param(&pb, &m->wpe, bw ? &m->g_wpe : NULL, 1, std, 0.0f, 2, shape, TP_SPLIT_NONE,
                   pb.sp, "embedding.position_embeddings.weight");
     }
-    for (int l = 0; l < c->num_layers; l++)
+    int first_of_layer[c->num_layers + 1];
+    for (int l = 0; l < c->num_layers; l++) {
+        first_of_layer[l] = pb.n;
         register_layer(&pb, c, l, &m->block.w[l], bw ? &m->block.g[l] : NULL);
+    }
+    first_of_layer[c->num_layers] = pb.n;
     add_vector(&pb, &m->lnf_w, bw ? &m->g_lnf_w : NULL, 1.0f, c->hidden_size, TP_SPLIT_NONE,
                "decoder.final_layernorm.weight");
     if (c->normalization == NORM_LAYERNORM)
@@ -159,6 +169,11 @@ static void build_params(gpt_model *m) {
         pb.t[i].offset = ps->numel;
         ps->numel += pb.t[i].numel;
     }
+    m->layer_begin = malloc((c->num_layers + 1) * sizeof(size_t));
+    for (int l = 0; l <= c->num_layers; l++)
+        m->layer_begin[l] = first_of_layer[l] < pb.n ? pb.t[first_of_layer[l]].offset : ps->numel;
+    m->block.layer_grads_done = layer_grads_done;
+    m->block.layer_grads_done_user = m;
     ps->data = mem_alloc_floats(MEM_PARAMS, ps->numel, "parameters");
     if (bw) {
         ps->grad = mem_alloc_floats(MEM_GRADS, ps->numel, "gradients");
@@ -223,6 +238,7 @@ void gpt_model_free(gpt_model *m) {
     mem_free(ps->exp_avg);
     mem_free(ps->exp_avg_sq);
     free(ps->tensors);
+    free(m->layer_begin);
     void *bufs[] = {m->tokens, m->labels, m->loss_mask, m->lnf,    m->lnf_mean, m->lnf_rstd,
                     m->logits, m->losses, m->lse,       m->dlosses, m->dres,    m->demb,
                     m->rope_cos, m->rope_sin, m->emb_partial};
@@ -408,6 +424,8 @@ void gpt_model_backward(gpt_model *m, float loss_scale) {
     }
     memset(m->dres, 0, NsC * sizeof(float));
     final_norm_backward(c, m, m->dres, dln, m->block.hidden[c->num_layers], Ns);
+    if (m->grads_done) /* final norm and an untied output layer are complete */
+        m->grads_done(m->grads_done_user, m->layer_begin[c->num_layers], m->params.numel);
 
     transformer_block_backward(&m->block, ctx, m->dres);
 
@@ -417,6 +435,7 @@ void gpt_model_backward(gpt_model *m, float loss_scale) {
     uint64_t off = tc_sp(c) ? (uint64_t)c->tp_rank * Ns * C : 0;
     dropout_backward(m->demb, m->dres, NsC, ctx->training ? c->hidden_dropout : 0.0f, ek, off);
     embedding_layer_backward(m, m->demb, B, T);
+    if (m->grads_done) m->grads_done(m->grads_done_user, 0, m->layer_begin[0]);
 }
 
 void gpt_model_finalize_grads(gpt_model *m) { tp_allreduce_partial_grads(&m->params); }

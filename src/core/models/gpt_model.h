@@ -37,6 +37,16 @@ typedef struct {
     float *rope_cos, *rope_sin; /* [seq_length, rot_dim/2] */
     float *emb_partial;   /* [N, C] vocab-parallel lookup before its reduction (TP only) */
 
+    /* Where each part's parameters sit in the flat buffers (floats): layer l is
+     * [layer_begin[l], layer_begin[l + 1]); the embedding (word + position) is [0, layer_begin[0]);
+     * the final norm and an untied output layer are [layer_begin[L], params.numel). */
+    size_t *layer_begin; /* [num_layers + 1] */
+    /* Called during backward whenever a range of the gradient buffer has received this
+     * micro-batch's last contribution (head, each layer, then the embedding, which also holds
+     * a tied output layer's gradient); NULL = none. For overlapped gradient reduction. */
+    void (*grads_done)(void *user, size_t begin, size_t end);
+    void *grads_done_user;
+
     /* the last forward call, which backward differentiates */
     int B, T;
     float loss_mask_sum;

@@ -140,9 +140,11 @@ void transformer_block_backward(transformer_block *blk, const layer_ctx *ctx, fl
             if (blk->kept_shard[b]) tp_all_gather(blk->hidden[b], blk->kept_shard[b], shard_floats(blk));
             for (int j = b; j <= l; j++) layer_forward(blk, ctx, j);
         }
-        for (int j = l; j >= b; j--)
+        for (int j = l; j >= b; j--) {
             transformer_layer_backward(ctx, j, &blk->w[j], &blk->g[j], &blk->saved[j], &blk->ws,
                                        blk->hidden[j], dres);
+            if (blk->layer_grads_done) blk->layer_grads_done(blk->layer_grads_done_user, j);
+        }
         l = b - 1;
     }
 }

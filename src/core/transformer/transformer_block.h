@@ -37,6 +37,10 @@ typedef struct {
     size_t *layer_saved_bytes; /* [num_layers] saved-activation bytes each layer allocated, as
                                   measured by the tracked allocator */
     layer_workspace ws;
+    /* Called after layer l's backward has added its gradients (a data-parallel reducer can
+     * start on them); NULL = none. */
+    void (*layer_grads_done)(void *user, int l);
+    void *layer_grads_done_user;
 } transformer_block;
 
 /* 1 if layer l is inside a checkpointed chunk (full recompute). */
