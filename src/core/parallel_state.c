@@ -5,7 +5,8 @@
 #include <stdlib.h>
 
 static parallel_state g = {.world_size = 1, .tp_size = 1, .pp_size = 1, .dp_size = 1,
-                           .tp = MPI_COMM_NULL, .pp = MPI_COMM_NULL, .dp = MPI_COMM_NULL};
+                           .tp = MPI_COMM_NULL, .pp = MPI_COMM_NULL, .dp = MPI_COMM_NULL,
+                           .embedding = MPI_COMM_NULL};
 
 /* mpirun (Open MPI's ORTE/PMIx launcher) sets these; a plain start does not. */
 static int launched_by_mpirun(void) {
@@ -46,6 +47,9 @@ int parallel_setup_groups(int tp_size, int pp_size, char *err, size_t errlen) {
     MPI_Comm_split(MPI_COMM_WORLD, g.pp_rank * g.dp_size + g.dp_rank, g.tp_rank, &g.tp);
     MPI_Comm_split(MPI_COMM_WORLD, g.dp_rank * tp_size + g.tp_rank, g.pp_rank, &g.pp);
     MPI_Comm_split(MPI_COMM_WORLD, g.pp_rank * tp_size + g.tp_rank, g.dp_rank, &g.dp);
+    int ends = pp_size > 1 && (g.pp_rank == 0 || g.pp_rank == pp_size - 1);
+    MPI_Comm_split(MPI_COMM_WORLD, ends ? g.dp_rank * tp_size + g.tp_rank : MPI_UNDEFINED,
+                   g.pp_rank, &g.embedding);
     return 0;
 }
 

@@ -18,6 +18,8 @@ typedef struct {
     int pp_rank, pp_size;
     int dp_rank, dp_size;
     MPI_Comm tp, pp, dp; /* MPI_COMM_NULL when !mpi */
+    MPI_Comm embedding;  /* first and last pipeline stage of this (tp, dp) position, which both
+                            hold the tied word embedding; MPI_COMM_NULL elsewhere or when pp = 1 */
 } parallel_state;
 
 /* Initialises MPI if launched by mpirun. Call first thing in main. */

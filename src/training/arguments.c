@@ -978,10 +978,7 @@ static int validate_world(megadlm_args *a, char *err, size_t errlen) {
 int args_check_trainable(const megadlm_args *a, char *err, size_t errlen) {
     if (err && errlen) err[0] = 0;
     /* tensor and sequence parallelism train (src/core/tensor_parallel/) */
-    if (a->pipeline_model_parallel_size > 1)
-        return fail(err, errlen, "--pipeline-model-parallel-size %d: not supported yet (pipeline "
-                                 "parallelism arrives with a later release)",
-                    a->pipeline_model_parallel_size);
+    /* pipeline parallelism trains with the 1F1B schedule (core/pipeline_parallel/) */
     if (a->virtual_pipeline_model_parallel_size > 0)
         return fail(err, errlen, "%s: not supported yet (the interleaved schedule arrives with "
                                  "pipeline parallelism)",

@@ -43,6 +43,8 @@ transformer_config model_config_from_args(const megadlm_args *a) {
     c.tp_rank = c.tp_size > 1 ? parallel_get()->tp_rank : 0;
     c.sequence_parallel = a->sequence_parallel && c.tp_size > 1;
     c.distribute_saved_activations = a->distribute_saved_activations;
+    c.pp_size = a->pipeline_model_parallel_size;
+    c.pp_rank = c.pp_size > 1 ? parallel_get()->pp_rank : 0;
     return c;
 }
 

@@ -11,6 +11,7 @@
 #include "core/distributed/data_parallel.h"
 #include "core/models/gpt_model.h"
 #include "core/optimizer/optimizer.h"
+#include "core/pipeline_parallel/schedules.h"
 #include "core/tensor/memory.h"
 #include "core/transformer/activation_memory.h"
 #include "tools/tools.h"
@@ -49,6 +50,8 @@ typedef struct {
     optimizer_config oc;
     lr_scheduler sched;
     int num_microbatches; /* per data-parallel rank */
+    gpt_model **stores;   /* activation stores of the micro-batches in flight; [0] = model */
+    int num_stores;
     int dp_rank, dp_size;
     int iteration;
     uint64_t consumed_train_samples;
@@ -75,27 +78,58 @@ static void get_batch(trainer *tr, int split, uint64_t first) {
     }
 }
 
-/* One iteration: gradient accumulation over the micro-batches, clipping, AdamW.
- * Megatron's loss: the mean over micro-batches of each micro-batch's token-averaged loss. */
+/* The schedules' forward_step / backward_step (pipeline_parallel/schedules.h): micro-batch k
+ * of this DP rank is Megatron's sampler's: each data-parallel step takes micro_batch x DP
+ * consecutive samples and DP rank d the d-th micro-batch of them; the dropout key uses that
+ * global micro-batch index, so any layout draws the masks one process would. */
+typedef struct {
+    trainer *tr;
+    int split;
+    uint64_t first; /* first sample of this global batch */
+    int training;
+} step_ctx;
+
+static float forward_step(void *user, int k, gpt_model *store) {
+    step_ctx *sc = user;
+    trainer *tr = sc->tr;
+    const megadlm_args *a = tr->a;
+    uint32_t global_mb = (uint32_t)(k * tr->dp_size + tr->dp_rank);
+    get_batch(tr, sc->split, sc->first + (uint64_t)global_mb * a->micro_batch_size);
+    gpt_step step = {.seed = a->seed,
+                     .iteration = sc->training ? (uint32_t)tr->iteration : 0,
+                     .microbatch = sc->training ? global_mb : 0,
+                     .training = sc->training};
+    return gpt_model_forward(store, tr->tokens, tr->labels, tr->loss_mask, a->micro_batch_size,
+                             a->seq_length, step);
+}
+
+static void backward_step(void *user, int k, gpt_model *store) {
+    (void)k;
+    step_ctx *sc = user;
+    gpt_model_backward(store, 1.0f / sc->tr->num_microbatches);
+}
+
+/* Mean over micro-batches and DP replicas of a loss sum the last pipeline stage computed
+ * (every rank gets it, so every rank takes the same decisions on it). */
+static float global_mean_loss(const trainer *tr, double loss_sum) {
+    const parallel_state *ps = parallel_get();
+    if (ps->mpi && ps->pp_size > 1)
+        MPI_Bcast(&loss_sum, 1, MPI_DOUBLE, ps->pp_size - 1, ps->pp);
+    return (float)dp_average(loss_sum / tr->num_microbatches);
+}
+
+/* One iteration: the schedule's forward/backward over the micro-batches (gradient
+ * accumulation), gradient reductions, clipping, AdamW. Megatron's loss: the mean over
+ * micro-batches of each micro-batch's token-averaged loss. */
 static void train_step(trainer *tr, float *loss_out, float *grad_norm_out, float *lr_out) {
     megadlm_args *a = tr->a;
     param_set *ps = &tr->model->params;
     memset(ps->grad, 0, ps->numel * sizeof(float));
-    double loss_sum = 0.0;
-    for (int mb = 0; mb < tr->num_microbatches; mb++) {
-        /* Megatron's sampler: each data-parallel step takes micro_batch x DP consecutive
-         * samples and DP rank d the d-th micro-batch of them; the dropout key uses that global
-         * micro-batch index, so any DP size draws the masks one process would. */
-        uint32_t global_mb = (uint32_t)(mb * tr->dp_size + tr->dp_rank);
-        get_batch(tr, SPLIT_TRAIN,
-                  tr->consumed_train_samples + (uint64_t)global_mb * a->micro_batch_size);
-        gpt_step step = {.seed = a->seed, .iteration = (uint32_t)tr->iteration,
-                         .microbatch = global_mb, .training = 1};
-        float loss = gpt_model_forward(tr->model, tr->tokens, tr->labels, tr->loss_mask,
-                                       a->micro_batch_size, a->seq_length, step);
-        gpt_model_backward(tr->model, 1.0f / tr->num_microbatches);
-        loss_sum += loss;
-    }
+    step_ctx sc = {.tr = tr, .split = SPLIT_TRAIN, .first = tr->consumed_train_samples,
+                   .training = 1};
+    pipeline_steps steps = {.user = &sc, .forward_step = forward_step,
+                            .backward_step = backward_step};
+    double loss_sum = forward_backward(tr->stores, tr->num_stores, tr->num_microbatches, &steps);
     gpt_model_finalize_grads(tr->model);
     dp_average_grads(ps);
     float norm = optimizer_grad_norm(ps);
@@ -104,7 +138,7 @@ static void train_step(trainer *tr, float *loss_out, float *grad_norm_out, float
      * samples consumed so far. */
     float lr = (float)lr_scheduler_get(&tr->sched, (int64_t)tr->consumed_train_samples);
     optimizer_step(ps, &tr->oc, lr, tr->iteration + 1);
-    *loss_out = (float)dp_average(loss_sum / tr->num_microbatches);
+    *loss_out = global_mean_loss(tr, loss_sum);
     *grad_norm_out = norm;
     *lr_out = lr;
 }
@@ -113,19 +147,13 @@ static void train_step(trainer *tr, float *loss_out, float *grad_norm_out, float
 static float evaluate(trainer *tr, int split, uint64_t first) {
     megadlm_args *a = tr->a;
     double sum = 0.0;
-    int count = 0;
     for (int it = 0; it < a->eval_iters; it++) {
-        for (int mb = 0; mb < tr->num_microbatches; mb++) {
-            /* this DP rank's micro-batch of each data-parallel step, as in training */
-            get_batch(tr, split, first + (uint64_t)tr->dp_rank * a->micro_batch_size);
-            first += (uint64_t)a->micro_batch_size * tr->dp_size;
-            gpt_step step = {.seed = a->seed, .iteration = 0, .microbatch = 0, .training = 0};
-            sum += gpt_model_forward(tr->model, tr->tokens, tr->labels, tr->loss_mask,
-                                     a->micro_batch_size, a->seq_length, step);
-            count++;
-        }
+        step_ctx sc = {.tr = tr, .split = split,
+                       .first = first + (uint64_t)it * a->global_batch_size, .training = 0};
+        pipeline_steps steps = {.user = &sc, .forward_step = forward_step};
+        sum += global_mean_loss(tr, forward_only(tr->stores, tr->num_microbatches, &steps));
     }
-    return count ? (float)dp_average(sum / count) : 0.0f;
+    return a->eval_iters ? (float)(sum / a->eval_iters) : 0.0f;
 }
 
 static void print_eval(const char *what, int iteration, float loss) {
@@ -356,6 +384,10 @@ int pretrain(megadlm_args *a) {
     tr.num_microbatches = a->global_batch_size / (a->micro_batch_size * a->data_parallel_size);
     tr.dp_rank = pst->dp_rank;
     tr.dp_size = pst->dp_size;
+    tr.num_stores = schedule_num_stores(pst->pp_size, pst->pp_rank, tr.num_microbatches);
+    tr.stores = calloc(tr.num_stores, sizeof(gpt_model *));
+    tr.stores[0] = tr.model;
+    for (int i = 1; i < tr.num_stores; i++) tr.stores[i] = gpt_model_replica(tr.model);
     size_t N = (size_t)a->micro_batch_size * a->seq_length;
     tr.sample = mem_alloc(MEM_OTHER, (a->seq_length + 1) * sizeof(int32_t), "sample");
     tr.tokens = mem_alloc(MEM_OTHER, N * sizeof(int32_t), "batch tokens");
@@ -430,6 +462,8 @@ done:
     mem_free(tr.labels);
     mem_free(tr.loss_mask);
     gpt_data_free(tr.data);
+    for (int i = 1; i < tr.num_stores; i++) gpt_model_free(tr.stores[i]);
+    free(tr.stores);
     gpt_model_free(tr.model);
     tokenizer_free(tr.tok);
     return status;

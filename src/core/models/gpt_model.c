@@ -14,6 +14,7 @@
 #include "core/kernels/rope.h"
 #include "core/random/philox.h"
 #include "core/tensor/memory.h"
+#include "core/parallel_state.h"
 #include "core/tensor_parallel/layers.h"
 #include "core/tensor_parallel/mappings.h"
 
@@ -25,6 +26,7 @@ typedef struct {
     param_tensor *t;
     float ***slots; /* [n][2]: &data_ptr, &grad_ptr */
     int n, cap;
+    uint64_t stream; /* init stream of the next tensor (its index in the whole model) */
     int tp;         /* tensor-parallel size: local shapes are 1/tp of whole ones along the split */
     int sp;         /* sequence parallelism: replicated norms/biases get partial gradients */
 } param_builder;
@@ -57,6 +59,7 @@ static void add_param(param_builder *pb, float **data_slot, float **grad_slot, i
     p->weight_decay = weight_decay;
     p->init_std = init_std;
     p->init_value = init_value;
+    p->init_stream = pb->stream++;
     pb->slots[2 * pb->n] = data_slot;
     pb->slots[2 * pb->n + 1] = grad_slot;
     pb->n++;
@@ -131,33 +134,56 @@ static void layer_grads_done(void *user, int l) {
     if (m->grads_done) m->grads_done(m->grads_done_user, m->layer_begin[l], m->layer_begin[l + 1]);
 }
 
+/* Tensors one layer registers (register_layer's order), so that every pipeline stage can give
+ * its tensors the init streams they have in the whole model. */
+static int tensors_per_layer(const transformer_config *c) {
+    int norm = c->normalization == NORM_LAYERNORM ? 2 : 1, bias = c->add_bias_linear ? 1 : 0;
+    return norm + (1 + bias) + (c->qk_layernorm ? 2 * norm : 0) + (1 + bias) + norm +
+           (1 + bias) + (1 + bias);
+}
+
 static void build_params(gpt_model *m) {
     const transformer_config *c = &m->cfg;
     int bw = m->with_backward;
     param_builder pb = {.tp = tc_tp(c), .sp = tc_sp(c)};
     float std = c->init_method_std;
-    add_matrix(&pb, &m->wte, bw ? &m->g_wte : NULL, std, c->padded_vocab_size, c->hidden_size,
-               TP_SPLIT_ROWS, "embedding.word_embeddings.weight");
-    if (!c->rope) {
-        int64_t shape[2] = {c->max_position_embeddings, c->hidden_size};
-        /* replicated; added on token shards under sequence parallelism (partial gradients) */
-        add_param(&pb, &m->wpe, bw ? &m->g_wpe : NULL, 1, std, 0.0f, 2, shape, TP_SPLIT_NONE,
-                  pb.sp, "embedding.position_embeddings.weight");
+    int n_embedding = c->rope ? 1 : 2, L = tc_stage_layers(c), offset = tc_layer_offset(c);
+    if (tc_first_stage(c)) {
+        add_matrix(&pb, &m->wte, bw ? &m->g_wte : NULL, std, c->padded_vocab_size, c->hidden_size,
+                   TP_SPLIT_ROWS, "embedding.word_embeddings.weight");
+        if (!c->rope) {
+            int64_t shape[2] = {c->max_position_embeddings, c->hidden_size};
+            /* replicated; added on token shards under sequence parallelism (partial gradients) */
+            add_param(&pb, &m->wpe, bw ? &m->g_wpe : NULL, 1, std, 0.0f, 2, shape,
+                      TP_SPLIT_NONE, pb.sp, "embedding.position_embeddings.weight");
+        }
     }
-    int first_of_layer[c->num_layers + 1];
-    for (int l = 0; l < c->num_layers; l++) {
+    int first_of_layer[L + 1];
+    for (int l = 0; l < L; l++) {
         first_of_layer[l] = pb.n;
-        register_layer(&pb, c, l, &m->block.w[l], bw ? &m->block.g[l] : NULL);
+        pb.stream = (uint64_t)n_embedding + (uint64_t)(offset + l) * tensors_per_layer(c);
+        register_layer(&pb, c, offset + l, &m->block.w[l], bw ? &m->block.g[l] : NULL);
     }
-    first_of_layer[c->num_layers] = pb.n;
-    add_vector(&pb, &m->lnf_w, bw ? &m->g_lnf_w : NULL, 1.0f, c->hidden_size, TP_SPLIT_NONE,
-               "decoder.final_layernorm.weight");
-    if (c->normalization == NORM_LAYERNORM)
-        add_vector(&pb, &m->lnf_b, bw ? &m->g_lnf_b : NULL, 0.0f, c->hidden_size, TP_SPLIT_NONE,
-                   "decoder.final_layernorm.bias");
-    if (c->untie_embeddings_and_output_weights)
-        add_matrix(&pb, &m->out_w, bw ? &m->g_out_w : NULL, std, c->padded_vocab_size,
-                   c->hidden_size, TP_SPLIT_ROWS, "output_layer.weight");
+    first_of_layer[L] = pb.n;
+    if (tc_last_stage(c)) {
+        pb.stream = (uint64_t)n_embedding + (uint64_t)c->num_layers * tensors_per_layer(c);
+        add_vector(&pb, &m->lnf_w, bw ? &m->g_lnf_w : NULL, 1.0f, c->hidden_size, TP_SPLIT_NONE,
+                   "decoder.final_layernorm.weight");
+        if (c->normalization == NORM_LAYERNORM)
+            add_vector(&pb, &m->lnf_b, bw ? &m->g_lnf_b : NULL, 0.0f, c->hidden_size,
+                       TP_SPLIT_NONE, "decoder.final_layernorm.bias");
+        if (c->untie_embeddings_and_output_weights) {
+            add_matrix(&pb, &m->out_w, bw ? &m->g_out_w : NULL, std, c->padded_vocab_size,
+                       c->hidden_size, TP_SPLIT_ROWS, "output_layer.weight");
+        } else if (!tc_first_stage(c)) {
+            /* tied, on another stage than the embedding: Megatron's shared copy (same name,
+             * same init stream, kept equal through the embedding group) */
+            pb.stream = 0;
+            add_matrix(&pb, &m->out_w, bw ? &m->g_out_w : NULL, std, c->padded_vocab_size,
+                       c->hidden_size, TP_SPLIT_ROWS, "embedding.word_embeddings.weight");
+            pb.t[pb.n - 1].pp_shared_copy = 1;
+        }
+    }
 
     /* Weight decay: Megatron excludes biases and 1-D (norm) parameters, which add_vector
      * marks; embeddings and the output layer are decayed. */
@@ -169,8 +195,8 @@ static void build_params(gpt_model *m) {
         pb.t[i].offset = ps->numel;
         ps->numel += pb.t[i].numel;
     }
-    m->layer_begin = malloc((c->num_layers + 1) * sizeof(size_t));
-    for (int l = 0; l <= c->num_layers; l++)
+    m->layer_begin = malloc((L + 1) * sizeof(size_t));
+    for (int l = 0; l <= L; l++)
         m->layer_begin[l] = first_of_layer[l] < pb.n ? pb.t[first_of_layer[l]].offset : ps->numel;
     m->block.layer_grads_done = layer_grads_done;
     m->block.layer_grads_done_user = m;
@@ -185,10 +211,35 @@ static void build_params(gpt_model *m) {
         if (pb.slots[2 * i + 1]) *pb.slots[2 * i + 1] = ps->grad + pb.t[i].offset;
     }
     free(pb.slots);
-    if (!c->untie_embeddings_and_output_weights) {
+    if (!c->untie_embeddings_and_output_weights && tc_first_stage(c)) {
         m->out_w = m->wte; /* tied: the output layer reads the word embedding */
         m->g_out_w = m->g_wte;
     }
+}
+
+/* What one micro-batch in flight keeps outside the block: its tokens and labels, and on the
+ * last stage the head's saved tensors. */
+static void alloc_store(gpt_model *m) {
+    const transformer_config *c = &m->cfg;
+    size_t N = (size_t)m->max_batch * c->seq_length, C = c->hidden_size, V = tc_vocab_local(c);
+    size_t Ns = tc_tokens_local(c, (int)N);
+    m->tokens = mem_alloc(MEM_OTHER, N * sizeof(int), "tokens");
+    m->labels = mem_alloc(MEM_OTHER, N * sizeof(int), "labels");
+    m->loss_mask = mem_alloc_floats(MEM_OTHER, N, "loss mask");
+    if (!tc_last_stage(c)) return;
+    m->lnf = mem_alloc_floats(MEM_ACTIVATIONS, Ns * C, "final norm output");
+    if (c->normalization == NORM_LAYERNORM)
+        m->lnf_mean = mem_alloc_floats(MEM_ACTIVATIONS, Ns, "final norm mean");
+    m->lnf_rstd = mem_alloc_floats(MEM_ACTIVATIONS, Ns, "final norm rstd");
+    m->logits = mem_alloc_floats(MEM_ACTIVATIONS, N * V, "logits");
+    m->losses = mem_alloc_floats(MEM_ACTIVATIONS, N, "per-token loss");
+    m->lse = mem_alloc_floats(MEM_ACTIVATIONS, N, "logsumexp");
+}
+
+static void free_store(gpt_model *m) {
+    void *bufs[] = {m->tokens, m->labels, m->loss_mask, m->lnf,   m->lnf_mean,
+                    m->lnf_rstd, m->logits, m->losses,  m->lse};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) mem_free(bufs[i]);
 }
 
 gpt_model *gpt_model_create(const transformer_config *cfg, int max_batch, int with_backward) {
@@ -199,20 +250,11 @@ gpt_model *gpt_model_create(const transformer_config *cfg, int max_batch, int wi
     const transformer_config *c = &m->cfg;
     transformer_block_init(&m->block, c, max_batch, c->seq_length, with_backward);
     build_params(m);
+    alloc_store(m);
 
-    /* N tokens, Ns of them outside tensor-parallel regions, V this rank's vocabulary rows */
-    size_t N = (size_t)max_batch * c->seq_length, C = c->hidden_size, V = tc_vocab_local(c);
+    /* N tokens, Ns of them outside tensor-parallel regions */
+    size_t N = (size_t)max_batch * c->seq_length, C = c->hidden_size;
     size_t Ns = tc_tokens_local(c, (int)N);
-    m->tokens = mem_alloc(MEM_OTHER, N * sizeof(int), "tokens");
-    m->labels = mem_alloc(MEM_OTHER, N * sizeof(int), "labels");
-    m->loss_mask = mem_alloc_floats(MEM_OTHER, N, "loss mask");
-    m->lnf = mem_alloc_floats(MEM_ACTIVATIONS, Ns * C, "final norm output");
-    if (c->normalization == NORM_LAYERNORM)
-        m->lnf_mean = mem_alloc_floats(MEM_ACTIVATIONS, Ns, "final norm mean");
-    m->lnf_rstd = mem_alloc_floats(MEM_ACTIVATIONS, Ns, "final norm rstd");
-    m->logits = mem_alloc_floats(MEM_ACTIVATIONS, N * V, "logits");
-    m->losses = mem_alloc_floats(MEM_ACTIVATIONS, N, "per-token loss");
-    m->lse = mem_alloc_floats(MEM_ACTIVATIONS, N, "logsumexp");
     if (with_backward) {
         m->dlosses = mem_alloc_floats(MEM_WORKSPACE, N, "dlosses");
         m->dres = mem_alloc_floats(MEM_WORKSPACE, Ns * C, "residual gradient");
@@ -229,9 +271,24 @@ gpt_model *gpt_model_create(const transformer_config *cfg, int max_batch, int wi
     return m;
 }
 
+gpt_model *gpt_model_replica(const gpt_model *owner) {
+    gpt_model *m = malloc(sizeof(gpt_model));
+    *m = *owner; /* parameters, workspaces, tables: shared */
+    m->replica = 1;
+    transformer_block_init_replica(&m->block, &m->cfg, m->max_batch, m->cfg.seq_length,
+                                   &owner->block);
+    alloc_store(m);
+    return m;
+}
+
 void gpt_model_free(gpt_model *m) {
     if (!m) return;
     transformer_block_free(&m->block);
+    free_store(m);
+    if (m->replica) {
+        free(m);
+        return;
+    }
     param_set *ps = &m->params;
     mem_free(ps->data);
     mem_free(ps->grad);
@@ -239,9 +296,7 @@ void gpt_model_free(gpt_model *m) {
     mem_free(ps->exp_avg_sq);
     free(ps->tensors);
     free(m->layer_begin);
-    void *bufs[] = {m->tokens, m->labels, m->loss_mask, m->lnf,    m->lnf_mean, m->lnf_rstd,
-                    m->logits, m->losses, m->lse,       m->dlosses, m->dres,    m->demb,
-                    m->rope_cos, m->rope_sin, m->emb_partial};
+    void *bufs[] = {m->dlosses, m->dres, m->demb, m->rope_cos, m->rope_sin, m->emb_partial};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) mem_free(bufs[i]);
     free(m);
 }
@@ -252,14 +307,14 @@ void gpt_model_init_params(gpt_model *m, uint64_t seed) {
         const param_tensor *t = &ps->tensors[i];
         float *d = ps->data + t->offset;
         if (t->init_std > 0.0f && t->tp_split == TP_SPLIT_NONE) {
-            philox_fill_normal(d, t->numel, t->init_std, seed, (uint64_t)i);
+            philox_fill_normal(d, t->numel, t->init_std, seed, t->init_stream);
         } else if (t->init_std > 0.0f) {
             /* a TP slice gets the values the whole tensor has there */
             size_t len = t->numel / (size_t)t->shape[0];
             for (int64_t r = 0; r < t->shape[0]; r++)
                 philox_fill_normal_range(d + (size_t)r * len,
                                          tp_shard_row_start(t, m->cfg.tp_rank, tc_tp(&m->cfg), r),
-                                         len, t->init_std, seed, (uint64_t)i);
+                                         len, t->init_std, seed, t->init_stream);
         } else {
             for (size_t k = 0; k < t->numel; k++) d[k] = t->init_value;
         }
@@ -351,18 +406,21 @@ float gpt_model_forward(gpt_model *m, const int32_t *tokens, const int32_t *labe
     ctx->rope_cos = m->rope_cos;
     ctx->rope_sin = m->rope_sin;
 
-    /* embedding + dropout (Megatron applies --hidden-dropout to the embedding output) */
-    float *h0 = m->block.hidden[0];
-    embedding_layer_forward(m, h0, B, T);
-    dropout_key ek = ctx->key;
-    ek.site = DROPOUT_SITE_EMBEDDING;
-    uint64_t off = tc_sp(c) ? (uint64_t)c->tp_rank * Ns * C : 0;
-    dropout_forward(h0, h0, (size_t)Ns * C, step.training ? c->hidden_dropout : 0.0f, ek, off);
+    if (tc_first_stage(c)) {
+        /* embedding + dropout (Megatron applies --hidden-dropout to the embedding output) */
+        float *h0 = m->block.hidden[0];
+        embedding_layer_forward(m, h0, B, T);
+        dropout_key ek = ctx->key;
+        ek.site = DROPOUT_SITE_EMBEDDING;
+        uint64_t off = tc_sp(c) ? (uint64_t)c->tp_rank * Ns * C : 0;
+        dropout_forward(h0, h0, (size_t)Ns * C, step.training ? c->hidden_dropout : 0.0f, ek, off);
+    } /* else: the previous stage's output was received into gpt_model_stage_input(m) */
 
     transformer_block_forward(&m->block, ctx);
+    if (!tc_last_stage(c)) return 0.0f; /* output in gpt_model_stage_output(m) */
 
     /* final norm on the token shard, gathered for the vocab-parallel output layer */
-    final_norm_forward(c, m, m->block.hidden[c->num_layers], Ns);
+    final_norm_forward(c, m, m->block.hidden[m->block.num_layers], Ns);
     const float *in = m->lnf;
     if (tc_sp(c)) {
         tp_all_gather(m->block.ws.gathered, m->lnf, (size_t)Ns * C);
@@ -390,12 +448,11 @@ float gpt_model_forward(gpt_model *m, const int32_t *tokens, const int32_t *labe
     return den > 0.0 ? (float)(num / den) : 0.0f;
 }
 
-void gpt_model_backward(gpt_model *m, float loss_scale) {
+/* The head's backward (last stage): cross-entropy, output layer, final norm -> m->dres. */
+static void head_backward(gpt_model *m, float loss_scale) {
     const transformer_config *c = &m->cfg;
-    int B = m->B, T = m->T, N = B * T, Ns = tc_tokens_local(c, N), C = c->hidden_size;
-    int V = tc_vocab_local(c);
+    int N = m->B * m->T, Ns = tc_tokens_local(c, N), C = c->hidden_size, V = tc_vocab_local(c);
     size_t NsC = (size_t)Ns * C;
-    const layer_ctx *ctx = &m->ctx;
 
     /* loss = sum_i mask_i * loss_i / sum(mask) */
     float inv = m->loss_mask_sum > 0.0f ? loss_scale / m->loss_mask_sum : 0.0f;
@@ -423,11 +480,22 @@ void gpt_model_backward(gpt_model *m, float loss_scale) {
         tp_all_reduce_sum(m->demb, (size_t)N * C);
     }
     memset(m->dres, 0, NsC * sizeof(float));
-    final_norm_backward(c, m, m->dres, dln, m->block.hidden[c->num_layers], Ns);
+    final_norm_backward(c, m, m->dres, dln, m->block.hidden[m->block.num_layers], Ns);
     if (m->grads_done) /* final norm and an untied output layer are complete */
-        m->grads_done(m->grads_done_user, m->layer_begin[c->num_layers], m->params.numel);
+        m->grads_done(m->grads_done_user, m->layer_begin[m->block.num_layers], m->params.numel);
+}
+
+void gpt_model_backward(gpt_model *m, float loss_scale) {
+    const transformer_config *c = &m->cfg;
+    int B = m->B, T = m->T, N = B * T, Ns = tc_tokens_local(c, N), C = c->hidden_size;
+    size_t NsC = (size_t)Ns * C;
+    const layer_ctx *ctx = &m->ctx;
+
+    if (tc_last_stage(c)) head_backward(m, loss_scale);
+    /* else: the next stage's gradient was received into gpt_model_stage_output_grad(m) */
 
     transformer_block_backward(&m->block, ctx, m->dres);
+    if (!tc_first_stage(c)) return; /* gradient w.r.t. the input in gpt_model_stage_input_grad */
 
     memset(m->demb, 0, NsC * sizeof(float));
     dropout_key ek = ctx->key;
@@ -438,4 +506,23 @@ void gpt_model_backward(gpt_model *m, float loss_scale) {
     if (m->grads_done) m->grads_done(m->grads_done_user, 0, m->layer_begin[0]);
 }
 
-void gpt_model_finalize_grads(gpt_model *m) { tp_allreduce_partial_grads(&m->params); }
+void gpt_model_finalize_grads(gpt_model *m) {
+    tp_allreduce_partial_grads(&m->params);
+    /* tied embeddings across pipeline stages: the first stage's word embedding and the last
+     * stage's copy get the sum of both gradients (Megatron's embedding group) */
+    const parallel_state *ps = parallel_get();
+    if (ps->embedding == MPI_COMM_NULL || m->cfg.untie_embeddings_and_output_weights) return;
+    const param_set *p = &m->params;
+    for (int i = 0; i < p->count; i++) {
+        const param_tensor *t = &p->tensors[i];
+        if (strcmp(t->name, "embedding.word_embeddings.weight") == 0)
+            MPI_Allreduce(MPI_IN_PLACE, p->grad + t->offset, (int)t->numel, MPI_FLOAT, MPI_SUM,
+                          ps->embedding);
+    }
+}
+
+size_t gpt_model_stage_floats(const gpt_model *m) { return m->block.hidden_floats; }
+float *gpt_model_stage_input(gpt_model *m) { return m->block.hidden[0]; }
+float *gpt_model_stage_output(gpt_model *m) { return m->block.hidden[m->block.num_layers]; }
+float *gpt_model_stage_output_grad(gpt_model *m) { return m->dres; }
+float *gpt_model_stage_input_grad(gpt_model *m) { return m->dres; }

@@ -47,6 +47,8 @@ typedef struct {
     void (*grads_done)(void *user, size_t begin, size_t end);
     void *grads_done_user;
 
+    int replica;          /* an activation store sharing its owner's parameters (pipelines) */
+
     /* the last forward call, which backward differentiates */
     int B, T;
     float loss_mask_sum;
@@ -58,6 +60,10 @@ typedef struct {
  * zero: call gpt_model_init_params or load a checkpoint. */
 gpt_model *gpt_model_create(const transformer_config *cfg, int max_batch, int with_backward);
 void gpt_model_free(gpt_model *m);
+/* One more activation store for a micro-batch in flight (pipeline schedules hold several): its
+ * own layer inputs, saved tensors, tokens and head buffers; parameters, gradients, optimizer
+ * state and workspaces are the owner's. Free it with gpt_model_free before the owner. */
+gpt_model *gpt_model_replica(const gpt_model *owner);
 
 /* Megatron's init: normal(0, init_method_std) for weights and embeddings, std/sqrt(2L) for
  * linear_proj and linear_fc2, norms 1, biases 0. Element values depend only on (seed, tensor
@@ -82,5 +88,17 @@ void gpt_model_backward(gpt_model *m, float loss_scale);
 /* After the last micro-batch's backward: sums across TP the gradients each rank holds only a
  * part of (Megatron's finalize_model_grads). A no-op with one TP rank. */
 void gpt_model_finalize_grads(gpt_model *m);
+
+/* Pipeline stages. A stage that is not the first reads its input from gpt_model_stage_input
+ * (receive the previous stage's output there before forward); one that is not the last leaves
+ * its output in gpt_model_stage_output, takes the gradient w.r.t. it in
+ * gpt_model_stage_output_grad (receive before backward) and leaves the gradient w.r.t. its
+ * input in gpt_model_stage_input_grad. Each is gpt_model_stage_floats floats. Only the last
+ * stage computes a loss (forward returns 0 elsewhere). */
+size_t gpt_model_stage_floats(const gpt_model *m);
+float *gpt_model_stage_input(gpt_model *m);
+float *gpt_model_stage_output(gpt_model *m);
+float *gpt_model_stage_output_grad(gpt_model *m);
+float *gpt_model_stage_input_grad(gpt_model *m);
 
 #endif

@@ -8,23 +8,26 @@
 #include "core/tensor_parallel/mappings.h"
 
 float optimizer_grad_norm(const param_set *ps) {
-    int duplicates = 0;
-    for (int i = 0; i < ps->count; i++) duplicates |= ps->tensors[i].tp_duplicate;
-    if (duplicates) {
-        /* Tensor parallel: each rank sums its slices; tensors every TP rank holds whole count
-         * on TP rank 0 only (Megatron's param_is_not_tensor_parallel_duplicate). */
-        int tp_rank = parallel_get()->tp_rank;
+    const parallel_state *st = parallel_get();
+    if (st->tp_size > 1 || st->pp_size > 1) {
+        /* Model parallel: each rank sums its own tensors and slices; tensors every TP rank holds
+         * whole count on TP rank 0 only (Megatron's param_is_not_tensor_parallel_duplicate),
+         * the last stage's copy of a tied embedding not at all (param_is_not_shared); the sums
+         * are added over the TP and PP groups. */
         double local = 0.0;
         for (int i = 0; i < ps->count; i++) {
             const param_tensor *t = &ps->tensors[i];
-            if (t->tp_duplicate && tp_rank != 0) continue;
+            if ((t->tp_duplicate && st->tp_rank != 0) || t->pp_shared_copy) continue;
             const float *g = ps->grad + t->offset;
             double part = 0.0;
 #pragma omp parallel for reduction(+ : part) schedule(static)
             for (size_t k = 0; k < t->numel; k++) part += (double)g[k] * g[k];
             local += part;
         }
-        return (float)sqrt(tp_all_reduce_sum_double(local));
+        local = tp_all_reduce_sum_double(local);
+        if (st->mpi && st->pp_size > 1)
+            MPI_Allreduce(MPI_IN_PLACE, &local, 1, MPI_DOUBLE, MPI_SUM, st->pp);
+        return (float)sqrt(local);
     }
     double sum = 0.0;
     const float *g = ps->grad;

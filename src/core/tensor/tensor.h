@@ -28,6 +28,12 @@ typedef struct {
     int64_t full_shape[PARAM_MAX_DIMS];
     int tp_duplicate;      /* the same on every TP rank: counted once in the gradient norm */
     int tp_allreduce_grad; /* each TP rank holds a partial gradient: summed across TP */
+    /* pipeline parallelism */
+    int pp_shared_copy;    /* the last stage's copy of the tied word embedding: kept equal to the
+                              first stage's by an all-reduce of gradients, saved once, counted
+                              once in the gradient norm */
+    uint64_t init_stream;  /* random stream of the init: the tensor's index in the whole model,
+                              so every layout initialises it with the same values */
 } param_tensor;
 
 enum { TP_SPLIT_NONE = 0, TP_SPLIT_ROWS, TP_SPLIT_COLS, TP_SPLIT_ROWS_SWIGLU };

@@ -26,36 +26,15 @@ static int chunk_parity(const transformer_config *c, int b) {
 
 /* ---- allocation ---- */
 
-void transformer_block_init(transformer_block *blk, const transformer_config *cfg, int B, int T,
-                            int with_backward) {
-    memset(blk, 0, sizeof(*blk));
-    blk->cfg = cfg;
-    int L = blk->num_layers = cfg->num_layers;
-    size_t NC = (size_t)tc_tokens_local(cfg, B * T) * cfg->hidden_size;
-    blk->hidden_floats = NC;
-    blk->w = calloc(L, sizeof(layer_weights));
-    blk->g = with_backward ? calloc(L, sizeof(layer_weights)) : NULL;
+/* What one micro-batch in flight keeps: the layer inputs and the layers' saved buffers. */
+static void alloc_store(transformer_block *blk, const transformer_config *cfg, int B, int T) {
+    int L = blk->num_layers;
+    size_t NC = blk->hidden_floats;
+    int distribute = cfg->distribute_saved_activations && cfg->recompute_granularity == RECOMPUTE_FULL;
     blk->saved = calloc(L, sizeof(layer_saved));
     blk->hidden = calloc(L + 1, sizeof(float *));
     blk->layer_saved_bytes = calloc(L, sizeof(size_t));
     blk->kept_shard = calloc(L, sizeof(float *));
-    int distribute = cfg->distribute_saved_activations && cfg->recompute_granularity == RECOMPUTE_FULL;
-    if (distribute)
-        for (int k = 0; k < 2; k++)
-            blk->chunk_input[k] = mem_alloc_floats(MEM_WORKSPACE, NC, "gathered chunk input");
-
-    /* Recompute slots: a uniform chunk needs one per layer of the chunk, block one. */
-    if (cfg->recompute_granularity == RECOMPUTE_FULL) {
-        blk->num_slots = cfg->recompute_method == RECOMPUTE_UNIFORM ? cfg->recompute_num_layers : 1;
-        blk->slots = calloc(blk->num_slots, sizeof(layer_saved));
-        blk->hidden_slots = calloc(blk->num_slots, sizeof(float *));
-        for (int k = 0; k < blk->num_slots; k++) {
-            layer_saved_alloc(&blk->slots[k], cfg, B, T, MEM_WORKSPACE);
-            if (k > 0)
-                blk->hidden_slots[k - 1] =
-                    mem_alloc_floats(MEM_WORKSPACE, NC, "recomputed layer input");
-        }
-    }
     for (int l = 0; l < L; l++) {
         size_t before = mem_current(MEM_ACTIVATIONS);
         int b = transformer_block_chunk_begin(cfg, l);
@@ -75,10 +54,48 @@ void transformer_block_init(transformer_block *blk, const transformer_config *cf
     }
     /* The block's output is the final norm's input: the model head's, not a layer's. */
     blk->hidden[L] = mem_alloc_floats(MEM_ACTIVATIONS, NC, "block output (residual stream)");
+}
+
+void transformer_block_init(transformer_block *blk, const transformer_config *cfg, int B, int T,
+                            int with_backward) {
+    memset(blk, 0, sizeof(*blk));
+    blk->cfg = cfg;
+    int L = blk->num_layers = tc_stage_layers(cfg);
+    blk->layer_offset = tc_layer_offset(cfg);
+    size_t NC = (size_t)tc_tokens_local(cfg, B * T) * cfg->hidden_size;
+    blk->hidden_floats = NC;
+    blk->w = calloc(L, sizeof(layer_weights));
+    blk->g = with_backward ? calloc(L, sizeof(layer_weights)) : NULL;
+    int distribute = cfg->distribute_saved_activations && cfg->recompute_granularity == RECOMPUTE_FULL;
+    if (distribute)
+        for (int k = 0; k < 2; k++)
+            blk->chunk_input[k] = mem_alloc_floats(MEM_WORKSPACE, NC, "gathered chunk input");
+
+    /* Recompute slots: a uniform chunk needs one per layer of the chunk, block one. */
+    if (cfg->recompute_granularity == RECOMPUTE_FULL) {
+        blk->num_slots = cfg->recompute_method == RECOMPUTE_UNIFORM ? cfg->recompute_num_layers : 1;
+        blk->slots = calloc(blk->num_slots, sizeof(layer_saved));
+        blk->hidden_slots = calloc(blk->num_slots, sizeof(float *));
+        for (int k = 0; k < blk->num_slots; k++) {
+            layer_saved_alloc(&blk->slots[k], cfg, B, T, MEM_WORKSPACE);
+            if (k > 0)
+                blk->hidden_slots[k - 1] =
+                    mem_alloc_floats(MEM_WORKSPACE, NC, "recomputed layer input");
+        }
+    }
+    alloc_store(blk, cfg, B, T);
     layer_workspace_alloc(&blk->ws, cfg, B, T, with_backward);
 }
 
-void transformer_block_free(transformer_block *blk) {
+void transformer_block_init_replica(transformer_block *blk, const transformer_config *cfg, int B,
+                                    int T, const transformer_block *owner) {
+    *blk = *owner; /* parameters, workspace, recompute slots, callback: shared */
+    blk->cfg = cfg;
+    blk->replica = 1;
+    alloc_store(blk, cfg, B, T);
+}
+
+static void free_store(transformer_block *blk) {
     const transformer_config *cfg = blk->cfg;
     for (int l = 0; l < blk->num_layers; l++) {
         if (!transformer_block_checkpointed(cfg, l)) layer_saved_free(&blk->saved[l]);
@@ -88,6 +105,18 @@ void transformer_block_free(transformer_block *blk) {
             mem_free(blk->hidden[l]);
     }
     mem_free(blk->hidden[blk->num_layers]);
+    free(blk->kept_shard);
+    free(blk->saved);
+    free(blk->hidden);
+    free(blk->layer_saved_bytes);
+}
+
+void transformer_block_free(transformer_block *blk) {
+    free_store(blk);
+    if (blk->replica) {
+        memset(blk, 0, sizeof(*blk));
+        return;
+    }
     for (int k = 0; k < blk->num_slots; k++) {
         layer_saved_free(&blk->slots[k]);
         if (k > 0) mem_free(blk->hidden_slots[k - 1]);
@@ -95,22 +124,18 @@ void transformer_block_free(transformer_block *blk) {
     mem_free(blk->chunk_input[0]);
     mem_free(blk->chunk_input[1]);
     layer_workspace_free(&blk->ws);
-    free(blk->kept_shard);
     free(blk->w);
     free(blk->g);
-    free(blk->saved);
     free(blk->slots);
-    free(blk->hidden);
     free(blk->hidden_slots);
-    free(blk->layer_saved_bytes);
     memset(blk, 0, sizeof(*blk));
 }
 
 /* ---- forward / backward ---- */
 
 static void layer_forward(transformer_block *blk, const layer_ctx *ctx, int l) {
-    transformer_layer_forward(ctx, l, &blk->w[l], &blk->saved[l], &blk->ws, blk->hidden[l],
-                              blk->hidden[l + 1]);
+    transformer_layer_forward(ctx, blk->layer_offset + l, &blk->w[l], &blk->saved[l], &blk->ws,
+                              blk->hidden[l], blk->hidden[l + 1]);
 }
 
 /* The 1/t slice of a whole chunk input that this tensor-parallel rank keeps. */
@@ -141,8 +166,8 @@ void transformer_block_backward(transformer_block *blk, const layer_ctx *ctx, fl
             for (int j = b; j <= l; j++) layer_forward(blk, ctx, j);
         }
         for (int j = l; j >= b; j--) {
-            transformer_layer_backward(ctx, j, &blk->w[j], &blk->g[j], &blk->saved[j], &blk->ws,
-                                       blk->hidden[j], dres);
+            transformer_layer_backward(ctx, blk->layer_offset + j, &blk->w[j], &blk->g[j],
+                                       &blk->saved[j], &blk->ws, blk->hidden[j], dres);
             if (blk->layer_grads_done) blk->layer_grads_done(blk->layer_grads_done_user, j);
         }
         l = b - 1;

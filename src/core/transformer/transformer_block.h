@@ -20,7 +20,8 @@
 
 typedef struct {
     const transformer_config *cfg;
-    int num_layers;
+    int num_layers;       /* this pipeline stage's layers */
+    int layer_offset;     /* global index of its first layer (dropout keys, names) */
     layer_weights *w;     /* [num_layers] parameters (set by the model) */
     layer_weights *g;     /* [num_layers] gradients (NULL without backward) */
     layer_saved *saved;   /* [num_layers] a layer's own buffers, or a copy of its recompute slot */
@@ -41,6 +42,7 @@ typedef struct {
      * start on them); NULL = none. */
     void (*layer_grads_done)(void *user, int l);
     void *layer_grads_done_user;
+    int replica;          /* shares parameters, workspace and slots with its owner */
 } transformer_block;
 
 /* 1 if layer l is inside a checkpointed chunk (full recompute). */
@@ -50,6 +52,10 @@ int transformer_block_chunk_begin(const transformer_config *cfg, int l);
 
 void transformer_block_init(transformer_block *blk, const transformer_config *cfg, int B, int T,
                             int with_backward);
+/* Another activation store for a micro-batch in flight (pipeline schedules): its own layer
+ * inputs and saved buffers; parameters, workspace and recompute slots are the owner's. */
+void transformer_block_init_replica(transformer_block *blk, const transformer_config *cfg, int B,
+                                    int T, const transformer_block *owner);
 void transformer_block_free(transformer_block *blk);
 
 /* hidden[0] -> hidden[num_layers]. */

@@ -45,7 +45,22 @@ typedef struct {
     int tp_rank;
     int sequence_parallel;             /* norms, dropouts, residuals on N/t token shards */
     int distribute_saved_activations;  /* full recompute: keep 1/t of each chunk input */
+    /* pipeline parallelism: this rank's stage holds layers [pp_rank * L/pp, (pp_rank+1) * L/pp)
+     * of the num_layers; the first stage also the embedding, the last the head and loss */
+    int pp_size;                       /* 0 or 1: one stage */
+    int pp_rank;
 } transformer_config;
+
+static inline int tc_pp(const transformer_config *c) { return c->pp_size > 1 ? c->pp_size : 1; }
+/* Layers of this pipeline stage, and the global index of its first one. */
+static inline int tc_stage_layers(const transformer_config *c) { return c->num_layers / tc_pp(c); }
+static inline int tc_layer_offset(const transformer_config *c) {
+    return tc_pp(c) > 1 ? c->pp_rank * tc_stage_layers(c) : 0;
+}
+static inline int tc_first_stage(const transformer_config *c) { return tc_pp(c) == 1 || c->pp_rank == 0; }
+static inline int tc_last_stage(const transformer_config *c) {
+    return tc_pp(c) == 1 || c->pp_rank == c->pp_size - 1;
+}
 
 static inline int tc_tp(const transformer_config *c) { return c->tp_size > 1 ? c->tp_size : 1; }
 static inline int tc_sp(const transformer_config *c) { return c->sequence_parallel && tc_tp(c) > 1; }

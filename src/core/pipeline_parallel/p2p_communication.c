@@ -1,0 +1,41 @@
+#include "core/pipeline_parallel/p2p_communication.h"
+
+#include "core/parallel_state.h"
+
+enum { TAG_FORWARD = 1, TAG_BACKWARD = 2 };
+
+/* Posts up to one send and one receive on the pipeline group and waits for both. */
+static void exchange(const float *send, int to, int send_tag, float *recv, int from, int recv_tag,
+                     size_t n) {
+    const parallel_state *ps = parallel_get();
+    if (!ps->mpi || ps->pp_size == 1) return;
+    MPI_Request req[2];
+    int k = 0;
+    if (recv && from >= 0 && from < ps->pp_size)
+        MPI_Irecv(recv, (int)n, MPI_FLOAT, from, recv_tag, ps->pp, &req[k++]);
+    if (send && to >= 0 && to < ps->pp_size)
+        MPI_Isend(send, (int)n, MPI_FLOAT, to, send_tag, ps->pp, &req[k++]);
+    MPI_Waitall(k, req, MPI_STATUSES_IGNORE);
+}
+
+static int prev(void) { return parallel_get()->pp_rank - 1; }
+static int next(void) { return parallel_get()->pp_rank + 1; }
+
+void p2p_recv_forward(float *input, size_t n) {
+    exchange(NULL, -1, 0, input, prev(), TAG_FORWARD, n);
+}
+void p2p_send_forward(const float *output, size_t n) {
+    exchange(output, next(), TAG_FORWARD, NULL, -1, 0, n);
+}
+void p2p_recv_backward(float *output_grad, size_t n) {
+    exchange(NULL, -1, 0, output_grad, next(), TAG_BACKWARD, n);
+}
+void p2p_send_backward(const float *input_grad, size_t n) {
+    exchange(input_grad, prev(), TAG_BACKWARD, NULL, -1, 0, n);
+}
+void p2p_send_forward_recv_backward(const float *output, float *output_grad, size_t n) {
+    exchange(output, next(), TAG_FORWARD, output_grad, next(), TAG_BACKWARD, n);
+}
+void p2p_send_backward_recv_forward(const float *input_grad, float *input, size_t n) {
+    exchange(input_grad, prev(), TAG_BACKWARD, input, prev(), TAG_FORWARD, n);
+}
