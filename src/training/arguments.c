@@ -291,6 +291,9 @@ static const opt_def OPTIONS[] = {
     FLTOPT("clip-grad", G_TRAIN, clip_grad, NULL, "Clip the global gradient L2 norm (0: no clipping)."),
     INTOPT("exit-interval", K_POS, G_TRAIN, exit_interval, "N", "none",
            "Stop after an iteration divisible by N (saving first when --save is given)."),
+    FLTOPT("distributed-timeout-minutes", G_TRAIN, distributed_timeout_minutes, NULL,
+           "A rank that makes no progress (a micro-batch step, a collective) for this long ends "
+           "the job on every rank, naming itself."),
 
     /* ---- logging, evaluation, checkpoints ---- */
     INTOPT("log-interval", K_POS, G_LOG, log_interval, "N", NULL, "Iterations between log lines."),
@@ -375,6 +378,7 @@ void args_defaults(megadlm_args *a) {
     a->bias_gelu_fusion = 1;
     a->make_vocab_size_divisible_by = 128;
     a->init_method_std = 0.02f;
+    a->distributed_timeout_minutes = 10.0f; /* Megatron's default */
     a->hidden_dropout = 0.1f;
     a->attention_dropout = 0.1f;
     /* data */
@@ -1313,6 +1317,8 @@ int args_validate(megadlm_args *a, char *err, size_t errlen) {
     if (a->eval_iters < 0) return fail(err, errlen, "--eval-iters must be >= 0");
     if (a->save_interval < 0) return fail(err, errlen, "--save-interval must be positive");
     if (a->exit_interval < 0) return fail(err, errlen, "--exit-interval must be positive");
+    if (!(a->distributed_timeout_minutes > 0.0f))
+        return fail(err, errlen, "--distributed-timeout-minutes must be positive");
     if (a->save_interval > 0 && !a->save[0])
         return fail(err, errlen, "--save-interval %d needs --save DIR", a->save_interval);
     return 0;
@@ -1353,7 +1359,7 @@ static const field_def FIELDS[] = {
     FI(log_interval), FI(eval_interval), FI(eval_iters), FB(log_memory), FS(save),
     FI(save_interval), FS(load),
     FI(tensor_model_parallel_size), FI(pipeline_model_parallel_size), FI(world_size),
-    FI(data_parallel_size), FI(exit_interval),
+    FI(data_parallel_size), FI(exit_interval), FF(distributed_timeout_minutes),
     FB(recompute_activations), FS(recompute_granularity), FS(recompute_method),
     FI(recompute_num_layers), FB(distribute_saved_activations), FB(enable_cuda_graph),
     FB(sequence_parallel), FB(use_distributed_optimizer),

@@ -96,6 +96,8 @@ typedef struct {
     /* ---- added after the first contract ---- */
     int exit_interval;            /* --exit-interval N: stop (saving first when --save is given)
                                    * after an iteration divisible by N; 0 = none (Megatron's None) */
+    float distributed_timeout_minutes; /* --distributed-timeout-minutes (10): a rank that makes
+                                   * no progress for this long ends the job */
 
     /* ---- activation recomputation (Megatron's names and rules) ---- */
     int recompute_activations;    /* --recompute-activations: shorthand for --recompute-granularity selective */
@@ -112,6 +114,16 @@ typedef struct {
     int virtual_pipeline_model_parallel_size;  /* --virtual-pipeline-model-parallel-size V; derived
                                                 * from the former; 0 = None (no interleaving, also
                                                 * when it comes out as 1, as Megatron) */
+
+    /* ---- data parallelism (Megatron's DistributedDataParallelConfig flags) ---- */
+    int overlap_grad_reduce;      /* --overlap-grad-reduce: bucket reductions under backward */
+    int overlap_param_gather;     /* --overlap-param-gather: distributed optimizer's all-gathers
+                                   * under forward (needs --use-distributed-optimizer and
+                                   * --overlap-grad-reduce) */
+    int ddp_bucket_size;          /* --ddp-bucket-size N parameters (0 = None: max(40M, 1M x DP)
+                                   * with --overlap-grad-reduce; one bucket without) */
+    int accumulate_allreduce_grads_in_fp32; /* --accumulate-allreduce-grads-in-fp32: accepted;
+                                   * megadlm accumulates and reduces in fp32 always */
 } megadlm_args;
 
 /* Fills Megatron's defaults. */
@@ -129,8 +141,7 @@ int args_parse(megadlm_args *a, int argc, char **argv, char *err, size_t errlen)
 int args_validate(megadlm_args *a, char *err, size_t errlen);
 
 /* What `megadlm train` cannot run yet, after args_validate accepted the arguments: tensor or
- * pipeline parallelism, sequence parallelism, the distributed optimizer, the interleaved
- * schedule, a world of more than one rank. 0, or -1 with "<flag>: not supported yet (...)" in
+ * pipeline parallelism, the interleaved schedule. 0, or -1 with "<flag>: not supported yet (...)" in
  * err. `megadlm memory` validates with the same args_validate but skips this. */
 int args_check_trainable(const megadlm_args *a, char *err, size_t errlen);
 

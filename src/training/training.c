@@ -9,6 +9,8 @@
 
 #include "core/datasets/gpt_data.h"
 #include "core/distributed/data_parallel.h"
+#include "core/distributed/distributed_data_parallel.h"
+#include "core/optimizer/distrib_optimizer.h"
 #include "core/models/gpt_model.h"
 #include "core/optimizer/optimizer.h"
 #include "core/pipeline_parallel/schedules.h"
@@ -16,6 +18,7 @@
 #include "core/transformer/activation_memory.h"
 #include "tools/tools.h"
 #include "training/checkpointing.h"
+#include "training/watchdog.h"
 #include "training/dist_checkpointing.h"
 #include "core/parallel_state.h"
 #include "core/tensor_parallel/mappings.h"
@@ -52,6 +55,8 @@ typedef struct {
     int num_microbatches; /* per data-parallel rank */
     gpt_model **stores;   /* activation stores of the micro-batches in flight; [0] = model */
     int num_stores;
+    ddp *ddp;             /* data-parallel gradient reduction (buckets) */
+    dist_opt *dopt;       /* --use-distributed-optimizer (NULL: plain AdamW) */
     int dp_rank, dp_size;
     int iteration;
     uint64_t consumed_train_samples;
@@ -90,6 +95,7 @@ typedef struct {
 } step_ctx;
 
 static float forward_step(void *user, int k, gpt_model *store) {
+    watchdog_progress("running a forward step");
     step_ctx *sc = user;
     trainer *tr = sc->tr;
     const megadlm_args *a = tr->a;
@@ -105,7 +111,10 @@ static float forward_step(void *user, int k, gpt_model *store) {
 
 static void backward_step(void *user, int k, gpt_model *store) {
     (void)k;
+    watchdog_progress("running a backward step");
     step_ctx *sc = user;
+    /* Megatron's no_sync: the last micro-batch's backward may start the DP reductions */
+    ddp_set_last_microbatch(sc->tr->ddp, k == sc->tr->num_microbatches - 1);
     gpt_model_backward(store, 1.0f / sc->tr->num_microbatches);
 }
 
@@ -130,14 +139,24 @@ static void train_step(trainer *tr, float *loss_out, float *grad_norm_out, float
     pipeline_steps steps = {.user = &sc, .forward_step = forward_step,
                             .backward_step = backward_step};
     double loss_sum = forward_backward(tr->stores, tr->num_stores, tr->num_microbatches, &steps);
+    watchdog_progress("reducing gradients and stepping the optimizer");
+    /* DP reduction first (finalize's TP/PP sums must not run on buckets still in flight) */
+    ddp_finish_grad_sync(tr->ddp);
     gpt_model_finalize_grads(tr->model);
-    dp_average_grads(ps);
-    float norm = optimizer_grad_norm(ps);
-    optimizer_clip_grads(ps, norm, a->clip_grad);
+    float norm = tr->dopt ? dist_opt_grad_norm(tr->dopt) : optimizer_grad_norm(ps);
+    if (tr->dopt)
+        dist_opt_clip_grads(tr->dopt, norm, a->clip_grad);
+    else
+        optimizer_clip_grads(ps, norm, a->clip_grad);
     /* Megatron's scheduler counts samples; the step about to be taken uses the lr of the
      * samples consumed so far. */
     float lr = (float)lr_scheduler_get(&tr->sched, (int64_t)tr->consumed_train_samples);
-    optimizer_step(ps, &tr->oc, lr, tr->iteration + 1);
+    if (tr->dopt) {
+        dist_opt_step(tr->dopt, &tr->oc, lr, tr->iteration + 1);
+        dist_opt_start_param_sync(tr->dopt); /* completed by the next forward with overlap */
+    } else {
+        optimizer_step(ps, &tr->oc, lr, tr->iteration + 1);
+    }
     *loss_out = global_mean_loss(tr, loss_sum);
     *grad_norm_out = norm;
     *lr_out = lr;
@@ -170,13 +189,19 @@ static void print_eval(const char *what, int iteration, float loss) {
 
 static int save(trainer *tr) {
     megadlm_args *a = tr->a;
+    watchdog_progress("saving a checkpoint");
     char err[1024];
     ckpt_state st = {.iteration = tr->iteration,
                      .consumed_train_samples = tr->consumed_train_samples,
                      .optimizer_step = tr->iteration,
                      .args = args_to_json(a)};
     double t0 = now_seconds();
+    if (tr->dopt) { /* checkpoints hold whole optimizer state and gathered parameters */
+        dist_opt_finish_param_sync(tr->dopt);
+        dist_opt_unshard_state(tr->dopt);
+    }
     int rc = dist_ckpt_save(a->save, &tr->model->params, &st, 1, err, sizeof(err));
+    if (tr->dopt) dist_opt_reshard_state(tr->dopt, 0);
     cJSON_Delete(st.args);
     if (rc != 0) {
         fprintf(stderr, "error: saving checkpoint: %s\n", err);
@@ -215,6 +240,15 @@ static int check_checkpoint_args(const megadlm_args *a, const cJSON *saved, cons
     return rc;
 }
 
+/* Reads the tensors and optimizer state; the distributed optimizer keeps its pieces of the
+ * whole state the checkpoint holds. */
+static int load_tensors(trainer *tr, int it, char *err, size_t errlen) {
+    if (tr->dopt) dist_opt_unshard_state(tr->dopt);
+    int rc = dist_ckpt_load_tensors(tr->a->load, it, &tr->model->params, 1, err, errlen);
+    if (tr->dopt) dist_opt_reshard_state(tr->dopt, rc == 0);
+    return rc;
+}
+
 /* Loads the latest checkpoint of --load if there is one. 0 ok (or nothing to load), -1 error. */
 static int load(trainer *tr) {
     megadlm_args *a = tr->a;
@@ -230,7 +264,7 @@ static int load(trainer *tr) {
     ckpt_state st = {0};
     if (rc < 0 || ckpt_load_state(a->load, it, &st, err, sizeof(err)) != 0 ||
         check_checkpoint_args(a, st.args, a->load, err, sizeof(err)) != 0 ||
-        dist_ckpt_load_tensors(a->load, it, &tr->model->params, 1, err, sizeof(err)) != 0) {
+        load_tensors(tr, it, err, sizeof(err)) != 0) {
         fprintf(stderr, "error: loading checkpoint: %s\n", err);
         ckpt_state_free(&st);
         return -1;
@@ -355,6 +389,49 @@ static void log_tp_communication(const trainer *tr) {
     fflush(stdout);
 }
 
+/* Buckets and, with the flags, the overlap hooks and the distributed optimizer. */
+static void setup_data_parallel(trainer *tr) {
+    const megadlm_args *a = tr->a;
+    gpt_model *m = tr->model;
+    ddp_config dc = {.overlap_grad_reduce = a->overlap_grad_reduce,
+                     .use_distributed_optimizer = a->use_distributed_optimizer,
+                     .bucket_size = a->ddp_bucket_size};
+    tr->ddp = ddp_create(&m->params, &dc);
+    if (a->overlap_grad_reduce) {
+        m->grads_done = ddp_grads_done;
+        m->grads_done_user = tr->ddp;
+    }
+    if (a->use_distributed_optimizer) {
+        tr->dopt = dist_opt_create(&m->params, tr->ddp, a->overlap_param_gather);
+        if (a->overlap_param_gather) {
+            m->params_needed = dist_opt_params_needed;
+            m->params_needed_user = tr->dopt;
+        }
+    }
+    log_printf("> data-parallel size %d: %d bucket%s for gradient %s%s\n", parallel_get()->dp_size,
+               tr->ddp->num_buckets, tr->ddp->num_buckets == 1 ? "" : "s",
+               a->use_distributed_optimizer ? "reduce-scatter" : "all-reduce",
+               a->overlap_grad_reduce ? " (overlapped with backward)" : "");
+}
+
+/* What the data-parallel reduction did in the first iteration (per rank): buckets whose
+ * reduction the backward hook started (overlap), those started after backward, and those the
+ * hook's progress calls saw complete before backward ended. */
+static void log_dp_communication(const trainer *tr) {
+    if (!tr->ddp) return;
+    const ddp_stats *s = ddp_get_stats(tr->ddp);
+    printf("[Rank %d] data-parallel communication in iteration 1 | buckets %d | started during "
+           "backward %lu | started after backward %lu | completed during backward %lu | "
+           "hook %.3f ms | wait after backward %.3f ms |",
+           parallel_world_rank(), s->num_buckets, s->started_in_backward, s->started_at_finish,
+           s->completed_in_backward, s->hook_seconds * 1e3, s->finish_seconds * 1e3);
+    if (tr->dopt)
+        printf(" parameter all-gathers started %lu | completed in forward %lu |",
+               tr->dopt->stats.gathers_started, tr->dopt->stats.completed_in_forward);
+    printf("\n");
+    fflush(stdout);
+}
+
 int pretrain(megadlm_args *a) {
     trainer tr = {.a = a};
     char err[1024];
@@ -374,10 +451,11 @@ int pretrain(megadlm_args *a) {
     if (g_log_rank) args_print(a, stdout);
     transformer_config cfg = model_config_from_args(a);
     log_printf("building GPT model ...\n");
-    tr.model = gpt_model_create(&cfg, a->micro_batch_size, 1);
+    tr.model = gpt_model_create(&cfg, a->micro_batch_size, a->use_distributed_optimizer ? 2 : 1);
     printf(" > number of parameters on (tensor, pipeline) model parallel rank (%d, %d): %zu\n",
            pst->tp_rank, pst->pp_rank, tr.model->params.numel);
     gpt_model_init_params(tr.model, a->seed);
+    setup_data_parallel(&tr); /* before the activation stores, which copy the model's hooks */
     if (a->load[0] && load(&tr) != 0) goto done;
     if (build_data(&tr) != 0) goto done;
     setup_optimizer(&tr);
@@ -394,6 +472,7 @@ int pretrain(megadlm_args *a) {
     tr.labels = mem_alloc(MEM_OTHER, N * sizeof(int32_t), "batch labels");
     tr.loss_mask = mem_alloc_floats(MEM_OTHER, N, "batch loss mask");
 
+    watchdog_start(a->distributed_timeout_minutes);
     log_printf("training ...\n");
     fflush(stdout);
     double t_log = now_seconds(), loss_acc = 0.0;
@@ -414,6 +493,7 @@ int pretrain(megadlm_args *a) {
             mem_report(stdout, pst->world_rank);
             log_saved_activations(&tr);
             log_tp_communication(&tr);
+            log_dp_communication(&tr);
             memory_reported = 1;
         }
         if (tr.iteration % a->log_interval == 0) {
@@ -457,6 +537,7 @@ int pretrain(megadlm_args *a) {
     }
     status = 0;
 done:
+    watchdog_stop();
     mem_free(tr.sample);
     mem_free(tr.tokens);
     mem_free(tr.labels);
@@ -464,6 +545,8 @@ done:
     gpt_data_free(tr.data);
     for (int i = 1; i < tr.num_stores; i++) gpt_model_free(tr.stores[i]);
     free(tr.stores);
+    dist_opt_free(tr.dopt); /* waits for parameter gathers in flight */
+    ddp_free(tr.ddp);
     gpt_model_free(tr.model);
     tokenizer_free(tr.tok);
     return status;
