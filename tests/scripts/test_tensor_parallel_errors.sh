@@ -31,7 +31,7 @@ expect 2 "--distribute-saved-activations" --tensor-model-parallel-size 2 --seque
     --recompute-granularity full --recompute-method uniform --recompute-num-layers 1 --distribute-saved-activations
 # TP 2 x DP 2: a global batch the 2 replicas cannot share
 expect 4 "--global-batch-size 3" --tensor-model-parallel-size 2 --global-batch-size 3
-expect 2 "--pipeline-model-parallel-size 2" --pipeline-model-parallel-size 2
+expect 2 "--num-layers 3" --pipeline-model-parallel-size 2 --num-layers 3
 # a checkpoint that does not exist on a rank: every rank fails to load, none hangs
 mkdir -p broken && echo 7 > broken/latest_checkpointed_iteration.txt
 expect 2 "error: loading checkpoint" --tensor-model-parallel-size 2 --load broken
