@@ -212,7 +212,10 @@ void theoretical_memory_compute(const megadlm_args *a, theoretical_memory *out) 
 
 /* ---- megadlm's exact bytes ---- */
 
-size_t theoretical_megadlm_parameter_count(const megadlm_args *a) {
+/* Per-tensor-parallel-rank sizes: a layer's parameters, the vocabulary rows x h, the final
+ * norm (gpt_model.c's registration). */
+static void megadlm_param_sizes(const megadlm_args *a, size_t *vocab_h, size_t *layer_out,
+                                size_t *final_norm) {
     /* gpt_model.c's registration: column-parallel weights and biases (linear_qkv, linear_fc1)
      * and row-parallel weights (linear_proj, linear_fc2) hold 1/t, the word embeddings and
      * output layer 1/t of the vocabulary; norms, q/k norms, row-parallel biases and learned
@@ -231,11 +234,44 @@ size_t theoretical_megadlm_parameter_count(const megadlm_args *a) {
                    + norm * h                        /* pre_mlp_layernorm */
                    + fc1 * h + (bias ? fc1 : 0)      /* linear_fc1 */
                    + h * f + (bias ? h : 0);         /* linear_fc2 */
-    size_t total = V * h;                            /* word embeddings */
+    *vocab_h = V * h;
+    *layer_out = layer;
+    *final_norm = norm * h;
+}
+
+size_t theoretical_megadlm_parameter_count(const megadlm_args *a) {
+    size_t vh, layer, fn;
+    megadlm_param_sizes(a, &vh, &layer, &fn);
+    size_t total = vh + (size_t)a->num_layers * layer + fn;
     if (strcmp(a->position_embedding_type, "rope") != 0)
-        total += (size_t)a->max_position_embeddings * h; /* learned positions */
-    total += (size_t)a->num_layers * layer + norm * h; /* layers, final_layernorm */
-    if (a->untie_embeddings_and_output_weights) total += V * h; /* output_layer */
+        total += (size_t)a->max_position_embeddings * a->hidden_size;
+    if (a->untie_embeddings_and_output_weights) total += vh;
+    return total;
+}
+
+static size_t theoretical_megadlm_stage_count(const megadlm_args *a, int pp_rank) {
+    size_t vh, layer, fn;
+    megadlm_param_sizes(a, &vh, &layer, &fn);
+    return theoretical_megadlm_stage_parameters(a, vh, layer, fn, pp_rank);
+}
+
+/* Parameters of pipeline stage pp_rank: the embedding on the first stage, its layers, the
+ * final norm and the output layer (or the tied embedding's copy) on the last. */
+size_t theoretical_megadlm_stage_parameters(const megadlm_args *a, size_t vocab_h, size_t layer,
+                                            size_t final_norm, int pp_rank) {
+    int p = a->pipeline_model_parallel_size > 1 ? a->pipeline_model_parallel_size : 1;
+    size_t h = a->hidden_size, total = 0;
+    if (pp_rank == 0) {
+        total += vocab_h; /* word embeddings */
+        if (strcmp(a->position_embedding_type, "rope") != 0)
+            total += (size_t)a->max_position_embeddings * h; /* learned positions */
+    }
+    total += (size_t)(a->num_layers / p) * layer;
+    if (pp_rank == p - 1) {
+        total += final_norm;
+        if (a->untie_embeddings_and_output_weights || (p > 1 && pp_rank != 0))
+            total += vocab_h; /* output_layer, or the last stage's copy of a tied embedding */
+    }
     return total;
 }
 
@@ -250,15 +286,36 @@ size_t theoretical_megadlm_head_saved_bytes(const megadlm_args *a) {
 }
 
 theoretical_megadlm_bytes theoretical_megadlm(const megadlm_args *a) {
+    return theoretical_megadlm_rank(a, 0, 1);
+}
+
+theoretical_megadlm_bytes theoretical_megadlm_rank(const megadlm_args *a, int pp_rank,
+                                                   int num_stores) {
     theoretical_megadlm_bytes r;
-    size_t n = theoretical_megadlm_parameter_count(a);
+    size_t n = theoretical_megadlm_stage_count(a, pp_rank);
     r.parameters = 4 * n;
     r.gradients = 4 * n;
-    r.optimizer = 8 * n; /* exp_avg, exp_avg_sq */
+    /* exp_avg, exp_avg_sq; the distributed optimizer holds ceil(n / DP) of each on every rank
+     * (its pieces of the buckets, core/optimizer/distrib_optimizer.h) */
+    size_t dp = a->data_parallel_size > 0 ? (size_t)a->data_parallel_size : 1;
+    r.optimizer = a->use_distributed_optimizer ? 8 * ((n + dp - 1) / dp) : 8 * n;
+    /* every micro-batch in flight has its own store (pipeline schedules): the stage's layers,
+     * the block output, and on the last stage the head; with per-micro-batch partial
+     * recompute, stores below K keep everything */
     transformer_config c = model_config_from_args(a);
-    size_t saved = theoretical_megadlm_head_saved_bytes(a);
-    for (int l = 0; l < c.num_layers; l++)
-        saved += activation_memory_layer_bytes(&c, a->micro_batch_size, a->seq_length, l);
+    c.pp_size = a->pipeline_model_parallel_size;
+    c.pp_rank = pp_rank;
+    int p = c.pp_size > 1 ? c.pp_size : 1, K = a->num_microbatches_with_partial_activation_checkpoints;
+    size_t N = (size_t)a->micro_batch_size * a->seq_length, t = a->tensor_model_parallel_size;
+    size_t block_output = 4 * (a->sequence_parallel ? N / t : N) * a->hidden_size;
+    size_t head = theoretical_megadlm_head_saved_bytes(a) - block_output;
+    size_t saved = 0;
+    for (int s = 0; s < num_stores; s++) {
+        c.recompute_store_unchecked = s < K;
+        for (int l = 0; l < c.num_layers / p; l++)
+            saved += activation_memory_layer_bytes(&c, a->micro_batch_size, a->seq_length, l);
+        saved += block_output + (pp_rank == p - 1 ? head : 0);
+    }
     r.saved_activations = saved;
     return r;
 }

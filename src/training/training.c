@@ -354,12 +354,13 @@ static void training_log(trainer *tr, double elapsed_s, int iters, double loss_s
 static void log_saved_activations(const trainer *tr) {
     const gpt_model *m = tr->model;
     int B = tr->a->micro_batch_size, T = tr->a->seq_length, rank = parallel_world_rank();
-    for (int l = 0; l < m->cfg.num_layers; l++)
+    for (int l = 0; l < m->block.num_layers; l++)
         printf("[Rank %d] saved activations layer %d (bytes) | measured %zu | analytic %zu |\n",
-               rank, l,
+               rank, m->block.layer_offset + l,
                transformer_block_layer_saved_bytes(&m->block, l),
                activation_memory_layer_bytes(&m->cfg, B, T, l));
-    theoretical_megadlm_bytes p = theoretical_megadlm(tr->a);
+    theoretical_megadlm_bytes p = theoretical_megadlm_rank(tr->a, parallel_get()->pp_rank,
+                                                           tr->num_stores);
     const struct {
         const char *name;
         size_t predicted;
@@ -414,17 +415,21 @@ static void setup_data_parallel(trainer *tr) {
                a->overlap_grad_reduce ? " (overlapped with backward)" : "");
 }
 
-/* What the data-parallel reduction did in the first iteration (per rank): buckets whose
- * reduction the backward hook started (overlap), those started after backward, and those the
- * hook's progress calls saw complete before backward ended. */
+/* What the data-parallel reduction did so far (per rank, --log-memory: after the first
+ * iteration and at the end): bucket reductions the backward hook started (overlap), those
+ * started after backward, those the hook's progress calls saw complete before backward ended;
+ * time per iteration in the hook and in the wait after backward (the exposed part). With the
+ * distributed optimizer, parameter all-gathers started nonblocking and completed in forward. */
 static void log_dp_communication(const trainer *tr) {
     if (!tr->ddp) return;
     const ddp_stats *s = ddp_get_stats(tr->ddp);
-    printf("[Rank %d] data-parallel communication in iteration 1 | buckets %d | started during "
-           "backward %lu | started after backward %lu | completed during backward %lu | "
-           "hook %.3f ms | wait after backward %.3f ms |",
-           parallel_world_rank(), s->num_buckets, s->started_in_backward, s->started_at_finish,
-           s->completed_in_backward, s->hook_seconds * 1e3, s->finish_seconds * 1e3);
+    double it = s->iterations ? (double)s->iterations : 1.0;
+    printf("[Rank %d] data-parallel communication over %lu iterations | buckets %d | started "
+           "during backward %lu | started after backward %lu | completed during backward %lu | "
+           "hook %.3f ms/iter | wait after backward %.3f ms/iter |",
+           parallel_world_rank(), s->iterations, s->num_buckets, s->started_in_backward,
+           s->started_at_finish, s->completed_in_backward, s->hook_seconds * 1e3 / it,
+           s->finish_seconds * 1e3 / it);
     if (tr->dopt)
         printf(" parameter all-gathers started %lu | completed in forward %lu |",
                tr->dopt->stats.gathers_started, tr->dopt->stats.completed_in_forward);
@@ -450,6 +455,8 @@ int pretrain(megadlm_args *a) {
     g_log_rank = pst->world_rank == pst->world_size - 1;
     if (g_log_rank) args_print(a, stdout);
     transformer_config cfg = model_config_from_args(a);
+    /* store 0 (the model itself) keeps everything when partial recompute says so */
+    cfg.recompute_store_unchecked = a->num_microbatches_with_partial_activation_checkpoints > 0;
     log_printf("building GPT model ...\n");
     tr.model = gpt_model_create(&cfg, a->micro_batch_size, a->use_distributed_optimizer ? 2 : 1);
     printf(" > number of parameters on (tensor, pipeline) model parallel rank (%d, %d): %zu\n",
@@ -465,7 +472,10 @@ int pretrain(megadlm_args *a) {
     tr.num_stores = schedule_num_stores(pst->pp_size, pst->pp_rank, tr.num_microbatches);
     tr.stores = calloc(tr.num_stores, sizeof(gpt_model *));
     tr.stores[0] = tr.model;
-    for (int i = 1; i < tr.num_stores; i++) tr.stores[i] = gpt_model_replica(tr.model);
+    /* per-micro-batch partial recompute: stores below K keep everything (Megatron's
+     * checkpoint_activations_microbatch = k mod window >= K, window = the stores in flight) */
+    int K = a->num_microbatches_with_partial_activation_checkpoints;
+    for (int i = 1; i < tr.num_stores; i++) tr.stores[i] = gpt_model_replica(tr.model, !(i < K));
     size_t N = (size_t)a->micro_batch_size * a->seq_length;
     tr.sample = mem_alloc(MEM_OTHER, (a->seq_length + 1) * sizeof(int32_t), "sample");
     tr.tokens = mem_alloc(MEM_OTHER, N * sizeof(int32_t), "batch tokens");
@@ -545,6 +555,7 @@ done:
     gpt_data_free(tr.data);
     for (int i = 1; i < tr.num_stores; i++) gpt_model_free(tr.stores[i]);
     free(tr.stores);
+    if (a->log_memory) log_dp_communication(&tr);
     dist_opt_free(tr.dopt); /* waits for parameter gathers in flight */
     ddp_free(tr.ddp);
     gpt_model_free(tr.model);

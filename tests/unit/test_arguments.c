@@ -311,11 +311,11 @@ static void test_parse_errors(void) {
 static void test_refused_flags(void) {
     static const char *later[] = {
         "--bf16", "--fp16",
-        "--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap",
+        "--tp-comm-overlap",
         "--context-parallel-size 2", "--expert-model-parallel-size 2", "--num-experts 8",
         "--use-flash-attn", "--model-running-mode x",
         "--attention-mask-type causal", "--mask-token 3", "--fp8-format hybrid",
-        "--ddp-bucket-size 1000", "--accumulate-allreduce-grads-in-fp32", "--bf16=1",
+        "--bf16=1",
     };
     for (size_t i = 0; i < sizeof(later) / sizeof(later[0]); i++) {
         megadlm_args a;
@@ -344,12 +344,10 @@ static void test_refused_flags(void) {
     static const struct {
         const char *flags, *want;
     } untrainable[] = {
-        {" --pipeline-model-parallel-size 2",
-         "--pipeline-model-parallel-size 2: not supported yet (pipeline parallelism arrives "
-         "with a later release)"},
-        {" --use-distributed-optimizer",
-         "--use-distributed-optimizer: not supported yet (the distributed optimizer arrives "
-         "with a later release)"},
+        {" --num-layers 6 --pipeline-model-parallel-size 3 --global-batch-size 6 "
+         "--num-layers-per-virtual-pipeline-stage 1",
+         "--num-layers-per-virtual-pipeline-stage: not supported yet (the interleaved pipeline "
+         "schedule arrives with a later release)"},
     };
     for (size_t i = 0; i < sizeof(untrainable) / sizeof(untrainable[0]); i++) {
         char line[512];
@@ -369,7 +367,7 @@ static void test_refused_flags(void) {
         b.pipeline_model_parallel_size = 1; /* only to reach the next refusal */
         CHECK(args_check_trainable(&b, ERR, sizeof(ERR)) == -1);
         CHECK(strcmp(ERR, "--num-layers-per-virtual-pipeline-stage: not supported yet (the "
-                          "interleaved schedule arrives with pipeline parallelism)") == 0);
+                          "interleaved pipeline schedule arrives with a later release)") == 0);
         CHECK(run_line(&b, BASE) == 0);
         b.world_size = 2;
         b.global_batch_size = 4;
@@ -1054,7 +1052,64 @@ static void test_recompute(void) {
                NULL);
 }
 
+/* Megatron's DDP flags: real fields, its rules for --overlap-param-gather, None printed for an
+ * unset --ddp-bucket-size, and a JSON round trip. */
+static void test_ddp_flags(void) {
+    megadlm_args a;
+    CHECK(run_line(&a, BASE) == 0);
+    CHECK(a.overlap_grad_reduce == 0 && a.overlap_param_gather == 0 && a.ddp_bucket_size == 0 &&
+          a.accumulate_allreduce_grads_in_fp32 == 0);
+    args_free(&a);
+    CHECK(run_line(&a, BASE " --use-distributed-optimizer --overlap-grad-reduce "
+                            "--overlap-param-gather --ddp-bucket-size 1000 "
+                            "--accumulate-allreduce-grads-in-fp32") == 0);
+    CHECK(a.use_distributed_optimizer && a.overlap_grad_reduce && a.overlap_param_gather &&
+          a.ddp_bucket_size == 1000 && a.accumulate_allreduce_grads_in_fp32);
+    CHECK(args_check_trainable(&a, ERR, sizeof(ERR)) == 0);
+    cJSON *j = args_to_json(&a);
+    megadlm_args b;
+    args_defaults(&b);
+    CHECK(args_from_json(&b, j, ERR, sizeof(ERR)) == 0);
+    CHECK(b.overlap_param_gather == 1 && b.ddp_bucket_size == 1000);
+    cJSON_Delete(j);
+    args_free(&b);
+    args_free(&a);
+    static const struct {
+        const char *flags, *want;
+    } rules[] = {
+        {" --overlap-param-gather --overlap-grad-reduce",
+         "--overlap-param-gather needs --use-distributed-optimizer (Megatron: only supported "
+         "with distributed optimizer)"},
+        {" --overlap-param-gather --use-distributed-optimizer",
+         "--overlap-param-gather needs --overlap-grad-reduce (Megatron: must use "
+         "--overlap-param-gather with --overlap-grad-reduce)"},
+    };
+    for (size_t i = 0; i < sizeof(rules) / sizeof(rules[0]); i++) {
+        char line[512];
+        snprintf(line, sizeof(line), BASE "%s", rules[i].flags);
+        CHECK(run_line(&a, line) == -1);
+        CHECK(strcmp(ERR, rules[i].want) == 0);
+        if (strcmp(ERR, rules[i].want)) fprintf(stderr, "  %s -> '%s'\n", line, ERR);
+        args_free(&a);
+    }
+    CHECK(parse_line(&a, BASE " --ddp-bucket-size 0") == -1);
+    CHECK(strstr(ERR, "--ddp-bucket-size: expected a positive integer") != NULL);
+    args_free(&a);
+    /* printed as Megatron prints its None */
+    CHECK(run_line(&a, BASE) == 0);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    args_print(&a, f);
+    fclose(f);
+    CHECK(strstr(buf, "  ddp_bucket_size ................................. None") != NULL);
+    CHECK(strstr(buf, "  overlap_grad_reduce ............................. False") != NULL);
+    free(buf);
+    args_free(&a);
+}
+
 int main(void) {
+    test_ddp_flags();
     test_defaults();
     test_parse_values();
     test_parse_errors();

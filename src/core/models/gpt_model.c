@@ -134,6 +134,13 @@ static void layer_grads_done(void *user, int l) {
     if (m->grads_done) m->grads_done(m->grads_done_user, m->layer_begin[l], m->layer_begin[l + 1]);
 }
 
+/* Block callback: layer l is about to run forward -> its range of the flat buffer. */
+static void layer_params_needed(void *user, int l) {
+    gpt_model *m = user;
+    if (m->params_needed)
+        m->params_needed(m->params_needed_user, m->layer_begin[l], m->layer_begin[l + 1]);
+}
+
 /* Tensors one layer registers (register_layer's order), so that every pipeline stage can give
  * its tensors the init streams they have in the whole model. */
 static int tensors_per_layer(const transformer_config *c) {
@@ -200,11 +207,15 @@ static void build_params(gpt_model *m) {
         m->layer_begin[l] = first_of_layer[l] < pb.n ? pb.t[first_of_layer[l]].offset : ps->numel;
     m->block.layer_grads_done = layer_grads_done;
     m->block.layer_grads_done_user = m;
+    m->block.layer_params_needed = layer_params_needed;
+    m->block.layer_params_needed_user = m;
     ps->data = mem_alloc_floats(MEM_PARAMS, ps->numel, "parameters");
     if (bw) {
         ps->grad = mem_alloc_floats(MEM_GRADS, ps->numel, "gradients");
-        ps->exp_avg = mem_alloc_floats(MEM_OPTIMIZER, ps->numel, "adam exp_avg");
-        ps->exp_avg_sq = mem_alloc_floats(MEM_OPTIMIZER, ps->numel, "adam exp_avg_sq");
+        if (bw != 2) { /* 2: the distributed optimizer allocates its shard */
+            ps->exp_avg = mem_alloc_floats(MEM_OPTIMIZER, ps->numel, "adam exp_avg");
+            ps->exp_avg_sq = mem_alloc_floats(MEM_OPTIMIZER, ps->numel, "adam exp_avg_sq");
+        }
     }
     for (int i = 0; i < pb.n; i++) {
         *pb.slots[2 * i] = ps->data + pb.t[i].offset;
@@ -271,10 +282,11 @@ gpt_model *gpt_model_create(const transformer_config *cfg, int max_batch, int wi
     return m;
 }
 
-gpt_model *gpt_model_replica(const gpt_model *owner) {
+gpt_model *gpt_model_replica(const gpt_model *owner, int checkpointed) {
     gpt_model *m = malloc(sizeof(gpt_model));
     *m = *owner; /* parameters, workspaces, tables: shared */
     m->replica = 1;
+    m->cfg.recompute_store_unchecked = !checkpointed;
     transformer_block_init_replica(&m->block, &m->cfg, m->max_batch, m->cfg.seq_length,
                                    &owner->block);
     alloc_store(m);
@@ -408,6 +420,7 @@ float gpt_model_forward(gpt_model *m, const int32_t *tokens, const int32_t *labe
 
     if (tc_first_stage(c)) {
         /* embedding + dropout (Megatron applies --hidden-dropout to the embedding output) */
+        if (m->params_needed) m->params_needed(m->params_needed_user, 0, m->layer_begin[0]);
         float *h0 = m->block.hidden[0];
         embedding_layer_forward(m, h0, B, T);
         dropout_key ek = ctx->key;
@@ -420,6 +433,9 @@ float gpt_model_forward(gpt_model *m, const int32_t *tokens, const int32_t *labe
     if (!tc_last_stage(c)) return 0.0f; /* output in gpt_model_stage_output(m) */
 
     /* final norm on the token shard, gathered for the vocab-parallel output layer */
+    if (m->params_needed) /* final norm and an untied output layer (a tied one: above) */
+        m->params_needed(m->params_needed_user, m->layer_begin[m->block.num_layers],
+                         m->params.numel);
     final_norm_forward(c, m, m->block.hidden[m->block.num_layers], Ns);
     const float *in = m->lnf;
     if (tc_sp(c)) {

@@ -16,7 +16,8 @@
 typedef struct {
     transformer_config cfg;
     int max_batch;        /* B the buffers were sized for */
-    int with_backward;    /* grads, optimizer state and backward workspaces allocated */
+    int with_backward;    /* grads, optimizer state and backward workspaces allocated (2: no
+                           * optimizer state: the distributed optimizer holds it, sharded) */
     param_set params;
 
     float *wte, *wpe, *lnf_w, *lnf_b, *out_w;     /* parameters (wpe/lnf_b/out_w may be NULL) */
@@ -46,6 +47,11 @@ typedef struct {
      * a tied output layer's gradient); NULL = none. For overlapped gradient reduction. */
     void (*grads_done)(void *user, size_t begin, size_t end);
     void *grads_done_user;
+    /* Called during forward before the parameters of [begin, end) are read (the embedding,
+     * each layer, the head), e.g. to wait for an all-gather of the distributed optimizer
+     * (--overlap-param-gather); NULL = none. */
+    void (*params_needed)(void *user, size_t begin, size_t end);
+    void *params_needed_user;
 
     int replica;          /* an activation store sharing its owner's parameters (pipelines) */
 
@@ -55,15 +61,18 @@ typedef struct {
     layer_ctx ctx;
 } gpt_model;
 
-/* Builds names/shapes, allocates parameters (and, with_backward, gradients, AdamW state and
+/* Builds names/shapes, allocates parameters (and, with_backward, gradients, AdamW state (not
+ * with with_backward = 2, for the distributed optimizer, which allocates its shard) and
  * backward workspaces) and activations for max_batch x cfg->seq_length. Parameters are left
  * zero: call gpt_model_init_params or load a checkpoint. */
 gpt_model *gpt_model_create(const transformer_config *cfg, int max_batch, int with_backward);
 void gpt_model_free(gpt_model *m);
 /* One more activation store for a micro-batch in flight (pipeline schedules hold several): its
  * own layer inputs, saved tensors, tokens and head buffers; parameters, gradients, optimizer
- * state and workspaces are the owner's. Free it with gpt_model_free before the owner. */
-gpt_model *gpt_model_replica(const gpt_model *owner);
+ * state, workspaces and recompute slots are the owner's. With full recompute, checkpointed = 0
+ * makes this store keep everything (per-micro-batch partial recompute). Free it with
+ * gpt_model_free before the owner. */
+gpt_model *gpt_model_replica(const gpt_model *owner, int checkpointed);
 
 /* Megatron's init: normal(0, init_method_std) for weights and embeddings, std/sqrt(2L) for
  * linear_proj and linear_fc2, norms 1, biases 0. Element values depend only on (seed, tensor

@@ -9,7 +9,7 @@
 /* ---- the recompute plan (a pure function of the config) ---- */
 
 int transformer_block_checkpointed(const transformer_config *c, int l) {
-    if (c->recompute_granularity != RECOMPUTE_FULL) return 0;
+    if (c->recompute_granularity != RECOMPUTE_FULL || c->recompute_store_unchecked) return 0;
     return c->recompute_method == RECOMPUTE_UNIFORM || l < c->recompute_num_layers;
 }
 
@@ -150,6 +150,7 @@ void transformer_block_forward(transformer_block *blk, const layer_ctx *ctx) {
     for (int l = 0; l < blk->num_layers; l++) {
         if (blk->kept_shard[l])
             memcpy(blk->kept_shard[l], blk->hidden[l] + blk->cfg->tp_rank * n, n * sizeof(float));
+        if (blk->layer_params_needed) blk->layer_params_needed(blk->layer_params_needed_user, l);
         layer_forward(blk, ctx, l);
     }
 }

@@ -40,6 +40,9 @@ typedef struct {
     recompute_method recompute_method; /* with RECOMPUTE_FULL */
     int recompute_num_layers;          /* with RECOMPUTE_FULL: chunk size (uniform) or number of
                                           checkpointed layers (block) */
+    int recompute_store_unchecked;     /* with RECOMPUTE_FULL: this activation store (a
+                                          micro-batch in flight) keeps everything
+                                          (--num-microbatches-with-partial-activation-checkpoints) */
     /* tensor parallelism: this rank's share of heads, query groups, ffn and vocabulary */
     int tp_size;                       /* 0 or 1: no tensor parallelism */
     int tp_rank;
