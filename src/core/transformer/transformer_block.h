@@ -42,6 +42,10 @@ typedef struct {
      * start on them); NULL = none. */
     void (*layer_grads_done)(void *user, int l);
     void *layer_grads_done_user;
+    /* Called before layer l's forward reads its parameters (not on recomputation); NULL =
+     * none. */
+    void (*layer_params_needed)(void *user, int l);
+    void *layer_params_needed_user;
     int replica;          /* shares parameters, workspace and slots with its owner */
 } transformer_block;
 
