@@ -319,6 +319,10 @@ static const opt_def OPTIONS[] = {
            "checkpointed; block: only the first --recompute-num-layers layers checkpointed."),
     INTOPT("recompute-num-layers", K_POS, G_RECOMPUTE, recompute_num_layers, "N", "none",
            "full only: layers per chunk (uniform) or layers checkpointed (block)."),
+    INTOPT("num-microbatches-with-partial-activation-checkpoints", K_NONNEG, G_RECOMPUTE,
+           num_microbatches_with_partial_activation_checkpoints, "K", "none",
+           "With full recompute: of the micro-batches a pipeline stage holds at once (Megatron's "
+           "rule: window of warm-up + 1), K keep all activations and the rest are checkpointed."),
     BOOLOPT("distribute-saved-activations", K_TRUE, G_RECOMPUTE, distribute_saved_activations,
             "off", "Split checkpointed inputs across tensor-parallel ranks (needs tensor "
             "parallelism)."),
@@ -336,7 +340,21 @@ static const opt_def OPTIONS[] = {
             "Norms, dropouts and residuals split along the sequence across the tensor-parallel "
             "ranks (off at tensor-parallel size 1, as Megatron)."),
     BOOLOPT("use-distributed-optimizer", K_TRUE, G_PAR, use_distributed_optimizer, "off",
-            "Optimizer state and fp32 master weights sharded across data-parallel ranks."),
+            "Optimizer state sharded across data-parallel ranks (reduce-scatter of gradients, "
+            "all-gather of parameters)."),
+    BOOLOPT("overlap-grad-reduce", K_TRUE, G_PAR, overlap_grad_reduce, "off",
+            "Start each gradient bucket's data-parallel reduction during the last micro-batch's "
+            "backward, as soon as the bucket is complete."),
+    BOOLOPT("overlap-param-gather", K_TRUE, G_PAR, overlap_param_gather, "off",
+            "Distributed optimizer: overlap the parameter all-gather with the next forward "
+            "(needs --use-distributed-optimizer and --overlap-grad-reduce)."),
+    INTOPT("ddp-bucket-size", K_POS, G_PAR, ddp_bucket_size, "N",
+           "max(40000000, 1000000 x data-parallel size) with --overlap-grad-reduce",
+           "Parameters per gradient bucket (without --overlap-grad-reduce: one bucket, as "
+           "Megatron)."),
+    BOOLOPT("accumulate-allreduce-grads-in-fp32", K_TRUE, G_PAR,
+            accumulate_allreduce_grads_in_fp32, "off",
+            "Accepted: gradients are accumulated and reduced in fp32 always."),
     INTOPT("num-layers-per-virtual-pipeline-stage", K_POS, G_PAR,
            num_layers_per_virtual_pipeline_stage, "N", "none",
            "Interleaved pipeline schedule: layers per virtual stage."),
@@ -349,12 +367,10 @@ static const opt_def OPTIONS[] = {
     {"help", K_HELP, G_COUNT, 0, 0, NULL, NULL, "Print this help and exit."},
 
     /* ---- features of later releases: refused, never silently accepted ---- */
-    LATER("bf16"), LATER("fp16"), LATER("overlap-grad-reduce"),
-    LATER("overlap-param-gather"), LATER("tp-comm-overlap"), LATER("context-parallel-size"), LATER("expert-model-parallel-size"), LATER("num-experts"),
+    LATER("bf16"), LATER("fp16"), LATER("tp-comm-overlap"), LATER("context-parallel-size"), LATER("expert-model-parallel-size"), LATER("num-experts"),
     LATER("use-flash-attn"), LATER("model-running-mode"),
     LATER("attention-mask-type"), LATER("mask-token"),
-    LATER("fp8-format"), LATER("ddp-bucket-size"),
-    LATER("accumulate-allreduce-grads-in-fp32"),
+    LATER("fp8-format"),
 };
 
 #define NUM_OPTIONS ((int)(sizeof(OPTIONS) / sizeof(OPTIONS[0])))
@@ -379,6 +395,7 @@ void args_defaults(megadlm_args *a) {
     a->make_vocab_size_divisible_by = 128;
     a->init_method_std = 0.02f;
     a->distributed_timeout_minutes = 10.0f; /* Megatron's default */
+    a->num_microbatches_with_partial_activation_checkpoints = -1; /* Megatron's None */
     a->hidden_dropout = 0.1f;
     a->attention_dropout = 0.1f;
     /* data */
@@ -873,6 +890,9 @@ static int validate_recompute(megadlm_args *a, char *err, size_t errlen) {
                     a->recompute_num_layers, stage_layers);
     /* Megatron: tp > 1, full granularity with a method (arguments.py); not with sequence
      * parallelism (TransformerConfig) */
+    if (a->num_microbatches_with_partial_activation_checkpoints >= 0 && strcmp(g, "full") != 0)
+        return fail(err, errlen, "--num-microbatches-with-partial-activation-checkpoints needs "
+                                 "--recompute-granularity full");
     if (a->distribute_saved_activations) {
         if (a->tensor_model_parallel_size <= 1)
             return fail(err, errlen, "--distribute-saved-activations needs tensor parallelism "
@@ -958,6 +978,13 @@ static int validate_parallel(megadlm_args *a, char *err, size_t errlen) {
                         a->num_layers, p, v);
     }
     a->virtual_pipeline_model_parallel_size = v;
+    /* Megatron: overlap_param_gather asserts use_distributed_optimizer and overlap_grad_reduce */
+    if (a->overlap_param_gather && !a->use_distributed_optimizer)
+        return fail(err, errlen, "--overlap-param-gather needs --use-distributed-optimizer "
+                                 "(Megatron: only supported with distributed optimizer)");
+    if (a->overlap_param_gather && !a->overlap_grad_reduce)
+        return fail(err, errlen, "--overlap-param-gather needs --overlap-grad-reduce (Megatron: "
+                                 "must use --overlap-param-gather with --overlap-grad-reduce)");
     return 0;
 }
 
@@ -984,15 +1011,13 @@ int args_check_trainable(const megadlm_args *a, char *err, size_t errlen) {
     /* tensor and sequence parallelism train (src/core/tensor_parallel/) */
     /* pipeline parallelism trains with the 1F1B schedule (core/pipeline_parallel/) */
     if (a->virtual_pipeline_model_parallel_size > 0)
-        return fail(err, errlen, "%s: not supported yet (the interleaved schedule arrives with "
-                                 "pipeline parallelism)",
+        return fail(err, errlen, "%s: not supported yet (the interleaved pipeline schedule "
+                                 "arrives with a later release)",
                     a->num_layers_per_virtual_pipeline_stage > 0
                         ? "--num-layers-per-virtual-pipeline-stage"
                         : "--virtual-pipeline-model-parallel-size");
-    if (a->use_distributed_optimizer)
-        return fail(err, errlen, "--use-distributed-optimizer: not supported yet (the distributed "
-                                 "optimizer arrives with a later release)");
-    /* data parallelism trains (gradients averaged after backward; no bucketing/overlap yet) */
+    /* data parallelism trains: buckets, overlap, the distributed optimizer
+     * (core/distributed/distributed_data_parallel.h, core/optimizer/distrib_optimizer.h) */
     return 0;
 }
 
@@ -1361,9 +1386,12 @@ static const field_def FIELDS[] = {
     FI(tensor_model_parallel_size), FI(pipeline_model_parallel_size), FI(world_size),
     FI(data_parallel_size), FI(exit_interval), FF(distributed_timeout_minutes),
     FB(recompute_activations), FS(recompute_granularity), FS(recompute_method),
+    FI(num_microbatches_with_partial_activation_checkpoints),
     FI(recompute_num_layers), FB(distribute_saved_activations), FB(enable_cuda_graph),
     FB(sequence_parallel), FB(use_distributed_optimizer),
     FI(num_layers_per_virtual_pipeline_stage), FI(virtual_pipeline_model_parallel_size),
+    FB(overlap_grad_reduce), FB(overlap_param_gather), FI(ddp_bucket_size),
+    FB(accumulate_allreduce_grads_in_fp32),
 };
 #define NUM_FIELDS ((int)(sizeof(FIELDS) / sizeof(FIELDS[0])))
 
@@ -1373,7 +1401,8 @@ static void format_field(const megadlm_args *a, const field_def *f, char *buf, s
     case T_INT:
         /* Megatron's None for the unset virtual-pipeline sizes */
         if ((f->off == OFF(num_layers_per_virtual_pipeline_stage) ||
-             f->off == OFF(virtual_pipeline_model_parallel_size)) && *(const int *)p == 0)
+             f->off == OFF(virtual_pipeline_model_parallel_size) ||
+             f->off == OFF(ddp_bucket_size)) && *(const int *)p == 0)
             snprintf(buf, n, "None");
         else
             snprintf(buf, n, "%d", *(const int *)p);

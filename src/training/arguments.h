@@ -105,6 +105,9 @@ typedef struct {
     char recompute_method[16];    /* --recompute-method uniform|block ("" = none) */
     int recompute_num_layers;     /* --recompute-num-layers N (0 = unset) */
     int distribute_saved_activations; /* --distribute-saved-activations (needs tensor parallelism) */
+    int num_microbatches_with_partial_activation_checkpoints; /* --num-microbatches-with-partial-
+                                     activation-checkpoints K (-1 = unset): of the micro-batches a
+                                     pipeline stage holds at once, K keep everything */
     int enable_cuda_graph;        /* --enable-cuda-graph: always refused (no CUDA graphs here) */
 
     /* ---- parallelism, continued (Megatron's names and rules) ---- */
