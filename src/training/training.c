@@ -198,7 +198,7 @@ static int save(trainer *tr) {
     double t0 = now_seconds();
     if (tr->dopt) { /* checkpoints hold whole optimizer state and gathered parameters */
         dist_opt_finish_param_sync(tr->dopt);
-        dist_opt_unshard_state(tr->dopt);
+        dist_opt_unshard_state(tr->dopt, 1);
     }
     int rc = dist_ckpt_save(a->save, &tr->model->params, &st, 1, err, sizeof(err));
     if (tr->dopt) dist_opt_reshard_state(tr->dopt, 0);
@@ -243,7 +243,7 @@ static int check_checkpoint_args(const megadlm_args *a, const cJSON *saved, cons
 /* Reads the tensors and optimizer state; the distributed optimizer keeps its pieces of the
  * whole state the checkpoint holds. */
 static int load_tensors(trainer *tr, int it, char *err, size_t errlen) {
-    if (tr->dopt) dist_opt_unshard_state(tr->dopt);
+    if (tr->dopt) dist_opt_unshard_state(tr->dopt, 0);
     int rc = dist_ckpt_load_tensors(tr->a->load, it, &tr->model->params, 1, err, errlen);
     if (tr->dopt) dist_opt_reshard_state(tr->dopt, rc == 0);
     return rc;

@@ -26,7 +26,11 @@ expect_error "--global-batch-size" train "${base[@]}" --global-batch-size 3
 expect_error "--max-position-embeddings" train "${base[@]}" --seq-length 32
 expect_error "--data-path" train "${base[@]/--mock-data/}"
 expect_error "unknown flag '--no-such-flag'" train "${base[@]}" --no-such-flag
-expect_error "--use-distributed-optimizer" train "${base[@]}" --use-distributed-optimizer
+# Megatron's rules of the overlap flags: each message names both flags
+expect_error "--overlap-param-gather needs --use-distributed-optimizer" train "${base[@]}" \
+    --overlap-param-gather --overlap-grad-reduce
+expect_error "--overlap-param-gather needs --overlap-grad-reduce" train "${base[@]}" \
+    --overlap-param-gather --use-distributed-optimizer
 expect_error "--pipeline-model-parallel-size" train "${base[@]}" --pipeline-model-parallel-size 2
 expect_error "--world-size: only for \`megadlm memory\`" train "${base[@]}" --world-size 2
 expect_error "--recompute-granularity" train "${base[@]}" --recompute-granularity full

@@ -223,6 +223,13 @@ static void test_layouts(void) {
     CHECK(a.data_parallel_size == 4 && a.global_batch_size == 8);
     CHECK_CLOSE(m.bytes_per_parameter, 9.0, 0, 0);
     CHECK_CLOSE(m.weight_and_optimizer_bytes, 9.0 * m.parameters_most_loaded_shard, 1e-15, 0);
+    /* megadlm's own: fp32 parameters and gradients whole, the two moments of ceil(n/4) */
+    {
+        theoretical_megadlm_bytes t = theoretical_megadlm(&a);
+        size_t n = theoretical_megadlm_parameter_count(&a);
+        CHECK(t.parameters == 4 * n && t.gradients == 4 * n);
+        CHECK(t.optimizer == 8 * ((n + 3) / 4));
+    }
     args_free(&a);
 
     /* PP 4, 2 micro-batches per iteration: 1F1B holds min(m, p) = 2 */

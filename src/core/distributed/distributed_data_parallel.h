@@ -5,8 +5,8 @@
  * (Megatron iterates its parameters in reverse): a bucket is closed once it holds at least
  * bucket_size elements, so buckets[0] holds the head and the last layers, the last bucket the
  * embedding. bucket_size is --ddp-bucket-size, or Megatron's default max(40M, 1M x DP); without
- * --overlap-grad-reduce Megatron does not bucket at all (bucket_size = None: one bucket), and
- * neither does megadlm. With the distributed optimizer and pipeline parallelism the word
+ * --overlap-grad-reduce Megatron does not bucket at all (bucket_size = None: one bucket), nor
+ * on pipeline stages after the first, and neither does megadlm. With the distributed optimizer and pipeline parallelism the word
  * embedding has a bucket of its own (Megatron's shared_embedding rule), so the first and last
  * stage shard it alike. A bucket never exceeds 2^30 elements (MPI counts are ints).
  *
@@ -71,6 +71,7 @@ typedef struct ddp {
     ddp_config cfg;
     param_set *ps;
     int dp_size, dp_rank;
+    int pp_size;
     MPI_Comm comm;          /* the DP group (MPI_COMM_NULL without MPI) */
     size_t bucket_size;     /* effective, in elements (SIZE_MAX: one bucket) */
     int num_buckets;
@@ -82,6 +83,9 @@ typedef struct ddp {
 
 /* Buckets over ps (whose buffers must outlive the ddp) in the DP group of parallel_state. */
 ddp *ddp_create(param_set *ps, const ddp_config *cfg);
+/* The same layout for any DP rank of any DP and PP size, without a communicator (tests). */
+ddp *ddp_create_layout(param_set *ps, const ddp_config *cfg, int dp_size, int dp_rank,
+                       int pp_size, int pp_rank);
 void ddp_free(ddp *d);
 
 /* Megatron's no_sync: 1 before the last micro-batch of an iteration (its backward finalises

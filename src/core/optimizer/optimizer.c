@@ -7,34 +7,39 @@
 #include "core/parallel_state.h"
 #include "core/tensor_parallel/mappings.h"
 
-float optimizer_grad_norm(const param_set *ps) {
-    const parallel_state *st = parallel_get();
-    if (st->tp_size > 1 || st->pp_size > 1) {
-        /* Model parallel: each rank sums its own tensors and slices; tensors every TP rank holds
-         * whole count on TP rank 0 only (Megatron's param_is_not_tensor_parallel_duplicate),
-         * the last stage's copy of a tied embedding not at all (param_is_not_shared); the sums
-         * are added over the TP and PP groups. */
-        double local = 0.0;
-        for (int i = 0; i < ps->count; i++) {
-            const param_tensor *t = &ps->tensors[i];
-            if ((t->tp_duplicate && st->tp_rank != 0) || t->pp_shared_copy) continue;
-            const float *g = ps->grad + t->offset;
-            double part = 0.0;
-#pragma omp parallel for reduction(+ : part) schedule(static)
-            for (size_t k = 0; k < t->numel; k++) part += (double)g[k] * g[k];
-            local += part;
-        }
-        local = tp_all_reduce_sum_double(local);
-        if (st->mpi && st->pp_size > 1)
-            MPI_Allreduce(MPI_IN_PLACE, &local, 1, MPI_DOUBLE, MPI_SUM, st->pp);
-        return (float)sqrt(local);
-    }
+static double sumsq(const float *g, size_t n) {
     double sum = 0.0;
-    const float *g = ps->grad;
-    size_t n = ps->numel;
 #pragma omp parallel for reduction(+ : sum) schedule(static)
     for (size_t i = 0; i < n; i++) sum += (double)g[i] * g[i];
-    return (float)sqrt(sum);
+    return sum;
+}
+
+double optimizer_grad_sumsq(const param_set *ps, size_t begin, size_t end) {
+    int tp_rank = parallel_get()->tp_rank;
+    double total = 0.0;
+    size_t run = begin; /* start of the current run of counted tensors */
+    for (int i = 0; i < ps->count; i++) {
+        const param_tensor *t = &ps->tensors[i];
+        size_t lo = t->offset > begin ? t->offset : begin;
+        size_t hi = t->offset + t->numel < end ? t->offset + t->numel : end;
+        if (lo >= hi) continue;
+        if ((t->tp_duplicate && tp_rank != 0) || t->pp_shared_copy) {
+            if (lo > run) total += sumsq(ps->grad + run, lo - run);
+            run = hi;
+        }
+    }
+    if (end > run) total += sumsq(ps->grad + run, end - run);
+    return total;
+}
+
+float optimizer_grad_norm(const param_set *ps) {
+    /* Model parallel: each rank sums its own tensors and slices (optimizer_grad_sumsq counts
+     * TP duplicates and the shared embedding copy once); the sums are added over the TP and PP
+     * groups. */
+    const parallel_state *st = parallel_get();
+    double local = tp_all_reduce_sum_double(optimizer_grad_sumsq(ps, 0, ps->numel));
+    if (st->mpi && st->pp_size > 1) MPI_Allreduce(MPI_IN_PLACE, &local, 1, MPI_DOUBLE, MPI_SUM, st->pp);
+    return (float)sqrt(local);
 }
 
 void optimizer_clip_grads(param_set *ps, float grad_norm, float clip_grad) {

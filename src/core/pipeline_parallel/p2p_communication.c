@@ -4,6 +4,10 @@
 
 enum { TAG_FORWARD = 1, TAG_BACKWARD = 2 };
 
+static double g_wait_seconds; /* time spent blocked in transfers: the pipeline bubble */
+
+double p2p_wait_seconds(void) { return g_wait_seconds; }
+
 /* Posts up to one send and one receive on the pipeline group and waits for both. */
 static void exchange(const float *send, int to, int send_tag, float *recv, int from, int recv_tag,
                      size_t n) {
@@ -15,7 +19,9 @@ static void exchange(const float *send, int to, int send_tag, float *recv, int f
         MPI_Irecv(recv, (int)n, MPI_FLOAT, from, recv_tag, ps->pp, &req[k++]);
     if (send && to >= 0 && to < ps->pp_size)
         MPI_Isend(send, (int)n, MPI_FLOAT, to, send_tag, ps->pp, &req[k++]);
+    double t0 = MPI_Wtime();
     MPI_Waitall(k, req, MPI_STATUSES_IGNORE);
+    g_wait_seconds += MPI_Wtime() - t0;
 }
 
 static int prev(void) { return parallel_get()->pp_rank - 1; }

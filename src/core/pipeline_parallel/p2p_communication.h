@@ -17,4 +17,8 @@ void p2p_send_forward_recv_backward(const float *output, float *output_grad, siz
 /* send the input gradient back and receive the next input, together */
 void p2p_send_backward_recv_forward(const float *input_grad, float *input, size_t n);
 
+/* Seconds this rank has spent waiting for its transfers to complete (its share of the pipeline
+ * bubble plus transfer time), since the start. */
+double p2p_wait_seconds(void);
+
 #endif

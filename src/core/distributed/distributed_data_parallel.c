@@ -1,0 +1,213 @@
+#include "core/distributed/distributed_data_parallel.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/parallel_state.h"
+
+/* MPI counts and displacements are ints. */
+#define DDP_MAX_BUCKET ((size_t)1 << 30)
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Megatron's _does_param_require_new_bucket: with the distributed optimizer, the word embedding
+ * shared by the first and last pipeline stage gets a bucket of its own. */
+static int own_bucket(const ddp *d, const param_tensor *t) {
+    return d->cfg.use_distributed_optimizer && d->pp_size > 1 &&
+           strcmp(t->name, "embedding.word_embeddings.weight") == 0;
+}
+
+static void add_bucket(ddp *d, size_t begin, size_t end, int *cap) {
+    if (d->num_buckets == *cap) {
+        *cap = *cap ? 2 * *cap : 8;
+        d->buckets = realloc(d->buckets, (size_t)*cap * sizeof(ddp_bucket));
+    }
+    ddp_bucket *b = &d->buckets[d->num_buckets++];
+    memset(b, 0, sizeof(*b));
+    b->begin = begin;
+    b->end = end;
+    b->remaining = end - begin;
+    b->counts = calloc((size_t)d->dp_size, sizeof(int));
+    b->displs = calloc((size_t)d->dp_size, sizeof(int));
+}
+
+/* Pieces of bucket b: n / DP each, the n % DP extra elements to the ranks after *rot. */
+static void split_bucket(ddp *d, ddp_bucket *b, int *rot) {
+    size_t n = b->end - b->begin, q = n / (size_t)d->dp_size, r = n % (size_t)d->dp_size;
+    for (int k = 0; k < d->dp_size; k++) b->counts[k] = (int)q;
+    for (size_t k = 0; k < r; k++) b->counts[(*rot + (int)k) % d->dp_size]++;
+    *rot = (int)((*rot + r) % (size_t)d->dp_size);
+    for (int k = 1; k < d->dp_size; k++) b->displs[k] = b->displs[k - 1] + b->counts[k - 1];
+}
+
+ddp *ddp_create(param_set *ps, const ddp_config *cfg) {
+    const parallel_state *st = parallel_get();
+    ddp *d = ddp_create_layout(ps, cfg, st->dp_size, st->dp_rank, st->pp_size, st->pp_rank);
+    d->comm = st->mpi ? st->dp : MPI_COMM_NULL;
+    return d;
+}
+
+ddp *ddp_create_layout(param_set *ps, const ddp_config *cfg, int dp_size, int dp_rank,
+                       int pp_size, int pp_rank) {
+    ddp *d = calloc(1, sizeof(ddp));
+    d->cfg = *cfg;
+    d->ps = ps;
+    d->dp_size = dp_size;
+    d->dp_rank = dp_rank;
+    d->pp_size = pp_size;
+    d->comm = MPI_COMM_NULL;
+    /* Megatron: max(40000000, 1000000 * DP) unless given; no bucketing without overlap, nor on
+     * pipeline stages after the first (their reduction is not on the critical path) */
+    size_t deflt = (size_t)1000000 * (size_t)d->dp_size;
+    if (deflt < 40000000) deflt = 40000000;
+    d->bucket_size = !cfg->overlap_grad_reduce || pp_rank > 0 ? SIZE_MAX
+                     : cfg->bucket_size > 0                   ? (size_t)cfg->bucket_size
+                                                              : deflt;
+
+    int cap = 0;
+    size_t end = ps->numel, count = 0; /* the open bucket: [end - count, end) */
+    for (int i = ps->count - 1; i >= 0; i--) {
+        const param_tensor *t = &ps->tensors[i];
+        int own = own_bucket(d, t);
+        if (t->numel > DDP_MAX_BUCKET)
+            parallel_abort(1, "%s: %zu elements, more than a data-parallel bucket can hold",
+                           t->name, t->numel);
+        if (count > 0 && (own || count + t->numel > DDP_MAX_BUCKET)) {
+            add_bucket(d, end - count, end, &cap);
+            end -= count;
+            count = 0;
+        }
+        count += t->numel;
+        if (count >= d->bucket_size || own) {
+            add_bucket(d, end - count, end, &cap);
+            end -= count;
+            count = 0;
+        }
+    }
+    if (count > 0) add_bucket(d, end - count, end, &cap);
+
+    /* the rotation starts at the shared embedding's bucket, so every stage shards it alike */
+    int rot = 0;
+    for (int b = 0; b < d->num_buckets; b++)
+        for (int i = 0; i < ps->count; i++)
+            if (ps->tensors[i].offset == d->buckets[b].begin && own_bucket(d, &ps->tensors[i]))
+                split_bucket(d, &d->buckets[b], &rot);
+    for (int b = 0; b < d->num_buckets; b++) {
+        int shared = 0;
+        for (int i = 0; i < ps->count; i++)
+            if (ps->tensors[i].offset == d->buckets[b].begin && own_bucket(d, &ps->tensors[i]))
+                shared = 1;
+        if (!shared) split_bucket(d, &d->buckets[b], &rot);
+    }
+
+    d->reqs = calloc((size_t)d->num_buckets + 1, sizeof(MPI_Request));
+    for (int b = 0; b < d->num_buckets; b++) d->reqs[b] = MPI_REQUEST_NULL;
+    d->stats.num_buckets = d->num_buckets;
+    return d;
+}
+
+void ddp_free(ddp *d) {
+    if (!d) return;
+    for (int b = 0; b < d->num_buckets; b++) {
+        if (d->reqs[b] != MPI_REQUEST_NULL) MPI_Wait(&d->reqs[b], MPI_STATUS_IGNORE);
+        free(d->buckets[b].counts);
+        free(d->buckets[b].displs);
+    }
+    free(d->buckets);
+    free(d->reqs);
+    free(d);
+}
+
+void ddp_set_last_microbatch(ddp *d, int last) {
+    d->armed = last && d->cfg.overlap_grad_reduce && d->dp_size > 1;
+}
+
+/* Scales bucket b by 1/DP and starts (overlap) or runs its reduction. */
+static void start_bucket(ddp *d, int b, int nonblocking) {
+    ddp_bucket *bk = &d->buckets[b];
+    float *g = d->ps->grad + bk->begin;
+    size_t n = bk->end - bk->begin;
+    const float inv = 1.0f / (float)d->dp_size;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) g[i] *= inv;
+    if (d->cfg.use_distributed_optimizer) {
+        if (nonblocking)
+            MPI_Ireduce_scatter(MPI_IN_PLACE, g, bk->counts, MPI_FLOAT, MPI_SUM, d->comm,
+                                &d->reqs[b]);
+        else
+            MPI_Reduce_scatter(MPI_IN_PLACE, g, bk->counts, MPI_FLOAT, MPI_SUM, d->comm);
+    } else {
+        if (nonblocking)
+            MPI_Iallreduce(MPI_IN_PLACE, g, (int)n, MPI_FLOAT, MPI_SUM, d->comm, &d->reqs[b]);
+        else
+            MPI_Allreduce(MPI_IN_PLACE, g, (int)n, MPI_FLOAT, MPI_SUM, d->comm);
+    }
+    bk->started = 1;
+}
+
+/* Advances every reduction in flight as far as it can go now. */
+static void progress(ddp *d) {
+    int in_flight = 0;
+    for (int b = 0; b < d->num_buckets; b++) in_flight |= d->reqs[b] != MPI_REQUEST_NULL;
+    if (!in_flight) return;
+    int outcount = 0;
+    int idx[d->num_buckets];
+    MPI_Testsome(d->num_buckets, d->reqs, &outcount, idx, MPI_STATUSES_IGNORE);
+    if (outcount != MPI_UNDEFINED) d->stats.completed_in_backward += (unsigned long)outcount;
+}
+
+void ddp_grads_done(void *user, size_t begin, size_t end) {
+    ddp *d = user;
+    if (!d->armed) return;
+    double t0 = now_seconds();
+    for (int b = 0; b < d->num_buckets; b++) {
+        ddp_bucket *bk = &d->buckets[b];
+        size_t lo = begin > bk->begin ? begin : bk->begin, hi = end < bk->end ? end : bk->end;
+        if (bk->started || lo >= hi) continue;
+        if (hi - lo > bk->remaining)
+            parallel_abort(1, "internal error: gradients [%zu, %zu) reported twice", lo, hi);
+        bk->remaining -= hi - lo;
+        if (bk->remaining == 0) {
+            start_bucket(d, b, 1);
+            d->stats.started_in_backward++;
+        }
+    }
+    progress(d);
+    d->stats.hook_seconds += now_seconds() - t0;
+}
+
+void ddp_finish_grad_sync(ddp *d) {
+    double t0 = now_seconds();
+    d->armed = 0;
+    d->stats.iterations++;
+    if (d->dp_size > 1) {
+        /* without overlap: every bucket here, blocking, in backward order; with it: the ones
+         * the hook did not start (none when every range was reported), then wait for all */
+        for (int b = 0; b < d->num_buckets; b++)
+            if (!d->buckets[b].started) {
+                start_bucket(d, b, d->cfg.overlap_grad_reduce);
+                d->stats.started_at_finish++;
+            }
+        MPI_Waitall(d->num_buckets, d->reqs, MPI_STATUSES_IGNORE);
+        if (d->cfg.use_distributed_optimizer) /* in-place reduce-scatter: result at the start */
+            for (int b = 0; b < d->num_buckets; b++) {
+                float *g = d->ps->grad;
+                if (d->buckets[b].displs[d->dp_rank] > 0)
+                    memmove(g + ddp_piece_begin(d, b), g + d->buckets[b].begin,
+                            ddp_piece_numel(d, b) * sizeof(float));
+            }
+    }
+    for (int b = 0; b < d->num_buckets; b++) {
+        d->buckets[b].started = 0;
+        d->buckets[b].remaining = d->buckets[b].end - d->buckets[b].begin;
+    }
+    d->stats.finish_seconds += now_seconds() - t0;
+}
+
+const ddp_stats *ddp_get_stats(const ddp *d) { return &d->stats; }

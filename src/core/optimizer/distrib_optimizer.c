@@ -1,0 +1,183 @@
+#include "core/optimizer/distrib_optimizer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/kernels/adamw.h"
+#include "core/parallel_state.h"
+#include "core/tensor/memory.h"
+#include "core/tensor_parallel/mappings.h"
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+dist_opt *dist_opt_create(param_set *ps, ddp *d, int overlap_param_gather) {
+    dist_opt *o = calloc(1, sizeof(dist_opt));
+    o->ps = ps;
+    o->ddp = d;
+    o->overlap_param_gather = overlap_param_gather;
+    o->shard_numel = (ps->numel + (size_t)d->dp_size - 1) / (size_t)d->dp_size;
+    o->exp_avg = mem_alloc_floats(MEM_OPTIMIZER, o->shard_numel, "adam exp_avg (shard)");
+    o->exp_avg_sq = mem_alloc_floats(MEM_OPTIMIZER, o->shard_numel, "adam exp_avg_sq (shard)");
+    /* segments: each owned piece cut at tensor boundaries (tensors are in offset order) */
+    int cap = 16;
+    o->segs = malloc((size_t)cap * sizeof(dist_opt_segment));
+    size_t state = 0;
+    for (int b = 0; b < d->num_buckets; b++) {
+        size_t pb = ddp_piece_begin(d, b), pe = pb + ddp_piece_numel(d, b);
+        for (int i = 0; i < ps->count && pb < pe; i++) {
+            const param_tensor *t = &ps->tensors[i];
+            size_t lo = t->offset > pb ? t->offset : pb;
+            size_t hi = t->offset + t->numel < pe ? t->offset + t->numel : pe;
+            if (lo >= hi) continue;
+            if (o->num_segments == cap) {
+                cap *= 2;
+                o->segs = realloc(o->segs, (size_t)cap * sizeof(dist_opt_segment));
+            }
+            o->segs[o->num_segments++] =
+                (dist_opt_segment){.begin = lo, .numel = hi - lo, .state = state, .tensor = i};
+            state += hi - lo;
+        }
+    }
+    if (state > o->shard_numel)
+        parallel_abort(1, "internal error: distributed optimizer shard of %zu > %zu elements",
+                       state, o->shard_numel);
+    o->reqs = calloc((size_t)d->num_buckets + 1, sizeof(MPI_Request));
+    for (int b = 0; b < d->num_buckets; b++) o->reqs[b] = MPI_REQUEST_NULL;
+    return o;
+}
+
+void dist_opt_free(dist_opt *o) {
+    if (!o) return;
+    dist_opt_finish_param_sync(o);
+    mem_free(o->exp_avg);
+    mem_free(o->exp_avg_sq);
+    free(o->segs);
+    free(o->reqs);
+    free(o);
+}
+
+float dist_opt_grad_norm(dist_opt *o) {
+    double local = 0.0;
+    for (int s = 0; s < o->num_segments; s++)
+        local += optimizer_grad_sumsq(o->ps, o->segs[s].begin, o->segs[s].begin + o->segs[s].numel);
+    const parallel_state *st = parallel_get();
+    if (st->mpi && st->dp_size > 1)
+        MPI_Allreduce(MPI_IN_PLACE, &local, 1, MPI_DOUBLE, MPI_SUM, st->dp);
+    local = tp_all_reduce_sum_double(local);
+    if (st->mpi && st->pp_size > 1)
+        MPI_Allreduce(MPI_IN_PLACE, &local, 1, MPI_DOUBLE, MPI_SUM, st->pp);
+    return (float)sqrt(local);
+}
+
+void dist_opt_clip_grads(dist_opt *o, float grad_norm, float clip_grad) {
+    if (clip_grad <= 0.0f) return;
+    float coeff = clip_grad / (grad_norm + 1.0e-6f); /* Megatron's clip_grad_norm_fp32 */
+    if (coeff >= 1.0f) return;
+    for (int s = 0; s < o->num_segments; s++) {
+        float *g = o->ps->grad + o->segs[s].begin;
+        size_t n = o->segs[s].numel;
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) g[i] *= coeff;
+    }
+}
+
+void dist_opt_step(dist_opt *o, const optimizer_config *oc, float lr, int step) {
+    param_set *ps = o->ps;
+    for (int s = 0; s < o->num_segments; s++) {
+        const dist_opt_segment *sg = &o->segs[s];
+        const param_tensor *t = &ps->tensors[sg->tensor];
+        adamw_update(ps->data + sg->begin, ps->grad + sg->begin, o->exp_avg + sg->state,
+                     o->exp_avg_sq + sg->state, sg->numel, lr, oc->beta1, oc->beta2, oc->eps,
+                     t->weight_decay ? oc->weight_decay : 0.0f, step);
+    }
+}
+
+static void gather_bucket(dist_opt *o, float *buf, int b, int nonblocking) {
+    ddp *d = o->ddp;
+    const ddp_bucket *bk = &d->buckets[b];
+    if (nonblocking)
+        MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf + bk->begin, bk->counts,
+                        bk->displs, MPI_FLOAT, d->comm, &o->reqs[b]);
+    else
+        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf + bk->begin, bk->counts,
+                       bk->displs, MPI_FLOAT, d->comm);
+}
+
+void dist_opt_start_param_sync(dist_opt *o) {
+    ddp *d = o->ddp;
+    if (d->dp_size == 1) return;
+    /* forward order: the last bucket holds the embedding */
+    for (int b = d->num_buckets - 1; b >= 0; b--) {
+        gather_bucket(o, o->ps->data, b, o->overlap_param_gather);
+        if (o->overlap_param_gather) o->stats.gathers_started++;
+    }
+}
+
+void dist_opt_params_needed(void *user, size_t begin, size_t end) {
+    dist_opt *o = user;
+    ddp *d = o->ddp;
+    if (d->dp_size == 1) return;
+    double t0 = now_seconds();
+    int any = 0;
+    for (int b = 0; b < d->num_buckets; b++) {
+        if (o->reqs[b] == MPI_REQUEST_NULL) continue;
+        any = 1;
+        if (d->buckets[b].begin < end && begin < d->buckets[b].end) {
+            MPI_Wait(&o->reqs[b], MPI_STATUS_IGNORE);
+            o->stats.completed_in_forward++;
+        }
+    }
+    if (any) { /* progress on the gathers of later layers */
+        int outcount, idx[d->num_buckets];
+        MPI_Testsome(d->num_buckets, o->reqs, &outcount, idx, MPI_STATUSES_IGNORE);
+        if (outcount != MPI_UNDEFINED) o->stats.completed_in_forward += (unsigned long)outcount;
+        o->stats.forward_seconds += now_seconds() - t0;
+    }
+}
+
+void dist_opt_finish_param_sync(dist_opt *o) {
+    ddp *d = o->ddp;
+    for (int b = 0; b < d->num_buckets; b++)
+        if (o->reqs[b] != MPI_REQUEST_NULL) {
+            MPI_Wait(&o->reqs[b], MPI_STATUS_IGNORE);
+            o->stats.completed_at_finish++;
+        }
+}
+
+void dist_opt_unshard_state(dist_opt *o, int gather) {
+    param_set *ps = o->ps;
+    ddp *d = o->ddp;
+    ps->exp_avg = mem_alloc_floats(MEM_OTHER, ps->numel, "exp_avg (unsharded)");
+    ps->exp_avg_sq = mem_alloc_floats(MEM_OTHER, ps->numel, "exp_avg_sq (unsharded)");
+    if (!gather) return;
+    for (int s = 0; s < o->num_segments; s++) {
+        const dist_opt_segment *sg = &o->segs[s];
+        memcpy(ps->exp_avg + sg->begin, o->exp_avg + sg->state, sg->numel * sizeof(float));
+        memcpy(ps->exp_avg_sq + sg->begin, o->exp_avg_sq + sg->state, sg->numel * sizeof(float));
+    }
+    if (d->dp_size > 1)
+        for (int b = 0; b < d->num_buckets; b++) {
+            gather_bucket(o, ps->exp_avg, b, 0);
+            gather_bucket(o, ps->exp_avg_sq, b, 0);
+        }
+}
+
+void dist_opt_reshard_state(dist_opt *o, int keep) {
+    param_set *ps = o->ps;
+    if (keep)
+        for (int s = 0; s < o->num_segments; s++) {
+            const dist_opt_segment *sg = &o->segs[s];
+            memcpy(o->exp_avg + sg->state, ps->exp_avg + sg->begin, sg->numel * sizeof(float));
+            memcpy(o->exp_avg_sq + sg->state, ps->exp_avg_sq + sg->begin,
+                   sg->numel * sizeof(float));
+        }
+    mem_free(ps->exp_avg);
+    mem_free(ps->exp_avg_sq);
+    ps->exp_avg = ps->exp_avg_sq = NULL;
+}
