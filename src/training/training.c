@@ -13,6 +13,7 @@
 #include "core/optimizer/distrib_optimizer.h"
 #include "core/models/gpt_model.h"
 #include "core/optimizer/optimizer.h"
+#include "core/pipeline_parallel/p2p_communication.h"
 #include "core/pipeline_parallel/schedules.h"
 #include "core/tensor/memory.h"
 #include "core/transformer/activation_memory.h"
@@ -54,6 +55,7 @@ typedef struct {
     lr_scheduler sched;
     int num_microbatches; /* per data-parallel rank */
     gpt_model **stores;   /* activation stores of the micro-batches in flight; [0] = model */
+    double train_seconds; /* time in train_step (excludes evaluation and checkpoints) */
     int num_stores;
     ddp *ddp;             /* data-parallel gradient reduction (buckets) */
     dist_opt *dopt;       /* --use-distributed-optimizer (NULL: plain AdamW) */
@@ -437,6 +439,19 @@ static void log_dp_communication(const trainer *tr) {
     fflush(stdout);
 }
 
+/* Pipeline bubble: the share of training time this stage spent waiting for transfers, beside
+ * 1F1B's ideal (p - 1) / (m + p - 1) of the iteration. */
+static void log_pipeline_bubble(const trainer *tr) {
+    const parallel_state *ps = parallel_get();
+    if (ps->pp_size <= 1 || tr->train_seconds <= 0.0) return;
+    double wait = p2p_wait_seconds(), m = tr->num_microbatches, p = ps->pp_size;
+    printf("[Rank %d] pipeline stage %d: waited %.3f s for transfers of %.3f s of training "
+           "(%.1f%%; 1F1B's bubble (p - 1)/(m + p - 1) = %.1f%%)\n",
+           ps->world_rank, ps->pp_rank, wait, tr->train_seconds, 100.0 * wait / tr->train_seconds,
+           100.0 * (p - 1) / (m + p - 1));
+    fflush(stdout);
+}
+
 int pretrain(megadlm_args *a) {
     trainer tr = {.a = a};
     char err[1024];
@@ -489,7 +504,9 @@ int pretrain(megadlm_args *a) {
     int iters_acc = 0, saved_at = -1, memory_reported = 0;
     while (tr.iteration < a->train_iters) {
         float loss, norm, lr;
+        double t_step = now_seconds();
         train_step(&tr, &loss, &norm, &lr);
+        tr.train_seconds += now_seconds() - t_step;
         (void)lr;
         tr.iteration++;
         tr.consumed_train_samples += a->global_batch_size;
@@ -535,6 +552,7 @@ int pretrain(megadlm_args *a) {
             goto done;
         }
     }
+    log_pipeline_bubble(&tr);
     if (a->save[0] && saved_at != tr.iteration && save(&tr) != 0) goto done;
     if (a->eval_iters > 0) {
         if (gpt_data_num_samples(tr.data, SPLIT_VALID) > 0)
