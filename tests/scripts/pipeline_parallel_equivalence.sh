@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Pipeline parallelism (1F1B) against the single-process run, under mpirun: PP 2 and 4, TP 2 x
-# PP 2 with SP, PP 2 x DP 2, PP 2 with selective and full recompute; 4 layers, 4 micro-batches
+# PP 2 with SP, PP 2 x DP 2, DP 4, TP 2 x DP 2, TP 2 x PP 2 x DP 2 (8 ranks), PP 2 with
+# selective and full recompute, PP 4 with partial recompute (K = 2); 4 layers, 4 micro-batches
 # per iteration, dropout 0.1, evaluation on: every logged loss (training, validation, test)
 # within rel 1e-5 and the final unsharded parameters and optimizer state within rel 1e-4.
 # Checkpoints cross layouts: PP 2 saves at iteration 3, TP 2 finishes; one process saves,
@@ -55,6 +56,13 @@ check pp4 4 --pipeline-model-parallel-size 4
 check tp2pp2sp 4 --pipeline-model-parallel-size 2 --tensor-model-parallel-size 2 \
     --make-vocab-size-divisible-by 64 --sequence-parallel
 check pp2dp2 4 --pipeline-model-parallel-size 2
+check dp4 4
+check tp2dp2 4 --tensor-model-parallel-size 2 --make-vocab-size-divisible-by 64
+check tp2pp2dp2 8 --tensor-model-parallel-size 2 --make-vocab-size-divisible-by 64 \
+    --pipeline-model-parallel-size 2 --sequence-parallel --recompute-granularity selective
+check pp4part 4 --pipeline-model-parallel-size 4 --recompute-granularity full \
+    --recompute-method uniform --recompute-num-layers 1 \
+    --num-microbatches-with-partial-activation-checkpoints 2
 check pp2sel 2 --pipeline-model-parallel-size 2 --recompute-granularity selective
 check pp2full 2 --pipeline-model-parallel-size 2 --recompute-granularity full \
     --recompute-method uniform --recompute-num-layers 1
