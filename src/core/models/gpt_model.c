@@ -271,8 +271,10 @@ gpt_model *gpt_model_create(const transformer_config *cfg, int max_batch, int wi
         m->dres = mem_alloc_floats(MEM_WORKSPACE, Ns * C, "residual gradient");
         m->demb = mem_alloc_floats(MEM_WORKSPACE, N * C, "embedding gradient");
     }
-    if (tc_tp(c) > 1) /* the vocab-parallel lookup's partial sums before the reduction */
+    if (tc_tp(c) > 1) { /* the vocab-parallel lookup's partial sums before the reduction */
         m->emb_partial = mem_alloc_floats(MEM_WORKSPACE, N * C, "embedding partial lookup");
+        m->ce_sumexp = mem_alloc_floats(MEM_WORKSPACE, N, "cross-entropy sum of exponentials");
+    }
     if (c->rope) {
         size_t half = c->rot_dim / 2;
         m->rope_cos = mem_alloc_floats(MEM_OTHER, c->seq_length * half, "rope cos");
@@ -308,7 +310,8 @@ void gpt_model_free(gpt_model *m) {
     mem_free(ps->exp_avg_sq);
     free(ps->tensors);
     free(m->layer_begin);
-    void *bufs[] = {m->dlosses, m->dres, m->demb, m->rope_cos, m->rope_sin, m->emb_partial};
+    void *bufs[] = {m->dlosses, m->dres,     m->demb,       m->rope_cos,
+                    m->rope_sin, m->emb_partial, m->ce_sumexp};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) mem_free(bufs[i]);
     free(m);
 }
@@ -453,8 +456,8 @@ float gpt_model_forward(gpt_model *m, const int32_t *tokens, const int32_t *labe
     if (tc_tp(c) == 1)
         cross_entropy_forward(m->losses, m->lse, m->logits, m->labels, N, V);
     else
-        vocab_parallel_cross_entropy_forward(m->losses, m->lse, m->logits, m->labels,
-                                             c->tp_rank * V, V, N);
+        vocab_parallel_cross_entropy_forward(m->losses, m->lse, m->ce_sumexp, m->logits,
+                                             m->labels, c->tp_rank * V, V, N);
     double num = 0.0, den = 0.0;
     for (int i = 0; i < N; i++) {
         num += (double)m->losses[i] * m->loss_mask[i];

@@ -37,6 +37,7 @@ typedef struct {
     float *demb;          /* [N, C] embedding gradient before dropout */
     float *rope_cos, *rope_sin; /* [seq_length, rot_dim/2] */
     float *emb_partial;   /* [N, C] vocab-parallel lookup before its reduction (TP only) */
+    float *ce_sumexp;     /* [N] vocab-parallel cross-entropy scratch (TP only) */
 
     /* Where each part's parameters sit in the flat buffers (floats): layer l is
      * [layer_begin[l], layer_begin[l + 1]); the embedding (word + position) is [0, layer_begin[0]);

@@ -95,8 +95,9 @@ void position_embedding_add_backward(float *dwpe, const float *dout, int64_t fir
     }
 }
 
-void vocab_parallel_cross_entropy_forward(float *losses, float *lse, const float *logits_local,
-                                          const int *targets, int vocab_start, int Vl, int N) {
+void vocab_parallel_cross_entropy_forward(float *losses, float *lse, float *sumexp,
+                                          const float *logits_local, const int *targets,
+                                          int vocab_start, int Vl, int N) {
     /* lse doubles as the row max, losses as the target logit, until the reductions are done */
     float *rowmax = lse, *target_logit = losses;
 #pragma omp parallel for schedule(static)
@@ -110,7 +111,6 @@ void vocab_parallel_cross_entropy_forward(float *losses, float *lse, const float
     }
     tp_all_reduce_max(rowmax, N);
     tp_all_reduce_sum(target_logit, N);
-    float sumexp[N > 0 ? N : 1];
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float *x = logits_local + (size_t)n * Vl;

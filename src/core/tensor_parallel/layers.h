@@ -37,9 +37,11 @@ void position_embedding_add_backward(float *dwpe, const float *dout, int64_t fir
                                      int T, int C);
 
 /* Vocab-parallel cross-entropy over logits_local[N, Vl] (this rank's vocabulary columns
- * vocab_start ..): losses[N] and lse[N] (logsumexp over the whole vocabulary) on every rank. */
-void vocab_parallel_cross_entropy_forward(float *losses, float *lse, const float *logits_local,
-                                          const int *targets, int vocab_start, int Vl, int N);
+ * vocab_start ..): losses[N] and lse[N] (logsumexp over the whole vocabulary) on every rank;
+ * sumexp[N] is scratch. */
+void vocab_parallel_cross_entropy_forward(float *losses, float *lse, float *sumexp,
+                                          const float *logits_local, const int *targets,
+                                          int vocab_start, int Vl, int N);
 /* dlogits_local = (softmax - onehot) * dlosses, written (may alias logits_local). */
 void vocab_parallel_cross_entropy_backward(float *dlogits_local, const float *logits_local,
                                            const float *lse, const int *targets, int vocab_start,
