@@ -223,6 +223,11 @@ int generate_main(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", err);
         return 1;
     }
+    if (!strcmp(a.model_running_mode, "difflm-noshift")) {
+        fprintf(stderr, "error: --load %s holds a masked-diffusion model (difflm-noshift); "
+                        "diffusion sampling is not supported yet\n", g.load);
+        return 1;
+    }
     /* one process: whatever layout the checkpoint was trained with, its tensors are whole */
     a.tensor_model_parallel_size = 1;
     a.pipeline_model_parallel_size = 1;

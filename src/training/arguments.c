@@ -308,6 +308,17 @@ static const opt_def OPTIONS[] = {
            "Iterations between checkpoints; needs --save."),
     STROPT("load", G_LOG, load, "DIR", "none", "Directory to resume from."),
 
+    /* ---- masked diffusion ---- */
+    STROPT("model-running-mode", G_MODEL, model_running_mode, "MODE", NULL,
+           "vanilla (autoregressive) or difflm-noshift (masked diffusion, MegaDLMs)."),
+    INTOPT("mask-token", K_NONNEG, G_MODEL, mask_token, "ID", "none",
+           "Token id that replaces masked positions (difflm-noshift)."),
+    STROPT("attention-mask-type", G_MODEL, attention_mask_type, "TYPE",
+           "causal; no_mask with difflm-noshift", "causal or no_mask (bidirectional)."),
+    FLTOPT("difflm-varilen-prob", G_MODEL, difflm_varilen_prob, NULL,
+           "difflm-noshift with no_mask: probability that a micro-batch is cut to a random "
+           "length in [2, seq-length]."),
+
     /* ---- activation recomputation ---- */
     BOOLOPT("recompute-activations", K_TRUE, G_RECOMPUTE, recompute_activations, "off",
             "Selective recomputation of the core attention (= --recompute-granularity selective)."),
@@ -368,8 +379,7 @@ static const opt_def OPTIONS[] = {
 
     /* ---- features of later releases: refused, never silently accepted ---- */
     LATER("bf16"), LATER("fp16"), LATER("tp-comm-overlap"), LATER("context-parallel-size"), LATER("expert-model-parallel-size"), LATER("num-experts"),
-    LATER("use-flash-attn"), LATER("model-running-mode"),
-    LATER("attention-mask-type"), LATER("mask-token"),
+    LATER("use-flash-attn"),
     LATER("fp8-format"),
 };
 
@@ -395,6 +405,9 @@ void args_defaults(megadlm_args *a) {
     a->make_vocab_size_divisible_by = 128;
     a->init_method_std = 0.02f;
     a->distributed_timeout_minutes = 10.0f; /* Megatron's default */
+    snprintf(a->model_running_mode, sizeof(a->model_running_mode), "vanilla");
+    a->mask_token = -1;
+    a->difflm_varilen_prob = 0.01f; /* MegaDLMs' default */
     a->num_microbatches_with_partial_activation_checkpoints = -1; /* Megatron's None */
     a->hidden_dropout = 0.1f;
     a->attention_dropout = 0.1f;
@@ -848,6 +861,51 @@ static const char *const MEGATRON_TOKENIZERS[] = {
     "GPTSentencePieceTokenizer", "HuggingFaceTokenizer", "Llama2Tokenizer", "TikTokenizer",
     "MultimodalTokenizer", "NullMultimodalTokenizer", "SFTTokenizer", NULL};
 
+/* MegaDLMs' masked-diffusion flags. */
+static int validate_difflm(megadlm_args *a, char *err, size_t errlen) {
+    int dlm = !strcmp(a->model_running_mode, "difflm-noshift");
+    if (!dlm && strcmp(a->model_running_mode, "vanilla") != 0)
+        return fail(err, errlen, "--model-running-mode %s: expected vanilla or difflm-noshift",
+                    a->model_running_mode);
+    if (!a->attention_mask_type[0])
+        snprintf(a->attention_mask_type, sizeof(a->attention_mask_type), "%s",
+                 dlm ? "no_mask" : "causal");
+    if (strcmp(a->attention_mask_type, "causal") != 0 && strcmp(a->attention_mask_type, "no_mask") != 0)
+        return fail(err, errlen, "--attention-mask-type %s: expected causal or no_mask",
+                    a->attention_mask_type);
+    if (!dlm && !strcmp(a->attention_mask_type, "no_mask"))
+        return fail(err, errlen, "--attention-mask-type no_mask needs --model-running-mode "
+                                 "difflm-noshift (an autoregressive model must not see ahead)");
+    if (!dlm) {
+        if (a->mask_token >= 0)
+            return fail(err, errlen, "--mask-token needs --model-running-mode difflm-noshift");
+        return 0;
+    }
+    if (a->mask_token < 0)
+        return fail(err, errlen, "--model-running-mode difflm-noshift needs --mask-token ID");
+    if (a->padded_vocab_size > 0 && a->mask_token >= a->padded_vocab_size)
+        return fail(err, errlen, "--mask-token %d is outside the (padded) vocabulary of %d",
+                    a->mask_token, a->padded_vocab_size);
+    if (!(a->difflm_varilen_prob >= 0.0f && a->difflm_varilen_prob <= 1.0f))
+        return fail(err, errlen, "--difflm-varilen-prob must be in [0, 1]");
+    if (a->seq_length < 2)
+        return fail(err, errlen, "--model-running-mode difflm-noshift needs --seq-length >= 2");
+    int t = a->tensor_model_parallel_size > 1 ? a->tensor_model_parallel_size : 1;
+    if (a->sequence_parallel && t > 1) {
+        /* the model sees seq-length - 1 tokens (or a random length with varilen) */
+        if (!strcmp(a->attention_mask_type, "no_mask") && a->difflm_varilen_prob > 0.0f)
+            return fail(err, errlen, "--sequence-parallel with --difflm-varilen-prob %g: random "
+                                     "lengths cannot be split across %d ranks (use 0)",
+                        a->difflm_varilen_prob, t);
+        if ((a->micro_batch_size * (a->seq_length - 1)) % t != 0)
+            return fail(err, errlen, "--sequence-parallel with difflm-noshift: micro-batch x "
+                                     "(--seq-length - 1) = %d tokens is not divisible by "
+                                     "--tensor-model-parallel-size %d",
+                        a->micro_batch_size * (a->seq_length - 1), t);
+    }
+    return 0;
+}
+
 /* Megatron's recompute rules (arguments.py validate_args and TransformerConfig.__post_init__). */
 static int validate_recompute(megadlm_args *a, char *err, size_t errlen) {
     if (a->enable_cuda_graph)
@@ -1233,7 +1291,8 @@ int args_validate(megadlm_args *a, char *err, size_t errlen) {
         a->padded_vocab_size = (int)padded;
     }
 
-    /* ---- recompute plan; then the world size, and the data-parallel size it gives ---- */
+    /* ---- objective; recompute plan; then the world size, and the data-parallel size ---- */
+    if (validate_difflm(a, err, errlen)) return -1;
     if (validate_recompute(a, err, errlen)) return -1;
     if (validate_world(a, err, errlen)) return -1;
 
@@ -1387,6 +1446,7 @@ static const field_def FIELDS[] = {
     FI(data_parallel_size), FI(exit_interval), FF(distributed_timeout_minutes),
     FB(recompute_activations), FS(recompute_granularity), FS(recompute_method),
     FI(num_microbatches_with_partial_activation_checkpoints),
+    FS(model_running_mode), FI(mask_token), FS(attention_mask_type), FF(difflm_varilen_prob),
     FI(recompute_num_layers), FB(distribute_saved_activations), FB(enable_cuda_graph),
     FB(sequence_parallel), FB(use_distributed_optimizer),
     FI(num_layers_per_virtual_pipeline_stage), FI(virtual_pipeline_model_parallel_size),

@@ -96,6 +96,12 @@ typedef struct {
     /* ---- added after the first contract ---- */
     int exit_interval;            /* --exit-interval N: stop (saving first when --save is given)
                                    * after an iteration divisible by N; 0 = none (Megatron's None) */
+    /* ---- masked diffusion (MegaDLMs' pretrain_difflm.py) ---- */
+    char model_running_mode[32];  /* --model-running-mode vanilla|difflm-noshift (vanilla) */
+    int mask_token;               /* --mask-token ID (required with difflm-noshift; -1 unset) */
+    char attention_mask_type[16]; /* --attention-mask-type causal|no_mask (causal; no_mask with
+                                     difflm-noshift unless given) */
+    float difflm_varilen_prob;    /* --difflm-varilen-prob (0.01) */
     float distributed_timeout_minutes; /* --distributed-timeout-minutes (10): a rank that makes
                                    * no progress for this long ends the job */
 

@@ -31,7 +31,11 @@ transformer_config model_config_from_args(const megadlm_args *a) {
     c.init_method_std = a->init_method_std;
     c.hidden_dropout = a->hidden_dropout;
     c.attention_dropout = a->attention_dropout;
-    c.causal = 1;
+    /* --attention-mask-type no_mask: bidirectional (masked diffusion) */
+    c.causal = strcmp(a->attention_mask_type, "no_mask") != 0;
+    /* difflm-noshift drops the first token and looks up learned positions from 1 (MegaDLMs'
+     * unshift keeps position_ids[:, 1:]); RoPE starts at 0 either way */
+    c.position_offset = !strcmp(a->model_running_mode, "difflm-noshift") && !c.rope ? 1 : 0;
     if (!strcmp(a->recompute_granularity, "selective"))
         c.recompute_granularity = RECOMPUTE_SELECTIVE;
     else if (!strcmp(a->recompute_granularity, "full"))

@@ -20,6 +20,7 @@
 #include "tools/tools.h"
 #include "training/checkpointing.h"
 #include "training/watchdog.h"
+#include "training/difflm.h"
 #include "training/dist_checkpointing.h"
 #include "core/parallel_state.h"
 #include "core/tensor_parallel/mappings.h"
@@ -63,6 +64,8 @@ typedef struct {
     int iteration;
     uint64_t consumed_train_samples;
     int32_t *sample;   /* [seq_length + 1] */
+    int difflm;        /* --model-running-mode difflm-noshift */
+    float *lm;         /* [seq_length] one sequence's loss mask (difflm) */
     int32_t *tokens;   /* [micro_batch_size * seq_length] */
     int32_t *labels;
     float *loss_mask;
@@ -96,17 +99,46 @@ typedef struct {
     int training;
 } step_ctx;
 
+/* The masked-diffusion batch (training/difflm.h): L = R - 1 unshifted tokens per sequence
+ * with masked positions replaced, labels, weights m/p * loss mask; returns sum(loss mask). */
+static float get_difflm_batch(trainer *tr, int split, uint64_t first, int L) {
+    const megadlm_args *a = tr->a;
+    int eod = tokenizer_eod(tr->tok);
+    double denominator = 0.0;
+    for (int b = 0; b < a->micro_batch_size; b++) {
+        gpt_data_get(tr->data, split, first + b, tr->sample);
+        for (int j = 0; j < L; j++) { /* Megatron's loss mask of label j (token j is eod) */
+            tr->lm[j] = (a->eod_mask_loss && tr->sample[j] == eod) ? 0.0f : 1.0f;
+            denominator += tr->lm[j];
+        }
+        difflm_mask_sequence(tr->sample, tr->lm, L, a->mask_token, a->seed, first + b,
+                             tr->tokens + (size_t)b * L, tr->labels + (size_t)b * L,
+                             tr->loss_mask + (size_t)b * L);
+    }
+    return (float)denominator;
+}
+
 static float forward_step(void *user, int k, gpt_model *store) {
     watchdog_progress("running a forward step");
     step_ctx *sc = user;
     trainer *tr = sc->tr;
     const megadlm_args *a = tr->a;
     uint32_t global_mb = (uint32_t)(k * tr->dp_size + tr->dp_rank);
-    get_batch(tr, sc->split, sc->first + (uint64_t)global_mb * a->micro_batch_size);
+    uint64_t first = sc->first + (uint64_t)global_mb * a->micro_batch_size;
     gpt_step step = {.seed = a->seed,
                      .iteration = sc->training ? (uint32_t)tr->iteration : 0,
                      .microbatch = sc->training ? global_mb : 0,
                      .training = sc->training};
+    if (tr->difflm) {
+        /* variable length: training only, with bidirectional attention (as MegaDLMs) */
+        float varilen = sc->training && !tr->model->cfg.causal ? a->difflm_varilen_prob : 0.0f;
+        int L = difflm_length(a->seed, (uint32_t)tr->iteration, global_mb, a->seq_length,
+                              varilen) - 1;
+        float denominator = get_difflm_batch(tr, sc->split, first, L);
+        return gpt_model_forward_weighted(store, tr->tokens, tr->labels, tr->loss_mask,
+                                          denominator, a->micro_batch_size, L, step);
+    }
+    get_batch(tr, sc->split, first);
     return gpt_model_forward(store, tr->tokens, tr->labels, tr->loss_mask, a->micro_batch_size,
                              a->seq_length, step);
 }
@@ -496,6 +528,8 @@ int pretrain(megadlm_args *a) {
     tr.tokens = mem_alloc(MEM_OTHER, N * sizeof(int32_t), "batch tokens");
     tr.labels = mem_alloc(MEM_OTHER, N * sizeof(int32_t), "batch labels");
     tr.loss_mask = mem_alloc_floats(MEM_OTHER, N, "batch loss mask");
+    tr.lm = mem_alloc_floats(MEM_OTHER, a->seq_length, "sequence loss mask");
+    tr.difflm = !strcmp(a->model_running_mode, "difflm-noshift");
 
     watchdog_start(a->distributed_timeout_minutes);
     log_printf("training ...\n");
@@ -570,6 +604,7 @@ done:
     mem_free(tr.tokens);
     mem_free(tr.labels);
     mem_free(tr.loss_mask);
+    mem_free(tr.lm);
     gpt_data_free(tr.data);
     for (int i = 1; i < tr.num_stores; i++) gpt_model_free(tr.stores[i]);
     free(tr.stores);

@@ -367,7 +367,7 @@ static void embedding_layer_forward(gpt_model *m, float *h0, int B, int T) {
     const transformer_config *c = &m->cfg;
     int N = B * T, Ns = tc_tokens_local(c, N), C = c->hidden_size;
     if (tc_tp(c) == 1) {
-        embedding_forward(h0, m->tokens, m->wte, m->wpe, B, T, C, 0);
+        embedding_forward(h0, m->tokens, m->wte, m->wpe, B, T, C, c->position_offset);
         return;
     }
     int Vl = tc_vocab_local(c);
@@ -378,19 +378,22 @@ static void embedding_layer_forward(gpt_model *m, float *h0, int B, int T) {
         tp_all_reduce_sum(m->emb_partial, (size_t)N * C);
         memcpy(h0, m->emb_partial, (size_t)N * C * sizeof(float));
     }
-    if (m->wpe) position_embedding_add(h0, m->wpe, shard_first_token(c, Ns), Ns, T, C);
+    if (m->wpe)
+        position_embedding_add(h0, m->wpe + (size_t)c->position_offset * C,
+                               shard_first_token(c, Ns), Ns, T, C);
 }
 
 static void embedding_layer_backward(gpt_model *m, const float *dh0, int B, int T) {
     const transformer_config *c = &m->cfg;
     int N = B * T, Ns = tc_tokens_local(c, N), C = c->hidden_size;
     if (tc_tp(c) == 1) {
-        embedding_backward(m->g_wte, m->g_wpe, dh0, m->tokens, B, T, C, 0);
+        embedding_backward(m->g_wte, m->g_wpe, dh0, m->tokens, B, T, C, c->position_offset);
         return;
     }
     int Vl = tc_vocab_local(c);
     if (m->wpe)
-        position_embedding_add_backward(m->g_wpe, dh0, shard_first_token(c, Ns), Ns, T, C);
+        position_embedding_add_backward(m->g_wpe + (size_t)c->position_offset * C, dh0,
+                                        shard_first_token(c, Ns), Ns, T, C);
     const float *full = dh0;
     if (tc_sp(c)) {
         tp_all_gather(m->emb_partial, dh0, (size_t)Ns * C);
@@ -401,6 +404,12 @@ static void embedding_layer_backward(gpt_model *m, const float *dh0, int B, int 
 
 float gpt_model_forward(gpt_model *m, const int32_t *tokens, const int32_t *labels,
                         const float *loss_mask, int B, int T, gpt_step step) {
+    return gpt_model_forward_weighted(m, tokens, labels, loss_mask, 0.0f, B, T, step);
+}
+
+float gpt_model_forward_weighted(gpt_model *m, const int32_t *tokens, const int32_t *labels,
+                                 const float *weights, float denominator, int B, int T,
+                                 gpt_step step) {
     const transformer_config *c = &m->cfg;
     if (B > m->max_batch || T > c->seq_length) {
         fprintf(stderr, "internal error: batch %dx%d exceeds the model's buffers %dx%d\n", B, T,
@@ -449,8 +458,8 @@ float gpt_model_forward(gpt_model *m, const int32_t *tokens, const int32_t *labe
 
     if (!labels) return 0.0f;
     memcpy(m->labels, labels, (size_t)N * sizeof(int));
-    if (loss_mask)
-        memcpy(m->loss_mask, loss_mask, (size_t)N * sizeof(float));
+    if (weights)
+        memcpy(m->loss_mask, weights, (size_t)N * sizeof(float));
     else
         for (int i = 0; i < N; i++) m->loss_mask[i] = 1.0f;
     if (tc_tp(c) == 1)
@@ -463,6 +472,7 @@ float gpt_model_forward(gpt_model *m, const int32_t *tokens, const int32_t *labe
         num += (double)m->losses[i] * m->loss_mask[i];
         den += m->loss_mask[i];
     }
+    if (denominator > 0.0f) den = denominator;
     m->loss_mask_sum = (float)den;
     return den > 0.0 ? (float)(num / den) : 0.0f;
 }

@@ -92,6 +92,12 @@ typedef struct {
  * Logits of the last call stay in m->logits [B, T, V] until backward. */
 float gpt_model_forward(gpt_model *m, const int32_t *tokens, const int32_t *labels,
                         const float *loss_mask, int B, int T, gpt_step step);
+/* The same with per-token loss weights and the denominator given: loss =
+ * sum(loss * weights) / denominator (denominator <= 0: sum(weights)). The masked-diffusion
+ * objective weighs masked tokens by 1/p and divides by the loss-mask count. */
+float gpt_model_forward_weighted(gpt_model *m, const int32_t *tokens, const int32_t *labels,
+                                 const float *weights, float denominator, int B, int T,
+                                 gpt_step step);
 /* Backward of the last forward, with d(objective)/d(loss) = loss_scale (1/num_microbatches for
  * gradient accumulation). Gradients accumulate into m->params.grad. */
 void gpt_model_backward(gpt_model *m, float loss_scale);

@@ -35,7 +35,8 @@ typedef struct {
     float init_method_std;
     float hidden_dropout;
     float attention_dropout;
-    int causal;                 /* causal self-attention (the autoregressive objective) */
+    int causal;                 /* causal self-attention (else bidirectional: no_mask) */
+    int position_offset;        /* first learned position (1 for difflm-noshift, as MegaDLMs) */
     recompute_granularity recompute_granularity;
     recompute_method recompute_method; /* with RECOMPUTE_FULL */
     int recompute_num_layers;          /* with RECOMPUTE_FULL: chunk size (uniform) or number of

@@ -1,0 +1,121 @@
+/* The masked-diffusion objective: the forward process (masking, p_b, weights), its determinism
+ * by sample index, the weighted loss sum(m/p * CE * lm) / sum(lm) against per-token losses
+ * summed here, and bidirectional attention (an early position sees a later token). */
+#include <string.h>
+
+#include "core/models/gpt_model.h"
+#include "core/random/philox.h"
+#include "test_util.h"
+#include "training/difflm.h"
+
+static void check_forward_process(void) {
+    enum { L = 40, S = 200 };
+    int32_t sample[L + 1], noisy[L], labels[L], noisy2[L], labels2[L];
+    float lm[L], w[L], w2[L];
+    for (int j = 0; j <= L; j++) sample[j] = 3 + j % 17;
+    for (int j = 0; j < L; j++) lm[j] = (j % 7 == 3) ? 0.0f : 1.0f;
+    double mean_fraction = 0.0;
+    int ones = 0;
+    for (uint64_t idx = 0; idx < S; idx++) {
+        int masked = difflm_mask_sequence(sample, lm, L, 999, 42, idx, noisy, labels, w);
+        int count = 0;
+        for (int j = 0; j < L; j++) {
+            int m = noisy[j] == 999;
+            count += m;
+            CHECK(labels[j] == sample[j + 1]);                  /* unshifted, in place */
+            CHECK(m || noisy[j] == sample[j + 1]);
+            float want = m ? (float)L / (float)masked * lm[j] : 0.0f; /* m / p * lm */
+            CHECK(w[j] == want);
+        }
+        CHECK(masked >= 1 && count == masked);
+        ones += masked == 1;
+        mean_fraction += (double)masked / L;
+        /* a pure function of (seed, sample index) */
+        difflm_mask_sequence(sample, lm, L, 999, 42, idx, noisy2, labels2, w2);
+        CHECK(memcmp(noisy, noisy2, sizeof(noisy)) == 0 && memcmp(w, w2, sizeof(w)) == 0);
+    }
+    /* t ~ U(0,1) per sequence: the masked fraction averages about 1/2 */
+    mean_fraction /= S;
+    printf("masked fraction over %d sequences: %.3f, sequences with one mask: %d\n", S,
+           mean_fraction, ones);
+    CHECK(mean_fraction > 0.4 && mean_fraction < 0.6);
+    /* another seed gives other masks */
+    difflm_mask_sequence(sample, lm, L, 999, 43, 0, noisy2, labels2, w2);
+    difflm_mask_sequence(sample, lm, L, 999, 42, 0, noisy, labels, w);
+    CHECK(memcmp(noisy, noisy2, sizeof(noisy)) != 0);
+    /* varilen: lengths in [2, s], about P of them cut */
+    int cut = 0;
+    for (uint32_t k = 0; k < 2000; k++) {
+        int R = difflm_length(7, k / 8, k % 8, 64, 0.25f);
+        CHECK(R >= 2 && R <= 64);
+        cut += R < 64;
+    }
+    CHECK(cut > 400 && cut < 600);
+    CHECK(difflm_length(7, 1, 1, 64, 0.0f) == 64);
+}
+
+static transformer_config tiny(int causal) {
+    transformer_config c = {0};
+    c.num_layers = 2;
+    c.hidden_size = 32;
+    c.ffn_hidden_size = 64;
+    c.num_attention_heads = 4;
+    c.num_query_groups = 4;
+    c.kv_channels = 8;
+    c.seq_length = 12;
+    c.max_position_embeddings = 13;
+    c.padded_vocab_size = 64;
+    c.normalization = NORM_LAYERNORM;
+    c.norm_epsilon = 1e-5f;
+    c.gelu = GELU_TANH;
+    c.add_bias_linear = 1;
+    c.init_method_std = 0.2f;
+    c.causal = causal;
+    c.position_offset = 1;
+    return c;
+}
+
+static void check_loss_and_attention(void) {
+    int B = 2, T = 11, N = B * T;
+    transformer_config c = tiny(0);
+    gpt_model *m = gpt_model_create(&c, B, 1);
+    gpt_model_init_params(m, 5);
+    int32_t tok[22], lab[22];
+    float w[22];
+    for (int i = 0; i < N; i++) {
+        tok[i] = (i * 7) % 50;
+        lab[i] = (i * 3 + 1) % 50;
+        w[i] = (i % 3 == 0) ? 2.5f : 0.0f;
+    }
+    gpt_step step = {.seed = 1, .training = 0};
+    float den = 17.0f;
+    float loss = gpt_model_forward_weighted(m, tok, lab, w, den, B, T, step);
+    double want = 0.0;
+    for (int i = 0; i < N; i++) want += (double)w[i] * m->losses[i];
+    CHECK_CLOSE(loss, want / den, 1e-6, 0);
+
+    /* bidirectional: changing the last token changes the first position's logits */
+    float first[64];
+    memcpy(first, m->logits, sizeof(first));
+    tok[T - 1] = (tok[T - 1] + 1) % 50;
+    gpt_model_forward(m, tok, NULL, NULL, B, T, step);
+    CHECK(memcmp(first, m->logits, sizeof(first)) != 0);
+    gpt_model_free(m);
+
+    /* causal: it does not */
+    c = tiny(1);
+    m = gpt_model_create(&c, B, 1);
+    gpt_model_init_params(m, 5);
+    gpt_model_forward(m, tok, NULL, NULL, B, T, step);
+    memcpy(first, m->logits, sizeof(first));
+    tok[T - 1] = (tok[T - 1] + 1) % 50;
+    gpt_model_forward(m, tok, NULL, NULL, B, T, step);
+    CHECK(memcmp(first, m->logits, sizeof(first)) == 0);
+    gpt_model_free(m);
+}
+
+int main(void) {
+    check_forward_process();
+    check_loss_and_attention();
+    TEST_DONE();
+}
