@@ -313,8 +313,8 @@ static void test_refused_flags(void) {
         "--bf16", "--fp16",
         "--tp-comm-overlap",
         "--context-parallel-size 2", "--expert-model-parallel-size 2", "--num-experts 8",
-        "--use-flash-attn", "--model-running-mode x",
-        "--attention-mask-type causal", "--mask-token 3", "--fp8-format hybrid",
+        "--use-flash-attn",
+        "--fp8-format hybrid",
         "--bf16=1",
     };
     for (size_t i = 0; i < sizeof(later) / sizeof(later[0]); i++) {
@@ -1108,6 +1108,29 @@ static void test_ddp_flags(void) {
     args_free(&a);
 }
 
+/* MegaDLMs' flags */
+static void test_difflm_flags(void) {
+    megadlm_args a;
+    EXPECT_OK(&a, BASE);
+    CHECK(strcmp(a.model_running_mode, "vanilla") == 0 && strcmp(a.attention_mask_type, "causal") == 0);
+    CHECK(a.difflm_varilen_prob == 0.01f && a.mask_token == -1);
+    args_free(&a);
+    EXPECT_OK(&a, BASE " --model-running-mode difflm-noshift --mask-token 100");
+    CHECK(strcmp(a.attention_mask_type, "no_mask") == 0); /* the diffusion default */
+    args_free(&a);
+    EXPECT_OK(&a, BASE " --model-running-mode difflm-noshift --mask-token 100 --attention-mask-type causal");
+    args_free(&a);
+    EXPECT_ERR(BASE " --model-running-mode x", "--model-running-mode x", "difflm-noshift", NULL);
+    EXPECT_ERR(BASE " --model-running-mode difflm-noshift", "--mask-token", NULL, NULL);
+    EXPECT_ERR(BASE " --attention-mask-type no_mask", "--attention-mask-type no_mask",
+               "--model-running-mode difflm-noshift", NULL);
+    EXPECT_ERR(BASE " --mask-token 3", "--mask-token", "difflm-noshift", NULL);
+    EXPECT_ERR(BASE " --model-running-mode difflm-noshift --mask-token 128", "--mask-token 128",
+               NULL, NULL);
+    EXPECT_ERR(BASE " --model-running-mode difflm-noshift --mask-token 1 --difflm-varilen-prob 2",
+               "--difflm-varilen-prob", NULL, NULL);
+}
+
 int main(void) {
     test_ddp_flags();
     test_defaults();
@@ -1122,5 +1145,6 @@ int main(void) {
     test_print();
     test_json();
     test_recompute();
+    test_difflm_flags();
     TEST_DONE();
 }
