@@ -10,6 +10,7 @@
 
 #include "core/models/gpt_model.h"
 #include "core/random/philox.h"
+#include "tools/diffusion_sampling.h"
 #include "tools/tools.h"
 #include "training/arguments.h"
 #include "training/checkpointing.h"
@@ -25,6 +26,10 @@ typedef struct {
     float top_p;
     uint64_t seed;
     const char *vocab_file, *merge_file, *tokenizer_model; /* override the checkpoint's */
+    /* masked-diffusion models (LLaDA's sampler, tools/diffusion_sampling.h) */
+    int gen_length, steps, block_length;
+    const char *remasking;
+    int given_ar, given_dlm, given_temperature; /* which family's flags were used */
 } generate_args;
 
 static void print_help(FILE *out) {
@@ -37,6 +42,13 @@ static void print_help(FILE *out) {
             "  --top-k K             sample among the K most likely tokens; 0 = off (0)\n"
             "  --top-p P             nucleus sampling with mass P; 0 = off          (0.0)\n"
             "  --seed S              random seed                                    (1234)\n"
+            "masked-diffusion checkpoints (difflm-noshift), LLaDA's sampler:\n"
+            "  --gen-length N        tokens to generate after the prompt            (128)\n"
+            "  --steps N             unmasking rounds, a multiple of the blocks     (128)\n"
+            "  --block-length N      tokens per block, generated left to right      (gen-length)\n"
+            "  --remasking R         low_confidence or random                       (low_confidence)\n"
+            "  --temperature T       0 = argmax, > 0 Gumbel noise                   (0)\n"
+            "  (--max-new-tokens, --top-k and --top-p are for autoregressive checkpoints)\n"
             "  --vocab-file F, --merge-file F, --tokenizer-model F\n"
             "                        tokenizer files instead of the checkpoint's (which are\n"
             "                        stored as absolute paths); they must give the same\n"
@@ -61,8 +73,11 @@ static int parse(generate_args *g, int argc, char **argv) {
         {"seed", required_argument, 0, 's'},         {"help", no_argument, 0, 'h'},
         {"vocab-file", required_argument, 0, 'V'},   {"merge-file", required_argument, 0, 'M'},
         {"tokenizer-model", required_argument, 0, 'T'},
+        {"gen-length", required_argument, 0, 'g'},   {"steps", required_argument, 0, 'S'},
+        {"block-length", required_argument, 0, 'b'}, {"remasking", required_argument, 0, 'r'},
         {0, 0, 0, 0}};
-    *g = (generate_args){.prompt = "", .max_new_tokens = 64, .temperature = 1.0f, .seed = 1234};
+    *g = (generate_args){.prompt = "", .max_new_tokens = 64, .temperature = 1.0f, .seed = 1234,
+                         .gen_length = 128, .steps = 128, .remasking = "low_confidence"};
     opterr = 0;
     optind = 1;
     int c;
@@ -75,15 +90,23 @@ static int parse(generate_args *g, int argc, char **argv) {
         case 'M': g->merge_file = optarg; break;
         case 'T': g->tokenizer_model = optarg; break;
         case 'h': print_help(stdout); return 1;
-        case 'n': case 't': case 'k': case 'P': case 's': {
+        case 'r': g->remasking = optarg; g->given_dlm = 1; break;
+        case 'n': case 't': case 'k': case 'P': case 's': case 'g': case 'S': case 'b': {
             const char *flag = c == 'n' ? "--max-new-tokens" : c == 't' ? "--temperature"
-                               : c == 'k' ? "--top-k" : c == 'P' ? "--top-p" : "--seed";
+                               : c == 'k' ? "--top-k" : c == 'P' ? "--top-p"
+                               : c == 'g' ? "--gen-length" : c == 'S' ? "--steps"
+                               : c == 'b' ? "--block-length" : "--seed";
             if (parse_number(flag, optarg, &v) != 0) return -1;
             if (c == 'n') g->max_new_tokens = (int)v;
-            if (c == 't') g->temperature = (float)v;
+            if (c == 't') g->temperature = (float)v, g->given_temperature = 1;
             if (c == 'k') g->top_k = (int)v;
             if (c == 'P') g->top_p = (float)v;
             if (c == 's') g->seed = (uint64_t)v;
+            if (c == 'g') g->gen_length = (int)v;
+            if (c == 'S') g->steps = (int)v;
+            if (c == 'b') g->block_length = (int)v;
+            if (c == 'n' || c == 'k' || c == 'P') g->given_ar = 1;
+            if (c == 'g' || c == 'S' || c == 'b') g->given_dlm = 1;
             break;
         }
         case ':': fprintf(stderr, "error: %s: expects a value\n", argv[optind - 1]); return -1;
@@ -101,8 +124,15 @@ static int parse(generate_args *g, int argc, char **argv) {
         fprintf(stderr, "error: --load DIR is required\n");
         return -1;
     }
-    if (g->temperature <= 0.0f) {
-        fprintf(stderr, "error: --temperature must be > 0, found %g\n", g->temperature);
+    if (g->temperature < 0.0f) {
+        fprintf(stderr, "error: --temperature must be >= 0, found %g\n", g->temperature);
+        return -1;
+    }
+    if (g->block_length == 0) g->block_length = g->gen_length;
+    if (g->gen_length < 1 || g->steps < 1 || g->block_length < 1 ||
+        (strcmp(g->remasking, "low_confidence") != 0 && strcmp(g->remasking, "random") != 0)) {
+        fprintf(stderr, "error: --gen-length, --steps, --block-length >= 1 and --remasking "
+                        "low_confidence|random are required\n");
         return -1;
     }
     if (g->top_k > 0 && g->top_p > 0.0f) {
@@ -161,6 +191,43 @@ static int sample_token(const float *logits, int V, int vocab, const generate_ar
         if (acc > target) return i;
     }
     return last;
+}
+
+/* A masked-diffusion checkpoint: LLaDA's sampler over prompt + gen_length positions. */
+static int generate_diffusion(gpt_model *m, tokenizer *tok, const int32_t *ids, size_t n,
+                              const generate_args *g, const megadlm_args *a, const char *dir,
+                              int iteration) {
+    /* the model saw at most seq_length - 1 tokens (positions 1 .. s-1) in training */
+    int total = (int)n + g->gen_length;
+    if (total > a->seq_length - 1) {
+        fprintf(stderr, "error: the prompt (%zu tokens) + --gen-length %d exceed the %d tokens "
+                        "the model was trained on (--seq-length - 1)\n",
+                n, g->gen_length, a->seq_length - 1);
+        return 1;
+    }
+    int32_t *x = malloc(total * sizeof(int32_t));
+    for (size_t i = 0; i < n; i++) x[i] = ids[i];
+    int vocab = tokenizer_vocab_size(tok);
+    diffusion_sampling ds = {.gen_length = g->gen_length, .steps = g->steps,
+                             .block_length = g->block_length,
+                             .low_confidence = !strcmp(g->remasking, "low_confidence"),
+                             .temperature = g->temperature, .seed = g->seed,
+                             .mask_token = a->mask_token,
+                             .vocab = vocab};
+    char err[512];
+    if (diffusion_generate(m, x, (int)n, &ds, err, sizeof(err)) != 0) {
+        fprintf(stderr, "error: %s\n", err);
+        free(x);
+        return 1;
+    }
+    char *text = tokenizer_decode(tok, x, total);
+    printf("%s\n", text);
+    fprintf(stderr, "[diffusion: %d tokens in %d steps (blocks of %d) after a %zu-token prompt "
+                    "from %s iteration %d]\n",
+            g->gen_length, g->steps, g->block_length, n, dir, iteration);
+    free(text);
+    free(x);
+    return 0;
 }
 
 int generate_main(int argc, char **argv) {
@@ -223,11 +290,24 @@ int generate_main(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", err);
         return 1;
     }
-    if (!strcmp(a.model_running_mode, "difflm-noshift")) {
-        fprintf(stderr, "error: --load %s holds a masked-diffusion model (difflm-noshift); "
-                        "diffusion sampling is not supported yet\n", g.load);
+    int diffusion = !strcmp(a.model_running_mode, "difflm-noshift");
+    if (diffusion && g.given_ar) {
+        fprintf(stderr, "error: --load %s holds a masked-diffusion model: --max-new-tokens, "
+                        "--top-k and --top-p are for autoregressive models (use --gen-length, "
+                        "--steps, --block-length, --remasking)\n", g.load);
         return 1;
     }
+    if (!diffusion && g.given_dlm) {
+        fprintf(stderr, "error: --load %s holds an autoregressive model: --gen-length, --steps, "
+                        "--block-length and --remasking are for masked-diffusion models\n",
+                g.load);
+        return 1;
+    }
+    if (!diffusion && g.temperature <= 0.0f) {
+        fprintf(stderr, "error: --temperature must be > 0 for an autoregressive model\n");
+        return 1;
+    }
+    if (diffusion && !g.given_temperature) g.temperature = 0.0f; /* LLaDA's default */
     /* one process: whatever layout the checkpoint was trained with, its tensors are whole */
     a.tensor_model_parallel_size = 1;
     a.pipeline_model_parallel_size = 1;
@@ -245,6 +325,13 @@ int generate_main(int argc, char **argv) {
     if (tokenizer_encode(tok, g.prompt, strlen(g.prompt), &ids, &n, err, sizeof(err)) != 0) {
         fprintf(stderr, "error: --prompt: %s\n", err);
         return 1;
+    }
+    if (diffusion) {
+        int status = generate_diffusion(m, tok, ids, n, &g, &a, g.load, iteration);
+        free(ids);
+        gpt_model_free(m);
+        tokenizer_free(tok);
+        return status;
     }
     int T = cfg.seq_length, V = cfg.padded_vocab_size, vocab = tokenizer_vocab_size(tok);
     int32_t *seq = malloc((n + g.max_new_tokens + 1) * sizeof(int32_t));
