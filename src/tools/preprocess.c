@@ -3,6 +3,7 @@
  *   megadlm preprocess --input FILE --output-prefix P --tokenizer-type TYPE
  *                      [--vocab-size V | --vocab-file F --merge-file F | --tokenizer-model F]
  *                      [--json-keys text] [--append-eod] [--workers N]
+ *                      [--log-interval N] [--strict]
  *
  * Input .jsonl (any name not ending in .txt): one JSON object per line; for every key of
  * --json-keys the value (a string, or a list of strings = sentences, as Megatron) is encoded
@@ -11,12 +12,19 @@
  * last sequence); an empty document adds no sequence but still ends a document — all as
  * Megatron's Encoder.encode + IndexedDatasetBuilder.add_document. Lines holding only
  * whitespace are skipped (Megatron would fail on them).
+ * A JSONL line that is not a JSON object, lacks a key, or holds a value that is not a string or
+ * a list of strings is reported (FILE:LINE) and skipped, for every key, and counted in the
+ * summary; with --strict it is fatal. Tokenizer errors are always fatal.
  * Input .txt: documents are runs of non-blank lines separated by blank (whitespace-only)
  * lines; a document's text is its lines joined by their newlines, without the final newline.
  * Written as P_text_document.
  *
  * Encoding runs in parallel (OpenMP, --workers threads) over chunks of lines; documents are
- * written in input order, so the output does not depend on --workers. */
+ * written in input order, so the output does not depend on --workers. A progress line goes to
+ * stderr each time another --log-interval documents are written (at most once per chunk):
+ * documents, docs/s, MB/s of input, and the share of the input read and an ETA when its size
+ * is known. Outputs are written to temporary files renamed on success; on any failure (and on
+ * SIGINT/SIGTERM, checked between chunks) they are removed. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <getopt.h>
@@ -25,7 +33,9 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "core/datasets/indexed_dataset.h"
@@ -51,7 +61,9 @@ typedef struct {
 
 typedef struct {
     encoded enc[MAX_KEYS];
-    char *error; /* malloc'd message, NULL if fine */
+    char *error;   /* malloc'd message, NULL if fine */
+    int malformed; /* the error is the line's own (bad JSON, missing key, wrong value type):
+                      skipped unless --strict; other errors (the tokenizer's) are fatal */
 } item_result;
 
 static void usage(FILE *f) {
@@ -77,6 +89,11 @@ static void usage(FILE *f) {
             "                          (default: off)\n"
             "  --workers N             OpenMP threads used for encoding (default: the OpenMP\n"
             "                          default, $OMP_NUM_THREADS or the number of cores: %d here)\n"
+            "  --log-interval N        print a progress line on stderr (documents, docs/s, MB/s,\n"
+            "                          ETA) every N documents; 0: none (default: 100)\n"
+            "  --strict                a malformed JSONL line (not a JSON object, a key missing,\n"
+            "                          a value not a string or list of strings) is fatal\n"
+            "                          (default: reported with FILE:LINE and skipped)\n"
             "  --help                  print this help and exit\n",
             omp_get_max_threads());
 }
@@ -178,18 +195,21 @@ static void encode_item(const tokenizer *tok, const char *input, int is_txt, int
         long col = (ep && ep >= it->text && ep <= it->text + it->len) ? (long)(ep - it->text) + 1
                                                                       : 0;
         r->error = xstrdup_printf("%s:%ld: not valid JSON (near column %ld)", input, it->line, col);
+        r->malformed = 1;
         return;
     }
     /* trailing garbage after the object */
     if (endp && !is_blank(endp, (size_t)(it->text + it->len - endp))) {
         r->error = xstrdup_printf("%s:%ld: not valid JSON (unexpected text at column %ld)", input,
                                   it->line, (long)(endp - it->text) + 1);
+        r->malformed = 1;
         cJSON_Delete(root);
         return;
     }
     if (!cJSON_IsObject(root)) {
         r->error = xstrdup_printf("%s:%ld: expected a JSON object, found another JSON value",
                                   input, it->line);
+        r->malformed = 1;
         cJSON_Delete(root);
         return;
     }
@@ -199,6 +219,7 @@ static void encode_item(const tokenizer *tok, const char *input, int is_txt, int
         if (!v) {
             r->error = xstrdup_printf("%s:%ld: key '%s' missing (--json-keys)", input, it->line,
                                       keys[k]);
+            r->malformed = 1;
             break;
         }
         if (cJSON_IsString(v)) {
@@ -216,6 +237,7 @@ static void encode_item(const tokenizer *tok, const char *input, int is_txt, int
                         "%s:%ld: key '%s': expected a string or a list of strings, found a list "
                         "holding a non-string",
                         input, it->line, keys[k]);
+                    r->malformed = 1;
                     bad = 1;
                     break;
                 }
@@ -231,6 +253,7 @@ static void encode_item(const tokenizer *tok, const char *input, int is_txt, int
         } else {
             r->error = xstrdup_printf("%s:%ld: key '%s': expected a string or a list of strings",
                                       input, it->line, keys[k]);
+            r->malformed = 1;
             break;
         }
         finish_doc(tok, append_eod, &r->enc[k], &cap);
@@ -324,6 +347,32 @@ static size_t read_chunk(reader *rd, item *items, size_t max_items) {
     return n;
 }
 
+static volatile sig_atomic_t interrupted;
+static void on_signal(int sig) { interrupted = sig; }
+
+static double seconds_since(const struct timespec *t0) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) + 1e-9 * (double)(t.tv_nsec - t0->tv_nsec);
+}
+
+/* Megatron's "Processed N documents (X docs/s, Y MB/s)." plus the share read and an ETA when
+ * the input size is known (total > 0). */
+static void progress(uint64_t docs, double secs, long long done, long long total) {
+    if (secs <= 0) secs = 1e-9;
+    double mbs = (double)done / secs / 1e6;
+    fprintf(stderr, "preprocess: processed %" PRIu64 " documents (%.0f docs/s, %.2f MB/s", docs,
+            (double)docs / secs, mbs);
+    if (total > 0 && done <= total) {
+        double eta = done > 0 ? secs * (double)(total - done) / (double)done : 0;
+        long e = (long)(eta + 0.5);
+        fprintf(stderr, ", %.1f%% of %.1f MB, ETA %ld:%02ld:%02ld",
+                100.0 * (double)done / (double)total, (double)total / 1e6, e / 3600, e / 60 % 60,
+                e % 60);
+    }
+    fprintf(stderr, ").\n");
+}
+
 static int split_keys(char *spec, char **keys, int *nkeys) {
     *nkeys = 0;
     for (char *tok = strtok(spec, " ,\t"); tok; tok = strtok(NULL, " ,\t")) {
@@ -337,7 +386,8 @@ int preprocess_main(int argc, char **argv) {
     const char *input = NULL, *output_prefix = NULL, *tok_type = NULL;
     const char *vocab_file = NULL, *merge_file = NULL, *tokenizer_model = NULL;
     const char *json_keys_arg = "text";
-    int vocab_size = 0, append_eod = 0, workers = 0;
+    int vocab_size = 0, append_eod = 0, workers = 0, strict = 0;
+    long log_interval = 100;
     static const struct option opts[] = {
         {"input", required_argument, 0, 'i'},          {"output-prefix", required_argument, 0, 'o'},
         {"tokenizer-type", required_argument, 0, 't'}, {"vocab-size", required_argument, 0, 'v'},
@@ -345,6 +395,7 @@ int preprocess_main(int argc, char **argv) {
         {"workers", required_argument, 0, 'w'},        {"help", no_argument, 0, 'h'},
         {"vocab-file", required_argument, 0, 'V'},     {"merge-file", required_argument, 0, 'M'},
         {"tokenizer-model", required_argument, 0, 'T'},
+        {"log-interval", required_argument, 0, 'l'},   {"strict", no_argument, 0, 's'},
         {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
@@ -360,6 +411,17 @@ int preprocess_main(int argc, char **argv) {
         case 'T': tokenizer_model = optarg; break;
         case 'k': json_keys_arg = optarg; break;
         case 'e': append_eod = 1; break;
+        case 's': strict = 1; break;
+        case 'l': {
+            errno = 0;
+            long v = strtol(optarg, &end, 10);
+            if (*optarg == 0 || *end != 0 || errno || v < 0) {
+                errmsg("--log-interval: expected a non-negative integer, found '%s'", optarg);
+                return 1;
+            }
+            log_interval = v;
+            break;
+        }
         case 'v': {
             errno = 0;
             long v = strtol(optarg, &end, 10);
@@ -445,11 +507,15 @@ int preprocess_main(int argc, char **argv) {
         return 1;
     }
     if (workers <= 0) workers = omp_get_max_threads();
+    long long in_size = 0; /* 0: unknown (a pipe) */
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode)) in_size = (long long)st.st_size;
 
     int dtype = idx_dtype_optimal(tokenizer_vocab_size(tok));
     idx_builder *builders[MAX_KEYS] = {0};
     char *prefixes[MAX_KEYS] = {0};
-    int rc = 1;
+    int rc = 1, sigs_set = 0;
+    struct sigaction old_int, old_term;
     for (int k = 0; k < nkeys; k++) {
         prefixes[k] = xstrdup_printf("%s_%s_document", output_prefix, keys[k]);
         builders[k] = idx_builder_create(prefixes[k], dtype, err, sizeof err);
@@ -459,29 +525,54 @@ int preprocess_main(int argc, char **argv) {
         }
     }
 
-    struct timespec t0, t1;
+    /* an interrupt between chunks aborts cleanly: the temporary outputs are removed */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = 0; /* no SA_RESTART: a read blocked on a pipe returns, and we abort */
+    sigemptyset(&sa.sa_mask);
+    interrupted = 0;
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    sigs_set = 1;
+
+    struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     reader rd = {.f = f, .is_txt = is_txt};
     item *items = calloc(CHUNK_LINES + 1, sizeof(item));
     item_result *results = calloc(CHUNK_LINES + 1, sizeof(item_result));
-    uint64_t docs = 0;
+    uint64_t docs = 0, skipped = 0, next_log = (uint64_t)log_interval;
+    long long bytes_read = 0;
     int failed = 0;
     for (;;) {
         size_t n = read_chunk(&rd, items, CHUNK_LINES);
-        if (ferror(f)) {
+        if (interrupted) {
+            errmsg("interrupted (signal %d); no output written", (int)interrupted);
+            failed = 1;
+        } else if (ferror(f)) {
             errmsg("--input: %s: read error: %s", input, strerror(errno));
             failed = 1;
         }
         if (n == 0 || failed) break;
+        for (size_t i = 0; i < n; i++) bytes_read += (long long)items[i].len;
 #pragma omp parallel for schedule(dynamic, 16) num_threads(workers)
         for (size_t i = 0; i < n; i++)
             encode_item(tok, input, is_txt, nkeys, keys, append_eod, &items[i], &results[i]);
         for (size_t i = 0; i < n; i++) {
+            int skip = 0;
             if (!failed && results[i].error) {
-                errmsg("%s", results[i].error);
-                failed = 1;
+                if (results[i].malformed && !strict) {
+                    fprintf(stderr,
+                            "preprocess: warning: %s; line skipped (--strict makes this fatal)\n",
+                            results[i].error);
+                    skipped++;
+                    skip = 1;
+                } else {
+                    errmsg("%s", results[i].error);
+                    failed = 1;
+                }
             }
-            for (int k = 0; k < nkeys && !failed; k++) {
+            for (int k = 0; k < nkeys && !failed && !skip; k++) {
                 encoded *e = &results[i].enc[k];
                 size_t off = 0;
                 for (size_t s = 0; s < e->n_seq && !failed; s++) {
@@ -494,7 +585,7 @@ int preprocess_main(int argc, char **argv) {
                 }
                 if (!failed) idx_builder_end_document(builders[k], err, sizeof err);
             }
-            if (!failed) docs++;
+            if (!failed && !skip) docs++;
             for (int k = 0; k < nkeys; k++) {
                 free(results[i].enc[k].ids);
                 free(results[i].enc[k].seq_lens);
@@ -504,13 +595,18 @@ int preprocess_main(int argc, char **argv) {
             memset(&results[i], 0, sizeof results[i]);
         }
         if (failed) break;
+        if (log_interval > 0 && docs >= next_log) {
+            /* bytes: the input consumed so far (newlines included), for MB/s and the ETA */
+            long long pos = in_size > 0 ? (long long)ftello(f) : bytes_read;
+            progress(docs, seconds_since(&t0), pos, in_size);
+            next_log = (docs / (uint64_t)log_interval + 1) * (uint64_t)log_interval;
+        }
     }
     free(items);
     free(results);
     free(rd.buf);
     if (failed) goto done;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    double secs = seconds_since(&t0);
 
     for (int k = 0; k < nkeys; k++) {
         uint64_t nd = idx_builder_num_documents(builders[k]);
@@ -526,15 +622,21 @@ int preprocess_main(int argc, char **argv) {
                " tokens -> %s.bin, %s.idx (dtype %s)\n",
                keys[k], nd, ns, nt, prefixes[k], prefixes[k], idx_dtype_name(dtype));
     }
-    printf("preprocess: %s: %" PRIu64 " documents read, tokenizer %s (vocab %d, eod %d%s), %d "
-           "workers, %.2f s\n",
-           input, docs, tokenizer_type(tok), tokenizer_vocab_size(tok), tokenizer_eod(tok),
-           append_eod ? ", appended" : ", not appended", workers, secs);
+    printf("preprocess: %s: %" PRIu64 " documents read, %" PRIu64 " malformed line%s skipped, "
+           "tokenizer %s (vocab %d, eod %d%s), %d workers, %.3f s, %.2f MB/s\n",
+           input, docs, skipped, skipped == 1 ? "" : "s", tokenizer_type(tok),
+           tokenizer_vocab_size(tok), tokenizer_eod(tok),
+           append_eod ? ", appended" : ", not appended", workers, secs,
+           secs > 0 ? (double)(in_size > 0 ? in_size : bytes_read) / secs / 1e6 : 0.0);
     rc = 0;
 done:
     for (int k = 0; k < nkeys; k++) {
         if (builders[k]) idx_builder_abort(builders[k]);
         free(prefixes[k]);
+    }
+    if (sigs_set) {
+        sigaction(SIGINT, &old_int, NULL);
+        sigaction(SIGTERM, &old_term, NULL);
     }
     fclose(f);
     free(keys_buf);

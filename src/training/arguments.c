@@ -160,6 +160,7 @@ enum opt_kind {
     K_TRUE,      /* store_true: sets the int field to 1, takes no value */
     K_FALSE,     /* store_false (Megatron's --disable-* / --no-*): sets the int field to 0 */
     K_DATA,      /* --data-path W1 P1 W2 P2 ... */
+    K_DATA_STR,  /* --train-data-path etc.: the same words, kept as one string */
     K_HELP,      /* --help */
     K_LATER,     /* a flag of a later feature: refused */
 };
@@ -238,6 +239,13 @@ static const opt_def OPTIONS[] = {
            "Dropout probability on the attention probabilities, in [0, 1)."),
 
     /* ---- data and tokenizer ---- */
+    {"train-data-path", K_DATA_STR, G_DATA, OFF(train_data_path), SZ(train_data_path),
+     "[W1] P1 [W2 P2 ...]", "none",
+     "Datasets of the training split alone (instead of --data-path and --split)."},
+    {"valid-data-path", K_DATA_STR, G_DATA, OFF(valid_data_path), SZ(valid_data_path),
+     "[W1] P1 [W2 P2 ...]", "none", "Datasets of the validation split alone."},
+    {"test-data-path", K_DATA_STR, G_DATA, OFF(test_data_path), SZ(test_data_path),
+     "[W1] P1 [W2 P2 ...]", "none", "Datasets of the test split alone."},
     {"data-path", K_DATA, G_DATA, 0, 0, "[W1] P1 [W2 P2 ...]", "none",
      "Indexed dataset prefix (PREFIX.bin/.idx), or weight/prefix pairs to blend."},
     BOOLOPT("mock-data", K_TRUE, G_DATA, mock_data, "off",
@@ -554,49 +562,70 @@ static void clear_data_paths(megadlm_args *a) {
     a->data_weighted = 0;
 }
 
-/* words: the values that followed --data-path. */
-static int set_data_paths(megadlm_args *a, char **words, int n, char *err, size_t errlen) {
+/* words: the values that followed a data-path flag: one PREFIX, or weight/prefix pairs. Fills
+ * paths (strdup'ed), weights, *count and *weighted. */
+static int parse_blend_words(const char *flag, char **words, int n, char **paths,
+                             double *weights, int *count, int *weighted, char *err,
+                             size_t errlen) {
     if (n == 1) {
-        clear_data_paths(a);
-        a->data_paths[0] = strdup(words[0]);
-        if (!a->data_paths[0]) return fail(err, errlen, "--data-path: out of memory");
-        a->data_weights[0] = 1.0;
-        a->num_data_paths = 1;
-        a->data_weighted = 0;
+        paths[0] = strdup(words[0]);
+        if (!paths[0]) return fail(err, errlen, "%s: out of memory", flag);
+        weights[0] = 1.0;
+        *count = 1;
+        *weighted = 0;
         return 0;
     }
     if (n % 2 != 0)
         return fail(err, errlen,
-                    "--data-path: %d words; give one PREFIX, or weight/prefix pairs "
-                    "W1 P1 W2 P2 ... (an even count)", n);
+                    "%s: %d words; give one PREFIX, or weight/prefix pairs "
+                    "W1 P1 W2 P2 ... (an even count)", flag, n);
     if (n / 2 > ARGS_MAX_DATA_PATHS)
-        return fail(err, errlen, "--data-path: %d datasets, at most %d", n / 2,
+        return fail(err, errlen, "%s: %d datasets, at most %d", flag, n / 2,
                     ARGS_MAX_DATA_PATHS);
     double w[ARGS_MAX_DATA_PATHS];
     double sum = 0;
     for (int i = 0; i < n / 2; i++) {
         if (parse_double(words[2 * i], &w[i]))
             return fail(err, errlen,
-                        "--data-path: expected a weight, found '%s' (give one PREFIX, or "
-                        "weight/prefix pairs W1 P1 W2 P2 ...)", words[2 * i]);
-        if (w[i] < 0)
-            return fail(err, errlen, "--data-path: weight '%s' is negative", words[2 * i]);
+                        "%s: expected a weight, found '%s' (give one PREFIX, or "
+                        "weight/prefix pairs W1 P1 W2 P2 ...)", flag, words[2 * i]);
+        if (w[i] < 0) return fail(err, errlen, "%s: weight '%s' is negative", flag, words[2 * i]);
         sum += w[i];
     }
-    if (!(sum > 0)) return fail(err, errlen, "--data-path: the weights sum to 0");
-    clear_data_paths(a);
+    if (!(sum > 0)) return fail(err, errlen, "%s: the weights sum to 0", flag);
     for (int i = 0; i < n / 2; i++) {
-        a->data_paths[i] = strdup(words[2 * i + 1]);
-        if (!a->data_paths[i]) {
-            a->num_data_paths = i;
-            clear_data_paths(a);
-            return fail(err, errlen, "--data-path: out of memory");
+        paths[i] = strdup(words[2 * i + 1]);
+        if (!paths[i]) {
+            for (int k = 0; k < i; k++) free(paths[k]);
+            return fail(err, errlen, "%s: out of memory", flag);
         }
-        a->data_weights[i] = w[i];
-        a->num_data_paths = i + 1;
+        weights[i] = w[i];
     }
-    a->data_weighted = 1;
+    *count = n / 2;
+    *weighted = 1;
     return 0;
+}
+
+/* words: the values that followed --data-path. */
+static int set_data_paths(megadlm_args *a, char **words, int n, char *err, size_t errlen) {
+    clear_data_paths(a);
+    return parse_blend_words("--data-path", words, n, a->data_paths, a->data_weights,
+                             &a->num_data_paths, &a->data_weighted, err, errlen);
+}
+
+int args_parse_blend(const char *flag, const char *spec, char **paths, double *weights,
+                     int *count, int *weighted, char *err, size_t errlen) {
+    char buf[sizeof(((megadlm_args *)0)->train_data_path)];
+    char *words[2 * ARGS_MAX_DATA_PATHS + 2];
+    int n = 0;
+    snprintf(buf, sizeof(buf), "%s", spec);
+    for (char *t = strtok(buf, " "); t; t = strtok(NULL, " ")) {
+        if (n >= 2 * ARGS_MAX_DATA_PATHS + 1)
+            return fail(err, errlen, "%s: more than %d datasets", flag, ARGS_MAX_DATA_PATHS);
+        words[n++] = t;
+    }
+    if (n == 0) return fail(err, errlen, "%s: expected PREFIX or W1 P1 W2 P2 ...", flag);
+    return parse_blend_words(flag, words, n, paths, weights, count, weighted, err, errlen);
 }
 
 /* The flag word as typed, up to '=' (for messages). */
@@ -739,6 +768,28 @@ int args_parse(megadlm_args *a, int argc, char **argv, char *err, size_t errlen)
         case K_FALSE:
             *(int *)p = 0;
             break;
+        case K_DATA_STR: {
+            /* the same words as --data-path, joined with spaces into the string field */
+            char *dst = (char *)p;
+            size_t used = 0;
+            int ok = 1;
+            used = (size_t)snprintf(dst, o->size, "%s", optarg);
+            ok = used < o->size;
+            while (ok && optind < argc && strncmp(argv[optind], "--", 2) != 0) {
+                const char *w = argv[optind++];
+                if (!w[0]) continue;
+                size_t len = strlen(w);
+                if (used + 1 + len >= o->size) {
+                    ok = 0;
+                    break;
+                }
+                dst[used++] = ' ';
+                memcpy(dst + used, w, len + 1);
+                used += len;
+            }
+            if (!ok) return fail(err, errlen, "--%s: value too long", o->name);
+            break;
+        }
         case K_DATA: {
             /* nargs: optarg, then every following word up to the next "--" flag */
             char *words[2 * ARGS_MAX_DATA_PATHS + 2];
@@ -1225,11 +1276,33 @@ int args_validate(megadlm_args *a, char *err, size_t errlen) {
         return fail(err, errlen, "--make-vocab-size-divisible-by must be positive");
 
     /* ---- data ---- */
-    if (a->mock_data && a->num_data_paths > 0)
+    int per_split = a->train_data_path[0] || a->valid_data_path[0] || a->test_data_path[0];
+    if (per_split) {
+        if (a->mock_data || a->num_data_paths > 0)
+            return fail(err, errlen, "--train-data-path / --valid-data-path / --test-data-path "
+                                     "exclude --data-path and --mock-data (Megatron's rule)");
+        if (!a->train_data_path[0])
+            return fail(err, errlen, "--valid-data-path / --test-data-path need "
+                                     "--train-data-path");
+        const char *flags[3] = {"--train-data-path", "--valid-data-path", "--test-data-path"};
+        const char *specs[3] = {a->train_data_path, a->valid_data_path, a->test_data_path};
+        for (int k = 0; k < 3; k++) {
+            if (!specs[k][0]) continue;
+            char *paths[ARGS_MAX_DATA_PATHS];
+            double w[ARGS_MAX_DATA_PATHS];
+            int count = 0, weighted = 0;
+            if (args_parse_blend(flags[k], specs[k], paths, w, &count, &weighted, err, errlen))
+                return -1;
+            for (int i = 0; i < count; i++) free(paths[i]);
+            if (count > 1 && !weighted)
+                return fail(err, errlen, "%s: several prefixes need weights", flags[k]);
+        }
+    } else if (a->mock_data && a->num_data_paths > 0)
         return fail(err, errlen,
                     "--mock-data and --data-path are exclusive (a single data source)");
-    if (!a->mock_data && a->num_data_paths <= 0)
-        return fail(err, errlen, "no data: give --data-path PREFIX or --mock-data");
+    if (!a->mock_data && a->num_data_paths <= 0 && !per_split)
+        return fail(err, errlen, "no data: give --data-path PREFIX (or --train-data-path ...) "
+                                 "or --mock-data");
     if (a->num_data_paths > ARGS_MAX_DATA_PATHS)
         return fail(err, errlen, "--data-path: at most %d datasets", ARGS_MAX_DATA_PATHS);
     if (a->num_data_paths > 1 && !a->data_weighted)
@@ -1446,6 +1519,7 @@ static const field_def FIELDS[] = {
     FI(data_parallel_size), FI(exit_interval), FF(distributed_timeout_minutes),
     FB(recompute_activations), FS(recompute_granularity), FS(recompute_method),
     FI(num_microbatches_with_partial_activation_checkpoints),
+    FS(train_data_path), FS(valid_data_path), FS(test_data_path),
     FS(model_running_mode), FI(mask_token), FS(attention_mask_type), FF(difflm_varilen_prob),
     FI(recompute_num_layers), FB(distribute_saved_activations), FB(enable_cuda_graph),
     FB(sequence_parallel), FB(use_distributed_optimizer),

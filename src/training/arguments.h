@@ -54,6 +54,9 @@ typedef struct {
     double data_weights[ARGS_MAX_DATA_PATHS];
     int data_weighted;            /* 1 when weights were given */
     char split[64];               /* --split ("969, 30, 1") */
+    char train_data_path[1024];   /* --train-data-path [W1] P1 ... ("" = none): per-split data */
+    char valid_data_path[1024];   /* --valid-data-path */
+    char test_data_path[1024];    /* --test-data-path */
     int eod_mask_loss;            /* --eod-mask-loss */
 
     /* ---- training ---- */
@@ -166,5 +169,10 @@ cJSON *args_to_json(const megadlm_args *a);
 int args_from_json(megadlm_args *a, const cJSON *obj, char *err, size_t errlen);
 
 void args_free(megadlm_args *a); /* frees data_paths */
+
+/* Parses a data-path list ("PREFIX" or "W1 P1 W2 P2 ...", as --train-data-path keeps it) into
+ * paths (malloc'ed: free them), weights, *count, *weighted; errors name `flag`. */
+int args_parse_blend(const char *flag, const char *spec, char **paths, double *weights,
+                     int *count, int *weighted, char *err, size_t errlen);
 
 #endif

@@ -51,7 +51,7 @@ typedef struct {
     megadlm_args *a;
     tokenizer *tok;
     gpt_model *model;
-    gpt_data *data;
+    gpt_data *data[3];    /* the data of each split (the same object unless per-split paths) */
     optimizer_config oc;
     lr_scheduler sched;
     int num_microbatches; /* per data-parallel rank */
@@ -78,7 +78,7 @@ static void get_batch(trainer *tr, int split, uint64_t first) {
     const megadlm_args *a = tr->a;
     int T = a->seq_length, eod = tokenizer_eod(tr->tok);
     for (int b = 0; b < a->micro_batch_size; b++) {
-        gpt_data_get(tr->data, split, first + b, tr->sample);
+        gpt_data_get(tr->data[split], split, first + b, tr->sample);
         for (int t = 0; t < T; t++) {
             int i = b * T + t;
             tr->tokens[i] = tr->sample[t];
@@ -106,7 +106,7 @@ static float get_difflm_batch(trainer *tr, int split, uint64_t first, int L) {
     int eod = tokenizer_eod(tr->tok);
     double denominator = 0.0;
     for (int b = 0; b < a->micro_batch_size; b++) {
-        gpt_data_get(tr->data, split, first + b, tr->sample);
+        gpt_data_get(tr->data[split], split, first + b, tr->sample);
         for (int j = 0; j < L; j++) { /* Megatron's loss mask of label j (token j is eod) */
             tr->lm[j] = (a->eod_mask_loss && tr->sample[j] == eod) ? 0.0f : 1.0f;
             denominator += tr->lm[j];
@@ -330,6 +330,41 @@ static void setup_optimizer(trainer *tr) {
 
 /* Megatron's num samples per split: train = iters x gbs; valid = (iters / eval_interval + 1)
  * x eval_iters x gbs; test = eval_iters x gbs. */
+/* --train-data-path / --valid-data-path / --test-data-path: each split from its own datasets,
+ * all of whose documents go to that split (Megatron's blend_per_split). */
+static int build_split_data(trainer *tr, const gpt_data_config *dc) {
+    const megadlm_args *a = tr->a;
+    const char *flags[3] = {"--train-data-path", "--valid-data-path", "--test-data-path"};
+    const char *specs[3] = {a->train_data_path, a->valid_data_path, a->test_data_path};
+    const char *all_to[3] = {"1,0,0", "0,1,0", "0,0,1"};
+    char err[1024];
+    for (int k = 0; k < 3; k++) {
+        gpt_data_config c = *dc;
+        char *paths[ARGS_MAX_DATA_PATHS];
+        double w[ARGS_MAX_DATA_PATHS];
+        int count = 0, weighted = 0;
+        const char *spec = specs[k][0] ? specs[k] : a->train_data_path;
+        if (args_parse_blend(flags[k], spec, paths, w, &count, &weighted, err, sizeof(err))) {
+            fprintf(stderr, "error: %s\n", err);
+            return -1;
+        }
+        c.num_paths = count;
+        c.data_paths = (const char **)paths;
+        c.weights = weighted ? w : NULL;
+        c.split = all_to[k];
+        for (int j = 0; j < 3; j++)
+            if (j != k) c.num_samples[j] = 0;
+        if (!specs[k][0]) c.num_samples[k] = 0; /* no such split: nothing to build */
+        tr->data[k] = gpt_data_build(&c, err, sizeof(err));
+        for (int i = 0; i < count; i++) free(paths[i]);
+        if (!tr->data[k]) {
+            fprintf(stderr, "error: %s: %s\n", flags[k], err);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static int build_data(trainer *tr) {
     megadlm_args *a = tr->a;
     uint64_t gbs = a->global_batch_size;
@@ -349,16 +384,21 @@ static int build_data(trainer *tr) {
     };
     log_printf("> building train, validation, and test datasets ...\n");
     char err[1024];
-    tr->data = gpt_data_build(&dc, err, sizeof(err));
-    if (!tr->data) {
-        fprintf(stderr, "error: %s\n", err);
+    if (!a->train_data_path[0]) { /* one source split by --split */
+        gpt_data *d = gpt_data_build(&dc, err, sizeof(err));
+        if (!d) {
+            fprintf(stderr, "error: %s\n", err);
+            return -1;
+        }
+        tr->data[0] = tr->data[1] = tr->data[2] = d;
+    } else if (build_split_data(tr, &dc) != 0) {
         return -1;
     }
     log_printf(" > datasets target sizes (minimum size):\n    train:      %llu\n"
            "    validation: %llu\n    test:       %llu\n",
            (unsigned long long)dc.num_samples[0], (unsigned long long)dc.num_samples[1],
            (unsigned long long)dc.num_samples[2]);
-    if (gpt_data_num_samples(tr->data, SPLIT_TRAIN) == 0) {
+    if (gpt_data_num_samples(tr->data[SPLIT_TRAIN], SPLIT_TRAIN) == 0) {
         fprintf(stderr, "error: --split %s leaves no training samples\n", a->split);
         return -1;
     }
@@ -567,7 +607,7 @@ int pretrain(megadlm_args *a) {
             iters_acc = 0;
         }
         if (a->eval_iters > 0 && tr.iteration % a->eval_interval == 0 &&
-            gpt_data_num_samples(tr.data, SPLIT_VALID) > 0) {
+            gpt_data_num_samples(tr.data[SPLIT_VALID], SPLIT_VALID) > 0) {
             uint64_t first = (uint64_t)(tr.iteration / a->eval_interval - 1) * a->eval_iters *
                              a->global_batch_size;
             print_eval("validation", tr.iteration, evaluate(&tr, SPLIT_VALID, first));
@@ -589,12 +629,12 @@ int pretrain(megadlm_args *a) {
     log_pipeline_bubble(&tr);
     if (a->save[0] && saved_at != tr.iteration && save(&tr) != 0) goto done;
     if (a->eval_iters > 0) {
-        if (gpt_data_num_samples(tr.data, SPLIT_VALID) > 0)
+        if (gpt_data_num_samples(tr.data[SPLIT_VALID], SPLIT_VALID) > 0)
             print_eval("validation", tr.iteration,
                        evaluate(&tr, SPLIT_VALID,
                                 (uint64_t)(tr.iteration / a->eval_interval) * a->eval_iters *
                                     a->global_batch_size));
-        if (gpt_data_num_samples(tr.data, SPLIT_TEST) > 0)
+        if (gpt_data_num_samples(tr.data[SPLIT_TEST], SPLIT_TEST) > 0)
             print_eval("test", tr.iteration, evaluate(&tr, SPLIT_TEST, 0));
     }
     status = 0;
@@ -605,7 +645,10 @@ done:
     mem_free(tr.labels);
     mem_free(tr.loss_mask);
     mem_free(tr.lm);
-    gpt_data_free(tr.data);
+    for (int k = 0; k < 3; k++) /* one object may serve several splits */
+        if (tr.data[k] && (k == 0 || tr.data[k] != tr.data[k - 1]) &&
+            (k < 2 || tr.data[k] != tr.data[0]))
+            gpt_data_free(tr.data[k]);
     for (int i = 1; i < tr.num_stores; i++) gpt_model_free(tr.stores[i]);
     free(tr.stores);
     if (a->log_memory) log_dp_communication(&tr);

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # megadlm preprocess: JSONL and TXT inputs with ByteLevel --append-eod give the expected
 # document / token counts and decode back to the input text; NullTokenizer; --workers does
-# not change the output; --help lists every flag; bad inputs exit 1 with a clear message and
-# leave no output behind.
+# not change the output; a progress line on stderr every --log-interval documents; malformed
+# JSONL lines are reported with FILE:LINE and skipped (fatal with --strict); --help lists every
+# flag; bad inputs exit 1 with a clear message and leave no output behind.
 set -uo pipefail
 : "${MEGADLM:?}" "${SRC:?}" "${WORK:?}"
 rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
@@ -72,6 +73,33 @@ printf '%s\n' '{"text": "a", "title": "T1"}' '{"text": "bb", "title": ["x", "yz"
 cmp -s w1_text_document.bin w2_text_document.bin && cmp -s w1_text_document.idx w2_text_document.idx \
   || die "--workers changes the output"
 
+# ---- progress on stderr: Megatron's "Processed N documents (X docs/s, Y MB/s)." plus an ETA
+"$MEGADLM" preprocess --input "$SRC/data/kjv.jsonl" --output-prefix p --tokenizer-type ByteLevel \
+  --log-interval 1000 > p.out 2> p.err || die "--log-interval run failed: $(cat p.err)"
+grep -Eq '^preprocess: processed 1189 documents \([0-9]+ docs/s, [0-9.]+ MB/s, 100\.0% of [0-9.]+ MB, ETA [0-9]+:[0-9]{2}:[0-9]{2}\)\.$' p.err \
+  || die "progress line: $(cat p.err)"
+grep -q "processed" p.out && die "progress went to stdout"
+"$MEGADLM" preprocess --input "$SRC/data/kjv.jsonl" --output-prefix p --tokenizer-type ByteLevel \
+  --log-interval 0 > /dev/null 2> p.err
+[ -s p.err ] && die "--log-interval 0 still prints: $(cat p.err)"
+
+# ---- malformed JSONL lines: reported with FILE:LINE and skipped (the whole line, every key)
+printf '%s\n' '{"text": "ok", "title": "A"}' '{"text": "ok"' '{"title": "no text key"}' \
+  '{"text": 5, "title": "B"}' '[1, 2]' '{"text": "fine", "title": "C"}' '{"text": "x"} junk' > mixed.jsonl
+out=$("$MEGADLM" preprocess --input mixed.jsonl --output-prefix m --tokenizer-type ByteLevel \
+      --json-keys text,title 2> m.err) || die "default run on malformed lines failed: $(cat m.err)"
+for want in "mixed.jsonl:2: not valid JSON" "mixed.jsonl:3: key 'text' missing" \
+            "mixed.jsonl:4: key 'text': expected a string or a list of strings" \
+            "mixed.jsonl:5: expected a JSON object" "mixed.jsonl:7: not valid JSON (unexpected text"; do
+  grep -F -- "$want" m.err | grep -q "warning: .*line skipped" || die "no skip warning '$want': $(cat m.err)"
+done
+grep -q "key 'text': 2 documents, 2 sequences, 6 tokens" <<<"$out" || die "skip summary (text): $out"
+grep -q "key 'title': 2 documents, 2 sequences, 2 tokens" <<<"$out" || die "skip summary (title): $out"
+grep -q "2 documents read, 5 malformed lines skipped" <<<"$out" || die "skip count: $out"
+"$PY" decode.py m_title_document 256 > m.decoded 2> /dev/null
+[ "$(cat m.decoded)" = "$(printf 'A\n=====\nC')" ] || die "skipped line left a trace: $(cat m.decoded)"
+# a tokenizer error is not a malformed line: still fatal without --strict (see below)
+
 # ---- NullTokenizer
 printf '%s\n' '{"text": "1 2 3"}' '{"text": " 99\t0 "}' > null.jsonl
 out=$("$MEGADLM" preprocess --input null.jsonl --output-prefix n --tokenizer-type NullTokenizer --vocab-size 100 --append-eod 2>&1) \
@@ -81,7 +109,8 @@ grep -q "eod 100" <<<"$out" || die "NullTokenizer eod: $out"
 
 # ---- --help lists every flag with its default
 help=$("$MEGADLM" preprocess --help) || die "--help exit status"
-for flag in --input --output-prefix --tokenizer-type --vocab-size --json-keys --append-eod --workers --help; do
+for flag in --input --output-prefix --tokenizer-type --vocab-size --json-keys --append-eod --workers \
+            --log-interval --strict --help; do
   grep -q -- "$flag" <<<"$help" || die "--help does not list $flag"
 done
 grep -q "default: text" <<<"$help" || die "--help lacks the --json-keys default"
@@ -106,10 +135,12 @@ B=(--output-prefix bad --tokenizer-type ByteLevel)
 expect_error "unknown option '--no-such-flag'" --input in.jsonl "${B[@]}" --no-such-flag
 expect_error "--input: missing" "${B[@]}"
 expect_error "nonexistent.jsonl: cannot open: No such file or directory" --input nonexistent.jsonl "${B[@]}"
-expect_error "badjson.jsonl:2: not valid JSON" --input badjson.jsonl "${B[@]}"
-expect_error "nokey.jsonl:2: key 'text' missing" --input nokey.jsonl "${B[@]}"
-expect_error "notstring.jsonl:1: key 'text': expected a string or a list of strings" --input notstring.jsonl "${B[@]}"
-expect_error "notobject.jsonl:1: expected a JSON object" --input notobject.jsonl "${B[@]}"
+expect_error "badjson.jsonl:2: not valid JSON" --input badjson.jsonl "${B[@]}" --strict
+expect_error "nokey.jsonl:2: key 'text' missing" --input nokey.jsonl "${B[@]}" --strict
+expect_error "notstring.jsonl:1: key 'text': expected a string or a list of strings" --input notstring.jsonl "${B[@]}" --strict
+expect_error "notobject.jsonl:1: expected a JSON object" --input notobject.jsonl "${B[@]}" --strict
+expect_error "mixed.jsonl:2: not valid JSON" --input mixed.jsonl "${B[@]}" --strict
+expect_error "--log-interval: expected a non-negative integer, found '-1'" --input in.jsonl "${B[@]}" --log-interval -1
 expect_error "--tokenizer-type: expected ByteLevel, NullTokenizer, GPT2BPETokenizer or HuggingFaceTokenizer, found 'Llama2Tokenizer'" \
   --input in.jsonl --output-prefix bad --tokenizer-type Llama2Tokenizer
 expect_error "--tokenizer-type GPT2BPETokenizer needs --vocab-file (vocab.json) and --merge-file (merges.txt)" \

@@ -592,7 +592,7 @@ static void test_validation_errors(void) {
     /* data */
     EXPECT_ERR("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
                "--max-position-embeddings 64 --micro-batch-size 2 --train-iters 10 --lr 1e-3",
-               "no data: give --data-path PREFIX or --mock-data", NULL, NULL);
+               "no data: give --data-path PREFIX (or --train-data-path ...) or --mock-data", NULL, NULL);
     EXPECT_ERR(BASE " --data-path P", "--mock-data", "--data-path", "exclusive");
     EXPECT_ERR(BASE " --split 1,2,3,4", "--split", "more than 3", NULL);
     EXPECT_ERR(BASE " --split 90,x,5", "--split", "not a number", NULL);
