@@ -9,5 +9,6 @@ int preprocess_main(int argc, char **argv); /* src/tools/preprocess.c */
 int generate_main(int argc, char **argv);   /* src/tools/generate.c */
 int tokenize_main(int argc, char **argv);   /* src/tools/tokenize.c */
 int memory_main(int argc, char **argv);     /* src/tools/memory.c */
+int convert_main(int argc, char **argv);    /* src/tools/convert.c */
 
 #endif

@@ -1,0 +1,741 @@
+/* `megadlm convert`: Hugging Face checkpoint interchange (docs/CHECKPOINT.md, "Hugging Face
+ * interchange").
+ *
+ *   megadlm convert --to hf DIR OUT      the latest checkpoint of DIR -> OUT/config.json and
+ *                                        OUT/model.safetensors (F32) in transformers' layout:
+ *                                        GPT2LMHeadModel, LlamaForCausalLM or Qwen3ForCausalLM
+ *   megadlm convert --from hf IN OUT     IN/config.json + IN/model.safetensors -> a megadlm
+ *                                        checkpoint OUT/iter_0000000 (zero AdamW moments)
+ *
+ * Only models whose every part exists in the target architecture are converted; anything else
+ * is refused with a message naming what does not fit. The vocabulary is the padded one: HF's
+ * vocab_size is megadlm's padded_vocab_size (the padding rows are kept). */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cjson/cJSON.h>
+
+#include "core/models/gpt_model.h"
+#include "core/tensor/safetensors.h"
+#include "tools/tools.h"
+#include "training/arguments.h"
+#include "training/checkpointing.h"
+#include "training/model_provider.h"
+
+typedef enum { FAM_NONE = 0, FAM_GPT2, FAM_LLAMA, FAM_QWEN3 } hf_family;
+
+/* ------------------------------------------------------------------ helpers */
+
+/* Shortest decimal that reads back as the same float (1e-05, not 9.99999974737875e-06). */
+static double nice_float(float f) {
+    char buf[64];
+    for (int p = 1; p <= 9; p++) {
+        snprintf(buf, sizeof buf, "%.*g", p, (double)f);
+        if ((float)strtod(buf, NULL) == f) return strtod(buf, NULL);
+    }
+    return (double)f;
+}
+
+static int mkdir_p(const char *dir) {
+    char tmp[1024];
+    snprintf(tmp, sizeof tmp, "%s", dir);
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
+            *p = '/';
+        }
+    if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
+    return 0;
+}
+
+/* Output tensors: names and buffers owned here. */
+typedef struct {
+    int n, cap;
+    st_tensor_desc *d;
+    char **names;
+    float **bufs;
+    int64_t (*shapes)[2];
+} out_set;
+
+static float *out_add(out_set *o, const char *name, int ndim, int64_t d0, int64_t d1) {
+    if (o->n == o->cap) {
+        o->cap = o->cap ? 2 * o->cap : 64;
+        o->d = realloc(o->d, o->cap * sizeof *o->d);
+        o->names = realloc(o->names, o->cap * sizeof *o->names);
+        o->bufs = realloc(o->bufs, o->cap * sizeof *o->bufs);
+        o->shapes = realloc(o->shapes, o->cap * sizeof *o->shapes);
+    }
+    int i = o->n++;
+    o->names[i] = strdup(name);
+    o->shapes[i][0] = d0;
+    o->shapes[i][1] = d1;
+    size_t numel = (size_t)d0 * (size_t)(ndim == 2 ? d1 : 1);
+    o->bufs[i] = malloc((numel ? numel : 1) * sizeof(float));
+    return o->bufs[i];
+}
+
+static void out_free(out_set *o) {
+    for (int i = 0; i < o->n; i++) {
+        free(o->names[i]);
+        free(o->bufs[i]);
+    }
+    free(o->d);
+    free(o->names);
+    free(o->bufs);
+    free(o->shapes);
+}
+
+/* ------------------------------------------------------------------ the layouts */
+
+/* Row of megadlm's grouped linear_qkv for (part 0 q / 1 k / 2 v, head within its kind, r). */
+static int64_t qkv_row(const transformer_config *c, int part, int head, int r) {
+    int qpg = c->num_attention_heads / c->num_query_groups, d = c->kv_channels;
+    int g = part == 0 ? head / qpg : head;
+    int slot = part == 0 ? head % qpg : qpg + part - 1;
+    return ((int64_t)g * (qpg + 2) + slot) * d + r;
+}
+
+/* What of the model does not fit family f: NULL when everything maps. */
+static const char *misfit(const transformer_config *c, const megadlm_args *a, hf_family f) {
+    if (!c->causal || c->position_offset)
+        return "bidirectional attention / difflm-noshift (Hugging Face causal LMs are causal)";
+    if (f == FAM_GPT2) {
+        if (c->normalization != NORM_LAYERNORM) return "RMSNorm (GPT-2 uses LayerNorm)";
+        if (c->rope) return "RoPE (GPT-2 has learned absolute positions)";
+        if (c->swiglu) return "SwiGLU (GPT-2's MLP is GELU)";
+        if (c->gelu != GELU_TANH)
+            return "the exact erf GELU (GPT-2's gelu_new is the tanh approximation)";
+        if (!c->add_bias_linear) return "--disable-bias-linear (GPT-2's linears have biases)";
+        if (c->untie_embeddings_and_output_weights)
+            return "--untie-embeddings-and-output-weights (GPT-2's lm_head is tied)";
+        if (c->qk_layernorm) return "--qk-layernorm (GPT-2 has none)";
+        if (c->num_query_groups != c->num_attention_heads)
+            return "grouped-query attention (GPT-2 is multi-head)";
+        if (c->kv_channels * c->num_attention_heads != c->hidden_size)
+            return "kv_channels * heads != hidden_size (GPT-2's head size is hidden/heads)";
+        return NULL;
+    }
+    if (c->normalization != NORM_RMSNORM) return "LayerNorm (Llama/Qwen3 use RMSNorm)";
+    if (!c->rope) return "learned absolute positions (Llama/Qwen3 use RoPE)";
+    if (a->rotary_percent != 1.0f || c->rot_dim != c->kv_channels)
+        return "--rotary-percent != 1 (Llama/Qwen3 rotate the whole head)";
+    if (!c->swiglu) return "a GELU MLP (Llama/Qwen3 use SwiGLU)";
+    if (c->add_bias_linear) return "biases in the linear layers (Llama/Qwen3 have none)";
+    return NULL;
+}
+
+/* megadlm params -> HF tensors (in the order transformers lists them). */
+static void to_hf_tensors(const transformer_config *c, const param_set *ps, hf_family f,
+                          out_set *o) {
+    const int h = c->hidden_size, d = c->kv_channels, a = c->num_attention_heads,
+              g = c->num_query_groups, F = c->ffn_hidden_size, V = c->padded_vocab_size;
+    char name[160], src[160];
+#define P(fmt, ...) (snprintf(src, sizeof src, fmt, __VA_ARGS__), ps->data + ps->tensors[param_set_find(ps, src)].offset)
+#define COPY(dst, srcp, n) memcpy(dst, srcp, (size_t)(n) * sizeof(float))
+    if (f == FAM_GPT2) {
+        COPY(out_add(o, "transformer.wte.weight", 2, V, h), P("%s", "embedding.word_embeddings.weight"), (size_t)V * h);
+        COPY(out_add(o, "transformer.wpe.weight", 2, c->max_position_embeddings, h),
+             P("%s", "embedding.position_embeddings.weight"), (size_t)c->max_position_embeddings * h);
+        for (int l = 0; l < c->num_layers; l++) {
+            const char *pre = "decoder.layers";
+#define LN(hfname, mname)                                                                      \
+    snprintf(name, sizeof name, "transformer.h.%d.%s.weight", l, hfname);                      \
+    COPY(out_add(o, name, 1, h, 0), P("%s.%d.%s.weight", pre, l, mname), h);                  \
+    snprintf(name, sizeof name, "transformer.h.%d.%s.bias", l, hfname);                        \
+    COPY(out_add(o, name, 1, h, 0), P("%s.%d.%s.bias", pre, l, mname), h);
+            LN("ln_1", "input_layernorm")
+            /* c_attn: Conv1D [h, 3h], columns q | k | v; megadlm rows grouped per head */
+            const float *W = P("%s.%d.self_attention.linear_qkv.weight", pre, l);
+            const float *B = P("%s.%d.self_attention.linear_qkv.bias", pre, l);
+            snprintf(name, sizeof name, "transformer.h.%d.attn.c_attn.weight", l);
+            float *cw = out_add(o, name, 2, h, 3 * h);
+            snprintf(name, sizeof name, "transformer.h.%d.attn.c_attn.bias", l);
+            float *cb = out_add(o, name, 1, 3 * h, 0);
+            for (int col = 0; col < 3 * h; col++) {
+                int part = col / h, within = col % h;
+                int64_t row = qkv_row(c, part, within / d, within % d);
+                cb[col] = B[row];
+                for (int i = 0; i < h; i++) cw[(size_t)i * 3 * h + col] = W[(size_t)row * h + i];
+            }
+#define CONV(hfname, mname, in, outd)                                                          \
+    {                                                                                          \
+        const float *w = P("%s.%d.%s.weight", pre, l, mname);                                  \
+        snprintf(name, sizeof name, "transformer.h.%d.%s.weight", l, hfname);                  \
+        float *t = out_add(o, name, 2, in, outd);                                              \
+        for (int r = 0; r < (outd); r++)                                                       \
+            for (int i = 0; i < (in); i++) t[(size_t)i * (outd) + r] = w[(size_t)r * (in) + i]; \
+        snprintf(name, sizeof name, "transformer.h.%d.%s.bias", l, hfname);                    \
+        COPY(out_add(o, name, 1, outd, 0), P("%s.%d.%s.bias", pre, l, mname), outd);          \
+    }
+            CONV("attn.c_proj", "self_attention.linear_proj", h, h)
+            LN("ln_2", "pre_mlp_layernorm")
+            CONV("mlp.c_fc", "mlp.linear_fc1", h, F)
+            CONV("mlp.c_proj", "mlp.linear_fc2", F, h)
+        }
+        COPY(out_add(o, "transformer.ln_f.weight", 1, h, 0), P("%s", "decoder.final_layernorm.weight"), h);
+        COPY(out_add(o, "transformer.ln_f.bias", 1, h, 0), P("%s", "decoder.final_layernorm.bias"), h);
+        return;
+    }
+    COPY(out_add(o, "model.embed_tokens.weight", 2, V, h), P("%s", "embedding.word_embeddings.weight"), (size_t)V * h);
+    for (int l = 0; l < c->num_layers; l++) {
+        const char *pre = "decoder.layers";
+        snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", l);
+        COPY(out_add(o, name, 1, h, 0), P("%s.%d.input_layernorm.weight", pre, l), h);
+        const float *W = P("%s.%d.self_attention.linear_qkv.weight", pre, l);
+        static const char *const proj[3] = {"q_proj", "k_proj", "v_proj"};
+        for (int part = 0; part < 3; part++) {
+            int heads = part == 0 ? a : g;
+            snprintf(name, sizeof name, "model.layers.%d.self_attn.%s.weight", l, proj[part]);
+            float *t = out_add(o, name, 2, (int64_t)heads * d, h);
+            for (int hd = 0; hd < heads; hd++)
+                for (int r = 0; r < d; r++)
+                    COPY(t + ((size_t)hd * d + r) * h, W + (size_t)qkv_row(c, part, hd, r) * h, h);
+        }
+        snprintf(name, sizeof name, "model.layers.%d.self_attn.o_proj.weight", l);
+        COPY(out_add(o, name, 2, h, (int64_t)a * d), P("%s.%d.self_attention.linear_proj.weight", pre, l), (size_t)h * a * d);
+        if (c->qk_layernorm) {
+            snprintf(name, sizeof name, "model.layers.%d.self_attn.q_norm.weight", l);
+            COPY(out_add(o, name, 1, d, 0), P("%s.%d.self_attention.q_layernorm.weight", pre, l), d);
+            snprintf(name, sizeof name, "model.layers.%d.self_attn.k_norm.weight", l);
+            COPY(out_add(o, name, 1, d, 0), P("%s.%d.self_attention.k_layernorm.weight", pre, l), d);
+        }
+        snprintf(name, sizeof name, "model.layers.%d.post_attention_layernorm.weight", l);
+        COPY(out_add(o, name, 1, h, 0), P("%s.%d.pre_mlp_layernorm.weight", pre, l), h);
+        const float *fc1 = P("%s.%d.mlp.linear_fc1.weight", pre, l);
+        snprintf(name, sizeof name, "model.layers.%d.mlp.gate_proj.weight", l);
+        COPY(out_add(o, name, 2, F, h), fc1, (size_t)F * h);
+        snprintf(name, sizeof name, "model.layers.%d.mlp.up_proj.weight", l);
+        COPY(out_add(o, name, 2, F, h), fc1 + (size_t)F * h, (size_t)F * h);
+        snprintf(name, sizeof name, "model.layers.%d.mlp.down_proj.weight", l);
+        COPY(out_add(o, name, 2, h, F), P("%s.%d.mlp.linear_fc2.weight", pre, l), (size_t)h * F);
+    }
+    COPY(out_add(o, "model.norm.weight", 1, h, 0), P("%s", "decoder.final_layernorm.weight"), h);
+    if (c->untie_embeddings_and_output_weights)
+        COPY(out_add(o, "lm_head.weight", 2, V, h), P("%s", "output_layer.weight"), (size_t)V * h);
+#undef LN
+#undef CONV
+}
+
+static cJSON *hf_config(const transformer_config *c, const megadlm_args *a, hf_family f) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON *arch = cJSON_AddArrayToObject(j, "architectures");
+    const char *an = f == FAM_GPT2 ? "GPT2LMHeadModel" : f == FAM_LLAMA ? "LlamaForCausalLM" : "Qwen3ForCausalLM";
+    cJSON_AddItemToArray(arch, cJSON_CreateString(an));
+    cJSON_AddStringToObject(j, "model_type", f == FAM_GPT2 ? "gpt2" : f == FAM_LLAMA ? "llama" : "qwen3");
+    cJSON_AddNumberToObject(j, "vocab_size", c->padded_vocab_size);
+    if (f == FAM_GPT2) {
+        cJSON_AddNumberToObject(j, "n_positions", c->max_position_embeddings);
+        cJSON_AddNumberToObject(j, "n_embd", c->hidden_size);
+        cJSON_AddNumberToObject(j, "n_layer", c->num_layers);
+        cJSON_AddNumberToObject(j, "n_head", c->num_attention_heads);
+        cJSON_AddNumberToObject(j, "n_inner", c->ffn_hidden_size);
+        cJSON_AddStringToObject(j, "activation_function", "gelu_new");
+        cJSON_AddNumberToObject(j, "layer_norm_epsilon", nice_float(c->norm_epsilon));
+        cJSON_AddNumberToObject(j, "resid_pdrop", nice_float(c->hidden_dropout));
+        cJSON_AddNumberToObject(j, "embd_pdrop", nice_float(c->hidden_dropout));
+        cJSON_AddNumberToObject(j, "attn_pdrop", nice_float(c->attention_dropout));
+        cJSON_AddBoolToObject(j, "scale_attn_weights", 1);
+        cJSON_AddBoolToObject(j, "scale_attn_by_inverse_layer_idx", 0);
+        cJSON_AddBoolToObject(j, "reorder_and_upcast_attn", 0);
+    } else {
+        cJSON_AddNumberToObject(j, "hidden_size", c->hidden_size);
+        cJSON_AddNumberToObject(j, "intermediate_size", c->ffn_hidden_size);
+        cJSON_AddNumberToObject(j, "num_hidden_layers", c->num_layers);
+        cJSON_AddNumberToObject(j, "num_attention_heads", c->num_attention_heads);
+        cJSON_AddNumberToObject(j, "num_key_value_heads", c->num_query_groups);
+        cJSON_AddNumberToObject(j, "head_dim", c->kv_channels);
+        cJSON_AddStringToObject(j, "hidden_act", "silu");
+        cJSON_AddNumberToObject(j, "max_position_embeddings", c->max_position_embeddings);
+        cJSON_AddNumberToObject(j, "rms_norm_eps", nice_float(c->norm_epsilon));
+        cJSON_AddNumberToObject(j, "rope_theta", nice_float(c->rotary_base));
+        cJSON_AddNullToObject(j, "rope_scaling");
+        cJSON_AddBoolToObject(j, "attention_bias", 0);
+        cJSON_AddNumberToObject(j, "attention_dropout", nice_float(c->attention_dropout));
+        if (f == FAM_LLAMA) {
+            cJSON_AddBoolToObject(j, "mlp_bias", 0);
+            cJSON_AddNumberToObject(j, "pretraining_tp", 1);
+        } else {
+            cJSON_AddBoolToObject(j, "use_sliding_window", 0);
+            cJSON_AddNullToObject(j, "sliding_window");
+            cJSON_AddNumberToObject(j, "max_window_layers", c->num_layers);
+        }
+    }
+    cJSON_AddNumberToObject(j, "initializer_range", nice_float(c->init_method_std));
+    cJSON_AddBoolToObject(j, "tie_word_embeddings", !c->untie_embeddings_and_output_weights);
+    cJSON_AddStringToObject(j, "torch_dtype", "float32");
+    (void)a;
+    return j;
+}
+
+/* ------------------------------------------------------------------ --to hf */
+
+static int to_hf(const char *dir, const char *out) {
+    char err[1024];
+    int it;
+    int rc = ckpt_read_latest(dir, &it, err, sizeof err);
+    if (rc != 0) {
+        fprintf(stderr, "error: convert --to hf %s: %s\n", dir,
+                rc == 1 ? "no latest_checkpointed_iteration.txt (not a checkpoint directory)" : err);
+        return 1;
+    }
+    ckpt_state st = {0};
+    megadlm_args a;
+    args_defaults(&a);
+    if (ckpt_load_state(dir, it, &st, err, sizeof err) != 0 ||
+        args_from_json(&a, st.args, err, sizeof err) != 0) {
+        fprintf(stderr, "error: convert --to hf %s: %s\n", dir, err);
+        ckpt_state_free(&st);
+        return 1;
+    }
+    ckpt_state_free(&st);
+    /* the saved arguments are already validated (derived sizes included); one process */
+    a.tensor_model_parallel_size = 1;
+    a.pipeline_model_parallel_size = 1;
+    a.sequence_parallel = 0;
+    a.distribute_saved_activations = 0;
+    snprintf(a.recompute_granularity, sizeof a.recompute_granularity, "%s", "");
+    transformer_config c = model_config_from_args(&a);
+    hf_family f = (c.rope || c.normalization == NORM_RMSNORM)
+                      ? (c.qk_layernorm ? FAM_QWEN3 : FAM_LLAMA)
+                      : FAM_GPT2;
+    const char *why = misfit(&c, &a, f);
+    if (why) {
+        fprintf(stderr, "error: convert --to hf %s: no Hugging Face architecture fits this model: "
+                        "%s (GPT2LMHeadModel needs LayerNorm, learned positions, tanh GELU, "
+                        "biases, tied embeddings, multi-head attention with kv_channels * heads "
+                        "== hidden; LlamaForCausalLM / Qwen3ForCausalLM need RMSNorm, full RoPE, "
+                        "SwiGLU, no biases)\n", dir, why);
+        return 1;
+    }
+    gpt_model *m = gpt_model_create(&c, 1, 0);
+    if (ckpt_load_tensors(dir, it, &m->params, 0, err, sizeof err) != 0) {
+        fprintf(stderr, "error: convert --to hf: %s\n", err);
+        gpt_model_free(m);
+        return 1;
+    }
+    out_set o = {0};
+    to_hf_tensors(&c, &m->params, f, &o);
+    gpt_model_free(m);
+    for (int i = 0; i < o.n; i++) {
+        int ndim = o.shapes[i][1] ? 2 : 1;
+        o.d[i] = (st_tensor_desc){.name = o.names[i], .dtype = ST_F32, .ndim = ndim,
+                                  .shape = o.shapes[i], .data = o.bufs[i]};
+    }
+    if (mkdir_p(out) != 0) {
+        fprintf(stderr, "error: convert --to hf: cannot create %s: %s\n", out, strerror(errno));
+        out_free(&o);
+        return 1;
+    }
+    char path[1200];
+    snprintf(path, sizeof path, "%s/model.safetensors", out);
+    st_meta meta[1] = {{"format", "pt"}};
+    rc = st_write_file(path, o.d, o.n, meta, 1, err, sizeof err);
+    out_free(&o);
+    if (rc != 0) {
+        fprintf(stderr, "error: convert --to hf: %s\n", err);
+        return 1;
+    }
+    cJSON *j = hf_config(&c, &a, f);
+    char *txt = cJSON_Print(j);
+    cJSON_Delete(j);
+    snprintf(path, sizeof path, "%s/config.json", out);
+    FILE *fp = fopen(path, "w");
+    if (!fp || fprintf(fp, "%s\n", txt) < 0 || fclose(fp) != 0) {
+        fprintf(stderr, "error: convert --to hf: cannot write %s: %s\n", path, strerror(errno));
+        free(txt);
+        return 1;
+    }
+    free(txt);
+    fprintf(stderr, "[converted %s iteration %d to %s (%s, vocab_size %d = the padded vocabulary)]\n",
+            dir, it, out, f == FAM_GPT2 ? "GPT2LMHeadModel" : f == FAM_LLAMA ? "LlamaForCausalLM" : "Qwen3ForCausalLM",
+            c.padded_vocab_size);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ --from hf */
+
+typedef struct {
+    const char *tokenizer_type, *vocab_file, *merge_file, *tokenizer_model;
+    int vocab_size, divisible_by, seq_length;
+} from_opts;
+
+static int jint(const cJSON *j, const char *key, int *v, const char *file, int required) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (!x || cJSON_IsNull(x)) {
+        if (required) fprintf(stderr, "error: convert --from hf: %s: missing \"%s\"\n", file, key);
+        return required ? -1 : 1;
+    }
+    if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) || x->valuedouble < 0) {
+        fprintf(stderr, "error: convert --from hf: %s: \"%s\" is not a non-negative integer\n", file, key);
+        return -1;
+    }
+    *v = (int)x->valuedouble;
+    return 0;
+}
+static int jnum(const cJSON *j, const char *key, double *v) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (!x || !cJSON_IsNumber(x)) return 1;
+    *v = x->valuedouble;
+    return 0;
+}
+static int jtrue(const cJSON *j, const char *key) {
+    return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, key));
+}
+static const char *jstr(const cJSON *j, const char *key) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, key);
+    return cJSON_IsString(x) ? x->valuestring : NULL;
+}
+
+static cJSON *read_json(const char *path) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return NULL;
+    fseek(fp, 0, SEEK_END);
+    long n = ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    char *buf = malloc(n + 1);
+    size_t got = fread(buf, 1, n, fp);
+    fclose(fp);
+    buf[got] = 0;
+    cJSON *j = cJSON_Parse(buf);
+    free(buf);
+    return j;
+}
+
+/* Reads HF tensor `name` of shape [d0(, d1)] into out (F32/F16/BF16). */
+static int hf_read(const st_file *sf, const char *name, int ndim, int64_t d0, int64_t d1, float *out) {
+    const st_entry *e = st_find(sf, name);
+    if (!e) {
+        fprintf(stderr, "error: convert --from hf: %s: tensor %s: missing\n", sf->path, name);
+        return -1;
+    }
+    if (e->ndim != ndim || e->shape[0] != d0 || (ndim == 2 && e->shape[1] != d1)) {
+        fprintf(stderr, "error: convert --from hf: %s: tensor %s: shape [", sf->path, name);
+        for (int i = 0; i < e->ndim; i++) fprintf(stderr, "%s%lld", i ? ", " : "", (long long)e->shape[i]);
+        if (ndim == 2) fprintf(stderr, "], the config gives [%lld, %lld]\n", (long long)d0, (long long)d1);
+        else fprintf(stderr, "], the config gives [%lld]\n", (long long)d0);
+        return -1;
+    }
+    char err[1024];
+    if (st_read_f32(sf, e, out, err, sizeof err) != 0) {
+        fprintf(stderr, "error: convert --from hf: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+static int from_hf_tensors(const transformer_config *c, param_set *ps, hf_family f, const st_file *sf) {
+    const int h = c->hidden_size, d = c->kv_channels, a = c->num_attention_heads,
+              g = c->num_query_groups, F = c->ffn_hidden_size, V = c->padded_vocab_size;
+    char name[160], src[160];
+    size_t big = (size_t)V * h;
+    size_t m2 = (size_t)3 * h * h, m3 = (size_t)2 * F * h, m4 = (size_t)(a + 2 * g) * d * h;
+    if (m2 > big) big = m2;
+    if (m3 > big) big = m3;
+    if (m4 > big) big = m4;
+    float *tmp = malloc(big * sizeof(float)), *tmpb = malloc((size_t)(3 * h + 1) * sizeof(float));
+    int rc = -1;
+#define R(nm, nd, d0, d1, dst) \
+    if (hf_read(sf, nm, nd, d0, d1, dst) != 0) goto done;
+    if (f == FAM_GPT2) {
+        R("transformer.wte.weight", 2, V, h, P("%s", "embedding.word_embeddings.weight"));
+        R("transformer.wpe.weight", 2, c->max_position_embeddings, h, P("%s", "embedding.position_embeddings.weight"));
+        for (int l = 0; l < c->num_layers; l++) {
+            const char *pre = "decoder.layers";
+#define LN(hfname, mname)                                                                      \
+    snprintf(name, sizeof name, "transformer.h.%d.%s.weight", l, hfname);                      \
+    R(name, 1, h, 0, P("%s.%d.%s.weight", pre, l, mname));                                    \
+    snprintf(name, sizeof name, "transformer.h.%d.%s.bias", l, hfname);                        \
+    R(name, 1, h, 0, P("%s.%d.%s.bias", pre, l, mname));
+            LN("ln_1", "input_layernorm")
+            float *W = P("%s.%d.self_attention.linear_qkv.weight", pre, l);
+            float *B = P("%s.%d.self_attention.linear_qkv.bias", pre, l);
+            snprintf(name, sizeof name, "transformer.h.%d.attn.c_attn.weight", l);
+            R(name, 2, h, 3 * h, tmp);
+            snprintf(name, sizeof name, "transformer.h.%d.attn.c_attn.bias", l);
+            R(name, 1, 3 * h, 0, tmpb);
+            for (int col = 0; col < 3 * h; col++) {
+                int part = col / h, within = col % h;
+                int64_t row = qkv_row(c, part, within / d, within % d);
+                B[row] = tmpb[col];
+                for (int i = 0; i < h; i++) W[(size_t)row * h + i] = tmp[(size_t)i * 3 * h + col];
+            }
+#define CONV(hfname, mname, in, outd)                                                          \
+    {                                                                                          \
+        float *w = P("%s.%d.%s.weight", pre, l, mname);                                        \
+        snprintf(name, sizeof name, "transformer.h.%d.%s.weight", l, hfname);                  \
+        R(name, 2, in, outd, tmp);                                                             \
+        for (int r = 0; r < (outd); r++)                                                       \
+            for (int i = 0; i < (in); i++) w[(size_t)r * (in) + i] = tmp[(size_t)i * (outd) + r]; \
+        snprintf(name, sizeof name, "transformer.h.%d.%s.bias", l, hfname);                    \
+        R(name, 1, outd, 0, P("%s.%d.%s.bias", pre, l, mname));                               \
+    }
+            CONV("attn.c_proj", "self_attention.linear_proj", h, h)
+            LN("ln_2", "pre_mlp_layernorm")
+            CONV("mlp.c_fc", "mlp.linear_fc1", h, F)
+            CONV("mlp.c_proj", "mlp.linear_fc2", F, h)
+        }
+        R("transformer.ln_f.weight", 1, h, 0, P("%s", "decoder.final_layernorm.weight"));
+        R("transformer.ln_f.bias", 1, h, 0, P("%s", "decoder.final_layernorm.bias"));
+        rc = 0;
+        goto done;
+    }
+    R("model.embed_tokens.weight", 2, V, h, P("%s", "embedding.word_embeddings.weight"));
+    for (int l = 0; l < c->num_layers; l++) {
+        const char *pre = "decoder.layers";
+        snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", l);
+        R(name, 1, h, 0, P("%s.%d.input_layernorm.weight", pre, l));
+        float *W = P("%s.%d.self_attention.linear_qkv.weight", pre, l);
+        static const char *const proj[3] = {"q_proj", "k_proj", "v_proj"};
+        for (int part = 0; part < 3; part++) {
+            int heads = part == 0 ? a : g;
+            snprintf(name, sizeof name, "model.layers.%d.self_attn.%s.weight", l, proj[part]);
+            R(name, 2, (int64_t)heads * d, h, tmp);
+            for (int hd = 0; hd < heads; hd++)
+                for (int r = 0; r < d; r++)
+                    memcpy(W + (size_t)qkv_row(c, part, hd, r) * h, tmp + ((size_t)hd * d + r) * h, h * sizeof(float));
+        }
+        snprintf(name, sizeof name, "model.layers.%d.self_attn.o_proj.weight", l);
+        R(name, 2, h, (int64_t)a * d, P("%s.%d.self_attention.linear_proj.weight", pre, l));
+        if (c->qk_layernorm) {
+            snprintf(name, sizeof name, "model.layers.%d.self_attn.q_norm.weight", l);
+            R(name, 1, d, 0, P("%s.%d.self_attention.q_layernorm.weight", pre, l));
+            snprintf(name, sizeof name, "model.layers.%d.self_attn.k_norm.weight", l);
+            R(name, 1, d, 0, P("%s.%d.self_attention.k_layernorm.weight", pre, l));
+        }
+        snprintf(name, sizeof name, "model.layers.%d.post_attention_layernorm.weight", l);
+        R(name, 1, h, 0, P("%s.%d.pre_mlp_layernorm.weight", pre, l));
+        float *fc1 = P("%s.%d.mlp.linear_fc1.weight", pre, l);
+        snprintf(name, sizeof name, "model.layers.%d.mlp.gate_proj.weight", l);
+        R(name, 2, F, h, fc1);
+        snprintf(name, sizeof name, "model.layers.%d.mlp.up_proj.weight", l);
+        R(name, 2, F, h, fc1 + (size_t)F * h);
+        snprintf(name, sizeof name, "model.layers.%d.mlp.down_proj.weight", l);
+        R(name, 2, h, F, P("%s.%d.mlp.linear_fc2.weight", pre, l));
+    }
+    R("model.norm.weight", 1, h, 0, P("%s", "decoder.final_layernorm.weight"));
+    if (c->untie_embeddings_and_output_weights)
+        R("lm_head.weight", 2, V, h, P("%s", "output_layer.weight"));
+    rc = 0;
+done:
+    free(tmp);
+    free(tmpb);
+    return rc;
+#undef R
+#undef LN
+#undef CONV
+#undef P
+#undef COPY
+}
+
+static int from_hf(const char *in, const char *out, const from_opts *op) {
+    char path[1200], err[1024];
+    snprintf(path, sizeof path, "%s/config.json", in);
+    cJSON *j = read_json(path);
+    if (!j || !cJSON_IsObject(j)) {
+        fprintf(stderr, "error: convert --from hf: %s: %s\n", path, j ? "not a JSON object" : "cannot read or parse it");
+        cJSON_Delete(j);
+        return 1;
+    }
+    const char *mt = jstr(j, "model_type");
+    hf_family f = !mt ? FAM_NONE : !strcmp(mt, "gpt2") ? FAM_GPT2 : !strcmp(mt, "llama") ? FAM_LLAMA
+                                 : !strcmp(mt, "qwen3") ? FAM_QWEN3 : FAM_NONE;
+    if (f == FAM_NONE) {
+        fprintf(stderr, "error: convert --from hf: %s: model_type %s%s%s: expected gpt2, llama or qwen3\n",
+                path, mt ? "\"" : "", mt ? mt : "missing", mt ? "\"" : "");
+        cJSON_Delete(j);
+        return 1;
+    }
+    megadlm_args a;
+    args_defaults(&a);
+    int V = 0, rc = 0;
+    const char *why = NULL;
+    double x;
+    if (f == FAM_GPT2) {
+        if (jint(j, "n_layer", &a.num_layers, path, 1) || jint(j, "n_embd", &a.hidden_size, path, 1) ||
+            jint(j, "n_head", &a.num_attention_heads, path, 1) ||
+            jint(j, "n_positions", &a.max_position_embeddings, path, 1) ||
+            jint(j, "vocab_size", &V, path, 1) || jint(j, "n_inner", &a.ffn_hidden_size, path, 0) < 0)
+            rc = -1;
+        if (!a.ffn_hidden_size) a.ffn_hidden_size = 4 * a.hidden_size;
+        const char *act = jstr(j, "activation_function");
+        if (act && strcmp(act, "gelu_new") && strcmp(act, "gelu_pytorch_tanh"))
+            why = "activation_function is not gelu_new (megadlm's GPT GELU is the tanh form)";
+        if (jtrue(j, "scale_attn_by_inverse_layer_idx")) why = "scale_attn_by_inverse_layer_idx";
+        const cJSON *saw = cJSON_GetObjectItemCaseSensitive(j, "scale_attn_weights");
+        if (cJSON_IsFalse(saw)) why = "scale_attn_weights false";
+        if (cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(j, "tie_word_embeddings")))
+            why = "tie_word_embeddings false";
+        a.norm_epsilon = jnum(j, "layer_norm_epsilon", &x) ? 1e-5f : (float)x;
+        if (!jnum(j, "resid_pdrop", &x)) a.hidden_dropout = (float)x;
+        if (!jnum(j, "attn_pdrop", &x)) a.attention_dropout = (float)x;
+        if (a.num_attention_heads && a.hidden_size % a.num_attention_heads)
+            why = "n_embd is not a multiple of n_head";
+        a.kv_channels = a.num_attention_heads ? a.hidden_size / a.num_attention_heads : 0;
+        a.bias_gelu_fusion = 1; /* with biases: Megatron's fused bias-GELU, the tanh form */
+    } else {
+        int kvh = 0;
+        if (jint(j, "num_hidden_layers", &a.num_layers, path, 1) ||
+            jint(j, "hidden_size", &a.hidden_size, path, 1) ||
+            jint(j, "intermediate_size", &a.ffn_hidden_size, path, 1) ||
+            jint(j, "num_attention_heads", &a.num_attention_heads, path, 1) ||
+            jint(j, "max_position_embeddings", &a.max_position_embeddings, path, 1) ||
+            jint(j, "vocab_size", &V, path, 1) || jint(j, "num_key_value_heads", &kvh, path, 0) < 0 ||
+            jint(j, "head_dim", &a.kv_channels, path, 0) < 0)
+            rc = -1;
+        if (!a.kv_channels && a.num_attention_heads) a.kv_channels = a.hidden_size / a.num_attention_heads;
+        if (!kvh) kvh = a.num_attention_heads;
+        if (kvh != a.num_attention_heads) {
+            a.group_query_attention = 1;
+            a.num_query_groups = kvh;
+        }
+        snprintf(a.position_embedding_type, sizeof a.position_embedding_type, "rope");
+        snprintf(a.normalization, sizeof a.normalization, "RMSNorm");
+        a.swiglu = 1;
+        a.add_bias_linear = 0;
+        a.untie_embeddings_and_output_weights = !jtrue(j, "tie_word_embeddings");
+        a.qk_layernorm = f == FAM_QWEN3;
+        a.norm_epsilon = jnum(j, "rms_norm_eps", &x) ? 1e-6f : (float)x;
+        a.rotary_base = jnum(j, "rope_theta", &x) ? 10000.0f : (float)x;
+        if (!jnum(j, "attention_dropout", &x)) a.attention_dropout = (float)x;
+        a.hidden_dropout = 0.0f;
+        const char *act = jstr(j, "hidden_act");
+        if (act && strcmp(act, "silu")) why = "hidden_act is not silu (megadlm's SwiGLU)";
+        if (jtrue(j, "attention_bias")) why = "attention_bias (megadlm's Llama/Qwen3 linears have no biases)";
+        if (jtrue(j, "mlp_bias")) why = "mlp_bias (megadlm's Llama/Qwen3 linears have no biases)";
+        const cJSON *rs = cJSON_GetObjectItemCaseSensitive(j, "rope_scaling");
+        if (rs && !cJSON_IsNull(rs)) why = "rope_scaling (megadlm's RoPE is unscaled)";
+        if (jtrue(j, "use_sliding_window")) why = "use_sliding_window (megadlm's attention is full)";
+        if (!jnum(j, "partial_rotary_factor", &x) && x != 1.0) why = "partial_rotary_factor != 1";
+    }
+    if (!jnum(j, "initializer_range", &x)) a.init_method_std = (float)x;
+    cJSON_Delete(j);
+    if (rc) return 1;
+    if (why) {
+        fprintf(stderr, "error: convert --from hf %s: does not map to megadlm: %s\n", in, why);
+        return 1;
+    }
+    a.seq_length = op->seq_length ? op->seq_length : a.max_position_embeddings;
+    /* what a checkpoint's args need to validate; `megadlm train --load` takes its own */
+    a.micro_batch_size = 1;
+    a.train_iters = 1;
+    a.lr = 1e-4f;
+    if (op->divisible_by) a.make_vocab_size_divisible_by = op->divisible_by;
+    snprintf(a.tokenizer_type, sizeof a.tokenizer_type, "%s", op->tokenizer_type ? op->tokenizer_type : "NullTokenizer");
+    if (op->vocab_file) snprintf(a.vocab_file, sizeof a.vocab_file, "%s", op->vocab_file);
+    if (op->merge_file) snprintf(a.merge_file, sizeof a.merge_file, "%s", op->merge_file);
+    if (op->tokenizer_model) snprintf(a.tokenizer_model, sizeof a.tokenizer_model, "%s", op->tokenizer_model);
+    if (!strcmp(a.tokenizer_type, "NullTokenizer")) {
+        /* default: ids < V-1, end-of-document V-1 (the whole HF vocabulary) */
+        a.vocab_size = op->vocab_size ? op->vocab_size : V - 1;
+        if (!op->divisible_by && !op->vocab_size) a.make_vocab_size_divisible_by = V % 128 ? 1 : 128;
+        a.mock_data = 1;
+    }
+    if (args_validate(&a, err, sizeof err) != 0) {
+        fprintf(stderr, "error: convert --from hf %s: the megadlm arguments from config.json: %s\n", in, err);
+        return 1;
+    }
+    if (a.padded_vocab_size != V) {
+        fprintf(stderr,
+                "error: convert --from hf %s: config.json's vocab_size is %d, the tokenizer gives a "
+                "padded vocabulary of %d (give --vocab-size / --make-vocab-size-divisible-by or "
+                "the tokenizer flags so that they agree)\n", in, V, a.padded_vocab_size);
+        return 1;
+    }
+    transformer_config c = model_config_from_args(&a);
+    snprintf(path, sizeof path, "%s/model.safetensors", in);
+    st_file sf;
+    if (st_open(path, &sf, err, sizeof err) != 0) {
+        fprintf(stderr, "error: convert --from hf: %s (a sharded checkpoint, model.safetensors.index.json, "
+                        "is not supported)\n", err);
+        return 1;
+    }
+    gpt_model *m = gpt_model_create(&c, 1, 1);
+    rc = from_hf_tensors(&c, &m->params, f, &sf);
+    st_close(&sf);
+    if (rc == 0) {
+        memset(m->params.exp_avg, 0, m->params.numel * sizeof(float));
+        memset(m->params.exp_avg_sq, 0, m->params.numel * sizeof(float));
+        ckpt_state st = {.iteration = 0, .consumed_train_samples = 0, .optimizer_step = 0,
+                         .args = args_to_json(&a)};
+        rc = ckpt_save(out, &m->params, &st, 1, err, sizeof err);
+        cJSON_Delete(st.args);
+        if (rc != 0) fprintf(stderr, "error: convert --from hf: %s\n", err);
+        else
+            fprintf(stderr, "[converted %s (%s) to the megadlm checkpoint %s iteration 0]\n", in,
+                    f == FAM_GPT2 ? "gpt2" : f == FAM_LLAMA ? "llama" : "qwen3", out);
+    }
+    gpt_model_free(m);
+    args_free(&a);
+    return rc ? 1 : 0;
+}
+
+/* ------------------------------------------------------------------ command */
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: megadlm convert --to hf DIR OUT\n"
+            "       megadlm convert --from hf IN OUT [flags]\n\n"
+            "  --to hf DIR OUT       the latest checkpoint of DIR -> OUT/config.json and\n"
+            "                        OUT/model.safetensors (GPT2LMHeadModel, LlamaForCausalLM or\n"
+            "                        Qwen3ForCausalLM; vocab_size = the padded vocabulary)\n"
+            "  --from hf IN OUT      IN/config.json + IN/model.safetensors -> megadlm checkpoint\n"
+            "                        OUT (iteration 0)\n"
+            "flags of --from hf (the tokenizer the checkpoint's args name):\n"
+            "  --tokenizer-type T    (NullTokenizer)\n"
+            "  --vocab-size N        NullTokenizer (default: HF vocab_size - 1, eod the last id)\n"
+            "  --make-vocab-size-divisible-by N\n"
+            "  --vocab-file F, --merge-file F, --tokenizer-model F\n"
+            "  --seq-length N        (default: max_position_embeddings)\n");
+}
+
+int convert_main(int argc, char **argv) {
+    from_opts op = {0};
+    const char *to = NULL, *from = NULL;
+    static const struct option opts[] = {
+        {"to", required_argument, 0, 't'},
+        {"from", required_argument, 0, 'f'},
+        {"tokenizer-type", required_argument, 0, 'T'},
+        {"vocab-size", required_argument, 0, 'V'},
+        {"vocab-file", required_argument, 0, 'v'},
+        {"merge-file", required_argument, 0, 'm'},
+        {"tokenizer-model", required_argument, 0, 'M'},
+        {"make-vocab-size-divisible-by", required_argument, 0, 'D'},
+        {"seq-length", required_argument, 0, 'S'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    optind = 1;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (ch) {
+        case 't': to = optarg; break;
+        case 'f': from = optarg; break;
+        case 'T': op.tokenizer_type = optarg; break;
+        case 'V': op.vocab_size = atoi(optarg); break;
+        case 'v': op.vocab_file = optarg; break;
+        case 'm': op.merge_file = optarg; break;
+        case 'M': op.tokenizer_model = optarg; break;
+        case 'D': op.divisible_by = atoi(optarg); break;
+        case 'S': op.seq_length = atoi(optarg); break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if ((!to) == (!from) || argc - optind != 2) {
+        fprintf(stderr, "error: convert: give exactly one of --to hf / --from hf, then two directories\n");
+        usage(stderr);
+        return 2;
+    }
+    const char *fmt = to ? to : from;
+    if (strcmp(fmt, "hf")) {
+        fprintf(stderr, "error: convert: format '%s': expected hf\n", fmt);
+        return 2;
+    }
+    return to ? to_hf(argv[optind], argv[optind + 1])
+              : from_hf(argv[optind], argv[optind + 1], &op);
+}

@@ -1,0 +1,202 @@
+"""Independent PyTorch forward of the Hugging Face architectures, written from transformers'
+definitions (models/gpt2/modeling_gpt2.py, models/llama/modeling_llama.py,
+models/qwen3/modeling_qwen3.py), on the files `megadlm convert --to hf` wrote.
+
+    hf_forward.py forward HF_DIR LOGITS.safetensors [--perturb]
+        reads HF_DIR/config.json and HF_DIR/model.safetensors by Hugging Face names, runs the
+        architecture config.json names (float64) on the tokens of LOGITS.safetensors
+        (tests/tools/hf_logits.c) and compares with megadlm's logits there: max |diff| /
+        max |megadlm| must be <= 1e-5. --perturb adds 1e-2 to one weight first (the check must
+        then fail).
+    hf_forward.py same A.safetensors B.safetensors
+        the two files hold the same tensor names, shapes, dtypes and bytes (headers may differ).
+
+Reads safetensors with the standard library and numpy only (no transformers, no safetensors).
+"""
+import json
+import math
+import struct
+import sys
+
+import numpy as np
+import torch
+
+TOL = 1e-5
+
+
+def read_st(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        buf = f.read()
+    header.pop("__metadata__", None)
+    return header, buf
+
+
+def load(path):
+    header, buf = read_st(path)
+    dt = {"F32": "<f4", "I32": "<i4", "F16": "<f2"}
+    out = {}
+    for name, info in header.items():
+        b, e = info["data_offsets"]
+        a = np.frombuffer(buf[b:e], dtype=dt[info["dtype"]]).reshape(info["shape"])
+        out[name] = torch.from_numpy(a.astype(np.float64) if a.dtype.kind == "f" else a.astype(np.int64))
+    return out
+
+
+def same(a_path, b_path):
+    ha, ba = read_st(a_path)
+    hb, bb = read_st(b_path)
+    if sorted(ha) != sorted(hb):
+        print(f"FAIL: tensor names differ: only in {a_path}: {sorted(set(ha) - set(hb))}, "
+              f"only in {b_path}: {sorted(set(hb) - set(ha))}")
+        return 1
+    bad = 0
+    for name in ha:
+        ia, ib = ha[name], hb[name]
+        if ia["dtype"] != ib["dtype"] or ia["shape"] != ib["shape"]:
+            print(f"FAIL: {name}: {ia['dtype']}{ia['shape']} vs {ib['dtype']}{ib['shape']}")
+            bad += 1
+            continue
+        if ba[slice(*ia["data_offsets"])] != bb[slice(*ib["data_offsets"])]:
+            print(f"FAIL: {name}: the bytes differ")
+            bad += 1
+    print(f"{len(ha)} tensors, {bad} differ")
+    return 1 if bad else 0
+
+
+# ---------------------------------------------------------------- GPT-2 (modeling_gpt2.py)
+
+def gelu_new(x):  # ACT2FN["gelu_new"]: NewGELUActivation
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+def conv1d(x, w, b):  # Conv1D: x @ weight + bias, weight [nx, nf]
+    return torch.addmm(b, x.reshape(-1, x.shape[-1]), w).reshape(*x.shape[:-1], w.shape[1])
+
+
+def layer_norm(x, w, b, eps):
+    return torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b, eps)
+
+
+def causal_attention(q, k, v, scale):  # [B, H, T, D]
+    T = q.shape[2]
+    s = torch.matmul(q, k.transpose(-1, -2)) * scale
+    mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    s = s.masked_fill(~mask, torch.finfo(s.dtype).min)
+    return torch.matmul(torch.softmax(s, dim=-1), v)
+
+
+def gpt2_forward(cfg, W, ids):
+    h, nh = cfg["n_embd"], cfg["n_head"]
+    assert cfg.get("activation_function") == "gelu_new"
+    eps = cfg["layer_norm_epsilon"]
+    B, T = ids.shape
+    d = h // nh
+    x = W["transformer.wte.weight"][ids] + W["transformer.wpe.weight"][torch.arange(T)][None]
+    for l in range(cfg["n_layer"]):
+        p = f"transformer.h.{l}."
+        r = x
+        y = layer_norm(x, W[p + "ln_1.weight"], W[p + "ln_1.bias"], eps)
+        qkv = conv1d(y, W[p + "attn.c_attn.weight"], W[p + "attn.c_attn.bias"])
+        q, k, v = qkv.split(h, dim=2)  # all queries, then all keys, then all values
+        q, k, v = (t.view(B, T, nh, d).transpose(1, 2) for t in (q, k, v))
+        o = causal_attention(q, k, v, 1.0 / math.sqrt(d)).transpose(1, 2).reshape(B, T, h)
+        x = r + conv1d(o, W[p + "attn.c_proj.weight"], W[p + "attn.c_proj.bias"])
+        r = x
+        y = layer_norm(x, W[p + "ln_2.weight"], W[p + "ln_2.bias"], eps)
+        y = gelu_new(conv1d(y, W[p + "mlp.c_fc.weight"], W[p + "mlp.c_fc.bias"]))
+        x = r + conv1d(y, W[p + "mlp.c_proj.weight"], W[p + "mlp.c_proj.bias"])
+    x = layer_norm(x, W["transformer.ln_f.weight"], W["transformer.ln_f.bias"], eps)
+    return x @ W["transformer.wte.weight"].T  # lm_head tied to wte
+
+
+# ---------------------------------------------------------------- Llama / Qwen3
+
+def rms_norm(x, w, eps):  # LlamaRMSNorm / Qwen3RMSNorm
+    return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+
+def rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rope_cos_sin(T, dim, theta):  # LlamaRotaryEmbedding (default rope_type)
+    inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def repeat_kv(x, n_rep):  # [B, G, T, D] -> [B, G*n_rep, T, D]
+    B, G, T, D = x.shape
+    return x[:, :, None].expand(B, G, n_rep, T, D).reshape(B, G * n_rep, T, D)
+
+
+def llama_forward(cfg, W, ids, qwen3):
+    h, nh = cfg["hidden_size"], cfg["num_attention_heads"]
+    ng = cfg.get("num_key_value_heads", nh)
+    d = cfg.get("head_dim") or h // nh
+    eps = cfg["rms_norm_eps"]
+    assert cfg.get("hidden_act", "silu") == "silu" and not cfg.get("rope_scaling")
+    B, T = ids.shape
+    cos, sin = rope_cos_sin(T, d, cfg.get("rope_theta", 10000.0))
+    x = W["model.embed_tokens.weight"][ids]
+    for l in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{l}."
+        r = x
+        y = rms_norm(x, W[p + "input_layernorm.weight"], eps)
+        q = (y @ W[p + "self_attn.q_proj.weight"].T).view(B, T, nh, d)
+        k = (y @ W[p + "self_attn.k_proj.weight"].T).view(B, T, ng, d)
+        v = (y @ W[p + "self_attn.v_proj.weight"].T).view(B, T, ng, d)
+        if qwen3:  # Qwen3Attention: q_norm / k_norm over head_dim before RoPE
+            q = rms_norm(q, W[p + "self_attn.q_norm.weight"], eps)
+            k = rms_norm(k, W[p + "self_attn.k_norm.weight"], eps)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        q = q * cos + rotate_half(q) * sin  # apply_rotary_pos_emb
+        k = k * cos + rotate_half(k) * sin
+        k, v = repeat_kv(k, nh // ng), repeat_kv(v, nh // ng)
+        o = causal_attention(q, k, v, d ** -0.5).transpose(1, 2).reshape(B, T, nh * d)
+        x = r + o @ W[p + "self_attn.o_proj.weight"].T
+        r = x
+        y = rms_norm(x, W[p + "post_attention_layernorm.weight"], eps)
+        g = y @ W[p + "mlp.gate_proj.weight"].T
+        u = y @ W[p + "mlp.up_proj.weight"].T
+        x = r + (torch.nn.functional.silu(g) * u) @ W[p + "mlp.down_proj.weight"].T
+    x = rms_norm(x, W["model.norm.weight"], eps)
+    head = W["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings", True) else W["lm_head.weight"]
+    return x @ head.T
+
+
+def forward(hf_dir, logits_path, perturb):
+    cfg = json.load(open(f"{hf_dir}/config.json"))
+    W = load(f"{hf_dir}/model.safetensors")
+    ref = load(logits_path)
+    ids, want = ref["tokens"], ref["logits"]
+    arch = cfg["architectures"][0]
+    if perturb:
+        name = "transformer.h.0.attn.c_attn.weight" if arch == "GPT2LMHeadModel" else "model.layers.0.self_attn.k_proj.weight"
+        W[name][1, 2] += 1e-2
+        print(f"perturbed {name}[1, 2] by 1e-2")
+    with torch.no_grad():
+        if arch == "GPT2LMHeadModel":
+            assert cfg["model_type"] == "gpt2"
+            got = gpt2_forward(cfg, W, ids)
+        elif arch in ("LlamaForCausalLM", "Qwen3ForCausalLM"):
+            assert cfg["model_type"] == ("llama" if arch == "LlamaForCausalLM" else "qwen3")
+            got = llama_forward(cfg, W, ids, arch == "Qwen3ForCausalLM")
+        else:
+            print(f"FAIL: unknown architecture {arch}")
+            return 1
+    assert got.shape == want.shape, (got.shape, want.shape)
+    rel = ((got - want).abs().max() / want.abs().max()).item()
+    print(f"{arch}: logits {tuple(want.shape)}, max rel error {rel:.3e} (tolerance {TOL:g})")
+    return 0 if rel <= TOL else 1
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(2)
+    if sys.argv[1] == "same":
+        sys.exit(same(sys.argv[2], sys.argv[3]))
+    sys.exit(forward(sys.argv[2], sys.argv[3], "--perturb" in sys.argv[4:]))

@@ -1,0 +1,63 @@
+/* megadlm's logits for tests/scripts/test_hf_convert.sh: loads the latest checkpoint of DIR
+ * with the library (as `megadlm generate` does) and runs one forward on a fixed token batch.
+ *
+ *   hf_logits DIR OUT.safetensors
+ *
+ * OUT holds "tokens" I32 [B, T] and "logits" F32 [B, T, V] (V the padded vocabulary). The
+ * tokens are ((7 t + 13 b + 3) mod min(V, 97)), T = min(seq_length, 16), B = 2. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/models/gpt_model.h"
+#include "core/tensor/safetensors.h"
+#include "training/arguments.h"
+#include "training/checkpointing.h"
+#include "training/model_provider.h"
+
+int main(int argc, char **argv) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: hf_logits DIR OUT.safetensors\n");
+        return 2;
+    }
+    char err[1024];
+    int it;
+    ckpt_state st = {0};
+    megadlm_args a;
+    args_defaults(&a);
+    if (ckpt_read_latest(argv[1], &it, err, sizeof err) != 0 ||
+        ckpt_load_state(argv[1], it, &st, err, sizeof err) != 0 ||
+        args_from_json(&a, st.args, err, sizeof err) != 0) {
+        fprintf(stderr, "hf_logits: %s: %s\n", argv[1], err);
+        return 1;
+    }
+    ckpt_state_free(&st);
+    a.tensor_model_parallel_size = 1;
+    a.pipeline_model_parallel_size = 1;
+    a.sequence_parallel = 0;
+    a.distribute_saved_activations = 0;
+    transformer_config c = model_config_from_args(&a);
+    c.hidden_dropout = c.attention_dropout = 0.0f;
+    const int B = 2, T = c.seq_length < 16 ? c.seq_length : 16, V = c.padded_vocab_size;
+    const int span = V < 97 ? V : 97;
+    gpt_model *m = gpt_model_create(&c, B, 0);
+    if (ckpt_load_tensors(argv[1], it, &m->params, 0, err, sizeof err) != 0) {
+        fprintf(stderr, "hf_logits: %s\n", err);
+        return 1;
+    }
+    int32_t *tok = malloc((size_t)B * T * sizeof(int32_t));
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) tok[b * T + t] = (7 * t + 13 * b + 3) % span;
+    gpt_step gs = {.seed = 1, .training = 0};
+    gpt_model_forward(m, tok, NULL, NULL, B, T, gs);
+    int64_t ts[2] = {B, T}, ls[3] = {B, T, V};
+    st_tensor_desc d[2] = {{"tokens", ST_I32, 2, ts, tok}, {"logits", ST_F32, 3, ls, m->logits}};
+    if (st_write_file(argv[2], d, 2, NULL, 0, err, sizeof err) != 0) {
+        fprintf(stderr, "hf_logits: %s\n", err);
+        return 1;
+    }
+    free(tok);
+    gpt_model_free(m);
+    args_free(&a);
+    return 0;
+}
