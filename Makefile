@@ -2,12 +2,16 @@
 BUILD ?= build
 JOBS  ?= $(shell nproc)
 
-.PHONY: all build deps test-deps demo test bench clean
+.PHONY: all build deps demo-deps test-deps demo test bench clean
 
 all: build
 
 deps:
 	bash scripts/install-deps.sh
+
+demo-deps:
+	bash scripts/install-deps.sh --demo
+	cd tests/node && npm ci --prefer-offline --no-audit --no-fund
 
 test-deps:
 	bash scripts/install-deps.sh --test
@@ -17,9 +21,9 @@ build: deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
 	cmake --build $(BUILD) -j $(JOBS)
 
-# Preprocess the bundled King James Bible, train a small model for about two minutes,
-# save a checkpoint and sample from it.
-demo: build
+# Tokenize the bundled King James Bible with GPT-2's BPE, train a small autoregressive model
+# and a small masked-diffusion model (about a minute each), save checkpoints, sample from both.
+demo: demo-deps build
 	bash scripts/demo.sh $(BUILD)
 
 test: test-deps build

