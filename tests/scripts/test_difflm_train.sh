@@ -2,7 +2,8 @@
 # The masked-diffusion objective end to end: (1) the same losses (training and validation,
 # rel 1e-5) in one process and under TP 2, PP 2, DP 2 and TP 2 x PP 2, with dropout and
 # variable lengths on (its draws are keyed by sample, not by rank); (2) a small model learns
-# (validation loss falls); (3) the flag rules; (4) generate refuses a diffusion checkpoint.
+# (validation loss falls); (3) the flag rules; (4) generate samples from the diffusion checkpoint
+# and refuses a generation longer than the model was trained on.
 set -uo pipefail
 rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
 export OMP_NUM_THREADS=1
@@ -46,5 +47,7 @@ expect "--mask-token" train "${base[@]}" --model-running-mode difflm-noshift
 expect "--attention-mask-type no_mask" train "${base[@]}" --attention-mask-type no_mask
 expect "--mask-token 500" train "${base[@]}" --model-running-mode difflm-noshift --mask-token 500
 expect "--model-running-mode diffusion" train "${base[@]}" --model-running-mode diffusion
-expect "diffusion sampling is not supported yet" generate --load dlm --prompt "1 2"
+expect "exceed the 16 tokens" generate --load dlm --prompt "1 2"
+"$MEGADLM" generate --load dlm --prompt "1 2" --gen-length 8 --steps 8 > /dev/null 2>&1 ||
+  { echo "FAILED: diffusion sampling from the trained checkpoint"; fail=1; }
 exit $fail

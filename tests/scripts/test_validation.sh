@@ -49,10 +49,10 @@ printf '{"text": "hello world"}\n{"text": "second document"}\n' > tiny.jsonl
     --append-eod > /dev/null || { echo "FAILED: preprocess"; fail=1; }
 head -c 30 tiny_text_document.idx > trunc.idx; cp tiny_text_document.bin trunc.bin
 expect_error "trunc.idx" train "${base_nodata[@]}" --tokenizer-type ByteLevel --data-path trunc
-expect_error "tiny.jsonl" preprocess --input tiny.jsonl --output-prefix t2 --json-keys nokey \
+expect_error "tiny.jsonl" preprocess --strict --input tiny.jsonl --output-prefix t2 --json-keys nokey \
     --tokenizer-type ByteLevel
 printf '{"text": "ok"}\nnot json\n' > broken.jsonl
-expect_error "broken.jsonl:2" preprocess --input broken.jsonl --output-prefix t3 \
+expect_error "broken.jsonl:2" preprocess --strict --input broken.jsonl --output-prefix t3 \
     --tokenizer-type ByteLevel
 
 # --help lists flags with defaults and exits 0
