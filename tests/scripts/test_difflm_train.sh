@@ -29,6 +29,14 @@ for layout in "2 --tensor-model-parallel-size 2 --make-vocab-size-divisible-by 6
     END { printf "%s: %d losses, worst rel %.3g\n", name, k, w; exit (bad || k != want || k < 8) }' || fail=1
 done
 
+# every recompute mode gives the same numbers (bitwise in the logged losses)
+for rc in "--recompute-granularity selective" \
+          "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"; do
+  "$MEGADLM" train "${common[@]}" $rc > rc.log 2>&1 || { echo "FAILED: $rc"; fail=1; continue; }
+  diff <(losses ref.log) <(losses rc.log) > /dev/null && echo "recompute ($rc): same losses" ||
+    { echo "FAILED: $rc changed the losses"; fail=1; }
+done
+
 # learning: 200 iterations on mock data (runs of consecutive ids) must lower the loss by a fifth
 "$MEGADLM" train "${common[@]}" --train-iters 200 --eval-interval 200 \
     --eval-iters 4 --lr 3e-3 --hidden-dropout 0 --attention-dropout 0 --save dlm > learn.log 2>&1
