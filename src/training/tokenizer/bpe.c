@@ -11,17 +11,10 @@
 #include <string.h>
 
 #include "training/tokenizer/unicode_nfc.h"
+#include "core/util/error.h"
 
 const char *const BPE_GPT2_PATTERN =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 static uint64_t hash_bytes(const void *p, size_t n) {
     const unsigned char *s = p; /* FNV-1a, then a final mix */
@@ -201,28 +194,6 @@ static void byte_to_unicode(int cp[256]) {
     }
 }
 
-static size_t utf8_put(char *o, int cp) {
-    if (cp < 0x80) {
-        o[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        o[0] = (char)(0xC0 | cp >> 6);
-        o[1] = (char)(0x80 | (cp & 63));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | cp >> 12);
-        o[1] = (char)(0x80 | ((cp >> 6) & 63));
-        o[2] = (char)(0x80 | (cp & 63));
-        return 3;
-    }
-    o[0] = (char)(0xF0 | cp >> 18);
-    o[1] = (char)(0x80 | ((cp >> 12) & 63));
-    o[2] = (char)(0x80 | ((cp >> 6) & 63));
-    o[3] = (char)(0x80 | (cp & 63));
-    return 4;
-}
 
 /* Length of the valid UTF-8 sequence at s (1..4), or 0 if the bytes there are not one
  * (overlong forms, surrogates and values above U+10FFFF are invalid, as in PCRE2). */
@@ -338,19 +309,19 @@ static char *byte_level_decode(const bpe_model *m, const char *tok, size_t len, 
 
 int bpe_add_vocab(bpe_model *m, const char *tok, size_t len, int id, char *err, size_t errlen) {
     if (id < 0) {
-        seterr(err, errlen, "token '%.*s' has a negative id %d", (int)(len > 60 ? 60 : len), tok,
+        err_set(err, errlen, "token '%.*s' has a negative id %d", (int)(len > 60 ? 60 : len), tok,
                id);
         return -1;
     }
     if (ensure_id(m, id)) goto oom;
     if (m->id_str[id]) {
-        seterr(err, errlen, "id %d is given to two tokens", id);
+        err_set(err, errlen, "id %d is given to two tokens", id);
         return -1;
     }
     int rc = smap_put(&m->vocab, tok, len, id);
     if (rc < 0) goto oom;
     if (rc > 0) {
-        seterr(err, errlen, "token '%.*s' is listed twice", (int)(len > 60 ? 60 : len), tok);
+        err_set(err, errlen, "token '%.*s' is listed twice", (int)(len > 60 ? 60 : len), tok);
         return -1;
     }
     m->id_str[id] = byte_level_decode(m, tok, len, &m->id_len[id]);
@@ -358,7 +329,7 @@ int bpe_add_vocab(bpe_model *m, const char *tok, size_t len, int id, char *err, 
     if (id > m->max_id) m->max_id = id;
     return 0;
 oom:
-    seterr(err, errlen, "out of memory");
+    err_set(err, errlen, "out of memory");
     return -1;
 }
 
@@ -371,7 +342,7 @@ int bpe_add_merge(bpe_model *m, const char *a, size_t al, const char *b, size_t 
                   char *err, size_t errlen) {
     int ia = bpe_vocab_id(m, a, al), ib = bpe_vocab_id(m, b, bl);
     if (ia < 0 || ib < 0) {
-        seterr(err, errlen, "token '%.*s' is not in the vocabulary",
+        err_set(err, errlen, "token '%.*s' is not in the vocabulary",
                (int)(ia < 0 ? (al > 60 ? 60 : al) : (bl > 60 ? 60 : bl)), ia < 0 ? a : b);
         return -1;
     }
@@ -383,12 +354,12 @@ int bpe_add_merge(bpe_model *m, const char *a, size_t al, const char *b, size_t 
     int im = bpe_vocab_id(m, ab, al + bl);
     if (ab != stack) free(ab);
     if (im < 0) {
-        seterr(err, errlen, "the merge '%.*s' + '%.*s' is not in the vocabulary",
+        err_set(err, errlen, "the merge '%.*s' + '%.*s' is not in the vocabulary",
                (int)(al > 60 ? 60 : al), a, (int)(bl > 60 ? 60 : bl), b);
         return -1;
     }
     if (rank < 0) {
-        seterr(err, errlen, "negative merge rank %d", rank);
+        err_set(err, errlen, "negative merge rank %d", rank);
         return -1;
     }
     if (rank >= m->nranks) {
@@ -416,7 +387,7 @@ int bpe_add_merge(bpe_model *m, const char *a, size_t al, const char *b, size_t 
     m->rank_pair[rank][2] = im;
     return 0;
 oom:
-    seterr(err, errlen, "out of memory");
+    err_set(err, errlen, "out of memory");
     return -1;
 }
 
@@ -449,7 +420,7 @@ int bpe_add_split(bpe_model *m, const char *pattern, int literal, int prefix_spa
     if (pattern) {
         char *tp = literal ? strdup(pattern) : translate_pattern(pattern);
         if (!tp) {
-            seterr(err, errlen, "out of memory");
+            err_set(err, errlen, "out of memory");
             return -1;
         }
         int ec;
@@ -461,7 +432,7 @@ int bpe_add_split(bpe_model *m, const char *pattern, int literal, int prefix_spa
         if (!re) {
             PCRE2_UCHAR msg[256];
             pcre2_get_error_message(ec, msg, sizeof msg);
-            seterr(err, errlen, "regex '%s': %s (at offset %zu)", pattern, (char *)msg,
+            err_set(err, errlen, "regex '%s': %s (at offset %zu)", pattern, (char *)msg,
                    (size_t)eo);
             return -1;
         }
@@ -470,7 +441,7 @@ int bpe_add_split(bpe_model *m, const char *pattern, int literal, int prefix_spa
     split_step *ns = realloc(m->steps, (size_t)(m->nsteps + 1) * sizeof *ns);
     if (!ns) {
         pcre2_code_free(re);
-        seterr(err, errlen, "out of memory");
+        err_set(err, errlen, "out of memory");
         return -1;
     }
     m->steps = ns;
@@ -481,18 +452,18 @@ int bpe_add_split(bpe_model *m, const char *pattern, int literal, int prefix_spa
 int bpe_add_special(bpe_model *m, const char *content, size_t len, int id, int lstrip, int rstrip,
                     char *err, size_t errlen) {
     if (len == 0) {
-        seterr(err, errlen, "added token %d has empty content", id);
+        err_set(err, errlen, "added token %d has empty content", id);
         return -1;
     }
     if (id < 0) {
-        seterr(err, errlen, "added token '%.*s' has a negative id", (int)len, content);
+        err_set(err, errlen, "added token '%.*s' has a negative id", (int)len, content);
         return -1;
     }
     if (ensure_id(m, id)) goto oom;
     if (m->id_str[id]) { /* already in the vocabulary: it must be the same string */
         const smap_slot *s = smap_find(&m->vocab, content, len);
         if (!s || s->id != id) {
-            seterr(err, errlen, "added token '%.*s' has id %d, which the vocabulary gives to "
+            err_set(err, errlen, "added token '%.*s' has id %d, which the vocabulary gives to "
                                 "another token",
                    (int)len, content, id);
             return -1;
@@ -506,7 +477,7 @@ int bpe_add_special(bpe_model *m, const char *content, size_t len, int id, int l
     }
     for (int i = 0; i < m->nadded; i++)
         if (m->added[i].len == len && memcmp(m->added[i].content, content, len) == 0) {
-            seterr(err, errlen, "added token '%.*s' is listed twice", (int)len, content);
+            err_set(err, errlen, "added token '%.*s' is listed twice", (int)len, content);
             return -1;
         }
     added_token *na = realloc(m->added, (size_t)(m->nadded + 1) * sizeof *na);
@@ -520,7 +491,7 @@ int bpe_add_special(bpe_model *m, const char *content, size_t len, int id, int l
     if (id > m->max_id) m->max_id = id;
     return 0;
 oom:
-    seterr(err, errlen, "out of memory");
+    err_set(err, errlen, "out of memory");
     return -1;
 }
 
@@ -540,10 +511,10 @@ static int cmp_added(const void *x, const void *y) {
 int bpe_finish(bpe_model *m, char *err, size_t errlen) {
     for (int b = 0; b < 256; b++) {
         char s[4];
-        size_t k = utf8_put(s, m->byte_cp[b]);
+        size_t k = unicode_utf8_put(s, (uint32_t)m->byte_cp[b]);
         m->byte_id[b] = bpe_vocab_id(m, s, k);
         if (m->byte_id[b] < 0) {
-            seterr(err, errlen,
+            err_set(err, errlen,
                    "the vocabulary has no token for byte 0x%02X ('%.*s'): not a byte-level BPE "
                    "vocabulary",
                    b, (int)k, s);
@@ -551,12 +522,12 @@ int bpe_finish(bpe_model *m, char *err, size_t errlen) {
         }
     }
     if (m->merges.cap == 0 && mmap_grow(&m->merges)) {
-        seterr(err, errlen, "out of memory");
+        err_set(err, errlen, "out of memory");
         return -1;
     }
     m->sorted = malloc((size_t)(m->nadded ? m->nadded : 1) * sizeof(int));
     if (!m->sorted) {
-        seterr(err, errlen, "out of memory");
+        err_set(err, errlen, "out of memory");
         return -1;
     }
     for (int i = 0; i < m->nadded; i++) m->sorted[i] = i;
@@ -706,7 +677,7 @@ static int bpe_piece(const bpe_model *m, const unsigned char *s, size_t n, ivec 
         char *bl = 2 * n <= sizeof stack ? stack : malloc(2 * n);
         if (!bl) return -1;
         size_t k = 0;
-        for (size_t i = 0; i < n; i++) k += utf8_put(bl + k, m->byte_cp[s[i]]);
+        for (size_t i = 0; i < n; i++) k += unicode_utf8_put(bl + k, m->byte_cp[s[i]]);
         int v = bpe_vocab_id(m, bl, k);
         if (bl != stack) free(bl);
         if (v >= 0) return ivec_push(out, v);
@@ -942,7 +913,7 @@ int bpe_encode(const bpe_model *m, const char *text, size_t len, int32_t **ids, 
 char *bpe_read_file(const char *path, size_t *len, char *err, size_t errlen) {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        seterr(err, errlen, "%s: %s", path, strerror(errno));
+        err_set(err, errlen, "%s: %s", path, strerror(errno));
         return NULL;
     }
     size_t cap = 1 << 20, n = 0;
@@ -959,7 +930,7 @@ char *bpe_read_file(const char *path, size_t *len, char *err, size_t errlen) {
     int bad = ferror(f);
     fclose(f);
     if (!buf || bad) {
-        seterr(err, errlen, "%s: %s", path, buf ? "read error" : "out of memory");
+        err_set(err, errlen, "%s: %s", path, buf ? "read error" : "out of memory");
         free(buf);
         return NULL;
     }

@@ -10,27 +10,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/util/error.h"
 #include "training/tokenizer/bpe.h"
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 static int load_vocab(bpe_model *m, const char *path, char *err, size_t errlen) {
     size_t len;
     char e2[512];
     char *text = bpe_read_file(path, &len, e2, sizeof e2);
     if (!text) {
-        seterr(err, errlen, "--vocab-file %s", e2);
+        err_set(err, errlen, "--vocab-file %s", e2);
         return -1;
     }
     cJSON *root = cJSON_ParseWithLength(text, len);
     free(text);
     if (!cJSON_IsObject(root)) {
-        seterr(err, errlen, "--vocab-file %s: not a JSON object of token -> id", path);
+        err_set(err, errlen, "--vocab-file %s: not a JSON object of token -> id", path);
         cJSON_Delete(root);
         return -1;
     }
@@ -39,13 +33,13 @@ static int load_vocab(bpe_model *m, const char *path, char *err, size_t errlen) 
     cJSON_ArrayForEach(it, root) {
         double v = cJSON_IsNumber(it) ? it->valuedouble : -1;
         if (!(v >= 0 && v <= 2147483647.0 && v == floor(v))) {
-            seterr(err, errlen, "--vocab-file %s: token '%.60s': id is not a non-negative integer",
+            err_set(err, errlen, "--vocab-file %s: token '%.60s': id is not a non-negative integer",
                    path, it->string);
             rc = -1;
             break;
         }
         if (bpe_add_vocab(m, it->string, strlen(it->string), (int)v, e2, sizeof e2)) {
-            seterr(err, errlen, "--vocab-file %s: %s", path, e2);
+            err_set(err, errlen, "--vocab-file %s: %s", path, e2);
             rc = -1;
             break;
         }
@@ -59,7 +53,7 @@ static int load_merges(bpe_model *m, const char *path, char *err, size_t errlen)
     char e2[512];
     char *text = bpe_read_file(path, &len, e2, sizeof e2);
     if (!text) {
-        seterr(err, errlen, "--merge-file %s", e2);
+        err_set(err, errlen, "--merge-file %s", e2);
         return -1;
     }
     int rank = 0, rc = 0;
@@ -87,11 +81,11 @@ static int load_merges(bpe_model *m, const char *path, char *err, size_t errlen)
         } else if (nf == 0) {
             /* blank line (the file's last newline) */
         } else if (nf != 2) {
-            seterr(err, errlen, "--merge-file %s:%zu: expected two tokens 'a b', found %d", path,
+            err_set(err, errlen, "--merge-file %s:%zu: expected two tokens 'a b', found %d", path,
                    lineno, nf);
             rc = -1;
         } else if (bpe_add_merge(m, f[0], fl[0], f[1], fl[1], rank++, e2, sizeof e2)) {
-            seterr(err, errlen, "--merge-file %s:%zu: %s (of --vocab-file)", path, lineno, e2);
+            err_set(err, errlen, "--merge-file %s:%zu: %s (of --vocab-file)", path, lineno, e2);
             rc = -1;
         }
         p = nl ? nl + 1 : text + len;
@@ -103,26 +97,26 @@ static int load_merges(bpe_model *m, const char *path, char *err, size_t errlen)
 bpe_model *gpt2_bpe_load(const char *vocab_file, const char *merge_file, int *eod, char *err,
                          size_t errlen) {
     if (!vocab_file || !vocab_file[0] || !merge_file || !merge_file[0]) {
-        seterr(err, errlen, "--tokenizer-type GPT2BPETokenizer needs --vocab-file (vocab.json) "
+        err_set(err, errlen, "--tokenizer-type GPT2BPETokenizer needs --vocab-file (vocab.json) "
                             "and --merge-file (merges.txt)");
         return NULL;
     }
     bpe_model *m = bpe_new();
     char e2[512];
     if (!m) {
-        seterr(err, errlen, "out of memory");
+        err_set(err, errlen, "out of memory");
         return NULL;
     }
     if (load_vocab(m, vocab_file, err, errlen) || load_merges(m, merge_file, err, errlen))
         goto fail;
     if (bpe_add_split(m, BPE_GPT2_PATTERN, 0, 0, e2, sizeof e2) ||
         bpe_finish(m, e2, sizeof e2)) {
-        seterr(err, errlen, "--vocab-file %s: %s", vocab_file, e2);
+        err_set(err, errlen, "--vocab-file %s: %s", vocab_file, e2);
         goto fail;
     }
     *eod = bpe_vocab_id(m, "<|endoftext|>", 13);
     if (*eod < 0) {
-        seterr(err, errlen,
+        err_set(err, errlen,
                "--vocab-file %s: no '<|endoftext|>' token (GPT-2's end of document)", vocab_file);
         goto fail;
     }

@@ -87,7 +87,7 @@ static uint32_t utf8_get(const unsigned char *s, size_t *i) {
     return c;
 }
 
-static size_t utf8_put(char *o, uint32_t cp) {
+size_t unicode_utf8_put(char *o, uint32_t cp) {
     if (cp < 0x80) return o[0] = (char)cp, 1;
     if (cp < 0x800) return o[0] = (char)(0xC0 | cp >> 6), o[1] = (char)(0x80 | (cp & 63)), 2;
     if (cp < 0x10000) {
@@ -192,7 +192,7 @@ int unicode_nfc(const char *text, size_t n, char **out, size_t *outn) {
         return -1;
     }
     size_t on = 0;
-    for (size_t k = 0; k < olen; k++) on += utf8_put(o + on, d[k]);
+    for (size_t k = 0; k < olen; k++) on += unicode_utf8_put(o + on, d[k]);
     o[on] = 0;
     free(d);
     if (on == n && memcmp(o, text, n) == 0) {

@@ -6,9 +6,13 @@
 #define MEGADLM_TRAINING_TOKENIZER_UNICODE_NFC_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* s: n bytes of valid UTF-8. Returns 0 when s is already NFC (*out untouched), 1 with the
  * normalized text in *out (malloc'd, *outn bytes), -1 when out of memory. */
 int unicode_nfc(const char *s, size_t n, char **out, size_t *outn);
+
+/* Writes code point cp as UTF-8 into o (room for 4 bytes); returns the byte count. */
+size_t unicode_utf8_put(char *o, uint32_t cp);
 
 #endif
