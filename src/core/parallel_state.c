@@ -16,7 +16,9 @@ static int launched_by_mpirun(void) {
 void parallel_init(int *argc, char ***argv) {
     if (!launched_by_mpirun()) return;
     int provided;
-    MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    /* SERIALIZED: the TP communication thread (--tp-comm-overlap, thread progress) calls MPI
+     * while the main thread computes, never at the same time (comm_overlap.h) */
+    MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
     g.mpi = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &g.world_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g.world_size);

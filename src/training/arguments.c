@@ -354,10 +354,36 @@ static const opt_def OPTIONS[] = {
            "Tensor parallelism: heads, query groups, ffn and vocabulary split across N ranks "
            "(train: run N ranks under mpirun)."),
     INTOPT("pipeline-model-parallel-size", K_POS, G_PAR, pipeline_model_parallel_size, "N", NULL,
-           "Pipeline parallelism: the layers split into N stages (train: not supported yet)."),
+           "Pipeline parallelism: the layers split into N stages (1F1B schedule; train: run "
+           "N ranks under mpirun)."),
     BOOLOPT("sequence-parallel", K_TRUE, G_PAR, sequence_parallel, "off",
             "Norms, dropouts and residuals split along the sequence across the tensor-parallel "
             "ranks (off at tensor-parallel size 1, as Megatron)."),
+    BOOLOPT("tp-comm-overlap", K_TRUE, G_PAR, tp_comm_overlap, "off",
+            "Overlap the sequence-parallel all-gathers and reduce-scatters with the GEMMs that "
+            "need them (needs --sequence-parallel and --tensor-model-parallel-size > 1)."),
+    BOOLOPT("disable-tp-comm-overlap-ag", K_FALSE, G_PAR, tp_comm_overlap_ag, "overlap on",
+            "--tp-comm-overlap: all-gathers (linear_qkv/linear_fc1 inputs, linear_proj/"
+            "linear_fc2 output gradients) not overlapped."),
+    BOOLOPT("disable-tp-comm-overlap-rs", K_FALSE, G_PAR, tp_comm_overlap_rs, "overlap on",
+            "--tp-comm-overlap: reduce-scatters of linear_proj/linear_fc2 outputs not "
+            "overlapped."),
+    BOOLOPT("tp-comm-overlap-rs-dgrad", K_TRUE, G_PAR, tp_comm_overlap_rs_dgrad, "off",
+            "--tp-comm-overlap: the input-gradient reduce-scatter of linear_qkv/linear_fc1 "
+            "pipelined with their dgrad GEMM (replaces the bulk overlaps)."),
+    BOOLOPT("disable-tp-comm-bulk-dgrad", K_FALSE, G_PAR, tp_comm_bulk_dgrad, "overlap on",
+            "--tp-comm-overlap: the input all-gather for wgrad not run under the dgrad GEMM."),
+    BOOLOPT("disable-tp-comm-bulk-wgrad", K_FALSE, G_PAR, tp_comm_bulk_wgrad, "overlap on",
+            "--tp-comm-overlap: the dgrad reduce-scatter not run under the wgrad GEMM."),
+    BOOLOPT("tp-comm-overlap-disable-qkv", K_TRUE, G_PAR, tp_comm_overlap_disable_qkv, "off",
+            "--tp-comm-overlap: no all-gather or rs-dgrad overlap for linear_qkv."),
+    BOOLOPT("tp-comm-overlap-disable-fc1", K_TRUE, G_PAR, tp_comm_overlap_disable_fc1, "off",
+            "--tp-comm-overlap: no all-gather or rs-dgrad overlap for linear_fc1."),
+    INTOPT("tp-comm-overlap-num-splits", K_POS, G_PAR, tp_comm_overlap_num_splits, "N", "4",
+           "--tp-comm-overlap (ours): pieces per sequence shard in the ring overlaps."),
+    STROPT("tp-comm-overlap-progress", G_PAR, tp_comm_overlap_progress, "MODE", "test",
+           "--tp-comm-overlap (ours): who drives MPI during GEMMs: test (the computing thread, "
+           "between GEMM tiles) or thread (a communication thread)."),
     BOOLOPT("use-distributed-optimizer", K_TRUE, G_PAR, use_distributed_optimizer, "off",
             "Optimizer state sharded across data-parallel ranks (reduce-scatter of gradients, "
             "all-gather of parameters)."),
@@ -376,17 +402,19 @@ static const opt_def OPTIONS[] = {
             "Accepted: gradients are accumulated and reduced in fp32 always."),
     INTOPT("num-layers-per-virtual-pipeline-stage", K_POS, G_PAR,
            num_layers_per_virtual_pipeline_stage, "N", "none",
-           "Interleaved pipeline schedule: layers per virtual stage."),
+           "Interleaved pipeline schedule: layers per virtual stage (model chunk); the rank's "
+           "(--num-layers / PP) layers make v = (layers / PP) / N chunks."),
     INTOPT("virtual-pipeline-model-parallel-size", K_POS, G_PAR,
            virtual_pipeline_model_parallel_size, "V", "none",
-           "Interleaved pipeline schedule: model chunks per pipeline rank."),
+           "Interleaved pipeline schedule: model chunks per pipeline rank (v; --num-layers "
+           "divisible by PP x v, micro-batches by PP)."),
     INTOPT("world-size", K_POS, G_PAR, world_size, "N", "TP x PP",
            "`megadlm memory` only: the job's number of ranks (train takes it from mpirun)."),
 
     {"help", K_HELP, G_COUNT, 0, 0, NULL, NULL, "Print this help and exit."},
 
     /* ---- features of later releases: refused, never silently accepted ---- */
-    LATER("bf16"), LATER("fp16"), LATER("tp-comm-overlap"), LATER("context-parallel-size"), LATER("expert-model-parallel-size"), LATER("num-experts"),
+    LATER("bf16"), LATER("fp16"), LATER("tp-comm-overlap-cfg"), LATER("context-parallel-size"), LATER("expert-model-parallel-size"), LATER("num-experts"),
     LATER("use-flash-attn"),
     LATER("fp8-format"),
 };
@@ -410,6 +438,8 @@ void args_defaults(megadlm_args *a) {
     a->norm_epsilon = 1e-5f;
     a->add_bias_linear = 1;
     a->bias_gelu_fusion = 1;
+    a->tp_comm_overlap_ag = a->tp_comm_overlap_rs = 1;
+    a->tp_comm_bulk_dgrad = a->tp_comm_bulk_wgrad = 1;
     a->make_vocab_size_divisible_by = 128;
     a->init_method_std = 0.02f;
     a->distributed_timeout_minutes = 10.0f; /* Megatron's default */
@@ -973,6 +1003,10 @@ static int validate_recompute(megadlm_args *a, char *err, size_t errlen) {
     const char *g = a->recompute_granularity, *m = a->recompute_method;
     int stage_layers = a->num_layers / (a->pipeline_model_parallel_size > 0
                                             ? a->pipeline_model_parallel_size : 1);
+    /* interleaved: each model chunk is a block of its own (Megatron's TransformerBlock per
+     * virtual stage), whose layers the recompute plan counts */
+    int vp = a->virtual_pipeline_model_parallel_size;
+    if (vp > 1) stage_layers /= vp;
     if (g[0] && strcmp(g, "full") != 0 && strcmp(g, "selective") != 0)
         return fail(err, errlen, "--recompute-granularity %s: expected full or selective", g);
     if (m[0] && strcmp(m, "uniform") != 0 && strcmp(m, "block") != 0)
@@ -994,9 +1028,11 @@ static int validate_recompute(megadlm_args *a, char *err, size_t errlen) {
     if (a->recompute_num_layers && (a->recompute_num_layers < 1 ||
                                     a->recompute_num_layers > stage_layers))
         return fail(err, errlen, "--recompute-num-layers %d: must be between 1 and the %d layers "
-                                 "of a pipeline stage (--num-layers / "
-                                 "--pipeline-model-parallel-size)",
-                    a->recompute_num_layers, stage_layers);
+                                 "of a %s",
+                    a->recompute_num_layers, stage_layers,
+                    vp > 1 ? "model chunk (--num-layers / (--pipeline-model-parallel-size x "
+                             "--virtual-pipeline-model-parallel-size))"
+                           : "pipeline stage (--num-layers / --pipeline-model-parallel-size)");
     /* Megatron: tp > 1, full granularity with a method (arguments.py); not with sequence
      * parallelism (TransformerConfig) */
     if (a->num_microbatches_with_partial_activation_checkpoints >= 0 && strcmp(g, "full") != 0)
@@ -1025,6 +1061,39 @@ static int validate_recompute(megadlm_args *a, char *err, size_t errlen) {
  * schedule's rules. The world size is checked later (validate_world), so a layout that cannot
  * split the model is refused with the same words whatever the world size (`train` takes it
  * from the launcher, `megadlm memory` from --world-size). */
+/* --tp-comm-overlap and its switches (Megatron's arguments.py: "Tensor parallel
+ * communication/GEMM overlap can happen only when sequence parallelism is enabled"). The
+ * switches without --tp-comm-overlap would do nothing, so they are refused. */
+static int validate_tp_comm_overlap(megadlm_args *a, int t, char *err, size_t errlen) {
+    if (a->tp_comm_overlap && !(a->sequence_parallel && t > 1))
+        return fail(err, errlen,
+                    "--tp-comm-overlap needs --sequence-parallel and "
+                    "--tensor-model-parallel-size > 1 (got %s, --tensor-model-parallel-size "
+                    "%d): the overlapped communication is sequence parallelism's",
+                    a->sequence_parallel ? "--sequence-parallel" : "no --sequence-parallel", t);
+    const char *given = !a->tp_comm_overlap_ag         ? "--disable-tp-comm-overlap-ag"
+                        : !a->tp_comm_overlap_rs       ? "--disable-tp-comm-overlap-rs"
+                        : a->tp_comm_overlap_rs_dgrad  ? "--tp-comm-overlap-rs-dgrad"
+                        : !a->tp_comm_bulk_dgrad       ? "--disable-tp-comm-bulk-dgrad"
+                        : !a->tp_comm_bulk_wgrad       ? "--disable-tp-comm-bulk-wgrad"
+                        : a->tp_comm_overlap_disable_qkv ? "--tp-comm-overlap-disable-qkv"
+                        : a->tp_comm_overlap_disable_fc1 ? "--tp-comm-overlap-disable-fc1"
+                        : a->tp_comm_overlap_num_splits  ? "--tp-comm-overlap-num-splits"
+                        : a->tp_comm_overlap_progress[0] ? "--tp-comm-overlap-progress"
+                                                         : NULL;
+    if (!a->tp_comm_overlap && given)
+        return fail(err, errlen, "%s has no effect without --tp-comm-overlap", given);
+    if (a->tp_comm_overlap_progress[0] && strcmp(a->tp_comm_overlap_progress, "test") &&
+        strcmp(a->tp_comm_overlap_progress, "thread"))
+        return fail(err, errlen, "--tp-comm-overlap-progress %s: expected test or thread",
+                    a->tp_comm_overlap_progress);
+    if (!a->tp_comm_overlap) return 0;
+    if (!a->tp_comm_overlap_num_splits) a->tp_comm_overlap_num_splits = 4;
+    if (!a->tp_comm_overlap_progress[0])
+        snprintf(a->tp_comm_overlap_progress, sizeof(a->tp_comm_overlap_progress), "test");
+    return 0;
+}
+
 static int validate_parallel(megadlm_args *a, char *err, size_t errlen) {
     int t = a->tensor_model_parallel_size, p = a->pipeline_model_parallel_size;
     if (a->num_attention_heads % t != 0)
@@ -1047,6 +1116,7 @@ static int validate_parallel(megadlm_args *a, char *err, size_t errlen) {
                         "parallelism is disabled\")\n");
         a->sequence_parallel = 0;
     }
+    if (validate_tp_comm_overlap(a, t, err, errlen)) return -1;
     if (a->sequence_parallel && a->seq_length % t != 0)
         return fail(err, errlen,
                     "--sequence-parallel: --seq-length %d is not divisible by "
@@ -1074,11 +1144,12 @@ static int validate_parallel(megadlm_args *a, char *err, size_t errlen) {
     }
     if (v == 1) v = 0; /* Megatron: one model chunk per rank is no interleaving (None) */
     if (v > 0) {
-        if (p <= 2)
+        /* Megatron: > 1 with its default p2p overlap (--no-overlap-p2p-communication asks for
+         * > 2, an NCCL batching limit; megadlm's transfers are tagged MPI pairs) */
+        if (p < 2)
             return fail(err, errlen,
                         "the interleaved schedule (%d model chunks per rank) needs "
-                        "--pipeline-model-parallel-size > 2 (Megatron: to avoid several p2p "
-                        "sends and receives between the same 2 ranks)",
+                        "--pipeline-model-parallel-size > 1",
                         v);
         if (a->num_layers % ((long long)p * v) != 0)
             return fail(err, errlen,
@@ -1118,13 +1189,8 @@ static int validate_world(megadlm_args *a, char *err, size_t errlen) {
 int args_check_trainable(const megadlm_args *a, char *err, size_t errlen) {
     if (err && errlen) err[0] = 0;
     /* tensor and sequence parallelism train (src/core/tensor_parallel/) */
-    /* pipeline parallelism trains with the 1F1B schedule (core/pipeline_parallel/) */
-    if (a->virtual_pipeline_model_parallel_size > 0)
-        return fail(err, errlen, "%s: not supported yet (the interleaved pipeline schedule "
-                                 "arrives with a later release)",
-                    a->num_layers_per_virtual_pipeline_stage > 0
-                        ? "--num-layers-per-virtual-pipeline-stage"
-                        : "--virtual-pipeline-model-parallel-size");
+    /* pipeline parallelism trains with the 1F1B schedule, and the interleaved one with
+     * virtual pipeline stages (core/pipeline_parallel/) */
     /* data parallelism trains: buckets, overlap, the distributed optimizer
      * (core/distributed/distributed_data_parallel.h, core/optimizer/distrib_optimizer.h) */
     return 0;
@@ -1523,6 +1589,10 @@ static const field_def FIELDS[] = {
     FS(model_running_mode), FI(mask_token), FS(attention_mask_type), FF(difflm_varilen_prob),
     FI(recompute_num_layers), FB(distribute_saved_activations), FB(enable_cuda_graph),
     FB(sequence_parallel), FB(use_distributed_optimizer),
+    FB(tp_comm_overlap), FB(tp_comm_overlap_ag), FB(tp_comm_overlap_rs),
+    FB(tp_comm_overlap_rs_dgrad), FB(tp_comm_bulk_dgrad), FB(tp_comm_bulk_wgrad),
+    FB(tp_comm_overlap_disable_qkv), FB(tp_comm_overlap_disable_fc1),
+    FI(tp_comm_overlap_num_splits), FS(tp_comm_overlap_progress),
     FI(num_layers_per_virtual_pipeline_stage), FI(virtual_pipeline_model_parallel_size),
     FB(overlap_grad_reduce), FB(overlap_param_gather), FI(ddp_bucket_size),
     FB(accumulate_allreduce_grads_in_fp32),

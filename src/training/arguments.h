@@ -122,6 +122,16 @@ typedef struct {
     /* ---- parallelism, continued (Megatron's names and rules) ---- */
     int sequence_parallel;        /* --sequence-parallel; turned off (with a note) at TP 1, as Megatron */
     int use_distributed_optimizer; /* --use-distributed-optimizer */
+    int tp_comm_overlap;          /* --tp-comm-overlap (needs --sequence-parallel, TP > 1) */
+    int tp_comm_overlap_ag;       /* 1 unless --disable-tp-comm-overlap-ag */
+    int tp_comm_overlap_rs;       /* 1 unless --disable-tp-comm-overlap-rs */
+    int tp_comm_overlap_rs_dgrad; /* --tp-comm-overlap-rs-dgrad */
+    int tp_comm_bulk_dgrad;       /* 1 unless --disable-tp-comm-bulk-dgrad */
+    int tp_comm_bulk_wgrad;       /* 1 unless --disable-tp-comm-bulk-wgrad */
+    int tp_comm_overlap_disable_qkv; /* --tp-comm-overlap-disable-qkv */
+    int tp_comm_overlap_disable_fc1; /* --tp-comm-overlap-disable-fc1 */
+    int tp_comm_overlap_num_splits;  /* --tp-comm-overlap-num-splits (ours; 0 = unset: 4) */
+    char tp_comm_overlap_progress[16]; /* --tp-comm-overlap-progress test|thread (ours) */
     int num_layers_per_virtual_pipeline_stage; /* --num-layers-per-virtual-pipeline-stage N (0 = unset) */
     int virtual_pipeline_model_parallel_size;  /* --virtual-pipeline-model-parallel-size V; derived
                                                 * from the former; 0 = None (no interleaving, also

@@ -58,9 +58,16 @@ static void gather_buffer(float *whole_buf, const float *local_buf, const param_
     }
 }
 
+/* Tensors in the whole model's order (their init stream is their index in it). */
+static int by_init_stream(const void *x, const void *y) {
+    uint64_t a = ((const param_tensor *)x)->init_stream, b = ((const param_tensor *)y)->init_stream;
+    return a < b ? -1 : a > b;
+}
+
 /* Pipeline: the stages' whole tensors (each stage's, on its TP rank 0 of replica 0) are sent
- * to the first stage, which writes one checkpoint of the whole model. The last stage's copy of
- * a tied embedding is not sent: the first stage's is the one saved. */
+ * to the first stage, which writes one checkpoint of the whole model, its tensors in the whole
+ * model's order (with interleaving a stage holds several runs of layers). The last stage's
+ * copy of a tied embedding is not sent: the first stage's is the one saved. */
 static int save_pipeline(const char *dir, const param_set *stage, const ckpt_state *st,
                          int with_optimizer, char *err, size_t errlen) {
     const parallel_state *ps = parallel_get();
@@ -117,6 +124,7 @@ static int save_pipeline(const char *dir, const param_set *stage, const ckpt_sta
                 MPI_Recv(*bufs[k] + all.tensors[i].offset, (int)all.tensors[i].numel, MPI_FLOAT,
                          r, 2 + k, ps->pp, MPI_STATUS_IGNORE);
     }
+    qsort(all.tensors, (size_t)all.count, sizeof(param_tensor), by_init_stream);
     int rc = ckpt_save(dir, &all, st, with_optimizer, err, errlen);
     MPI_Bcast(&rc, 1, MPI_INT, 0, ps->pp);
     for (int k = 0; k < 3; k++) mem_free(*bufs[k]);

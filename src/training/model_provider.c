@@ -47,8 +47,18 @@ transformer_config model_config_from_args(const megadlm_args *a) {
     c.tp_rank = c.tp_size > 1 ? parallel_get()->tp_rank : 0;
     c.sequence_parallel = a->sequence_parallel && c.tp_size > 1;
     c.distribute_saved_activations = a->distribute_saved_activations;
+    c.tp_comm_overlap = a->tp_comm_overlap && c.sequence_parallel;
+    c.tp_comm_overlap_ag = a->tp_comm_overlap_ag;
+    c.tp_comm_overlap_rs = a->tp_comm_overlap_rs;
+    c.tp_comm_overlap_rs_dgrad = a->tp_comm_overlap_rs_dgrad;
+    c.tp_comm_bulk_dgrad = a->tp_comm_bulk_dgrad;
+    c.tp_comm_bulk_wgrad = a->tp_comm_bulk_wgrad;
+    c.tp_comm_overlap_disable_qkv = a->tp_comm_overlap_disable_qkv;
+    c.tp_comm_overlap_disable_fc1 = a->tp_comm_overlap_disable_fc1;
+    c.tp_comm_overlap_num_splits = a->tp_comm_overlap_num_splits;
     c.pp_size = a->pipeline_model_parallel_size;
     c.pp_rank = c.pp_size > 1 ? parallel_get()->pp_rank : 0;
+    c.vp_size = a->virtual_pipeline_model_parallel_size; /* 0: no interleaving */
     return c;
 }
 

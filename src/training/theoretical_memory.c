@@ -286,11 +286,12 @@ size_t theoretical_megadlm_head_saved_bytes(const megadlm_args *a) {
 }
 
 theoretical_megadlm_bytes theoretical_megadlm(const megadlm_args *a) {
-    return theoretical_megadlm_rank(a, 0, 1);
+    return theoretical_megadlm_rank(a, 0, 1,
+                                    a->num_microbatches_with_partial_activation_checkpoints > 0);
 }
 
 theoretical_megadlm_bytes theoretical_megadlm_rank(const megadlm_args *a, int pp_rank,
-                                                   int num_stores) {
+                                                   int num_stores, int num_unchecked) {
     theoretical_megadlm_bytes r;
     size_t n = theoretical_megadlm_stage_count(a, pp_rank);
     r.parameters = 4 * n;
@@ -299,20 +300,21 @@ theoretical_megadlm_bytes theoretical_megadlm_rank(const megadlm_args *a, int pp
      * (its pieces of the buckets, core/optimizer/distrib_optimizer.h) */
     size_t dp = a->data_parallel_size > 0 ? (size_t)a->data_parallel_size : 1;
     r.optimizer = a->use_distributed_optimizer ? 8 * ((n + dp - 1) / dp) : 8 * n;
-    /* every micro-batch in flight has its own store (pipeline schedules): the stage's layers,
-     * the block output, and on the last stage the head; with per-micro-batch partial
-     * recompute, stores below K keep everything */
+    /* every micro-batch in flight has its own store (pipeline schedules): the stage's layers
+     * (one model chunk's with interleaving), the block output, and on the last stage the head
+     * (every store there: any may hold the last chunk); with per-micro-batch partial
+     * recompute, stores below num_unchecked keep everything */
     transformer_config c = model_config_from_args(a);
     c.pp_size = a->pipeline_model_parallel_size;
     c.pp_rank = pp_rank;
-    int p = c.pp_size > 1 ? c.pp_size : 1, K = a->num_microbatches_with_partial_activation_checkpoints;
+    int p = c.pp_size > 1 ? c.pp_size : 1;
     size_t N = (size_t)a->micro_batch_size * a->seq_length, t = a->tensor_model_parallel_size;
     size_t block_output = 4 * (a->sequence_parallel ? N / t : N) * a->hidden_size;
     size_t head = theoretical_megadlm_head_saved_bytes(a) - block_output;
     size_t saved = 0;
     for (int s = 0; s < num_stores; s++) {
-        c.recompute_store_unchecked = s < K;
-        for (int l = 0; l < c.num_layers / p; l++)
+        c.recompute_store_unchecked = s < num_unchecked;
+        for (int l = 0; l < tc_chunk_layers(&c); l++)
             saved += activation_memory_layer_bytes(&c, a->micro_batch_size, a->seq_length, l);
         saved += block_output + (pp_rank == p - 1 ? head : 0);
     }

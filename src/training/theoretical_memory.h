@@ -89,10 +89,12 @@ size_t theoretical_megadlm_parameter_count(const megadlm_args *a);
  * logits (this rank's vocabulary), per-token loss and logsumexp. */
 size_t theoretical_megadlm_head_saved_bytes(const megadlm_args *a);
 theoretical_megadlm_bytes theoretical_megadlm(const megadlm_args *a);
-/* The same for pipeline stage pp_rank holding num_stores micro-batches in flight (what
+/* The same for pipeline stage pp_rank holding num_stores micro-batches in flight (model
+ * chunks with interleaving: a store holds one chunk's layers), num_unchecked of which keep
+ * everything under per-micro-batch partial recompute (schedule_stores; what
  * `train --log-memory` compares with the allocator on each rank). */
 theoretical_megadlm_bytes theoretical_megadlm_rank(const megadlm_args *a, int pp_rank,
-                                                   int num_stores);
+                                                   int num_stores, int num_unchecked);
 /* Parameters of pipeline stage pp_rank given a layer's, the vocabulary rows x h and the final
  * norm's sizes on one tensor-parallel rank. */
 size_t theoretical_megadlm_stage_parameters(const megadlm_args *a, size_t vocab_h, size_t layer,

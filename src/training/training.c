@@ -23,6 +23,7 @@
 #include "training/difflm.h"
 #include "training/dist_checkpointing.h"
 #include "core/parallel_state.h"
+#include "core/tensor_parallel/comm_overlap.h"
 #include "core/tensor_parallel/mappings.h"
 #include "training/model_provider.h"
 #include "training/theoretical_memory.h"
@@ -58,6 +59,7 @@ typedef struct {
     gpt_model **stores;   /* activation stores of the micro-batches in flight; [0] = model */
     double train_seconds; /* time in train_step (excludes evaluation and checkpoints) */
     int num_stores;
+    int num_unchecked;    /* stores that keep everything (partial recompute) */
     ddp *ddp;             /* data-parallel gradient reduction (buckets) */
     dist_opt *dopt;       /* --use-distributed-optimizer (NULL: plain AdamW) */
     int dp_rank, dp_size;
@@ -171,7 +173,9 @@ static void train_step(trainer *tr, float *loss_out, float *grad_norm_out, float
     step_ctx sc = {.tr = tr, .split = SPLIT_TRAIN, .first = tr->consumed_train_samples,
                    .training = 1};
     pipeline_steps steps = {.user = &sc, .forward_step = forward_step,
-                            .backward_step = backward_step};
+                            .backward_step = backward_step,
+                            .partial_checkpoints =
+                                a->num_microbatches_with_partial_activation_checkpoints};
     double loss_sum = forward_backward(tr->stores, tr->num_stores, tr->num_microbatches, &steps);
     watchdog_progress("reducing gradients and stepping the optimizer");
     /* DP reduction first (finalize's TP/PP sums must not run on buckets still in flight) */
@@ -428,13 +432,16 @@ static void training_log(trainer *tr, double elapsed_s, int iters, double loss_s
 static void log_saved_activations(const trainer *tr) {
     const gpt_model *m = tr->model;
     int B = tr->a->micro_batch_size, T = tr->a->seq_length, rank = parallel_world_rank();
-    for (int l = 0; l < m->block.num_layers; l++)
-        printf("[Rank %d] saved activations layer %d (bytes) | measured %zu | analytic %zu |\n",
-               rank, m->block.layer_offset + l,
-               transformer_block_layer_saved_bytes(&m->block, l),
-               activation_memory_layer_bytes(&m->cfg, B, T, l));
+    /* a store holds one model chunk's layers; every chunk's layer j keeps what layer j of the
+     * store's block was given */
+    for (int j = 0; j < m->num_chunks; j++)
+        for (int l = 0; l < m->block.num_layers; l++)
+            printf("[Rank %d] saved activations layer %d (bytes) | measured %zu | analytic %zu |\n",
+                   rank, tc_chunk_layer_offset(&m->cfg, j) + l,
+                   transformer_block_layer_saved_bytes(&m->block, l),
+                   activation_memory_layer_bytes(&m->cfg, B, T, l));
     theoretical_megadlm_bytes p = theoretical_megadlm_rank(tr->a, parallel_get()->pp_rank,
-                                                           tr->num_stores);
+                                                           tr->num_stores, tr->num_unchecked);
     const struct {
         const char *name;
         size_t predicted;
@@ -449,6 +456,25 @@ static void log_saved_activations(const trainer *tr) {
                rank, rows[i].name, rows[i].predicted, measured,
                (long long)measured - (long long)rows[i].predicted);
     }
+    fflush(stdout);
+}
+
+/* Pipeline: the activation stores of this stage (--log-memory, after the first iteration):
+ * allocated, of which keep everything, the most the schedule held at once, and that in
+ * micro-batches' worth of the stage's layers (a store holds one model chunk, 1/v of them),
+ * beside the schedule's count min(W + 1, M v) / v (1F1B: min(p - r, M)). */
+static void log_pipeline_stores(const trainer *tr) {
+    const parallel_state *ps = parallel_get();
+    if (ps->pp_size <= 1) return;
+    int v = tr->model->num_chunks, M = tr->num_microbatches;
+    int W = schedule_num_warmup(ps->pp_size, ps->pp_rank, v, M);
+    int in_flight = W + 1 < M * v ? W + 1 : M * v;
+    printf("[Rank %d] pipeline stage %d activation stores | allocated %d (%d keep everything) | "
+           "at most %d in use | micro-batches' worth %.4f | schedule: %d warm-up forwards, "
+           "min(W + 1, M v) / v = %.4f | model chunks %d |\n",
+           ps->world_rank, ps->pp_rank, tr->num_stores, tr->num_unchecked,
+           schedule_peak_in_flight(), (double)schedule_peak_in_flight() / v, W,
+           (double)in_flight / v, v);
     fflush(stdout);
 }
 
@@ -512,15 +538,23 @@ static void log_dp_communication(const trainer *tr) {
 }
 
 /* Pipeline bubble: the share of training time this stage spent waiting for transfers, beside
- * 1F1B's ideal (p - 1) / (m + p - 1) of the iteration. */
+ * the ideal share of the iteration: (p - 1) / (m + p - 1) for 1F1B (a bubble of (p - 1)/m of
+ * the compute time), (p - 1) / (m v + p - 1) interleaved ((p - 1)/(m v)). */
 static void log_pipeline_bubble(const trainer *tr) {
     const parallel_state *ps = parallel_get();
     if (ps->pp_size <= 1 || tr->train_seconds <= 0.0) return;
     double wait = p2p_wait_seconds(), m = tr->num_microbatches, p = ps->pp_size;
-    printf("[Rank %d] pipeline stage %d: waited %.3f s for transfers of %.3f s of training "
-           "(%.1f%%; 1F1B's bubble (p - 1)/(m + p - 1) = %.1f%%)\n",
-           ps->world_rank, ps->pp_rank, wait, tr->train_seconds, 100.0 * wait / tr->train_seconds,
-           100.0 * (p - 1) / (m + p - 1));
+    int v = tr->model->num_chunks;
+    if (v > 1)
+        printf("[Rank %d] pipeline stage %d: waited %.3f s for transfers of %.3f s of training "
+               "(%.1f%%; the interleaved bubble (p - 1)/(m v + p - 1) = %.1f%%, v = %d)\n",
+               ps->world_rank, ps->pp_rank, wait, tr->train_seconds,
+               100.0 * wait / tr->train_seconds, 100.0 * (p - 1) / (m * v + p - 1), v);
+    else
+        printf("[Rank %d] pipeline stage %d: waited %.3f s for transfers of %.3f s of training "
+               "(%.1f%%; 1F1B's bubble (p - 1)/(m + p - 1) = %.1f%%)\n",
+               ps->world_rank, ps->pp_rank, wait, tr->train_seconds,
+               100.0 * wait / tr->train_seconds, 100.0 * (p - 1) / (m + p - 1));
     fflush(stdout);
 }
 
@@ -541,9 +575,32 @@ int pretrain(megadlm_args *a) {
     const parallel_state *pst = parallel_get();
     g_log_rank = pst->world_rank == pst->world_size - 1;
     if (g_log_rank) args_print(a, stdout);
+    if (a->tp_comm_overlap) {
+        tp_progress_mode mode = strcmp(a->tp_comm_overlap_progress, "thread") ? TP_PROGRESS_TEST
+                                                                             : TP_PROGRESS_THREAD;
+        if (tp_overlap_init(mode, err, sizeof(err)) != 0)
+            parallel_abort(2, "--tp-comm-overlap: %s", err);
+        log_printf("> TP communication overlap: all-gather %s, reduce-scatter %s, %s (linear_qkv "
+                   "%s, linear_fc1 %s); %d pieces per shard, progress by %s\n",
+                   a->tp_comm_overlap_ag ? "on" : "off", a->tp_comm_overlap_rs ? "on" : "off",
+                   a->tp_comm_overlap_rs_dgrad ? "rs-dgrad"
+                   : a->tp_comm_bulk_dgrad && a->tp_comm_bulk_wgrad ? "bulk dgrad and wgrad"
+                   : a->tp_comm_bulk_dgrad ? "bulk dgrad"
+                   : a->tp_comm_bulk_wgrad ? "bulk wgrad" : "no bulk overlap",
+                   a->tp_comm_overlap_disable_qkv ? "excluded" : "included",
+                   a->tp_comm_overlap_disable_fc1 ? "excluded" : "included",
+                   a->tp_comm_overlap_num_splits,
+                   mode == TP_PROGRESS_THREAD ? "a communication thread" : "tests between GEMM tiles");
+    }
     transformer_config cfg = model_config_from_args(a);
+    tr.num_microbatches = a->global_batch_size / (a->micro_batch_size * a->data_parallel_size);
+    /* activation stores of the micro-batches (model chunks, interleaved) in flight; with
+     * per-micro-batch partial recompute, num_unchecked of them keep everything */
+    tr.num_stores = schedule_stores(pst->pp_size, pst->pp_rank, cfg.vp_size, tr.num_microbatches,
+                                    a->num_microbatches_with_partial_activation_checkpoints,
+                                    &tr.num_unchecked);
     /* store 0 (the model itself) keeps everything when partial recompute says so */
-    cfg.recompute_store_unchecked = a->num_microbatches_with_partial_activation_checkpoints > 0;
+    cfg.recompute_store_unchecked = tr.num_unchecked > 0;
     log_printf("building GPT model ...\n");
     tr.model = gpt_model_create(&cfg, a->micro_batch_size, a->use_distributed_optimizer ? 2 : 1);
     printf(" > number of parameters on (tensor, pipeline) model parallel rank (%d, %d): %zu\n",
@@ -553,16 +610,16 @@ int pretrain(megadlm_args *a) {
     if (a->load[0] && load(&tr) != 0) goto done;
     if (build_data(&tr) != 0) goto done;
     setup_optimizer(&tr);
-    tr.num_microbatches = a->global_batch_size / (a->micro_batch_size * a->data_parallel_size);
     tr.dp_rank = pst->dp_rank;
     tr.dp_size = pst->dp_size;
-    tr.num_stores = schedule_num_stores(pst->pp_size, pst->pp_rank, tr.num_microbatches);
     tr.stores = calloc(tr.num_stores, sizeof(gpt_model *));
     tr.stores[0] = tr.model;
-    /* per-micro-batch partial recompute: stores below K keep everything (Megatron's
-     * checkpoint_activations_microbatch = k mod window >= K, window = the stores in flight) */
-    int K = a->num_microbatches_with_partial_activation_checkpoints;
-    for (int i = 1; i < tr.num_stores; i++) tr.stores[i] = gpt_model_replica(tr.model, !(i < K));
+    /* per-micro-batch partial recompute: stores below num_unchecked keep everything (1F1B:
+     * K of them, micro-batch k takes store k mod stores: Megatron's
+     * checkpoint_activations_microbatch = k mod window >= K, window = the stores in flight;
+     * interleaved: the schedule takes a store of the right kind for each virtual micro-batch) */
+    for (int i = 1; i < tr.num_stores; i++)
+        tr.stores[i] = gpt_model_replica(tr.model, !(i < tr.num_unchecked));
     size_t N = (size_t)a->micro_batch_size * a->seq_length;
     tr.sample = mem_alloc(MEM_OTHER, (a->seq_length + 1) * sizeof(int32_t), "sample");
     tr.tokens = mem_alloc(MEM_OTHER, N * sizeof(int32_t), "batch tokens");
@@ -593,6 +650,7 @@ int pretrain(megadlm_args *a) {
         if (a->log_memory && !memory_reported) { /* after the first iteration of this run */
             mem_report(stdout, pst->world_rank);
             log_saved_activations(&tr);
+            log_pipeline_stores(&tr);
             log_tp_communication(&tr);
             log_dp_communication(&tr);
             memory_reported = 1;
@@ -656,6 +714,14 @@ done:
     ddp_free(tr.ddp);
     gpt_model_free(tr.model);
     tokenizer_free(tr.tok);
+    if (tp_overlap_ready()) {
+        const tp_overlap_stats *os = tp_overlap_get_stats();
+        log_printf("> TP communication overlapped with GEMMs: %lu ring all-gathers, %lu ring "
+                   "reduce-scatters, %lu bulk all-gathers, %lu bulk reduce-scatters\n",
+                   os->ring_all_gathers, os->ring_reduce_scatters, os->bulk_all_gathers,
+                   os->bulk_reduce_scatters);
+    }
+    tp_overlap_finalize();
     return status;
 }
 

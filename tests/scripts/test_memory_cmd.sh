@@ -87,7 +87,8 @@ invalid=(
   "--ffn-hidden-size 30 --tensor-model-parallel-size 4"
   "--sequence-parallel --tensor-model-parallel-size 2 --seq-length 15"
   "--pipeline-model-parallel-size 3"
-  "--num-layers 8 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2"
+  "--num-layers 8 --num-layers-per-virtual-pipeline-stage 2"
+  "--num-layers 6 --pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2"
   "--distribute-saved-activations --recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
   "--distribute-saved-activations --recompute-activations --tensor-model-parallel-size 2"
   "--distribute-saved-activations --recompute-granularity full --recompute-method uniform --recompute-num-layers 1 --tensor-model-parallel-size 2 --sequence-parallel"
@@ -173,8 +174,19 @@ if command -v mpirun > /dev/null; then
       echo "$family $layout: predicted == measured on both ranks"
     done
   done
+  # pipelines: 1F1B, and interleaved (a store per model chunk in flight, partial recompute
+  # from the schedule's two store pools)
+  for layout in "--pipeline-model-parallel-size 2" \
+                "--pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2" \
+                "--pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2 --recompute-granularity full --recompute-method uniform --recompute-num-layers 1 --num-microbatches-with-partial-activation-checkpoints 1"; do
+    # shellcheck disable=SC2086
+    OMP_NUM_THREADS=1 "${MPIRUN[@]}" "$MEGADLM" train "${common[@]}" --num-layers 4 $layout \
+        > pp.log 2>&1 || { say_fail "$layout: train"; tail -3 pp.log; continue; }
+    check_log pp.log 2 "$layout"
+    echo "$layout: predicted == measured on both ranks"
+  done
 else
-  echo "mpirun not found: tensor-parallel layouts not checked"
+  echo "mpirun not found: tensor-parallel and pipeline layouts not checked"
 fi
 
 [ $fail -eq 0 ] && echo "megadlm memory: all checks passed"

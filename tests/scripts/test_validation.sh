@@ -32,6 +32,23 @@ expect_error "--overlap-param-gather needs --use-distributed-optimizer" train "$
 expect_error "--overlap-param-gather needs --overlap-grad-reduce" train "${base[@]}" \
     --overlap-param-gather --use-distributed-optimizer
 expect_error "--pipeline-model-parallel-size" train "${base[@]}" --pipeline-model-parallel-size 2
+# the interleaved schedule (Megatron's rules): layers divisible by PP x chunks, chunks a divisor of
+# a stage's layers, PP > 1, --recompute-num-layers within a chunk (the micro-batch rule needs
+# ranks: tests/scripts/pipeline_parallel_equivalence.sh)
+expect_error "--num-layers 6 is not divisible by --pipeline-model-parallel-size 2 x 2 model chunks" \
+    train "${base[@]}" --num-layers 6 --pipeline-model-parallel-size 2 \
+    --virtual-pipeline-model-parallel-size 2
+expect_error "--num-layers-per-virtual-pipeline-stage 3 does not divide the 4 layers" \
+    train "${base[@]}" --num-layers 8 --pipeline-model-parallel-size 2 \
+    --num-layers-per-virtual-pipeline-stage 3
+expect_error "needs --pipeline-model-parallel-size > 1" train "${base[@]}" --num-layers 4 \
+    --virtual-pipeline-model-parallel-size 2
+expect_error "give one of --num-layers-per-virtual-pipeline-stage" train "${base[@]}" \
+    --num-layers 8 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2 \
+    --virtual-pipeline-model-parallel-size 4
+expect_error "between 1 and the 1 layers of a model chunk" train "${base[@]}" --num-layers 4 \
+    --pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2 \
+    --recompute-granularity full --recompute-method uniform --recompute-num-layers 2
 expect_error "--world-size: only for \`megadlm memory\`" train "${base[@]}" --world-size 2
 expect_error "--recompute-granularity" train "${base[@]}" --recompute-granularity full
 expect_error "--bf16" train "${base[@]}" --bf16

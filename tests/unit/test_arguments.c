@@ -311,7 +311,7 @@ static void test_parse_errors(void) {
 static void test_refused_flags(void) {
     static const char *later[] = {
         "--bf16", "--fp16",
-        "--tp-comm-overlap",
+        "--tp-comm-overlap-cfg cfg.yaml",
         "--context-parallel-size 2", "--expert-model-parallel-size 2", "--num-experts 8",
         "--use-flash-attn",
         "--fp8-format hybrid",
@@ -341,33 +341,18 @@ static void test_refused_flags(void) {
     CHECK(parse_line(&a, "--tensor-model-parallel-size 0") == -1);
     CHECK(strstr(ERR, "--tensor-model-parallel-size: expected a positive integer") != NULL);
     CHECK(parse_line(&a, "--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1") == 0);
-    static const struct {
-        const char *flags, *want;
-    } untrainable[] = {
-        {" --num-layers 6 --pipeline-model-parallel-size 3 --global-batch-size 6 "
-         "--num-layers-per-virtual-pipeline-stage 1",
-         "--num-layers-per-virtual-pipeline-stage: not supported yet (the interleaved pipeline "
-         "schedule arrives with a later release)"},
-    };
-    for (size_t i = 0; i < sizeof(untrainable) / sizeof(untrainable[0]); i++) {
-        char line[512];
-        snprintf(line, sizeof(line), BASE "%s", untrainable[i].flags);
-        CHECK(run_line(&a, line) == 0); /* valid for Megatron (and `megadlm memory`) */
-        CHECK(args_check_trainable(&a, ERR, sizeof(ERR)) == -1);
-        CHECK(strcmp(ERR, untrainable[i].want) == 0);
-        if (strcmp(ERR, untrainable[i].want)) fprintf(stderr, "  %s -> '%s'\n", line, ERR);
-        args_free(&a);
-    }
-    /* the interleaved schedule (pipeline size > 2 first); data parallelism is trainable */
+    /* the interleaved schedule and data parallelism are trainable */
     {
         megadlm_args b;
         CHECK(run_line(&b, BASE " --num-layers 6 --pipeline-model-parallel-size 3 "
                                 "--num-layers-per-virtual-pipeline-stage 1 --global-batch-size 6") == 0);
         CHECK(b.virtual_pipeline_model_parallel_size == 2);
-        b.pipeline_model_parallel_size = 1; /* only to reach the next refusal */
-        CHECK(args_check_trainable(&b, ERR, sizeof(ERR)) == -1);
-        CHECK(strcmp(ERR, "--num-layers-per-virtual-pipeline-stage: not supported yet (the "
-                          "interleaved pipeline schedule arrives with a later release)") == 0);
+        CHECK(args_check_trainable(&b, ERR, sizeof(ERR)) == 0);
+        args_free(&b);
+        CHECK(run_line(&b, BASE " --num-layers 4 --pipeline-model-parallel-size 2 "
+                                "--virtual-pipeline-model-parallel-size 2 --global-batch-size 4") == 0);
+        CHECK(args_check_trainable(&b, ERR, sizeof(ERR)) == 0);
+        args_free(&b);
         CHECK(run_line(&b, BASE) == 0);
         b.world_size = 2;
         b.global_batch_size = 4;
@@ -445,8 +430,8 @@ static void test_parallel(void) {
     /* pipeline: layers divisible by PP */
     EXPECT_ERR(BASE " --pipeline-model-parallel-size 3",
                "--num-layers 2 is not divisible by --pipeline-model-parallel-size 3", NULL, NULL);
-    /* interleaving: v = (L/p) / layers-per-virtual-stage; 1 is None; p > 2; L divisible by
-     * p x v; micro-batches divisible by p */
+    /* interleaving: v = (L/p) / layers-per-virtual-stage; 1 is None; p > 1 (Megatron with its
+     * default p2p overlap); L divisible by p x v; micro-batches divisible by p */
     const char *L12 = BASE " --num-layers 12 --pipeline-model-parallel-size 3 --global-batch-size 6";
     char line[512];
     snprintf(line, sizeof(line), "%s --num-layers-per-virtual-pipeline-stage 2", L12);
@@ -472,9 +457,27 @@ static void test_parallel(void) {
              "%s --virtual-pipeline-model-parallel-size 3 --num-layers-per-virtual-pipeline-stage 2",
              L12);
     EXPECT_ERR(line, "give one of --num-layers-per-virtual-pipeline-stage", NULL, NULL);
-    EXPECT_ERR(BASE " --num-layers 12 --pipeline-model-parallel-size 2 "
-                    "--num-layers-per-virtual-pipeline-stage 2",
-               "interleaved schedule", "--pipeline-model-parallel-size > 2", NULL);
+    EXPECT_OK(&a, BASE " --num-layers 12 --pipeline-model-parallel-size 2 "
+                       "--num-layers-per-virtual-pipeline-stage 2 --global-batch-size 4");
+    CHECK(a.virtual_pipeline_model_parallel_size == 3);
+    EXPECT_ERR(BASE " --num-layers 12 --virtual-pipeline-model-parallel-size 2",
+               "interleaved schedule (2 model chunks per rank)",
+               "--pipeline-model-parallel-size > 1", NULL);
+    EXPECT_ERR(BASE " --num-layers 12 --num-layers-per-virtual-pipeline-stage 3",
+               "interleaved schedule (4 model chunks per rank)",
+               "--pipeline-model-parallel-size > 1", NULL);
+    EXPECT_ERR(BASE " --num-layers 6 --pipeline-model-parallel-size 2 "
+                    "--virtual-pipeline-model-parallel-size 2 --global-batch-size 4",
+               "--num-layers 6 is not divisible by --pipeline-model-parallel-size 2 x 2", NULL, NULL);
+    /* each model chunk is a block of its own: --recompute-num-layers counts a chunk's layers */
+    EXPECT_ERR(BASE " --num-layers 8 --pipeline-model-parallel-size 2 "
+                    "--num-layers-per-virtual-pipeline-stage 2 --global-batch-size 4 "
+                    "--recompute-granularity full --recompute-method uniform --recompute-num-layers 3",
+               "--recompute-num-layers 3", "between 1 and the 2 layers of a model chunk", NULL);
+    EXPECT_OK(&a, BASE " --num-layers 8 --pipeline-model-parallel-size 2 "
+                       "--num-layers-per-virtual-pipeline-stage 2 --global-batch-size 4 "
+                       "--recompute-granularity full --recompute-method block "
+                       "--recompute-num-layers 2 --num-microbatches-with-partial-activation-checkpoints 1");
     EXPECT_ERR(BASE " --num-layers 12 --pipeline-model-parallel-size 3 "
                     "--num-layers-per-virtual-pipeline-stage 2 --global-batch-size 4",
                "number of micro-batches (2", "--pipeline-model-parallel-size 3", NULL);

@@ -17,6 +17,7 @@
 #include "core/parallel_state.h"
 #include "core/tensor_parallel/layers.h"
 #include "core/tensor_parallel/mappings.h"
+#include "core/tensor_parallel/parallel_linear.h"
 
 /* ---- parameter registration ----
  * Each parameter is registered with its name, shape, init and the addresses of the pointers
@@ -154,8 +155,10 @@ static void build_params(gpt_model *m) {
     int bw = m->with_backward;
     param_builder pb = {.tp = tc_tp(c), .sp = tc_sp(c)};
     float std = c->init_method_std;
-    int n_embedding = c->rope ? 1 : 2, L = tc_stage_layers(c), offset = tc_layer_offset(c);
-    if (tc_first_stage(c)) {
+    /* the rank's layers chunk by chunk (one chunk without interleaving): local layer l is layer
+     * l % Lc of chunk l / Lc, so each chunk's parameters are one contiguous range */
+    int n_embedding = c->rope ? 1 : 2, L = tc_stage_layers(c), Lc = tc_chunk_layers(c);
+    if (tc_first_rank(c)) {
         add_matrix(&pb, &m->wte, bw ? &m->g_wte : NULL, std, c->padded_vocab_size, c->hidden_size,
                    TP_SPLIT_ROWS, "embedding.word_embeddings.weight");
         if (!c->rope) {
@@ -168,11 +171,12 @@ static void build_params(gpt_model *m) {
     int first_of_layer[L + 1];
     for (int l = 0; l < L; l++) {
         first_of_layer[l] = pb.n;
-        pb.stream = (uint64_t)n_embedding + (uint64_t)(offset + l) * tensors_per_layer(c);
-        register_layer(&pb, c, offset + l, &m->block.w[l], bw ? &m->block.g[l] : NULL);
+        int global = tc_chunk_layer_offset(c, l / Lc) + l % Lc;
+        pb.stream = (uint64_t)n_embedding + (uint64_t)global * tensors_per_layer(c);
+        register_layer(&pb, c, global, &m->block.w_all[l], bw ? &m->block.g_all[l] : NULL);
     }
     first_of_layer[L] = pb.n;
-    if (tc_last_stage(c)) {
+    if (tc_last_rank(c)) {
         pb.stream = (uint64_t)n_embedding + (uint64_t)c->num_layers * tensors_per_layer(c);
         add_vector(&pb, &m->lnf_w, bw ? &m->g_lnf_w : NULL, 1.0f, c->hidden_size, TP_SPLIT_NONE,
                    "decoder.final_layernorm.weight");
@@ -182,7 +186,7 @@ static void build_params(gpt_model *m) {
         if (c->untie_embeddings_and_output_weights) {
             add_matrix(&pb, &m->out_w, bw ? &m->g_out_w : NULL, std, c->padded_vocab_size,
                        c->hidden_size, TP_SPLIT_ROWS, "output_layer.weight");
-        } else if (!tc_first_stage(c)) {
+        } else if (!tc_first_rank(c)) {
             /* tied, on another stage than the embedding: Megatron's shared copy (same name,
              * same init stream, kept equal through the embedding group) */
             pb.stream = 0;
@@ -222,7 +226,7 @@ static void build_params(gpt_model *m) {
         if (pb.slots[2 * i + 1]) *pb.slots[2 * i + 1] = ps->grad + pb.t[i].offset;
     }
     free(pb.slots);
-    if (!c->untie_embeddings_and_output_weights && tc_first_stage(c)) {
+    if (!c->untie_embeddings_and_output_weights && tc_first_rank(c)) {
         m->out_w = m->wte; /* tied: the output layer reads the word embedding */
         m->g_out_w = m->g_wte;
     }
@@ -237,7 +241,7 @@ static void alloc_store(gpt_model *m) {
     m->tokens = mem_alloc(MEM_OTHER, N * sizeof(int), "tokens");
     m->labels = mem_alloc(MEM_OTHER, N * sizeof(int), "labels");
     m->loss_mask = mem_alloc_floats(MEM_OTHER, N, "loss mask");
-    if (!tc_last_stage(c)) return;
+    if (!tc_last_rank(c)) return; /* (interleaved: every store may hold the last chunk) */
     m->lnf = mem_alloc_floats(MEM_ACTIVATIONS, Ns * C, "final norm output");
     if (c->normalization == NORM_LAYERNORM)
         m->lnf_mean = mem_alloc_floats(MEM_ACTIVATIONS, Ns, "final norm mean");
@@ -258,7 +262,10 @@ gpt_model *gpt_model_create(const transformer_config *cfg, int max_batch, int wi
     m->cfg = *cfg;
     m->max_batch = max_batch;
     m->with_backward = with_backward;
+    m->cfg.vp_rank = 0;
     const transformer_config *c = &m->cfg;
+    m->num_chunks = tc_vp(c);
+    m->rank_layers = tc_stage_layers(c);
     transformer_block_init(&m->block, c, max_batch, c->seq_length, with_backward);
     build_params(m);
     alloc_store(m);
@@ -268,7 +275,14 @@ gpt_model *gpt_model_create(const transformer_config *cfg, int max_batch, int wi
     size_t Ns = tc_tokens_local(c, (int)N);
     if (with_backward) {
         m->dlosses = mem_alloc_floats(MEM_WORKSPACE, N, "dlosses");
-        m->dres = mem_alloc_floats(MEM_WORKSPACE, Ns * C, "residual gradient");
+        m->dres = m->dres_slot[0] = mem_alloc_floats(MEM_WORKSPACE, Ns * C, "residual gradient");
+        /* the interleaved schedule receives the next backward's output gradient while the
+         * last one's input gradient is still being sent: a second buffer */
+        if (tc_vp(c) > 1) {
+            m->dres_slot[1] = mem_alloc_floats(MEM_WORKSPACE, Ns * C, "residual gradient (2)");
+            /* ... and takes a chunk's input before it has a store for it */
+            m->stage_recv = mem_alloc_floats(MEM_WORKSPACE, Ns * C, "received stage input");
+        }
         m->demb = mem_alloc_floats(MEM_WORKSPACE, N * C, "embedding gradient");
     }
     if (tc_tp(c) > 1) { /* the vocab-parallel lookup's partial sums before the reduction */
@@ -310,8 +324,8 @@ void gpt_model_free(gpt_model *m) {
     mem_free(ps->exp_avg_sq);
     free(ps->tensors);
     free(m->layer_begin);
-    void *bufs[] = {m->dlosses, m->dres,     m->demb,       m->rope_cos,
-                    m->rope_sin, m->emb_partial, m->ce_sumexp};
+    void *bufs[] = {m->dlosses,  m->dres_slot[0], m->dres_slot[1], m->stage_recv, m->demb,
+                    m->rope_cos, m->rope_sin,     m->emb_partial,  m->ce_sumexp};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) mem_free(bufs[i]);
     free(m);
 }
@@ -446,15 +460,10 @@ float gpt_model_forward_weighted(gpt_model *m, const int32_t *tokens, const int3
 
     /* final norm on the token shard, gathered for the vocab-parallel output layer */
     if (m->params_needed) /* final norm and an untied output layer (a tied one: above) */
-        m->params_needed(m->params_needed_user, m->layer_begin[m->block.num_layers],
-                         m->params.numel);
+        m->params_needed(m->params_needed_user, m->layer_begin[m->rank_layers], m->params.numel);
     final_norm_forward(c, m, m->block.hidden[m->block.num_layers], Ns);
-    const float *in = m->lnf;
-    if (tc_sp(c)) {
-        tp_all_gather(m->block.ws.gathered, m->lnf, (size_t)Ns * C);
-        in = m->block.ws.gathered;
-    }
-    linear_forward(m->logits, in, m->out_w, NULL, N, C, V);
+    tp_linear out = tp_linear_make(c, TP_LINEAR_OUTPUT, m->block.ws.gathered, NULL, NULL);
+    column_parallel_linear_forward(&out, m->logits, m->lnf, m->out_w, NULL, N, C, V);
 
     if (!labels) return 0.0f;
     memcpy(m->labels, labels, (size_t)N * sizeof(int));
@@ -494,24 +503,15 @@ static void head_backward(gpt_model *m, float loss_scale) {
 
     /* output layer (dlogits now in m->logits): m->demb [N, C] holds this rank's part of the
      * gradient w.r.t. the (gathered) final norm output, summed across TP into dln [Ns, C] */
-    const float *in = m->lnf;
-    if (tc_sp(c)) {
-        tp_all_gather(m->block.ws.gathered, m->lnf, NsC);
-        in = m->block.ws.gathered;
-    }
-    memset(m->demb, 0, (size_t)N * C * sizeof(float));
-    linear_backward(m->demb, m->g_out_w, NULL, m->logits, in, m->out_w, N, C, V);
-    float *dln = m->demb;
-    if (tc_sp(c)) {
-        tp_reduce_scatter(m->block.ws.dln, m->demb, NsC);
-        dln = m->block.ws.dln;
-    } else {
-        tp_all_reduce_sum(m->demb, (size_t)N * C);
-    }
+    float *dln = tc_sp(c) ? m->block.ws.dln : m->demb;
+    tp_linear out = tp_linear_make(c, TP_LINEAR_OUTPUT, m->block.ws.gathered, m->demb,
+                                   m->block.ws.recv);
+    column_parallel_linear_backward(&out, dln, m->g_out_w, NULL, m->logits, m->lnf, m->out_w, N,
+                                    C, V);
     memset(m->dres, 0, NsC * sizeof(float));
     final_norm_backward(c, m, m->dres, dln, m->block.hidden[m->block.num_layers], Ns);
     if (m->grads_done) /* final norm and an untied output layer are complete */
-        m->grads_done(m->grads_done_user, m->layer_begin[m->block.num_layers], m->params.numel);
+        m->grads_done(m->grads_done_user, m->layer_begin[m->rank_layers], m->params.numel);
 }
 
 void gpt_model_backward(gpt_model *m, float loss_scale) {
@@ -549,6 +549,19 @@ void gpt_model_finalize_grads(gpt_model *m) {
                           ps->embedding);
     }
 }
+
+void gpt_model_set_chunk(gpt_model *m, int chunk) {
+    if (chunk < 0 || chunk >= m->num_chunks) {
+        fprintf(stderr, "internal error: model chunk %d of %d\n", chunk, m->num_chunks);
+        exit(1);
+    }
+    m->cfg.vp_rank = chunk;
+    transformer_block_bind(&m->block, chunk);
+}
+
+float *gpt_model_grad_slot(gpt_model *m, int slot) { return m->dres_slot[slot]; }
+float *gpt_model_stage_recv_buffer(gpt_model *m) { return m->stage_recv; }
+void gpt_model_use_grad_slot(gpt_model *m, int slot) { m->dres = m->dres_slot[slot]; }
 
 size_t gpt_model_stage_floats(const gpt_model *m) { return m->block.hidden_floats; }
 float *gpt_model_stage_input(gpt_model *m) { return m->block.hidden[0]; }

@@ -33,16 +33,23 @@ typedef struct {
     float *logits;        /* [N, V] (holds dlogits during backward) */
     float *losses, *lse;  /* [N] per-token loss, logsumexp */
     float *dlosses;       /* [N] */
-    float *dres;          /* [N, C] residual-stream gradient */
+    float *dres;          /* [N, C] residual-stream gradient (one of dres_slot) */
+    float *dres_slot[2];  /* its buffers: [1] only with interleaving (workspace) */
+    float *stage_recv;    /* [Ns, C] interleaving: a chunk's input received before the chunk
+                           * has a store (workspace) */
     float *demb;          /* [N, C] embedding gradient before dropout */
     float *rope_cos, *rope_sin; /* [seq_length, rot_dim/2] */
     float *emb_partial;   /* [N, C] vocab-parallel lookup before its reduction (TP only) */
     float *ce_sumexp;     /* [N] vocab-parallel cross-entropy scratch (TP only) */
 
-    /* Where each part's parameters sit in the flat buffers (floats): layer l is
+    /* Where each part's parameters sit in the flat buffers (floats): the rank's layer l is
      * [layer_begin[l], layer_begin[l + 1]); the embedding (word + position) is [0, layer_begin[0]);
-     * the final norm and an untied output layer are [layer_begin[L], params.numel). */
-    size_t *layer_begin; /* [num_layers + 1] */
+     * the final norm and an untied output layer are [layer_begin[L], params.numel). With
+     * interleaving the rank's layers are its model chunks' in chunk order (l = chunk x
+     * layers per chunk + index in the chunk): each chunk's parameters are one range. */
+    size_t *layer_begin; /* [rank_layers + 1] */
+    int rank_layers;     /* L: this rank's layers, all its model chunks */
+    int num_chunks;      /* model chunks of this rank (1 without interleaving) */
     /* Called during backward whenever a range of the gradient buffer has received this
      * micro-batch's last contribution (head, each layer, then the embedding, which also holds
      * a tied output layer's gradient); NULL = none. For overlapped gradient reduction. */
@@ -112,6 +119,17 @@ void gpt_model_finalize_grads(gpt_model *m);
  * input in gpt_model_stage_input_grad. Each is gpt_model_stage_floats floats. Only the last
  * stage computes a loss (forward returns 0 elsewhere). */
 size_t gpt_model_stage_floats(const gpt_model *m);
+/* Interleaved schedule: a store runs whichever model chunk it is set to (its parameters, layer
+ * indices, and whether it is the pipeline's first or last stage: cfg.vp_rank); the gradient
+ * w.r.t. the chunk's output / input lives in one of two buffers shared by all stores
+ * (gpt_model_grad_slot), chosen with gpt_model_use_grad_slot before backward, so the next
+ * backward's output gradient can arrive while the last one's input gradient is sent; the next
+ * chunk input arrives in gpt_model_stage_recv_buffer (the owner's, with backward), copied to a
+ * store's input when the store is taken. */
+void gpt_model_set_chunk(gpt_model *m, int chunk);
+float *gpt_model_grad_slot(gpt_model *m, int slot);
+void gpt_model_use_grad_slot(gpt_model *m, int slot);
+float *gpt_model_stage_recv_buffer(gpt_model *m);
 float *gpt_model_stage_input(gpt_model *m);
 float *gpt_model_stage_output(gpt_model *m);
 float *gpt_model_stage_output_grad(gpt_model *m);

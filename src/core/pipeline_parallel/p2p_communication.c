@@ -24,6 +24,34 @@ static void exchange(const float *send, int to, int send_tag, float *recv, int f
     g_wait_seconds += MPI_Wtime() - t0;
 }
 
+void p2p_ring_start(const float *send_next, float *recv_prev, const float *send_prev,
+                    float *recv_next, size_t n, p2p_pending *h) {
+    h->n = 0;
+    const parallel_state *ps = parallel_get();
+    if (!ps->mpi || ps->pp_size == 1) return;
+    int p = ps->pp_size, next = (ps->pp_rank + 1) % p, prev = (ps->pp_rank + p - 1) % p;
+    MPI_Request *r = h->req;
+    if (recv_prev) MPI_Irecv(recv_prev, (int)n, MPI_FLOAT, prev, TAG_FORWARD, ps->pp, &r[h->n++]);
+    if (recv_next) MPI_Irecv(recv_next, (int)n, MPI_FLOAT, next, TAG_BACKWARD, ps->pp, &r[h->n++]);
+    if (send_next) MPI_Isend(send_next, (int)n, MPI_FLOAT, next, TAG_FORWARD, ps->pp, &r[h->n++]);
+    if (send_prev) MPI_Isend(send_prev, (int)n, MPI_FLOAT, prev, TAG_BACKWARD, ps->pp, &r[h->n++]);
+}
+
+void p2p_ring_wait(p2p_pending *h) {
+    if (h->n == 0) return;
+    double t0 = MPI_Wtime();
+    MPI_Waitall(h->n, h->req, MPI_STATUSES_IGNORE);
+    g_wait_seconds += MPI_Wtime() - t0;
+    h->n = 0;
+}
+
+void p2p_exchange_ring(const float *send_next, float *recv_prev, const float *send_prev,
+                       float *recv_next, size_t n) {
+    p2p_pending h;
+    p2p_ring_start(send_next, recv_prev, send_prev, recv_next, n, &h);
+    p2p_ring_wait(&h);
+}
+
 static int prev(void) { return parallel_get()->pp_rank - 1; }
 static int next(void) { return parallel_get()->pp_rank + 1; }
 

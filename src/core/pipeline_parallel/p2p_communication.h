@@ -8,6 +8,8 @@
 
 #include <stddef.h>
 
+#include "core/parallel_state.h"
+
 void p2p_recv_forward(float *input, size_t n);
 void p2p_send_forward(const float *output, size_t n);
 void p2p_recv_backward(float *output_grad, size_t n);
@@ -16,6 +18,24 @@ void p2p_send_backward(const float *input_grad, size_t n);
 void p2p_send_forward_recv_backward(const float *output, float *output_grad, size_t n);
 /* send the input gradient back and receive the next input, together */
 void p2p_send_backward_recv_forward(const float *input_grad, float *input, size_t n);
+
+/* The interleaved schedule's transfers (Megatron's send_forward_backward_recv_forward_backward
+ * and its parts): the neighbours are ring neighbours, so the last stage sends a model chunk's
+ * output forward to the first stage (the next chunk's input) and the first stage sends that
+ * chunk's input gradient back to the last. Any of the four may be NULL; all are posted, then
+ * completed together. */
+void p2p_exchange_ring(const float *send_next, float *recv_prev, const float *send_prev,
+                       float *recv_next, size_t n);
+/* The same, posted now and completed later (Megatron's overlap_p2p_comm): the buffers must
+ * stay untouched until p2p_ring_wait. */
+typedef struct {
+    MPI_Request req[4];
+    int n;
+} p2p_pending;
+void p2p_ring_start(const float *send_next, float *recv_prev, const float *send_prev,
+                    float *recv_next, size_t n, p2p_pending *h);
+/* Completes what p2p_ring_start posted (nothing if nothing is pending). */
+void p2p_ring_wait(p2p_pending *h);
 
 /* Seconds this rank has spent waiting for its transfers to complete (its share of the pipeline
  * bubble plus transfer time), since the start. */

@@ -6,7 +6,19 @@
  *   no pipelining (p = 1): forward, backward for each micro-batch in turn.
  *   1F1B (p > 1): stage r runs min(p - r - 1, M) warm-up forwards, then alternates one forward
  *   and one backward, then the remaining backwards (cool-down); it holds at most
- *   min(p - r, M) micro-batches. */
+ *   min(p - r, M) micro-batches.
+ *   interleaved 1F1B (p > 1, v > 1 model chunks per rank, M a multiple of p): Megatron's
+ *   forward_backward_pipelining_with_interleaving. The M v virtual micro-batches run in groups
+ *   of p micro-batches per chunk: virtual micro-batch k is micro-batch (k / pv) p + k % p of
+ *   chunk (k % pv) / p in forward, of chunk v - 1 - (k % pv) / p in backward. Rank r runs
+ *   W = min((p - r - 1) 2 + (v - 1) p, M v) warm-up forwards (all of them when W reaches
+ *   M v), then one forward and one backward at a time, then the remaining backwards; it holds
+ *   at most min(W + 1, M v) chunk activations. Transfers wrap around: the last rank's chunk j
+ *   feeds the first rank's chunk j + 1; in the 1F1B steps they are posted after the forward
+ *   and after the backward and completed where their data is needed (Megatron's default
+ *   overlap_p2p_comm). A store holds one chunk's activations and runs any chunk
+ *   (gpt_model_set_chunk); stores are taken from a free list when a virtual micro-batch's
+ *   forward starts and returned after its backward. */
 #ifndef MEGADLM_CORE_PIPELINE_PARALLEL_SCHEDULES_H
 #define MEGADLM_CORE_PIPELINE_PARALLEL_SCHEDULES_H
 
@@ -18,12 +30,29 @@ typedef struct {
     float (*forward_step)(void *user, int k, gpt_model *store);
     /* runs micro-batch k's backward on its store */
     void (*backward_step)(void *user, int k, gpt_model *store);
+    /* --num-microbatches-with-partial-activation-checkpoints K (<= 0: none). The 1F1B
+     * schedule gives micro-batch k store k mod (stores), so stores below K keep everything;
+     * the interleaved one gives virtual micro-batch k a store that keeps everything iff
+     * k mod (W + 1) < K, as Megatron decides checkpoint_activations_microbatch. */
+    int partial_checkpoints;
 } pipeline_steps;
 
-/* Activation stores a stage needs for M micro-batches. */
+/* Activation stores a stage needs for M micro-batches (1F1B). */
 int schedule_num_stores(int pp_size, int pp_rank, int num_microbatches);
+/* The same for any schedule (vp_size model chunks per rank, 0 or 1: none), and how many of
+ * them keep everything under per-micro-batch partial recompute K (<= 0: none); the interleaved
+ * schedule's two kinds come from two pools, each as large as it gets in this rank's order. */
+int schedule_stores(int pp_size, int pp_rank, int vp_size, int num_microbatches, int K,
+                    int *num_unchecked);
+/* Warm-up forwards of pipeline rank pp_rank (virtual micro-batches with interleaving). */
+int schedule_num_warmup(int pp_size, int pp_rank, int vp_size, int num_microbatches);
 
-/* Forward and backward of num_microbatches micro-batches. Returns the sum of their losses on
+/* Most activation stores a forward_backward held at once so far on this rank (micro-batches
+ * in flight; model chunks of micro-batches with interleaving), as the schedule ran. */
+int schedule_peak_in_flight(void);
+
+/* Forward and backward of num_microbatches micro-batches (the schedule by the stores' model:
+ * its pipeline size and model chunks). Returns the sum of their losses on
  * the last stage, 0 elsewhere. */
 double forward_backward(gpt_model **stores, int num_stores, int num_microbatches,
                         const pipeline_steps *steps);

@@ -35,5 +35,20 @@ typedef struct {
 } tp_comm_stats;
 const tp_comm_stats *tp_comm_get_stats(void);
 void tp_comm_reset_stats(void);
+/* The overlapped forms (comm_overlap.c) count what they move here too: one all-gather or
+ * reduce-scatter of shard_n floats per rank. */
+void tp_comm_note_all_gather(size_t shard_n);
+void tp_comm_note_reduce_scatter(size_t shard_n);
+
+/* Benchmark only (bench/bench_tp_comm_overlap.sh): with local_only on, every collective above
+ * becomes a local copy (an all-gather copies the own shard into every slot, a reduce-scatter
+ * keeps the own rows, all-reduces do nothing), so a step runs its compute without
+ * communication; its numbers are meaningless. With recording on, each collective's kind and
+ * size is appended to a list; tp_comm_replay runs that list back to back (communication with
+ * no compute) and returns the seconds it took. */
+void tp_comm_set_local_only(int on);
+int tp_comm_local_only(void);
+void tp_comm_set_recording(int on);
+double tp_comm_replay(void);
 
 #endif

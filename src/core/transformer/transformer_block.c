@@ -60,12 +60,13 @@ void transformer_block_init(transformer_block *blk, const transformer_config *cf
                             int with_backward) {
     memset(blk, 0, sizeof(*blk));
     blk->cfg = cfg;
-    int L = blk->num_layers = tc_stage_layers(cfg);
-    blk->layer_offset = tc_layer_offset(cfg);
+    blk->num_layers = tc_chunk_layers(cfg);
     size_t NC = (size_t)tc_tokens_local(cfg, B * T) * cfg->hidden_size;
     blk->hidden_floats = NC;
-    blk->w = calloc(L, sizeof(layer_weights));
-    blk->g = with_backward ? calloc(L, sizeof(layer_weights)) : NULL;
+    blk->w_all = calloc((size_t)tc_stage_layers(cfg), sizeof(layer_weights));
+    blk->g_all =
+        with_backward ? calloc((size_t)tc_stage_layers(cfg), sizeof(layer_weights)) : NULL;
+    transformer_block_bind(blk, tc_vp_rank(cfg));
     int distribute = cfg->distribute_saved_activations && cfg->recompute_granularity == RECOMPUTE_FULL;
     if (distribute)
         for (int k = 0; k < 2; k++)
@@ -85,6 +86,14 @@ void transformer_block_init(transformer_block *blk, const transformer_config *cf
     }
     alloc_store(blk, cfg, B, T);
     layer_workspace_alloc(&blk->ws, cfg, B, T, with_backward);
+}
+
+void transformer_block_bind(transformer_block *blk, int chunk) {
+    blk->chunk = chunk;
+    blk->rank_layer_base = chunk * blk->num_layers;
+    blk->layer_offset = tc_chunk_layer_offset(blk->cfg, chunk);
+    blk->w = blk->w_all + blk->rank_layer_base;
+    blk->g = blk->g_all ? blk->g_all + blk->rank_layer_base : NULL;
 }
 
 void transformer_block_init_replica(transformer_block *blk, const transformer_config *cfg, int B,
@@ -124,8 +133,8 @@ void transformer_block_free(transformer_block *blk) {
     mem_free(blk->chunk_input[0]);
     mem_free(blk->chunk_input[1]);
     layer_workspace_free(&blk->ws);
-    free(blk->w);
-    free(blk->g);
+    free(blk->w_all);
+    free(blk->g_all);
     free(blk->slots);
     free(blk->hidden_slots);
     memset(blk, 0, sizeof(*blk));
@@ -150,7 +159,8 @@ void transformer_block_forward(transformer_block *blk, const layer_ctx *ctx) {
     for (int l = 0; l < blk->num_layers; l++) {
         if (blk->kept_shard[l])
             memcpy(blk->kept_shard[l], blk->hidden[l] + blk->cfg->tp_rank * n, n * sizeof(float));
-        if (blk->layer_params_needed) blk->layer_params_needed(blk->layer_params_needed_user, l);
+        if (blk->layer_params_needed)
+            blk->layer_params_needed(blk->layer_params_needed_user, blk->rank_layer_base + l);
         layer_forward(blk, ctx, l);
     }
 }
@@ -169,7 +179,8 @@ void transformer_block_backward(transformer_block *blk, const layer_ctx *ctx, fl
         for (int j = l; j >= b; j--) {
             transformer_layer_backward(ctx, blk->layer_offset + j, &blk->w[j], &blk->g[j],
                                        &blk->saved[j], &blk->ws, blk->hidden[j], dres);
-            if (blk->layer_grads_done) blk->layer_grads_done(blk->layer_grads_done_user, j);
+            if (blk->layer_grads_done)
+                blk->layer_grads_done(blk->layer_grads_done_user, blk->rank_layer_base + j);
         }
         l = b - 1;
     }

@@ -1,6 +1,9 @@
 /* The stack of transformer layers (Megatron-core's TransformerBlock). It owns the residual
  * stream buffers hidden[0..L] (hidden[l] is layer l's input), the per-layer saved activations,
- * and the activation-recomputation policy:
+ * and the activation-recomputation policy. With the interleaved pipeline schedule it is one
+ * model chunk's stack: its buffers fit one chunk, its parameter slots hold all the rank's
+ * chunks, and transformer_block_bind picks the chunk it runs (recompute plans count a chunk's
+ * layers, as Megatron's per-chunk TransformerBlock does):
  *
  *   none       every layer keeps its layer_saved buffers and its input.
  *   selective  as none, but no layer keeps its attention probabilities: the core attention is
@@ -20,10 +23,16 @@
 
 typedef struct {
     const transformer_config *cfg;
-    int num_layers;       /* this pipeline stage's layers */
+    int num_layers;       /* the layers of one model chunk (the pipeline stage's without
+                           * interleaving) */
+    int chunk;            /* the model chunk the block runs now (transformer_block_bind) */
     int layer_offset;     /* global index of its first layer (dropout keys, names) */
-    layer_weights *w;     /* [num_layers] parameters (set by the model) */
-    layer_weights *g;     /* [num_layers] gradients (NULL without backward) */
+    int rank_layer_base;  /* index of its first layer among the rank's layers (chunk x
+                           * num_layers): the callbacks' layer index is rank_layer_base + l */
+    layer_weights *w;     /* [num_layers] parameters of the bound chunk (in w_all) */
+    layer_weights *g;     /* [num_layers] gradients (in g_all; NULL without backward) */
+    layer_weights *w_all; /* [chunks x num_layers] every chunk's parameters (set by the model) */
+    layer_weights *g_all;
     layer_saved *saved;   /* [num_layers] a layer's own buffers, or a copy of its recompute slot */
     layer_saved *slots;   /* [num_slots] recompute slots (full recompute), MEM_WORKSPACE */
     int num_slots;
@@ -39,11 +48,12 @@ typedef struct {
                                   measured by the tracked allocator */
     layer_workspace ws;
     /* Called after layer l's backward has added its gradients (a data-parallel reducer can
-     * start on them); NULL = none. */
+     * start on them), with l counted among the rank's layers (rank_layer_base + local index);
+     * NULL = none. */
     void (*layer_grads_done)(void *user, int l);
     void *layer_grads_done_user;
-    /* Called before layer l's forward reads its parameters (not on recomputation); NULL =
-     * none. */
+    /* Called before layer l's forward reads its parameters (not on recomputation), l as
+     * above; NULL = none. */
     void (*layer_params_needed)(void *user, int l);
     void *layer_params_needed_user;
     int replica;          /* shares parameters, workspace and slots with its owner */
@@ -54,8 +64,13 @@ int transformer_block_checkpointed(const transformer_config *cfg, int l);
 /* First layer of the chunk holding layer l (l itself when not checkpointed). */
 int transformer_block_chunk_begin(const transformer_config *cfg, int l);
 
+/* Builds the buffers of one model chunk (tc_chunk_layers(cfg) layers) and the parameter slots
+ * of all the rank's chunks (tc_vp(cfg) of them); bound to chunk tc_vp_rank(cfg). */
 void transformer_block_init(transformer_block *blk, const transformer_config *cfg, int B, int T,
                             int with_backward);
+/* Points the block at model chunk `chunk`'s parameters and global layer indices (the
+ * interleaved schedule runs any chunk's micro-batch on any activation store). */
+void transformer_block_bind(transformer_block *blk, int chunk);
 /* Another activation store for a micro-batch in flight (pipeline schedules): its own layer
  * inputs and saved buffers; parameters, workspace and recompute slots are the owner's. */
 void transformer_block_init_replica(transformer_block *blk, const transformer_config *cfg, int B,

@@ -49,21 +49,56 @@ typedef struct {
     int tp_rank;
     int sequence_parallel;             /* norms, dropouts, residuals on N/t token shards */
     int distribute_saved_activations;  /* full recompute: keep 1/t of each chunk input */
+    /* TP communication overlap (Megatron's ModelParallelConfig tp_comm_*; needs sequence
+     * parallelism): which all-gathers and reduce-scatters run under GEMMs (tensor_parallel/
+     * layers.h says where each one is) */
+    int tp_comm_overlap;
+    int tp_comm_overlap_ag, tp_comm_overlap_rs, tp_comm_overlap_rs_dgrad;
+    int tp_comm_bulk_dgrad, tp_comm_bulk_wgrad;
+    int tp_comm_overlap_disable_qkv, tp_comm_overlap_disable_fc1;
+    int tp_comm_overlap_num_splits;    /* pieces per shard in the ring overlaps */
     /* pipeline parallelism: this rank's stage holds layers [pp_rank * L/pp, (pp_rank+1) * L/pp)
-     * of the num_layers; the first stage also the embedding, the last the head and loss */
+     * of the num_layers; the first stage also the embedding, the last the head and loss. With
+     * the interleaved schedule (vp_size v > 1) a rank holds v model chunks of L/(pp v) layers:
+     * chunk j of rank r is layers (j pp + r) L/(pp v) ..; the embedding is on chunk 0 of rank
+     * 0, the head on chunk v - 1 of rank pp - 1 (Megatron's virtual pipeline stages). */
     int pp_size;                       /* 0 or 1: one stage */
     int pp_rank;
+    int vp_size;                       /* model chunks per rank; 0 or 1: no interleaving */
+    int vp_rank;                       /* the model chunk this config describes (0 .. v - 1) */
 } transformer_config;
 
 static inline int tc_pp(const transformer_config *c) { return c->pp_size > 1 ? c->pp_size : 1; }
-/* Layers of this pipeline stage, and the global index of its first one. */
-static inline int tc_stage_layers(const transformer_config *c) { return c->num_layers / tc_pp(c); }
-static inline int tc_layer_offset(const transformer_config *c) {
-    return tc_pp(c) > 1 ? c->pp_rank * tc_stage_layers(c) : 0;
+static inline int tc_vp(const transformer_config *c) {
+    return tc_pp(c) > 1 && c->vp_size > 1 ? c->vp_size : 1;
 }
-static inline int tc_first_stage(const transformer_config *c) { return tc_pp(c) == 1 || c->pp_rank == 0; }
-static inline int tc_last_stage(const transformer_config *c) {
+static inline int tc_vp_rank(const transformer_config *c) { return tc_vp(c) > 1 ? c->vp_rank : 0; }
+/* Layers of this pipeline rank (all its model chunks), and of one model chunk. */
+static inline int tc_stage_layers(const transformer_config *c) { return c->num_layers / tc_pp(c); }
+static inline int tc_chunk_layers(const transformer_config *c) {
+    return c->num_layers / (tc_pp(c) * tc_vp(c));
+}
+/* Global index of the first layer of model chunk `chunk` of this rank. */
+static inline int tc_chunk_layer_offset(const transformer_config *c, int chunk) {
+    return tc_pp(c) > 1 ? (chunk * tc_pp(c) + c->pp_rank) * tc_chunk_layers(c) : 0;
+}
+/* ... of the chunk this config describes (the stage's first layer without interleaving). */
+static inline int tc_layer_offset(const transformer_config *c) {
+    return tc_chunk_layer_offset(c, tc_vp_rank(c));
+}
+/* This rank holds the embedding / the head (rank-level: some chunk of it). */
+static inline int tc_first_rank(const transformer_config *c) {
+    return tc_pp(c) == 1 || c->pp_rank == 0;
+}
+static inline int tc_last_rank(const transformer_config *c) {
     return tc_pp(c) == 1 || c->pp_rank == c->pp_size - 1;
+}
+/* The model chunk this config describes is the pipeline's first / last stage. */
+static inline int tc_first_stage(const transformer_config *c) {
+    return tc_first_rank(c) && tc_vp_rank(c) == 0;
+}
+static inline int tc_last_stage(const transformer_config *c) {
+    return tc_last_rank(c) && tc_vp_rank(c) == tc_vp(c) - 1;
 }
 
 static inline int tc_tp(const transformer_config *c) { return c->tp_size > 1 ? c->tp_size : 1; }

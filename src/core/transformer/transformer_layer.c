@@ -6,7 +6,6 @@
 #include "core/kernels/linear.h"
 #include "core/kernels/norm.h"
 #include "core/tensor/memory.h"
-#include "core/tensor_parallel/mappings.h"
 #include "core/transformer/attention.h"
 #include "core/transformer/mlp.h"
 
@@ -63,6 +62,9 @@ void layer_workspace_alloc(layer_workspace *ws, const transformer_config *c, int
         sp ? mem_alloc_floats(MEM_WORKSPACE, N * C, "branch partial output") : ws->branch;
     if (sp) ws->gathered = mem_alloc_floats(MEM_WORKSPACE, N * C, "gathered norm output");
     ws->attn = mem_alloc_floats(MEM_WORKSPACE, attention_workspace_floats(T), "attention");
+    /* the ring reduce-scatter's receive buffers (--tp-comm-overlap) */
+    if (sp && c->tp_comm_overlap)
+        ws->recv = mem_alloc_floats(MEM_WORKSPACE, (N - Ns) * C, "overlap receive buffers");
     if (!with_backward) return;
     ws->dln = mem_alloc_floats(MEM_WORKSPACE, Ns * C, "dln");
     ws->dln_full = sp ? mem_alloc_floats(MEM_WORKSPACE, N * C, "dln partial") : ws->dln;
@@ -76,8 +78,8 @@ void layer_workspace_alloc(layer_workspace *ws, const transformer_config *c, int
 void layer_workspace_free(layer_workspace *ws) {
     if (ws->branch_full != ws->branch) mem_free(ws->branch_full);
     if (ws->dln_full != ws->dln) mem_free(ws->dln_full);
-    float *bufs[] = {ws->branch, ws->dln,  ws->gathered, ws->dctx, ws->dqkv,
-                     ws->dqkv_raw, ws->dfc1, ws->dact,   ws->attn};
+    float *bufs[] = {ws->branch,   ws->dln,  ws->gathered, ws->dctx, ws->dqkv,
+                     ws->dqkv_raw, ws->dfc1, ws->dact,     ws->attn, ws->recv};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) mem_free(bufs[i]);
     memset(ws, 0, sizeof(*ws));
 }
@@ -116,45 +118,6 @@ static uint64_t shard_offset(const transformer_config *c, int N) {
     return tc_sp(c) ? (uint64_t)c->tp_rank * tc_tokens_local(c, N) * c->hidden_size : 0;
 }
 
-/* The input of a column-parallel GEMM: the norm output, all-gathered along tokens under
- * sequence parallelism (gather_from_sp), as is otherwise (copy_to_tp: identity forward). */
-static const float *column_input(const transformer_config *c, layer_workspace *ws,
-                                 const float *ln, int N) {
-    if (!tc_sp(c)) return ln;
-    tp_all_gather(ws->gathered, ln, (size_t)tc_tokens_local(c, N) * c->hidden_size);
-    return ws->gathered;
-}
-
-/* Reduces a row-parallel GEMM's partial output across TP (reduce_from_tp: all-reduce, or
- * reduce_scatter_to_sp) into ws->branch and adds the bias there. */
-static void row_output(const transformer_config *c, layer_workspace *ws, const float *bias,
-                       int N) {
-    int Ns = tc_tokens_local(c, N);
-    if (tc_sp(c))
-        tp_reduce_scatter(ws->branch, ws->branch_full, (size_t)Ns * c->hidden_size);
-    else
-        tp_all_reduce_sum(ws->branch, (size_t)N * c->hidden_size);
-    if (bias) bias_add_forward(ws->branch, bias, Ns, c->hidden_size);
-}
-
-/* Backward of row_output: bias gradient from the [Ns, C] gradient in ws->branch, then that
- * gradient made whole for the GEMM (all-gather under sequence parallelism, identity else). */
-static void row_output_backward(const transformer_config *c, layer_workspace *ws, float *dbias,
-                                int N) {
-    int Ns = tc_tokens_local(c, N);
-    if (dbias) linear_backward(NULL, NULL, dbias, ws->branch, NULL, NULL, Ns, 0, c->hidden_size);
-    if (tc_sp(c)) tp_all_gather(ws->branch_full, ws->branch, (size_t)Ns * c->hidden_size);
-}
-
-/* Backward of column_input: this rank's partial gradient w.r.t. the gathered input (in
- * ws->dln_full) summed across TP into ws->dln [Ns, C] (reduce-scatter, or all-reduce). */
-static void column_input_backward(const transformer_config *c, layer_workspace *ws, int N) {
-    if (tc_sp(c))
-        tp_reduce_scatter(ws->dln, ws->dln_full, (size_t)tc_tokens_local(c, N) * c->hidden_size);
-    else
-        tp_all_reduce_sum(ws->dln, (size_t)N * c->hidden_size);
-}
-
 void transformer_layer_forward(const layer_ctx *ctx, int layer_index, const layer_weights *w,
                                layer_saved *s, layer_workspace *ws, const float *inp,
                                float *out) {
@@ -165,15 +128,12 @@ void transformer_layer_forward(const layer_ctx *ctx, int layer_index, const laye
     float p = ctx->training ? c->hidden_dropout : 0.0f;
 
     norm_forward(c, s->ln1, s->ln1_mean, s->ln1_rstd, inp, w->ln1_w, w->ln1_b, Ns);
-    self_attention_forward(ctx, layer_index, w, s, ws, column_input(c, ws, s->ln1, N),
-                           ws->branch_full);
-    row_output(c, ws, w->proj_b, N);
+    self_attention_forward(ctx, layer_index, w, s, ws, s->ln1, ws->branch);
     residual_dropout_forward(s->res1, inp, ws->branch, NC, p,
                              site_key(ctx, layer_index, DROPOUT_SITE_ATTENTION_OUT), off);
 
     norm_forward(c, s->ln2, s->ln2_mean, s->ln2_rstd, s->res1, w->ln2_w, w->ln2_b, Ns);
-    mlp_forward(ctx, w, s, column_input(c, ws, s->ln2, N), ws->branch_full);
-    row_output(c, ws, w->fc2_b, N);
+    mlp_forward(ctx, w, s, ws, s->ln2, ws->branch);
     residual_dropout_forward(out, s->res1, ws->branch, NC, p,
                              site_key(ctx, layer_index, DROPOUT_SITE_MLP_OUT), off);
 }
@@ -183,7 +143,7 @@ void transformer_layer_backward(const layer_ctx *ctx, int layer_index, const lay
                                 layer_workspace *ws, const float *inp, float *dres) {
     const transformer_config *c = ctx->cfg;
     int N = ctx->B * ctx->T, Ns = tc_tokens_local(c, N);
-    size_t NC = (size_t)Ns * c->hidden_size, NCfull = (size_t)N * c->hidden_size;
+    size_t NC = (size_t)Ns * c->hidden_size;
     uint64_t off = shard_offset(c, N);
     float p = ctx->training ? c->hidden_dropout : 0.0f;
 
@@ -192,10 +152,7 @@ void transformer_layer_backward(const layer_ctx *ctx, int layer_index, const lay
     memset(ws->branch, 0, NC * sizeof(float));
     residual_dropout_backward(NULL, ws->branch, dres, NC, p,
                               site_key(ctx, layer_index, DROPOUT_SITE_MLP_OUT), off);
-    row_output_backward(c, ws, g->fc2_b, N);
-    memset(ws->dln_full, 0, NCfull * sizeof(float));
-    mlp_backward(ctx, w, g, s, ws, column_input(c, ws, s->ln2, N), ws->branch_full, ws->dln_full);
-    column_input_backward(c, ws, N);
+    mlp_backward(ctx, w, g, s, ws, s->ln2, ws->branch, ws->dln);
     norm_backward(c, dres, g->ln2_w, g->ln2_b, ws->dln, s->res1, w->ln2_w, s->ln2_mean,
                   s->ln2_rstd, Ns);
 
@@ -203,11 +160,7 @@ void transformer_layer_backward(const layer_ctx *ctx, int layer_index, const lay
     memset(ws->branch, 0, NC * sizeof(float));
     residual_dropout_backward(NULL, ws->branch, dres, NC, p,
                               site_key(ctx, layer_index, DROPOUT_SITE_ATTENTION_OUT), off);
-    row_output_backward(c, ws, g->proj_b, N);
-    memset(ws->dln_full, 0, NCfull * sizeof(float));
-    self_attention_backward(ctx, layer_index, w, g, s, ws, column_input(c, ws, s->ln1, N),
-                            ws->branch_full, ws->dln_full);
-    column_input_backward(c, ws, N);
+    self_attention_backward(ctx, layer_index, w, g, s, ws, s->ln1, ws->branch, ws->dln);
     norm_backward(c, dres, g->ln1_w, g->ln1_b, ws->dln, inp, w->ln1_w, s->ln1_mean, s->ln1_rstd,
                   Ns);
 }

@@ -64,6 +64,7 @@ typedef struct {
     float *dfc1;     /* [N, FC1] */
     float *dact;     /* [N, F] */
     float *attn;     /* attention_workspace_floats(T) */
+    float *recv;     /* [(N - Ns), C] ring reduce-scatter receive buffers (--tp-comm-overlap) */
 } layer_workspace;
 
 /* Per-call context: shapes of this micro-batch and the dropout key parts. */

@@ -1,0 +1,379 @@
+#include "core/tensor_parallel/comm_overlap.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/parallel_state.h"
+#include "core/tensor_parallel/mappings.h"
+
+/* One transfer. It is posted once its `after` flag is set (-1: at once) and sets its `done`
+ * flag when complete (-1: none). Flags and ops live in tables that are reset whenever no call
+ * is in progress. */
+typedef enum { OP_SEND, OP_RECV, OP_IALLGATHER, OP_IREDUCE_SCATTER } op_kind;
+typedef struct {
+    op_kind kind;
+    int peer, tag, count;
+    const float *sbuf;
+    float *rbuf;
+    int after, done;
+    int state; /* 0 waiting, 1 posted, 2 complete */
+    MPI_Request req;
+} ov_op;
+
+#define MAX_OPS 1024
+#define MAX_FLAGS 1024
+#define MAX_TAG 30000
+/* thread mode: sleep between polls that moved nothing */
+#define POLL_SLEEP_NS 20000L
+/* test mode: tiles per piece of GEMM run under communication */
+#define TILES_PER_PIECE 4
+
+static struct {
+    int ready;
+    tp_progress_mode mode;
+    MPI_Comm comm;
+    int rank, size;
+    ov_op ops[MAX_OPS];
+    int nops, pending; /* ops in the table, ops not yet complete */
+    atomic_int flag[MAX_FLAGS];
+    int nflags;
+    int active; /* calls in progress (a bulk operation counts until its wait) */
+    int tag_seq;
+    tp_overlap_stats stats;
+    /* thread mode */
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t work, changed;
+    int stop;
+} g = {.mu = PTHREAD_MUTEX_INITIALIZER,
+       .work = PTHREAD_COND_INITIALIZER,
+       .changed = PTHREAD_COND_INITIALIZER};
+
+static int threaded(void) { return g.mode == TP_PROGRESS_THREAD; }
+static void lock(void) {
+    if (threaded()) pthread_mutex_lock(&g.mu);
+}
+static void unlock(void) {
+    if (threaded()) pthread_mutex_unlock(&g.mu);
+}
+
+static void post(ov_op *op) {
+    switch (op->kind) {
+    case OP_SEND:
+        MPI_Isend(op->sbuf, op->count, MPI_FLOAT, op->peer, op->tag, g.comm, &op->req);
+        break;
+    case OP_RECV:
+        MPI_Irecv(op->rbuf, op->count, MPI_FLOAT, op->peer, op->tag, g.comm, &op->req);
+        break;
+    case OP_IALLGATHER:
+        MPI_Iallgather(op->sbuf, op->count, MPI_FLOAT, op->rbuf, op->count, MPI_FLOAT, g.comm,
+                       &op->req);
+        break;
+    case OP_IREDUCE_SCATTER:
+        MPI_Ireduce_scatter_block(op->sbuf, op->rbuf, op->count, MPI_FLOAT, MPI_SUM, g.comm,
+                                  &op->req);
+        break;
+    }
+    op->state = 1;
+}
+
+/* Posts what may be posted and tests what is posted (in table order, so sends and receives go
+ * out in the order the algorithms add them). Returns whether anything changed. Caller holds the
+ * lock in thread mode. */
+static int progress(void) {
+    int changed = 0;
+    for (int i = 0; i < g.nops && g.pending > 0; i++) {
+        ov_op *op = &g.ops[i];
+        if (op->state == 0 && (op->after < 0 || atomic_load(&g.flag[op->after]))) {
+            post(op);
+            changed = 1;
+        }
+        if (op->state == 1) {
+            int done = 0;
+            MPI_Test(&op->req, &done, MPI_STATUS_IGNORE);
+            if (done) {
+                op->state = 2;
+                g.pending--;
+                if (op->done >= 0) atomic_store(&g.flag[op->done], 1);
+                changed = 1;
+            }
+        }
+    }
+    return changed;
+}
+
+static void *progress_thread(void *unused) {
+    (void)unused;
+    struct timespec nap = {0, POLL_SLEEP_NS};
+    pthread_mutex_lock(&g.mu);
+    while (!g.stop) {
+        if (g.pending == 0) {
+            pthread_cond_wait(&g.work, &g.mu);
+            continue;
+        }
+        int changed = progress();
+        if (changed) pthread_cond_broadcast(&g.changed);
+        pthread_mutex_unlock(&g.mu);
+        if (!changed) nanosleep(&nap, NULL);
+        pthread_mutex_lock(&g.mu);
+    }
+    pthread_mutex_unlock(&g.mu);
+    return NULL;
+}
+
+int tp_overlap_init(tp_progress_mode mode, char *err, size_t errlen) {
+    const parallel_state *ps = parallel_get();
+    if (g.ready) return 0;
+    if (!ps->mpi || ps->tp_size < 2) {
+        snprintf(err, errlen, "TP communication overlap needs more than one tensor-parallel rank");
+        return -1;
+    }
+    int provided = 0;
+    MPI_Query_thread(&provided);
+    if (mode == TP_PROGRESS_THREAD && provided < MPI_THREAD_SERIALIZED) {
+        snprintf(err, errlen, "the communication thread needs MPI_THREAD_SERIALIZED; this MPI "
+                              "provides less (use the test progress mode)");
+        return -1;
+    }
+    MPI_Comm_dup(ps->tp, &g.comm);
+    MPI_Comm_rank(g.comm, &g.rank);
+    MPI_Comm_size(g.comm, &g.size);
+    g.mode = mode;
+    g.stop = 0;
+    memset(&g.stats, 0, sizeof(g.stats));
+    if (mode == TP_PROGRESS_THREAD) pthread_create(&g.thread, NULL, progress_thread, NULL);
+    g.ready = 1;
+    return 0;
+}
+
+void tp_overlap_finalize(void) {
+    if (!g.ready) return;
+    if (threaded()) {
+        pthread_mutex_lock(&g.mu);
+        g.stop = 1;
+        pthread_cond_signal(&g.work);
+        pthread_mutex_unlock(&g.mu);
+        pthread_join(g.thread, NULL);
+    }
+    MPI_Comm_free(&g.comm);
+    g.ready = 0;
+}
+
+int tp_overlap_ready(void) { return g.ready; }
+const tp_overlap_stats *tp_overlap_get_stats(void) { return &g.stats; }
+tp_progress_mode tp_overlap_mode(void) { return g.mode; }
+
+void tp_overlap_poll(void) {
+    if (!threaded() && g.pending > 0) progress();
+}
+
+int tp_overlap_tile_rows(int rows) {
+    if (threaded()) return rows;
+    int tile = (rows + TILES_PER_PIECE - 1) / TILES_PER_PIECE;
+    return tile < 16 ? 16 : tile;
+}
+
+/* ---- tables (caller holds the lock in thread mode) ---- */
+
+static void begin_call(void) {
+    lock();
+    if (g.active == 0) { /* nothing outstanding: start the tables afresh */
+        g.nops = 0;
+        g.nflags = 0;
+    }
+    g.active++;
+}
+
+static int new_flag(void) {
+    if (g.nflags >= MAX_FLAGS) parallel_abort(1, "TP overlap: more than %d flags", MAX_FLAGS);
+    atomic_store(&g.flag[g.nflags], 0);
+    return g.nflags++;
+}
+
+static int add_op(op_kind kind, int peer, int tag, int count, const float *sbuf, float *rbuf,
+                  int after, int done) {
+    if (g.nops >= MAX_OPS) parallel_abort(1, "TP overlap: more than %d transfers", MAX_OPS);
+    ov_op *op = &g.ops[g.nops];
+    *op = (ov_op){kind, peer, tag, count, sbuf, rbuf, after, done, 0, MPI_REQUEST_NULL};
+    g.pending++;
+    return g.nops++;
+}
+
+/* Releases the lock after adding ops and gets them moving. */
+static void start_ops(void) {
+    if (threaded()) {
+        pthread_cond_signal(&g.work);
+        pthread_mutex_unlock(&g.mu);
+    } else {
+        progress();
+    }
+}
+
+static int tags(int n) { /* n consecutive tags, the same sequence on every rank */
+    if (g.tag_seq + n > MAX_TAG) g.tag_seq = 0;
+    int base = g.tag_seq;
+    g.tag_seq += n;
+    return base;
+}
+
+static void wait_flag(int f) {
+    if (threaded()) {
+        pthread_mutex_lock(&g.mu);
+        while (!atomic_load(&g.flag[f])) pthread_cond_wait(&g.changed, &g.mu);
+        pthread_mutex_unlock(&g.mu);
+    } else {
+        while (!atomic_load(&g.flag[f])) progress();
+    }
+}
+
+static void set_flag(int f) {
+    atomic_store(&g.flag[f], 1);
+    if (!threaded()) progress();
+}
+
+static int ops_complete(int first, int end) {
+    for (int i = first; i < end; i++)
+        if (g.ops[i].state != 2) return 0;
+    return 1;
+}
+
+/* Waits for ops [first, end) and ends the call. */
+static void end_call(int first, int end) {
+    lock();
+    if (threaded()) {
+        while (!ops_complete(first, end)) pthread_cond_wait(&g.changed, &g.mu);
+    } else {
+        while (!ops_complete(first, end)) progress();
+    }
+    g.active--;
+    unlock();
+}
+
+/* ---- algorithms ---- */
+
+static void piece(int Ns, int pieces, int i, int *lo, int *n) {
+    *lo = (int)((long)Ns * i / pieces);
+    *n = (int)((long)Ns * (i + 1) / pieces) - *lo;
+}
+
+void tp_ring_allgather_compute(float *gathered, const float *local, int Ns, int C, int pieces,
+                               tp_rows_fn fn, void *user) {
+    int t = g.size, r = g.rank, left = (r + t - 1) % t, right = (r + 1) % t;
+    size_t row = (size_t)C;
+    if (pieces > Ns) pieces = Ns > 0 ? Ns : 1;
+    if (gathered + r * Ns * row != local)
+        memcpy(gathered + r * Ns * row, local, (size_t)Ns * row * sizeof(float));
+    tp_comm_note_all_gather((size_t)Ns * C);
+    g.stats.ring_all_gathers++;
+
+    begin_call();
+    int first = g.nops, tag0 = tags((t - 1) * pieces), got0 = g.nflags;
+    for (int k = 1; k < t; k++) /* got(k, i) */
+        for (int i = 0; i < pieces; i++) new_flag();
+    /* step k: receive the shard of rank r - k from the left, pass the shard of rank r - k + 1
+     * (own at k = 1, received at step k - 1 otherwise) to the right */
+    for (int k = 1; k < t; k++) {
+        int from = (r - k + t) % t, pass = (r - k + 1 + t) % t;
+        for (int i = 0; i < pieces; i++) {
+            int lo, n, tag = tag0 + (k - 1) * pieces + i;
+            piece(Ns, pieces, i, &lo, &n);
+            add_op(OP_RECV, left, tag, n * C, NULL, gathered + ((size_t)from * Ns + lo) * row, -1,
+                   got0 + (k - 1) * pieces + i);
+            add_op(OP_SEND, right, tag, n * C, gathered + ((size_t)pass * Ns + lo) * row, NULL,
+                   k == 1 ? -1 : got0 + (k - 2) * pieces + i, -1);
+        }
+    }
+    int end = g.nops;
+    start_ops();
+
+    fn(user, r * Ns, Ns);
+    for (int k = 1; k < t; k++) {
+        int from = (r - k + t) % t;
+        for (int i = 0; i < pieces; i++) {
+            int lo, n;
+            piece(Ns, pieces, i, &lo, &n);
+            wait_flag(got0 + (k - 1) * pieces + i);
+            fn(user, from * Ns + lo, n);
+        }
+    }
+    end_call(first, end);
+}
+
+void tp_compute_ring_reduce_scatter(float *out_local, float *partial, float *recv, int Ns, int C,
+                                    int pieces, tp_rows_fn fn, void *user) {
+    int t = g.size, r = g.rank, left = (r + t - 1) % t, right = (r + 1) % t;
+    size_t row = (size_t)C;
+    if (pieces > Ns) pieces = Ns > 0 ? Ns : 1;
+    tp_comm_note_reduce_scatter((size_t)Ns * C);
+    g.stats.ring_reduce_scatters++;
+
+    begin_call();
+    int first = g.nops, tag0 = tags((t - 1) * pieces);
+    int ready0 = g.nflags;
+    for (int k = 0; k < t - 1; k++) /* ready(k, i): piece i of step k may leave */
+        for (int i = 0; i < pieces; i++) new_flag();
+    int got0 = g.nflags;
+    for (int k = 1; k < t; k++) /* got(k, i): piece i of step k has arrived */
+        for (int i = 0; i < pieces; i++) new_flag();
+    /* step k handles the chunk of rank r - 1 - k: it arrives from the left holding the sum of
+     * the k ranks before this one (k >= 1), this rank adds its partial and passes it right
+     * (k < t - 1); at k = t - 1 the chunk is this rank's own and the sum is complete */
+    for (int k = 0; k < t; k++) {
+        int c = ((r - 1 - k) % t + t) % t;
+        for (int i = 0; i < pieces; i++) {
+            int lo, n, tag = tag0 + k * pieces + i;
+            piece(Ns, pieces, i, &lo, &n);
+            if (k >= 1)
+                add_op(OP_RECV, left, tag - pieces, n * C, NULL,
+                       recv + ((size_t)(k - 1) * Ns + lo) * row, -1, got0 + (k - 1) * pieces + i);
+            if (k < t - 1)
+                add_op(OP_SEND, right, tag, n * C, partial + ((size_t)c * Ns + lo) * row, NULL,
+                       ready0 + k * pieces + i, -1);
+        }
+    }
+    int end = g.nops;
+    start_ops();
+
+    for (int k = 0; k < t; k++) {
+        int c = ((r - 1 - k) % t + t) % t;
+        for (int i = 0; i < pieces; i++) {
+            int lo, n;
+            piece(Ns, pieces, i, &lo, &n);
+            fn(user, c * Ns + lo, n);
+            float *mine = partial + ((size_t)c * Ns + lo) * row;
+            if (k >= 1) {
+                wait_flag(got0 + (k - 1) * pieces + i);
+                const float *in = recv + ((size_t)(k - 1) * Ns + lo) * row;
+                size_t m = (size_t)n * row;
+#pragma omp parallel for schedule(static)
+                for (size_t j = 0; j < m; j++) mine[j] += in[j];
+            }
+            if (k < t - 1) set_flag(ready0 + k * pieces + i);
+        }
+    }
+    memcpy(out_local, partial + (size_t)r * Ns * row, (size_t)Ns * row * sizeof(float));
+    end_call(first, end);
+}
+
+int tp_bulk_allgather_start(float *gathered, const float *local, size_t shard_n) {
+    tp_comm_note_all_gather(shard_n);
+    g.stats.bulk_all_gathers++;
+    begin_call();
+    int op = add_op(OP_IALLGATHER, -1, 0, (int)shard_n, local, gathered, -1, -1);
+    start_ops();
+    return op;
+}
+
+int tp_bulk_reduce_scatter_start(float *local, const float *full, size_t shard_n) {
+    tp_comm_note_reduce_scatter(shard_n);
+    g.stats.bulk_reduce_scatters++;
+    begin_call();
+    int op = add_op(OP_IREDUCE_SCATTER, -1, 0, (int)shard_n, full, local, -1, -1);
+    start_ops();
+    return op;
+}
+
+void tp_bulk_wait(int handle) { end_call(handle, handle + 1); }

@@ -1,0 +1,74 @@
+/* Tensor-parallel communication overlapped with the GEMMs that need it (--tp-comm-overlap):
+ * what Transformer Engine's userbuffers do for Megatron, here over MPI point-to-point and
+ * nonblocking collectives on a duplicate of the TP communicator.
+ *
+ *   ring all-gather + compute: the sequence-sharded input travels around the TP ring in pieces;
+ *     the caller's GEMM runs on each piece as soon as it is here, while the next pieces travel
+ *     (linear_qkv / linear_fc1 forward, linear_proj / linear_fc2 input-gradient).
+ *   compute + ring reduce-scatter: the caller computes its partial output piece by piece, each
+ *     piece leaves as soon as it is computed and partial sums accumulate around the ring
+ *     (linear_proj / linear_fc2 forward, --tp-comm-overlap-rs-dgrad).
+ *   bulk: a nonblocking all-gather or reduce-scatter started before an unrelated GEMM and
+ *     finished after it (the input all-gather under the dgrad GEMM, the dgrad reduce-scatter
+ *     under the wgrad GEMM).
+ *
+ * Progress. Open MPI's TCP transport moves bytes only inside MPI calls, so something must call
+ * MPI while the GEMMs run. Two ways, chosen by tp_overlap_init:
+ *   TP_PROGRESS_TEST: the computing thread tests the outstanding requests between GEMM tiles
+ *     (tp_overlap_poll; tp_overlap_tile_rows says how many rows a tile has).
+ *   TP_PROGRESS_THREAD: a communication thread posts and tests the requests, sleeping briefly
+ *     when nothing moved; GEMMs run untiled. MPI calls never overlap between the two threads
+ *     (the computing thread calls no MPI while transfers are outstanding), so MPI needs only
+ *     MPI_THREAD_SERIALIZED.
+ * docs/ARCHITECTURE.md has the measurements behind the default.
+ *
+ * All ranks of a TP group must call the same functions in the same order. Each call returns
+ * when its transfers are complete, so nothing is outstanding between calls except a bulk
+ * operation until its tp_bulk_wait. */
+#ifndef MEGADLM_CORE_TENSOR_PARALLEL_COMM_OVERLAP_H
+#define MEGADLM_CORE_TENSOR_PARALLEL_COMM_OVERLAP_H
+
+#include <stddef.h>
+
+typedef enum { TP_PROGRESS_TEST = 0, TP_PROGRESS_THREAD } tp_progress_mode;
+
+/* Sets up the engine on the TP group (collective over it; call after the groups exist). Returns
+ * 0, or -1 with a message (thread mode without MPI_THREAD_SERIALIZED). */
+int tp_overlap_init(tp_progress_mode mode, char *err, size_t errlen);
+void tp_overlap_finalize(void);
+int tp_overlap_ready(void);
+tp_progress_mode tp_overlap_mode(void);
+
+/* Between GEMM tiles: advances outstanding transfers (test mode; nothing in thread mode). */
+void tp_overlap_poll(void);
+/* Rows per GEMM tile when `rows` rows are computed under communication. */
+int tp_overlap_tile_rows(int rows);
+
+/* Called on rows [row0, row0 + rows) of the whole [t * Ns, C] matrix. */
+typedef void (*tp_rows_fn)(void *user, int row0, int rows);
+
+/* gathered[t * Ns, C] = every rank's local[Ns, C] (rank q's at rows q * Ns), sent around the
+ * ring in `pieces` pieces per shard; fn runs on the own shard first, then on each piece as it
+ * arrives. */
+void tp_ring_allgather_compute(float *gathered, const float *local, int Ns, int C, int pieces,
+                               tp_rows_fn fn, void *user);
+/* fn writes rows [row0, row0 + rows) of this rank's partial[t * Ns, C]; out_local[Ns, C] = the
+ * sum over ranks of their partial's rows r * Ns .. of this rank r. Chunks are computed in ring
+ * order (the chunk of rank r - 1 first, this rank's own last), each piece sent when computed.
+ * recv is scratch of (t - 1) * Ns * C floats. */
+void tp_compute_ring_reduce_scatter(float *out_local, float *partial, float *recv, int Ns, int C,
+                                    int pieces, tp_rows_fn fn, void *user);
+
+/* Bulk operations: start, compute something else (calling tp_overlap_poll between tiles),
+ * wait. shard_n floats per rank. */
+int tp_bulk_allgather_start(float *gathered, const float *local, size_t shard_n);
+int tp_bulk_reduce_scatter_start(float *local, const float *full, size_t shard_n);
+void tp_bulk_wait(int handle);
+
+/* Overlapped operations run since tp_overlap_init (tests check the overlap really ran). */
+typedef struct {
+    unsigned long ring_all_gathers, ring_reduce_scatters, bulk_all_gathers, bulk_reduce_scatters;
+} tp_overlap_stats;
+const tp_overlap_stats *tp_overlap_get_stats(void);
+
+#endif

@@ -1,0 +1,141 @@
+/* Driver of bench/bench_tp_comm_overlap.sh: times training iterations of one GPT model under
+ * tensor + sequence parallelism (TP = every rank) with the TP communication overlapped in
+ * different ways, all in one run, the modes interleaved round by round so that machine noise
+ * hits them alike.
+ *
+ *   mpirun -np T tp_overlap_bench ROUNDS ITERS <megadlm train flags ...>
+ *
+ * The train flags (model shape, --tensor-model-parallel-size T, --sequence-parallel,
+ * --tp-comm-overlap [--tp-comm-overlap-progress ...]) are parsed and validated as `megadlm train`
+ * does. An iteration is the forward and backward of one micro-batch of random tokens, the TP
+ * gradient finalisation and an AdamW step at learning rate 0 (the same work every time).
+ * Modes:
+ *   no_overlap     plain collectives
+ *   overlap        every overlap the flags enable (ag, rs, bulk dgrad/wgrad or rs-dgrad)
+ *   ag_only, rs_only, bulk_only   one kind of overlap at a time
+ *   compute_only   every TP collective replaced by a local copy (no communication)
+ *   comm_only      the collectives of one no_overlap iteration replayed back to back
+ * Output (rank 0): `mode NAME median_ms X min_ms Y` per mode: the slowest rank's time per
+ * iteration, median and minimum over the rounds. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/models/gpt_model.h"
+#include "core/optimizer/optimizer.h"
+#include "core/parallel_state.h"
+#include "core/tensor_parallel/comm_overlap.h"
+#include "core/tensor_parallel/mappings.h"
+#include "training/arguments.h"
+#include "training/model_provider.h"
+
+enum { NO_OVERLAP, OVERLAP, AG_ONLY, RS_ONLY, BULK_ONLY, COMPUTE_ONLY, COMM_ONLY, NUM_MODES };
+static const char *MODE_NAMES[NUM_MODES] = {"no_overlap", "overlap",      "ag_only",  "rs_only",
+                                            "bulk_only",  "compute_only", "comm_only"};
+
+static void set_mode(transformer_config *c, const megadlm_args *a, int mode) {
+    c->tp_comm_overlap = mode != NO_OVERLAP && mode != COMPUTE_ONLY;
+    c->tp_comm_overlap_ag = mode == OVERLAP ? a->tp_comm_overlap_ag : mode == AG_ONLY;
+    c->tp_comm_overlap_rs = mode == OVERLAP ? a->tp_comm_overlap_rs : mode == RS_ONLY;
+    c->tp_comm_overlap_rs_dgrad = mode == OVERLAP && a->tp_comm_overlap_rs_dgrad;
+    c->tp_comm_bulk_dgrad = mode == OVERLAP ? a->tp_comm_bulk_dgrad : mode == BULK_ONLY;
+    c->tp_comm_bulk_wgrad = mode == OVERLAP ? a->tp_comm_bulk_wgrad : mode == BULK_ONLY;
+    tp_comm_set_local_only(mode == COMPUTE_ONLY);
+}
+
+static void iteration(gpt_model *m, const megadlm_args *a, const int *tokens, const int *labels,
+                      const float *mask, const optimizer_config *oc, int it) {
+    gpt_step step = {.seed = a->seed, .iteration = (uint32_t)it, .training = 1};
+    memset(m->params.grad, 0, m->params.numel * sizeof(float));
+    gpt_model_forward(m, tokens, labels, mask, a->micro_batch_size, a->seq_length, step);
+    gpt_model_backward(m, 1.0f);
+    gpt_model_finalize_grads(m);
+    optimizer_step(&m->params, oc, 0.0f, it + 1);
+}
+
+static int cmp_double(const void *x, const void *y) {
+    double a = *(const double *)x, b = *(const double *)y;
+    return a < b ? -1 : a > b;
+}
+
+int main(int argc, char **argv) {
+    parallel_init(&argc, &argv);
+    if (argc < 4) {
+        fprintf(stderr, "usage: mpirun -np T %s ROUNDS ITERS <megadlm train flags>\n", argv[0]);
+        return 2;
+    }
+    int rounds = atoi(argv[1]), iters = atoi(argv[2]);
+    megadlm_args a;
+    args_defaults(&a);
+    char err[1024];
+    argv[2] = argv[0];
+    int rc = args_parse(&a, argc - 2, argv + 2, err, sizeof(err));
+    if (rc == 0) a.world_size = parallel_world_size();
+    if (rc != 0 || args_validate(&a, err, sizeof(err)) ||
+        parallel_setup_groups(a.tensor_model_parallel_size, 1, err, sizeof(err)))
+        parallel_abort(2, "%s", err);
+    if (!a.tp_comm_overlap) parallel_abort(2, "give --tp-comm-overlap (and its switches)");
+    tp_progress_mode pm =
+        strcmp(a.tp_comm_overlap_progress, "thread") ? TP_PROGRESS_TEST : TP_PROGRESS_THREAD;
+    if (tp_overlap_init(pm, err, sizeof(err))) parallel_abort(2, "%s", err);
+
+    transformer_config cfg = model_config_from_args(&a);
+    gpt_model *m = gpt_model_create(&cfg, a.micro_batch_size, 1);
+    gpt_model_init_params(m, a.seed);
+    int N = a.micro_batch_size * a.seq_length;
+    int *tokens = malloc(N * sizeof(int)), *labels = malloc(N * sizeof(int));
+    float *mask = malloc(N * sizeof(float));
+    srand(1234); /* the same tokens on every rank */
+    for (int i = 0; i < N; i++) {
+        tokens[i] = rand() % a.vocab_size;
+        labels[i] = rand() % a.vocab_size;
+        mask[i] = 1.0f;
+    }
+    optimizer_config oc = {.beta1 = a.adam_beta1, .beta2 = a.adam_beta2, .eps = a.adam_eps,
+                           .weight_decay = a.weight_decay};
+    const parallel_state *ps = parallel_get();
+
+    /* warm-up, and the collectives of one plain iteration for comm_only */
+    set_mode(&m->cfg, &a, NO_OVERLAP);
+    iteration(m, &a, tokens, labels, mask, &oc, 0);
+    tp_comm_set_recording(1);
+    iteration(m, &a, tokens, labels, mask, &oc, 0);
+    tp_comm_set_recording(0);
+    set_mode(&m->cfg, &a, OVERLAP);
+    iteration(m, &a, tokens, labels, mask, &oc, 0);
+
+    double *t = calloc((size_t)NUM_MODES * rounds, sizeof(double));
+    for (int r = 0; r < rounds; r++) {
+        for (int mode = 0; mode < NUM_MODES; mode++) {
+            set_mode(&m->cfg, &a, mode);
+            MPI_Barrier(MPI_COMM_WORLD);
+            double t0 = MPI_Wtime();
+            for (int i = 0; i < iters; i++) {
+                if (mode == COMM_ONLY)
+                    tp_comm_replay();
+                else
+                    iteration(m, &a, tokens, labels, mask, &oc, r * iters + i);
+            }
+            double dt = (MPI_Wtime() - t0) / iters, slowest = 0;
+            MPI_Allreduce(&dt, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+            t[mode * rounds + r] = slowest;
+        }
+    }
+    if (ps->world_rank == 0) {
+        for (int mode = 0; mode < NUM_MODES; mode++) {
+            double *x = t + mode * rounds;
+            qsort(x, rounds, sizeof(double), cmp_double);
+            printf("mode %s median_ms %.2f min_ms %.2f\n", MODE_NAMES[mode],
+                   1e3 * x[rounds / 2], 1e3 * x[0]);
+        }
+    }
+    free(t);
+    free(tokens);
+    free(labels);
+    free(mask);
+    gpt_model_free(m);
+    tp_overlap_finalize();
+    args_free(&a);
+    parallel_finalize();
+    return 0;
+}
