@@ -159,46 +159,96 @@ static void shape_str(char *buf, size_t len, int ndim, const int64_t *shape) {
     if (n < len) snprintf(buf + n, len - n, "]");
 }
 
-/* Writes one safetensors file of ps's tensors taken from `buf` (data, exp_avg or exp_avg_sq;
- * two buffers for the optimizer file), named prefix[k] + tensor name, with crc32 metadata. */
-static int write_tensor_file(const char *path, const param_set *ps, const float *const *bufs,
-                             const char *const *prefixes, int nbufs, char *err, size_t errlen) {
-    int n = ps->count * nbufs;
-    st_tensor_desc *desc = calloc((size_t)n + 1, sizeof *desc);
-    st_meta *meta = calloc((size_t)n + 2, sizeof *meta);
-    char (*names)[PARAM_NAME_MAX + 32] = calloc((size_t)n + 1, sizeof *names);
-    char (*keys)[PARAM_NAME_MAX + 40] = calloc((size_t)n + 1, sizeof *keys);
-    char (*vals)[12] = calloc((size_t)n + 1, sizeof *vals);
-    int rc = -1;
-    if (!desc || !meta || !names || !keys || !vals) {
+/* The tensors and __metadata__ of one checkpoint file: ps's tensors named prefix + name, for
+ * the model file (prefix "") or the optimizer file (every "optimizer.exp_avg." tensor, then
+ * every "optimizer.exp_avg_sq." one), with "format": "pt" and crc32.<tensor name> = crcs[k]
+ * ("%08x"; k in file order). Data pointers from bufs[0 .. 1] (NULL: none). */
+typedef struct {
+    int n;
+    st_tensor_desc *desc;
+    st_meta *meta; /* [n + 1] */
+    char (*names)[PARAM_NAME_MAX + 32];
+    char (*keys)[PARAM_NAME_MAX + 40];
+    char (*vals)[12];
+} file_desc;
+
+static void file_desc_free(file_desc *d) {
+    free(d->desc);
+    free(d->meta);
+    free(d->names);
+    free(d->keys);
+    free(d->vals);
+}
+
+static int file_desc_make(file_desc *d, const char *path, const param_set *ps, int optimizer,
+                          const float *const *bufs, const uint32_t *crcs, char *err,
+                          size_t errlen) {
+    static const char *const prefixes[2][2] = {{"", NULL},
+                                               {"optimizer.exp_avg.", "optimizer.exp_avg_sq."}};
+    int nbufs = optimizer ? 2 : 1, n = ps->count * nbufs;
+    memset(d, 0, sizeof *d);
+    d->n = n;
+    d->desc = calloc((size_t)n + 1, sizeof *d->desc);
+    d->meta = calloc((size_t)n + 2, sizeof *d->meta);
+    d->names = calloc((size_t)n + 1, sizeof *d->names);
+    d->keys = calloc((size_t)n + 1, sizeof *d->keys);
+    d->vals = calloc((size_t)n + 1, sizeof *d->vals);
+    if (!d->desc || !d->meta || !d->names || !d->keys || !d->vals) {
         err_set(err, errlen, "%s: out of memory", path);
-        goto done;
+        file_desc_free(d);
+        return -1;
     }
-    meta[0].key = "format";
-    meta[0].value = "pt";
+    d->meta[0].key = "format";
+    d->meta[0].value = "pt";
     for (int b = 0; b < nbufs; b++)
         for (int i = 0; i < ps->count; i++) {
             const param_tensor *t = &ps->tensors[i];
             int k = b * ps->count + i;
-            snprintf(names[k], sizeof names[k], "%s%s", prefixes[b], t->name);
-            const float *data = bufs[b] + t->offset;
-            snprintf(keys[k], sizeof keys[k], "crc32.%s", names[k]);
-            snprintf(vals[k], sizeof vals[k], "%08x", crc32_bytes(data, t->numel * sizeof(float)));
-            desc[k].name = names[k];
-            desc[k].dtype = ST_F32;
-            desc[k].ndim = t->ndim;
-            desc[k].shape = t->shape;
-            desc[k].data = data;
-            meta[k + 1].key = keys[k];
-            meta[k + 1].value = vals[k];
+            snprintf(d->names[k], sizeof d->names[k], "%s%s", prefixes[optimizer][b], t->name);
+            snprintf(d->keys[k], sizeof d->keys[k], "crc32.%s", d->names[k]);
+            snprintf(d->vals[k], sizeof d->vals[k], "%08x", crcs[k]);
+            d->desc[k].name = d->names[k];
+            d->desc[k].dtype = ST_F32;
+            d->desc[k].ndim = t->ndim;
+            d->desc[k].shape = t->shape;
+            d->desc[k].data = bufs ? bufs[b] + t->offset : NULL;
+            d->meta[k + 1].key = d->keys[k];
+            d->meta[k + 1].value = d->vals[k];
         }
-    rc = st_write_file(path, desc, n, meta, n + 1, err, errlen);
-done:
-    free(desc);
-    free(meta);
-    free(names);
-    free(keys);
-    free(vals);
+    return 0;
+}
+
+int ckpt_file_header(const char *path, const param_set *ps, int optimizer, const uint32_t *crcs,
+                     uint8_t **header, uint64_t *header_bytes, uint64_t *begin,
+                     uint64_t *buffer_bytes, char *err, size_t errlen) {
+    file_desc d;
+    if (file_desc_make(&d, path, ps, optimizer, NULL, crcs, err, errlen)) return -1;
+    int rc = st_header(path, d.desc, d.n, d.meta, d.n + 1, header, header_bytes, begin,
+                       buffer_bytes, err, errlen);
+    file_desc_free(&d);
+    return rc;
+}
+
+/* Writes one checkpoint file of ps's tensors taken from bufs (data; or exp_avg and exp_avg_sq
+ * for the optimizer file), with their crc32s. */
+static int write_tensor_file(const char *path, const param_set *ps, const float *const *bufs,
+                             int optimizer, char *err, size_t errlen) {
+    int nbufs = optimizer ? 2 : 1, n = ps->count * nbufs;
+    uint32_t *crcs = calloc((size_t)n + 1, sizeof *crcs);
+    if (!crcs) {
+        err_set(err, errlen, "%s: out of memory", path);
+        return -1;
+    }
+    for (int b = 0; b < nbufs; b++)
+        for (int i = 0; i < ps->count; i++)
+            crcs[b * ps->count + i] =
+                crc32_bytes(bufs[b] + ps->tensors[i].offset, ps->tensors[i].numel * sizeof(float));
+    file_desc d;
+    int rc = file_desc_make(&d, path, ps, optimizer, bufs, crcs, err, errlen);
+    free(crcs);
+    if (rc) return -1;
+    rc = st_write_file(path, d.desc, d.n, d.meta, d.n + 1, err, errlen);
+    file_desc_free(&d);
     return rc;
 }
 
@@ -231,7 +281,7 @@ static int check_param_set(const param_set *ps, int with_optimizer, char *err, s
     return 0;
 }
 
-static int hook(const char *stage, char *err, size_t errlen, const char *path) {
+int ckpt_stage_hook(const char *stage, const char *path, char *err, size_t errlen) {
     if (ckpt_test_hook && ckpt_test_hook(stage)) {
         err_set(err, errlen, "%s: save failed at stage \"%s\" (test hook)", path, stage);
         return -1;
@@ -271,54 +321,55 @@ static void remove_leftovers(const char *dir) {
     closedir(d);
 }
 
-int ckpt_save(const char *dir, const param_set *ps, const ckpt_state *st, int with_optimizer,
-              char *err, size_t errlen) {
-    if (!dir || !st || st->iteration < 0 || st->iteration > 9999999) {
+int ckpt_begin(ckpt_txn *x, const char *dir, int iteration, char *err, size_t errlen) {
+    memset(x, 0, sizeof *x);
+    if (!dir || iteration < 0 || iteration > 9999999) {
         err_set(err, errlen, "%s: invalid checkpoint iteration %d", dir ? dir : "(null)",
-                st ? st->iteration : -1);
+                iteration);
         return -1;
     }
-    if (check_param_set(ps, with_optimizer, err, errlen)) return -1;
+    x->iteration = iteration;
     if (mkdir_p(dir, err, errlen)) return -1;
-
     long pid = (long)getpid();
-    char final_dir[PATH_MAX], tmp_dir[PATH_MAX], old_dir[PATH_MAX], path[PATH_MAX + 64];
-    char tracker[PATH_MAX], tracker_tmp[PATH_MAX];
-    if (path_join(final_dir, sizeof final_dir, err, errlen, "%s/iter_%07d", dir, st->iteration) ||
-        path_join(tmp_dir, sizeof tmp_dir, err, errlen, "%s.tmp-%ld", final_dir, pid) ||
-        path_join(old_dir, sizeof old_dir, err, errlen, "%s.old-%ld", final_dir, pid) ||
-        path_join(tracker, sizeof tracker, err, errlen, "%s/" CKPT_TRACKER, dir) ||
-        path_join(tracker_tmp, sizeof tracker_tmp, err, errlen, "%s.tmp-%ld", tracker, pid) ||
-        path_join(path, sizeof path, err, errlen, "%s/optimizer.safetensors", tmp_dir))
+    if (path_join(x->dir, sizeof x->dir, err, errlen, "%s", dir) ||
+        path_join(x->final_dir, sizeof x->final_dir, err, errlen, "%s/iter_%07d", dir,
+                  iteration) ||
+        path_join(x->tmp_dir, sizeof x->tmp_dir, err, errlen, "%s.tmp-%ld", x->final_dir, pid) ||
+        path_join(x->old_dir, sizeof x->old_dir, err, errlen, "%s.old-%ld", x->final_dir, pid) ||
+        path_join(x->tracker, sizeof x->tracker, err, errlen, "%s/" CKPT_TRACKER, dir) ||
+        path_join(x->tracker_tmp, sizeof x->tracker_tmp, err, errlen, "%s.tmp-%ld", x->tracker,
+                  pid))
         return -1;
+    /* room for "/optimizer.safetensors" after the temporary directory */
+    char probe[PATH_MAX];
+    if (path_join(probe, sizeof probe, err, errlen, "%s/optimizer.safetensors", x->tmp_dir))
+        return -1;
+    rm_rf(x->tmp_dir); /* a leftover of this pid's own earlier failed attempt */
+    if (ckpt_stage_hook("tmpdir", x->tmp_dir, err, errlen)) return -1;
+    if (mkdir(x->tmp_dir, 0755) != 0) {
+        err_set(err, errlen, "%s: cannot create directory: %s", x->tmp_dir, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
 
+void ckpt_abort(ckpt_txn *x) {
+    if (x->tmp_dir[0]) rm_rf(x->tmp_dir);
+}
+
+int ckpt_commit(ckpt_txn *x, const ckpt_state *st, char *err, size_t errlen) {
+    const char *dir = x->dir, *final_dir = x->final_dir, *tmp_dir = x->tmp_dir;
+    const char *old_dir = x->old_dir, *tracker = x->tracker, *tracker_tmp = x->tracker_tmp;
+    char path[PATH_MAX + 64];
     int in_place = 0; /* the new directory is at final_dir */
-    rm_rf(tmp_dir);   /* a leftover of this pid's own earlier failed attempt */
-    if (hook("tmpdir", err, errlen, tmp_dir)) return -1;
-    if (mkdir(tmp_dir, 0755) != 0) {
-        err_set(err, errlen, "%s: cannot create directory: %s", tmp_dir, strerror(errno));
-        return -1;
-    }
-
-    /* model.safetensors */
-    snprintf(path, sizeof path, "%s/model.safetensors", tmp_dir);
-    if (hook("model", err, errlen, path)) goto fail;
-    {
-        const float *bufs[1] = {ps->data};
-        const char *prefixes[1] = {""};
-        if (write_tensor_file(path, ps, bufs, prefixes, 1, err, errlen)) goto fail;
-    }
-    /* optimizer.safetensors */
-    if (with_optimizer) {
-        snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp_dir);
-        if (hook("optimizer", err, errlen, path)) goto fail;
-        const float *bufs[2] = {ps->exp_avg, ps->exp_avg_sq};
-        const char *prefixes[2] = {"optimizer.exp_avg.", "optimizer.exp_avg_sq."};
-        if (write_tensor_file(path, ps, bufs, prefixes, 2, err, errlen)) goto fail;
+    if (!st || st->iteration != x->iteration) {
+        err_set(err, errlen, "%s: state of iteration %d committed into iter_%07d", dir,
+                st ? st->iteration : -1, x->iteration);
+        goto fail;
     }
     /* state.json */
     snprintf(path, sizeof path, "%s/state.json", tmp_dir);
-    if (hook("state", err, errlen, path)) goto fail;
+    if (ckpt_stage_hook("state", path, err, errlen)) goto fail;
     {
         cJSON *root = cJSON_CreateObject();
         cJSON_AddNumberToObject(root, "iteration", st->iteration);
@@ -354,7 +405,7 @@ int ckpt_save(const char *dir, const param_set *ps, const ckpt_state *st, int wi
     }
 
     /* Into place. */
-    if (hook("rename", err, errlen, final_dir)) goto fail;
+    if (ckpt_stage_hook("rename", final_dir, err, errlen)) goto fail;
     struct stat sb;
     if (lstat(final_dir, &sb) != 0) {
         if (rename(tmp_dir, final_dir) != 0) {
@@ -395,7 +446,7 @@ int ckpt_save(const char *dir, const param_set *ps, const ckpt_state *st, int wi
     }
 
     /* Tracker. */
-    if (hook("tracker", err, errlen, tracker)) goto fail;
+    if (ckpt_stage_hook("tracker", tracker, err, errlen)) goto fail;
     {
         char text[32];
         snprintf(text, sizeof text, "%d", st->iteration); /* as Megatron: no newline */
@@ -418,6 +469,37 @@ fail:
      * "latest"); otherwise its temporary is removed. */
     if (!in_place) rm_rf(tmp_dir);
     unlink(tracker_tmp);
+    return -1;
+}
+
+int ckpt_save(const char *dir, const param_set *ps, const ckpt_state *st, int with_optimizer,
+              char *err, size_t errlen) {
+    if (!dir || !st || st->iteration < 0 || st->iteration > 9999999) {
+        err_set(err, errlen, "%s: invalid checkpoint iteration %d", dir ? dir : "(null)",
+                st ? st->iteration : -1);
+        return -1;
+    }
+    if (check_param_set(ps, with_optimizer, err, errlen)) return -1;
+    ckpt_txn x;
+    if (ckpt_begin(&x, dir, st->iteration, err, errlen)) return -1;
+    char path[PATH_MAX + 64];
+    /* model.safetensors */
+    snprintf(path, sizeof path, "%s/model.safetensors", x.tmp_dir);
+    if (ckpt_stage_hook("model", path, err, errlen)) goto fail;
+    {
+        const float *bufs[1] = {ps->data};
+        if (write_tensor_file(path, ps, bufs, 0, err, errlen)) goto fail;
+    }
+    /* optimizer.safetensors */
+    if (with_optimizer) {
+        snprintf(path, sizeof path, "%s/optimizer.safetensors", x.tmp_dir);
+        if (ckpt_stage_hook("optimizer", path, err, errlen)) goto fail;
+        const float *bufs[2] = {ps->exp_avg, ps->exp_avg_sq};
+        if (write_tensor_file(path, ps, bufs, 1, err, errlen)) goto fail;
+    }
+    return ckpt_commit(&x, st, err, errlen);
+fail:
+    ckpt_abort(&x);
     return -1;
 }
 
@@ -550,19 +632,19 @@ int ckpt_load_state(const char *dir, int iteration, ckpt_state *st, char *err, s
     return rc;
 }
 
-/* Checks that file f holds `name` as a float tensor of t's shape with a matching crc32. */
-static int check_tensor(const st_file *f, const char *name, const param_tensor *t,
-                        const st_entry **out, char *err, size_t errlen) {
+int ckpt_check_entry(const st_file *f, const char *name, int ndim, const int64_t *shape,
+                     const st_entry **out, uint32_t *crc, int *has_crc, char *err,
+                     size_t errlen) {
     char ms[128], fs[128];
-    shape_str(ms, sizeof ms, t->ndim, t->shape);
+    shape_str(ms, sizeof ms, ndim, shape);
     const st_entry *e = st_find(f, name);
     if (!e) {
         err_set(err, errlen, "%s: tensor %s: missing (the model has shape %s)", f->path, name, ms);
         return -1;
     }
     shape_str(fs, sizeof fs, e->ndim, e->shape);
-    int same = e->ndim == t->ndim && e->numel == t->numel;
-    for (int d = 0; same && d < t->ndim; d++) same = e->shape[d] == t->shape[d];
+    int same = e->ndim == ndim;
+    for (int d = 0; same && d < ndim; d++) same = e->shape[d] == shape[d];
     if (!same) {
         err_set(err, errlen, "%s: tensor %s: shape %s in the checkpoint, %s in the model",
                 f->path, name, fs, ms);
@@ -576,6 +658,7 @@ static int check_tensor(const st_file *f, const char *name, const param_tensor *
     char key[PARAM_NAME_MAX + 64];
     snprintf(key, sizeof key, "crc32.%s", name);
     const char *want = st_metadata(f, key);
+    *has_crc = 0;
     if (want) {
         char *endp = NULL;
         unsigned long w = strtoul(want, &endp, 16);
@@ -584,16 +667,35 @@ static int check_tensor(const st_file *f, const char *name, const param_tensor *
                     f->path, name, want);
             return -1;
         }
-        uint32_t got = crc32_bytes(e->data, (size_t)(e->end - e->begin));
-        if (got != (uint32_t)w) {
-            err_set(err, errlen,
-                    "%s: tensor %s: crc32 mismatch: __metadata__ says %s, the data gives %08x "
-                    "(the file is corrupted)",
-                    f->path, name, want, got);
-            return -1;
-        }
+        *crc = (uint32_t)w;
+        *has_crc = 1;
     }
     *out = e;
+    return 0;
+}
+
+int ckpt_check_crc(const st_file *f, const char *name, uint32_t want, uint32_t got, char *err,
+                   size_t errlen) {
+    if (got == want) return 0;
+    err_set(err, errlen,
+            "%s: tensor %s: crc32 mismatch: __metadata__ says %08x, the data gives %08x "
+            "(the file is corrupted)",
+            f->path, name, want, got);
+    return -1;
+}
+
+/* Checks that file f holds `name` as a float tensor of t's shape with a matching crc32. */
+static int check_tensor(const st_file *f, const char *name, const param_tensor *t,
+                        const st_entry **out, char *err, size_t errlen) {
+    uint32_t want;
+    int has_crc;
+    if (ckpt_check_entry(f, name, t->ndim, t->shape, out, &want, &has_crc, err, errlen))
+        return -1;
+    const st_entry *e = *out;
+    if (has_crc &&
+        ckpt_check_crc(f, name, want, crc32_bytes(e->data, (size_t)(e->end - e->begin)), err,
+                       errlen))
+        return -1;
     return 0;
 }
 

@@ -10,11 +10,13 @@
 #ifndef MEGADLM_TRAINING_CHECKPOINTING_H
 #define MEGADLM_TRAINING_CHECKPOINTING_H
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include <cjson/cJSON.h>
 
+#include "core/tensor/safetensors.h"
 #include "core/tensor/tensor.h"
 
 typedef struct {
@@ -42,5 +44,46 @@ void ckpt_state_free(ckpt_state *st);
  * AdamW moments (an error if absent). */
 int ckpt_load_tensors(const char *dir, int iteration, param_set *ps, int with_optimizer,
                       char *err, size_t errlen);
+
+/* ---- The steps of ckpt_save, for writers that fill the files themselves ----
+ * (training/dist_checkpointing.c, where every rank writes its own slices into files one rank
+ * created). ckpt_begin: mkdir -p DIR, then DIR/iter_NNNNNNN.tmp-<pid>/ (x->tmp_dir; the test
+ * hook's "tmpdir" stage); the caller writes model.safetensors (and optimizer.safetensors) there,
+ * calling ckpt_stage_hook("model" / "optimizer", path) before each, and fsyncs them.
+ * ckpt_commit: the rest of the protocol (state.json, fsync of the directory, the move into
+ * place, the tracker, leftovers), cleaning up after itself on failure. ckpt_abort: removes the
+ * temporary directory after a failure before ckpt_commit. */
+typedef struct {
+    char dir[PATH_MAX], final_dir[PATH_MAX], tmp_dir[PATH_MAX], old_dir[PATH_MAX];
+    char tracker[PATH_MAX], tracker_tmp[PATH_MAX];
+    int iteration;
+} ckpt_txn;
+
+int ckpt_begin(ckpt_txn *x, const char *dir, int iteration, char *err, size_t errlen);
+int ckpt_commit(ckpt_txn *x, const ckpt_state *st, char *err, size_t errlen);
+void ckpt_abort(ckpt_txn *x);
+/* The test hook of ckpt_save (checkpointing.c) at `stage`: -1 with a message naming path when
+ * it says to fail there. */
+int ckpt_stage_hook(const char *stage, const char *path, char *err, size_t errlen);
+
+/* The header of a checkpoint file of ps's tensors (their whole shapes in ps->tensors[].shape),
+ * byte for byte what ckpt_save writes: the model file (optimizer = 0), or the optimizer file
+ * (every "optimizer.exp_avg.<name>", then every "optimizer.exp_avg_sq.<name>"), with crcs[k]
+ * as the crc32 of file tensor k. Its length does not depend on the crc values. st_header's
+ * outputs (begin[k]: file tensor k's data offset in the byte buffer). */
+int ckpt_file_header(const char *path, const param_set *ps, int optimizer, const uint32_t *crcs,
+                     uint8_t **header, uint64_t *header_bytes, uint64_t *begin,
+                     uint64_t *buffer_bytes, char *err, size_t errlen);
+
+/* The checks of ckpt_load_tensors on one tensor, for readers of slices: f holds `name` with
+ * this shape, as F32, F16 or BF16; when __metadata__ has "crc32.<name>" it must be 8 hex
+ * digits, returned in *crc with *has_crc = 1 (the caller checks the data against it, with
+ * ckpt_check_crc). 0, or -1 with the message naming the file and the tensor. */
+int ckpt_check_entry(const st_file *f, const char *name, int ndim, const int64_t *shape,
+                     const st_entry **out, uint32_t *crc, int *has_crc, char *err,
+                     size_t errlen);
+/* 0 when got == want, else -1 with ckpt_load_tensors' "crc32 mismatch" message. */
+int ckpt_check_crc(const st_file *f, const char *name, uint32_t want, uint32_t got, char *err,
+                   size_t errlen);
 
 #endif

@@ -1,197 +1,650 @@
+/* Checkpoints of any parallel layout, each rank writing and reading only its slices: see
+ * dist_checkpointing.h. */
 #include "training/dist_checkpointing.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include <zlib.h>
+
+#include "core/models/gpt_model.h"
 #include "core/parallel_state.h"
 #include "core/tensor/memory.h"
 #include "core/tensor_parallel/layers.h"
+#include "core/util/error.h"
 
-/* A param_set with the same tensors at their whole shapes (buffers allocated as asked). */
-static void whole_set(param_set *whole, const param_set *local, int with_optimizer) {
-    memset(whole, 0, sizeof(*whole));
-    whole->count = local->count;
-    whole->tensors = malloc(local->count * sizeof(param_tensor));
-    for (int i = 0; i < local->count; i++) {
-        param_tensor *t = &whole->tensors[i];
-        *t = local->tensors[i];
-        t->numel = 1;
-        for (int d = 0; d < t->ndim; d++) {
-            t->shape[d] = t->full_shape[d];
-            t->numel *= (size_t)t->shape[d];
-        }
-        t->tp_split = TP_SPLIT_NONE;
-        t->offset = whole->numel;
-        whole->numel += t->numel;
-    }
-    whole->data = mem_alloc_floats(MEM_OTHER, whole->numel, "checkpoint (whole tensors)");
-    if (with_optimizer) {
-        whole->exp_avg = mem_alloc_floats(MEM_OTHER, whole->numel, "checkpoint exp_avg");
-        whole->exp_avg_sq = mem_alloc_floats(MEM_OTHER, whole->numel, "checkpoint exp_avg_sq");
-    }
+static dist_ckpt_stats g_stats;
+const dist_ckpt_stats *dist_ckpt_last_stats(void) { return &g_stats; }
+
+/* ---- crc32 of a tensor written (or read) in slices by several ranks ----
+ * zlib's crc32 is affine over GF(2). With G(x) the register after x starting from zero, without
+ * the final inversion (crc32_z(~0, x) ^ ~0): crc(x) = G(x) ^ crc(0^|x|), G(a || b) =
+ * A^|b| G(a) ^ G(b), where A^m (crc32_combine(u, 0, m)) appends m zero bytes, and G of zeros is
+ * 0. A tensor whose bytes are cut into runs held by different ranks therefore has
+ * G = XOR over its runs of A^(bytes after the run) G(run): each rank XORs the terms of its
+ * runs, one XOR reduction adds the ranks up, and crc = crc32_combine(~0, G, n) ^ ~0. */
+static uint32_t crc_linear(const void *p, size_t n) {
+    return (uint32_t)crc32_z(0xffffffffUL, (const Bytef *)p, n) ^ 0xffffffffu;
+}
+static uint32_t crc_shift(uint32_t g, uint64_t zeros) {
+    return zeros ? (uint32_t)crc32_combine(g, 0, (z_off_t)zeros) : g;
+}
+static uint32_t crc_final(uint32_t g, uint64_t n) {
+    return n ? (uint32_t)crc32_combine(0xffffffffUL, g, (z_off_t)n) ^ 0xffffffffu : 0;
 }
 
-static void free_whole(param_set *whole) {
-    mem_free(whole->data);
-    mem_free(whole->exp_avg);
-    mem_free(whole->exp_avg_sq);
-    free(whole->tensors);
-}
-
-/* Gathers one buffer kind (data, exp_avg or exp_avg_sq) of every tensor to TP rank 0. */
-static void gather_buffer(float *whole_buf, const float *local_buf, const param_set *whole,
-                          const param_set *local, float *scratch) {
+/* Every rank's status becomes the worst one: -1 if any rank failed, with the message of the
+ * lowest failing rank. Collective over the world (a barrier). */
+static int agree(int rc, char *err, size_t errlen) {
     const parallel_state *ps = parallel_get();
+    if (!ps->mpi || ps->world_size == 1) return rc ? -1 : 0;
+    int me = rc ? ps->world_rank : ps->world_size, first;
+    MPI_Allreduce(&me, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (first == ps->world_size) return 0;
+    char msg[1024] = "";
+    if (ps->world_rank == first) snprintf(msg, sizeof msg, "%s", err ? err : "");
+    MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, first, MPI_COMM_WORLD);
+    if (ps->world_rank != first) err_set(err, errlen, "%s", msg);
+    return -1;
+}
+
+/* ---- the layout: the whole model's tensors and where they are in the files ---- */
+
+typedef struct {
+    param_set whole;  /* the whole model's tensors (whole shapes), tensor k = init stream k */
+    int *local_of;    /* [whole.count] this rank's tensor holding whole tensor k, or -1 */
+    int nfiles;       /* 1, or 2 with the optimizer file */
+    uint64_t size[2]; /* file sizes */
+    uint64_t header_bytes[2];
+    uint64_t *at[2];  /* [file tensors] absolute offset of each file tensor's data */
+} layout;
+
+static void layout_free(layout *L) {
+    mem_free(L->whole.tensors);
+    mem_free(L->local_of);
+    mem_free(L->at[0]);
+    mem_free(L->at[1]);
+    memset(L, 0, sizeof *L);
+}
+
+/* Builds the layout from the config alone (the same on every rank) and maps this rank's
+ * tensors into it. with_files: also the files' headers and offsets (saving). */
+static int layout_make(layout *L, const char *dir, int iteration, const transformer_config *cfg,
+                       const param_set *local, int with_optimizer, int with_files, char *err,
+                       size_t errlen) {
+    memset(L, 0, sizeof *L);
+    param_set w;
+    if (gpt_model_whole_params(cfg, &w) != 0) {
+        err_set(err, errlen, "%s: out of memory laying out the checkpoint", dir);
+        return -1;
+    }
+    L->whole = w;
+    L->whole.tensors = mem_alloc(MEM_OTHER, ((size_t)w.count + 1) * sizeof(param_tensor),
+                                 "checkpoint layout (tensor list)");
+    memcpy(L->whole.tensors, w.tensors, (size_t)w.count * sizeof(param_tensor));
+    free(w.tensors);
+    int n = L->whole.count;
+    L->local_of = mem_alloc(MEM_OTHER, ((size_t)n + 1) * sizeof(int), "checkpoint layout (map)");
+    for (int k = 0; k < n; k++) L->local_of[k] = -1;
     for (int i = 0; i < local->count; i++) {
-        const param_tensor *lt = &local->tensors[i], *wt = &whole->tensors[i];
-        const float *src = local_buf + lt->offset;
-        if (lt->tp_split == TP_SPLIT_NONE) { /* identical on every rank: rank 0's copy */
-            if (ps->tp_rank == 0) memcpy(whole_buf + wt->offset, src, lt->numel * sizeof(float));
+        const param_tensor *t = &local->tensors[i];
+        if (t->pp_shared_copy) continue; /* the first stage's tensor is the one saved */
+        uint64_t k = t->init_stream;
+        const param_tensor *wt = k < (uint64_t)n ? &L->whole.tensors[k] : NULL;
+        int same = wt && strcmp(wt->name, t->name) == 0 && wt->ndim == t->ndim &&
+                   L->local_of[k] < 0;
+        for (int d = 0; same && d < t->ndim; d++) same = wt->shape[d] == t->full_shape[d];
+        if (!same) {
+            err_set(err, errlen,
+                    "%s: internal error: tensor %s (init stream %llu) is not the whole model's",
+                    dir, t->name, (unsigned long long)k);
+            layout_free(L);
+            return -1;
+        }
+        L->local_of[k] = i;
+    }
+    L->nfiles = with_optimizer ? 2 : 1;
+    if (!with_files) return 0;
+    uint32_t *zeros = mem_alloc(MEM_OTHER, (2 * (size_t)n + 1) * sizeof(uint32_t),
+                                "checkpoint crc32 placeholders");
+    int rc = 0;
+    for (int f = 0; f < L->nfiles && rc == 0; f++) {
+        char path[PATH_MAX + 64];
+        snprintf(path, sizeof path, "%s/iter_%07d/%s.safetensors", dir, iteration,
+                 f ? "optimizer" : "model");
+        size_t nt = (size_t)n * (f ? 2 : 1);
+        L->at[f] = mem_alloc(MEM_OTHER, (nt + 1) * sizeof(uint64_t), "checkpoint file offsets");
+        uint8_t *header = NULL;
+        uint64_t header_bytes, buffer_bytes;
+        rc = ckpt_file_header(path, &L->whole, f, zeros, &header, &header_bytes, L->at[f],
+                              &buffer_bytes, err, errlen);
+        free(header);
+        if (rc) break;
+        for (size_t k = 0; k < nt; k++) L->at[f][k] += header_bytes;
+        L->size[f] = header_bytes + buffer_bytes;
+        L->header_bytes[f] = header_bytes;
+    }
+    mem_free(zeros);
+    if (rc) layout_free(L);
+    return rc;
+}
+
+/* ---- runs: a slice as pieces contiguous in the whole tensor ---- */
+
+typedef int (*run_fn)(void *user, size_t whole_at, size_t local_at, size_t n);
+
+/* Calls fn for elements [e0, e1) (local row-major order) of this rank's slice t, cut into
+ * maximal pieces contiguous in the whole tensor: fn(whole element index, local element index,
+ * count), in increasing order of both. */
+static int for_each_run(const param_tensor *t, int tp_rank, int tp, size_t e0, size_t e1,
+                        run_fn fn, void *user) {
+    if (e0 >= e1) return 0;
+    if (t->ndim == 0 || t->tp_split == TP_SPLIT_NONE || t->tp_split == TP_SPLIT_ROWS)
+        return fn(user, (t->ndim ? tp_shard_row_start(t, tp_rank, tp, 0) : 0) + e0, e0, e1 - e0);
+    size_t rl = t->numel / (size_t)t->shape[0]; /* a local row: contiguous in the whole too */
+    size_t pw = 0, pl = 0, pn = 0;              /* the pending run */
+    for (size_t row = e0 / rl; row * rl < e1; row++) {
+        size_t lo = row * rl > e0 ? row * rl : e0, hi = (row + 1) * rl < e1 ? (row + 1) * rl : e1;
+        size_t w = tp_shard_row_start(t, tp_rank, tp, (int64_t)row) + (lo - row * rl);
+        if (pn && pw + pn == w && pl + pn == lo) {
+            pn += hi - lo;
             continue;
         }
-        MPI_Gather(src, (int)lt->numel, MPI_FLOAT, scratch, (int)lt->numel, MPI_FLOAT, 0, ps->tp);
-        if (ps->tp_rank == 0)
-            for (int r = 0; r < ps->tp_size; r++)
-                tp_shard_copy(scratch + (size_t)r * lt->numel, whole_buf + wt->offset, lt, r,
-                              ps->tp_size, 0);
+        if (pn && fn(user, pw, pl, pn)) return -1;
+        pw = w;
+        pl = lo;
+        pn = hi - lo;
     }
+    return pn ? fn(user, pw, pl, pn) : 0;
 }
 
-/* Tensors in the whole model's order (their init stream is their index in it). */
-static int by_init_stream(const void *x, const void *y) {
-    uint64_t a = ((const param_tensor *)x)->init_stream, b = ((const param_tensor *)y)->init_stream;
-    return a < b ? -1 : a > b;
+/* Does this rank write (and, loading, verify) the parameter t? Its moments (without the
+ * distributed optimizer)? */
+static int tp_owner(const param_tensor *t, const parallel_state *ps) {
+    return !t->pp_shared_copy && (t->tp_split != TP_SPLIT_NONE || ps->tp_rank == 0);
+}
+static int owns_replica(const param_tensor *t, const parallel_state *ps) {
+    return tp_owner(t, ps) && ps->dp_rank == 0;
 }
 
-/* Pipeline: the stages' whole tensors (each stage's, on its TP rank 0 of replica 0) are sent
- * to the first stage, which writes one checkpoint of the whole model, its tensors in the whole
- * model's order (with interleaving a stage holds several runs of layers). The last stage's
- * copy of a tied embedding is not sent: the first stage's is the one saved. */
-static int save_pipeline(const char *dir, const param_set *stage, const ckpt_state *st,
-                         int with_optimizer, char *err, size_t errlen) {
+/* ---- saving ---- */
+
+static int pwrite_all(int fd, const void *data, size_t bytes, uint64_t at) {
+    const char *p = data;
+    while (bytes > 0) {
+        size_t chunk = bytes > (1u << 30) ? (1u << 30) : bytes;
+        ssize_t w = pwrite(fd, p, chunk, (off_t)at);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (w == 0) {
+            errno = EIO;
+            return -1;
+        }
+        p += w;
+        at += (uint64_t)w;
+        bytes -= (size_t)w;
+    }
+    return 0;
+}
+
+typedef struct {
+    int fd;
+    const char *path, *name;
+    uint64_t base;        /* file offset of the whole tensor's first byte */
+    uint64_t bytes;       /* the whole tensor's bytes */
+    const float *src;     /* the value of local element e0 */
+    size_t e0;
+    uint32_t *g;          /* this tensor's crc share */
+    char *err;
+    size_t errlen;
+} write_ctx;
+
+static int write_run(void *user, size_t whole_at, size_t local_at, size_t n) {
+    write_ctx *c = user;
+    const float *p = c->src + (local_at - c->e0);
+    uint64_t off = (uint64_t)whole_at * sizeof(float), bytes = (uint64_t)n * sizeof(float);
+    if (pwrite_all(c->fd, p, bytes, c->base + off) != 0) {
+        err_set(c->err, c->errlen, "%s: tensor %s: write failed: %s", c->path, c->name,
+                strerror(errno));
+        return -1;
+    }
+    *c->g ^= crc_shift(crc_linear(p, bytes), c->bytes - off - bytes);
+    g_stats.data_bytes += bytes;
+    g_stats.runs++;
+    return 0;
+}
+
+/* Writes this rank's slices into file f (0 model, 1 optimizer) open at fd; g: the crc shares
+ * of the file's tensors. */
+static int write_slices(int f, int fd, const char *path, const layout *L, const param_set *local,
+                        const dist_opt *dopt, uint32_t *g, char *err, size_t errlen) {
     const parallel_state *ps = parallel_get();
-    if (ps->pp_size == 1) return ckpt_save(dir, stage, st, with_optimizer, err, errlen);
-    int nbuf = with_optimizer ? 3 : 1;
-    if (ps->pp_rank != 0) {
-        /* this stage's tensors (without a shared copy) and their buffers, in order */
-        int count = 0;
-        param_tensor *t = malloc(stage->count * sizeof(param_tensor));
-        for (int i = 0; i < stage->count; i++)
-            if (!stage->tensors[i].pp_shared_copy) t[count++] = stage->tensors[i];
-        MPI_Send(&count, 1, MPI_INT, 0, 0, ps->pp);
-        MPI_Send(t, count * (int)sizeof(param_tensor), MPI_BYTE, 0, 1, ps->pp);
-        const float *bufs[3] = {stage->data, stage->exp_avg, stage->exp_avg_sq};
-        for (int k = 0; k < nbuf; k++)
-            for (int i = 0; i < count; i++)
-                MPI_Send(bufs[k] + t[i].offset, (int)t[i].numel, MPI_FLOAT, 0, 2 + k, ps->pp);
-        free(t);
-        int rc;
-        MPI_Bcast(&rc, 1, MPI_INT, 0, ps->pp);
-        if (rc != 0) snprintf(err, errlen, "saving failed on the first pipeline stage");
-        return rc;
+    int n = L->whole.count;
+    write_ctx c = {.fd = fd, .path = path, .err = err, .errlen = errlen};
+    if (f == 0 || !dopt) {
+        for (int k = 0; k < n; k++) {
+            int i = L->local_of[k];
+            if (i < 0 || !owns_replica(&local->tensors[i], ps)) continue;
+            const param_tensor *t = &local->tensors[i];
+            const float *bufs[3] = {local->data, local->exp_avg, local->exp_avg_sq};
+            for (int b = 0; b < (f ? 2 : 1); b++) {
+                int kf = b * n + k;
+                c.name = L->whole.tensors[k].name;
+                c.base = L->at[f][kf];
+                c.bytes = (uint64_t)L->whole.tensors[k].numel * sizeof(float);
+                c.src = bufs[f + b] + t->offset;
+                c.e0 = 0;
+                c.g = &g[kf];
+                if (for_each_run(t, ps->tp_rank, ps->tp_size, 0, t->numel, write_run, &c))
+                    return -1;
+            }
+        }
+        return 0;
     }
-    /* first stage: the whole model = its own tensors, then every other stage's */
-    param_set all = {0};
-    int cap = stage->count;
-    all.tensors = malloc(cap * sizeof(param_tensor));
-    for (int i = 0; i < stage->count; i++) all.tensors[all.count++] = stage->tensors[i];
-    int first_of[ps->pp_size + 1];
-    first_of[0] = 0;
-    for (int r = 1; r < ps->pp_size; r++) {
-        int count;
-        MPI_Recv(&count, 1, MPI_INT, r, 0, ps->pp, MPI_STATUS_IGNORE);
-        first_of[r] = all.count;
-        all.tensors = realloc(all.tensors, (all.count + count) * sizeof(param_tensor));
-        MPI_Recv(all.tensors + all.count, count * (int)sizeof(param_tensor), MPI_BYTE, r, 1,
-                 ps->pp, MPI_STATUS_IGNORE);
-        all.count += count;
-    }
-    first_of[ps->pp_size] = all.count;
-    for (int i = 0; i < all.count; i++) {
-        all.tensors[i].offset = all.numel;
-        all.numel += all.tensors[i].numel;
-    }
-    float **bufs[3] = {&all.data, &all.exp_avg, &all.exp_avg_sq};
-    const float *mine[3] = {stage->data, stage->exp_avg, stage->exp_avg_sq};
-    for (int k = 0; k < nbuf; k++) {
-        *bufs[k] = mem_alloc_floats(MEM_OTHER, all.numel, "checkpoint (whole model)");
-        for (int i = 0; i < stage->count; i++)
-            memcpy(*bufs[k] + all.tensors[i].offset, mine[k] + stage->tensors[i].offset,
-                   stage->tensors[i].numel * sizeof(float));
-        for (int r = 1; r < ps->pp_size; r++)
-            for (int i = first_of[r]; i < first_of[r + 1]; i++)
-                MPI_Recv(*bufs[k] + all.tensors[i].offset, (int)all.tensors[i].numel, MPI_FLOAT,
-                         r, 2 + k, ps->pp, MPI_STATUS_IGNORE);
-    }
-    qsort(all.tensors, (size_t)all.count, sizeof(param_tensor), by_init_stream);
-    int rc = ckpt_save(dir, &all, st, with_optimizer, err, errlen);
-    MPI_Bcast(&rc, 1, MPI_INT, 0, ps->pp);
-    for (int k = 0; k < 3; k++) mem_free(*bufs[k]);
-    free(all.tensors);
-    return rc;
-}
-
-/* The tensor-parallel group of one stage: slices gathered to its TP rank 0, which passes the
- * stage's whole tensors on. */
-static int save_stage(const char *dir, const param_set *local, const ckpt_state *st,
-                      int with_optimizer, char *err, size_t errlen) {
-    const parallel_state *ps = parallel_get();
-    if (ps->tp_size == 1) return save_pipeline(dir, local, st, with_optimizer, err, errlen);
-    param_set whole;
-    whole_set(&whole, local, with_optimizer);
-    size_t max_numel = 0;
-    for (int i = 0; i < local->count; i++)
-        if (local->tensors[i].numel > max_numel) max_numel = local->tensors[i].numel;
-    float *scratch = mem_alloc_floats(MEM_OTHER, max_numel * ps->tp_size, "checkpoint gather");
-    gather_buffer(whole.data, local->data, &whole, local, scratch);
-    if (with_optimizer) {
-        gather_buffer(whole.exp_avg, local->exp_avg, &whole, local, scratch);
-        gather_buffer(whole.exp_avg_sq, local->exp_avg_sq, &whole, local, scratch);
-    }
-    mem_free(scratch);
-    int rc = 0;
-    if (ps->tp_rank == 0) rc = save_pipeline(dir, &whole, st, with_optimizer, err, errlen);
-    free_whole(&whole);
-    MPI_Bcast(&rc, 1, MPI_INT, 0, ps->tp);
-    if (rc != 0 && ps->tp_rank != 0) snprintf(err, errlen, "saving failed on tensor-parallel rank 0");
-    return rc;
-}
-
-/* Data-parallel replica 0 writes; every replica holds the same parameters, so the others only
- * wait for its status. */
-int dist_ckpt_save(const char *dir, const param_set *local, const ckpt_state *st,
-                   int with_optimizer, char *err, size_t errlen) {
-    const parallel_state *ps = parallel_get();
-    int rc = 0;
-    if (ps->dp_rank == 0) rc = save_stage(dir, local, st, with_optimizer, err, errlen);
-    if (ps->mpi && ps->dp_size > 1) {
-        MPI_Bcast(&rc, 1, MPI_INT, 0, ps->dp);
-        if (rc != 0 && ps->dp_rank != 0)
-            snprintf(err, errlen, "saving failed on data-parallel rank 0");
-    }
-    return rc;
-}
-
-int dist_ckpt_load_tensors(const char *dir, int iteration, param_set *local, int with_optimizer,
-                           char *err, size_t errlen) {
-    const parallel_state *ps = parallel_get();
-    if (ps->tp_size == 1) return ckpt_load_tensors(dir, iteration, local, with_optimizer, err, errlen);
-    param_set whole;
-    whole_set(&whole, local, with_optimizer);
-    int rc = ckpt_load_tensors(dir, iteration, &whole, with_optimizer, err, errlen);
-    if (rc == 0) {
-        for (int i = 0; i < local->count; i++) {
-            param_tensor *lt = &local->tensors[i];
-            const param_tensor *wt = &whole.tensors[i];
-            float *bufs[3][2] = {{local->data, whole.data},
-                                 {local->exp_avg, whole.exp_avg},
-                                 {local->exp_avg_sq, whole.exp_avg_sq}};
-            for (int k = 0; k < (with_optimizer ? 3 : 1); k++)
-                tp_shard_copy(bufs[k][0] + lt->offset, bufs[k][1] + wt->offset, lt, ps->tp_rank,
-                              ps->tp_size, 1);
+    /* the distributed optimizer: this rank's pieces, every DP rank */
+    for (int s = 0; s < dopt->num_segments; s++) {
+        const dist_opt_segment *sg = &dopt->segs[s];
+        const param_tensor *t = &local->tensors[sg->tensor];
+        if (!tp_owner(t, ps)) continue;
+        int k = (int)t->init_stream;
+        const float *bufs[2] = {dopt->exp_avg, dopt->exp_avg_sq};
+        for (int b = 0; b < 2; b++) {
+            int kf = b * n + k;
+            c.name = L->whole.tensors[k].name;
+            c.base = L->at[f][kf];
+            c.bytes = (uint64_t)L->whole.tensors[k].numel * sizeof(float);
+            c.src = bufs[b] + sg->state;
+            c.e0 = sg->begin - t->offset;
+            c.g = &g[kf];
+            if (for_each_run(t, ps->tp_rank, ps->tp_size, c.e0, c.e0 + sg->numel, write_run, &c))
+                return -1;
         }
     }
-    free_whole(&whole);
+    return 0;
+}
+
+/* Does this rank write anything into file f? */
+static int writes_into(int f, const layout *L, const param_set *local, const dist_opt *dopt) {
+    const parallel_state *ps = parallel_get();
+    if (f == 1 && dopt) {
+        for (int s = 0; s < dopt->num_segments; s++)
+            if (tp_owner(&local->tensors[dopt->segs[s].tensor], ps)) return 1;
+        return 0;
+    }
+    for (int k = 0; k < L->whole.count; k++)
+        if (L->local_of[k] >= 0 && owns_replica(&local->tensors[L->local_of[k]], ps)) return 1;
+    return 0;
+}
+
+static void file_path(char *out, size_t len, const char *tmp_dir, int f) {
+    snprintf(out, len, "%s/%s.safetensors", tmp_dir, f ? "optimizer" : "model");
+}
+
+int dist_ckpt_save(const char *dir, const transformer_config *cfg, const param_set *local,
+                   const dist_opt *dopt, const ckpt_state *st, int with_optimizer, char *err,
+                   size_t errlen) {
+    const parallel_state *ps = parallel_get();
+    int root = ps->world_rank == 0, rc = 0;
+    size_t other0 = mem_current(MEM_OTHER);
+    mem_phase_start();
+    memset(&g_stats, 0, sizeof g_stats);
+    if (with_optimizer && !dopt && local->count > 0 && (!local->exp_avg || !local->exp_avg_sq)) {
+        err_set(err, errlen, "checkpoint: optimizer state requested but the parameter set has "
+                             "no exp_avg / exp_avg_sq buffers");
+        rc = -1;
+    }
+    layout L;
+    memset(&L, 0, sizeof L);
+    if (rc == 0)
+        rc = layout_make(&L, dir, st->iteration, cfg, local, with_optimizer, 1, err, errlen);
+    if (agree(rc, err, errlen)) {
+        layout_free(&L);
+        return -1;
+    }
+    int n = L.whole.count;
+    g_stats.file_bytes = L.size[0] + (L.nfiles > 1 ? L.size[1] : 0);
+
+    /* rank 0: the temporary directory and the files at their final size */
+    ckpt_txn x;
+    memset(&x, 0, sizeof x);
+    int fds[2] = {-1, -1};
+    char path[PATH_MAX + 64];
+    if (root) {
+        rc = ckpt_begin(&x, dir, st->iteration, err, errlen);
+        for (int f = 0; f < L.nfiles && rc == 0; f++) {
+            file_path(path, sizeof path, x.tmp_dir, f);
+            if ((rc = ckpt_stage_hook(f ? "optimizer" : "model", path, err, errlen))) break;
+            fds[f] = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+            if (fds[f] < 0) {
+                err_set(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+                rc = -1;
+            } else if (ftruncate(fds[f], (off_t)L.size[f]) != 0) {
+                err_set(err, errlen, "%s: cannot extend to %llu bytes: %s", path,
+                        (unsigned long long)L.size[f], strerror(errno));
+                rc = -1;
+            }
+        }
+    }
+    if (agree(rc, err, errlen)) goto fail;
+    if (ps->mpi && ps->world_size > 1)
+        MPI_Bcast(x.tmp_dir, (int)sizeof x.tmp_dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+
+    /* every rank: its slices, straight from its buffers, and their crc shares */
+    uint32_t *g = mem_alloc(MEM_OTHER, (3 * (size_t)n + 1) * sizeof(uint32_t),
+                            "checkpoint crc32 shares");
+    for (int f = 0; f < L.nfiles && rc == 0; f++) {
+        if (!writes_into(f, &L, local, dopt)) continue;
+        file_path(path, sizeof path, x.tmp_dir, f);
+        int fd = fds[f];
+        if (!root && (fd = open(path, O_WRONLY | O_CLOEXEC)) < 0) {
+            err_set(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+            rc = -1;
+            break;
+        }
+        rc = write_slices(f, fd, path, &L, local, dopt, g + (f ? n : 0), err, errlen);
+        if (!root) {
+            if (rc == 0 && fsync(fd) != 0) {
+                err_set(err, errlen, "%s: fsync failed: %s", path, strerror(errno));
+                rc = -1;
+            }
+            if (close(fd) != 0 && rc == 0) {
+                err_set(err, errlen, "%s: close failed: %s", path, strerror(errno));
+                rc = -1;
+            }
+        }
+    }
+    if (agree(rc, err, errlen)) {
+        mem_free(g);
+        goto fail;
+    }
+
+    /* rank 0: the whole tensors' crc32s into the headers, then fsync */
+    if (ps->mpi && ps->world_size > 1)
+        MPI_Reduce(root ? MPI_IN_PLACE : g, g, 3 * n, MPI_UINT32_T, MPI_BXOR, 0, MPI_COMM_WORLD);
+    if (root) {
+        for (int f = 0; f < L.nfiles && rc == 0; f++) {
+            file_path(path, sizeof path, x.tmp_dir, f);
+            uint32_t *crc = g + (f ? n : 0);
+            for (int k = 0; k < n * (f ? 2 : 1); k++)
+                crc[k] = crc_final(crc[k], (uint64_t)L.whole.tensors[k % n].numel * sizeof(float));
+            uint8_t *header = NULL;
+            uint64_t header_bytes = 0;
+            rc = ckpt_file_header(path, &L.whole, f, crc, &header, &header_bytes, NULL, NULL, err,
+                                  errlen);
+            if (rc == 0 && header_bytes != L.header_bytes[f]) {
+                err_set(err, errlen, "%s: internal error: the header changed length", path);
+                rc = -1;
+            }
+            if (rc == 0 && pwrite_all(fds[f], header, header_bytes, 0) != 0) {
+                err_set(err, errlen, "%s: writing the header: %s", path, strerror(errno));
+                rc = -1;
+            }
+            free(header);
+            if (rc == 0 && fsync(fds[f]) != 0) {
+                err_set(err, errlen, "%s: fsync failed: %s", path, strerror(errno));
+                rc = -1;
+            }
+        }
+        for (int f = 0; f < 2; f++) {
+            if (fds[f] >= 0 && close(fds[f]) != 0 && rc == 0) {
+                err_set(err, errlen, "%s: close failed: %s", path, strerror(errno));
+                rc = -1;
+            }
+            fds[f] = -1;
+        }
+        if (rc == 0) {
+            rc = ckpt_commit(&x, st, err, errlen); /* cleans up after itself */
+            x.tmp_dir[0] = 0;
+        }
+    }
+    mem_free(g);
+    if (agree(rc, err, errlen)) goto fail;
+    layout_free(&L);
+    g_stats.buffer_peak = mem_phase_peak(MEM_OTHER) - other0;
+    return 0;
+
+fail:
+    if (root) {
+        for (int f = 0; f < 2; f++)
+            if (fds[f] >= 0) close(fds[f]);
+        ckpt_abort(&x);
+    }
+    layout_free(&L);
+    g_stats.buffer_peak = mem_phase_peak(MEM_OTHER) - other0;
+    return -1;
+}
+
+/* ---- loading ---- */
+
+/* Reading goes through pread() on the file (the page cache), not the mapping, so that a rank's
+ * resident memory does not grow by what it reads; only F16 / BF16 tensors (files of other
+ * tools) are converted from the mapping. */
+static int pread_all(int fd, void *data, size_t bytes, uint64_t at) {
+    char *p = data;
+    while (bytes > 0) {
+        size_t chunk = bytes > (1u << 30) ? (1u << 30) : bytes;
+        ssize_t r = pread(fd, p, chunk, (off_t)at);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (r == 0) {
+            errno = EIO; /* the file is shorter than its header says */
+            return -1;
+        }
+        p += r;
+        at += (uint64_t)r;
+        bytes -= (size_t)r;
+    }
+    return 0;
+}
+
+#define CRC_CHUNK ((size_t)1 << 20) /* the bounce buffer of the crc32 pass, at most */
+
+typedef struct {
+    const st_file *f;
+    const st_entry *e;
+    int fd;
+    float *dst;     /* where local element e0 goes */
+    size_t e0;
+    uint32_t *g;    /* crc share (verification) */
+    uint8_t *bounce;
+    size_t bounce_bytes;
+    char *err;
+    size_t errlen;
+} read_ctx;
+
+/* File offset of entry e's first byte. */
+static uint64_t entry_at(const st_file *f, const st_entry *e) {
+    return 8 + f->header_len + e->begin;
+}
+
+static int read_run(void *user, size_t whole_at, size_t local_at, size_t n) {
+    read_ctx *c = user;
+    float *dst = c->dst + (local_at - c->e0);
+    if (c->e->dtype == ST_F32) {
+        if (pread_all(c->fd, dst, n * sizeof(float),
+                      entry_at(c->f, c->e) + (uint64_t)whole_at * sizeof(float)) != 0) {
+            err_set(c->err, c->errlen, "%s: tensor %s: read failed: %s", c->f->path, c->e->name,
+                    strerror(errno));
+            return -1;
+        }
+    } else if (st_read_f32_range(c->f, c->e, whole_at, n, dst, c->err, c->errlen)) {
+        return -1;
+    }
+    g_stats.data_bytes += (uint64_t)n * st_dtype_size(c->e->dtype);
+    g_stats.runs++;
+    return 0;
+}
+
+static int crc_run(void *user, size_t whole_at, size_t local_at, size_t n) {
+    (void)local_at;
+    read_ctx *c = user;
+    size_t es = st_dtype_size(c->e->dtype);
+    uint64_t off = (uint64_t)whole_at * es, bytes = (uint64_t)n * es;
+    uLong crc = 0xffffffffUL; /* G over the run, chunk by chunk */
+    for (uint64_t done = 0; done < bytes;) {
+        size_t len = bytes - done < c->bounce_bytes ? (size_t)(bytes - done) : c->bounce_bytes;
+        if (pread_all(c->fd, c->bounce, len, entry_at(c->f, c->e) + off + done) != 0) {
+            err_set(c->err, c->errlen, "%s: tensor %s: read failed: %s", c->f->path, c->e->name,
+                    strerror(errno));
+            return -1;
+        }
+        crc = crc32_z(crc, c->bounce, len);
+        done += len;
+    }
+    *c->g ^= crc_shift((uint32_t)crc ^ 0xffffffffu, (c->e->end - c->e->begin) - off - bytes);
+    return 0;
+}
+
+/* Runs fn over this rank's part of file tensor kf (k = kf mod n: whole tensor k, local tensor
+ * t): its whole slice (data, or moments without the distributed optimizer) or, with dopt, the
+ * pieces of its segments in t. only_owned: only what this rank would write (each byte of the
+ * model once over all ranks). */
+static int for_each_part(int kf, int n, const param_tensor *t, int ti, float *data_dst,
+                         const dist_opt *dopt, int only_owned, run_fn fn, read_ctx *c) {
+    const parallel_state *ps = parallel_get();
+    if (kf < n || !dopt) {
+        if (only_owned && !owns_replica(t, ps)) return 0;
+        c->dst = data_dst;
+        c->e0 = 0;
+        return for_each_run(t, ps->tp_rank, ps->tp_size, 0, t->numel, fn, c);
+    }
+    if (only_owned && !tp_owner(t, ps)) return 0;
+    float *state = kf < 2 * n ? dopt->exp_avg : dopt->exp_avg_sq;
+    for (int s = 0; s < dopt->num_segments; s++) {
+        const dist_opt_segment *sg = &dopt->segs[s];
+        if (sg->tensor != ti) continue;
+        c->dst = state + sg->state;
+        c->e0 = sg->begin - t->offset;
+        if (for_each_run(t, ps->tp_rank, ps->tp_size, c->e0, c->e0 + sg->numel, fn, c))
+            return -1;
+    }
+    return 0;
+}
+
+int dist_ckpt_load_tensors(const char *dir, int iteration, const transformer_config *cfg,
+                           param_set *local, dist_opt *dopt, int with_optimizer, char *err,
+                           size_t errlen) {
+    const parallel_state *ps = parallel_get();
+    int root = ps->world_rank == 0, rc = 0;
+    size_t other0 = mem_current(MEM_OTHER);
+    mem_phase_start();
+    memset(&g_stats, 0, sizeof g_stats);
+    if (with_optimizer && !dopt && local->count > 0 && (!local->exp_avg || !local->exp_avg_sq)) {
+        err_set(err, errlen, "checkpoint: optimizer state requested but the parameter set has "
+                             "no exp_avg / exp_avg_sq buffers");
+        rc = -1;
+    }
+    layout L;
+    memset(&L, 0, sizeof L);
+    if (rc == 0) rc = layout_make(&L, dir, iteration, cfg, local, with_optimizer, 0, err, errlen);
+    if (agree(rc, err, errlen)) {
+        layout_free(&L);
+        return -1;
+    }
+    int n = L.whole.count, nf = n * (with_optimizer ? 3 : 1);
+    st_file files[2];
+    memset(files, 0, sizeof files);
+    const st_entry **ents = mem_alloc(MEM_OTHER, ((size_t)nf + 1) * sizeof(*ents),
+                                      "checkpoint entries");
+    uint32_t *want = mem_alloc(MEM_OTHER, ((size_t)nf + 1) * sizeof(uint32_t), "checkpoint crcs");
+    uint32_t *g = mem_alloc(MEM_OTHER, ((size_t)nf + 1) * sizeof(uint32_t),
+                            "checkpoint crc32 shares");
+    int *has = mem_alloc(MEM_OTHER, ((size_t)nf + 1) * sizeof(int), "checkpoint crc flags");
+    int fds[2] = {-1, -1};
+    uint8_t *bounce = NULL;
+    size_t bounce_bytes = 0;
+
+    /* every rank: both headers, and every tensor of the model in them (header only) */
+    for (int f = 0; f < L.nfiles && rc == 0; f++) {
+        char path[PATH_MAX + 64];
+        snprintf(path, sizeof path, "%s/iter_%07d/%s.safetensors", dir, iteration,
+                 f ? "optimizer" : "model");
+        if (f == 1 && access(path, F_OK) != 0 && errno == ENOENT) {
+            err_set(err, errlen, "%s: missing: the checkpoint was saved without optimizer state",
+                    path);
+            rc = -1;
+        } else if ((rc = st_open(path, &files[f], err, errlen)) == 0 &&
+                   (fds[f] = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+            err_set(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+            rc = -1;
+        }
+    }
+    for (int k = 0; k < n && rc == 0; k++) {
+        const param_tensor *w = &L.whole.tensors[k];
+        for (int b = 0; b < (with_optimizer ? 3 : 1) && rc == 0; b++) {
+            char name[PARAM_NAME_MAX + 32];
+            snprintf(name, sizeof name, "%s%s",
+                     b == 0 ? "" : b == 1 ? "optimizer.exp_avg." : "optimizer.exp_avg_sq.",
+                     w->name);
+            int kf = b * n + k;
+            rc = ckpt_check_entry(&files[b ? 1 : 0], name, w->ndim, w->shape, &ents[kf],
+                                  &want[kf], &has[kf], err, errlen);
+        }
+    }
+    if ((rc = agree(rc, err, errlen)) != 0) goto done;
+
+    /* crc32s: each byte's share from the rank that would write it, checked on rank 0 */
+    for (int kf = 0; kf < nf; kf++) /* the bounce buffer: at most a tensor, at most 1 MiB */
+        if (L.local_of[kf % n] >= 0 && has[kf] && ents[kf]->end - ents[kf]->begin > bounce_bytes)
+            bounce_bytes = ents[kf]->end - ents[kf]->begin;
+    bounce_bytes = bounce_bytes < CRC_CHUNK ? bounce_bytes : CRC_CHUNK;
+    if (bounce_bytes) bounce = mem_alloc(MEM_OTHER, bounce_bytes, "checkpoint crc32 reads");
+    for (int kf = 0; kf < nf && rc == 0; kf++) {
+        int ti = L.local_of[kf % n];
+        if (ti < 0 || !has[kf]) continue;
+        int f = kf < n ? 0 : 1;
+        read_ctx c = {.f = &files[f], .e = ents[kf], .fd = fds[f], .g = &g[kf], .bounce = bounce,
+                      .bounce_bytes = bounce_bytes, .err = err, .errlen = errlen};
+        rc = for_each_part(kf, n, &local->tensors[ti], ti, NULL, dopt, 1, crc_run, &c);
+    }
+    mem_free(bounce);
+    if (ps->mpi && ps->world_size > 1)
+        MPI_Reduce(root ? MPI_IN_PLACE : g, g, nf, MPI_UINT32_T, MPI_BXOR, 0, MPI_COMM_WORLD);
+    if (root)
+        for (int k = 0; k < n && rc == 0; k++)
+            for (int b = 0; b < nf / n && rc == 0; b++) {
+                int kf = b * n + k;
+                if (!has[kf]) continue;
+                const st_entry *e = ents[kf];
+                rc = ckpt_check_crc(&files[b ? 1 : 0], e->name, want[kf],
+                                    crc_final(g[kf], e->end - e->begin), err, errlen);
+            }
+    if ((rc = agree(rc, err, errlen)) != 0) goto done;
+
+    /* every rank: its slices (a tied embedding's copy on the last stage included) */
+    for (int i = 0; i < local->count && rc == 0; i++) {
+        param_tensor *t = &local->tensors[i];
+        int k = (int)t->init_stream;
+        float *bufs[3] = {local->data, local->exp_avg, local->exp_avg_sq};
+        for (int b = 0; b < nf / n && rc == 0; b++) {
+            int kf = b * n + k;
+            read_ctx c = {.f = &files[b ? 1 : 0], .e = ents[kf], .fd = fds[b ? 1 : 0],
+                          .err = err, .errlen = errlen};
+            rc = for_each_part(kf, n, t, i, bufs[b] ? bufs[b] + t->offset : NULL, dopt, 0,
+                               read_run, &c);
+        }
+    }
+    g_stats.file_bytes = files[0].map_len + files[1].map_len;
+    rc = agree(rc, err, errlen);
+done:
+    for (int f = 0; f < 2; f++)
+        if (fds[f] >= 0) close(fds[f]);
+    st_close(&files[0]);
+    st_close(&files[1]);
+    mem_free(ents);
+    mem_free(want);
+    mem_free(g);
+    mem_free(has);
+    layout_free(&L);
+    g_stats.buffer_peak = mem_phase_peak(MEM_OTHER) - other0;
     return rc;
 }

@@ -1,19 +1,60 @@
-/* Checkpoints of a tensor-parallel model in the layout-independent format of checkpointing.h:
- * every tensor is written whole (unsharded), so a checkpoint saved with one TP size loads into
- * any other. Saving gathers each tensor's slices to TP rank 0 of data-parallel replica 0, which
- * writes (the other replicas hold the same values and wait for its status); loading reads the
- * whole tensors on every rank and keeps each rank's slice. With one TP rank these are exactly
- * ckpt_save / ckpt_load_tensors. */
+/* Checkpoints of any parallel layout (TP x PP x DP, interleaved model chunks, the distributed
+ * optimizer) in the layout-independent format of checkpointing.h: every tensor whole
+ * (unsharded), in the whole model's order, so a checkpoint saved with one layout loads into any
+ * other. No rank holds more than its own slices.
+ *
+ * Saving: every rank lays the files out from the model config alone (gpt_model_whole_params:
+ * names, whole shapes, offsets; the header's length does not depend on the crc32 values).
+ * World rank 0 creates DIR/iter_NNNNNNN.tmp-<pid>/ and the files at their final size; after a
+ * barrier every rank that owns data pwrite()s its slices at their offsets, straight from its
+ * buffers (a TP slice is one run of rows, one run per row for a column split, two runs for
+ * SwiGLU's fc1):
+ *   - parameters: data-parallel replica 0; a TP-duplicated tensor by TP rank 0 only; the last
+ *     pipeline stage's copy of a tied word embedding never (the first stage's is saved);
+ *   - AdamW moments: the same ranks, or with the distributed optimizer every DP rank its own
+ *     pieces of the flat buffer (mapped to runs of tensor elements).
+ * Each writer also folds its runs into one partial crc32 per tensor (crc32 is affine over
+ * GF(2)); an XOR reduction to rank 0 gives the whole tensors' crc32s, and rank 0 writes the
+ * header last. Every writer fsyncs; after a barrier rank 0 commits with checkpointing.c's
+ * atomic protocol (state.json, rename into place, tracker). The files are byte for byte what
+ * one process writes with ckpt_save.
+ *
+ * Loading: every rank parses the headers (st_open: a mapping of which only the header is
+ * touched) and pread()s only its slices (its TP rows / columns of its stage's tensors; the
+ * moments of its distributed-optimizer pieces only) straight into its buffers. Checks
+ * (presence, shapes, dtypes, crc32s: each byte's crc share read and computed by the rank that
+ * would write it, through a bounce buffer of at most 1 MiB) all pass, on every rank, before any
+ * buffer is written.
+ *
+ * Both are collective over the world; every rank returns the same status and, on failure, the
+ * message of the lowest failing rank. */
 #ifndef MEGADLM_TRAINING_DIST_CHECKPOINTING_H
 #define MEGADLM_TRAINING_DIST_CHECKPOINTING_H
 
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/optimizer/distrib_optimizer.h"
+#include "core/transformer/transformer_config.h"
 #include "training/checkpointing.h"
 
-/* Collective over the TP and DP groups; every rank returns the same status (the error text on
- * the writing rank, a pointer to it on the others). */
-int dist_ckpt_save(const char *dir, const param_set *local, const ckpt_state *st,
-                   int with_optimizer, char *err, size_t errlen);
-int dist_ckpt_load_tensors(const char *dir, int iteration, param_set *local, int with_optimizer,
-                           char *err, size_t errlen);
+/* cfg: the model's config (any rank's: only the model's shape is used); local: this rank's
+ * parameters (gpt_model's params); dopt: the distributed optimizer holding the AdamW moments,
+ * or NULL when local->exp_avg / exp_avg_sq hold them; with_optimizer: also the moments. */
+int dist_ckpt_save(const char *dir, const transformer_config *cfg, const param_set *local,
+                   const dist_opt *dopt, const ckpt_state *st, int with_optimizer, char *err,
+                   size_t errlen);
+int dist_ckpt_load_tensors(const char *dir, int iteration, const transformer_config *cfg,
+                           param_set *local, dist_opt *dopt, int with_optimizer, char *err,
+                           size_t errlen);
+
+/* What the last save or load did on this rank (--log-memory prints it). */
+typedef struct {
+    uint64_t file_bytes;  /* the checkpoint's tensor files (model + optimizer), in all */
+    uint64_t data_bytes;  /* tensor bytes this rank wrote (save) or copied out (load) */
+    uint64_t runs;        /* the pwrite calls (save) or copies (load) they took */
+    size_t buffer_peak;   /* tracked memory (MEM_OTHER) the call allocated at its peak */
+} dist_ckpt_stats;
+const dist_ckpt_stats *dist_ckpt_last_stats(void);
 
 #endif

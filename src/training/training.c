@@ -225,6 +225,22 @@ static void print_eval(const char *what, int iteration, float loss) {
     fflush(stdout);
 }
 
+/* --log-memory: what the last checkpoint save or load moved on this rank, beside what the
+ * rank holds (its slices) and the tracked buffers the checkpoint code allocated. */
+static void log_checkpoint_io(const trainer *tr, const char *what, const char *verb) {
+    const dist_ckpt_stats *s = dist_ckpt_last_stats();
+    const param_set *ps = &tr->model->params;
+    size_t opt = tr->dopt ? 2 * tr->dopt->shard_numel : 2 * ps->numel;
+    printf("[Rank %d] checkpoint %s | tensor files %llu bytes | %s by this rank %llu bytes in "
+           "%llu runs | this rank's slices %zu bytes (parameters %zu, optimizer state %zu) | "
+           "checkpoint buffers (peak) %zu bytes\n",
+           parallel_world_rank(), what, (unsigned long long)s->file_bytes, verb,
+           (unsigned long long)s->data_bytes, (unsigned long long)s->runs,
+           (ps->numel + opt) * sizeof(float), ps->numel * sizeof(float), opt * sizeof(float),
+           s->buffer_peak);
+    fflush(stdout);
+}
+
 static int save(trainer *tr) {
     megadlm_args *a = tr->a;
     watchdog_progress("saving a checkpoint");
@@ -234,12 +250,12 @@ static int save(trainer *tr) {
                      .optimizer_step = tr->iteration,
                      .args = args_to_json(a)};
     double t0 = now_seconds();
-    if (tr->dopt) { /* checkpoints hold whole optimizer state and gathered parameters */
-        dist_opt_finish_param_sync(tr->dopt);
-        dist_opt_unshard_state(tr->dopt, 1);
-    }
-    int rc = dist_ckpt_save(a->save, &tr->model->params, &st, 1, err, sizeof(err));
-    if (tr->dopt) dist_opt_reshard_state(tr->dopt, 0);
+    /* every rank writes its own slices (the distributed optimizer: its own pieces of the
+     * moments) of the gathered parameters */
+    if (tr->dopt) dist_opt_finish_param_sync(tr->dopt);
+    int rc = dist_ckpt_save(a->save, &tr->model->cfg, &tr->model->params, tr->dopt, &st, 1, err,
+                            sizeof(err));
+    if (a->log_memory) log_checkpoint_io(tr, "save", "written");
     cJSON_Delete(st.args);
     if (rc != 0) {
         fprintf(stderr, "error: saving checkpoint: %s\n", err);
@@ -278,12 +294,12 @@ static int check_checkpoint_args(const megadlm_args *a, const cJSON *saved, cons
     return rc;
 }
 
-/* Reads the tensors and optimizer state; the distributed optimizer keeps its pieces of the
- * whole state the checkpoint holds. */
+/* Reads this rank's slices of the tensors and optimizer state (the distributed optimizer:
+ * the moments of its own pieces only). */
 static int load_tensors(trainer *tr, int it, char *err, size_t errlen) {
-    if (tr->dopt) dist_opt_unshard_state(tr->dopt, 0);
-    int rc = dist_ckpt_load_tensors(tr->a->load, it, &tr->model->params, 1, err, errlen);
-    if (tr->dopt) dist_opt_reshard_state(tr->dopt, rc == 0);
+    int rc = dist_ckpt_load_tensors(tr->a->load, it, &tr->model->cfg, &tr->model->params,
+                                    tr->dopt, 1, err, errlen);
+    if (tr->a->log_memory) log_checkpoint_io(tr, "load", "read");
     return rc;
 }
 

@@ -150,10 +150,12 @@ static int tensors_per_layer(const transformer_config *c) {
            (1 + bias) + (1 + bias);
 }
 
-static void build_params(gpt_model *m) {
+/* Registers the rank's tensors in pb (first_of_layer[l]: the index of local layer l's first
+ * tensor, [L]: the end). */
+static void register_params(gpt_model *m, param_builder *pbp, int *first_of_layer) {
     const transformer_config *c = &m->cfg;
     int bw = m->with_backward;
-    param_builder pb = {.tp = tc_tp(c), .sp = tc_sp(c)};
+    param_builder pb = *pbp;
     float std = c->init_method_std;
     /* the rank's layers chunk by chunk (one chunk without interleaving): local layer l is layer
      * l % Lc of chunk l / Lc, so each chunk's parameters are one contiguous range */
@@ -168,7 +170,6 @@ static void build_params(gpt_model *m) {
                       TP_SPLIT_NONE, pb.sp, "embedding.position_embeddings.weight");
         }
     }
-    int first_of_layer[L + 1];
     for (int l = 0; l < L; l++) {
         first_of_layer[l] = pb.n;
         int global = tc_chunk_layer_offset(c, l / Lc) + l % Lc;
@@ -195,6 +196,15 @@ static void build_params(gpt_model *m) {
             pb.t[pb.n - 1].pp_shared_copy = 1;
         }
     }
+    *pbp = pb;
+}
+
+static void build_params(gpt_model *m) {
+    const transformer_config *c = &m->cfg;
+    int bw = m->with_backward, L = tc_stage_layers(c);
+    param_builder pb = {.tp = tc_tp(c), .sp = tc_sp(c)};
+    int first_of_layer[L + 1];
+    register_params(m, &pb, first_of_layer);
 
     /* Weight decay: Megatron excludes biases and 1-D (norm) parameters, which add_vector
      * marks; embeddings and the output layer are decayed. */
@@ -230,6 +240,42 @@ static void build_params(gpt_model *m) {
         m->out_w = m->wte; /* tied: the output layer reads the word embedding */
         m->g_out_w = m->g_wte;
     }
+}
+
+int gpt_model_whole_params(const transformer_config *cfg, param_set *whole) {
+    memset(whole, 0, sizeof *whole);
+    gpt_model *m = calloc(1, sizeof *m);
+    if (!m) return -1;
+    m->cfg = *cfg;
+    m->cfg.tp_size = 1;
+    m->cfg.tp_rank = 0;
+    m->cfg.sequence_parallel = 0;
+    m->cfg.pp_size = 1;
+    m->cfg.pp_rank = 0;
+    m->cfg.vp_size = 1;
+    m->cfg.vp_rank = 0;
+    int L = m->cfg.num_layers;
+    m->block.w_all = calloc((size_t)L + 1, sizeof(layer_weights)); /* slots nobody reads */
+    int *first_of_layer = malloc(((size_t)L + 1) * sizeof(int));
+    if (!m->block.w_all || !first_of_layer) {
+        free(m->block.w_all);
+        free(first_of_layer);
+        free(m);
+        return -1;
+    }
+    param_builder pb = {.tp = 1, .sp = 0};
+    register_params(m, &pb, first_of_layer);
+    free(pb.slots);
+    free(first_of_layer);
+    free(m->block.w_all);
+    free(m);
+    whole->count = pb.n;
+    whole->tensors = pb.t;
+    for (int i = 0; i < pb.n; i++) {
+        pb.t[i].offset = whole->numel;
+        whole->numel += pb.t[i].numel;
+    }
+    return 0;
 }
 
 /* What one micro-batch in flight keeps outside the block: its tokens and labels, and on the

@@ -82,6 +82,13 @@ void gpt_model_free(gpt_model *m);
  * gpt_model_free before the owner. */
 gpt_model *gpt_model_replica(const gpt_model *owner, int checkpointed);
 
+/* The whole model's tensors as one process holds them (no tensor or pipeline parallelism):
+ * names, whole shapes, init streams, in the whole model's order (tensor i has init_stream i),
+ * offsets as in one flat buffer of whole->numel floats; no buffers are allocated. The same on
+ * every rank of any layout of cfg (checkpoints lay their files out from it). Free
+ * whole->tensors. 0, or -1 out of memory. */
+int gpt_model_whole_params(const transformer_config *cfg, param_set *whole);
+
 /* Megatron's init: normal(0, init_method_std) for weights and embeddings, std/sqrt(2L) for
  * linear_proj and linear_fc2, norms 1, biases 0. Element values depend only on (seed, tensor
  * index, element index). */

@@ -22,9 +22,10 @@
  * earlier ones. Anything else that reads the parameters (checkpoints) calls
  * dist_opt_finish_param_sync first.
  *
- * Checkpoints stay unsharded: dist_opt_unshard_state gathers the pieces of every rank into
- * whole-buffer exp_avg / exp_avg_sq (ps->exp_avg, ps->exp_avg_sq, MEM_OTHER) for the layout-free
- * save and load of training/dist_checkpointing; dist_opt_reshard_state goes back. */
+ * Checkpoints stay unsharded without gathering: training/dist_checkpointing writes each rank's
+ * pieces (segs, exp_avg, exp_avg_sq) at their places in the whole tensors and reads back only
+ * those. dist_opt_unshard_state / dist_opt_reshard_state build and drop whole-buffer copies of
+ * the moments (MEM_OTHER) for inspection and tests. */
 #ifndef MEGADLM_CORE_OPTIMIZER_DISTRIB_OPTIMIZER_H
 #define MEGADLM_CORE_OPTIMIZER_DISTRIB_OPTIMIZER_H
 

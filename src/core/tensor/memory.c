@@ -15,6 +15,7 @@ typedef struct {
 
 static size_t g_current[MEM_NUM_CATEGORIES];
 static size_t g_peak[MEM_NUM_CATEGORIES];
+static size_t g_phase_peak[MEM_NUM_CATEGORIES]; /* since mem_phase_start */
 static size_t g_total_current, g_total_peak;
 static unsigned long g_count;
 
@@ -36,6 +37,7 @@ void *mem_alloc(mem_category cat, size_t bytes, const char *what) {
     h->cat = cat;
     g_current[cat] += bytes;
     if (g_current[cat] > g_peak[cat]) g_peak[cat] = g_current[cat];
+    if (g_current[cat] > g_phase_peak[cat]) g_phase_peak[cat] = g_current[cat];
     g_total_current += bytes;
     if (g_total_current > g_total_peak) g_total_peak = g_total_current;
     g_count++;
@@ -56,6 +58,8 @@ void mem_free(void *p) {
 
 size_t mem_current(mem_category cat) { return g_current[cat]; }
 size_t mem_peak(mem_category cat) { return g_peak[cat]; }
+void mem_phase_start(void) { memcpy(g_phase_peak, g_current, sizeof g_phase_peak); }
+size_t mem_phase_peak(mem_category cat) { return g_phase_peak[cat]; }
 size_t mem_total_current(void) { return g_total_current; }
 size_t mem_total_peak(void) { return g_total_peak; }
 unsigned long mem_alloc_count(void) { return g_count; }

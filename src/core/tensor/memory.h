@@ -32,6 +32,10 @@ void mem_free(void *p); /* NULL is fine */
 
 size_t mem_current(mem_category cat);
 size_t mem_peak(mem_category cat);
+/* The peak of one phase (e.g. a checkpoint save): mem_phase_start sets every category's phase
+ * peak to its current bytes; mem_phase_peak is the highest current value since. */
+void mem_phase_start(void);
+size_t mem_phase_peak(mem_category cat);
 size_t mem_total_current(void);
 size_t mem_total_peak(void);
 unsigned long mem_alloc_count(void); /* number of mem_alloc calls so far */

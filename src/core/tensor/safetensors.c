@@ -98,19 +98,20 @@ static int cmp_str_ptr(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-int st_write_fd(int fd, const char *path, const st_tensor_desc *tensors, int n,
-                const st_meta *meta, int nmeta, char *err, size_t errlen) {
+int st_header(const char *path, const st_tensor_desc *tensors, int n, const st_meta *meta,
+              int nmeta, uint8_t **header, uint64_t *header_bytes, uint64_t *begin,
+              uint64_t *buffer_bytes, char *err, size_t errlen) {
+    *header = NULL;
     if (n < 0 || nmeta < 0) {
         err_set(err, errlen, "%s: invalid tensor count %d / metadata count %d", path, n, nmeta);
         return -1;
     }
     /* Validate the tensors and lay them out in the given order. */
-    uint64_t *bytes = calloc((size_t)n + 1, sizeof(uint64_t));
     const char **names = calloc((size_t)n + 1, sizeof(char *));
     cJSON *root = cJSON_CreateObject();
     char *json = NULL;
     int rc = -1;
-    if (!bytes || !names || !root) {
+    if (!names || !root) {
         err_set(err, errlen, "%s: out of memory building the header", path);
         goto done;
     }
@@ -134,20 +135,18 @@ int st_write_fd(int fd, const char *path, const st_tensor_desc *tensors, int n,
         }
         size_t es = st_dtype_size(t->dtype);
         size_t numel;
+        uint64_t bytes;
         if (es == 0) {
             err_set(err, errlen, "%s: tensor %s: invalid dtype %d", path, name, (int)t->dtype);
             goto done;
         }
         if (t->ndim < 0 || t->ndim > ST_MAX_DIMS || (t->ndim > 0 && !t->shape) ||
-            tensor_bytes(t->ndim, t->shape, es, &numel, &bytes[i]) != 0) {
+            tensor_bytes(t->ndim, t->shape, es, &numel, &bytes) != 0) {
             err_set(err, errlen, "%s: tensor %s: invalid shape (ndim %d)", path, name, t->ndim);
             goto done;
         }
-        if (bytes[i] > 0 && !t->data) {
-            err_set(err, errlen, "%s: tensor %s: no data", path, name);
-            goto done;
-        }
         names[i] = name;
+        if (begin) begin[i] = offset;
         cJSON *e = cJSON_AddObjectToObject(root, name);
         cJSON_AddStringToObject(e, "dtype", st_dtype_name(t->dtype));
         cJSON *sh = cJSON_AddArrayToObject(e, "shape");
@@ -155,11 +154,11 @@ int st_write_fd(int fd, const char *path, const st_tensor_desc *tensors, int n,
             cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)t->shape[d]));
         cJSON *off = cJSON_AddArrayToObject(e, "data_offsets");
         cJSON_AddItemToArray(off, cJSON_CreateNumber((double)offset));
-        if ((double)(offset + bytes[i]) >= ST_MAX_JSON_INT) {
+        if ((double)(offset + bytes) >= ST_MAX_JSON_INT) {
             err_set(err, errlen, "%s: tensor %s: file larger than 2^53 bytes", path, name);
             goto done;
         }
-        offset += bytes[i];
+        offset += bytes;
         cJSON_AddItemToArray(off, cJSON_CreateNumber((double)offset));
     }
     qsort(names, (size_t)n, sizeof(char *), cmp_str_ptr);
@@ -176,26 +175,63 @@ int st_write_fd(int fd, const char *path, const st_tensor_desc *tensors, int n,
     }
     size_t jlen = strlen(json);
     uint64_t hlen = (jlen + 7) / 8 * 8; /* padded with spaces to a multiple of 8 */
-    uint8_t lenbuf[8];
-    for (int k = 0; k < 8; k++) lenbuf[k] = (uint8_t)(hlen >> (8 * k));
-    char pad[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
-    if (write_all(fd, lenbuf, 8) || write_all(fd, json, jlen) ||
-        write_all(fd, pad, hlen - jlen)) {
+    uint8_t *h = malloc(8 + hlen);
+    if (!h) {
+        err_set(err, errlen, "%s: out of memory for a %llu-byte header", path,
+                (unsigned long long)hlen);
+        goto done;
+    }
+    for (int k = 0; k < 8; k++) h[k] = (uint8_t)(hlen >> (8 * k));
+    memcpy(h + 8, json, jlen);
+    memset(h + 8 + jlen, ' ', hlen - jlen);
+    *header = h;
+    *header_bytes = 8 + hlen;
+    if (buffer_bytes) *buffer_bytes = offset;
+    rc = 0;
+done:
+    free(json);
+    cJSON_Delete(root);
+    free(names);
+    return rc;
+}
+
+int st_write_fd(int fd, const char *path, const st_tensor_desc *tensors, int n,
+                const st_meta *meta, int nmeta, char *err, size_t errlen) {
+    if (n < 0 || nmeta < 0) {
+        err_set(err, errlen, "%s: invalid tensor count %d / metadata count %d", path, n, nmeta);
+        return -1;
+    }
+    uint64_t *begin = calloc((size_t)n + 1, sizeof(uint64_t));
+    uint8_t *header = NULL;
+    uint64_t header_bytes = 0, buffer_bytes = 0;
+    int rc = -1;
+    if (!begin) {
+        err_set(err, errlen, "%s: out of memory building the header", path);
+        return -1;
+    }
+    if (st_header(path, tensors, n, meta, nmeta, &header, &header_bytes, begin, &buffer_bytes,
+                  err, errlen) != 0)
+        goto done;
+    begin[n] = buffer_bytes;
+    for (int i = 0; i < n; i++)
+        if (begin[i + 1] > begin[i] && !tensors[i].data) {
+            err_set(err, errlen, "%s: tensor %s: no data", path, tensors[i].name);
+            goto done;
+        }
+    if (write_all(fd, header, header_bytes)) {
         err_set(err, errlen, "%s: writing the header: %s", path, strerror(errno));
         goto done;
     }
     for (int i = 0; i < n; i++)
-        if (write_all(fd, tensors[i].data, bytes[i])) {
+        if (write_all(fd, tensors[i].data, begin[i + 1] - begin[i])) {
             err_set(err, errlen, "%s: tensor %s: write failed: %s", path, tensors[i].name,
                     strerror(errno));
             goto done;
         }
     rc = 0;
 done:
-    free(json);
-    cJSON_Delete(root);
-    free(names);
-    free(bytes);
+    free(header);
+    free(begin);
     return rc;
 }
 
@@ -648,23 +684,34 @@ static uint32_t f16_bits_to_f32_bits(uint16_t h) {
     return sign | ((exp + 127 - 15) << 23) | (mant << 13);
 }
 
-int st_read_f32(const st_file *f, const st_entry *e, float *out, char *err, size_t errlen) {
-    const uint8_t *src = (const uint8_t *)e->data;
+int st_read_f32_range(const st_file *f, const st_entry *e, size_t first, size_t count,
+                      float *out, char *err, size_t errlen) {
+    if (first > e->numel || count > e->numel - first) {
+        err_set(err, errlen, "%s: tensor %s: elements [%zu, %zu) are outside its %zu", f->path,
+                e->name, first, first + count, e->numel);
+        return -1;
+    }
     switch (e->dtype) {
     case ST_F32:
-        memcpy(out, src, e->numel * sizeof(float));
+        memcpy(out, (const uint8_t *)e->data + first * sizeof(float), count * sizeof(float));
         return 0;
     case ST_F16:
-    case ST_BF16:
-        for (size_t i = 0; i < e->numel; i++) {
+    case ST_BF16: {
+        const uint8_t *src = (const uint8_t *)e->data + 2 * first;
+        for (size_t i = 0; i < count; i++) {
             uint16_t h = (uint16_t)(src[2 * i] | (src[2 * i + 1] << 8));
             uint32_t b = e->dtype == ST_F16 ? f16_bits_to_f32_bits(h) : (uint32_t)h << 16;
             memcpy(&out[i], &b, sizeof b);
         }
         return 0;
+    }
     default:
         err_set(err, errlen, "%s: tensor %s: dtype %s cannot be read as F32 (F32, F16, BF16 can)",
                 f->path, e->name, st_dtype_name(e->dtype));
         return -1;
     }
+}
+
+int st_read_f32(const st_file *f, const st_entry *e, float *out, char *err, size_t errlen) {
+    return st_read_f32_range(f, e, 0, e->numel, out, err, errlen);
 }

@@ -13,7 +13,8 @@
  * Writer: st_write_fd streams the header and then each tensor's bytes straight from the
  * caller's memory (no copy of the data), in the order given (not sorted): data_offsets
  * increase in that order, the header lists "__metadata__" first and then the tensors in that
- * order. st_write_file creates/truncates the file, writes, fsyncs and closes it.
+ * order. st_write_file creates/truncates the file, writes, fsyncs and closes it. st_header
+ * builds the same header alone, for writers that place the data themselves (pwrite).
  *
  * Reader: st_open maps the file read-only (mmap), parses the header with cJSON and validates
  * all of it before returning: header length within the file, UTF-8, JSON syntax, a JSON
@@ -80,6 +81,17 @@ typedef struct {
 int st_write_fd(int fd, const char *path, const st_tensor_desc *tensors, int n,
                 const st_meta *meta, int nmeta, char *err, size_t errlen);
 
+/* The header st_write_fd writes for these tensors (their data is not read), for writers that
+ * place the data themselves (several processes writing one file, each its own slices):
+ * *header gets the 8-byte length and the space-padded JSON (*header_bytes = 8 + N bytes;
+ * malloc'd, the caller frees it); begin[i] (if begin is not NULL) is tensor i's data_offsets
+ * begin, so its data goes at file offset *header_bytes + begin[i]; *buffer_bytes (if not NULL)
+ * the length of the byte buffer. The header's length depends on the names, dtypes, shapes and
+ * the lengths of the metadata strings only. 0, or -1 with a message. */
+int st_header(const char *path, const st_tensor_desc *tensors, int n, const st_meta *meta,
+              int nmeta, uint8_t **header, uint64_t *header_bytes, uint64_t *begin,
+              uint64_t *buffer_bytes, char *err, size_t errlen);
+
 /* Creates (or truncates) path with mode 0644, st_write_fd, fsync, close. On failure the
  * partial file is left for the caller to remove. 0, or -1 with a message naming path. */
 int st_write_file(const char *path, const st_tensor_desc *tensors, int n, const st_meta *meta,
@@ -124,5 +136,9 @@ const char *st_metadata(const st_file *f, const char *key);
  * exactly (every F16/BF16 value is representable in F32). Other dtypes are refused.
  * 0, or -1 with a message "FILE: tensor NAME: ...". */
 int st_read_f32(const st_file *f, const st_entry *e, float *out, char *err, size_t errlen);
+/* The same for elements [first, first + count) of e (row-major order) only: touches only those
+ * bytes of the mapping. */
+int st_read_f32_range(const st_file *f, const st_entry *e, size_t first, size_t count,
+                      float *out, char *err, size_t errlen);
 
 #endif

@@ -26,10 +26,14 @@ typedef struct {
 #define MAX_OPS 1024
 #define MAX_FLAGS 1024
 #define MAX_TAG 30000
-/* thread mode: sleep between polls that moved nothing */
-#define POLL_SLEEP_NS 20000L
-/* test mode: tiles per piece of GEMM run under communication */
+/* thread mode: sleep between polls that moved nothing (the sockets' buffers keep the link
+ * busy for far longer; polling more often costs the GEMMs CPU time) */
+#define POLL_SLEEP_NS 200000L
+/* test mode: a GEMM under communication is cut into tiles of at least MIN_TILE_ROWS rows,
+ * about TILES_PER_PIECE of them (each tile re-packs the whole weight matrix in OpenBLAS, so
+ * smaller tiles cost more than they gain) */
 #define TILES_PER_PIECE 4
+#define MIN_TILE_ROWS 128
 
 static struct {
     int ready;
@@ -80,11 +84,14 @@ static void post(ov_op *op) {
     op->state = 1;
 }
 
-/* Posts what may be posted and tests what is posted (in table order, so sends and receives go
- * out in the order the algorithms add them). Returns whether anything changed. Caller holds the
- * lock in thread mode. */
+/* Posts what may be posted (in table order, so sends and receives go out in the order the
+ * algorithms add them), then tests everything posted with one MPI_Testsome (one pass of Open
+ * MPI's progress engine, however many transfers are in flight). Returns whether anything
+ * changed. Caller holds the lock in thread mode. */
 static int progress(void) {
-    int changed = 0;
+    static MPI_Request reqs[MAX_OPS];
+    static int which[MAX_OPS], done[MAX_OPS];
+    int changed = 0, n = 0;
     for (int i = 0; i < g.nops && g.pending > 0; i++) {
         ov_op *op = &g.ops[i];
         if (op->state == 0 && (op->after < 0 || atomic_load(&g.flag[op->after]))) {
@@ -92,15 +99,20 @@ static int progress(void) {
             changed = 1;
         }
         if (op->state == 1) {
-            int done = 0;
-            MPI_Test(&op->req, &done, MPI_STATUS_IGNORE);
-            if (done) {
-                op->state = 2;
-                g.pending--;
-                if (op->done >= 0) atomic_store(&g.flag[op->done], 1);
-                changed = 1;
-            }
+            reqs[n] = op->req;
+            which[n++] = i;
         }
+    }
+    if (n == 0) return changed;
+    int count = 0;
+    MPI_Testsome(n, reqs, &count, done, MPI_STATUSES_IGNORE);
+    for (int j = 0; j < count && count != MPI_UNDEFINED; j++) {
+        ov_op *op = &g.ops[which[done[j]]];
+        op->state = 2;
+        op->req = MPI_REQUEST_NULL;
+        g.pending--;
+        if (op->done >= 0) atomic_store(&g.flag[op->done], 1);
+        changed = 1;
     }
     return changed;
 }
@@ -173,7 +185,7 @@ void tp_overlap_poll(void) {
 int tp_overlap_tile_rows(int rows) {
     if (threaded()) return rows;
     int tile = (rows + TILES_PER_PIECE - 1) / TILES_PER_PIECE;
-    return tile < 16 ? 16 : tile;
+    return tile < MIN_TILE_ROWS ? MIN_TILE_ROWS : tile;
 }
 
 /* ---- tables (caller holds the lock in thread mode) ---- */
