@@ -12,15 +12,17 @@
 #   t_comm_only (the same collectives back to back, no compute), and
 #   hidden fraction = (t_no_overlap - t_overlap) / (t_no_overlap - t_compute_only)
 #   (target >= 0.7), then what each kind of overlap hides alone (ag, rs, bulk).
-# Environment: RATE (tc syntax, default 1gbit), ROUNDS (default 5), ITERS per round (2),
-# LAYERS (2), HIDDEN (512), HEADS (8), SEQ (512), MBS (2), SPLITS (pieces per shard, 4),
+# Environment: RATE (tc syntax, default 1gbit), MTU (default 9000: jumbo frames, as HPC
+# clusters run them; they also cut the kernel's per-packet work, which on this machine takes
+# cycles from the GEMMs), ROUNDS (default 5), ITERS per round (2),
+# LAYERS (2), HIDDEN (1024), HEADS (16), SEQ (512), MBS (2), SPLITS (pieces per shard, 2),
 # THREADS (OpenMP threads per rank, 1: two ranks share this machine's two cores).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$(cd "${1:-$ROOT/build}" && pwd)
-RATE=${RATE:-1gbit} ROUNDS=${ROUNDS:-5} ITERS=${ITERS:-2}
-LAYERS=${LAYERS:-2} HIDDEN=${HIDDEN:-512} HEADS=${HEADS:-8} SEQ=${SEQ:-512} MBS=${MBS:-2}
-SPLITS=${SPLITS:-4} THREADS=${THREADS:-1}
+RATE=${RATE:-1gbit} MTU=${MTU:-9000} ROUNDS=${ROUNDS:-5} ITERS=${ITERS:-2}
+LAYERS=${LAYERS:-2} HIDDEN=${HIDDEN:-1024} HEADS=${HEADS:-16} SEQ=${SEQ:-512} MBS=${MBS:-2}
+SPLITS=${SPLITS:-2} THREADS=${THREADS:-1}
 BENCH="$BUILD/tests/tp_overlap_bench"
 [ -x "$BENCH" ] || { echo "error: $BENCH not built (cmake --build $BUILD)" >&2; exit 2; }
 # Open MPI's TCP defaults would handicap the plain collectives, not the overlapped ones: one
@@ -42,10 +44,10 @@ flags=(--num-layers "$LAYERS" --hidden-size "$HIDDEN" --num-attention-heads "$HE
        --mock-data --vocab-size 1024 --make-vocab-size-divisible-by 64
        --tensor-model-parallel-size 2 --sequence-parallel --tp-comm-overlap
        --tp-comm-overlap-num-splits "$SPLITS")
-echo "shape: L=$LAYERS h=$HIDDEN a=$HEADS ffn=$((4 * HIDDEN)) s=$SEQ b=$MBS, TP=2 + SP, 2 hosts at $RATE, $THREADS thread(s) per rank"
+echo "shape: L=$LAYERS h=$HIDDEN a=$HEADS ffn=$((4 * HIDDEN)) s=$SEQ b=$MBS, TP=2 + SP, 2 hosts at $RATE (MTU $MTU), $THREADS thread(s) per rank, $SPLITS pieces per shard"
 for progress in test thread; do
   echo "--- progress: $progress ($ROUNDS rounds x $ITERS iterations per mode)"
-  OMP_NUM_THREADS=$THREADS "$ROOT/bench/netcluster" --hosts 2 --rate "$RATE" "${MCA_ENV[@]}" -- \
+  OMP_NUM_THREADS=$THREADS "$ROOT/bench/netcluster" --hosts 2 --rate "$RATE" --mtu "$MTU" "${MCA_ENV[@]}" -- \
       "$BENCH" "$ROUNDS" "$ITERS" "${flags[@]}" --tp-comm-overlap-progress "$progress" \
       2>&1 | grep -v 'setpgid' | tee "$OUT/$progress.txt"
 done

@@ -379,9 +379,9 @@ static const opt_def OPTIONS[] = {
             "--tp-comm-overlap: no all-gather or rs-dgrad overlap for linear_qkv."),
     BOOLOPT("tp-comm-overlap-disable-fc1", K_TRUE, G_PAR, tp_comm_overlap_disable_fc1, "off",
             "--tp-comm-overlap: no all-gather or rs-dgrad overlap for linear_fc1."),
-    INTOPT("tp-comm-overlap-num-splits", K_POS, G_PAR, tp_comm_overlap_num_splits, "N", "4",
+    INTOPT("tp-comm-overlap-num-splits", K_POS, G_PAR, tp_comm_overlap_num_splits, "N", "2",
            "--tp-comm-overlap (ours): pieces per sequence shard in the ring overlaps."),
-    STROPT("tp-comm-overlap-progress", G_PAR, tp_comm_overlap_progress, "MODE", "test",
+    STROPT("tp-comm-overlap-progress", G_PAR, tp_comm_overlap_progress, "MODE", "thread",
            "--tp-comm-overlap (ours): who drives MPI during GEMMs: test (the computing thread, "
            "between GEMM tiles) or thread (a communication thread)."),
     BOOLOPT("use-distributed-optimizer", K_TRUE, G_PAR, use_distributed_optimizer, "off",
@@ -1088,9 +1088,9 @@ static int validate_tp_comm_overlap(megadlm_args *a, int t, char *err, size_t er
         return fail(err, errlen, "--tp-comm-overlap-progress %s: expected test or thread",
                     a->tp_comm_overlap_progress);
     if (!a->tp_comm_overlap) return 0;
-    if (!a->tp_comm_overlap_num_splits) a->tp_comm_overlap_num_splits = 4;
+    if (!a->tp_comm_overlap_num_splits) a->tp_comm_overlap_num_splits = 2;
     if (!a->tp_comm_overlap_progress[0])
-        snprintf(a->tp_comm_overlap_progress, sizeof(a->tp_comm_overlap_progress), "test");
+        snprintf(a->tp_comm_overlap_progress, sizeof(a->tp_comm_overlap_progress), "thread");
     return 0;
 }
 

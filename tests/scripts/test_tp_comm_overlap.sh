@@ -55,8 +55,8 @@ full="$((4 * per + h)) $((2 * per)) $((2 * per + h)) $((2 * per + h))"
 T2=(--tensor-model-parallel-size 2 --make-vocab-size-divisible-by 64)
 train ref2 2 "${T2[@]}"
 train overlap 2 "${T2[@]}" --tp-comm-overlap && same_as ref2 overlap "$full"
-train thread 2 "${T2[@]}" --tp-comm-overlap --tp-comm-overlap-progress thread &&
-  same_as ref2 thread "$full"
+train test_progress 2 "${T2[@]}" --tp-comm-overlap --tp-comm-overlap-progress test --tp-comm-overlap-num-splits 4 &&
+  same_as ref2 test_progress "$full"
 train rs_dgrad 2 "${T2[@]}" --tp-comm-overlap --tp-comm-overlap-rs-dgrad --tp-comm-overlap-num-splits 3 &&
   same_as ref2 rs_dgrad "$((4 * per + h)) $((4 * per + h)) $((2 * per + h)) 0"
 train ag_only 2 "${T2[@]}" --tp-comm-overlap --disable-tp-comm-overlap-rs --disable-tp-comm-bulk-dgrad \
@@ -77,7 +77,7 @@ train overlap_full 2 "${T2[@]}" "${R[@]}" --tp-comm-overlap &&
   same_as ref2_full overlap_full "$((6 * per + h)) $((4 * per)) $((2 * per + h)) $((2 * per + h))"
 # the Llama family (RMSNorm, SwiGLU, GQA, q/k norm, RoPE, no biases)
 train ref2_llama 2 "${T2[@]}" "${llama[@]}"
-train overlap_llama 2 "${T2[@]}" "${llama[@]}" --tp-comm-overlap --tp-comm-overlap-progress thread &&
+train overlap_llama 2 "${T2[@]}" "${llama[@]}" --tp-comm-overlap --tp-comm-overlap-progress test &&
   same_as ref2_llama overlap_llama "$full"
 
 # ---- t = 4: ring order of the reduce-scatter sums ----

@@ -370,22 +370,71 @@ void tp_compute_ring_reduce_scatter(float *out_local, float *partial, float *rec
     end_call(first, end);
 }
 
+/* A bulk operation in flight: its ops, and for a reduce-scatter what tp_bulk_wait sums. */
+#define MAX_BULK 8
+typedef struct {
+    int first, end;
+    float *local;        /* reduce-scatter: the result */
+    const float *own;    /* reduce-scatter: this rank's partial of its own chunk */
+    const float *recv;   /* reduce-scatter: the other ranks' partials, t - 1 chunks */
+    size_t shard_n;
+} bulk_op;
+static bulk_op g_bulk[MAX_BULK];
+
+static int bulk_slot(void) {
+    for (int h = 0; h < MAX_BULK; h++)
+        if (g_bulk[h].end == 0) return h;
+    parallel_abort(1, "TP overlap: more than %d bulk operations in flight", MAX_BULK);
+}
+
+/* MPI_Iallgather: Open MPI's nonblocking all-gather moves the same bytes as the blocking one */
 int tp_bulk_allgather_start(float *gathered, const float *local, size_t shard_n) {
     tp_comm_note_all_gather(shard_n);
     g.stats.bulk_all_gathers++;
     begin_call();
-    int op = add_op(OP_IALLGATHER, -1, 0, (int)shard_n, local, gathered, -1, -1);
+    int h = bulk_slot();
+    g_bulk[h].first = add_op(OP_IALLGATHER, -1, 0, (int)shard_n, local, gathered, -1, -1);
+    g_bulk[h].end = g_bulk[h].first + 1;
+    g_bulk[h].local = NULL;
     start_ops();
-    return op;
+    return h;
 }
 
-int tp_bulk_reduce_scatter_start(float *local, const float *full, size_t shard_n) {
+/* Point-to-point, not MPI_Ireduce_scatter_block: Open MPI's nonblocking reduce-scatter
+ * (libnbc) moves about 2.5 times the bytes of the blocking one for two ranks (measured: 43 ms
+ * vs 17 ms for 2 MB per rank at 1 Gbit/s). Every rank sends each other rank its partial of that
+ * rank's chunk; the wait adds the t - 1 received partials to the own one, in ring order from
+ * the left neighbour (two ranks: own + other, the same sum as MPI's). */
+int tp_bulk_reduce_scatter_start(float *local, const float *full, float *recv, size_t shard_n) {
+    int t = g.size, r = g.rank;
     tp_comm_note_reduce_scatter(shard_n);
     g.stats.bulk_reduce_scatters++;
     begin_call();
-    int op = add_op(OP_IREDUCE_SCATTER, -1, 0, (int)shard_n, full, local, -1, -1);
+    int h = bulk_slot(), tag = tags(1);
+    g_bulk[h] = (bulk_op){g.nops, 0, local, full + (size_t)r * shard_n, recv, shard_n};
+    for (int k = 1; k < t; k++) {
+        int from = (r - k + t) % t, to = (r + k) % t;
+        add_op(OP_RECV, from, tag, (int)shard_n, NULL, recv + (size_t)(k - 1) * shard_n, -1, -1);
+        add_op(OP_SEND, to, tag, (int)shard_n, full + (size_t)to * shard_n, NULL, -1, -1);
+    }
+    g_bulk[h].end = g.nops;
     start_ops();
-    return op;
+    return h;
 }
 
-void tp_bulk_wait(int handle) { end_call(handle, handle + 1); }
+void tp_bulk_wait(int h) {
+    end_call(g_bulk[h].first, g_bulk[h].end);
+    if (g_bulk[h].local) {
+        float *out = g_bulk[h].local;
+        const float *own = g_bulk[h].own, *recv = g_bulk[h].recv;
+        size_t n = g_bulk[h].shard_n;
+        int others = g.size - 1;
+#pragma omp parallel for schedule(static)
+        for (size_t j = 0; j < n; j++) {
+            float acc = own[j];
+            for (int k = 0; k < others; k++) acc += recv[(size_t)k * n + j];
+            out[j] = acc;
+        }
+    }
+    g_bulk[h].end = 0;
+}

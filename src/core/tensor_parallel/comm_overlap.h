@@ -60,9 +60,11 @@ void tp_compute_ring_reduce_scatter(float *out_local, float *partial, float *rec
                                     int pieces, tp_rows_fn fn, void *user);
 
 /* Bulk operations: start, compute something else (calling tp_overlap_poll between tiles),
- * wait. shard_n floats per rank. */
+ * wait; the buffers must stay untouched until then. shard_n floats per rank. The
+ * reduce-scatter's partials arrive in recv ((t - 1) * shard_n floats of scratch) and are summed
+ * into local by tp_bulk_wait. */
 int tp_bulk_allgather_start(float *gathered, const float *local, size_t shard_n);
-int tp_bulk_reduce_scatter_start(float *local, const float *full, size_t shard_n);
+int tp_bulk_reduce_scatter_start(float *local, const float *full, float *recv, size_t shard_n);
 void tp_bulk_wait(int handle);
 
 /* Overlapped operations run since tp_overlap_init (tests check the overlap really ran). */

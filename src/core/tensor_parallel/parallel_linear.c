@@ -134,7 +134,7 @@ void column_parallel_linear_backward(const tp_linear *l, float *din_local, float
     if (ag >= 0) tp_bulk_wait(ag);
     if (!l->rs_dgrad) {
         if (l->bulk_wgrad)
-            rs = tp_bulk_reduce_scatter_start(din_local, l->partial, shard);
+            rs = tp_bulk_reduce_scatter_start(din_local, l->partial, l->recv, shard);
         else
             tp_reduce_scatter(din_local, l->partial, shard);
     }
