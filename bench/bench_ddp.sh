@@ -65,4 +65,13 @@ for pair in "allreduce allreduce+overlap" "distopt distopt+overlap"; do
     printf "%-18s -> %-18s iteration time x%.3f | hidden %.0f%% of the wait after backward | net %.0f%% of it gained\n",
            a, o, to / ta, 100 * (1 - wo / wa), 100 * (ta - to) / wa }'
 done
+# Optimizer state per rank (--log-memory's measured bytes, the tracked allocator's): with the
+# distributed optimizer each rank holds its ceil(N/DP) elements of each moment, against the
+# replicated figure / DP.
+opt_bytes() { grep "\[Rank $2\] memory optimizer state" "$1" | head -1 | sed -E 's/.*measured ([0-9]+).*/\1/'; }
+for r in 0 1; do
+  rep=$(opt_bytes "$OUT/ddp_allreduce.log" $r) dist=$(opt_bytes "$OUT/ddp_distopt.log" $r)
+  awk -v r=$r -v a="$rep" -v d="$dist" 'BEGIN {
+    printf "optimizer state, rank %d: replicated %d bytes | distributed %d bytes | ratio %.4f (1/DP = 0.5000)\n", r, a, d, d / a }'
+done
 echo "logs: $OUT/ddp_*.log"
