@@ -12,7 +12,7 @@
 /* One transfer. It is posted once its `after` flag is set (-1: at once) and sets its `done`
  * flag when complete (-1: none). Flags and ops live in tables that are reset whenever no call
  * is in progress. */
-typedef enum { OP_SEND, OP_RECV, OP_IALLGATHER, OP_IREDUCE_SCATTER } op_kind;
+typedef enum { OP_SEND, OP_RECV, OP_IALLGATHER } op_kind;
 typedef struct {
     op_kind kind;
     int peer, tag, count;
@@ -75,10 +75,6 @@ static void post(ov_op *op) {
     case OP_IALLGATHER:
         MPI_Iallgather(op->sbuf, op->count, MPI_FLOAT, op->rbuf, op->count, MPI_FLOAT, g.comm,
                        &op->req);
-        break;
-    case OP_IREDUCE_SCATTER:
-        MPI_Ireduce_scatter_block(op->sbuf, op->rbuf, op->count, MPI_FLOAT, MPI_SUM, g.comm,
-                                  &op->req);
         break;
     }
     op->state = 1;
