@@ -287,23 +287,30 @@ static void file_path(char *out, size_t len, const char *tmp_dir, int f) {
     snprintf(out, len, "%s/%s.safetensors", tmp_dir, f ? "optimizer" : "model");
 }
 
+/* The start of a save (saving = 1) or load: the counters and the buffer peak reset, the
+ * optimizer buffers checked, the file layout built. 0, or -1 with a message. */
+static int io_begin(layout *L, const char *dir, int iteration, const transformer_config *cfg,
+                    const param_set *local, const dist_opt *dopt, int with_optimizer, int saving,
+                    char *err, size_t errlen) {
+    mem_phase_start();
+    memset(&g_stats, 0, sizeof g_stats);
+    memset(L, 0, sizeof *L);
+    if (with_optimizer && !dopt && local->count > 0 && (!local->exp_avg || !local->exp_avg_sq)) {
+        err_set(err, errlen, "checkpoint: optimizer state requested but the parameter set has "
+                             "no exp_avg / exp_avg_sq buffers");
+        return -1;
+    }
+    return layout_make(L, dir, iteration, cfg, local, with_optimizer, saving, err, errlen);
+}
+
 int dist_ckpt_save(const char *dir, const transformer_config *cfg, const param_set *local,
                    const dist_opt *dopt, const ckpt_state *st, int with_optimizer, char *err,
                    size_t errlen) {
     const parallel_state *ps = parallel_get();
     int root = ps->world_rank == 0, rc = 0;
     size_t other0 = mem_current(MEM_OTHER);
-    mem_phase_start();
-    memset(&g_stats, 0, sizeof g_stats);
-    if (with_optimizer && !dopt && local->count > 0 && (!local->exp_avg || !local->exp_avg_sq)) {
-        err_set(err, errlen, "checkpoint: optimizer state requested but the parameter set has "
-                             "no exp_avg / exp_avg_sq buffers");
-        rc = -1;
-    }
     layout L;
-    memset(&L, 0, sizeof L);
-    if (rc == 0)
-        rc = layout_make(&L, dir, st->iteration, cfg, local, with_optimizer, 1, err, errlen);
+    rc = io_begin(&L, dir, st->iteration, cfg, local, dopt, with_optimizer, 1, err, errlen);
     if (agree(rc, err, errlen)) {
         layout_free(&L);
         return -1;
@@ -536,16 +543,8 @@ int dist_ckpt_load_tensors(const char *dir, int iteration, const transformer_con
     const parallel_state *ps = parallel_get();
     int root = ps->world_rank == 0, rc = 0;
     size_t other0 = mem_current(MEM_OTHER);
-    mem_phase_start();
-    memset(&g_stats, 0, sizeof g_stats);
-    if (with_optimizer && !dopt && local->count > 0 && (!local->exp_avg || !local->exp_avg_sq)) {
-        err_set(err, errlen, "checkpoint: optimizer state requested but the parameter set has "
-                             "no exp_avg / exp_avg_sq buffers");
-        rc = -1;
-    }
     layout L;
-    memset(&L, 0, sizeof L);
-    if (rc == 0) rc = layout_make(&L, dir, iteration, cfg, local, with_optimizer, 0, err, errlen);
+    rc = io_begin(&L, dir, iteration, cfg, local, dopt, with_optimizer, 0, err, errlen);
     if (agree(rc, err, errlen)) {
         layout_free(&L);
         return -1;
