@@ -172,7 +172,6 @@ void tp_overlap_finalize(void) {
 
 int tp_overlap_ready(void) { return g.ready; }
 const tp_overlap_stats *tp_overlap_get_stats(void) { return &g.stats; }
-tp_progress_mode tp_overlap_mode(void) { return g.mode; }
 
 void tp_overlap_poll(void) {
     if (!threaded() && g.pending > 0) progress();

@@ -37,7 +37,6 @@ typedef enum { TP_PROGRESS_TEST = 0, TP_PROGRESS_THREAD } tp_progress_mode;
 int tp_overlap_init(tp_progress_mode mode, char *err, size_t errlen);
 void tp_overlap_finalize(void);
 int tp_overlap_ready(void);
-tp_progress_mode tp_overlap_mode(void);
 
 /* Between GEMM tiles: advances outstanding transfers (test mode; nothing in thread mode). */
 void tp_overlap_poll(void);
