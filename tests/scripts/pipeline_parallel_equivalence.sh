@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Pipeline parallelism (1F1B and interleaved) against the single-process run, under mpirun:
 # PP 2 and 4, TP 2 x PP 2 with SP, PP 2 x DP 2, DP 4, TP 2 x DP 2, TP 2 x PP 2 x DP 2 (8 ranks),
-# PP 2 with selective and full recompute, PP 4 with partial recompute (K = 2); interleaved
+# PP 2 with selective and full recompute, PP 4 with partial recompute (K = 2), DP 2 with full
+# and TP 2 x DP 2 + SP with selective recompute; interleaved
 # (virtual pipeline stages, v = 2): PP 2 with no, selective, full and partial recompute, TP 2 x
 # PP 2 with SP, PP 2 x DP 2 with the distributed optimizer and overlapped reductions, and with 8
 # layers PP 4 (no and partial recompute) against an 8-layer single-process run; 4 micro-batches
@@ -70,6 +71,10 @@ check pp4part 4 --pipeline-model-parallel-size 4 --recompute-granularity full \
     --recompute-method uniform --recompute-num-layers 1 \
     --num-microbatches-with-partial-activation-checkpoints 2
 check pp2sel 2 --pipeline-model-parallel-size 2 --recompute-granularity selective
+# data-parallel layouts under recomputation too
+check dp2full 2 --recompute-granularity full --recompute-method block --recompute-num-layers 1
+check tp2dp2sel 4 --tensor-model-parallel-size 2 --make-vocab-size-divisible-by 64 \
+    --sequence-parallel --recompute-granularity selective
 check pp2full 2 --pipeline-model-parallel-size 2 --recompute-granularity full \
     --recompute-method uniform --recompute-num-layers 1
 # interleaved schedule: 2 model chunks of 1 layer per rank
