@@ -757,23 +757,14 @@ int args_parse(megadlm_args *a, int argc, char **argv, char *err, size_t errlen)
                 return fail(err, errlen, "--%s: expected an integer, found '%s'", o->name, optarg);
             break;
         case K_POS:
-            if (parse_int(optarg, 1, (int *)p)) {
-                int tmp;
-                if (!parse_int(optarg, INT_MIN, &tmp))
-                    return fail(err, errlen, "--%s: expected a positive integer, found '%s'",
-                                o->name, optarg);
-                return fail(err, errlen, "--%s: expected an integer, found '%s'", o->name, optarg);
-            }
-            break;
-        case K_NONNEG:
-            if (parse_int(optarg, 0, (int *)p)) {
-                int tmp;
-                if (!parse_int(optarg, INT_MIN, &tmp))
-                    return fail(err, errlen, "--%s: expected a non-negative integer, found '%s'",
-                                o->name, optarg);
-                return fail(err, errlen, "--%s: expected an integer, found '%s'", o->name, optarg);
-            }
-            break;
+        case K_NONNEG: {
+            int lo = o->kind == K_POS ? 1 : 0, tmp;
+            if (!parse_int(optarg, lo, (int *)p)) break;
+            if (!parse_int(optarg, INT_MIN, &tmp)) /* an integer, but below the bound */
+                return fail(err, errlen, "--%s: expected a %s integer, found '%s'", o->name,
+                            lo ? "positive" : "non-negative", optarg);
+            return fail(err, errlen, "--%s: expected an integer, found '%s'", o->name, optarg);
+        }
         case K_U64:
             if (parse_u64(optarg, (uint64_t *)p))
                 return fail(err, errlen, "--%s: expected a non-negative integer, found '%s'",

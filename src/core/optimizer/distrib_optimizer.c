@@ -149,35 +149,3 @@ void dist_opt_finish_param_sync(dist_opt *o) {
             o->stats.completed_at_finish++;
         }
 }
-
-void dist_opt_unshard_state(dist_opt *o, int gather) {
-    param_set *ps = o->ps;
-    ddp *d = o->ddp;
-    ps->exp_avg = mem_alloc_floats(MEM_OTHER, ps->numel, "exp_avg (unsharded)");
-    ps->exp_avg_sq = mem_alloc_floats(MEM_OTHER, ps->numel, "exp_avg_sq (unsharded)");
-    if (!gather) return;
-    for (int s = 0; s < o->num_segments; s++) {
-        const dist_opt_segment *sg = &o->segs[s];
-        memcpy(ps->exp_avg + sg->begin, o->exp_avg + sg->state, sg->numel * sizeof(float));
-        memcpy(ps->exp_avg_sq + sg->begin, o->exp_avg_sq + sg->state, sg->numel * sizeof(float));
-    }
-    if (d->dp_size > 1)
-        for (int b = 0; b < d->num_buckets; b++) {
-            gather_bucket(o, ps->exp_avg, b, 0);
-            gather_bucket(o, ps->exp_avg_sq, b, 0);
-        }
-}
-
-void dist_opt_reshard_state(dist_opt *o, int keep) {
-    param_set *ps = o->ps;
-    if (keep)
-        for (int s = 0; s < o->num_segments; s++) {
-            const dist_opt_segment *sg = &o->segs[s];
-            memcpy(o->exp_avg + sg->state, ps->exp_avg + sg->begin, sg->numel * sizeof(float));
-            memcpy(o->exp_avg_sq + sg->state, ps->exp_avg_sq + sg->begin,
-                   sg->numel * sizeof(float));
-        }
-    mem_free(ps->exp_avg);
-    mem_free(ps->exp_avg_sq);
-    ps->exp_avg = ps->exp_avg_sq = NULL;
-}

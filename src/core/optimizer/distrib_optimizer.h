@@ -24,8 +24,7 @@
  *
  * Checkpoints stay unsharded without gathering: training/dist_checkpointing writes each rank's
  * pieces (segs, exp_avg, exp_avg_sq) at their places in the whole tensors and reads back only
- * those. dist_opt_unshard_state / dist_opt_reshard_state build and drop whole-buffer copies of
- * the moments (MEM_OTHER) for inspection and tests. */
+ * those. */
 #ifndef MEGADLM_CORE_OPTIMIZER_DISTRIB_OPTIMIZER_H
 #define MEGADLM_CORE_OPTIMIZER_DISTRIB_OPTIMIZER_H
 
@@ -74,12 +73,5 @@ void dist_opt_start_param_sync(dist_opt *o);
 void dist_opt_params_needed(void *user, size_t begin, size_t end);
 /* Waits for every gather in flight. */
 void dist_opt_finish_param_sync(dist_opt *o);
-
-/* ps->exp_avg / exp_avg_sq become whole-buffer copies (MEM_OTHER); gather = 1 (collective over
- * DP, before saving) fills them with every rank's pieces, 0 (before loading into them) leaves
- * them zero. */
-void dist_opt_unshard_state(dist_opt *o, int gather);
-/* Frees them again; keep = 1 first copies this rank's pieces from them (after a load). */
-void dist_opt_reshard_state(dist_opt *o, int keep);
 
 #endif

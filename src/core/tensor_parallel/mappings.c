@@ -34,7 +34,9 @@ static void record(rec_kind kind, size_t n) {
     if (!g_recording) return;
     if (g_rec_len == g_rec_cap) {
         g_rec_cap = g_rec_cap ? 2 * g_rec_cap : 256;
-        g_rec = realloc(g_rec, g_rec_cap * sizeof(*g_rec));
+        rec_entry *grown = realloc(g_rec, g_rec_cap * sizeof(*g_rec));
+        if (!grown) parallel_abort(1, "TP communication record: out of memory");
+        g_rec = grown;
     }
     g_rec[g_rec_len++] = (rec_entry){kind, n};
 }
