@@ -4,6 +4,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/threads.h"
+
+static void init_mpi(int *argc, char ***argv);
+
 static parallel_state g = {.world_size = 1, .tp_size = 1, .pp_size = 1, .dp_size = 1,
                            .tp = MPI_COMM_NULL, .pp = MPI_COMM_NULL, .dp = MPI_COMM_NULL,
                            .embedding = MPI_COMM_NULL};
@@ -14,7 +18,11 @@ static int launched_by_mpirun(void) {
 }
 
 void parallel_init(int *argc, char ***argv) {
-    if (!launched_by_mpirun()) return;
+    if (launched_by_mpirun()) init_mpi(argc, argv);
+    threads_setup(); /* node-local ranks share the cores (core/threads.h) */
+}
+
+static void init_mpi(int *argc, char ***argv) {
     int provided;
     /* SERIALIZED: the TP communication thread (--tp-comm-overlap, thread progress) calls MPI
      * while the main thread computes, never at the same time (comm_overlap.h) */

@@ -9,6 +9,9 @@
 #endif
 #include "training/arguments.h"
 
+#define ARGS_STR_(x) #x
+#define ARGS_STR(x) ARGS_STR_(x)
+
 #include <ctype.h>
 #include <errno.h>
 #include <float.h>
@@ -379,8 +382,10 @@ static const opt_def OPTIONS[] = {
             "--tp-comm-overlap: no all-gather or rs-dgrad overlap for linear_qkv."),
     BOOLOPT("tp-comm-overlap-disable-fc1", K_TRUE, G_PAR, tp_comm_overlap_disable_fc1, "off",
             "--tp-comm-overlap: no all-gather or rs-dgrad overlap for linear_fc1."),
-    INTOPT("tp-comm-overlap-num-splits", K_POS, G_PAR, tp_comm_overlap_num_splits, "N", "2",
-           "--tp-comm-overlap (ours): pieces per sequence shard in the ring overlaps."),
+    INTOPT("tp-comm-overlap-num-splits", K_POS, G_PAR, tp_comm_overlap_num_splits, "N",
+           ARGS_STR(ARGS_DEFAULT_SP_PIECES),
+           "Sequence parallelism (ours): pieces per sequence shard; every GEMM over the gathered tokens "
+           "runs per piece, and --tp-comm-overlap sends these pieces round the ring."),
     STROPT("tp-comm-overlap-progress", G_PAR, tp_comm_overlap_progress, "MODE", "thread",
            "--tp-comm-overlap (ours): who drives MPI during GEMMs: test (the computing thread, "
            "between GEMM tiles) or thread (a communication thread)."),
@@ -1069,17 +1074,20 @@ static int validate_tp_comm_overlap(megadlm_args *a, int t, char *err, size_t er
                         : !a->tp_comm_bulk_wgrad       ? "--disable-tp-comm-bulk-wgrad"
                         : a->tp_comm_overlap_disable_qkv ? "--tp-comm-overlap-disable-qkv"
                         : a->tp_comm_overlap_disable_fc1 ? "--tp-comm-overlap-disable-fc1"
-                        : a->tp_comm_overlap_num_splits  ? "--tp-comm-overlap-num-splits"
                         : a->tp_comm_overlap_progress[0] ? "--tp-comm-overlap-progress"
                                                          : NULL;
     if (!a->tp_comm_overlap && given)
         return fail(err, errlen, "%s has no effect without --tp-comm-overlap", given);
+    /* the pieces are sequence parallelism's row plan (parallel_linear.c), overlapped or not */
+    if (a->tp_comm_overlap_num_splits && !(a->sequence_parallel && t > 1))
+        return fail(err, errlen,
+                    "--tp-comm-overlap-num-splits has no effect without --sequence-parallel and "
+                    "--tensor-model-parallel-size > 1");
     if (a->tp_comm_overlap_progress[0] && strcmp(a->tp_comm_overlap_progress, "test") &&
         strcmp(a->tp_comm_overlap_progress, "thread"))
         return fail(err, errlen, "--tp-comm-overlap-progress %s: expected test or thread",
                     a->tp_comm_overlap_progress);
     if (!a->tp_comm_overlap) return 0;
-    if (!a->tp_comm_overlap_num_splits) a->tp_comm_overlap_num_splits = 2;
     if (!a->tp_comm_overlap_progress[0])
         snprintf(a->tp_comm_overlap_progress, sizeof(a->tp_comm_overlap_progress), "thread");
     return 0;

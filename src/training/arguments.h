@@ -130,7 +130,8 @@ typedef struct {
     int tp_comm_bulk_wgrad;       /* 1 unless --disable-tp-comm-bulk-wgrad */
     int tp_comm_overlap_disable_qkv; /* --tp-comm-overlap-disable-qkv */
     int tp_comm_overlap_disable_fc1; /* --tp-comm-overlap-disable-fc1 */
-    int tp_comm_overlap_num_splits;  /* --tp-comm-overlap-num-splits (ours; 0 = unset: 4) */
+    int tp_comm_overlap_num_splits;  /* --tp-comm-overlap-num-splits (ours; 0 = unset:
+                                        ARGS_DEFAULT_SP_PIECES, see args_sp_pieces) */
     char tp_comm_overlap_progress[16]; /* --tp-comm-overlap-progress test|thread (ours) */
     int num_layers_per_virtual_pipeline_stage; /* --num-layers-per-virtual-pipeline-stage N (0 = unset) */
     int virtual_pipeline_model_parallel_size;  /* --virtual-pipeline-model-parallel-size V; derived
@@ -184,5 +185,13 @@ void args_free(megadlm_args *a); /* frees data_paths */
  * paths (malloc'ed: free them), weights, *count, *weighted; errors name `flag`. */
 int args_parse_blend(const char *flag, const char *spec, char **paths, double *weights,
                      int *count, int *weighted, char *err, size_t errlen);
+
+/* Pieces per sequence shard in sequence parallelism's row plan (--tp-comm-overlap-num-splits,
+ * default ARGS_DEFAULT_SP_PIECES; kept 0 in the arguments when not given, so that a checkpoint's
+ * state stays valid in any layout). */
+#define ARGS_DEFAULT_SP_PIECES 2
+static inline int args_sp_pieces(const megadlm_args *a) {
+    return a->tp_comm_overlap_num_splits > 0 ? a->tp_comm_overlap_num_splits : ARGS_DEFAULT_SP_PIECES;
+}
 
 #endif

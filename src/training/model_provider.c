@@ -55,7 +55,7 @@ transformer_config model_config_from_args(const megadlm_args *a) {
     c.tp_comm_bulk_wgrad = a->tp_comm_bulk_wgrad;
     c.tp_comm_overlap_disable_qkv = a->tp_comm_overlap_disable_qkv;
     c.tp_comm_overlap_disable_fc1 = a->tp_comm_overlap_disable_fc1;
-    c.tp_comm_overlap_num_splits = a->tp_comm_overlap_num_splits;
+    c.tp_comm_overlap_num_splits = args_sp_pieces(a);
     c.pp_size = a->pipeline_model_parallel_size;
     c.pp_rank = c.pp_size > 1 ? parallel_get()->pp_rank : 0;
     c.vp_size = a->virtual_pipeline_model_parallel_size; /* 0: no interleaving */

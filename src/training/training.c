@@ -22,7 +22,9 @@
 #include "training/watchdog.h"
 #include "training/difflm.h"
 #include "training/dist_checkpointing.h"
+#include "core/kernels/gemm.h"
 #include "core/parallel_state.h"
+#include "core/threads.h"
 #include "core/tensor_parallel/comm_overlap.h"
 #include "core/tensor_parallel/mappings.h"
 #include "training/model_provider.h"
@@ -574,6 +576,56 @@ static void log_pipeline_bubble(const trainer *tr) {
     fflush(stdout);
 }
 
+/* OpenBLAS falls back to old SSE kernels on CPUs it does not know (a virtual machine's
+ * generic model name, a CPU newer than the library); returns the kernel set to ask for then. */
+static const char *blas_kernels_missed(void) {
+    static const char *const sse_only[] = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem",
+                                           "Atom", "Katmai", "Coppermine", "Northwood", "Banias"};
+    const char *k = gemm_blas_kernels();
+    int old = 0;
+    for (size_t i = 0; i < sizeof sse_only / sizeof *sse_only; i++)
+        if (!strcmp(k, sse_only[i])) old = 1;
+    __builtin_cpu_init();
+    if (!old || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return NULL;
+    if (__builtin_cpu_supports("avx512bf16")) return "Cooperlake";
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+        return "SkylakeX";
+    return "Haswell";
+}
+
+/* Threads per rank (core/threads.h) and the BLAS kernels, for the whole job: the log rank
+ * prints the range over all ranks and says once if any node has more processes than CPUs. */
+static void log_threads(void) {
+    const thread_plan *tp = threads_plan();
+    int lo = tp->threads, hi = tp->threads, over = tp->oversubscribed, env = tp->from_env;
+    int sharing = tp->sharing, cpus = tp->cpus;
+    if (parallel_get()->mpi) {
+        int in[4] = {-lo, hi, over, sharing}, out[4];
+        MPI_Allreduce(in, out, 4, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        lo = -out[0], hi = out[1], over = out[2], sharing = out[3];
+    }
+    char range[32];
+    if (lo == hi) snprintf(range, sizeof range, "%d", lo);
+    else snprintf(range, sizeof range, "%d to %d", lo, hi);
+    if (env)
+        log_printf("> threads per rank: %s (OpenMP and OpenBLAS; from OMP_NUM_THREADS)\n", range);
+    else if (over)
+        log_printf("> threads per rank: %s (OpenMP and OpenBLAS): more processes than CPUs on a "
+                   "node (%d processes share %d CPUs), 1 thread each; set OMP_NUM_THREADS to "
+                   "choose\n", range, sharing, cpus);
+    else
+        log_printf("> threads per rank: %s (OpenMP and OpenBLAS; %d CPU%s in this rank's "
+                   "affinity mask, shared by %d process%s)\n", range, cpus, cpus == 1 ? "" : "s",
+                   sharing, sharing == 1 ? "" : "es");
+    log_printf("> BLAS: %s; kernels %s\n", gemm_blas_config(), gemm_blas_kernels());
+    const char *better = blas_kernels_missed();
+    if (better)
+        log_printf(" WARNING: OpenBLAS did not recognise this CPU and runs its %s kernels, which "
+                   "use no AVX2; the CPU can run %s's (several times faster GEMMs): set "
+                   "OPENBLAS_CORETYPE=%s\n", gemm_blas_kernels(), better, better);
+}
+
 int pretrain(megadlm_args *a) {
     trainer tr = {.a = a};
     char err[1024];
@@ -591,6 +643,7 @@ int pretrain(megadlm_args *a) {
     const parallel_state *pst = parallel_get();
     g_log_rank = pst->world_rank == pst->world_size - 1;
     if (g_log_rank) args_print(a, stdout);
+    log_threads();
     if (a->tp_comm_overlap) {
         tp_progress_mode mode = strcmp(a->tp_comm_overlap_progress, "thread") ? TP_PROGRESS_TEST
                                                                              : TP_PROGRESS_THREAD;
@@ -605,7 +658,7 @@ int pretrain(megadlm_args *a) {
                    : a->tp_comm_bulk_wgrad ? "bulk wgrad" : "no bulk overlap",
                    a->tp_comm_overlap_disable_qkv ? "excluded" : "included",
                    a->tp_comm_overlap_disable_fc1 ? "excluded" : "included",
-                   a->tp_comm_overlap_num_splits,
+                   args_sp_pieces(a),
                    mode == TP_PROGRESS_THREAD ? "a communication thread" : "tests between GEMM tiles");
     }
     transformer_config cfg = model_config_from_args(a);

@@ -1,8 +1,8 @@
 #include "core/datasets/gpt_dataset.h"
 
 /* Megatron computes these indices without fused multiply-adds (helpers.cpp is built without
- * -march flags); keep GCC from contracting a * b - c into an FMA under -march=native so the
- * blending errors round exactly as there. */
+ * -march flags). The whole build uses -ffp-contract=off; this file says so itself as well,
+ * since Megatron-identical blending indices depend on it (a * b - c never becomes an FMA). */
 #pragma GCC optimize("fp-contract=off")
 
 #include <ctype.h>

@@ -31,3 +31,7 @@ void gemm_serial_end(int saved_threads) {
     if (saved_threads != 1)
         openblas_set_num_threads(saved_threads);
 }
+
+void gemm_set_threads(int threads) { openblas_set_num_threads(threads < 1 ? 1 : threads); }
+const char *gemm_blas_config(void) { return openblas_get_config(); }
+const char *gemm_blas_kernels(void) { return openblas_get_corename(); }

@@ -17,4 +17,12 @@ void gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const floa
 int gemm_serial_begin(void);
 void gemm_serial_end(int saved_threads);
 
+/* OpenBLAS's thread count outside such regions (core/threads.c decides it). */
+void gemm_set_threads(int threads);
+/* The BLAS library's build string and the kernel set it runs (OpenBLAS's DYNAMIC_ARCH builds
+ * pick it from the CPU, or from OPENBLAS_CORETYPE): the log names it, because a product's last
+ * bits depend on it. */
+const char *gemm_blas_config(void);
+const char *gemm_blas_kernels(void);
+
 #endif

@@ -178,7 +178,7 @@ void tp_overlap_poll(void) {
 }
 
 int tp_overlap_tile_rows(int rows) {
-    if (threaded()) return rows;
+    if (!g.ready || threaded()) return rows;
     int tile = (rows + TILES_PER_PIECE - 1) / TILES_PER_PIECE;
     return tile < MIN_TILE_ROWS ? MIN_TILE_ROWS : tile;
 }
@@ -261,16 +261,31 @@ static void end_call(int first, int end) {
 
 /* ---- algorithms ---- */
 
-static void piece(int Ns, int pieces, int i, int *lo, int *n) {
+int tp_pieces(int Ns, int pieces) {
+    if (pieces < 1) pieces = 1;
+    return pieces > Ns ? (Ns > 0 ? Ns : 1) : pieces;
+}
+
+void tp_piece_rows(int Ns, int pieces, int i, int *lo, int *n) {
     *lo = (int)((long)Ns * i / pieces);
     *n = (int)((long)Ns * (i + 1) / pieces) - *lo;
+}
+
+void tp_for_each_piece(int t, int Ns, int pieces, tp_rows_fn fn, void *user) {
+    pieces = tp_pieces(Ns, pieces);
+    for (int q = 0; q < t; q++)
+        for (int i = 0; i < pieces; i++) {
+            int lo, n;
+            tp_piece_rows(Ns, pieces, i, &lo, &n);
+            fn(user, q * Ns + lo, n);
+        }
 }
 
 void tp_ring_allgather_compute(float *gathered, const float *local, int Ns, int C, int pieces,
                                tp_rows_fn fn, void *user) {
     int t = g.size, r = g.rank, left = (r + t - 1) % t, right = (r + 1) % t;
     size_t row = (size_t)C;
-    if (pieces > Ns) pieces = Ns > 0 ? Ns : 1;
+    pieces = tp_pieces(Ns, pieces);
     if (gathered + r * Ns * row != local)
         memcpy(gathered + r * Ns * row, local, (size_t)Ns * row * sizeof(float));
     tp_comm_note_all_gather((size_t)Ns * C);
@@ -286,7 +301,7 @@ void tp_ring_allgather_compute(float *gathered, const float *local, int Ns, int 
         int from = (r - k + t) % t, pass = (r - k + 1 + t) % t;
         for (int i = 0; i < pieces; i++) {
             int lo, n, tag = tag0 + (k - 1) * pieces + i;
-            piece(Ns, pieces, i, &lo, &n);
+            tp_piece_rows(Ns, pieces, i, &lo, &n);
             add_op(OP_RECV, left, tag, n * C, NULL, gathered + ((size_t)from * Ns + lo) * row, -1,
                    got0 + (k - 1) * pieces + i);
             add_op(OP_SEND, right, tag, n * C, gathered + ((size_t)pass * Ns + lo) * row, NULL,
@@ -296,12 +311,16 @@ void tp_ring_allgather_compute(float *gathered, const float *local, int Ns, int 
     int end = g.nops;
     start_ops();
 
-    fn(user, r * Ns, Ns);
+    for (int i = 0; i < pieces; i++) { /* the own shard, in the plan's pieces */
+        int lo, n;
+        tp_piece_rows(Ns, pieces, i, &lo, &n);
+        fn(user, r * Ns + lo, n);
+    }
     for (int k = 1; k < t; k++) {
         int from = (r - k + t) % t;
         for (int i = 0; i < pieces; i++) {
             int lo, n;
-            piece(Ns, pieces, i, &lo, &n);
+            tp_piece_rows(Ns, pieces, i, &lo, &n);
             wait_flag(got0 + (k - 1) * pieces + i);
             fn(user, from * Ns + lo, n);
         }
@@ -313,7 +332,7 @@ void tp_compute_ring_reduce_scatter(float *out_local, float *partial, float *rec
                                     int pieces, tp_rows_fn fn, void *user) {
     int t = g.size, r = g.rank, left = (r + t - 1) % t, right = (r + 1) % t;
     size_t row = (size_t)C;
-    if (pieces > Ns) pieces = Ns > 0 ? Ns : 1;
+    pieces = tp_pieces(Ns, pieces);
     tp_comm_note_reduce_scatter((size_t)Ns * C);
     g.stats.ring_reduce_scatters++;
 
@@ -332,7 +351,7 @@ void tp_compute_ring_reduce_scatter(float *out_local, float *partial, float *rec
         int c = ((r - 1 - k) % t + t) % t;
         for (int i = 0; i < pieces; i++) {
             int lo, n, tag = tag0 + k * pieces + i;
-            piece(Ns, pieces, i, &lo, &n);
+            tp_piece_rows(Ns, pieces, i, &lo, &n);
             if (k >= 1)
                 add_op(OP_RECV, left, tag - pieces, n * C, NULL,
                        recv + ((size_t)(k - 1) * Ns + lo) * row, -1, got0 + (k - 1) * pieces + i);
@@ -348,7 +367,7 @@ void tp_compute_ring_reduce_scatter(float *out_local, float *partial, float *rec
         int c = ((r - 1 - k) % t + t) % t;
         for (int i = 0; i < pieces; i++) {
             int lo, n;
-            piece(Ns, pieces, i, &lo, &n);
+            tp_piece_rows(Ns, pieces, i, &lo, &n);
             fn(user, c * Ns + lo, n);
             float *mine = partial + ((size_t)c * Ns + lo) * row;
             if (k >= 1) {

@@ -40,15 +40,26 @@ int tp_overlap_ready(void);
 
 /* Between GEMM tiles: advances outstanding transfers (test mode; nothing in thread mode). */
 void tp_overlap_poll(void);
-/* Rows per GEMM tile when `rows` rows are computed under communication. */
+/* Rows per GEMM tile when `rows` rows (a piece) are computed under communication: the whole
+ * piece in thread mode and without the engine; tiles in test mode, so progress runs between
+ * them (a finer decomposition than the plan's: not bit-identical to it, docs/ARCHITECTURE.md). */
 int tp_overlap_tile_rows(int rows);
 
 /* Called on rows [row0, row0 + rows) of the whole [t * Ns, C] matrix. */
 typedef void (*tp_rows_fn)(void *user, int row0, int rows);
 
+/* The row plan of sequence parallelism: each rank's shard of Ns token rows is cut into
+ * tp_pieces(Ns, pieces) pieces, piece i being rows [lo, lo + n) of the shard. Every GEMM over
+ * the gathered token rows runs once per piece, with or without overlap (parallel_linear.c), so
+ * both paths make the same BLAS calls on the same data and get the same bits from any BLAS. */
+int tp_pieces(int Ns, int pieces);
+void tp_piece_rows(int Ns, int pieces, int i, int *lo, int *n);
+/* fn on every piece of every one of t shards, in row order (the plan without communication) */
+void tp_for_each_piece(int t, int Ns, int pieces, tp_rows_fn fn, void *user);
+
 /* gathered[t * Ns, C] = every rank's local[Ns, C] (rank q's at rows q * Ns), sent around the
- * ring in `pieces` pieces per shard; fn runs on the own shard first, then on each piece as it
- * arrives. */
+ * ring in `pieces` pieces per shard; fn runs on the own shard's pieces first, then on each
+ * piece as it arrives. */
 void tp_ring_allgather_compute(float *gathered, const float *local, int Ns, int C, int pieces,
                                tp_rows_fn fn, void *user);
 /* fn writes rows [row0, row0 + rows) of this rank's partial[t * Ns, C]; out_local[Ns, C] = the

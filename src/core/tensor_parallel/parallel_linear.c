@@ -31,7 +31,8 @@ tp_linear tp_linear_make(const transformer_config *c, tp_linear_name name, float
     return l;
 }
 
-/* ---- GEMMs on row ranges, tiled so that test-mode progress runs between tiles ---- */
+/* ---- GEMMs on the row plan's pieces (comm_overlap.h), tiled only where test-mode progress
+ * runs between tiles ---- */
 
 typedef struct {
     float *out;       /* forward: out[N, OC]; dgrad: din[N, K] */
@@ -89,13 +90,13 @@ void column_parallel_linear_forward(const tp_linear *l, float *out, const float 
         return;
     }
     int Ns = tc_tokens_local(c, N);
+    rows_job j = {out, l->gathered, w, b, C, OC, 0};
     if (l->overlap_ag) {
-        rows_job j = {out, l->gathered, w, b, C, OC, 0};
         tp_ring_allgather_compute(l->gathered, in_local, Ns, C, l->pieces, forward_rows, &j);
         return;
     }
     tp_all_gather(l->gathered, in_local, (size_t)Ns * C); /* gather_from_sp */
-    linear_forward(out, l->gathered, w, b, N, C, OC);
+    tp_for_each_piece(tc_tp(c), Ns, l->pieces, forward_rows, &j);
 }
 
 void column_parallel_linear_backward(const tp_linear *l, float *din_local, float *dw, float *db,
@@ -117,20 +118,14 @@ void column_parallel_linear_backward(const tp_linear *l, float *din_local, float
     else
         tp_all_gather(l->gathered, in_local, shard);
 
-    /* dgrad into partial[N, C], reduce-scattered into din_local */
+    /* dgrad into partial[N, C] piece by piece, reduce-scattered into din_local */
     rows_job j = {l->partial, dout, w, NULL, OC, C, 1};
     int rs = -1;
-    if (l->rs_dgrad) {
+    if (l->rs_dgrad)
         tp_compute_ring_reduce_scatter(din_local, l->partial, l->recv, Ns, C, l->pieces,
                                        dgrad_rows, &j);
-    } else {
-        if (ag >= 0)
-            dgrad_rows(&j, 0, N);
-        else {
-            memset(l->partial, 0, (size_t)N * C * sizeof(float));
-            linear_backward(l->partial, NULL, NULL, dout, NULL, w, N, C, OC);
-        }
-    }
+    else
+        tp_for_each_piece(tc_tp(c), Ns, l->pieces, dgrad_rows, &j);
     if (ag >= 0) tp_bulk_wait(ag);
     if (!l->rs_dgrad) {
         if (l->bulk_wgrad)
@@ -152,13 +147,15 @@ void row_parallel_linear_forward(const tp_linear *l, float *out_local, const flo
     if (!tc_sp(c)) { /* reduce_from_tp: all-reduce */
         linear_forward(out_local, in, w, NULL, N, K, C);
         tp_all_reduce_sum(out_local, (size_t)N * C);
-    } else if (l->overlap_rs) {
+    } else {
         rows_job j = {l->partial, in, w, NULL, K, C, 0};
-        tp_compute_ring_reduce_scatter(out_local, l->partial, l->recv, Ns, C, l->pieces,
-                                       forward_rows, &j);
-    } else { /* reduce_scatter_to_sp */
-        linear_forward(l->partial, in, w, NULL, N, K, C);
-        tp_reduce_scatter(out_local, l->partial, (size_t)Ns * C);
+        if (l->overlap_rs) {
+            tp_compute_ring_reduce_scatter(out_local, l->partial, l->recv, Ns, C, l->pieces,
+                                           forward_rows, &j);
+        } else { /* reduce_scatter_to_sp */
+            tp_for_each_piece(tc_tp(c), Ns, l->pieces, forward_rows, &j);
+            tp_reduce_scatter(out_local, l->partial, (size_t)Ns * C);
+        }
     }
     if (b) bias_add_forward(out_local, b, Ns, C); /* the bias once, after the reduction */
 }
@@ -173,12 +170,13 @@ void row_parallel_linear_backward(const tp_linear *l, float *din, float *dw, flo
         linear_backward(din, dw, NULL, dout_local, in, w, N, K, C);
         return;
     }
-    if (l->overlap_ag) { /* dgrad per piece of the output gradient as it arrives */
-        rows_job j = {din, l->gathered, w, NULL, C, K, 0};
+    /* dgrad per piece of the output gradient (as it arrives, when overlapping) */
+    rows_job j = {din, l->gathered, w, NULL, C, K, 0};
+    if (l->overlap_ag) {
         tp_ring_allgather_compute(l->gathered, dout_local, Ns, C, l->pieces, dgrad_rows, &j);
-        linear_backward(NULL, dw, NULL, l->gathered, in, w, N, K, C);
-        return;
+    } else {
+        tp_all_gather(l->gathered, dout_local, (size_t)Ns * C);
+        tp_for_each_piece(tc_tp(c), Ns, l->pieces, dgrad_rows, &j);
     }
-    tp_all_gather(l->gathered, dout_local, (size_t)Ns * C);
-    linear_backward(din, dw, NULL, l->gathered, in, w, N, K, C);
+    linear_backward(NULL, dw, NULL, l->gathered, in, w, N, K, C);
 }

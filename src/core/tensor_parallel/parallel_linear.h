@@ -15,8 +15,11 @@
  *                    dgrad GEMM per piece with a ring reduce-scatter        (rs_dgrad)
  *   row forward      GEMM per piece with a ring reduce-scatter             (overlap_rs)
  *   row backward     ring all-gather of the output gradient, dgrad GEMM per piece (overlap_ag)
- * Every overlapped form computes each element as the plain form does; only the order of the
- * reduce-scatter's sum can differ (with t > 2). */
+ * Under sequence parallelism every GEMM over the gathered token rows (all but wgrad) runs once
+ * per piece of comm_overlap.h's row plan, overlapped or not: the same BLAS calls on the same
+ * data, so the same bits on any BLAS. What can differ: the order of the reduce-scatter's sum
+ * (with t > 2: ring order against MPI's), and test-mode progress, which cuts pieces into finer
+ * tiles (and wgrad under bulk_wgrad into tiles of its rows). */
 #ifndef MEGADLM_CORE_TENSOR_PARALLEL_PARALLEL_LINEAR_H
 #define MEGADLM_CORE_TENSOR_PARALLEL_PARALLEL_LINEAR_H
 

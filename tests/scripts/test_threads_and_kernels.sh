@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Threads per rank (src/core/threads.h) and the BLAS kernel matrix (tests/CMakeLists.txt):
+#   - OMP_NUM_THREADS set: that number, and the log says it came from there;
+#   - unset, one process: the CPUs it may run on (`nproc` reads the same affinity mask);
+#   - unset, 2 unbound ranks: half of them each (at least 1); 2 ranks bound to one core each: 1;
+#   - unset, more ranks than CPUs: 1 thread each, said once in the log;
+#   - every kernel set of the matrix (MEGADLM_BLAS_CORETYPES) really runs: under
+#     OPENBLAS_CORETYPE=X the log names kernels X (an unknown name would silently run others).
+set -euo pipefail
+rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
+flags=(--num-layers 1 --hidden-size 32 --num-attention-heads 4 --seq-length 16
+       --max-position-embeddings 16 --micro-batch-size 2 --global-batch-size 4 --lr 1e-3
+       --train-iters 1 --mock-data --vocab-size 100 --eval-iters 0)
+fail=0
+cpus=$(nproc)
+threads_line() { grep -m1 '> threads per rank:' "$1" || true; }
+expect() { # expect NAME LOG PATTERN
+  if grep -q -- "$3" <<< "$(threads_line "$2")"; then echo "ok $1: $(threads_line "$2")"
+  else echo "FAIL $1: expected '$3' in: $(threads_line "$2")"; tail -3 "$2"; fail=1; fi
+}
+OMP_NUM_THREADS=3 "$MEGADLM" train "${flags[@]}" > env.log 2>&1
+expect "OMP_NUM_THREADS wins" env.log "threads per rank: 3 (OpenMP and OpenBLAS; from OMP_NUM_THREADS)"
+
+env -u OMP_NUM_THREADS "$MEGADLM" train "${flags[@]}" > one.log 2>&1
+expect "one process" one.log "threads per rank: $cpus (OpenMP and OpenBLAS; $cpus CPUs"
+
+half=$((cpus / 2)); [ $half -ge 1 ] || half=1
+env -u OMP_NUM_THREADS "${MPIRUN[@]}" --bind-to none -np 2 "$MEGADLM" train "${flags[@]}" \
+  --global-batch-size 4 > unbound.log 2>&1
+if [ "$cpus" -ge 2 ]; then
+  expect "2 unbound ranks" unbound.log "threads per rank: $half (OpenMP and OpenBLAS; $cpus CPUs in this rank's affinity mask, shared by 2 processes)"
+else
+  expect "2 unbound ranks on 1 CPU" unbound.log "threads per rank: 1 (OpenMP and OpenBLAS): more processes than CPUs"
+fi
+if [ "$cpus" -ge 2 ]; then
+  env -u OMP_NUM_THREADS "${MPIRUN[@]}" --bind-to core --map-by core -np 2 "$MEGADLM" train "${flags[@]}" > bound.log 2>&1
+  expect "2 ranks bound to a core each" bound.log "threads per rank: 1 (OpenMP and OpenBLAS; 1 CPU in this rank's affinity mask, shared by 1 process)"
+fi
+over=$((2 * cpus))
+env -u OMP_NUM_THREADS "${MPIRUN[@]}" --bind-to none -np $over "$MEGADLM" train "${flags[@]}" \
+  --global-batch-size $((2 * over)) > over.log 2>&1
+expect "$over ranks on $cpus CPUs" over.log "threads per rank: 1 (OpenMP and OpenBLAS): more processes than CPUs on a node ($over processes share $cpus CPUs), 1 thread each"
+n=$(grep -c 'more processes than CPUs' over.log || true)
+[ "$n" = 1 ] && echo "ok said once" || { echo "FAIL: the oversubscription line appears $n times"; fail=1; }
+
+for core in ${MEGADLM_BLAS_CORETYPES:-}; do
+  OPENBLAS_CORETYPE=$core OMP_NUM_THREADS=1 "$MEGADLM" train "${flags[@]}" > "kernels-$core.log" 2>&1
+  got=$(grep -m1 '> BLAS:' "kernels-$core.log" | sed 's/.*; kernels //')
+  if [ "$got" = "$core" ]; then echo "ok OPENBLAS_CORETYPE=$core runs kernels $got"
+  else echo "FAIL OPENBLAS_CORETYPE=$core runs kernels '$got'"; fail=1; fi
+done
+exit $fail
