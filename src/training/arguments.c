@@ -383,9 +383,10 @@ static const opt_def OPTIONS[] = {
     BOOLOPT("tp-comm-overlap-disable-fc1", K_TRUE, G_PAR, tp_comm_overlap_disable_fc1, "off",
             "--tp-comm-overlap: no all-gather or rs-dgrad overlap for linear_fc1."),
     INTOPT("tp-comm-overlap-num-splits", K_POS, G_PAR, tp_comm_overlap_num_splits, "N",
-           ARGS_STR(ARGS_DEFAULT_SP_PIECES),
-           "Sequence parallelism (ours): pieces per sequence shard; every GEMM over the gathered tokens "
-           "runs per piece, and --tp-comm-overlap sends these pieces round the ring."),
+           ARGS_STR(ARGS_DEFAULT_SP_PIECES) " with overlap",
+           "Sequence parallelism (ours): pieces per sequence shard; --tp-comm-overlap sends them round "
+           "the ring, each piece's GEMM running while the next travels. Without it, given: the "
+           "GEMMs run per piece too (the overlapped run's bits); not given: one GEMM."),
     STROPT("tp-comm-overlap-progress", G_PAR, tp_comm_overlap_progress, "MODE", "thread",
            "--tp-comm-overlap (ours): who drives MPI during GEMMs: test (the computing thread, "
            "between GEMM tiles) or thread (a communication thread)."),

@@ -186,12 +186,14 @@ void args_free(megadlm_args *a); /* frees data_paths */
 int args_parse_blend(const char *flag, const char *spec, char **paths, double *weights,
                      int *count, int *weighted, char *err, size_t errlen);
 
-/* Pieces per sequence shard in sequence parallelism's row plan (--tp-comm-overlap-num-splits,
- * default ARGS_DEFAULT_SP_PIECES; kept 0 in the arguments when not given, so that a checkpoint's
- * state stays valid in any layout). */
+/* Pieces per sequence shard in sequence parallelism's row plan (--tp-comm-overlap-num-splits):
+ * the given number; unset, ARGS_DEFAULT_SP_PIECES under --tp-comm-overlap and 0 (one GEMM over
+ * all rows, the fastest) without it. Kept 0 in the arguments when not given, so that a
+ * checkpoint's state stays valid in any layout. */
 #define ARGS_DEFAULT_SP_PIECES 2
 static inline int args_sp_pieces(const megadlm_args *a) {
-    return a->tp_comm_overlap_num_splits > 0 ? a->tp_comm_overlap_num_splits : ARGS_DEFAULT_SP_PIECES;
+    if (a->tp_comm_overlap_num_splits > 0) return a->tp_comm_overlap_num_splits;
+    return a->tp_comm_overlap ? ARGS_DEFAULT_SP_PIECES : 0;
 }
 
 #endif

@@ -10,7 +10,7 @@
 tp_linear tp_linear_make(const transformer_config *c, tp_linear_name name, float *gathered,
                          float *partial, float *recv) {
     tp_linear l = {.cfg = c, .gathered = gathered, .partial = partial, .recv = recv,
-                   .pieces = c->tp_comm_overlap_num_splits > 0 ? c->tp_comm_overlap_num_splits : 1};
+                   .pieces = c->tp_comm_overlap_num_splits};
     int on = c->tp_comm_overlap && tc_sp(c) && tp_overlap_ready() && !tp_comm_local_only();
     if (!on) return l;
     if (name == TP_LINEAR_QKV || name == TP_LINEAR_FC1 || name == TP_LINEAR_OUTPUT) {
@@ -40,12 +40,13 @@ typedef struct {
     const float *w, *b;
     int in_w, out_w;  /* row widths of in and out */
     int zero_first;   /* dgrad rows start from zero (the plain form's memset) */
+    int under_comm;   /* transfers are in flight: tile for test-mode progress */
 } rows_job;
 
 /* out rows = in rows @ w^T + b */
 static void forward_rows(void *user, int row0, int rows) {
     const rows_job *j = user;
-    int tile = tp_overlap_tile_rows(rows);
+    int tile = j->under_comm ? tp_overlap_tile_rows(rows) : rows;
     for (int r = row0; r < row0 + rows; r += tile) {
         int n = row0 + rows - r < tile ? row0 + rows - r : tile;
         linear_forward(j->out + (size_t)r * j->out_w, j->in + (size_t)r * j->in_w, j->w, j->b, n,
@@ -57,7 +58,7 @@ static void forward_rows(void *user, int row0, int rows) {
 /* out rows (+)= in rows @ w: the input gradient of a linear layer */
 static void dgrad_rows(void *user, int row0, int rows) {
     const rows_job *j = user;
-    int tile = tp_overlap_tile_rows(rows);
+    int tile = j->under_comm ? tp_overlap_tile_rows(rows) : rows;
     for (int r = row0; r < row0 + rows; r += tile) {
         int n = row0 + rows - r < tile ? row0 + rows - r : tile;
         float *o = j->out + (size_t)r * j->out_w;
@@ -80,6 +81,17 @@ static void wgrad_tiled(float *dw, const float *dout, const float *in, int N, in
     }
 }
 
+/* The plain path's GEMMs over all t * Ns gathered rows: one call, or (when
+ * --tp-comm-overlap-num-splits was given, or overlap is on) one per piece of the row plan, the
+ * calls an overlapped linear makes, so that the two give the same bits on any BLAS. */
+static void plain_rows(const tp_linear *l, int Ns, tp_rows_fn fn, rows_job *j) {
+    j->under_comm = 0;
+    if (l->pieces > 0)
+        tp_for_each_piece(tc_tp(l->cfg), Ns, l->pieces, fn, j);
+    else
+        fn(j, 0, tc_tp(l->cfg) * Ns);
+}
+
 /* ---- column-parallel ---- */
 
 void column_parallel_linear_forward(const tp_linear *l, float *out, const float *in_local,
@@ -90,13 +102,13 @@ void column_parallel_linear_forward(const tp_linear *l, float *out, const float 
         return;
     }
     int Ns = tc_tokens_local(c, N);
-    rows_job j = {out, l->gathered, w, b, C, OC, 0};
+    rows_job j = {out, l->gathered, w, b, C, OC, 0, 1};
     if (l->overlap_ag) {
         tp_ring_allgather_compute(l->gathered, in_local, Ns, C, l->pieces, forward_rows, &j);
         return;
     }
     tp_all_gather(l->gathered, in_local, (size_t)Ns * C); /* gather_from_sp */
-    tp_for_each_piece(tc_tp(c), Ns, l->pieces, forward_rows, &j);
+    plain_rows(l, Ns, forward_rows, &j);
 }
 
 void column_parallel_linear_backward(const tp_linear *l, float *din_local, float *dw, float *db,
@@ -119,13 +131,15 @@ void column_parallel_linear_backward(const tp_linear *l, float *din_local, float
         tp_all_gather(l->gathered, in_local, shard);
 
     /* dgrad into partial[N, C] piece by piece, reduce-scattered into din_local */
-    rows_job j = {l->partial, dout, w, NULL, OC, C, 1};
+    rows_job j = {l->partial, dout, w, NULL, OC, C, 1, 1};
     int rs = -1;
     if (l->rs_dgrad)
         tp_compute_ring_reduce_scatter(din_local, l->partial, l->recv, Ns, C, l->pieces,
                                        dgrad_rows, &j);
-    else
+    else if (ag >= 0) /* the bulk all-gather is in flight */
         tp_for_each_piece(tc_tp(c), Ns, l->pieces, dgrad_rows, &j);
+    else
+        plain_rows(l, Ns, dgrad_rows, &j);
     if (ag >= 0) tp_bulk_wait(ag);
     if (!l->rs_dgrad) {
         if (l->bulk_wgrad)
@@ -148,12 +162,12 @@ void row_parallel_linear_forward(const tp_linear *l, float *out_local, const flo
         linear_forward(out_local, in, w, NULL, N, K, C);
         tp_all_reduce_sum(out_local, (size_t)N * C);
     } else {
-        rows_job j = {l->partial, in, w, NULL, K, C, 0};
+        rows_job j = {l->partial, in, w, NULL, K, C, 0, 1};
         if (l->overlap_rs) {
             tp_compute_ring_reduce_scatter(out_local, l->partial, l->recv, Ns, C, l->pieces,
                                            forward_rows, &j);
         } else { /* reduce_scatter_to_sp */
-            tp_for_each_piece(tc_tp(c), Ns, l->pieces, forward_rows, &j);
+            plain_rows(l, Ns, forward_rows, &j);
             tp_reduce_scatter(out_local, l->partial, (size_t)Ns * C);
         }
     }
@@ -171,12 +185,12 @@ void row_parallel_linear_backward(const tp_linear *l, float *din, float *dw, flo
         return;
     }
     /* dgrad per piece of the output gradient (as it arrives, when overlapping) */
-    rows_job j = {din, l->gathered, w, NULL, C, K, 0};
+    rows_job j = {din, l->gathered, w, NULL, C, K, 0, 1};
     if (l->overlap_ag) {
         tp_ring_allgather_compute(l->gathered, dout_local, Ns, C, l->pieces, dgrad_rows, &j);
     } else {
         tp_all_gather(l->gathered, dout_local, (size_t)Ns * C);
-        tp_for_each_piece(tc_tp(c), Ns, l->pieces, dgrad_rows, &j);
+        plain_rows(l, Ns, dgrad_rows, &j);
     }
     linear_backward(NULL, dw, NULL, l->gathered, in, w, N, K, C);
 }

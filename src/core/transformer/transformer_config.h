@@ -56,7 +56,7 @@ typedef struct {
     int tp_comm_overlap_ag, tp_comm_overlap_rs, tp_comm_overlap_rs_dgrad;
     int tp_comm_bulk_dgrad, tp_comm_bulk_wgrad;
     int tp_comm_overlap_disable_qkv, tp_comm_overlap_disable_fc1;
-    int tp_comm_overlap_num_splits;    /* pieces per shard in the ring overlaps */
+    int tp_comm_overlap_num_splits;    /* pieces per shard of the SP row plan (0: whole GEMMs) */
     /* pipeline parallelism: this rank's stage holds layers [pp_rank * L/pp, (pp_rank+1) * L/pp)
      * of the num_layers; the first stage also the embedding, the last the head and loss. With
      * the interleaved schedule (vp_size v > 1) a rank holds v model chunks of L/(pp v) layers:
