@@ -76,11 +76,19 @@ typedef struct {
 /* Fills the micro-batch whose first sample is global sample `first` of `split`:
  * tokens = sample[:-1], labels = sample[1:], loss mask 1 (0 on eod tokens with --eod-mask-loss,
  * as Megatron's get_ltor_masks_and_position_ids). */
+/* Reads sample `index` of `split` into tr->sample. An id outside the vocabulary ends every
+ * rank (only the rank that reads it may see it, e.g. one data-parallel replica). */
+static void read_sample(trainer *tr, int split, uint64_t index) {
+    char err[1024];
+    if (gpt_data_get(tr->data[split], split, index, tr->sample, err, sizeof err) != 0)
+        parallel_abort(1, "%s", err);
+}
+
 static void get_batch(trainer *tr, int split, uint64_t first) {
     const megadlm_args *a = tr->a;
     int T = a->seq_length, eod = tokenizer_eod(tr->tok);
     for (int b = 0; b < a->micro_batch_size; b++) {
-        gpt_data_get(tr->data[split], split, first + b, tr->sample);
+        read_sample(tr, split, first + b);
         for (int t = 0; t < T; t++) {
             int i = b * T + t;
             tr->tokens[i] = tr->sample[t];
@@ -108,7 +116,7 @@ static float get_difflm_batch(trainer *tr, int split, uint64_t first, int L) {
     int eod = tokenizer_eod(tr->tok);
     double denominator = 0.0;
     for (int b = 0; b < a->micro_batch_size; b++) {
-        gpt_data_get(tr->data[split], split, first + b, tr->sample);
+        read_sample(tr, split, first + b);
         for (int j = 0; j < L; j++) { /* Megatron's loss mask of label j (token j is eod) */
             tr->lm[j] = (a->eod_mask_loss && tr->sample[j] == eod) ? 0.0f : 1.0f;
             denominator += tr->lm[j];
@@ -723,7 +731,8 @@ done:
         if (tr.data[k] && (k == 0 || tr.data[k] != tr.data[k - 1]) &&
             (k < 2 || tr.data[k] != tr.data[0]))
             gpt_data_free(tr.data[k]);
-    for (int i = 1; i < tr.num_stores; i++) gpt_model_free(tr.stores[i]);
+    /* stores is NULL when setup failed before they were made */
+    for (int i = 1; tr.stores && i < tr.num_stores; i++) gpt_model_free(tr.stores[i]);
     free(tr.stores);
     if (a->log_memory) log_dp_communication(&tr);
     dist_opt_free(tr.dopt); /* waits for parameter gathers in flight */

@@ -280,11 +280,29 @@ static void read_ds(void *ctx, uint64_t seq, uint64_t offset, uint64_t count, in
     indexed_dataset_read((const indexed_dataset *)ctx, seq, offset, count, out);
 }
 
-static void mid_get(const gpt_data *d, const mid_ds *m, uint64_t j, int32_t *tokens) {
+/* Every id a batch gets from a dataset must index the vocabulary: an id out of range would
+ * read and write outside the embedding and the logits. The one check of the data path. */
+static int check_ids(const gpt_data *d, const mid_ds *m, const int32_t *tokens, uint64_t n,
+                     char *err, size_t errlen) {
+    if (d->vocab_size <= 0) return 0;
+    for (uint64_t t = 0; t < n; t++)
+        if (tokens[t] < 0 || tokens[t] >= d->vocab_size) {
+            err_set(err, errlen,
+                    "dataset %s holds id %" PRId32 " but the vocabulary has %d (was it "
+                    "preprocessed with another tokenizer? check --tokenizer-type, "
+                    "--vocab-size and the tokenizer files)",
+                    m->ds->prefix, tokens[t], d->vocab_size);
+            return -1;
+        }
+    return 0;
+}
+
+static int mid_get(const gpt_data *d, const mid_ds *m, uint64_t j, int32_t *tokens, char *err,
+                   size_t errlen) {
     uint64_t want = (uint64_t)d->seq_length + 1;
     if (m->ix.num_samples == 0) {
         for (uint64_t t = 0; t < want; t++) tokens[t] = d->eod;
-        return;
+        return 0;
     }
     uint64_t s = (uint64_t)m->ix.shuffle_index[j % m->ix.num_samples];
     uint64_t got = gpt_indices_sample(&m->ix, m->ds->sequence_lengths, d->seq_length, s,
@@ -292,14 +310,16 @@ static void mid_get(const gpt_data *d, const mid_ds *m, uint64_t j, int32_t *tok
     /* Only a partial last sample (never built: drop_last_partial is on) is short; Megatron
      * pads with its pad id and masks the loss, we pad with end-of-document. */
     for (uint64_t t = got; t < want; t++) tokens[t] = d->eod;
+    return check_ids(d, m, tokens, got, err, errlen);
 }
 
-void gpt_data_get(const gpt_data *d, int split, uint64_t index, int32_t *tokens) {
+int gpt_data_get(const gpt_data *d, int split, uint64_t index, int32_t *tokens, char *err,
+                 size_t errlen) {
     uint64_t want = (uint64_t)d->seq_length + 1;
     const split_ds *sp = (split >= 0 && split <= 2) ? &d->split[split] : NULL;
     if (!sp || sp->size == 0) {
         for (uint64_t t = 0; t < want; t++) tokens[t] = d->eod;
-        return;
+        return 0;
     }
     uint64_t i = index % sp->size;
     switch (sp->kind) {
@@ -307,16 +327,16 @@ void gpt_data_get(const gpt_data *d, int split, uint64_t index, int32_t *tokens)
         uint64_t m = (uint64_t)(d->vocab_size - 1);
         uint64_t start = mix64(mix64(mix64(d->seed) ^ (uint64_t)split) ^ i) % m;
         for (uint64_t t = 0; t < want; t++) tokens[t] = (int32_t)((start + t) % m);
-        break;
+        return 0;
     }
-    case GPT_SPLIT_SINGLE: mid_get(d, &sp->mid[0], i, tokens); break;
+    case GPT_SPLIT_SINGLE: return mid_get(d, &sp->mid[0], i, tokens, err, errlen);
     case GPT_SPLIT_BLENDED: {
         const mid_ds *m = &sp->mid[sp->dataset_index[i]];
-        mid_get(d, m, (uint64_t)sp->dataset_sample_index[i], tokens);
-        break;
+        return mid_get(d, m, (uint64_t)sp->dataset_sample_index[i], tokens, err, errlen);
     }
     default:
         for (uint64_t t = 0; t < want; t++) tokens[t] = d->eod;
+        return 0;
     }
 }
 
