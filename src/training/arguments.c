@@ -302,6 +302,13 @@ static const opt_def OPTIONS[] = {
     FLTOPT("distributed-timeout-minutes", G_TRAIN, distributed_timeout_minutes, NULL,
            "A rank that makes no progress (a micro-batch step, a collective) for this long ends "
            "the job on every rank, naming itself."),
+    BOOLOPT("check-for-nan-in-loss-and-grad", K_TRUE, G_TRAIN, check_for_nan_in_loss_and_grad,
+            "on", "Stop, on every rank, when the loss or the reduced gradient norm of an "
+            "iteration is NaN or infinite, naming the iteration and the first rank that saw it."),
+    BOOLOPT("no-check-for-nan-in-loss-and-grad", K_FALSE, G_TRAIN,
+            check_for_nan_in_loss_and_grad, "check on",
+            "Skip such an iteration instead (parameters and optimizer state untouched), counted "
+            "in the log's skipped and nan iterations."),
 
     /* ---- logging, evaluation, checkpoints ---- */
     INTOPT("log-interval", K_POS, G_LOG, log_interval, "N", NULL, "Iterations between log lines."),
@@ -443,6 +450,7 @@ void args_defaults(megadlm_args *a) {
     a->make_vocab_size_divisible_by = 128;
     a->init_method_std = 0.02f;
     a->distributed_timeout_minutes = 10.0f; /* Megatron's default */
+    a->check_for_nan_in_loss_and_grad = 1;  /* Megatron's default */
     snprintf(a->model_running_mode, sizeof(a->model_running_mode), "vanilla");
     a->mask_token = -1;
     a->difflm_varilen_prob = 0.01f; /* MegaDLMs' default */
@@ -1574,6 +1582,7 @@ static const field_def FIELDS[] = {
     FI(save_interval), FS(load),
     FI(tensor_model_parallel_size), FI(pipeline_model_parallel_size), FI(world_size),
     FI(data_parallel_size), FI(exit_interval), FF(distributed_timeout_minutes),
+    FB(check_for_nan_in_loss_and_grad),
     FB(recompute_activations), FS(recompute_granularity), FS(recompute_method),
     FI(num_microbatches_with_partial_activation_checkpoints),
     FS(train_data_path), FS(valid_data_path), FS(test_data_path),

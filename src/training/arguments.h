@@ -107,6 +107,9 @@ typedef struct {
     float difflm_varilen_prob;    /* --difflm-varilen-prob (0.01) */
     float distributed_timeout_minutes; /* --distributed-timeout-minutes (10): a rank that makes
                                    * no progress for this long ends the job */
+    int check_for_nan_in_loss_and_grad; /* 1 unless --no-check-for-nan-in-loss-and-grad: a
+                                   * non-finite loss or grad norm stops the job (else the step is
+                                   * skipped) */
 
     /* ---- activation recomputation (Megatron's names and rules) ---- */
     int recompute_activations;    /* --recompute-activations: shorthand for --recompute-granularity selective */

@@ -24,6 +24,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -472,6 +473,32 @@ fail:
     return -1;
 }
 
+/* The index of the first value of x[0..n) that is NaN or infinite, n when there is none. */
+size_t ckpt_first_nonfinite(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return i;
+    return n;
+}
+
+int ckpt_check_finite(const param_set *ps, int with_optimizer, char *err, size_t errlen) {
+    const char *kinds[3] = {"parameter", "optimizer state exp_avg of", "optimizer state exp_avg_sq of"};
+    const float *bufs[3] = {ps->data, with_optimizer ? ps->exp_avg : NULL,
+                            with_optimizer ? ps->exp_avg_sq : NULL};
+    for (int b = 0; b < 3; b++) {
+        for (int i = 0; bufs[b] && i < ps->count; i++) {
+            const param_tensor *t = &ps->tensors[i];
+            size_t k = ckpt_first_nonfinite(bufs[b] + t->offset, t->numel);
+            if (k == t->numel) continue;
+            err_set(err, errlen,
+                    "%s %s holds a non-finite value (%f at element %zu); refusing to save it, "
+                    "the previous checkpoint and the tracker are kept",
+                    kinds[b], t->name, bufs[b][t->offset + k], k);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int ckpt_save(const char *dir, const param_set *ps, const ckpt_state *st, int with_optimizer,
               char *err, size_t errlen) {
     if (!dir || !st || st->iteration < 0 || st->iteration > 9999999) {
@@ -480,6 +507,7 @@ int ckpt_save(const char *dir, const param_set *ps, const ckpt_state *st, int wi
         return -1;
     }
     if (check_param_set(ps, with_optimizer, err, errlen)) return -1;
+    if (ckpt_check_finite(ps, with_optimizer, err, errlen)) return -1;
     ckpt_txn x;
     if (ckpt_begin(&x, dir, st->iteration, err, errlen)) return -1;
     char path[PATH_MAX + 64];
@@ -618,6 +646,9 @@ int ckpt_load_state(const char *dir, int iteration, ckpt_state *st, char *err, s
     } else if (json_uint(cJSON_GetObjectItemCaseSensitive(root, "optimizer_step"), &step) ||
                step > INT_MAX) {
         err_set(err, errlen, "%s: expected a non-negative integer \"optimizer_step\"", path);
+    } else if (step > it) { /* a skipped iteration takes no step; none takes two */
+        err_set(err, errlen, "%s: \"optimizer_step\" %llu is more than \"iteration\" %llu",
+                path, (unsigned long long)step, (unsigned long long)it);
     } else if (args && !cJSON_IsObject(args) && !cJSON_IsNull(args)) {
         err_set(err, errlen, "%s: expected \"args\" to be an object", path);
     } else {

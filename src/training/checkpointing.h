@@ -30,6 +30,13 @@ typedef struct {
 int ckpt_save(const char *dir, const param_set *ps, const ckpt_state *st, int with_optimizer,
               char *err, size_t errlen);
 
+/* A checkpoint never holds a NaN or an infinity: 0 when every parameter (and with
+ * with_optimizer every AdamW moment) of ps is finite, else -1 with a message naming the first
+ * tensor that is not, saying the save is refused. ckpt_save checks this before writing. */
+int ckpt_check_finite(const param_set *ps, int with_optimizer, char *err, size_t errlen);
+/* The index of the first NaN or infinity in x[0..n), n when there is none. */
+size_t ckpt_first_nonfinite(const float *x, size_t n);
+
 /* Reads DIR/latest_checkpointed_iteration.txt. 0 and *iteration, 1 when DIR has no tracker
  * (nothing to load), -1 on a malformed tracker (message names the file). */
 int ckpt_read_latest(const char *dir, int *iteration, char *err, size_t errlen);

@@ -65,6 +65,61 @@ expect "PP 2" 1 "holds id 65535" "${MPI[@]}" -np 2 "$MEGADLM" train "${T[@]}" \
     --pipeline-model-parallel-size 2 "${D[@]}" u16
 expect "DP 2" 1 "holds id 65535" "${MPI[@]}" -np 2 "$MEGADLM" train "${T[@]}" "${D[@]}" u16
 
+# ---- 2. NaN policy (Megatron's --check-for-nan-in-loss-and-grad) ----
+N=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64
+   --max-position-embeddings 64 --micro-batch-size 2 --global-batch-size 4 --mock-data
+   --vocab-size 50 --eval-iters 0)
+# on (the default): stop before the step of iteration 1, saving nothing
+expect "NaN grad norm stops" 1 "iteration 1: grad norm is" "$MEGADLM" train "${N[@]}" --lr 1e-3 \
+    --train-iters 3 --init-method-std 1e30 --save nan1 --save-interval 1
+[ ! -e nan1/latest_checkpointed_iteration.txt ] || { echo "FAILED: nan1: a checkpoint was saved"; fail=1; }
+# ... on every rank, naming the first rank that saw it
+expect "NaN on every TP rank" 2 "(first seen on rank 0)" \
+    "${MPI[@]}" -np 2 "$MEGADLM" train "${N[@]}" --lr 1e-3 --train-iters 3 \
+    --init-method-std 1e30 --tensor-model-parallel-size 2
+# a run that diverges at iteration 3 keeps the checkpoint of iteration 2 as the latest
+expect "divergence stops" 1 "iteration 3: grad norm is" "$MEGADLM" train "${N[@]}" --lr 1e6 \
+    --train-iters 10 --save div --save-interval 1
+[ "$(cat div/latest_checkpointed_iteration.txt 2>/dev/null)" = 2 ] && [ ! -e div/iter_0000003 ] ||
+    { echo "FAILED: div: the tracker should still name iteration 2"; fail=1; }
+# off: every step is skipped and counted, the parameters and the optimizer state stay as they were
+out=$("$MEGADLM" train "${N[@]}" --lr 1e-3 --train-iters 3 --init-method-std 1e30 --log-interval 3 \
+      --save skip --save-interval 1 --no-check-for-nan-in-loss-and-grad 2>&1); rc=$?
+if [ $rc -ne 0 ] || ! grep -q "number of skipped iterations:   3 |" <<<"$out" ||
+   ! cmp -s skip/iter_0000001/model.safetensors skip/iter_0000003/model.safetensors ||
+   ! grep -q '"optimizer_step":	0' skip/iter_0000003/state.json ||
+   ! python3 -c "
+import json, struct, sys
+b = open('skip/iter_0000003/optimizer.safetensors', 'rb').read()
+n = struct.unpack('<Q', b[:8])[0]
+sys.exit(b[8 + n:].count(0) != len(b) - 8 - n)"; then
+  echo "FAILED: --no-check-for-nan-in-loss-and-grad: rc $rc; expected 3 skipped iterations, the"
+  echo "  parameters of iteration 1 unchanged at 3, optimizer_step 0 and zero moments"; tail -3 <<<"$out"; fail=1
+fi
+# a checkpoint is never written with a non-finite value: load one whose parameter holds a NaN
+# (crc32 updated), skip the step, and the save refuses; the tracker stays
+"$MEGADLM" train "${N[@]}" --lr 1e-3 --train-iters 1 --save poison > /dev/null 2>&1
+python3 - <<'PY'
+import json, struct, zlib
+p = "poison/iter_0000001/model.safetensors"
+b = bytearray(open(p, "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+name = "decoder.final_layernorm.weight"
+lo, hi = h[name]["data_offsets"]
+b[8 + n + lo:8 + n + lo + 4] = struct.pack("<f", float("nan"))
+h["__metadata__"]["crc32." + name] = "%08x" % zlib.crc32(bytes(b[8 + n + lo:8 + n + hi]))
+hdr = json.dumps(h, separators=(",", ":")).encode()
+hdr += b" " * (n - len(hdr))
+assert len(hdr) == n
+open(p, "wb").write(bytes(b[:8]) + hdr + bytes(b[8 + n:]))
+PY
+expect "no checkpoint with a NaN" 1 "parameter decoder.final_layernorm.weight holds a non-finite value" \
+    "$MEGADLM" train "${N[@]}" --lr 1e-3 --train-iters 2 --load poison --save poison \
+    --no-check-for-nan-in-loss-and-grad
+[ "$(cat poison/latest_checkpointed_iteration.txt)" = 1 ] && [ ! -e poison/iter_0000002 ] ||
+    { echo "FAILED: poison: the refused save changed the tracker or left iter_0000002"; fail=1; }
+
 # ---- 3. a startup error under pipeline parallelism ends cleanly (no segfault) ----
 mkdir -p badtracker; echo "x" > badtracker/latest_checkpointed_iteration.txt
 expect "PP 2 bad tracker" 2 "latest_checkpointed_iteration.txt" "${MPI[@]}" -np 2 "$MEGADLM" \
