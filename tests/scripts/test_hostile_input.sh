@@ -16,7 +16,7 @@ MPI=(timeout 60 mpirun --allow-run-as-root --oversubscribe)
 expect() {
   local name=$1 ranks=$2 want=$3; shift 3
   local out rc n
-  out=$("$@" 2>&1); rc=$?
+  out=$("$@" 2>&1 < /dev/null); rc=$?
   n=$(grep -cF -- "$want" <<<"$out")
   if [ $rc -eq 0 ] || [ $rc -ge 124 ] || [ "$n" -lt "$ranks" ]; then
     echo "FAILED: $name: rc $rc, expected '$want' from $ranks rank(s), seen $n times; got:"
@@ -124,6 +124,21 @@ expect "no checkpoint with a NaN" 1 "parameter decoder.final_layernorm.weight ho
 mkdir -p badtracker; echo "x" > badtracker/latest_checkpointed_iteration.txt
 expect "PP 2 bad tracker" 2 "latest_checkpointed_iteration.txt" "${MPI[@]}" -np 2 "$MEGADLM" \
     train "${T[@]}" --pipeline-model-parallel-size 2 --mock-data --vocab-size 50 --load badtracker
+
+# ---- 4. a token id >= 2^30 in vocab.json or tokenizer.json (added tokens too) is refused, no hang ----
+printf '{"a": 0, "b": 1073741824}' > big_vocab.json; printf '#version: 0.2\n' > merges.txt
+expect "vocab.json id 2^30" 1 "token 'b' has id 1073741824, above the largest supported id" \
+    timeout 20 "$MEGADLM" tokenize --tokenizer-type GPT2BPETokenizer --vocab-file big_vocab.json \
+    --merge-file merges.txt
+tj() { # tj VOCAB ADDED_ID: a byte-level BPE tokenizer.json
+  printf '{"version": "1.0", "added_tokens": [{"id": %s, "content": "<|x|>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}], "normalizer": null, "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true}, "decoder": {"type": "ByteLevel"}, "model": {"type": "BPE", "vocab": %s, "merges": []}}' "$2" "$1"
+}
+tj '{"a": 0, "b": 1073741825}' 1 > big_tok.json
+expect "tokenizer.json id 2^30" 1 "token 'b' has id 1073741825, above the largest supported id" \
+    timeout 20 "$MEGADLM" tokenize --tokenizer-type HuggingFaceTokenizer --tokenizer-model big_tok.json
+tj '{"a": 0}' 2147483647 > big_added.json
+expect "added token id 2^31-1" 1 "added token '<|x|>' has id 2147483647, above the largest supported id" \
+    timeout 20 "$MEGADLM" tokenize --tokenizer-type HuggingFaceTokenizer --tokenizer-model big_added.json
 
 [ $fail -eq 0 ] && echo "all hostile inputs refused"
 exit $fail
