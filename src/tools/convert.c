@@ -26,6 +26,7 @@
 #include "training/arguments.h"
 #include "training/checkpointing.h"
 #include "training/model_provider.h"
+#include "training/theoretical_memory.h"
 
 typedef enum { FAM_NONE = 0, FAM_GPT2, FAM_LLAMA, FAM_QWEN3 } hf_family;
 
@@ -294,12 +295,23 @@ static int to_hf(const char *dir, const char *out) {
         return 1;
     }
     ckpt_state_free(&st);
-    /* the saved arguments are already validated (derived sizes included); one process */
+    /* the saved arguments were validated (derived sizes included) by the run that saved
+     * them; one process. The sizes are checked again (the file may not be ours) and against
+     * the tensor file before anything is allocated. */
     a.tensor_model_parallel_size = 1;
     a.pipeline_model_parallel_size = 1;
     a.sequence_parallel = 0;
     a.distribute_saved_activations = 0;
     snprintf(a.recompute_granularity, sizeof a.recompute_granularity, "%s", "");
+    char model_path[PATH_MAX + 64];
+    snprintf(model_path, sizeof model_path, "%s/iter_%07d/model.safetensors", dir, it);
+    if (args_check_sizes(&a, err, sizeof err) != 0 ||
+        ckpt_check_file_holds(model_path, theoretical_megadlm_parameter_count(&a), err,
+                              sizeof err) != 0) {
+        fprintf(stderr, "error: convert --to hf %s: state.json of iteration %d: %s\n", dir, it, err);
+        args_free(&a);
+        return 1;
+    }
     transformer_config c = model_config_from_args(&a);
     hf_family f = (c.rope || c.normalization == NORM_RMSNORM)
                       ? (c.qk_layernorm ? FAM_QWEN3 : FAM_LLAMA)
@@ -634,8 +646,8 @@ static int from_hf(const char *in, const char *out, const from_opts *op) {
         /* default: ids < V-1, end-of-document V-1 (the whole HF vocabulary) */
         a.vocab_size = op->vocab_size ? op->vocab_size : V - 1;
         if (!op->divisible_by && !op->vocab_size) a.make_vocab_size_divisible_by = V % 128 ? 1 : 128;
-        a.mock_data = 1;
     }
+    a.mock_data = 1; /* validation needs a data source; `train --load` gives its own */
     if (args_validate(&a, err, sizeof err) != 0) {
         fprintf(stderr, "error: convert --from hf %s: the megadlm arguments from config.json: %s\n", in, err);
         return 1;
@@ -649,6 +661,11 @@ static int from_hf(const char *in, const char *out, const from_opts *op) {
     }
     transformer_config c = model_config_from_args(&a);
     snprintf(path, sizeof path, "%s/model.safetensors", in);
+    if (ckpt_check_file_holds(path, theoretical_megadlm_parameter_count(&a), err, sizeof err)) {
+        fprintf(stderr, "error: convert --from hf %s: config.json: %s\n", in, err);
+        args_free(&a);
+        return 1;
+    }
     st_file sf;
     if (st_open(path, &sf, err, sizeof err) != 0) {
         fprintf(stderr, "error: convert --from hf: %s (a sharded checkpoint, model.safetensors.index.json, "

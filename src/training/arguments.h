@@ -164,6 +164,11 @@ int args_parse(megadlm_args *a, int argc, char **argv, char *err, size_t errlen)
 /* Applies Megatron's rules and derived defaults. 0, or -1 with a message naming the flags and
  * the rule in err. Run once, after parsing (and after loading a checkpoint's arguments). */
 int args_validate(megadlm_args *a, char *err, size_t errlen);
+/* The model's sizes (every size positive, the products the model keeps in an int at most
+ * INT_MAX, the whole model and one micro-batch's activations below 2^60 bytes), in 64-bit
+ * arithmetic. Part of args_validate; also for arguments read from a checkpoint's state.json
+ * before anything is allocated. 0, or -1 with a message naming the flags. */
+int args_check_sizes(const megadlm_args *a, char *err, size_t errlen);
 
 /* What `megadlm train` cannot run yet, after args_validate accepted the arguments: tensor or
  * pipeline parallelism, the interleaved schedule. 0, or -1 with "<flag>: not supported yet (...)" in

@@ -480,6 +480,14 @@ size_t ckpt_first_nonfinite(const float *x, size_t n) {
     return n;
 }
 
+int refuse_nonfinite(char *err, size_t errlen) {
+    char why[768];
+    snprintf(why, sizeof why, "%s", err ? err : "");
+    err_set(err, errlen, "%s: refusing to save it; the previous checkpoint and the tracker are "
+                         "kept", why);
+    return -1;
+}
+
 int ckpt_check_finite(const param_set *ps, int with_optimizer, char *err, size_t errlen) {
     const char *kinds[3] = {"parameter", "optimizer state exp_avg of", "optimizer state exp_avg_sq of"};
     const float *bufs[3] = {ps->data, with_optimizer ? ps->exp_avg : NULL,
@@ -489,9 +497,7 @@ int ckpt_check_finite(const param_set *ps, int with_optimizer, char *err, size_t
             const param_tensor *t = &ps->tensors[i];
             size_t k = ckpt_first_nonfinite(bufs[b] + t->offset, t->numel);
             if (k == t->numel) continue;
-            err_set(err, errlen,
-                    "%s %s holds a non-finite value (%f at element %zu); refusing to save it, "
-                    "the previous checkpoint and the tracker are kept",
+            err_set(err, errlen, "%s %s holds a non-finite value (%f at element %zu)",
                     kinds[b], t->name, bufs[b][t->offset + k], k);
             return -1;
         }
@@ -507,7 +513,7 @@ int ckpt_save(const char *dir, const param_set *ps, const ckpt_state *st, int wi
         return -1;
     }
     if (check_param_set(ps, with_optimizer, err, errlen)) return -1;
-    if (ckpt_check_finite(ps, with_optimizer, err, errlen)) return -1;
+    if (ckpt_check_finite(ps, with_optimizer, err, errlen)) return refuse_nonfinite(err, errlen);
     ckpt_txn x;
     if (ckpt_begin(&x, dir, st->iteration, err, errlen)) return -1;
     char path[PATH_MAX + 64];
@@ -528,6 +534,21 @@ int ckpt_save(const char *dir, const param_set *ps, const ckpt_state *st, int wi
     return ckpt_commit(&x, st, err, errlen);
 fail:
     ckpt_abort(&x);
+    return -1;
+}
+
+int ckpt_check_file_holds(const char *path, size_t numel, char *err, size_t errlen) {
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        err_set(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
+        return -1;
+    }
+    /* at least 2 bytes a value (F16 / BF16); numel < 2^56 after args_check_sizes */
+    if ((uint64_t)sb.st_size / 2 >= numel) return 0;
+    err_set(err, errlen,
+            "%s holds %lld bytes, too few for the %zu parameters its configuration describes "
+            "(at least %zu bytes): the configuration does not match the tensors",
+            path, (long long)sb.st_size, numel, numel * 2);
     return -1;
 }
 

@@ -307,16 +307,15 @@ static int io_begin(layout *L, const char *dir, int iteration, const transformer
  * distributed optimizer: its pieces) are checked before any file is made. */
 static int check_finite(const param_set *local, const dist_opt *dopt, int with_optimizer,
                         char *err, size_t errlen) {
-    if (ckpt_check_finite(local, with_optimizer && !dopt, err, errlen)) return -1;
+    if (ckpt_check_finite(local, with_optimizer && !dopt, err, errlen))
+        return refuse_nonfinite(err, errlen);
     if (!with_optimizer || !dopt) return 0;
     const float *m[2] = {dopt->exp_avg, dopt->exp_avg_sq};
     for (int b = 0; b < 2; b++)
         if (ckpt_first_nonfinite(m[b], dopt->shard_numel) < dopt->shard_numel) {
-            err_set(err, errlen,
-                    "the distributed optimizer's %s on rank %d holds a non-finite value; "
-                    "refusing to save it, the previous checkpoint and the tracker are kept",
-                    b ? "exp_avg_sq" : "exp_avg", parallel_get()->world_rank);
-            return -1;
+            err_set(err, errlen, "the distributed optimizer's %s on rank %d holds a non-finite "
+                    "value", b ? "exp_avg_sq" : "exp_avg", parallel_get()->world_rank);
+            return refuse_nonfinite(err, errlen);
         }
     return 0;
 }

@@ -28,6 +28,7 @@
 #include "training/model_provider.h"
 #include "training/theoretical_memory.h"
 #include "training/tokenizer/tokenizer.h"
+#include "core/util/alloc.h"
 
 /* Megatron prints the training log on the last rank (print_rank_last); the others stay quiet
  * except for what is per rank (parameter counts, memory). */
@@ -695,7 +696,7 @@ int pretrain(megadlm_args *a) {
     setup_optimizer(&tr);
     tr.dp_rank = pst->dp_rank;
     tr.dp_size = pst->dp_size;
-    tr.stores = calloc(tr.num_stores, sizeof(gpt_model *));
+    tr.stores = xcalloc(tr.num_stores, sizeof(gpt_model *), "activation stores");
     tr.stores[0] = tr.model;
     /* per-micro-batch partial recompute: stores below num_unchecked keep everything (1F1B:
      * K of them, micro-batch k takes store k mod stores: Megatron's

@@ -140,5 +140,50 @@ tj '{"a": 0}' 2147483647 > big_added.json
 expect "added token id 2^31-1" 1 "added token '<|x|>' has id 2147483647, above the largest supported id" \
     timeout 20 "$MEGADLM" tokenize --tokenizer-type HuggingFaceTokenizer --tokenizer-model big_added.json
 
+# ---- 5. model sizes from state.json and config.json are validated before allocation ----
+"$MEGADLM" train "${N[@]}" --lr 1e-3 --train-iters 1 --save small > /dev/null 2>&1 &&
+"$MEGADLM" convert --to hf small small_hf > /dev/null 2>&1 || { echo "FAILED: small checkpoint"; fail=1; }
+for v in -2 100000000; do
+  rm -rf "layers$v"; cp -r small "layers$v"
+  sed -i "s/\"num_layers\":\t2,/\"num_layers\":\t$v,/" "layers$v/iter_0000001/state.json"
+done
+expect "convert --to hf, num_layers -2" 1 "state.json of iteration 1: --num-layers is -2: expected a positive size" \
+    timeout 20 "$MEGADLM" convert --to hf layers-2 out_neg
+expect "convert --to hf, num_layers 1e8" 1 "too few for the 4998400012416 parameters" \
+    timeout 20 "$MEGADLM" convert --to hf layers100000000 out_big
+expect "generate, num_layers 1e8" 1 "too few for the 4998400012416 parameters" \
+    timeout 20 "$MEGADLM" generate --load layers100000000 --prompt "1 2"
+rm -rf big_hf; cp -r small_hf big_hf
+sed -i 's/"n_layer":\t2,/"n_layer":\t100000000,/' big_hf/config.json
+expect "convert --from hf, n_layer 1e8" 1 "config.json: big_hf/model.safetensors holds" \
+    timeout 20 "$MEGADLM" convert --from hf big_hf out_hf
+expect "--micro-batch-size 2e9 (B x T overflows an int)" 1 \
+    "--micro-batch-size 2000000000 x --seq-length 64 (tokens per micro-batch) is 128000000000" \
+    "$MEGADLM" train "${N[@]}" --lr 1e-3 --train-iters 1 --micro-batch-size 2000000000 \
+    --global-batch-size 2000000000
+expect "--kv-channels 2^31-1" 1 "--kv-channels 2147483647 (the QKV width)" \
+    "$MEGADLM" train "${N[@]}" --lr 1e-3 --train-iters 1 --kv-channels 2147483647
+
+# ---- 7. convert --from hf with a tokenizer other than NullTokenizer ----
+"$MEGADLM" train --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64 \
+    --max-position-embeddings 64 --micro-batch-size 2 --global-batch-size 4 --mock-data \
+    --tokenizer-type ByteLevel --eval-iters 0 --lr 1e-3 --train-iters 1 --save bl > /dev/null 2>&1 &&
+"$MEGADLM" convert --to hf bl bl_hf > /dev/null 2>&1 || { echo "FAILED: ByteLevel checkpoint"; fail=1; }
+out=$("$MEGADLM" convert --from hf bl_hf bl_back --tokenizer-type ByteLevel 2>&1) &&
+  "$MEGADLM" generate --load bl_back --prompt "In" --max-new-tokens 2 > /dev/null 2>&1
+if [ $? -ne 0 ]; then
+  echo "FAILED: convert --from hf --tokenizer-type ByteLevel (then generate from it):"; tail -2 <<<"$out"; fail=1
+else
+  echo "ok: convert --from hf --tokenizer-type ByteLevel"
+fi
+
+# ---- 9. NaN weights or a NaN temperature in generate ----
+expect "generate --temperature nan" 1 "--temperature: expected a finite number, found 'nan'" \
+    "$MEGADLM" generate --load small --prompt "1 2" --temperature nan
+expect "generate --top-p nan" 1 "--top-p: expected a finite number, found 'nan'" \
+    "$MEGADLM" generate --load small --prompt "1 2" --top-p nan
+expect "generate with a NaN weight" 1 "parameter decoder.final_layernorm.weight holds a non-finite value" \
+    "$MEGADLM" generate --load poison --prompt "1 2"
+
 [ $fail -eq 0 ] && echo "all hostile inputs refused"
 exit $fail

@@ -34,6 +34,7 @@
 #include "core/datasets/indexed_dataset.h"
 #include "core/tensor/memory.h"
 #include "core/util/error.h"
+#include "core/util/alloc.h"
 
 typedef struct {
     indexed_dataset *ds; /* not owned */
@@ -182,11 +183,11 @@ gpt_data *gpt_data_build(const gpt_data_config *cfg, char *err, size_t errlen) {
             gpt_data_free(d);
             return NULL;
         }
-        w = malloc((size_t)n * sizeof(double));
+        w = xcalloc((size_t)n, sizeof(double), "blend weights");
         gpt_normalize(cfg->weights, n, w);
     }
 
-    d->ds = calloc((size_t)n, sizeof(indexed_dataset *));
+    d->ds = xcalloc((size_t)n, sizeof(indexed_dataset *), "datasets");
     d->num_ds = n;
     for (int k = 0; k < n; k++) {
         char e2[768];
@@ -204,8 +205,8 @@ gpt_data *gpt_data_build(const gpt_data_config *cfg, char *err, size_t errlen) {
         uint64_t N = cfg->num_samples[s];
         if (N == 0) continue;
         /* Per-prefix ranges (each prefix is split by its own sequence count). */
-        int64_t (*beg)[3] = calloc((size_t)n, sizeof *beg);
-        int64_t (*end)[3] = calloc((size_t)n, sizeof *end);
+        int64_t (*beg)[3] = xcalloc((size_t)n, sizeof *beg, "split ranges");
+        int64_t (*end)[3] = xcalloc((size_t)n, sizeof *end, "split ranges");
         int present[3];
         for (int k = 0; k < n; k++)
             gpt_split_ranges(split_w, d->ds[k]->sequence_count, present, beg[k], end[k]);
@@ -215,7 +216,7 @@ gpt_data *gpt_data_build(const gpt_data_config *cfg, char *err, size_t errlen) {
             continue; /* zero --split weight: Megatron builds no dataset for this split */
         }
         sp->n_mid = n;
-        sp->mid = calloc((size_t)n, sizeof(mid_ds));
+        sp->mid = xcalloc((size_t)n, sizeof(mid_ds), "split datasets");
         int fail = 0;
         if (n == 1 && !w) {
             sp->kind = GPT_SPLIT_SINGLE;
@@ -223,7 +224,7 @@ gpt_data *gpt_data_build(const gpt_data_config *cfg, char *err, size_t errlen) {
             if (!fail) sp->size = sp->mid[0].ix.num_samples;
         } else {
             sp->kind = GPT_SPLIT_BLENDED;
-            sp->blend_weights = malloc((size_t)n * sizeof(double));
+            sp->blend_weights = xcalloc((size_t)n, sizeof(double), "blend weights");
             uint64_t size = 0;
             if (w) {
                 for (int k = 0; k < n && !fail; k++) {
@@ -235,7 +236,7 @@ gpt_data *gpt_data_build(const gpt_data_config *cfg, char *err, size_t errlen) {
                 /* BlendedDataset normalizes the (already normalized) weights again */
                 gpt_normalize(w, n, sp->blend_weights);
             } else {
-                double *lens = malloc((size_t)n * sizeof(double));
+                double *lens = xcalloc((size_t)n, sizeof(double), "dataset lengths");
                 uint64_t total = 0;
                 for (int k = 0; k < n && !fail; k++) {
                     fail = build_mid(d, cfg, s, &sp->mid[k], d->ds[k], beg[k], end[k], 0, err,
