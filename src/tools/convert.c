@@ -404,18 +404,36 @@ static const char *jstr(const cJSON *j, const char *key) {
     return cJSON_IsString(x) ? x->valuestring : NULL;
 }
 
-static cJSON *read_json(const char *path) {
+/* config.json as a JSON object, or NULL with why in err: cannot open or read it (the system's
+ * reason), or not valid JSON (the byte where parsing stopped), or not an object. */
+static cJSON *read_json(const char *path, char *err, size_t errlen) {
     FILE *fp = fopen(path, "rb");
-    if (!fp) return NULL;
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    char *buf = malloc(n + 1);
-    size_t got = fread(buf, 1, n, fp);
+    struct stat sb;
+    if (!fp || fstat(fileno(fp), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        snprintf(err, errlen, "cannot read it: %s", fp ? "not a regular file" : strerror(errno));
+        if (fp) fclose(fp);
+        return NULL;
+    }
+    char *buf = malloc((size_t)sb.st_size + 1);
+    size_t got = buf ? fread(buf, 1, (size_t)sb.st_size, fp) : 0;
     fclose(fp);
-    buf[got] = 0;
-    cJSON *j = cJSON_Parse(buf);
+    if (!buf || got != (size_t)sb.st_size) {
+        snprintf(err, errlen, "cannot read it: %s", buf ? "short read" : "out of memory");
+        free(buf);
+        return NULL;
+    }
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(buf, got, &end, 0);
+    if (!j)
+        snprintf(err, errlen, "not valid JSON (parsing stopped at byte %ld)",
+                 end ? (long)(end - buf) : 0L);
+    else if (!cJSON_IsObject(j))
+        snprintf(err, errlen, "expected a JSON object");
     free(buf);
+    if (j && !cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        j = NULL;
+    }
     return j;
 }
 
@@ -548,10 +566,9 @@ done:
 static int from_hf(const char *in, const char *out, const from_opts *op) {
     char path[1200], err[1024];
     snprintf(path, sizeof path, "%s/config.json", in);
-    cJSON *j = read_json(path);
-    if (!j || !cJSON_IsObject(j)) {
-        fprintf(stderr, "error: convert --from hf: %s: %s\n", path, j ? "not a JSON object" : "cannot read or parse it");
-        cJSON_Delete(j);
+    cJSON *j = read_json(path, err, sizeof err);
+    if (!j) {
+        fprintf(stderr, "error: convert --from hf: %s: %s\n", path, err);
         return 1;
     }
     const char *mt = jstr(j, "model_type");

@@ -1381,6 +1381,9 @@ int args_validate(megadlm_args *a, char *err, size_t errlen) {
             sum += a->data_weights[i];
         }
         if (!(sum > 0)) return fail(err, errlen, "--data-path: the weights sum to 0");
+        if (!isfinite(sum))
+            return fail(err, errlen, "--data-path: the weights sum to %g: expected a finite sum",
+                        sum);
     }
     for (int i = 0; i < a->num_data_paths; i++)
         if (!a->data_paths[i] || !a->data_paths[i][0])

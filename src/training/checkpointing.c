@@ -578,14 +578,20 @@ int ckpt_read_latest(const char *dir, int *iteration, char *err, size_t errlen) 
         else if ((v = v * 10 + (*p - '0')) > INT_MAX) ok = 0;
     }
     if (!ok) {
+        /* every byte read is shown (a NUL does not end it), unprintable ones as '?' */
+        const char *end = buf + n;
+        while (end > s && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\n' || end[-1] == '\r'))
+            end--;
         char shown[40];
         size_t k = 0;
-        for (const char *p = s; *p && k < 24; p++) shown[k++] = (*p >= 0x20 && *p < 0x7f) ? *p : '?';
+        for (const char *p = s; p < end && k < 24; p++)
+            shown[k++] = (*p >= 0x20 && *p < 0x7f) ? *p : '?';
         shown[k] = 0;
         err_set(err, errlen, "%s: expected an iteration number, found \"%s%s\"%s", path, shown,
-                too_long || strlen(s) > 24 ? "..." : "",
-                strcmp(s, "release") == 0 ? " (Megatron release checkpoints are not supported)"
-                                          : "");
+                too_long || end - s > 24 ? "..." : "",
+                has_nul ? " (it holds a NUL byte)"
+                : strcmp(s, "release") == 0 ? " (Megatron release checkpoints are not supported)"
+                                            : "");
         return -1;
     }
     *iteration = (int)v;

@@ -370,8 +370,10 @@ static int load(trainer *tr) {
     tr->optimizer_steps = st.optimizer_step;
     tr->consumed_train_samples = st.consumed_train_samples;
     ckpt_state_free(&st);
-    log_printf("  successfully loaded checkpoint from %s [ t 0/1, p 0/1 ] at iteration %d\n", a->load,
-           tr->iteration);
+    const parallel_state *pst = parallel_get(); /* the logging rank's, as Megatron's line */
+    log_printf("  successfully loaded checkpoint from %s [ t %d/%d, p %d/%d ] at iteration %d\n",
+               a->load, pst->tp_rank + 1, pst->tp_size, pst->pp_rank + 1, pst->pp_size,
+               tr->iteration);
     return 0;
 }
 

@@ -185,5 +185,46 @@ expect "generate --top-p nan" 1 "--top-p: expected a finite number, found 'nan'"
 expect "generate with a NaN weight" 1 "parameter decoder.final_layernorm.weight holds a non-finite value" \
     "$MEGADLM" generate --load poison --prompt "1 2"
 
+# ---- 6. a NUL in a JSONL string is kept (Megatron's json.loads keeps it); ByteLevel id = byte ----
+# ids u16 PREFIX: the ids of PREFIX_text_document.bin, space-separated
+ids() { python3 -c "
+import struct, sys
+b = open(sys.argv[1] + '_text_document.bin', 'rb').read()
+print(*struct.unpack('<%dH' % (len(b) // 2), b))" "$1"; }
+printf '{"text": "ab\\u0000cd"}\n{"text": "x\\\\u0000y"}\n' > nul.jsonl
+printf '{"text": "ab\0cd"}\n' > rawnul.jsonl
+for f in nul rawnul; do
+  "$MEGADLM" preprocess --strict --input $f.jsonl --output-prefix $f --tokenizer-type ByteLevel > /dev/null 2>&1 ||
+    { echo "FAILED: preprocess --strict $f.jsonl"; fail=1; }
+done
+# a b NUL c d; then x \ u 0 0 0 0 y (an escaped backslash is not a NUL)
+[ "$(ids nul)" = "97 98 0 99 100 120 92 117 48 48 48 48 121" ] && [ "$(ids rawnul)" = "97 98 0 99 100" ] &&
+  echo "ok: NUL kept in JSONL strings" ||
+  { echo "FAILED: NUL in JSONL: got '$(ids nul)' and '$(ids rawnul)'"; fail=1; }
+
+# ---- 10. clear messages ----
+printf 'line one\r\nline two\r\n\r\nsecond\r\n' > crlf.txt
+"$MEGADLM" preprocess --input crlf.txt --output-prefix crlf --tokenizer-type ByteLevel > /dev/null 2>&1
+# "line one\nline two" then "second": no carriage return (13) kept
+[ "$(ids crlf)" = "108 105 110 101 32 111 110 101 10 108 105 110 101 32 116 119 111 115 101 99 111 110 100" ] &&
+  echo "ok: CRLF .txt read as LF" || { echo "FAILED: CRLF .txt: got '$(ids crlf)'"; fail=1; }
+expect "overflowing --data-path weights" 1 "--data-path: the weights sum to inf: expected a finite sum" \
+    "$MEGADLM" train "${T[@]}" "${D[@]}" 1e308 nul_text_document 1e308 nul_text_document
+mkdir -p nultracker; printf '4\0junk' > nultracker/latest_checkpointed_iteration.txt
+expect "tracker holding a NUL" 1 'found "4?junk" (it holds a NUL byte)' \
+    "$MEGADLM" train "${N[@]}" --lr 1e-3 --train-iters 1 --load nultracker
+mkdir -p no_type; cp small_hf/model.safetensors no_type/
+printf '{"n_layer": 2,\n "n_embd": 64' > no_type/config.json
+expect "config.json cut short" 1 "no_type/config.json: not valid JSON (parsing stopped at byte" \
+    "$MEGADLM" convert --from hf no_type no_type_out
+printf '{"n_layer": 2}' > no_type/config.json
+expect "config.json without model_type" 1 "no_type/config.json: model_type missing" \
+    "$MEGADLM" convert --from hf no_type no_type_out
+# Megatron's line shows the logging rank's coordinates (1-based); megadlm logs on the last rank
+out=$("${MPI[@]}" -np 2 "$MEGADLM" train "${N[@]}" --lr 1e-3 --train-iters 2 --load small \
+      --tensor-model-parallel-size 2 --make-vocab-size-divisible-by 64 2>&1)
+grep -qF "successfully loaded checkpoint from small [ t 2/2, p 1/1 ] at iteration 1" <<<"$out" &&
+  echo "ok: loaded-checkpoint line under TP 2" ||
+  { echo "FAILED: expected '[ t 2/2, p 1/1 ]' in the loaded-checkpoint line under TP 2:"; grep -m2 "loaded\|error" <<<"$out"; fail=1; }
 [ $fail -eq 0 ] && echo "all hostile inputs refused"
 exit $fail

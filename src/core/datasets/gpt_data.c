@@ -172,9 +172,9 @@ gpt_data *gpt_data_build(const gpt_data_config *cfg, char *err, size_t errlen) {
             }
             sum += cfg->weights[k];
         }
-        if (!(sum > 0)) {
-            err_set(err, errlen, "--data-path: expected weights with a positive sum, found %g",
-                   sum);
+        if (!(sum > 0) || !isfinite(sum)) {
+            err_set(err, errlen, "--data-path: expected weights with a positive finite sum, "
+                    "found %g", sum);
             gpt_data_free(d);
             return NULL;
         }
