@@ -226,5 +226,13 @@ out=$("${MPI[@]}" -np 2 "$MEGADLM" train "${N[@]}" --lr 1e-3 --train-iters 2 --l
 grep -qF "successfully loaded checkpoint from small [ t 2/2, p 1/1 ] at iteration 1" <<<"$out" &&
   echo "ok: loaded-checkpoint line under TP 2" ||
   { echo "FAILED: expected '[ t 2/2, p 1/1 ]' in the loaded-checkpoint line under TP 2:"; grep -m2 "loaded\|error" <<<"$out"; fail=1; }
+# ---- 8. a huge global batch x iterations on a small dataset: an error, no spinning ----
+expect "epochs beyond the document index" 1 "the document index would exceed 2^31 - 1 entries" \
+    timeout 20 "$MEGADLM" train "${T[@]/--global-batch-size/--log-interval}" --global-batch-size 2147483646 \
+    --train-iters 1000000 "${D[@]}" crlf_text_document
+expect "tokens beyond 2^63" 1 "more tokens than 2^63" \
+    timeout 20 "$MEGADLM" train "${T[@]/--global-batch-size/--log-interval}" --global-batch-size 2147483646 \
+    --train-iters 2147483647 "${D[@]}" crlf_text_document
+
 [ $fail -eq 0 ] && echo "all hostile inputs refused"
 exit $fail
