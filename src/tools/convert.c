@@ -295,6 +295,7 @@ static int to_hf(const char *dir, const char *out) {
         return 1;
     }
     ckpt_state_free(&st);
+    args_free(&a); /* the saved data paths are not needed here */
     /* the saved arguments were validated (derived sizes included) by the run that saved
      * them; one process. The sizes are checked again (the file may not be ours) and against
      * the tensor file before anything is allocated. */

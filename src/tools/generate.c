@@ -265,7 +265,9 @@ int generate_main(int argc, char **argv) {
         if (overrides[i].value)
             snprintf(overrides[i].field, overrides[i].size, "%s", overrides[i].value);
     int saved_padded = a.padded_vocab_size;
-    if (args_validate(&a, err, sizeof(err)) != 0) {
+    int invalid = args_validate(&a, err, sizeof(err)) != 0;
+    args_free(&a); /* the saved data paths: only validation reads them */
+    if (invalid) {
         fprintf(stderr, "error: --load %s: %s%s\n", g.load, err,
                 strstr(err, "--vocab-file") || strstr(err, "--merge-file") ||
                         strstr(err, "--tokenizer-model")
