@@ -75,9 +75,6 @@ typedef struct {
     float *loss_mask;
 } trainer;
 
-/* Fills the micro-batch whose first sample is global sample `first` of `split`:
- * tokens = sample[:-1], labels = sample[1:], loss mask 1 (0 on eod tokens with --eod-mask-loss,
- * as Megatron's get_ltor_masks_and_position_ids). */
 /* Reads sample `index` of `split` into tr->sample. An id outside the vocabulary ends every
  * rank (only the rank that reads it may see it, e.g. one data-parallel replica). */
 static void read_sample(trainer *tr, int split, uint64_t index) {
@@ -86,6 +83,9 @@ static void read_sample(trainer *tr, int split, uint64_t index) {
         parallel_abort(1, "%s", err);
 }
 
+/* Fills the micro-batch whose first sample is global sample `first` of `split`:
+ * tokens = sample[:-1], labels = sample[1:], loss mask 1 (0 on eod tokens with --eod-mask-loss,
+ * as Megatron's get_ltor_masks_and_position_ids). */
 static void get_batch(trainer *tr, int split, uint64_t first) {
     const megadlm_args *a = tr->a;
     int T = a->seq_length, eod = tokenizer_eod(tr->tok);
