@@ -26,6 +26,7 @@
 #include "training/arguments.h"
 #include "training/checkpointing.h"
 #include "training/model_provider.h"
+#include "training/theoretical_memory.h"
 
 typedef enum { FAM_NONE = 0, FAM_GPT2, FAM_LLAMA, FAM_QWEN3 } hf_family;
 
@@ -294,12 +295,24 @@ static int to_hf(const char *dir, const char *out) {
         return 1;
     }
     ckpt_state_free(&st);
-    /* the saved arguments are already validated (derived sizes included); one process */
+    args_free(&a); /* the saved data paths are not needed here */
+    /* the saved arguments were validated (derived sizes included) by the run that saved
+     * them; one process. The sizes are checked again (the file may not be ours) and against
+     * the tensor file before anything is allocated. */
     a.tensor_model_parallel_size = 1;
     a.pipeline_model_parallel_size = 1;
     a.sequence_parallel = 0;
     a.distribute_saved_activations = 0;
     snprintf(a.recompute_granularity, sizeof a.recompute_granularity, "%s", "");
+    char model_path[PATH_MAX + 64];
+    snprintf(model_path, sizeof model_path, "%s/iter_%07d/model.safetensors", dir, it);
+    if (args_check_sizes(&a, err, sizeof err) != 0 ||
+        ckpt_check_file_holds(model_path, theoretical_megadlm_parameter_count(&a), err,
+                              sizeof err) != 0) {
+        fprintf(stderr, "error: convert --to hf %s: state.json of iteration %d: %s\n", dir, it, err);
+        args_free(&a);
+        return 1;
+    }
     transformer_config c = model_config_from_args(&a);
     hf_family f = (c.rope || c.normalization == NORM_RMSNORM)
                       ? (c.qk_layernorm ? FAM_QWEN3 : FAM_LLAMA)
@@ -392,18 +405,36 @@ static const char *jstr(const cJSON *j, const char *key) {
     return cJSON_IsString(x) ? x->valuestring : NULL;
 }
 
-static cJSON *read_json(const char *path) {
+/* config.json as a JSON object, or NULL with why in err: cannot open or read it (the system's
+ * reason), or not valid JSON (the byte where parsing stopped), or not an object. */
+static cJSON *read_json(const char *path, char *err, size_t errlen) {
     FILE *fp = fopen(path, "rb");
-    if (!fp) return NULL;
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    char *buf = malloc(n + 1);
-    size_t got = fread(buf, 1, n, fp);
+    struct stat sb;
+    if (!fp || fstat(fileno(fp), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        snprintf(err, errlen, "cannot read it: %s", fp ? "not a regular file" : strerror(errno));
+        if (fp) fclose(fp);
+        return NULL;
+    }
+    char *buf = malloc((size_t)sb.st_size + 1);
+    size_t got = buf ? fread(buf, 1, (size_t)sb.st_size, fp) : 0;
     fclose(fp);
-    buf[got] = 0;
-    cJSON *j = cJSON_Parse(buf);
+    if (!buf || got != (size_t)sb.st_size) {
+        snprintf(err, errlen, "cannot read it: %s", buf ? "short read" : "out of memory");
+        free(buf);
+        return NULL;
+    }
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(buf, got, &end, 0);
+    if (!j)
+        snprintf(err, errlen, "not valid JSON (parsing stopped at byte %ld)",
+                 end ? (long)(end - buf) : 0L);
+    else if (!cJSON_IsObject(j))
+        snprintf(err, errlen, "expected a JSON object");
     free(buf);
+    if (j && !cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        j = NULL;
+    }
     return j;
 }
 
@@ -536,10 +567,9 @@ done:
 static int from_hf(const char *in, const char *out, const from_opts *op) {
     char path[1200], err[1024];
     snprintf(path, sizeof path, "%s/config.json", in);
-    cJSON *j = read_json(path);
-    if (!j || !cJSON_IsObject(j)) {
-        fprintf(stderr, "error: convert --from hf: %s: %s\n", path, j ? "not a JSON object" : "cannot read or parse it");
-        cJSON_Delete(j);
+    cJSON *j = read_json(path, err, sizeof err);
+    if (!j) {
+        fprintf(stderr, "error: convert --from hf: %s: %s\n", path, err);
         return 1;
     }
     const char *mt = jstr(j, "model_type");
@@ -634,8 +664,8 @@ static int from_hf(const char *in, const char *out, const from_opts *op) {
         /* default: ids < V-1, end-of-document V-1 (the whole HF vocabulary) */
         a.vocab_size = op->vocab_size ? op->vocab_size : V - 1;
         if (!op->divisible_by && !op->vocab_size) a.make_vocab_size_divisible_by = V % 128 ? 1 : 128;
-        a.mock_data = 1;
     }
+    a.mock_data = 1; /* validation needs a data source; `train --load` gives its own */
     if (args_validate(&a, err, sizeof err) != 0) {
         fprintf(stderr, "error: convert --from hf %s: the megadlm arguments from config.json: %s\n", in, err);
         return 1;
@@ -649,6 +679,11 @@ static int from_hf(const char *in, const char *out, const from_opts *op) {
     }
     transformer_config c = model_config_from_args(&a);
     snprintf(path, sizeof path, "%s/model.safetensors", in);
+    if (ckpt_check_file_holds(path, theoretical_megadlm_parameter_count(&a), err, sizeof err)) {
+        fprintf(stderr, "error: convert --from hf %s: config.json: %s\n", in, err);
+        args_free(&a);
+        return 1;
+    }
     st_file sf;
     if (st_open(path, &sf, err, sizeof err) != 0) {
         fprintf(stderr, "error: convert --from hf: %s (a sharded checkpoint, model.safetensors.index.json, "

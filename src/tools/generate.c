@@ -15,6 +15,7 @@
 #include "training/arguments.h"
 #include "training/checkpointing.h"
 #include "training/model_provider.h"
+#include "training/theoretical_memory.h"
 #include "training/tokenizer/tokenizer.h"
 
 typedef struct {
@@ -58,8 +59,8 @@ static void print_help(FILE *out) {
 static int parse_number(const char *flag, const char *s, double *out) {
     char *end;
     *out = strtod(s, &end);
-    if (end == s || *end) {
-        fprintf(stderr, "error: %s: expected a number, found '%s'\n", flag, s);
+    if (end == s || *end || !isfinite(*out)) {
+        fprintf(stderr, "error: %s: expected a finite number, found '%s'\n", flag, s);
         return -1;
     }
     return 0;
@@ -264,7 +265,9 @@ int generate_main(int argc, char **argv) {
         if (overrides[i].value)
             snprintf(overrides[i].field, overrides[i].size, "%s", overrides[i].value);
     int saved_padded = a.padded_vocab_size;
-    if (args_validate(&a, err, sizeof(err)) != 0) {
+    int invalid = args_validate(&a, err, sizeof(err)) != 0;
+    args_free(&a); /* the saved data paths: only validation reads them */
+    if (invalid) {
         fprintf(stderr, "error: --load %s: %s%s\n", g.load, err,
                 strstr(err, "--vocab-file") || strstr(err, "--merge-file") ||
                         strstr(err, "--tokenizer-model")
@@ -313,10 +316,22 @@ int generate_main(int argc, char **argv) {
     a.pipeline_model_parallel_size = 1;
     a.sequence_parallel = 0;
     a.distribute_saved_activations = 0;
+    char model_path[PATH_MAX + 64];
+    snprintf(model_path, sizeof model_path, "%s/iter_%07d/model.safetensors", g.load, iteration);
+    if (ckpt_check_file_holds(model_path, theoretical_megadlm_parameter_count(&a), err,
+                              sizeof err) != 0) {
+        fprintf(stderr, "error: --load %s: %s\n", g.load, err);
+        tokenizer_free(tok);
+        args_free(&a);
+        return 1;
+    }
     transformer_config cfg = model_config_from_args(&a);
     gpt_model *m = gpt_model_create(&cfg, 1, 0);
-    if (ckpt_load_tensors(g.load, iteration, &m->params, 0, err, sizeof(err)) != 0) {
-        fprintf(stderr, "error: %s\n", err);
+    if (ckpt_load_tensors(g.load, iteration, &m->params, 0, err, sizeof(err)) != 0 ||
+        ckpt_check_finite(&m->params, 0, err, sizeof err) != 0) {
+        fprintf(stderr, "error: --load %s: %s\n", g.load, err);
+        gpt_model_free(m);
+        tokenizer_free(tok);
         return 1;
     }
 
@@ -342,6 +357,7 @@ int generate_main(int argc, char **argv) {
     float *probs = malloc(V * sizeof(float)), *sorted = malloc(V * sizeof(float));
 
     size_t prompt_len = len;
+    int status = 0;
     for (int step = 0; step < g.max_new_tokens; step++) {
         size_t start = len > (size_t)T ? len - T : 0; /* the last seq_length tokens */
         int t = (int)(len - start);
@@ -350,20 +366,28 @@ int generate_main(int argc, char **argv) {
         uint32_t ctr[4] = {(uint32_t)step, 0, 0, 0}, key[2] = {(uint32_t)g.seed, 0x67656e21u},
                  r[4];
         philox4x32_10(ctr, key, r);
-        int next = sample_token(m->logits + (size_t)(t - 1) * V, V, vocab, &g, probs, sorted,
-                                philox_to_uniform(r[0]));
+        const float *row = m->logits + (size_t)(t - 1) * V;
+        if (ckpt_first_nonfinite(row, (size_t)vocab) < (size_t)vocab) {
+            fprintf(stderr, "error: --load %s: the logits of new token %d are not finite (the "
+                            "model's activations overflow)\n", g.load, step + 1);
+            status = 1;
+            break;
+        }
+        int next = sample_token(row, V, vocab, &g, probs, sorted, philox_to_uniform(r[0]));
         if (next == tokenizer_eod(tok)) break;
         seq[len++] = next;
     }
-    char *text = tokenizer_decode(tok, seq, len);
-    printf("%s\n", text);
-    fprintf(stderr, "[generated %zu tokens after a %zu-token prompt from %s iteration %d]\n",
-            len - prompt_len, prompt_len, g.load, iteration);
-    free(text);
+    if (status == 0) {
+        char *text = tokenizer_decode(tok, seq, len);
+        printf("%s\n", text);
+        fprintf(stderr, "[generated %zu tokens after a %zu-token prompt from %s iteration %d]\n",
+                len - prompt_len, prompt_len, g.load, iteration);
+        free(text);
+    }
     free(seq);
     free(probs);
     free(sorted);
     gpt_model_free(m);
     tokenizer_free(tok);
-    return 0;
+    return status;
 }

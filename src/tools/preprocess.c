@@ -16,7 +16,9 @@
  * a list of strings is reported (FILE:LINE) and skipped, for every key, and counted in the
  * summary; with --strict it is fatal. Tokenizer errors are always fatal.
  * Input .txt: documents are runs of non-blank lines separated by blank (whitespace-only)
- * lines; a document's text is its lines joined by their newlines, without the final newline.
+ * lines; a document's text is its lines joined by their newlines, without the final newline
+ * (CRLF line ends read as LF). A NUL in a JSON string ("\u0000" or a raw byte) is kept, as
+ * Megatron's json.loads keeps it.
  * Written as P_text_document.
  *
  * Encoding runs in parallel (OpenMP, --workers threads) over chunks of lines; documents are
@@ -35,6 +37,7 @@
 #include <stdlib.h>
 #include <signal.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -174,6 +177,80 @@ static void finish_doc(const tokenizer *tok, int append_eod, encoded *e, size_t 
     }
 }
 
+/* ---- NUL inside JSON strings ----
+ * Megatron's json.loads keeps "\u0000" (and the tokenizer encodes the byte), but cJSON's
+ * strings end at their first NUL. A line holding "\u0000" or a raw NUL byte is therefore
+ * parsed with each of them replaced by the escape of a code point the line does not use (a
+ * sentinel from the private use area), and the decoded strings map it back to NUL. */
+typedef struct {
+    char utf8[4]; /* the sentinel's UTF-8 bytes (3 of them), "" when the line has no NUL */
+} nul_map;
+
+/* Whether line[0..n) uses private-use code point c, as UTF-8 or as a \u escape. */
+static int uses_code_point(const char *line, size_t n, unsigned c) {
+    char u8[4] = {(char)(0xE0 | (c >> 12)), (char)(0x80 | ((c >> 6) & 0x3F)),
+                  (char)(0x80 | (c & 0x3F)), 0};
+    char esc[8];
+    snprintf(esc, sizeof esc, "\\u%04x", c);
+    for (size_t i = 0; i + 3 <= n; i++) {
+        if (!memcmp(line + i, u8, 3)) return 1;
+        if (i + 6 <= n && !strncasecmp(line + i, esc, 6)) return 1;
+    }
+    return 0;
+}
+
+/* The line to parse: itself when it has no NUL, else a copy with every "\u0000" escape and
+ * raw NUL byte replaced by the sentinel's escape (*owned set; free it). */
+static const char *line_without_nul(const char *line, size_t n, size_t *out_len, nul_map *m,
+                                    char **owned) {
+    m->utf8[0] = 0;
+    *owned = NULL;
+    *out_len = n;
+    int has = memchr(line, 0, n) != NULL;
+    for (size_t i = 0; !has && i + 6 <= n; i++)
+        if (line[i] == '\\') has = !strncmp(line + i + 1, "u0000", 5), i++;
+    if (!has) return line;
+    unsigned c = 0xE000;
+    while (c < 0xF8FF && uses_code_point(line, n, c)) c++;
+    snprintf(m->utf8, sizeof m->utf8, "%c%c%c", 0xE0 | (c >> 12), 0x80 | ((c >> 6) & 0x3F),
+             0x80 | (c & 0x3F));
+    char esc[8];
+    snprintf(esc, sizeof esc, "\\u%04x", c);
+    char *o = malloc(6 * n + 1);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (line[i] == 0 || (line[i] == '\\' && i + 6 <= n && !strncmp(line + i + 1, "u0000", 5))) {
+            memcpy(o + k, esc, 6), k += 6;
+            i += line[i] ? 5 : 0;
+        } else if (line[i] == '\\' && i + 1 < n) { /* another escape: both characters as they are */
+            o[k++] = line[i++];
+            o[k++] = line[i];
+        } else {
+            o[k++] = line[i];
+        }
+    }
+    o[k] = 0;
+    *owned = o;
+    *out_len = k;
+    return o;
+}
+
+/* A decoded string's text and length with the sentinel turned back into NUL (in place). */
+static size_t restore_nul(char *s, const nul_map *m) {
+    size_t n = strlen(s);
+    if (!m->utf8[0]) return n;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (i + 3 <= n && !memcmp(s + i, m->utf8, 3)) {
+            s[k++] = 0;
+            i += 2;
+        } else {
+            s[k++] = s[i];
+        }
+    }
+    return k;
+}
+
 static void encode_item(const tokenizer *tok, const char *input, int is_txt, int nkeys,
                         char **keys, int append_eod, const item *it, item_result *r) {
     char err[512];
@@ -187,21 +264,25 @@ static void encode_item(const tokenizer *tok, const char *input, int is_txt, int
         return;
     }
     const char *endp = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(it->text, it->len, &endp, 0);
+    nul_map nm;
+    char *owned;
+    size_t text_len;
+    const char *text = line_without_nul(it->text, it->len, &text_len, &nm, &owned);
+    cJSON *root = cJSON_ParseWithLengthOpts(text, text_len, &endp, 0);
+    /* cJSON reports where parsing stopped through endp (its global error pointer is not
+     * thread-safe); columns count in the parsed text (the line's, unless raw NULs were
+     * replaced) */
+    long col = (endp && endp >= text && endp <= text + text_len) ? (long)(endp - text) + 1 : 0;
+    int trailing = root && endp && !is_blank(endp, (size_t)(text + text_len - endp));
+    free(owned);
     if (!root) {
-        /* cJSON reports where parsing stopped through endp (its global error pointer is
-         * not thread-safe) */
-        const char *ep = endp;
-        long col = (ep && ep >= it->text && ep <= it->text + it->len) ? (long)(ep - it->text) + 1
-                                                                      : 0;
         r->error = xstrdup_printf("%s:%ld: not valid JSON (near column %ld)", input, it->line, col);
         r->malformed = 1;
         return;
     }
-    /* trailing garbage after the object */
-    if (endp && !is_blank(endp, (size_t)(it->text + it->len - endp))) {
+    if (trailing) { /* text after the object */
         r->error = xstrdup_printf("%s:%ld: not valid JSON (unexpected text at column %ld)", input,
-                                  it->line, (long)(endp - it->text) + 1);
+                                  it->line, col);
         r->malformed = 1;
         cJSON_Delete(root);
         return;
@@ -223,8 +304,8 @@ static void encode_item(const tokenizer *tok, const char *input, int is_txt, int
             break;
         }
         if (cJSON_IsString(v)) {
-            if (encode_sentence(tok, v->valuestring, strlen(v->valuestring), &r->enc[k], &cap,
-                                err, sizeof err) != 0) {
+            if (encode_sentence(tok, v->valuestring, restore_nul(v->valuestring, &nm),
+                                &r->enc[k], &cap, err, sizeof err) != 0) {
                 r->error = xstrdup_printf("%s:%ld: key '%s': %s", input, it->line, keys[k], err);
                 break;
             }
@@ -241,8 +322,8 @@ static void encode_item(const tokenizer *tok, const char *input, int is_txt, int
                     bad = 1;
                     break;
                 }
-                if (encode_sentence(tok, s->valuestring, strlen(s->valuestring), &r->enc[k], &cap,
-                                    err, sizeof err) != 0) {
+                if (encode_sentence(tok, s->valuestring, restore_nul(s->valuestring, &nm),
+                                    &r->enc[k], &cap, err, sizeof err) != 0) {
                     r->error =
                         xstrdup_printf("%s:%ld: key '%s': %s", input, it->line, keys[k], err);
                     bad = 1;
@@ -269,6 +350,16 @@ typedef struct {
     size_t cap;
     int eof;
 } reader;
+
+/* A .txt line's length with a CRLF ending made LF (Python reads text with universal
+ * newlines: a Windows file gives the same documents as a Unix one). */
+static size_t lf_line(char *line, size_t len) {
+    if (len >= 2 && line[len - 2] == '\r' && line[len - 1] == '\n') {
+        line[len - 2] = '\n';
+        return len - 1;
+    }
+    return len;
+}
 
 /* Reads the next chunk of items. Returns the count (0 at end). */
 static size_t read_chunk(reader *rd, item *items, size_t max_items) {
@@ -310,6 +401,7 @@ static size_t read_chunk(reader *rd, item *items, size_t max_items) {
             }
             continue;
         }
+        len = lf_line(rd->buf, len);
         if (!doc_len) doc_line = rd->line;
         if (doc_len + len + 1 > doc_cap) {
             doc_cap = (doc_len + len + 1) * 2;
@@ -328,12 +420,13 @@ static size_t read_chunk(reader *rd, item *items, size_t max_items) {
             }
             rd->line++;
             if (is_blank(rd->buf, (size_t)got)) break;
-            if (doc_len + (size_t)got + 1 > doc_cap) {
-                doc_cap = (doc_len + (size_t)got + 1) * 2;
+            size_t len = lf_line(rd->buf, (size_t)got);
+            if (doc_len + len + 1 > doc_cap) {
+                doc_cap = (doc_len + len + 1) * 2;
                 doc = realloc(doc, doc_cap);
             }
-            memcpy(doc + doc_len, rd->buf, (size_t)got);
-            doc_len += (size_t)got;
+            memcpy(doc + doc_len, rd->buf, len);
+            doc_len += len;
         }
         if (doc[doc_len - 1] == '\n') doc_len--;
         doc[doc_len] = 0;

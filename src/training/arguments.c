@@ -305,6 +305,13 @@ static const opt_def OPTIONS[] = {
     FLTOPT("distributed-timeout-minutes", G_TRAIN, distributed_timeout_minutes, NULL,
            "A rank that makes no progress (a micro-batch step, a collective) for this long ends "
            "the job on every rank, naming itself."),
+    BOOLOPT("check-for-nan-in-loss-and-grad", K_TRUE, G_TRAIN, check_for_nan_in_loss_and_grad,
+            "on", "Stop, on every rank, when the loss or the reduced gradient norm of an "
+            "iteration is NaN or infinite, naming the iteration and the first rank that saw it."),
+    BOOLOPT("no-check-for-nan-in-loss-and-grad", K_FALSE, G_TRAIN,
+            check_for_nan_in_loss_and_grad, "check on",
+            "Skip such an iteration instead (parameters and optimizer state untouched), counted "
+            "in the log's skipped and nan iterations."),
 
     /* ---- logging, evaluation, checkpoints ---- */
     INTOPT("log-interval", K_POS, G_LOG, log_interval, "N", NULL, "Iterations between log lines."),
@@ -449,6 +456,7 @@ void args_defaults(megadlm_args *a) {
     a->make_vocab_size_divisible_by = 128;
     a->init_method_std = 0.02f;
     a->distributed_timeout_minutes = 10.0f; /* Megatron's default */
+    a->check_for_nan_in_loss_and_grad = 1;  /* Megatron's default */
     snprintf(a->model_running_mode, sizeof(a->model_running_mode), "vanilla");
     a->mask_token = -1;
     a->difflm_varilen_prob = 0.01f; /* MegaDLMs' default */
@@ -1382,6 +1390,9 @@ int args_validate(megadlm_args *a, char *err, size_t errlen) {
             sum += a->data_weights[i];
         }
         if (!(sum > 0)) return fail(err, errlen, "--data-path: the weights sum to 0");
+        if (!isfinite(sum))
+            return fail(err, errlen, "--data-path: the weights sum to %g: expected a finite sum",
+                        sum);
     }
     for (int i = 0; i < a->num_data_paths; i++)
         if (!a->data_paths[i] || !a->data_paths[i][0])
@@ -1544,6 +1555,59 @@ int args_validate(megadlm_args *a, char *err, size_t errlen) {
         return fail(err, errlen, "--distributed-timeout-minutes must be positive");
     if (a->save_interval > 0 && !a->save[0])
         return fail(err, errlen, "--save-interval %d needs --save DIR", a->save_interval);
+    return args_check_sizes(a, err, errlen);
+}
+
+/* Sizes whose products the model takes as int (a tensor's rows or width): at most INT_MAX. */
+static int check_int_product(long long x, const char *what, char *err, size_t errlen) {
+    if (x <= INT_MAX) return 0;
+    return fail(err, errlen, "%s is %lld: at most %d is supported", what, x, INT_MAX);
+}
+
+int args_check_sizes(const megadlm_args *a, char *err, size_t errlen) {
+    const struct {
+        const char *flag;
+        int value;
+    } sizes[] = {{"--num-layers", a->num_layers},
+                 {"--hidden-size", a->hidden_size},
+                 {"--ffn-hidden-size", a->ffn_hidden_size},
+                 {"--num-attention-heads", a->num_attention_heads},
+                 {"--kv-channels", a->kv_channels},
+                 {"--num-query-groups", a->num_query_groups},
+                 {"--max-position-embeddings", a->max_position_embeddings},
+                 {"--seq-length", a->seq_length},
+                 {"--micro-batch-size", a->micro_batch_size},
+                 {"the padded vocabulary", a->padded_vocab_size}};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        if (sizes[i].value <= 0)
+            return fail(err, errlen, "%s is %d: expected a positive size", sizes[i].flag,
+                        sizes[i].value);
+    char what[160];
+    long long B = a->micro_batch_size, T = a->seq_length, h = a->hidden_size;
+    long long heads = a->num_attention_heads, d = a->kv_channels, g = a->num_query_groups;
+    long long F = a->ffn_hidden_size * (a->swiglu ? 2LL : 1LL), V = a->padded_vocab_size;
+    snprintf(what, sizeof what, "--micro-batch-size %lld x --seq-length %lld (tokens per "
+             "micro-batch)", B, T);
+    if (check_int_product(B * T, what, err, errlen)) return -1;
+    snprintf(what, sizeof what, "(--num-attention-heads %lld + 2 x %lld query groups) x "
+             "--kv-channels %lld (the QKV width)", heads, g, d);
+    if (check_int_product((heads + 2 * g) * d, what, err, errlen)) return -1;
+    snprintf(what, sizeof what, "the MLP width (--ffn-hidden-size%s)", a->swiglu ? " x 2, SwiGLU" : "");
+    if (check_int_product(F, what, err, errlen)) return -1;
+    /* whole-model totals in double (exact enough, never overflowing): parameters with their
+     * gradients and two moments, and the largest activations of one micro-batch */
+    double layer = (double)h * (heads + 2 * g) * d + (double)heads * d * h + 1.5 * h * F;
+    double params = (double)a->num_layers * layer + (double)V * h * 2 +
+                    (double)a->max_position_embeddings * h;
+    double acts = (double)B * T * ((double)V + (double)heads * T + (double)a->num_layers * 16 * h);
+    const double limit = 1152921504606846976.0; /* 2^60 bytes: beyond any machine */
+    if (params * 16 > limit || acts * 4 > limit)
+        return fail(err, errlen,
+                    "the model (--num-layers %d, --hidden-size %lld, --ffn-hidden-size %d, "
+                    "vocabulary %lld, --micro-batch-size %lld, --seq-length %lld) needs about "
+                    "%.3g bytes for %.3g parameters and %.3g bytes of activations: more than "
+                    "any machine holds (2^60 bytes)",
+                    a->num_layers, h, a->ffn_hidden_size, V, B, T, params * 16, params, acts * 4);
     return 0;
 }
 
@@ -1583,6 +1647,7 @@ static const field_def FIELDS[] = {
     FI(save_interval), FS(load),
     FI(tensor_model_parallel_size), FI(pipeline_model_parallel_size), FI(world_size),
     FI(data_parallel_size), FI(exit_interval), FF(distributed_timeout_minutes),
+    FB(check_for_nan_in_loss_and_grad),
     FB(recompute_activations), FS(recompute_granularity), FS(recompute_method),
     FI(num_microbatches_with_partial_activation_checkpoints),
     FS(train_data_path), FS(valid_data_path), FS(test_data_path),

@@ -107,6 +107,9 @@ typedef struct {
     float difflm_varilen_prob;    /* --difflm-varilen-prob (0.01) */
     float distributed_timeout_minutes; /* --distributed-timeout-minutes (10): a rank that makes
                                    * no progress for this long ends the job */
+    int check_for_nan_in_loss_and_grad; /* 1 unless --no-check-for-nan-in-loss-and-grad: a
+                                   * non-finite loss or grad norm stops the job (else the step is
+                                   * skipped) */
 
     /* ---- activation recomputation (Megatron's names and rules) ---- */
     int recompute_activations;    /* --recompute-activations: shorthand for --recompute-granularity selective */
@@ -162,6 +165,11 @@ int args_parse(megadlm_args *a, int argc, char **argv, char *err, size_t errlen)
 /* Applies Megatron's rules and derived defaults. 0, or -1 with a message naming the flags and
  * the rule in err. Run once, after parsing (and after loading a checkpoint's arguments). */
 int args_validate(megadlm_args *a, char *err, size_t errlen);
+/* The model's sizes (every size positive, the products the model keeps in an int at most
+ * INT_MAX, the whole model and one micro-batch's activations below 2^60 bytes), in 64-bit
+ * arithmetic. Part of args_validate; also for arguments read from a checkpoint's state.json
+ * before anything is allocated. 0, or -1 with a message naming the flags. */
+int args_check_sizes(const megadlm_args *a, char *err, size_t errlen);
 
 /* What `megadlm train` cannot run yet, after args_validate accepted the arguments: tensor or
  * pipeline parallelism, the interleaved schedule. 0, or -1 with "<flag>: not supported yet (...)" in

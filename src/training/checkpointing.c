@@ -24,6 +24,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -472,6 +473,38 @@ fail:
     return -1;
 }
 
+/* The index of the first value of x[0..n) that is NaN or infinite, n when there is none. */
+size_t ckpt_first_nonfinite(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return i;
+    return n;
+}
+
+int refuse_nonfinite(char *err, size_t errlen) {
+    char why[768];
+    snprintf(why, sizeof why, "%s", err ? err : "");
+    err_set(err, errlen, "%s: refusing to save it; the previous checkpoint and the tracker are "
+                         "kept", why);
+    return -1;
+}
+
+int ckpt_check_finite(const param_set *ps, int with_optimizer, char *err, size_t errlen) {
+    const char *kinds[3] = {"parameter", "optimizer state exp_avg of", "optimizer state exp_avg_sq of"};
+    const float *bufs[3] = {ps->data, with_optimizer ? ps->exp_avg : NULL,
+                            with_optimizer ? ps->exp_avg_sq : NULL};
+    for (int b = 0; b < 3; b++) {
+        for (int i = 0; bufs[b] && i < ps->count; i++) {
+            const param_tensor *t = &ps->tensors[i];
+            size_t k = ckpt_first_nonfinite(bufs[b] + t->offset, t->numel);
+            if (k == t->numel) continue;
+            err_set(err, errlen, "%s %s holds a non-finite value (%f at element %zu)",
+                    kinds[b], t->name, bufs[b][t->offset + k], k);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int ckpt_save(const char *dir, const param_set *ps, const ckpt_state *st, int with_optimizer,
               char *err, size_t errlen) {
     if (!dir || !st || st->iteration < 0 || st->iteration > 9999999) {
@@ -480,6 +513,7 @@ int ckpt_save(const char *dir, const param_set *ps, const ckpt_state *st, int wi
         return -1;
     }
     if (check_param_set(ps, with_optimizer, err, errlen)) return -1;
+    if (ckpt_check_finite(ps, with_optimizer, err, errlen)) return refuse_nonfinite(err, errlen);
     ckpt_txn x;
     if (ckpt_begin(&x, dir, st->iteration, err, errlen)) return -1;
     char path[PATH_MAX + 64];
@@ -500,6 +534,21 @@ int ckpt_save(const char *dir, const param_set *ps, const ckpt_state *st, int wi
     return ckpt_commit(&x, st, err, errlen);
 fail:
     ckpt_abort(&x);
+    return -1;
+}
+
+int ckpt_check_file_holds(const char *path, size_t numel, char *err, size_t errlen) {
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        err_set(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
+        return -1;
+    }
+    /* at least 2 bytes a value (F16 / BF16); numel < 2^56 after args_check_sizes */
+    if ((uint64_t)sb.st_size / 2 >= numel) return 0;
+    err_set(err, errlen,
+            "%s holds %lld bytes, too few for the %zu parameters its configuration describes "
+            "(at least %zu bytes): the configuration does not match the tensors",
+            path, (long long)sb.st_size, numel, numel * 2);
     return -1;
 }
 
@@ -529,14 +578,20 @@ int ckpt_read_latest(const char *dir, int *iteration, char *err, size_t errlen) 
         else if ((v = v * 10 + (*p - '0')) > INT_MAX) ok = 0;
     }
     if (!ok) {
+        /* every byte read is shown (a NUL does not end it), unprintable ones as '?' */
+        const char *end = buf + n;
+        while (end > s && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\n' || end[-1] == '\r'))
+            end--;
         char shown[40];
         size_t k = 0;
-        for (const char *p = s; *p && k < 24; p++) shown[k++] = (*p >= 0x20 && *p < 0x7f) ? *p : '?';
+        for (const char *p = s; p < end && k < 24; p++)
+            shown[k++] = (*p >= 0x20 && *p < 0x7f) ? *p : '?';
         shown[k] = 0;
         err_set(err, errlen, "%s: expected an iteration number, found \"%s%s\"%s", path, shown,
-                too_long || strlen(s) > 24 ? "..." : "",
-                strcmp(s, "release") == 0 ? " (Megatron release checkpoints are not supported)"
-                                          : "");
+                too_long || end - s > 24 ? "..." : "",
+                has_nul ? " (it holds a NUL byte)"
+                : strcmp(s, "release") == 0 ? " (Megatron release checkpoints are not supported)"
+                                            : "");
         return -1;
     }
     *iteration = (int)v;
@@ -618,6 +673,9 @@ int ckpt_load_state(const char *dir, int iteration, ckpt_state *st, char *err, s
     } else if (json_uint(cJSON_GetObjectItemCaseSensitive(root, "optimizer_step"), &step) ||
                step > INT_MAX) {
         err_set(err, errlen, "%s: expected a non-negative integer \"optimizer_step\"", path);
+    } else if (step > it) { /* a skipped iteration takes no step; none takes two */
+        err_set(err, errlen, "%s: \"optimizer_step\" %llu is more than \"iteration\" %llu",
+                path, (unsigned long long)step, (unsigned long long)it);
     } else if (args && !cJSON_IsObject(args) && !cJSON_IsNull(args)) {
         err_set(err, errlen, "%s: expected \"args\" to be an object", path);
     } else {

@@ -30,6 +30,20 @@ typedef struct {
 int ckpt_save(const char *dir, const param_set *ps, const ckpt_state *st, int with_optimizer,
               char *err, size_t errlen);
 
+/* A checkpoint never holds a NaN or an infinity: 0 when every parameter (and with
+ * with_optimizer every AdamW moment) of ps is finite, else -1 with a message naming the first
+ * tensor that is not. ckpt_save checks this before writing (and refuse_nonfinite adds to the
+ * message that the save is refused and the previous checkpoint kept; returns -1). */
+int ckpt_check_finite(const param_set *ps, int with_optimizer, char *err, size_t errlen);
+int refuse_nonfinite(char *err, size_t errlen);
+/* The index of the first NaN or infinity in x[0..n), n when there is none. */
+size_t ckpt_first_nonfinite(const float *x, size_t n);
+
+/* Before a model is built from a configuration read from a file (state.json, config.json):
+ * 0 when the tensor file at path is large enough to hold numel parameters (2 bytes each at
+ * least), else -1 with a message naming the file and both sizes. */
+int ckpt_check_file_holds(const char *path, size_t numel, char *err, size_t errlen);
+
 /* Reads DIR/latest_checkpointed_iteration.txt. 0 and *iteration, 1 when DIR has no tracker
  * (nothing to load), -1 on a malformed tracker (message names the file). */
 int ckpt_read_latest(const char *dir, int *iteration, char *err, size_t errlen);

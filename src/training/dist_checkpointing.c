@@ -303,6 +303,23 @@ static int io_begin(layout *L, const char *dir, int iteration, const transformer
     return layout_make(L, dir, iteration, cfg, local, with_optimizer, saving, err, errlen);
 }
 
+/* Nothing non-finite is ever saved: this rank's parameters and its optimizer state (the
+ * distributed optimizer: its pieces) are checked before any file is made. */
+static int check_finite(const param_set *local, const dist_opt *dopt, int with_optimizer,
+                        char *err, size_t errlen) {
+    if (ckpt_check_finite(local, with_optimizer && !dopt, err, errlen))
+        return refuse_nonfinite(err, errlen);
+    if (!with_optimizer || !dopt) return 0;
+    const float *m[2] = {dopt->exp_avg, dopt->exp_avg_sq};
+    for (int b = 0; b < 2; b++)
+        if (ckpt_first_nonfinite(m[b], dopt->shard_numel) < dopt->shard_numel) {
+            err_set(err, errlen, "the distributed optimizer's %s on rank %d holds a non-finite "
+                    "value", b ? "exp_avg_sq" : "exp_avg", parallel_get()->world_rank);
+            return refuse_nonfinite(err, errlen);
+        }
+    return 0;
+}
+
 int dist_ckpt_save(const char *dir, const transformer_config *cfg, const param_set *local,
                    const dist_opt *dopt, const ckpt_state *st, int with_optimizer, char *err,
                    size_t errlen) {
@@ -311,6 +328,7 @@ int dist_ckpt_save(const char *dir, const transformer_config *cfg, const param_s
     size_t other0 = mem_current(MEM_OTHER);
     layout L;
     rc = io_begin(&L, dir, st->iteration, cfg, local, dopt, with_optimizer, 1, err, errlen);
+    if (rc == 0) rc = check_finite(local, dopt, with_optimizer, err, errlen);
     if (agree(rc, err, errlen)) {
         layout_free(&L);
         return -1;

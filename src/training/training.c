@@ -30,6 +30,7 @@
 #include "training/model_provider.h"
 #include "training/theoretical_memory.h"
 #include "training/tokenizer/tokenizer.h"
+#include "core/util/alloc.h"
 
 /* Megatron prints the training log on the last rank (print_rank_last); the others stay quiet
  * except for what is per rank (parameter counts, memory). */
@@ -66,6 +67,7 @@ typedef struct {
     dist_opt *dopt;       /* --use-distributed-optimizer (NULL: plain AdamW) */
     int dp_rank, dp_size;
     int iteration;
+    int optimizer_steps; /* steps taken (AdamW's step count): iterations less skipped ones */
     uint64_t consumed_train_samples;
     int32_t *sample;   /* [seq_length + 1] */
     int difflm;        /* --model-running-mode difflm-noshift */
@@ -75,6 +77,14 @@ typedef struct {
     float *loss_mask;
 } trainer;
 
+/* Reads sample `index` of `split` into tr->sample. An id outside the vocabulary ends every
+ * rank (only the rank that reads it may see it, e.g. one data-parallel replica). */
+static void read_sample(trainer *tr, int split, uint64_t index) {
+    char err[1024];
+    if (gpt_data_get(tr->data[split], split, index, tr->sample, err, sizeof err) != 0)
+        parallel_abort(1, "%s", err);
+}
+
 /* Fills the micro-batch whose first sample is global sample `first` of `split`:
  * tokens = sample[:-1], labels = sample[1:], loss mask 1 (0 on eod tokens with --eod-mask-loss,
  * as Megatron's get_ltor_masks_and_position_ids). */
@@ -82,7 +92,7 @@ static void get_batch(trainer *tr, int split, uint64_t first) {
     const megadlm_args *a = tr->a;
     int T = a->seq_length, eod = tokenizer_eod(tr->tok);
     for (int b = 0; b < a->micro_batch_size; b++) {
-        gpt_data_get(tr->data[split], split, first + b, tr->sample);
+        read_sample(tr, split, first + b);
         for (int t = 0; t < T; t++) {
             int i = b * T + t;
             tr->tokens[i] = tr->sample[t];
@@ -110,7 +120,7 @@ static float get_difflm_batch(trainer *tr, int split, uint64_t first, int L) {
     int eod = tokenizer_eod(tr->tok);
     double denominator = 0.0;
     for (int b = 0; b < a->micro_batch_size; b++) {
-        gpt_data_get(tr->data[split], split, first + b, tr->sample);
+        read_sample(tr, split, first + b);
         for (int j = 0; j < L; j++) { /* Megatron's loss mask of label j (token j is eod) */
             tr->lm[j] = (a->eod_mask_loss && tr->sample[j] == eod) ? 0.0f : 1.0f;
             denominator += tr->lm[j];
@@ -165,10 +175,35 @@ static float global_mean_loss(const trainer *tr, double loss_sum) {
     return (float)dp_average(loss_sum / tr->num_microbatches);
 }
 
+/* Megatron's scheduler counts the samples of the steps taken (a skipped step does not move
+ * it); the step about to be taken uses the lr of those samples. */
+static int64_t scheduler_samples(const trainer *tr) {
+    int64_t skipped = (int64_t)(tr->iteration - tr->optimizer_steps) * tr->a->global_batch_size;
+    return (int64_t)tr->consumed_train_samples - skipped;
+}
+
+/* The lowest world rank whose own share of an iteration is not finite: its loss sum before
+ * the reductions (last stage), or its gradients. Collective over the world; called by every
+ * rank when the reduced loss or gradient norm (equal on all ranks) is not finite. */
+static int first_nonfinite_rank(const trainer *tr, double local_loss) {
+    const parallel_state *ps = parallel_get();
+    const param_set *p = &tr->model->params;
+    int bad = !isfinite(local_loss);
+    for (size_t i = 0; i < p->numel && !bad; i++) bad = !isfinite(p->grad[i]);
+    int me = bad ? ps->world_rank : ps->world_size, first = me;
+    if (ps->mpi && ps->world_size > 1)
+        MPI_Allreduce(&me, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return first < ps->world_size ? first : ps->world_rank; /* only NaN from a reduction */
+}
+
 /* One iteration: the schedule's forward/backward over the micro-batches (gradient
  * accumulation), gradient reductions, clipping, AdamW. Megatron's loss: the mean over
- * micro-batches of each micro-batch's token-averaged loss. */
-static void train_step(trainer *tr, float *loss_out, float *grad_norm_out, float *lr_out) {
+ * micro-batches of each micro-batch's token-averaged loss. Megatron's NaN policy: a loss or a
+ * reduced gradient norm that is not finite stops the job (--check-for-nan-in-loss-and-grad,
+ * the default; *bad_rank_out = the first rank that saw it) or skips the step, leaving
+ * parameters, optimizer state and the lr schedule as they were. Returns 1 when the step was
+ * taken, 0 when it was not. */
+static int train_step(trainer *tr, float *loss_out, float *grad_norm_out, int *bad_rank_out) {
     megadlm_args *a = tr->a;
     param_set *ps = &tr->model->params;
     memset(ps->grad, 0, ps->numel * sizeof(float));
@@ -184,22 +219,29 @@ static void train_step(trainer *tr, float *loss_out, float *grad_norm_out, float
     ddp_finish_grad_sync(tr->ddp);
     gpt_model_finalize_grads(tr->model);
     float norm = tr->dopt ? dist_opt_grad_norm(tr->dopt) : optimizer_grad_norm(ps);
+    *loss_out = global_mean_loss(tr, loss_sum);
+    *grad_norm_out = norm;
+    *bad_rank_out = -1;
+    if (!isfinite(*loss_out) || !isfinite(norm)) {
+        *bad_rank_out = first_nonfinite_rank(tr, loss_sum);
+        /* with overlap, the next forward completes a parameter gather: start one of the
+         * unchanged parameters */
+        if (tr->dopt) dist_opt_start_param_sync(tr->dopt);
+        return 0;
+    }
     if (tr->dopt)
         dist_opt_clip_grads(tr->dopt, norm, a->clip_grad);
     else
         optimizer_clip_grads(ps, norm, a->clip_grad);
-    /* Megatron's scheduler counts samples; the step about to be taken uses the lr of the
-     * samples consumed so far. */
-    float lr = (float)lr_scheduler_get(&tr->sched, (int64_t)tr->consumed_train_samples);
+    float lr = (float)lr_scheduler_get(&tr->sched, scheduler_samples(tr));
+    tr->optimizer_steps++;
     if (tr->dopt) {
-        dist_opt_step(tr->dopt, &tr->oc, lr, tr->iteration + 1);
+        dist_opt_step(tr->dopt, &tr->oc, lr, tr->optimizer_steps);
         dist_opt_start_param_sync(tr->dopt); /* completed by the next forward with overlap */
     } else {
-        optimizer_step(ps, &tr->oc, lr, tr->iteration + 1);
+        optimizer_step(ps, &tr->oc, lr, tr->optimizer_steps);
     }
-    *loss_out = global_mean_loss(tr, loss_sum);
-    *grad_norm_out = norm;
-    *lr_out = lr;
+    return 1;
 }
 
 /* Mean loss over eval_iters global batches of `split`, starting at sample `first`. */
@@ -249,7 +291,7 @@ static int save(trainer *tr) {
     char err[1024];
     ckpt_state st = {.iteration = tr->iteration,
                      .consumed_train_samples = tr->consumed_train_samples,
-                     .optimizer_step = tr->iteration,
+                     .optimizer_step = tr->optimizer_steps,
                      .args = args_to_json(a)};
     double t0 = now_seconds();
     /* every rank writes its own slices (the distributed optimizer: its own pieces of the
@@ -260,7 +302,8 @@ static int save(trainer *tr) {
     if (a->log_memory) log_checkpoint_io(tr, "save", "written");
     cJSON_Delete(st.args);
     if (rc != 0) {
-        fprintf(stderr, "error: saving checkpoint: %s\n", err);
+        fprintf(stderr, "[rank %d] error: saving the checkpoint of iteration %d to %s: %s\n",
+                parallel_world_rank(), tr->iteration, a->save, err);
         return -1;
     }
     log_printf("  successfully saved checkpoint from iteration %7d to %s [ t %.1f ms ]\n",
@@ -326,10 +369,13 @@ static int load(trainer *tr) {
         return -1;
     }
     tr->iteration = st.iteration;
+    tr->optimizer_steps = st.optimizer_step;
     tr->consumed_train_samples = st.consumed_train_samples;
     ckpt_state_free(&st);
-    log_printf("  successfully loaded checkpoint from %s [ t 0/1, p 0/1 ] at iteration %d\n", a->load,
-           tr->iteration);
+    const parallel_state *pst = parallel_get(); /* the logging rank's, as Megatron's line */
+    log_printf("  successfully loaded checkpoint from %s [ t %d/%d, p %d/%d ] at iteration %d\n",
+               a->load, pst->tp_rank + 1, pst->tp_size, pst->pp_rank + 1, pst->pp_size,
+               tr->iteration);
     return 0;
 }
 
@@ -427,20 +473,44 @@ static int build_data(trainer *tr) {
     return 0;
 }
 
-static void training_log(trainer *tr, double elapsed_s, int iters, double loss_sum,
+/* Iterations since the last log line: all, those that took a step, those skipped, and of
+ * these the ones whose loss was not finite (Megatron's advanced / skipped / nan iterations). */
+typedef struct {
+    int iters, advanced, skipped, nan;
+} log_counts;
+
+static void training_log(trainer *tr, double elapsed_s, const log_counts *c, double loss_sum,
                          float lr, float grad_norm) {
     megadlm_args *a = tr->a;
-    double per_iter = elapsed_s / iters;
+    double per_iter = elapsed_s / c->iters;
     double tflops = model_flops_per_iteration(a, a->global_batch_size) /
                     (per_iter * 1e12 * a->world_size);
+    /* Megatron averages the loss over the iterations that took a step */
     log_printf(" iteration %8d/%8d | consumed samples: %12llu | elapsed time per iteration (ms): "
            "%.1f | throughput per GPU (TFLOP/s/GPU): %.3f | learning rate: %.6E | global batch "
            "size: %5d | lm loss: %.6E | loss scale: 1.0 | grad norm: %.3f | number of skipped "
            "iterations: %3d | number of nan iterations: %3d |\n",
            tr->iteration, a->train_iters, (unsigned long long)tr->consumed_train_samples,
-           per_iter * 1000.0, tflops, lr, a->global_batch_size, loss_sum / iters, grad_norm, 0,
-           0);
+           per_iter * 1000.0, tflops, lr, a->global_batch_size,
+           loss_sum / (c->advanced > 1 ? c->advanced : 1), grad_norm, c->skipped, c->nan);
     fflush(stdout);
+}
+
+/* --check-for-nan-in-loss-and-grad: every rank says why the job stops. */
+static void report_nonfinite(int iteration, float loss, float norm, int first_rank) {
+    char what[128];
+    if (!isfinite(loss) && !isfinite(norm))
+        snprintf(what, sizeof what, "lm loss is %f and grad norm is %f", loss, norm);
+    else if (!isfinite(loss))
+        snprintf(what, sizeof what, "lm loss is %f", loss);
+    else
+        snprintf(what, sizeof what, "grad norm is %f", norm);
+    fprintf(stderr,
+            "[rank %d] error: iteration %d: %s (first seen on rank %d); stopping before the "
+            "optimizer step (--check-for-nan-in-loss-and-grad; "
+            "--no-check-for-nan-in-loss-and-grad skips such iterations instead)\n",
+            parallel_world_rank(), iteration, what, first_rank);
+    fflush(stderr);
 }
 
 /* Saved activations per layer: what the tracked allocator measured when the block was built,
@@ -681,7 +751,7 @@ int pretrain(megadlm_args *a) {
     setup_optimizer(&tr);
     tr.dp_rank = pst->dp_rank;
     tr.dp_size = pst->dp_size;
-    tr.stores = calloc(tr.num_stores, sizeof(gpt_model *));
+    tr.stores = xcalloc(tr.num_stores, sizeof(gpt_model *), "activation stores");
     tr.stores[0] = tr.model;
     /* per-micro-batch partial recompute: stores below num_unchecked keep everything (1F1B:
      * K of them, micro-batch k takes store k mod stores: Megatron's
@@ -701,20 +771,27 @@ int pretrain(megadlm_args *a) {
     log_printf("training ...\n");
     fflush(stdout);
     double t_log = now_seconds(), loss_acc = 0.0;
-    int iters_acc = 0, saved_at = -1, memory_reported = 0;
+    int iters_acc = 0, advanced_acc = 0, skipped_acc = 0, nan_acc = 0;
+    int saved_at = -1, memory_reported = 0;
     while (tr.iteration < a->train_iters) {
-        float loss, norm, lr;
+        float loss, norm;
+        int bad_rank;
         double t_step = now_seconds();
-        train_step(&tr, &loss, &norm, &lr);
+        int stepped = train_step(&tr, &loss, &norm, &bad_rank);
         tr.train_seconds += now_seconds() - t_step;
-        (void)lr;
+        if (!stepped && a->check_for_nan_in_loss_and_grad) {
+            report_nonfinite(tr.iteration + 1, loss, norm, bad_rank);
+            goto done;
+        }
         tr.iteration++;
         tr.consumed_train_samples += a->global_batch_size;
-        loss_acc += loss;
         iters_acc++;
-        if (!isfinite(loss)) {
-            fprintf(stderr, "error: lm loss is %f at iteration %d\n", loss, tr.iteration);
-            goto done;
+        if (stepped) {
+            loss_acc += loss;
+            advanced_acc++;
+        } else { /* Megatron's counts: skipped; nan when the loss is not finite */
+            skipped_acc++;
+            nan_acc += !isfinite(loss);
         }
         if (a->log_memory && !memory_reported) { /* after the first iteration of this run */
             mem_report(stdout, pst->world_rank);
@@ -726,12 +803,13 @@ int pretrain(megadlm_args *a) {
         }
         if (tr.iteration % a->log_interval == 0) {
             /* Megatron logs the learning rate the next step will use. */
-            float next_lr =
-                (float)lr_scheduler_get(&tr.sched, (int64_t)tr.consumed_train_samples);
-            training_log(&tr, now_seconds() - t_log, iters_acc, loss_acc, next_lr, norm);
+            float next_lr = (float)lr_scheduler_get(&tr.sched, scheduler_samples(&tr));
+            log_counts c = {.iters = iters_acc, .advanced = advanced_acc,
+                            .skipped = skipped_acc, .nan = nan_acc};
+            training_log(&tr, now_seconds() - t_log, &c, loss_acc, next_lr, norm);
             t_log = now_seconds();
             loss_acc = 0.0;
-            iters_acc = 0;
+            iters_acc = advanced_acc = skipped_acc = nan_acc = 0;
         }
         if (a->eval_iters > 0 && tr.iteration % a->eval_interval == 0 &&
             gpt_data_num_samples(tr.data[SPLIT_VALID], SPLIT_VALID) > 0) {
@@ -776,7 +854,8 @@ done:
         if (tr.data[k] && (k == 0 || tr.data[k] != tr.data[k - 1]) &&
             (k < 2 || tr.data[k] != tr.data[0]))
             gpt_data_free(tr.data[k]);
-    for (int i = 1; i < tr.num_stores; i++) gpt_model_free(tr.stores[i]);
+    /* stores is NULL when setup failed before they were made */
+    for (int i = 1; tr.stores && i < tr.num_stores; i++) gpt_model_free(tr.stores[i]);
     free(tr.stores);
     if (a->log_memory) log_dp_communication(&tr);
     dist_opt_free(tr.dopt); /* waits for parameter gathers in flight */

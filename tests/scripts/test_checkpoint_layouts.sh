@@ -139,7 +139,7 @@ touch blocked
 if timeout 120 "${MPIRUN[@]}" -np 2 "$BUILD/megadlm" train "${common[@]}" "${zero[@]}" \
     --tensor-model-parallel-size 2 --save blocked --distributed-timeout-minutes 1 > blocked.log 2>&1; then
   echo "FAILED: saving into a file succeeded"; fail=1
-elif [ "$(grep -c "error: saving checkpoint: blocked: exists and is not a directory" blocked.log)" -ne 2 ]; then
+elif [ "$(grep -cE "error: saving the checkpoint of iteration [0-9]+ to blocked: blocked: exists and is not a directory" blocked.log)" -ne 2 ]; then
   echo "FAILED: expected both ranks to report the failed save:"; tail -4 blocked.log; fail=1
 else
   echo "  blocked: both ranks report the failed save"

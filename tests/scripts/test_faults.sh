@@ -11,13 +11,24 @@ common=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
         --save-interval 20 --distributed-timeout-minutes 0.1)
 fail=0
 
+# ranks: the megadlm processes under the mpirun this test started ($JOB), found by walking its
+# process tree (never by name or command line: another job on the machine may look the same)
+ranks() {
+  local pids=$JOB all="" p
+  while [ -n "$pids" ]; do
+    local next=""
+    for p in $pids; do next="$next $(pgrep -P "$p")"; done
+    all="$all $next"; pids=$(echo $next)
+  done
+  for p in $all; do [ "$(cat /proc/$p/comm 2>/dev/null)" = megadlm ] && echo "$p"; done
+}
 # start NAME: a 2-rank TP job in the background that checkpoints every 20 iterations
 start() {
   mpirun --allow-run-as-root --oversubscribe -np 2 "$MEGADLM" train "${common[@]}" \
       --tensor-model-parallel-size 2 --make-vocab-size-divisible-by 64 --save "$1" > "$1.log" 2>&1 &
   JOB=$!
   for _ in $(seq 300); do [ -f "$1/latest_checkpointed_iteration.txt" ] && break; sleep 0.1; done
-  [ -f "$1/latest_checkpointed_iteration.txt" ] || { echo "FAILED: $1 never checkpointed"; cat "$1.log"; kill -9 $JOB; exit 1; }
+  [ -f "$1/latest_checkpointed_iteration.txt" ] || { echo "FAILED: $1 never checkpointed"; cat "$1.log"; kill -9 $(ranks) $JOB; exit 1; }
   sleep 0.5
 }
 # finish NAME LIMIT_S: the job must end by itself, non-zero, within LIMIT_S seconds
@@ -25,7 +36,7 @@ finish() {
   local t0=$SECONDS
   while kill -0 $JOB 2>/dev/null && [ $((SECONDS - t0)) -lt "$2" ]; do sleep 0.2; done
   if kill -0 $JOB 2>/dev/null; then
-    echo "FAILED: $1 still running after $2 s"; pkill -9 -f "save $1" ; fail=1; return
+    echo "FAILED: $1 still running after $2 s"; kill -9 $(ranks) $JOB 2>/dev/null; fail=1; return
   fi
   wait $JOB; local rc=$?
   [ $rc -ne 0 ] || { echo "FAILED: $1 exited 0"; fail=1; }
@@ -41,14 +52,16 @@ loadable() {
 }
 
 start killed
-victim=$(pgrep -f "save killed" | grep -v "^$JOB$" | tail -1)
+victim=$(ranks | tail -1)
+[ -n "$victim" ] || { echo "FAILED: no megadlm rank under mpirun $JOB"; kill -9 $JOB; exit 1; }
 kill -9 "$victim"
 finish killed 30
 grep -qiE "signal 9|killed" killed.log || { echo "FAILED: no message naming the killed rank"; tail -5 killed.log; fail=1; }
 loadable killed
 
 start stopped
-victim=$(pgrep -f "save stopped" | grep -v "^$JOB$" | tail -1)
+victim=$(ranks | tail -1)
+[ -n "$victim" ] || { echo "FAILED: no megadlm rank under mpirun $JOB"; kill -9 $JOB; exit 1; }
 kill -STOP "$victim"
 finish stopped 40
 grep -q "error: no progress for" stopped.log || { echo "FAILED: no timeout message"; tail -5 stopped.log; fail=1; }

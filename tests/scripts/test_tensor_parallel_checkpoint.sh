@@ -1,14 +1,11 @@
 #!/usr/bin/env bash
 # Checkpoints are layout-independent: a run saved at iteration 3 under one tensor-parallel size
 # and resumed under another gives the single-process straight run's losses (rel 1e-5) and
-# parameters (1e-3 of each tensor's scale) at iteration 6: TP 2 (+SP) -> 1, 1 -> 4 (+SP), 4 -> 2.
-# Another layout sums in another order (TP's all-reduce, the BLAS kernels' blocking of smaller
-# products), so gradients differ in the last bits; Adam divides by sqrt(v), which turns such
-# differences of near-zero gradient elements into steps of up to lr. The worst element measured
-# 6e-5 to 1.3e-4 of its tensor's scale depending on the BLAS kernels (Haswell, SkylakeX,
-# Prescott, Debug build), so 1e-4 held only on some machines; 1e-3 is the bound the TP overlap
-# test uses for the same effect (ring order of sums), still far below one lr step (1e-3 x 6
-# iterations against weights of scale ~0.06).
+# parameters (rel 1e-4) at iteration 6: TP 2 (+SP) -> 1, 1 -> 4 (+SP), 4 -> 2. Parameters whose
+# gradient cancels to the rounding level take noise-driven Adam steps in any layout: at most
+# 0.2% of a tensor's elements (under one row of 32) may exceed rel 1e-4, each within Adam's
+# bound 2 x the sum of the lrs (tests/python/compare_checkpoints.py, NOISY, has the numerics;
+# on one machine's release build one element of 3072 of a linear_qkv.weight lands at 1.07e-4).
 set -euo pipefail
 rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
 export OMP_NUM_THREADS=1
@@ -38,6 +35,6 @@ for pair in "2:--sequence-parallel:1:" "1::4:--sequence-parallel" "4::2:"; do
     { d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > w) w = r; if (r > 1e-5) bad = 1; k++ }
     END { printf "%s: %d losses, worst rel %.3g\n", n, k, w; exit (bad || k != 6) }' || fail=1
   /usr/bin/python3 "$SRC/tests/python/compare_checkpoints.py" "$name/iter_0000006/model.safetensors" \
-      ref/iter_0000006/model.safetensors 1e-3 4 4 8 1.2e-2 || fail=1
+      ref/iter_0000006/model.safetensors 1e-4 4 4 8 1.2e-2 0.002 || fail=1
 done
 exit $fail

@@ -136,7 +136,7 @@ static int dump_indices(int argc, char **argv) {
         uint64_t m = n < 300 ? n : 300;
         size_t per = (size_t)cfg.seq_length + 1;
         int32_t *tok = malloc((m ? m : 1) * per * sizeof(int32_t));
-        for (uint64_t i = 0; i < m; i++) gpt_data_get(d, s, i, tok + i * per);
+        for (uint64_t i = 0; i < m; i++) gpt_data_get(d, s, i, tok + i * per, NULL, 0);
         snprintf(name, sizeof name, "s%d_tokens.bin", s);
         write_raw(out, name, tok, m * per * sizeof(int32_t));
         free(tok);

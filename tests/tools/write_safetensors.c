@@ -8,7 +8,8 @@
  *                                   "data_offsets", "f32_bits": [uint32 of each element read
  *                                   with st_read_f32]}}}   (exit 1 with the error on failure)
  *   write_safetensors ckpt DIR     ckpt_save of a small param_set (iteration 7, with optimizer
- *                                  state) whose values follow the same formula
+ *                                  state) whose values follow the same formula, NaN and
+ *                                  infinity patterns made finite (exponent bit 23 cleared)
  *
  * Test tensor k (0-based, in the order of g_tensors) holds, as float32 bit patterns,
  *   bits[i] = (uint32)(i * 2654435761 + k * 40503 + 12345)    (i = row-major element index)
@@ -54,6 +55,14 @@ static size_t numel_of(const tspec *t) {
 static void fill(uint32_t *dst, size_t n, uint32_t k) {
     for (size_t i = 0; i < n; i++)
         dst[i] = (uint32_t)((uint64_t)i * 2654435761u + (uint64_t)k * 40503u + 12345u);
+}
+
+/* fill, with the NaN and infinity patterns made finite (the exponent's lowest bit cleared):
+ * a checkpoint never holds a non-finite value (ckpt_save refuses it). */
+static void fill_finite(uint32_t *dst, size_t n, uint32_t k) {
+    fill(dst, n, k);
+    for (size_t i = 0; i < n; i++)
+        if ((dst[i] & 0x7f800000u) == 0x7f800000u) dst[i] ^= 0x00800000u;
 }
 
 static int cmd_write(const char *path) {
@@ -149,9 +158,9 @@ static int cmd_ckpt(const char *dir) {
     ps.exp_avg_sq = mem_alloc_floats(MEM_OPTIMIZER, ps.numel + 1, "exp_avg_sq");
     for (int k = 0; k < NT; k++) {
         const param_tensor *t = &ps.tensors[k];
-        fill((uint32_t *)(ps.data + t->offset), t->numel, (uint32_t)k);
-        fill((uint32_t *)(ps.exp_avg + t->offset), t->numel, (uint32_t)k + 100);
-        fill((uint32_t *)(ps.exp_avg_sq + t->offset), t->numel, (uint32_t)k + 200);
+        fill_finite((uint32_t *)(ps.data + t->offset), t->numel, (uint32_t)k);
+        fill_finite((uint32_t *)(ps.exp_avg + t->offset), t->numel, (uint32_t)k + 100);
+        fill_finite((uint32_t *)(ps.exp_avg_sq + t->offset), t->numel, (uint32_t)k + 200);
     }
     ckpt_state st = {.iteration = 7, .consumed_train_samples = 56, .optimizer_step = 7};
     st.args = cJSON_CreateObject();

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <math.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -73,8 +74,9 @@ static const spec g_spec[] = {
 };
 #define NSPEC ((int)(sizeof g_spec / sizeof g_spec[0]))
 
-/* A param_set over the given tensors; data filled with random bits (every float pattern,
- * NaN payloads and denormals included, so the round trip must be bitwise) when fill. */
+/* A param_set over the given tensors; data filled with random bits (every finite float
+ * pattern, denormals and -0 included, so the round trip must be bitwise; NaN and infinities
+ * are never saved: test_nonfinite_refused) when fill. */
 static param_set make_ps(const spec *sp, int n, int fill) {
     param_set ps;
     memset(&ps, 0, sizeof ps);
@@ -103,6 +105,7 @@ static param_set make_ps(const spec *sp, int n, int fill) {
         for (int b = 0; b < 3; b++)
             for (size_t i = 0; i < off; i++) {
                 uint32_t bits = rnd() ^ (rnd() << 21);
+                if ((bits & 0x7f800000u) == 0x7f800000u) bits ^= 0x00800000u; /* finite */
                 memcpy(&bufs[b][i], &bits, 4);
             }
     }
@@ -201,7 +204,7 @@ static ckpt_state make_state(int it) {
     memset(&st, 0, sizeof st);
     st.iteration = it;
     st.consumed_train_samples = 1000ull * (uint64_t)it + 7;
-    st.optimizer_step = it * 2;
+    st.optimizer_step = it - 1; /* one iteration skipped (at most iteration) */
     st.args = cJSON_CreateObject();
     cJSON_AddNumberToObject(st.args, "num_layers", 2);
     cJSON_AddStringToObject(st.args, "normalization", "RMSNorm");
@@ -236,7 +239,7 @@ static void test_round_trip(void) {
     }
     ckpt_state ld;
     CHECK(ckpt_load_state(dir, 1, &ld, g_err, sizeof g_err) == 0);
-    CHECK(ld.iteration == 1 && ld.consumed_train_samples == 1007 && ld.optimizer_step == 2);
+    CHECK(ld.iteration == 1 && ld.consumed_train_samples == 1007 && ld.optimizer_step == 0);
     CHECK(ld.args && cJSON_Compare(ld.args, st.args, 1));
     ckpt_state_free(&ld);
     CHECK(ld.args == NULL);
@@ -398,6 +401,13 @@ static void test_mismatch(void) {
     ckpt_state ld;
     CHECK_ERR(ckpt_load_state(dir, 3, &ld, g_err, sizeof g_err) == -1,
               "iter_0000003/state.json", "\"iteration\" is 4", NULL);
+    cJSON_ReplaceItemInObject(j, "iteration", cJSON_CreateNumber(3));
+    cJSON_ReplaceItemInObject(j, "optimizer_step", cJSON_CreateNumber(4));
+    free(t2);
+    t2 = cJSON_Print(j);
+    write_file(path, t2, strlen(t2));
+    CHECK_ERR(ckpt_load_state(dir, 3, &ld, g_err, sizeof g_err) == -1,
+              "iter_0000003/state.json", "\"optimizer_step\" 4 is more than \"iteration\" 3", NULL);
     write_file(path, "{\"iteration\": 3,", 16);
     CHECK_ERR(ckpt_load_state(dir, 3, &ld, g_err, sizeof g_err) == -1,
               "iter_0000003/state.json", "expected valid JSON", NULL);
@@ -748,6 +758,43 @@ static void test_interrupted(void) {
     free_ps(&c);
 }
 
+/* A parameter or moment that is NaN or infinite refuses the save, naming the tensor, before
+ * any file is made: the tracker and the previous checkpoint stay. */
+static void test_nonfinite_refused(void) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/nonfinite", g_root);
+    param_set a = make_ps(g_spec, NSPEC, 1), b = make_ps(g_spec, NSPEC, 1);
+    ckpt_state st = make_state(1);
+    CHECK(ckpt_save(dir, &a, &st, 1, g_err, sizeof g_err) == 0);
+    ckpt_state_free(&st);
+    const param_tensor *last = &b.tensors[b.count - 1];
+    float bad[3] = {NAN, INFINITY, -INFINITY};
+    for (int k = 0; k < 6; k++) {
+        float *buf = k < 3 ? b.data : b.exp_avg_sq;
+        size_t at = last->offset + last->numel - 1;
+        float keep = buf[at];
+        buf[at] = bad[k % 3];
+        st = make_state(2);
+        g_err[0] = 0;
+        CHECK_ERR(ckpt_save(dir, &b, &st, 1, g_err, sizeof g_err) == -1, last->name,
+                  "non-finite", k < 3 ? "parameter" : "exp_avg_sq");
+        ckpt_state_free(&st);
+        buf[at] = keep;
+        CHECK(tracker_is(dir, "1"));
+        CHECK(!exists("%s/iter_0000002", dir));
+        CHECK(!own_tmp_left(dir));
+        CHECK(loads_as(dir, 1, &a, 1));
+    }
+    /* without the optimizer state, a non-finite moment is not saved, so it does not matter */
+    b.exp_avg[0] = NAN;
+    st = make_state(2);
+    CHECK(ckpt_save(dir, &b, &st, 0, g_err, sizeof g_err) == 0);
+    ckpt_state_free(&st);
+    CHECK(tracker_is(dir, "2"));
+    free_ps(&a);
+    free_ps(&b);
+}
+
 int main(void) {
     snprintf(g_root, sizeof g_root, "/tmp/test_checkpointing_XXXXXX");
     if (!mkdtemp(g_root)) {
@@ -760,6 +807,7 @@ int main(void) {
     test_corruption();
     test_header_validation();
     test_interrupted();
+    test_nonfinite_refused();
     if (test_failures == 0)
         rm_rf(g_root);
     else

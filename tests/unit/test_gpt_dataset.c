@@ -164,7 +164,7 @@ static void check_split_structure(const gpt_data *d, const indexed_dataset *ds, 
     int32_t *prev = malloc(sizeof(int32_t) * (size_t)(seq + 1));
     int match = 1, overlap = 1;
     for (uint64_t i = 0; i < n; i++) {
-        gpt_data_get(d, split, i, tok);
+        gpt_data_get(d, split, i, tok, NULL, 0);
         uint64_t s = (uint64_t)ix->shuffle_index[i];
         if (memcmp(tok, stream + s * (uint64_t)seq, sizeof(int32_t) * (size_t)(seq + 1)) != 0) match = 0;
     }
@@ -180,8 +180,8 @@ static void check_split_structure(const gpt_data *d, const indexed_dataset *ds, 
     }
     CHECK(overlap);
     /* and the wrap: index n is sample 0 */
-    gpt_data_get(d, split, n, tok);
-    gpt_data_get(d, split, 0, prev);
+    gpt_data_get(d, split, n, tok, NULL, 0);
+    gpt_data_get(d, split, 0, prev, NULL, 0);
     CHECK(memcmp(tok, prev, sizeof(int32_t) * (size_t)(seq + 1)) == 0);
     free(tok);
     free(prev);
@@ -249,9 +249,9 @@ static void test_single(void) {
     int32_t a[17], b[17], c[17];
     int same = 1, differ = 0;
     for (uint64_t i = 0; i < 100; i++) {
-        gpt_data_get(d1, 0, i, a);
-        gpt_data_get(d2, 0, i, b);
-        gpt_data_get(d3, 0, i, c);
+        gpt_data_get(d1, 0, i, a, NULL, 0);
+        gpt_data_get(d2, 0, i, b, NULL, 0);
+        gpt_data_get(d3, 0, i, c, NULL, 0);
         same &= memcmp(a, b, sizeof a) == 0;
         differ |= memcmp(a, c, sizeof a) != 0;
     }
@@ -306,7 +306,7 @@ static void test_blend(void) {
         /* the greedy keeps every prefix within about one sample of its share */
         if (fabs((double)taken[0] - 0.3 * (double)(i + 1)) > 1.5) prefix_ok = 0;
         /* sample i of the blend is sample si[i] of dataset k */
-        gpt_data_get(d, 0, i, tok);
+        gpt_data_get(d, 0, i, tok, NULL, 0);
         const gpt_indices *ix = gpt_data_component(d, 0, k);
         uint64_t s = (uint64_t)ix->shuffle_index[si[i]];
         int32_t doc = ix->document_index[ix->sample_index[2 * s]];
@@ -373,15 +373,15 @@ static void test_mock(void) {
     int det = 1, learn = 1, range = 1, distinct = 0, split_differs = 0;
     int32_t first0 = -1;
     for (uint64_t i = 0; i < 64; i++) {
-        gpt_data_get(d, 0, i, a);
-        gpt_data_get(d2, 0, i, b);
+        gpt_data_get(d, 0, i, a, NULL, 0);
+        gpt_data_get(d2, 0, i, b, NULL, 0);
         det &= memcmp(a, b, sizeof a) == 0;
         for (int j = 0; j < 33; j++) range &= a[j] >= 0 && a[j] < 256;
         for (int j = 0; j < 32; j++) learn &= a[j + 1] == (a[j] + 1) % 256;
         if (i == 0) first0 = a[0];
         else distinct |= a[0] != first0;
         if (i < 8) {
-            gpt_data_get(d, 1, i, v);
+            gpt_data_get(d, 1, i, v, NULL, 0);
             split_differs |= memcmp(a, v, sizeof a) != 0;
         }
     }
@@ -390,8 +390,8 @@ static void test_mock(void) {
     CHECK(range);
     CHECK(distinct);
     CHECK(split_differs);
-    gpt_data_get(d, 0, 64, a); /* wraps */
-    gpt_data_get(d, 0, 0, b);
+    gpt_data_get(d, 0, 64, a, NULL, 0); /* wraps */
+    gpt_data_get(d, 0, 0, b, NULL, 0);
     CHECK(memcmp(a, b, sizeof a) == 0);
     gpt_data_free(d);
     gpt_data_free(d2);

@@ -34,6 +34,7 @@
 #include "core/datasets/indexed_dataset.h"
 #include "core/tensor/memory.h"
 #include "core/util/error.h"
+#include "core/util/alloc.h"
 
 typedef struct {
     indexed_dataset *ds; /* not owned */
@@ -171,9 +172,9 @@ gpt_data *gpt_data_build(const gpt_data_config *cfg, char *err, size_t errlen) {
             }
             sum += cfg->weights[k];
         }
-        if (!(sum > 0)) {
-            err_set(err, errlen, "--data-path: expected weights with a positive sum, found %g",
-                   sum);
+        if (!(sum > 0) || !isfinite(sum)) {
+            err_set(err, errlen, "--data-path: expected weights with a positive finite sum, "
+                    "found %g", sum);
             gpt_data_free(d);
             return NULL;
         }
@@ -182,11 +183,11 @@ gpt_data *gpt_data_build(const gpt_data_config *cfg, char *err, size_t errlen) {
             gpt_data_free(d);
             return NULL;
         }
-        w = malloc((size_t)n * sizeof(double));
+        w = xcalloc((size_t)n, sizeof(double), "blend weights");
         gpt_normalize(cfg->weights, n, w);
     }
 
-    d->ds = calloc((size_t)n, sizeof(indexed_dataset *));
+    d->ds = xcalloc((size_t)n, sizeof(indexed_dataset *), "datasets");
     d->num_ds = n;
     for (int k = 0; k < n; k++) {
         char e2[768];
@@ -204,8 +205,8 @@ gpt_data *gpt_data_build(const gpt_data_config *cfg, char *err, size_t errlen) {
         uint64_t N = cfg->num_samples[s];
         if (N == 0) continue;
         /* Per-prefix ranges (each prefix is split by its own sequence count). */
-        int64_t (*beg)[3] = calloc((size_t)n, sizeof *beg);
-        int64_t (*end)[3] = calloc((size_t)n, sizeof *end);
+        int64_t (*beg)[3] = xcalloc((size_t)n, sizeof *beg, "split ranges");
+        int64_t (*end)[3] = xcalloc((size_t)n, sizeof *end, "split ranges");
         int present[3];
         for (int k = 0; k < n; k++)
             gpt_split_ranges(split_w, d->ds[k]->sequence_count, present, beg[k], end[k]);
@@ -215,7 +216,7 @@ gpt_data *gpt_data_build(const gpt_data_config *cfg, char *err, size_t errlen) {
             continue; /* zero --split weight: Megatron builds no dataset for this split */
         }
         sp->n_mid = n;
-        sp->mid = calloc((size_t)n, sizeof(mid_ds));
+        sp->mid = xcalloc((size_t)n, sizeof(mid_ds), "split datasets");
         int fail = 0;
         if (n == 1 && !w) {
             sp->kind = GPT_SPLIT_SINGLE;
@@ -223,7 +224,7 @@ gpt_data *gpt_data_build(const gpt_data_config *cfg, char *err, size_t errlen) {
             if (!fail) sp->size = sp->mid[0].ix.num_samples;
         } else {
             sp->kind = GPT_SPLIT_BLENDED;
-            sp->blend_weights = malloc((size_t)n * sizeof(double));
+            sp->blend_weights = xcalloc((size_t)n, sizeof(double), "blend weights");
             uint64_t size = 0;
             if (w) {
                 for (int k = 0; k < n && !fail; k++) {
@@ -235,7 +236,7 @@ gpt_data *gpt_data_build(const gpt_data_config *cfg, char *err, size_t errlen) {
                 /* BlendedDataset normalizes the (already normalized) weights again */
                 gpt_normalize(w, n, sp->blend_weights);
             } else {
-                double *lens = malloc((size_t)n * sizeof(double));
+                double *lens = xcalloc((size_t)n, sizeof(double), "dataset lengths");
                 uint64_t total = 0;
                 for (int k = 0; k < n && !fail; k++) {
                     fail = build_mid(d, cfg, s, &sp->mid[k], d->ds[k], beg[k], end[k], 0, err,
@@ -280,11 +281,29 @@ static void read_ds(void *ctx, uint64_t seq, uint64_t offset, uint64_t count, in
     indexed_dataset_read((const indexed_dataset *)ctx, seq, offset, count, out);
 }
 
-static void mid_get(const gpt_data *d, const mid_ds *m, uint64_t j, int32_t *tokens) {
+/* Every id a batch gets from a dataset must index the vocabulary: an id out of range would
+ * read and write outside the embedding and the logits. The one check of the data path. */
+static int check_ids(const gpt_data *d, const mid_ds *m, const int32_t *tokens, uint64_t n,
+                     char *err, size_t errlen) {
+    if (d->vocab_size <= 0) return 0;
+    for (uint64_t t = 0; t < n; t++)
+        if (tokens[t] < 0 || tokens[t] >= d->vocab_size) {
+            err_set(err, errlen,
+                    "dataset %s holds id %" PRId32 " but the vocabulary has %d (was it "
+                    "preprocessed with another tokenizer? check --tokenizer-type, "
+                    "--vocab-size and the tokenizer files)",
+                    m->ds->prefix, tokens[t], d->vocab_size);
+            return -1;
+        }
+    return 0;
+}
+
+static int mid_get(const gpt_data *d, const mid_ds *m, uint64_t j, int32_t *tokens, char *err,
+                   size_t errlen) {
     uint64_t want = (uint64_t)d->seq_length + 1;
     if (m->ix.num_samples == 0) {
         for (uint64_t t = 0; t < want; t++) tokens[t] = d->eod;
-        return;
+        return 0;
     }
     uint64_t s = (uint64_t)m->ix.shuffle_index[j % m->ix.num_samples];
     uint64_t got = gpt_indices_sample(&m->ix, m->ds->sequence_lengths, d->seq_length, s,
@@ -292,14 +311,16 @@ static void mid_get(const gpt_data *d, const mid_ds *m, uint64_t j, int32_t *tok
     /* Only a partial last sample (never built: drop_last_partial is on) is short; Megatron
      * pads with its pad id and masks the loss, we pad with end-of-document. */
     for (uint64_t t = got; t < want; t++) tokens[t] = d->eod;
+    return check_ids(d, m, tokens, got, err, errlen);
 }
 
-void gpt_data_get(const gpt_data *d, int split, uint64_t index, int32_t *tokens) {
+int gpt_data_get(const gpt_data *d, int split, uint64_t index, int32_t *tokens, char *err,
+                 size_t errlen) {
     uint64_t want = (uint64_t)d->seq_length + 1;
     const split_ds *sp = (split >= 0 && split <= 2) ? &d->split[split] : NULL;
     if (!sp || sp->size == 0) {
         for (uint64_t t = 0; t < want; t++) tokens[t] = d->eod;
-        return;
+        return 0;
     }
     uint64_t i = index % sp->size;
     switch (sp->kind) {
@@ -307,16 +328,16 @@ void gpt_data_get(const gpt_data *d, int split, uint64_t index, int32_t *tokens)
         uint64_t m = (uint64_t)(d->vocab_size - 1);
         uint64_t start = mix64(mix64(mix64(d->seed) ^ (uint64_t)split) ^ i) % m;
         for (uint64_t t = 0; t < want; t++) tokens[t] = (int32_t)((start + t) % m);
-        break;
+        return 0;
     }
-    case GPT_SPLIT_SINGLE: mid_get(d, &sp->mid[0], i, tokens); break;
+    case GPT_SPLIT_SINGLE: return mid_get(d, &sp->mid[0], i, tokens, err, errlen);
     case GPT_SPLIT_BLENDED: {
         const mid_ds *m = &sp->mid[sp->dataset_index[i]];
-        mid_get(d, m, (uint64_t)sp->dataset_sample_index[i], tokens);
-        break;
+        return mid_get(d, m, (uint64_t)sp->dataset_sample_index[i], tokens, err, errlen);
     }
     default:
         for (uint64_t t = 0; t < want; t++) tokens[t] = d->eod;
+        return 0;
     }
 }
 

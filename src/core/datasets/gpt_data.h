@@ -40,7 +40,10 @@ void gpt_data_free(gpt_data *d);
 
 /* Number of samples available in a split (0 if the split is empty). */
 uint64_t gpt_data_num_samples(const gpt_data *d, int split);
-/* Copies sample `index` (wraps modulo the split size) of `split`: seq_length + 1 tokens. */
-void gpt_data_get(const gpt_data *d, int split, uint64_t index, int32_t *tokens);
+/* Copies sample `index` (wraps modulo the split size) of `split`: seq_length + 1 tokens.
+ * 0, or -1 when the sample holds an id outside [0, vocab_size), with a message naming the
+ * dataset, the id and the vocabulary size (tokens are filled either way). */
+int gpt_data_get(const gpt_data *d, int split, uint64_t index, int32_t *tokens, char *err,
+                 size_t errlen);
 
 #endif

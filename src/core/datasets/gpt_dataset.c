@@ -113,24 +113,33 @@ int gpt_indices_build(const int32_t *sizes, int64_t doc_beg, int64_t doc_end,
                ADD_EXTRA_TOKEN, doc_end - doc_beg, doc_beg, doc_end, num_tokens_per_epoch);
         return -1;
     }
-    /* _get_num_epochs */
-    int num_epochs = 1;
+    /* _get_num_epochs: the fewest epochs whose tokens reach the request (Megatron counts them
+     * in a loop; here in closed form, in 64 bits, refusing a request beyond them) */
+    int64_t docs = doc_end - doc_beg;
+    uint64_t epochs = 1;
     if (num_samples_requested > 0) {
-        int64_t num_tokens = num_tokens_per_epoch;
-        int64_t requested = (int64_t)num_samples_requested * seq_length + ADD_EXTRA_TOKEN;
-        while (num_tokens < requested) {
-            num_epochs++;
-            num_tokens += num_tokens_per_epoch;
+        if (num_samples_requested > (uint64_t)(INT64_MAX - ADD_EXTRA_TOKEN) / (uint64_t)seq_length) {
+            err_set(err, errlen,
+                    "%" PRIu64 " samples of --seq-length %d: more tokens than 2^63 (lower "
+                    "--train-iters or --global-batch-size)",
+                    num_samples_requested, seq_length);
+            return -1;
         }
+        uint64_t requested = num_samples_requested * (uint64_t)seq_length + ADD_EXTRA_TOKEN;
+        uint64_t tpe = (uint64_t)num_tokens_per_epoch;
+        epochs = (requested + tpe - 1) / tpe;
+        if (epochs < 1) epochs = 1;
     }
-    if ((uint64_t)num_epochs * (uint64_t)(doc_end - doc_beg) > INT32_MAX) {
+    if (epochs * (uint64_t)docs > INT32_MAX) { /* epochs < 2^63 / 2 tokens: no overflow */
         /* build_sample_idx indexes the document index with int32 in Megatron too */
         err_set(err, errlen,
-               "%d epochs of %" PRId64 " documents: the document index would exceed 2^31 - 1 "
-               "entries",
-               num_epochs, doc_end - doc_beg);
+               "%" PRIu64 " epochs of %" PRId64 " documents (for %" PRIu64 " samples of %d "
+               "tokens): the document index would exceed 2^31 - 1 entries (lower "
+               "--train-iters or --global-batch-size, or use more data)",
+               epochs, docs, num_samples_requested, seq_length);
         return -1;
     }
+    int num_epochs = (int)epochs;
 
     int separate_final_epoch = 0;
     int64_t num_samples_sans_final_epoch = 0;

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "core/parallel_state.h"
+#include "core/util/alloc.h"
 
 /* MPI counts and displacements are ints. */
 #define DDP_MAX_BUCKET ((size_t)1 << 30)
@@ -26,15 +27,15 @@ static int own_bucket(const ddp *d, const param_tensor *t) {
 static void add_bucket(ddp *d, size_t begin, size_t end, int *cap) {
     if (d->num_buckets == *cap) {
         *cap = *cap ? 2 * *cap : 8;
-        d->buckets = realloc(d->buckets, (size_t)*cap * sizeof(ddp_bucket));
+        d->buckets = xrealloc(d->buckets, (size_t)*cap * sizeof(ddp_bucket), "gradient buckets");
     }
     ddp_bucket *b = &d->buckets[d->num_buckets++];
     memset(b, 0, sizeof(*b));
     b->begin = begin;
     b->end = end;
     b->remaining = end - begin;
-    b->counts = calloc((size_t)d->dp_size, sizeof(int));
-    b->displs = calloc((size_t)d->dp_size, sizeof(int));
+    b->counts = xcalloc((size_t)d->dp_size, sizeof(int), "bucket shard counts");
+    b->displs = xcalloc((size_t)d->dp_size, sizeof(int), "bucket shard offsets");
 }
 
 /* Pieces of bucket b: n / DP each, the n % DP extra elements to the ranks after *rot. */
@@ -55,7 +56,7 @@ ddp *ddp_create(param_set *ps, const ddp_config *cfg) {
 
 ddp *ddp_create_layout(param_set *ps, const ddp_config *cfg, int dp_size, int dp_rank,
                        int pp_size, int pp_rank) {
-    ddp *d = calloc(1, sizeof(ddp));
+    ddp *d = xcalloc(1, sizeof(ddp), "data-parallel state");
     d->cfg = *cfg;
     d->ps = ps;
     d->dp_size = dp_size;
@@ -106,7 +107,7 @@ ddp *ddp_create_layout(param_set *ps, const ddp_config *cfg, int dp_size, int dp
         if (!shared) split_bucket(d, &d->buckets[b], &rot);
     }
 
-    d->reqs = calloc((size_t)d->num_buckets + 1, sizeof(MPI_Request));
+    d->reqs = xcalloc((size_t)d->num_buckets + 1, sizeof(MPI_Request), "bucket requests");
     for (int b = 0; b < d->num_buckets; b++) d->reqs[b] = MPI_REQUEST_NULL;
     d->stats.num_buckets = d->num_buckets;
     return d;

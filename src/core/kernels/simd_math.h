@@ -22,7 +22,10 @@ static inline float simd_expf(float x) {
     p = p * r + 1.6666665459E-1f;
     p = p * r + 5.0000001201E-1f;
     p = p * r * r + r + 1.0f;
-    const int32_t bits = ((int32_t)n + 127) << 23;
+    /* 2^n in the exponent bits; n is in [-127, 127] for every x but NaN, whose n is NaN and
+     * may not be converted to an integer (undefined): any exponent then, as p is NaN already */
+    const float n_int = n == n ? n : 0.0f;
+    const uint32_t bits = (uint32_t)((int32_t)n_int + 127) << 23;
     float two_n;
     memcpy(&two_n, &bits, sizeof two_n);
     return p * two_n;

@@ -18,6 +18,7 @@
 #include "core/tensor_parallel/layers.h"
 #include "core/tensor_parallel/mappings.h"
 #include "core/tensor_parallel/parallel_linear.h"
+#include "core/util/alloc.h"
 
 /* ---- parameter registration ----
  * Each parameter is registered with its name, shape, init and the addresses of the pointers
@@ -39,8 +40,8 @@ static void add_param(param_builder *pb, float **data_slot, float **grad_slot, i
                       int partial_grad, const char *name) {
     if (pb->n == pb->cap) {
         pb->cap = pb->cap ? 2 * pb->cap : 64;
-        pb->t = realloc(pb->t, pb->cap * sizeof(param_tensor));
-        pb->slots = realloc(pb->slots, pb->cap * 2 * sizeof(float **));
+        pb->t = xrealloc(pb->t, pb->cap * sizeof(param_tensor), "parameter table");
+        pb->slots = xrealloc(pb->slots, pb->cap * 2 * sizeof(float **), "parameter slots");
     }
     param_tensor *p = &pb->t[pb->n];
     memset(p, 0, sizeof(*p));
@@ -216,7 +217,7 @@ static void build_params(gpt_model *m) {
         pb.t[i].offset = ps->numel;
         ps->numel += pb.t[i].numel;
     }
-    m->layer_begin = malloc((L + 1) * sizeof(size_t));
+    m->layer_begin = xcalloc((size_t)L + 1, sizeof(size_t), "layer offsets");
     for (int l = 0; l <= L; l++)
         m->layer_begin[l] = first_of_layer[l] < pb.n ? pb.t[first_of_layer[l]].offset : ps->numel;
     m->block.layer_grads_done = layer_grads_done;
@@ -304,7 +305,7 @@ static void free_store(gpt_model *m) {
 }
 
 gpt_model *gpt_model_create(const transformer_config *cfg, int max_batch, int with_backward) {
-    gpt_model *m = calloc(1, sizeof(gpt_model));
+    gpt_model *m = xcalloc(1, sizeof(gpt_model), "model");
     m->cfg = *cfg;
     m->max_batch = max_batch;
     m->with_backward = with_backward;
@@ -345,7 +346,7 @@ gpt_model *gpt_model_create(const transformer_config *cfg, int max_batch, int wi
 }
 
 gpt_model *gpt_model_replica(const gpt_model *owner, int checkpointed) {
-    gpt_model *m = malloc(sizeof(gpt_model));
+    gpt_model *m = xmalloc(sizeof(gpt_model), "activation store");
     *m = *owner; /* parameters, workspaces, tables: shared */
     m->replica = 1;
     m->cfg.recompute_store_unchecked = !checkpointed;

@@ -9,6 +9,7 @@
 #include "core/parallel_state.h"
 #include "core/tensor/memory.h"
 #include "core/tensor_parallel/mappings.h"
+#include "core/util/alloc.h"
 
 static double now_seconds(void) {
     struct timespec ts;
@@ -17,7 +18,7 @@ static double now_seconds(void) {
 }
 
 dist_opt *dist_opt_create(param_set *ps, ddp *d, int overlap_param_gather) {
-    dist_opt *o = calloc(1, sizeof(dist_opt));
+    dist_opt *o = xcalloc(1, sizeof(dist_opt), "distributed optimizer");
     o->ps = ps;
     o->ddp = d;
     o->overlap_param_gather = overlap_param_gather;
@@ -26,7 +27,7 @@ dist_opt *dist_opt_create(param_set *ps, ddp *d, int overlap_param_gather) {
     o->exp_avg_sq = mem_alloc_floats(MEM_OPTIMIZER, o->shard_numel, "adam exp_avg_sq (shard)");
     /* segments: each owned piece cut at tensor boundaries (tensors are in offset order) */
     int cap = 16;
-    o->segs = malloc((size_t)cap * sizeof(dist_opt_segment));
+    o->segs = xcalloc((size_t)cap, sizeof(dist_opt_segment), "optimizer segments");
     size_t state = 0;
     for (int b = 0; b < d->num_buckets; b++) {
         size_t pb = ddp_piece_begin(d, b), pe = pb + ddp_piece_numel(d, b);
@@ -37,7 +38,7 @@ dist_opt *dist_opt_create(param_set *ps, ddp *d, int overlap_param_gather) {
             if (lo >= hi) continue;
             if (o->num_segments == cap) {
                 cap *= 2;
-                o->segs = realloc(o->segs, (size_t)cap * sizeof(dist_opt_segment));
+                o->segs = xrealloc(o->segs, (size_t)cap * sizeof(dist_opt_segment), "optimizer segments");
             }
             o->segs[o->num_segments++] =
                 (dist_opt_segment){.begin = lo, .numel = hi - lo, .state = state, .tensor = i};
@@ -47,7 +48,7 @@ dist_opt *dist_opt_create(param_set *ps, ddp *d, int overlap_param_gather) {
     if (state > o->shard_numel)
         parallel_abort(1, "internal error: distributed optimizer shard of %zu > %zu elements",
                        state, o->shard_numel);
-    o->reqs = calloc((size_t)d->num_buckets + 1, sizeof(MPI_Request));
+    o->reqs = xcalloc((size_t)d->num_buckets + 1, sizeof(MPI_Request), "parameter gather requests");
     for (int b = 0; b < d->num_buckets; b++) o->reqs[b] = MPI_REQUEST_NULL;
     return o;
 }

@@ -5,6 +5,8 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "core/parallel_state.h"
+
 /* Each block starts with a header recording its size and category, so mem_free can update
  * the counters without a lookup table. The header is padded to the alignment. */
 #define MEM_ALIGN 64
@@ -26,11 +28,11 @@ const char *mem_category_name(mem_category cat) { return g_names[cat]; }
 
 void *mem_alloc(mem_category cat, size_t bytes, const char *what) {
     void *block = NULL;
-    if (posix_memalign(&block, MEM_ALIGN, MEM_ALIGN + bytes) != 0 || block == NULL) {
-        fprintf(stderr, "error: out of memory allocating %zu bytes of %s for %s\n", bytes,
-                g_names[cat], what ? what : "?");
-        exit(1);
-    }
+    /* a failure ends every rank (a rank left alone would wait in its next collective) */
+    if (bytes > SIZE_MAX - MEM_ALIGN || posix_memalign(&block, MEM_ALIGN, MEM_ALIGN + bytes) != 0 ||
+        block == NULL)
+        parallel_abort(1, "out of memory allocating %zu bytes of %s for %s", bytes, g_names[cat],
+                       what ? what : "?");
     memset(block, 0, MEM_ALIGN + bytes);
     mem_header *h = (mem_header *)block;
     h->bytes = bytes;
@@ -45,6 +47,9 @@ void *mem_alloc(mem_category cat, size_t bytes, const char *what) {
 }
 
 float *mem_alloc_floats(mem_category cat, size_t count, const char *what) {
+    if (count > SIZE_MAX / sizeof(float))
+        parallel_abort(1, "out of memory: %zu floats of %s for %s overflow a size", count,
+                       g_names[cat], what ? what : "?");
     return (float *)mem_alloc(cat, count * sizeof(float), what);
 }
 

@@ -3,7 +3,8 @@
  * Each allocation carries a category; current and peak bytes are kept per category so that
  * `--log-memory` and the tests can state exactly what a run holds (parameters, gradients,
  * optimizer state, saved activations, workspace, other). Buffers are 64-byte aligned and
- * zero-filled. Allocation failure prints the request and the category and exits: a training
+ * zero-filled. Allocation failure prints the request and the category and ends every rank
+ * (parallel_abort): a training
  * run has no way to continue without its buffers.
  *
  * The model allocates everything once, up front, so the training step never allocates:

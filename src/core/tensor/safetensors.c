@@ -1,6 +1,7 @@
 /* safetensors reader and writer: see safetensors.h for the format and the guarantees. */
 #include "core/tensor/safetensors.h"
 #include "core/util/error.h"
+#include "core/util/alloc.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -443,7 +444,7 @@ int st_open(const char *path, st_file *f, char *err, size_t errlen) {
         close(fd);
         return -1;
     }
-    f->path = strdup(path);
+    f->path = xstrdup(path, "safetensors path");
     f->map_len = (size_t)sb.st_size;
     if (f->map_len < 8) {
         err_set(err, errlen,
@@ -569,14 +570,14 @@ int st_open(const char *path, st_file *f, char *err, size_t errlen) {
                                 m->string);
                         goto fail;
                     }
-                f->meta_keys[f->nmeta] = strdup(m->string);
-                f->meta_values[f->nmeta] = strdup(m->valuestring);
+                f->meta_keys[f->nmeta] = xstrdup(m->string, "safetensors metadata");
+                f->meta_values[f->nmeta] = xstrdup(m->valuestring, "safetensors metadata");
                 f->nmeta++;
             }
             continue;
         }
         st_entry *e = &f->entries[f->count];
-        e->name = strdup(it->string ? it->string : "");
+        e->name = xstrdup(it->string ? it->string : "", "tensor name");
         f->count++;
         if (parse_entry(path, it, e, f->buffer_len, err, errlen) != 0) goto fail;
         e->data = f->buffer + e->begin;

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/parallel_state.h"
+#include "core/util/alloc.h"
 
 static tp_comm_stats g_stats;
 
@@ -34,8 +35,7 @@ static void record(rec_kind kind, size_t n) {
     if (!g_recording) return;
     if (g_rec_len == g_rec_cap) {
         g_rec_cap = g_rec_cap ? 2 * g_rec_cap : 256;
-        rec_entry *grown = realloc(g_rec, g_rec_cap * sizeof(*g_rec));
-        if (!grown) parallel_abort(1, "TP communication record: out of memory");
+        rec_entry *grown = xrealloc(g_rec, g_rec_cap * sizeof(*g_rec), "TP communication record");
         g_rec = grown;
     }
     g_rec[g_rec_len++] = (rec_entry){kind, n};
@@ -49,7 +49,8 @@ double tp_comm_replay(void) {
         size_t n = g_rec[i].n * (g_rec[i].kind >= REC_ALL_GATHER ? (size_t)ps->tp_size : 1);
         if (n > most) most = n;
     }
-    float *a = calloc(most, sizeof(float)), *b = calloc(most, sizeof(float));
+    float *a = xcalloc(most, sizeof(float), "TP check buffer"),
+          *b = xcalloc(most, sizeof(float), "TP check buffer");
     MPI_Barrier(ps->tp);
     double t0 = MPI_Wtime();
     for (size_t i = 0; i < g_rec_len; i++) {

@@ -5,6 +5,7 @@
 
 #include "core/tensor/memory.h"
 #include "core/tensor_parallel/mappings.h"
+#include "core/util/alloc.h"
 
 /* ---- the recompute plan (a pure function of the config) ---- */
 
@@ -31,10 +32,10 @@ static void alloc_store(transformer_block *blk, const transformer_config *cfg, i
     int L = blk->num_layers;
     size_t NC = blk->hidden_floats;
     int distribute = cfg->distribute_saved_activations && cfg->recompute_granularity == RECOMPUTE_FULL;
-    blk->saved = calloc(L, sizeof(layer_saved));
-    blk->hidden = calloc(L + 1, sizeof(float *));
-    blk->layer_saved_bytes = calloc(L, sizeof(size_t));
-    blk->kept_shard = calloc(L, sizeof(float *));
+    blk->saved = xcalloc(L, sizeof(layer_saved), "saved activations table");
+    blk->hidden = xcalloc((size_t)L + 1, sizeof(float *), "layer inputs table");
+    blk->layer_saved_bytes = xcalloc(L, sizeof(size_t), "saved bytes table");
+    blk->kept_shard = xcalloc(L, sizeof(float *), "kept shards table");
     for (int l = 0; l < L; l++) {
         size_t before = mem_current(MEM_ACTIVATIONS);
         int b = transformer_block_chunk_begin(cfg, l);
@@ -63,9 +64,10 @@ void transformer_block_init(transformer_block *blk, const transformer_config *cf
     blk->num_layers = tc_chunk_layers(cfg);
     size_t NC = (size_t)tc_tokens_local(cfg, B * T) * cfg->hidden_size;
     blk->hidden_floats = NC;
-    blk->w_all = calloc((size_t)tc_stage_layers(cfg), sizeof(layer_weights));
+    blk->w_all = xcalloc((size_t)tc_stage_layers(cfg), sizeof(layer_weights), "layer weights");
     blk->g_all =
-        with_backward ? calloc((size_t)tc_stage_layers(cfg), sizeof(layer_weights)) : NULL;
+        with_backward ? xcalloc((size_t)tc_stage_layers(cfg), sizeof(layer_weights), "layer gradients")
+                      : NULL;
     transformer_block_bind(blk, tc_vp_rank(cfg));
     int distribute = cfg->distribute_saved_activations && cfg->recompute_granularity == RECOMPUTE_FULL;
     if (distribute)
@@ -75,8 +77,8 @@ void transformer_block_init(transformer_block *blk, const transformer_config *cf
     /* Recompute slots: a uniform chunk needs one per layer of the chunk, block one. */
     if (cfg->recompute_granularity == RECOMPUTE_FULL) {
         blk->num_slots = cfg->recompute_method == RECOMPUTE_UNIFORM ? cfg->recompute_num_layers : 1;
-        blk->slots = calloc(blk->num_slots, sizeof(layer_saved));
-        blk->hidden_slots = calloc(blk->num_slots, sizeof(float *));
+        blk->slots = xcalloc(blk->num_slots, sizeof(layer_saved), "recompute slots");
+        blk->hidden_slots = xcalloc(blk->num_slots, sizeof(float *), "recompute inputs");
         for (int k = 0; k < blk->num_slots; k++) {
             layer_saved_alloc(&blk->slots[k], cfg, B, T, MEM_WORKSPACE);
             if (k > 0)

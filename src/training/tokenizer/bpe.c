@@ -270,10 +270,26 @@ void bpe_free(bpe_model *m) {
     free(m);
 }
 
+/* The capacity of a table indexed by id or merge rank that holds index i: the current one
+ * (or 1024) doubled until above i. Callers refuse i > BPE_MAX_ID first, so it cannot overflow. */
+static int grown_cap(int cap, int i) {
+    int ncap = cap ? cap : 1024;
+    while (ncap <= i) ncap *= 2;
+    return ncap;
+}
+
+/* An id (or rank) above BPE_MAX_ID: -1 with a message naming what and the limit. */
+static int check_index(const char *what, const char *tok, size_t len, int i, char *err,
+                       size_t errlen) {
+    if (i <= BPE_MAX_ID) return 0;
+    err_set(err, errlen, "%s '%.*s' has id %d, above the largest supported id %d", what,
+            (int)(len > 60 ? 60 : len), tok, i, BPE_MAX_ID);
+    return -1;
+}
+
 static int ensure_id(bpe_model *m, int id) {
     if (id < m->id_cap) return 0;
-    int ncap = m->id_cap ? m->id_cap : 1024;
-    while (ncap <= id) ncap *= 2;
+    int ncap = grown_cap(m->id_cap, id);
     char **ns = realloc(m->id_str, (size_t)ncap * sizeof *ns);
     if (!ns) return -1;
     m->id_str = ns;
@@ -313,6 +329,7 @@ int bpe_add_vocab(bpe_model *m, const char *tok, size_t len, int id, char *err, 
                id);
         return -1;
     }
+    if (check_index("token", tok, len, id, err, errlen)) return -1;
     if (ensure_id(m, id)) goto oom;
     if (m->id_str[id]) {
         err_set(err, errlen, "id %d is given to two tokens", id);
@@ -362,9 +379,12 @@ int bpe_add_merge(bpe_model *m, const char *a, size_t al, const char *b, size_t 
         err_set(err, errlen, "negative merge rank %d", rank);
         return -1;
     }
+    if (rank > BPE_MAX_ID) {
+        err_set(err, errlen, "more than %d merges", BPE_MAX_ID + 1);
+        return -1;
+    }
     if (rank >= m->nranks) {
-        int ncap = m->nranks ? m->nranks : 1024;
-        while (ncap <= rank) ncap *= 2;
+        int ncap = grown_cap(m->nranks, rank);
         int32_t(*np)[3] = realloc(m->rank_pair, (size_t)ncap * sizeof *np);
         if (!np) goto oom;
         for (int i = m->nranks; i < ncap; i++) np[i][0] = -1;
@@ -459,6 +479,7 @@ int bpe_add_special(bpe_model *m, const char *content, size_t len, int id, int l
         err_set(err, errlen, "added token '%.*s' has a negative id", (int)len, content);
         return -1;
     }
+    if (check_index("added token", content, len, id, err, errlen)) return -1;
     if (ensure_id(m, id)) goto oom;
     if (m->id_str[id]) { /* already in the vocabulary: it must be the same string */
         const smap_slot *s = smap_find(&m->vocab, content, len);

@@ -24,8 +24,12 @@ typedef struct bpe_model bpe_model;
 bpe_model *bpe_new(void);
 void bpe_free(bpe_model *m);
 
-/* Vocabulary entry: the byte-level token string (UTF-8) and its id (>= 0). -1 if the id or
- * the string is already taken (err says which). */
+/* Ids index dense tables (id -> token), so an id sizes them: ids (and merge ranks) above
+ * BPE_MAX_ID are refused. The largest real vocabularies have about 2^18 ids. */
+#define BPE_MAX_ID ((1 << 24) - 1)
+
+/* Vocabulary entry: the byte-level token string (UTF-8) and its id (0 .. BPE_MAX_ID). -1 if
+ * the id is out of range or the id or the string is already taken (err says which). */
 int bpe_add_vocab(bpe_model *m, const char *tok, size_t len, int id, char *err, size_t errlen);
 /* Id of a vocabulary string, or -1. */
 int bpe_vocab_id(const bpe_model *m, const char *tok, size_t len);
