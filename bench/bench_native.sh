@@ -3,7 +3,8 @@
 # temporary build directories) and trains the same model with each, the two alternating round
 # by round, then prints the median time per iteration of each and the ratio. BLAS is the same
 # library in both (only megadlm's own kernels change), so the ratio is bounded by the share of
-# the step outside GEMMs.
+# the step outside GEMMs. It also says whether the two builds trained to the same bits (they
+# should: no FMA contraction, fixed-lane sums, so vector width changes no result).
 #
 # usage: bash bench/bench_native.sh   env: ROUNDS=3 ITERS=4 THREADS=$(nproc)
 #        MODEL="--num-layers 4 --hidden-size 768 --num-attention-heads 12 --seq-length 256 ..."
@@ -26,9 +27,17 @@ echo "== -march=native vs x86-64-v3: $(grep -m1 'model name' /proc/cpuinfo | cut
   "$THREADS threads, $ROUNDS rounds x $ITERS iterations | $(date -u '+%Y-%m-%d %H:%M UTC') | load $(cut -d' ' -f1-3 /proc/loadavg)"
 for r in $(seq "$ROUNDS"); do
   for kind in v3 native; do
-    OMP_NUM_THREADS=$THREADS "$OUT/$kind/megadlm" train "${flags[@]}" > "$OUT/$kind.$r.log" 2>&1
+    save=(); [ "$r" = 1 ] && save=(--save "$OUT/ckpt-$kind")
+    OMP_NUM_THREADS=$THREADS "$OUT/$kind/megadlm" train "${flags[@]}" "${save[@]}" > "$OUT/$kind.$r.log" 2>&1
   done
 done
+last=$(printf 'iter_%07d' $((ITERS + 1)))
+if cmp -s "$OUT/ckpt-v3/$last/model.safetensors" "$OUT/ckpt-native/$last/model.safetensors" &&
+   cmp -s "$OUT/ckpt-v3/$last/optimizer.safetensors" "$OUT/ckpt-native/$last/optimizer.safetensors"; then
+  echo "same bits: parameters and optimizer state of both builds are identical after $((ITERS + 1)) iterations"
+else
+  echo "NOT the same bits: the two builds' checkpoints differ after $((ITERS + 1)) iterations"
+fi
 grep -m1 '> BLAS' "$OUT/v3.1.log"
 v=$(ms "$OUT"/v3.*.log | median); n=$(ms "$OUT"/native.*.log | median)
 printf "x86-64-v3        %8.1f ms/iteration (median)\n-march=native    %8.1f ms/iteration (median)\n" "$v" "$n"

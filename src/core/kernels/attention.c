@@ -40,18 +40,10 @@ static void head_probs(float *P, float *S, const float *q, const float *k, int T
         const int L = causal ? i + 1 : T;
         const float *s = S + (size_t)i * T;
         float *p = P + (size_t)i * T;
-        float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
+        const float mx = simd_max(s, L);
         for (int j = 0; j < L; j++)
-            mx = s[j] > mx ? s[j] : mx;
-        float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (int j = 0; j < L; j++) {
-            const float e = simd_expf(s[j] - mx);
-            p[j] = e;
-            sum += e;
-        }
-        const float inv = 1.0f / sum;
+            p[j] = simd_expf(s[j] - mx);
+        const float inv = 1.0f / simd_sum(p, L);
         for (int j = 0; j < L; j++)
             p[j] *= inv;
         for (int j = L; j < T; j++)

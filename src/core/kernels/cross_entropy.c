@@ -14,15 +14,8 @@ void cross_entropy_forward(float *losses, float *lse, const float *logits, const
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float *x = logits + (size_t)n * V;
-        float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-        for (int v = 0; v < V; v++)
-            mx = x[v] > mx ? x[v] : mx;
-        float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (int v = 0; v < V; v++)
-            sum += simd_expf(x[v] - mx);
-        const float l = mx + logf(sum);
+        const float mx = simd_max(x, V);
+        const float l = mx + logf(simd_sum_exp(x, V, mx));
         if (lse)
             lse[n] = l;
         losses[n] = l - x[targets[n]];

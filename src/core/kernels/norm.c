@@ -2,40 +2,29 @@
  * QKV buffer. Forward and the input gradient are parallel over rows; the weight/bias gradients
  * are parallel over column blocks (each block sums over all rows in row order), so every
  * result is independent of the thread count. Accumulation is in float, like PyTorch; the
- * per-row sums are SIMD reductions (fixed lane-wise order, deterministic). */
+ * per-row sums have SIMD_LANES partial sums in an order fixed by the source (simd_math.h), so
+ * they do not depend on the vector width either. */
 #include "core/kernels/norm.h"
 
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
 
+#include "core/kernels/simd_math.h"
+
 /* ---- per-vector helpers (one row of C values, or one head of HS values) ---- */
 
 /* LayerNorm statistics, two-pass in float: mean, biased variance, rstd = 1/sqrt(var + eps). */
 static inline void ln_stats(const float *x, int C, float eps, float *mean_out, float *rstd_out) {
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int i = 0; i < C; i++)
-        sum += x[i];
-    const float m = sum / (float)C;
-    float var = 0.0f;
-#pragma omp simd reduction(+ : var)
-    for (int i = 0; i < C; i++) {
-        const float d = x[i] - m;
-        var += d * d;
-    }
-    var /= (float)C;
+    const float m = simd_sum(x, C) / (float)C;
+    const float var = simd_sum_sq(x, C, m) / (float)C;
     *mean_out = m;
     *rstd_out = 1.0f / sqrtf(var + eps);
 }
 
 /* RMSNorm: rstd = 1/sqrt(mean(x^2) + eps). */
 static inline float rms_rstd(const float *x, int C, float eps) {
-    float ss = 0.0f;
-#pragma omp simd reduction(+ : ss)
-    for (int i = 0; i < C; i++)
-        ss += x[i] * x[i];
-    return 1.0f / sqrtf(ss / (float)C + eps);
+    return 1.0f / sqrtf(simd_sum_sq(x, C, 0.0f) / (float)C + eps);
 }
 
 /* y = (x - m) * s * w + b  (b may be NULL; m = 0 and b = NULL give RMSNorm). y may alias x. */
@@ -54,13 +43,21 @@ static inline void norm_apply(float *y, const float *x, int C, float m, float s,
  *   RMSNorm:   dx += s * (g - xhat * mean(g * xhat))            (m = 0, no mean(g) term) */
 static inline void norm_dx(float *dx, const float *dy, const float *x, const float *w, int C,
                            float m, float s, int layernorm) {
-    float g_mean = 0.0f, gx_mean = 0.0f;
-#pragma omp simd reduction(+ : g_mean, gx_mean)
-    for (int i = 0; i < C; i++) {
-        const float g = w[i] * dy[i];
-        g_mean += g;
-        gx_mean += g * (x[i] - m) * s;
+    /* the two sums with fixed lanes (simd_math.h) */
+    float ga[SIMD_LANES] = {0}, gxa[SIMD_LANES] = {0};
+    int i0 = 0;
+    for (; i0 + SIMD_LANES <= C; i0 += SIMD_LANES)
+        for (int j = 0; j < SIMD_LANES; j++) {
+            const float g = w[i0 + j] * dy[i0 + j];
+            ga[j] += g;
+            gxa[j] += g * (x[i0 + j] - m) * s;
+        }
+    for (int j = 0; i0 + j < C; j++) {
+        const float g = w[i0 + j] * dy[i0 + j];
+        ga[j] += g;
+        gxa[j] += g * (x[i0 + j] - m) * s;
     }
+    float g_mean = simd_lanes_total(ga), gx_mean = simd_lanes_total(gxa);
     g_mean = layernorm ? g_mean / (float)C : 0.0f;
     gx_mean /= (float)C;
     for (int i = 0; i < C; i++) {

@@ -3,6 +3,7 @@
 #ifndef MEGADLM_CORE_KERNELS_SIMD_MATH_H
 #define MEGADLM_CORE_KERNELS_SIMD_MATH_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -33,5 +34,67 @@ static inline float simd_expf(float x) {
 
 /* 1 / (1 + e^-x) */
 static inline float simd_sigmoidf(float x) { return 1.0f / (1.0f + simd_expf(-x)); }
+
+/* Sums in an order fixed by the source, whatever vector width the compiler picks (8 lanes with
+ * AVX2, 16 with AVX-512, or none): element i goes to partial sum i % SIMD_LANES, and the
+ * partial sums are added in a fixed tree. `#pragma omp simd reduction(+)` would let the
+ * compiler choose the lanes, so x86-64-v3 and AVX-512 builds would differ in the last bits. */
+#define SIMD_LANES 16
+
+static inline float simd_lanes_total(float acc[SIMD_LANES]) {
+    for (int w = SIMD_LANES / 2; w > 0; w /= 2)
+        for (int j = 0; j < w; j++)
+            acc[j] += acc[j + w];
+    return acc[0];
+}
+
+/* sum of x[0..n) */
+static inline float simd_sum(const float *x, int n) {
+    float acc[SIMD_LANES] = {0};
+    int i = 0;
+    for (; i + SIMD_LANES <= n; i += SIMD_LANES)
+        for (int j = 0; j < SIMD_LANES; j++)
+            acc[j] += x[i + j];
+    for (int j = 0; i + j < n; j++)
+        acc[j] += x[i + j];
+    return simd_lanes_total(acc);
+}
+
+/* sum of (x[i] - m)^2 (m = 0: the sum of squares) */
+static inline float simd_sum_sq(const float *x, int n, float m) {
+    float acc[SIMD_LANES] = {0};
+    int i = 0;
+    for (; i + SIMD_LANES <= n; i += SIMD_LANES)
+        for (int j = 0; j < SIMD_LANES; j++) {
+            const float d = x[i + j] - m;
+            acc[j] += d * d;
+        }
+    for (int j = 0; i + j < n; j++) {
+        const float d = x[i + j] - m;
+        acc[j] += d * d;
+    }
+    return simd_lanes_total(acc);
+}
+
+/* sum of e^(x[i] - m) */
+static inline float simd_sum_exp(const float *x, int n, float m) {
+    float acc[SIMD_LANES] = {0};
+    int i = 0;
+    for (; i + SIMD_LANES <= n; i += SIMD_LANES)
+        for (int j = 0; j < SIMD_LANES; j++)
+            acc[j] += simd_expf(x[i + j] - m);
+    for (int j = 0; i + j < n; j++)
+        acc[j] += simd_expf(x[i + j] - m);
+    return simd_lanes_total(acc);
+}
+
+/* max of x[0..n) (-inf for n = 0); exact in any order */
+static inline float simd_max(const float *x, int n) {
+    float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+    for (int i = 0; i < n; i++)
+        mx = x[i] > mx ? x[i] : mx;
+    return mx;
+}
 
 #endif
