@@ -51,13 +51,11 @@ if [ -z "$CC" ]; then
   bash scripts/install-deps.sh --fuzz
   CC=$(command -v clang-14 || command -v clang)
 fi
-nice -n "$NICE" cmake -S . -B "$BUILD" -DCMAKE_C_COMPILER="$CC" -DCMAKE_BUILD_TYPE=Release \
-  -DMEGADLM_FUZZ=ON -DMEGADLM_SANITIZE=address,undefined > "$BUILD.configure.log" 2>&1 ||
-  { cat "$BUILD.configure.log" >&2; exit 1; }
-rm -f "$BUILD.configure.log"
-nice -n "$NICE" cmake --build "$BUILD" -j "${FUZZ_JOBS:-1}" --target fuzz_targets > "$BUILD.build.log" 2>&1 ||
-  { tail -40 "$BUILD.build.log" >&2; exit 1; }
-rm -f "$BUILD.build.log"
+mkdir -p "$BUILD"
+{ nice -n "$NICE" cmake -S . -B "$BUILD" -DCMAKE_C_COMPILER="$CC" -DCMAKE_BUILD_TYPE=Release \
+    -DMEGADLM_FUZZ=ON -DMEGADLM_SANITIZE=address,undefined &&
+  nice -n "$NICE" cmake --build "$BUILD" -j "${FUZZ_JOBS:-1}" --target fuzz_targets; } \
+  > "$BUILD/fuzz-build.log" 2>&1 || { tail -40 "$BUILD/fuzz-build.log" >&2; exit 1; }
 
 export OMP_NUM_THREADS=1
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
@@ -73,13 +71,13 @@ for t in "${targets[@]}"; do
     n=0; bad=0
     for f in "$corpus"/*; do
       n=$((n + 1))
-      if ! nice -n "$NICE" "$bin" -timeout=30 -rss_limit_mb=2048 "$f" > "$OUT.replay.log" 2>&1; then
+      if ! nice -n "$NICE" "$bin" -timeout=30 -rss_limit_mb=2048 "$f" > "$BUILD/replay.log" 2>&1; then
         bad=$((bad + 1))
         echo "== $t: $f FAILED:" >&2
-        grep -E "ERROR|SUMMARY|runtime error|#[0-9]+ 0x.* in " "$OUT.replay.log" | head -12 >&2 || true
+        grep -E "ERROR|SUMMARY|runtime error|#[0-9]+ 0x.* in .*/(src|tests)/" "$BUILD/replay.log" |
+          head -8 >&2 || true
       fi
     done
-    rm -f "$OUT.replay.log"
     summary+=("$(printf '%-17s %4d inputs, %d failed' "$t" "$n" "$bad")")
     [ "$bad" -eq 0 ] || rc=1
     continue
