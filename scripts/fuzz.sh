@@ -71,7 +71,8 @@ for t in "${targets[@]}"; do
     n=0; bad=0
     for f in "$corpus"/*; do
       n=$((n + 1))
-      if ! nice -n "$NICE" "$bin" -timeout=30 -rss_limit_mb=2048 "$f" > "$BUILD/replay.log" 2>&1; then
+      if ! nice -n "$NICE" "$bin" -timeout=30 -rss_limit_mb=2048 -artifact_prefix="$BUILD/replay-" \
+          "$f" > "$BUILD/replay.log" 2>&1; then
         bad=$((bad + 1))
         echo "== $t: $f FAILED:" >&2
         grep -E "ERROR|SUMMARY|runtime error|#[0-9]+ 0x.* in .*/(src|tests)/" "$BUILD/replay.log" |
@@ -97,7 +98,9 @@ for t in "${targets[@]}"; do
   summary+=("$(printf '%-17s %10s executions in %4ds, coverage %5s edges, %d new findings in %s' \
     "$t" "${execs:-?}" "$took" "${cov:-?}" "$found" "$OUT/$t/artifacts/")")
   if [ "$mode" = merge ]; then
-    nice -n "$NICE" "$bin" -merge=1 -close_fd_mask=3 "$corpus" "$OUT/$t/corpus" > "$OUT/$t/merge.log" 2>&1
+    nice -n "$NICE" "$bin" -merge=1 -close_fd_mask=3 -timeout=10 -rss_limit_mb=2048 \
+      -artifact_prefix="$OUT/$t/artifacts/" "$corpus" "$OUT/$t/corpus" > "$OUT/$t/merge.log" 2>&1
+    echo "fuzz.sh: $t: corpus now $(ls "$corpus" | wc -l) inputs ($OUT/$t/merge.log)"
   fi
 done
 printf '%s\n' "${summary[@]}"
