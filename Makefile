@@ -30,8 +30,9 @@ test: test-deps build
 	cd $(BUILD) && ctest --output-on-failure -j 1
 
 # ASan + UBSan build in build-asan: unit tests, a set of single-process and 2-rank script tests,
-# and every fuzz corpus input once; fails on any sanitizer report (scripts/sanitize.sh).
-sanitize: test-deps
+# and every fuzz corpus input once (also through the libFuzzer build); fails on any sanitizer
+# report (scripts/sanitize.sh).
+sanitize: test-deps fuzz-deps
 	bash scripts/sanitize.sh build-asan
 
 fuzz-deps:

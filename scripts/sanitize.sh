@@ -8,7 +8,9 @@
 # which clang's includes), then runs under AddressSanitizer + UndefinedBehaviorSanitizer:
 #   - every unit test (tests/unit),
 #   - the script tests in SINGLE (one process each) and MULTI (mpirun -np 2 and more),
-#   - the corpus replay of every fuzz target (tests/fuzz/corpus/NAME: each input once).
+#   - the corpus replay of every fuzz target (tests/fuzz/corpus/NAME: each input once), and
+#     when clang is installed the same replay with the libFuzzer build (scripts/fuzz.sh
+#     --replay; `make sanitize` installs clang with scripts/install-deps.sh --fuzz).
 # Any sanitizer report fails the step, even one from a process whose failure a test expected:
 # ASan and LeakSanitizer reports go to files (ASAN_OPTIONS log_path), one directory per test,
 # and are printed at the end. UBSan's do not: with GCC's separate libubsan next to libasan they
@@ -83,7 +85,26 @@ for t in $units "${SINGLE[@]}" "${MULTI[@]}" $replays; do
   fi
 done
 
+# The same corpora through the libFuzzer build (clang; keeps scripts/fuzz.sh's build working).
+if command -v clang-14 > /dev/null || command -v clang > /dev/null; then
+  s=$(date +%s)
+  if FUZZ_NICE=$NICE FUZZ_JOBS=${JOBS:-$(nproc)} bash scripts/fuzz.sh --replay \
+      > "$REPORTS/libfuzzer_replay.log" 2>&1; then
+    echo "sanitize: ok     libfuzzer_replay ($(( $(date +%s) - s )) s)"
+  else
+    failed+=(libfuzzer_replay)
+    echo "sanitize: FAILED libfuzzer_replay ($(( $(date +%s) - s )) s, $REPORTS/libfuzzer_replay.log)"
+  fi
+else
+  echo "sanitize: clang not installed, libFuzzer replay skipped (scripts/install-deps.sh --fuzz)"
+fi
+
 for t in "${failed[@]}"; do
+  if [ "$t" = libfuzzer_replay ]; then
+    echo "================ $t"
+    grep -E "inputs, [1-9][0-9]* failed|FAILED" "$REPORTS/libfuzzer_replay.log" | head -20
+    continue
+  fi
   d=$REPORTS/$t
   echo "================ $t"
   for r in $(find "$d" -name 'asan.*' | sort); do
