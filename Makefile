@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS  ?= $(shell nproc)
 
-.PHONY: all build deps demo-deps test-deps demo test bench clean
+.PHONY: all build deps demo-deps test-deps demo test sanitize fuzz-deps fuzz bench clean
 
 all: build
 
@@ -28,6 +28,20 @@ demo: demo-deps build
 
 test: test-deps build
 	cd $(BUILD) && ctest --output-on-failure -j 1
+
+# ASan + UBSan build in build-asan: unit tests, a set of single-process and 2-rank script tests,
+# and every fuzz corpus input once (also through the libFuzzer build); fails on any sanitizer
+# report (scripts/sanitize.sh).
+sanitize: test-deps fuzz-deps
+	bash scripts/sanitize.sh build-asan
+
+fuzz-deps:
+	bash scripts/install-deps.sh --fuzz
+
+# libFuzzer (clang) on each reader of user files for FUZZ_SECONDS (scripts/fuzz.sh).
+FUZZ_SECONDS ?= 60
+fuzz: fuzz-deps
+	bash scripts/fuzz.sh $(FUZZ_SECONDS)
 
 bench: build
 	bash scripts/install-deps.sh --bench

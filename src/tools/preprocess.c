@@ -736,3 +736,42 @@ done:
     tokenizer_free(tok);
     return rc;
 }
+
+long preprocess_encode_stream(FILE *f, int is_txt, const tokenizer *tok, int nkeys, char **keys,
+                              int append_eod, uint64_t *tokens, uint64_t *malformed,
+                              uint64_t *failed) {
+    if (nkeys < 1 || nkeys > MAX_KEYS) return -1;
+    reader rd = {.f = f, .is_txt = is_txt};
+    item *items = calloc(CHUNK_LINES + 1, sizeof(item));
+    item_result *results = calloc(CHUNK_LINES + 1, sizeof(item_result));
+    long count = 0;
+    *tokens = *malformed = *failed = 0;
+    if (!items || !results) {
+        free(items);
+        free(results);
+        return -1;
+    }
+    size_t n;
+    while ((n = read_chunk(&rd, items, CHUNK_LINES)) > 0) {
+        for (size_t i = 0; i < n; i++) {
+            encode_item(tok, "input", is_txt, nkeys, keys, append_eod, &items[i], &results[i]);
+            if (results[i].error) {
+                if (results[i].malformed) (*malformed)++;
+                else (*failed)++;
+            }
+            for (int k = 0; k < nkeys; k++) {
+                *tokens += results[i].enc[k].n;
+                free(results[i].enc[k].ids);
+                free(results[i].enc[k].seq_lens);
+            }
+            free(results[i].error);
+            free(items[i].text);
+            memset(&results[i], 0, sizeof results[i]);
+        }
+        count += (long)n;
+    }
+    free(items);
+    free(results);
+    free(rd.buf);
+    return count;
+}

@@ -691,6 +691,7 @@ static void test_attention(int B, int T, int NH, int NG, int HS, int causal, flo
         if (rep == 0)
             gb_snap(&dq);
     }
+    free(c.probs);
     c.probs = NULL;
     double *nq = numgrad(att_loss, &c, c.qkv, nqkv);
     gb_check("attention dqkv", &dq, nq);

@@ -335,6 +335,12 @@ indexed_dataset *indexed_dataset_open(const char *prefix, char *err, size_t errl
     return ds;
 }
 
+/* A float token as an int32 id: truncated as numpy's astype does; -1 (never a valid id) for NaN
+ * and values outside int32, whose conversion would be undefined behaviour. */
+static int32_t float_id(double v) {
+    return v > -2147483649.0 && v < 2147483648.0 ? (int32_t)v : -1;
+}
+
 void indexed_dataset_read(const indexed_dataset *ds, uint64_t seq, uint64_t offset,
                           uint64_t count, int32_t *out) {
     if (count == 0) return;
@@ -373,14 +379,14 @@ void indexed_dataset_read(const indexed_dataset *ds, uint64_t seq, uint64_t offs
         for (uint64_t i = 0; i < count; i++) {
             float v;
             memcpy(&v, p + 4 * i, 4);
-            out[i] = (int32_t)v;
+            out[i] = float_id(v);
         }
         break;
     case IDX_DTYPE_FLOAT64:
         for (uint64_t i = 0; i < count; i++) {
             double v;
             memcpy(&v, p + 8 * i, 8);
-            out[i] = (int32_t)v;
+            out[i] = float_id(v);
         }
         break;
     }

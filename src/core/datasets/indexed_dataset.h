@@ -73,7 +73,7 @@ int64_t indexed_dataset_pointer(const indexed_dataset *ds, uint64_t seq);
 int64_t indexed_dataset_document_index(const indexed_dataset *ds, uint64_t d);
 /* Copies `count` tokens of sequence `seq` starting at token `offset`, converted to int32
  * (Megatron's IndexedDataset.get(seq, offset, length)). The caller keeps the range inside
- * the sequence. */
+ * the sequence. float32/float64 tokens are truncated; NaN and values outside int32 read as -1. */
 void indexed_dataset_read(const indexed_dataset *ds, uint64_t seq, uint64_t offset,
                           uint64_t count, int32_t *out);
 
