@@ -1,6 +1,7 @@
 #include "core/models/gpt_model.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -313,7 +314,10 @@ gpt_model *gpt_model_create(const transformer_config *cfg, int max_batch, int wi
     const transformer_config *c = &m->cfg;
     m->num_chunks = tc_vp(c);
     m->rank_layers = tc_stage_layers(c);
-    transformer_block_init(&m->block, c, max_batch, c->seq_length, with_backward);
+    /* Kernels run with the thread count threads_setup decided (core/threads.h); the block's
+     * workspaces are sized for it and no kernel runs more threads than they were sized for. */
+    transformer_block_init(&m->block, c, max_batch, c->seq_length, with_backward,
+                           omp_get_max_threads());
     build_params(m);
     alloc_store(m);
 

@@ -52,7 +52,7 @@ void layer_saved_free(layer_saved *s) {
 }
 
 void layer_workspace_alloc(layer_workspace *ws, const transformer_config *c, int B, int T,
-                           int with_backward) {
+                           int with_backward, int threads) {
     memset(ws, 0, sizeof(*ws));
     size_t N = (size_t)B * T, Ns = tc_tokens_local(c, (int)N), C = c->hidden_size;
     size_t QKV = tc_qkv_width_local(c), CTX = (size_t)tc_heads_local(c) * c->kv_channels;
@@ -61,7 +61,9 @@ void layer_workspace_alloc(layer_workspace *ws, const transformer_config *c, int
     ws->branch_full =
         sp ? mem_alloc_floats(MEM_WORKSPACE, N * C, "branch partial output") : ws->branch;
     if (sp) ws->gathered = mem_alloc_floats(MEM_WORKSPACE, N * C, "gathered norm output");
-    ws->attn = mem_alloc_floats(MEM_WORKSPACE, attention_workspace_floats(T), "attention");
+    ws->attn.threads = threads;
+    ws->attn.data =
+        mem_alloc_floats(MEM_WORKSPACE, attention_workspace_floats(T, threads), "attention");
     /* the ring reduce-scatter's receive buffers (--tp-comm-overlap) */
     if (sp && c->tp_comm_overlap)
         ws->recv = mem_alloc_floats(MEM_WORKSPACE, (N - Ns) * C, "overlap receive buffers");
@@ -78,8 +80,8 @@ void layer_workspace_alloc(layer_workspace *ws, const transformer_config *c, int
 void layer_workspace_free(layer_workspace *ws) {
     if (ws->branch_full != ws->branch) mem_free(ws->branch_full);
     if (ws->dln_full != ws->dln) mem_free(ws->dln_full);
-    float *bufs[] = {ws->branch,   ws->dln,  ws->gathered, ws->dctx, ws->dqkv,
-                     ws->dqkv_raw, ws->dfc1, ws->dact,     ws->attn, ws->recv};
+    float *bufs[] = {ws->branch,   ws->dln,  ws->gathered,   ws->dctx, ws->dqkv,
+                     ws->dqkv_raw, ws->dfc1, ws->dact, ws->attn.data, ws->recv};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) mem_free(bufs[i]);
     memset(ws, 0, sizeof(*ws));
 }

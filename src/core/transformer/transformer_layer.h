@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/kernels/attention.h"
 #include "core/kernels/dropout.h"
 #include "core/tensor/memory.h"
 #include "core/transformer/transformer_config.h"
@@ -63,7 +64,7 @@ typedef struct {
     float *dqkv_raw; /* [N, QKV] (--qk-layernorm only) */
     float *dfc1;     /* [N, FC1] */
     float *dact;     /* [N, F] */
-    float *attn;     /* attention_workspace_floats(T) */
+    attention_workspace attn; /* attention_workspace_floats(T, threads) */
     float *recv;     /* [(N - Ns), C] ring reduce-scatter receive buffers (--tp-comm-overlap) */
 } layer_workspace;
 
@@ -82,8 +83,10 @@ typedef struct {
 void layer_saved_alloc(layer_saved *s, const transformer_config *cfg, int B, int T,
                        mem_category cat);
 void layer_saved_free(layer_saved *s);
+/* threads: the most OpenMP threads a kernel may run with (the attention workspace has a slice
+ * per thread). */
 void layer_workspace_alloc(layer_workspace *ws, const transformer_config *cfg, int B, int T,
-                           int with_backward);
+                           int with_backward, int threads);
 void layer_workspace_free(layer_workspace *ws);
 
 /* out[Ns, C] from inp[Ns, C]; layer_index keys dropout. out must not alias inp. */
