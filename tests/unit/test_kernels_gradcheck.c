@@ -1033,7 +1033,7 @@ static void test_adamw(void) {
         if (step == 2)
             g[0] = 0.0f; /* a zero gradient still decays */
         double *p0 = to_double(p, n), *m0 = to_double(m, n), *v0 = to_double(v, n);
-        adamw_update(p, g, m, v, n, lr, b1, b2, eps, wd, step);
+        adamw_update(p, g, m, v, n, (adamw_hparams){lr, b1, b2, eps, wd, step});
         const double bc1 = 1.0 - pow(b1, step), bc2 = 1.0 - pow(b2, step);
         double worst_p = 0.0, worst_mv = 0.0, worst_nowd = 0.0;
         for (size_t i = 0; i < n; i++) {
