@@ -9,6 +9,7 @@
 #include "core/parallel_state.h"
 
 static thread_plan g_plan = {1, 0, 1, 1, 0};
+static int g_planned; /* threads_setup ran */
 
 int threads_for_share(int cpus, int sharing) {
     if (sharing < 1) sharing = 1;
@@ -63,6 +64,9 @@ void threads_setup(void) {
     }
     gemm_set_threads(p.threads);
     g_plan = p;
+    g_planned = 1;
 }
 
 const thread_plan *threads_plan(void) { return &g_plan; }
+
+int threads_per_rank(void) { return g_planned ? g_plan.threads : omp_get_max_threads(); }

@@ -28,5 +28,9 @@ int threads_for_share(int cpus, int sharing);
  * region or BLAS call. */
 void threads_setup(void);
 const thread_plan *threads_plan(void);
+/* The threads this process's kernels run with: the plan's once threads_setup ran, else OpenMP's
+ * current maximum (programs that never set a plan: unit tests, single-process tools). Kernels
+ * with per-thread workspaces are sized from it by their owner (the model) and never run more. */
+int threads_per_rank(void);
 
 #endif

@@ -94,12 +94,14 @@ static void out_free(out_set *o) {
 
 /* ------------------------------------------------------------------ the layouts */
 
-/* Row of megadlm's grouped linear_qkv for (part 0 q / 1 k / 2 v, head within its kind, r). */
+/* Row of megadlm's grouped linear_qkv (qkv_layout.h) for (part 0 q / 1 k / 2 v, head within
+ * its kind, channel r): Hugging Face keeps q, k and v as three separate matrices. */
 static int64_t qkv_row(const transformer_config *c, int part, int head, int r) {
-    int qpg = c->num_attention_heads / c->num_query_groups, d = c->kv_channels;
-    int g = part == 0 ? head / qpg : head;
-    int slot = part == 0 ? head % qpg : qpg + part - 1;
-    return ((int64_t)g * (qpg + 2) + slot) * d + r;
+    const qkv_layout l = tc_qkv_layout(c);
+    size_t off = part == 0   ? qkv_query_offset(l, head)
+                 : part == 1 ? qkv_key_offset(l, head)
+                             : qkv_value_offset(l, head);
+    return (int64_t)off + r;
 }
 
 /* What of the model does not fit family f: NULL when everything maps. */

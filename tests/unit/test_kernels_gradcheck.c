@@ -16,6 +16,7 @@
  *   - every comparison also checks that it CAN fail: the same comparison with one element of
  *     the kernel result perturbed by 1% of the max magnitude must be rejected.
  * Dropout masks are pure functions of (key, index), so FD through dropout is exact. */
+#include <omp.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -438,8 +439,10 @@ static void test_qk_norm(int layernorm) {
                  to_double(R, n),
                  dalloc(n)};
     const norm_kind kind = layernorm ? NORM_LAYERNORM : NORM_RMSNORM;
-    qk_norm_forward(out, layernorm ? mean : NULL, rstd, inp, qw, layernorm ? qb : NULL, kw,
-                    layernorm ? kb : NULL, N, NH, NG, HS, kind, eps);
+    const qkv_layout lay = {NH, NG, HS};
+    const qk_norm_weights wts = {qw, layernorm ? qb : NULL, kw, layernorm ? kb : NULL};
+    qk_norm_forward(out, (qk_norm_stats){layernorm ? mean : NULL, rstd}, inp, wts, N, lay, kind,
+                    eps);
     qk_norm_ref(&c);
     check_fwd(layernorm ? "qk_norm ln out" : "qk_norm rms out", out, c.out, n);
     /* value heads copied bit-exactly */
@@ -453,15 +456,16 @@ static void test_qk_norm(int layernorm) {
     CHECK(vbad == 0);
     /* in place (out == inp) gives the same result */
     float *inpl = fcopy(inp, n);
-    qk_norm_forward(inpl, NULL, NULL, inpl, qw, layernorm ? qb : NULL, kw, layernorm ? kb : NULL, N,
-                    NH, NG, HS, kind, eps);
+    qk_norm_forward(inpl, (qk_norm_stats){NULL, NULL}, inpl, wts, N, lay, kind, eps);
     CHECK(memcmp(inpl, out, n * sizeof(float)) == 0);
     free(inpl);
 
     gbuf di = gb_new(n), dqw = gb_new(HS), dqb = gb_new(HS), dkw = gb_new(HS), dkb = gb_new(HS);
     for (int rep = 0; rep < 2; rep++) {
-        qk_norm_backward(di.g, dqw.g, layernorm ? dqb.g : NULL, dkw.g, layernorm ? dkb.g : NULL, R,
-                         inp, qw, kw, layernorm ? mean : NULL, rstd, N, NH, NG, HS, kind);
+        const qk_norm_grads grads = {dqw.g, layernorm ? dqb.g : NULL, dkw.g,
+                                     layernorm ? dkb.g : NULL};
+        qk_norm_backward(di.g, grads, R, inp, wts, (qk_norm_stats){layernorm ? mean : NULL, rstd},
+                         N, lay, kind);
         if (rep == 0) {
             gb_snap(&di);
             gb_snap(&dqw);
@@ -655,7 +659,10 @@ static void test_attention(int B, int T, int NH, int NG, int HS, int causal, flo
                        .site = DROPOUT_SITE_ATTENTION_PROBS};
     float *qkv = frandom(nqkv, -2, 2), *R = frandom(nout, -1, 1);
     float *out = falloc(nout), *probs = falloc(nprobs);
-    float *ws = falloc(attention_workspace_floats(T));
+    const int threads = omp_get_max_threads();
+    const attention_workspace ws = {falloc(attention_workspace_floats(T, threads)), threads};
+    const qkv_batch xb = {B, T, {NH, NG, HS}};
+    const attention_opts opts = {causal, p, key, {0, NH}};
     att_ctx c = {B,
                  T,
                  NH,
@@ -668,7 +675,7 @@ static void test_attention(int B, int T, int NH, int NG, int HS, int causal, flo
                  to_double(R, nout),
                  dalloc(nout),
                  dalloc(nprobs)};
-    attention_forward(out, probs, qkv, B, T, NH, NG, HS, causal, p, key, 0, NH, ws);
+    attention_forward(out, probs, qkv, xb, opts, ws);
     attention_ref(&c);
     check_fwd("attention out", out, c.out, nout);
     check_fwd("attention probs", probs, c.probs, nprobs);
@@ -681,13 +688,13 @@ static void test_attention(int B, int T, int NH, int NG, int HS, int causal, flo
     CHECK(mbad == 0);
     /* probs == NULL (no saved probabilities) gives the same output */
     float *out2 = falloc(nout);
-    attention_forward(out2, NULL, qkv, B, T, NH, NG, HS, causal, p, key, 0, NH, ws);
+    attention_forward(out2, NULL, qkv, xb, opts, ws);
     CHECK(memcmp(out, out2, nout * sizeof(float)) == 0);
     free(out2);
 
     gbuf dq = gb_new(nqkv);
     for (int rep = 0; rep < 2; rep++) {
-        attention_backward(dq.g, R, qkv, probs, B, T, NH, NG, HS, causal, p, key, 0, NH, ws);
+        attention_backward(dq.g, R, qkv, probs, xb, opts, ws);
         if (rep == 0)
             gb_snap(&dq);
     }
@@ -701,7 +708,7 @@ static void test_attention(int B, int T, int NH, int NG, int HS, int causal, flo
     free(R);
     free(out);
     free(probs);
-    free(ws);
+    free(ws.data);
     free(c.qkv);
     free(c.R);
     free(c.out);
@@ -757,16 +764,18 @@ static void test_rope(int rot_dim) {
     float *qkv = frandom(n, -1, 1), *R = frandom(n, -1, 1), *x = fcopy(qkv, n);
     rope_ctx c = {
         B, T, NH, NG, HS, rot_dim, pos_offset, base, to_double(qkv, n), to_double(R, n), dalloc(n)};
-    rope_forward(x, cos_t, sin_t, B, T, NH, NG, HS, rot_dim);
+    const qkv_batch xb = {B, T, {NH, NG, HS}};
+    const rope_table tab = {cos_t, sin_t, rot_dim};
+    rope_forward(x, xb, tab);
     rope_ref(&c);
     check_fwd("rope", x, c.out, n);
     /* rope_backward transforms in place (dqkv := R^T dqkv), it does not accumulate */
     float *g = fcopy(R, n);
-    rope_backward(g, cos_t, sin_t, B, T, NH, NG, HS, rot_dim);
+    rope_backward(g, xb, tab);
     double *ng = numgrad(rope_loss, &c, c.qkv, n);
     check_grad("rope dqkv", NULL, g, NULL, ng, n);
     /* backward undoes forward (rotation is orthogonal) */
-    rope_backward(x, cos_t, sin_t, B, T, NH, NG, HS, rot_dim);
+    rope_backward(x, xb, tab);
     double err = 0.0;
     for (size_t i = 0; i < n; i++)
         err = fmax(err, fabs(x[i] - qkv[i]));
@@ -1025,7 +1034,7 @@ static void test_adamw(void) {
         if (step == 2)
             g[0] = 0.0f; /* a zero gradient still decays */
         double *p0 = to_double(p, n), *m0 = to_double(m, n), *v0 = to_double(v, n);
-        adamw_update(p, g, m, v, n, lr, b1, b2, eps, wd, step);
+        adamw_update(p, g, m, v, n, (adamw_hparams){lr, b1, b2, eps, wd, step});
         const double bc1 = 1.0 - pow(b1, step), bc2 = 1.0 - pow(b2, step);
         double worst_p = 0.0, worst_mv = 0.0, worst_nowd = 0.0;
         for (size_t i = 0; i < n; i++) {

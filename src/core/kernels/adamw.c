@@ -7,8 +7,10 @@
  *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
  *   p -= lr * ( (m / (1-b1^step)) / (sqrt(v / (1-b2^step)) + eps) + weight_decay * p )
  * The four buffers must not overlap (the loop is SIMD-vectorized). */
-void adamw_update(float *param, const float *grad, float *m, float *v, size_t n, float lr,
-                  float beta1, float beta2, float eps, float weight_decay, int step) {
+void adamw_update(float *param, const float *grad, float *m, float *v, size_t n, adamw_hparams h) {
+    const float lr = h.lr, beta1 = h.beta1, beta2 = h.beta2, eps = h.eps;
+    const float weight_decay = h.weight_decay;
+    const int step = h.step;
     const float bc1 = (float)(1.0 - pow((double)beta1, (double)step));
     const float bc2 = (float)(1.0 - pow((double)beta2, (double)step));
     const long long nn = (long long)n;

@@ -7,7 +7,12 @@
 
 #include <stddef.h>
 
-void adamw_update(float *param, const float *grad, float *m, float *v, size_t n, float lr,
-                  float beta1, float beta2, float eps, float weight_decay, int step);
+/* One step's hyperparameters (weight_decay 0 for tensors without decay). */
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay;
+    int step;
+} adamw_hparams;
+
+void adamw_update(float *param, const float *grad, float *m, float *v, size_t n, adamw_hparams h);
 
 #endif

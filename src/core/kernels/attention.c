@@ -1,12 +1,12 @@
-/* Core attention on Megatron's packed QKV buffer (layout in attention.h).
+/* Core attention on Megatron's packed QKV buffer (layout in qkv_layout.h).
  *
  * Parallel over (batch, head) pairs in the forward pass and over (batch, query group) in the
  * backward pass (a group's query heads all add into the same dK, dV columns, so one thread owns
- * a group). Each thread uses its own slice of the workspace (2 * T * T floats: a score/dP
- * matrix and a dropped-probabilities matrix) and calls gemm() on strided views of the packed
- * buffers: Q, K, V of a head are [T, HS] with row stride QKV_C; out/dout of a head are [T, HS]
- * with row stride NH * HS. OpenBLAS is set single-threaded for the duration of the parallel
- * region (gemm_serial_begin/end, see gemm.h).
+ * a group). Each thread uses its own slice of the workspace (3 * T * T floats: a score/dP
+ * matrix, a dropped-probabilities matrix, and in backward the recomputed probabilities) and
+ * calls gemm() on strided views of the packed buffers: Q, K, V of a head are [T, HS] with row
+ * stride QKV_C; out/dout of a head are [T, HS] with row stride NH * HS. OpenBLAS is set
+ * single-threaded for the duration of the parallel region (gemm_serial_begin/end, see gemm.h).
  *
  * Causal attention is computed in row blocks of ATT_BLOCK query positions: block [i0, i1)
  * only touches key positions j < i1, which skips most of the masked upper triangle. Every
@@ -32,8 +32,9 @@ static void head_probs(float *P, float *S, const float *q, const float *k, int T
     /* S = scale * Q K^T  (causal: block [i0,i1) x [0,i1)) */
     for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
         const int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T;
-        gemm(0, 1, i1 - i0, causal ? i1 : T, HS, scale, q + (size_t)i0 * QKV_C, QKV_C, k, QKV_C,
-             0.0f, S + (size_t)i0 * T, T);
+        gemm((gemm_dims){i1 - i0, causal ? i1 : T, HS}, scale,
+             gemm_n(q + (size_t)i0 * QKV_C, QKV_C), gemm_t(k, QKV_C), 0.0f,
+             gemm_o(S + (size_t)i0 * T, T));
     }
     /* P = softmax over the unmasked j < L (max-subtracted); masked entries 0. */
     for (int i = 0; i < T; i++) {
@@ -66,10 +67,15 @@ static const float *dropped_probs(float *Pd, const float *P, int T, int causal, 
     return Pd;
 }
 
-size_t attention_workspace_floats(int T) {
-    /* omp_get_max_threads() at call time bounds the team of every later parallel region, as
-     * long as the thread count is not raised afterwards. */
-    return 3 * (size_t)T * (size_t)T * (size_t)omp_get_max_threads();
+size_t attention_workspace_floats(int T, int threads) {
+    return 3 * (size_t)T * (size_t)T * (size_t)(threads < 1 ? 1 : threads);
+}
+
+/* The team of a parallel region over the workspace: the current OpenMP team size, never more
+ * threads than the workspace has slices for. */
+static int team_size(attention_workspace ws) {
+    const int max = omp_get_max_threads();
+    return ws.threads < max ? (ws.threads < 1 ? 1 : ws.threads) : max;
 }
 
 /* Global dropout element index of probs[b, h, i, 0] (add j for column j):
@@ -83,54 +89,72 @@ static inline uint64_t probs_index(int b_offset, int b, int NH_total, int h_offs
            (uint64_t)i * (uint64_t)T;
 }
 
-/* Offsets (floats within a token row of qkv) of query head h and of its group's key head;
- * the value head follows the key head. */
-static inline size_t q_offset(int h, int Q, int HS) {
-    return ((size_t)(h / Q) * (Q + 2) + (size_t)(h % Q)) * HS;
-}
-static inline size_t k_offset(int h, int Q, int HS) {
-    return ((size_t)(h / Q) * (Q + 2) + (size_t)Q) * HS;
-}
-
 /* out[B,T,NH*HS] = dropout(softmax(Q K^T / sqrt(HS) + mask)) @ V   per (b, h);
  * probs[B,NH,T,T] = softmax output before dropout, masked entries 0 (probs may be NULL when
  * no backward pass follows; then the probabilities live only in the workspace).
  * The dropout key's site field is set to DROPOUT_SITE_ATTENTION_PROBS here (both passes), so
  * callers may pass their layer's key as is. */
-void attention_forward(float *out, float *probs, const float *qkv, int B, int T, int NH, int NG,
-                       int HS, int causal, float dropout_p, dropout_key key, int head_offset,
-                       int total_heads, float *workspace) {
-    const int Q = NH / NG;
-    const int QKV_C = NG * (Q + 2) * HS;
+void attention_forward(float *out, float *probs, const float *qkv, qkv_batch x, attention_opts o,
+                       attention_workspace ws) {
+    const qkv_layout lay = x.layout;
+    const int B = x.B, T = x.T, NH = lay.NH, HS = lay.HS, causal = o.causal;
+    const int QKV_C = (int)qkv_row_width(lay);
     const int OC = NH * HS;
     const float scale = 1.0f / sqrtf((float)HS);
     const size_t TT = (size_t)T * T;
+    dropout_key key = o.key;
     key.site = DROPOUT_SITE_ATTENTION_PROBS;
 
     const int blas_threads = gemm_serial_begin();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) num_threads(team_size(ws))
     for (int bh = 0; bh < B * NH; bh++) {
         const int b = bh / NH, h = bh % NH;
-        float *S = workspace + (size_t)omp_get_thread_num() * 3 * TT; /* scores [T,T] */
-        float *Pd = S + TT;                                           /* dropped probs [T,T] */
+        float *S = ws.data + (size_t)omp_get_thread_num() * 3 * TT; /* scores [T,T] */
+        float *Pd = S + TT;                                         /* dropped probs [T,T] */
         const float *qkv_b = qkv + (size_t)b * T * QKV_C;
-        const float *q = qkv_b + q_offset(h, Q, HS);
-        const float *k = qkv_b + k_offset(h, Q, HS);
+        const float *q = qkv_b + qkv_query_offset(lay, h);
+        const float *k = qkv_b + qkv_key_offset(lay, h / qkv_heads_per_group(lay));
         const float *v = k + HS;
         float *P = probs ? probs + (size_t)bh * TT : S;
 
         head_probs(P, S, q, k, T, HS, QKV_C, scale, causal);
         /* Dropout on the probabilities (the same mask is regenerated in backward). */
-        const float *Pu = dropped_probs(Pd, P, T, causal, dropout_p, key,
-                                        probs_index(0, b, total_heads, head_offset, h, T, 0));
+        const float *Pu = dropped_probs(Pd, P, T, causal, o.dropout_p, key,
+                                        probs_index(0, b, o.heads.total, o.heads.first, h, T, 0));
         /* out_h = Pu @ V */
         for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
             const int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T;
-            gemm(0, 0, i1 - i0, HS, causal ? i1 : T, 1.0f, Pu + (size_t)i0 * T, T, v, QKV_C, 0.0f,
-                 out + ((size_t)b * T + i0) * OC + (size_t)h * HS, OC);
+            gemm((gemm_dims){i1 - i0, HS, causal ? i1 : T}, 1.0f, gemm_n(Pu + (size_t)i0 * T, T),
+                 gemm_n(v, QKV_C), 0.0f,
+                 gemm_o(out + ((size_t)b * T + i0) * OC + (size_t)h * HS, OC));
         }
     }
     gemm_serial_end(blas_threads);
+}
+
+/* dS[T,T] = softmax backward of the (mask-applied) dP held in dS, row by row, in place:
+ * dS = P * (dP - rowsum(P * dP)); zero the masked entries a causal block reads (j in [L, end
+ * of the row's block)). first: the global dropout index of row 0 (add i * T for row i). */
+static void softmax_backward_rows(float *dS, const float *P, int T, int causal, float dropout_p,
+                                  dropout_key key, uint64_t first) {
+    for (int i = 0; i < T; i++) {
+        const int L = causal ? i + 1 : T;
+        float *d = dS + (size_t)i * T;
+        const float *p = P + (size_t)i * T;
+        if (dropout_p > 0.0f)
+            dropout_forward(d, d, (size_t)L, dropout_p, key, first + (uint64_t)i * T);
+        float dot = 0.0f;
+        for (int j = 0; j < L; j++)
+            dot += p[j] * d[j];
+        for (int j = 0; j < L; j++)
+            d[j] = p[j] * (d[j] - dot);
+        if (causal) {
+            const int end =
+                (i / ATT_BLOCK + 1) * ATT_BLOCK < T ? (i / ATT_BLOCK + 1) * ATT_BLOCK : T;
+            for (int j = L; j < end; j++)
+                d[j] = 0.0f;
+        }
+    }
 }
 
 /* With Pu = dropout(P) and dPu = dO V^T:
@@ -139,86 +163,72 @@ void attention_forward(float *out, float *probs, const float *qkv, int B, int T,
  *   dS  = P * (dP - rowsum(P * dP))           (softmax backward; 0 where masked)
  *   dQ += scale * dS K,   dK += scale * dS^T Q.
  * dqkv[B,T,QKV_C] accumulates; value/key gradients of a group sum over its query heads. */
-void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *probs, int B,
-                        int T, int NH, int NG, int HS, int causal, float dropout_p, dropout_key key,
-                        int head_offset, int total_heads, float *workspace) {
-    const int Q = NH / NG;
-    const int QKV_C = NG * (Q + 2) * HS;
+void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *probs,
+                        qkv_batch x, attention_opts o, attention_workspace ws) {
+    const qkv_layout lay = x.layout;
+    const int B = x.B, T = x.T, NH = lay.NH, NG = lay.NG, HS = lay.HS, causal = o.causal;
+    const int Q = qkv_heads_per_group(lay);
+    const int QKV_C = (int)qkv_row_width(lay);
     const int OC = NH * HS;
     const float scale = 1.0f / sqrtf((float)HS);
     const size_t TT = (size_t)T * T;
+    dropout_key key = o.key;
     key.site = DROPOUT_SITE_ATTENTION_PROBS;
 
     const int blas_threads = gemm_serial_begin();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) num_threads(team_size(ws))
     for (int bg = 0; bg < B * NG; bg++) {
         const int b = bg / NG, g = bg % NG;
-        float *dS = workspace + (size_t)omp_get_thread_num() * 3 * TT; /* dP, then dS [T,T] */
+        float *dS = ws.data + (size_t)omp_get_thread_num() * 3 * TT; /* dP, then dS [T,T] */
         float *Pd = dS + TT;
         float *Pr = Pd + TT; /* recomputed probabilities when probs == NULL */
         const float *qkv_b = qkv + (size_t)b * T * QKV_C;
         float *dqkv_b = dqkv + (size_t)b * T * QKV_C;
+        const float *k = qkv_b + qkv_key_offset(lay, g);
+        const float *v = qkv_b + qkv_value_offset(lay, g);
+        float *dk = dqkv_b + qkv_key_offset(lay, g);
+        float *dv = dqkv_b + qkv_value_offset(lay, g);
         for (int h = g * Q; h < (g + 1) * Q; h++) {
-            const float *q = qkv_b + q_offset(h, Q, HS);
-            const float *k = qkv_b + k_offset(h, Q, HS);
+            const float *q = qkv_b + qkv_query_offset(lay, h);
             const float *P = probs ? probs + ((size_t)b * NH + h) * TT : Pr;
             if (!probs) /* selective recompute: the probabilities were not kept */
                 head_probs(Pr, Pr, q, k, T, HS, QKV_C, scale, causal);
-            const float *v = k + HS;
-            float *dq = dqkv_b + q_offset(h, Q, HS);
-            float *dk = dqkv_b + k_offset(h, Q, HS);
-            float *dv = dk + HS;
+            float *dq = dqkv_b + qkv_query_offset(lay, h);
             const float *dO = dout + (size_t)b * T * OC + (size_t)h * HS;
+            const uint64_t first = probs_index(0, b, o.heads.total, o.heads.first, h, T, 0);
 
             /* Regenerate the dropped probabilities. */
-            const float *Pu = dropped_probs(Pd, P, T, causal, dropout_p, key,
-                                            probs_index(0, b, total_heads, head_offset, h, T, 0));
+            const float *Pu = dropped_probs(Pd, P, T, causal, o.dropout_p, key, first);
             /* dV += Pu^T dO  (causal: key block [j0,j1) gets query rows i >= j0) */
             for (int j0 = 0; j0 < T; j0 += ATT_BLOCK) {
                 const int j1 = j0 + ATT_BLOCK < T ? j0 + ATT_BLOCK : T;
                 const int r0 = causal ? j0 : 0;
-                gemm(1, 0, j1 - j0, HS, T - r0, 1.0f, Pu + (size_t)r0 * T + j0, T,
-                     dO + (size_t)r0 * OC, OC, 1.0f, dv + (size_t)j0 * QKV_C, QKV_C);
+                gemm((gemm_dims){j1 - j0, HS, T - r0}, 1.0f, gemm_t(Pu + (size_t)r0 * T + j0, T),
+                     gemm_n(dO + (size_t)r0 * OC, OC), 1.0f,
+                     gemm_o(dv + (size_t)j0 * QKV_C, QKV_C));
             }
             /* dPu = dO V^T  (causal: block [i0,i1) x [0,i1)) */
             for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
                 const int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T;
-                gemm(0, 1, i1 - i0, causal ? i1 : T, HS, 1.0f, dO + (size_t)i0 * OC, OC, v, QKV_C,
-                     0.0f, dS + (size_t)i0 * T, T);
+                gemm((gemm_dims){i1 - i0, causal ? i1 : T, HS}, 1.0f,
+                     gemm_n(dO + (size_t)i0 * OC, OC), gemm_t(v, QKV_C), 0.0f,
+                     gemm_o(dS + (size_t)i0 * T, T));
             }
-            /* dS = softmax backward of (mask-applied) dP, row by row; zero the masked entries a
-             * causal block reads (j in [L, end of the row's block)). */
-            for (int i = 0; i < T; i++) {
-                const int L = causal ? i + 1 : T;
-                float *d = dS + (size_t)i * T;
-                const float *p = P + (size_t)i * T;
-                if (dropout_p > 0.0f)
-                    dropout_forward(d, d, (size_t)L, dropout_p, key,
-                                    probs_index(0, b, total_heads, head_offset, h, T, i));
-                float dot = 0.0f;
-                for (int j = 0; j < L; j++)
-                    dot += p[j] * d[j];
-                for (int j = 0; j < L; j++)
-                    d[j] = p[j] * (d[j] - dot);
-                if (causal) {
-                    const int end =
-                        (i / ATT_BLOCK + 1) * ATT_BLOCK < T ? (i / ATT_BLOCK + 1) * ATT_BLOCK : T;
-                    for (int j = L; j < end; j++)
-                        d[j] = 0.0f;
-                }
-            }
+            softmax_backward_rows(dS, P, T, causal, o.dropout_p, key, first);
             /* dQ += scale * dS K */
             for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
                 const int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T;
-                gemm(0, 0, i1 - i0, HS, causal ? i1 : T, scale, dS + (size_t)i0 * T, T, k, QKV_C,
-                     1.0f, dq + (size_t)i0 * QKV_C, QKV_C);
+                gemm((gemm_dims){i1 - i0, HS, causal ? i1 : T}, scale,
+                     gemm_n(dS + (size_t)i0 * T, T), gemm_n(k, QKV_C), 1.0f,
+                     gemm_o(dq + (size_t)i0 * QKV_C, QKV_C));
             }
             /* dK += scale * dS^T Q */
             for (int j0 = 0; j0 < T; j0 += ATT_BLOCK) {
                 const int j1 = j0 + ATT_BLOCK < T ? j0 + ATT_BLOCK : T;
                 const int r0 = causal ? j0 : 0;
-                gemm(1, 0, j1 - j0, HS, T - r0, scale, dS + (size_t)r0 * T + j0, T,
-                     q + (size_t)r0 * QKV_C, QKV_C, 1.0f, dk + (size_t)j0 * QKV_C, QKV_C);
+                gemm((gemm_dims){j1 - j0, HS, T - r0}, scale, gemm_t(dS + (size_t)r0 * T + j0, T),
+                     gemm_n(q + (size_t)r0 * QKV_C, QKV_C), 1.0f,
+                     gemm_o(dk + (size_t)j0 * QKV_C, QKV_C));
             }
         }
     }

@@ -6,18 +6,20 @@
 #include <cblas.h>
 
 /* C[M,N] = alpha * op(A) @ op(B) + beta * C;  op(A) is [M,K], op(B) is [K,N]. */
-void gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
-          const float *B, int ldb, float beta, float *C, int ldc) {
-    if (M <= 0 || N <= 0)
+void gemm(gemm_dims d, float alpha, gemm_in A, gemm_in B, float beta, gemm_out C) {
+    if (d.M <= 0 || d.N <= 0)
         return;
-    if (K <= 0) { /* BLAS would scale C by beta; do the same without touching A, B */
-        for (int i = 0; i < M; i++)
-            for (int j = 0; j < N; j++)
-                C[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[(size_t)i * ldc + j];
+    if (d.K <= 0) { /* BLAS would scale C by beta; do the same without touching A, B */
+        for (int i = 0; i < d.M; i++)
+            for (int j = 0; j < d.N; j++) {
+                float *c = C.p + (size_t)i * C.ld + j;
+                *c = beta == 0.0f ? 0.0f : beta * *c;
+            }
         return;
     }
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    cblas_sgemm(CblasRowMajor, A.trans ? CblasTrans : CblasNoTrans,
+                B.trans ? CblasTrans : CblasNoTrans, d.M, d.N, d.K, alpha, A.p, A.ld, B.p, B.ld,
+                beta, C.p, C.ld);
 }
 
 int gemm_serial_begin(void) {

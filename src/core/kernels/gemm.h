@@ -1,11 +1,33 @@
 /* Row-major GEMM wrapper over OpenBLAS cblas_sgemm: the only place that calls BLAS.
- * C[M,N] = alpha * op(A) @ op(B) + beta * C, with op = transpose when trans_* is nonzero;
- * lda/ldb/ldc are row strides (in elements) of the matrices as stored. */
+ * C[M,N] = alpha * op(A) @ op(B) + beta * C, with op(A) [M,K] and op(B) [K,N]. Each matrix is
+ * passed with its row stride as stored (in elements); an input says whether it enters
+ * transposed, so a call reads like the formula: gemm(dims, a, gemm_n(A, lda), gemm_t(B, ldb),
+ * b, gemm_o(C, ldc)) is C = a * A @ B^T + b * C. */
 #ifndef MEGADLM_CORE_KERNELS_GEMM_H
 #define MEGADLM_CORE_KERNELS_GEMM_H
 
-void gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
-          const float *B, int ldb, float beta, float *C, int ldc);
+typedef struct {
+    int M, N, K;
+} gemm_dims;
+
+/* An input matrix: data, row stride, transposed (op = transpose) or not. */
+typedef struct {
+    const float *p;
+    int ld;
+    int trans;
+} gemm_in;
+
+/* The output matrix: data, row stride. */
+typedef struct {
+    float *p;
+    int ld;
+} gemm_out;
+
+static inline gemm_in gemm_n(const float *p, int ld) { return (gemm_in){p, ld, 0}; }
+static inline gemm_in gemm_t(const float *p, int ld) { return (gemm_in){p, ld, 1}; }
+static inline gemm_out gemm_o(float *p, int ld) { return (gemm_out){p, ld}; }
+
+void gemm(gemm_dims d, float alpha, gemm_in A, gemm_in B, float beta, gemm_out C);
 
 /* Calling gemm() from every thread of an OpenMP parallel region (attention does, one small
  * GEMM per (batch, head) per thread): OpenBLAS must then run single-threaded per call. The

@@ -8,7 +8,7 @@
 /* out[N,OC] = inp[N,C] @ weight[OC,C]^T + bias[OC] */
 void linear_forward(float *out, const float *inp, const float *weight, const float *bias, int N,
                     int C, int OC) {
-    gemm(0, 1, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC);
+    gemm((gemm_dims){N, OC, C}, 1.0f, gemm_n(inp, C), gemm_t(weight, C), 0.0f, gemm_o(out, OC));
     if (bias) bias_add_forward(out, bias, N, OC);
 }
 
@@ -31,9 +31,11 @@ void bias_add_forward(float *out, const float *bias, int N, int OC) {
 void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                      const float *weight, int N, int C, int OC) {
     if (dinp)
-        gemm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
+        gemm((gemm_dims){N, C, OC}, 1.0f, gemm_n(dout, OC), gemm_n(weight, C), 1.0f,
+             gemm_o(dinp, C));
     if (dweight)
-        gemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+        gemm((gemm_dims){OC, C, N}, 1.0f, gemm_t(dout, OC), gemm_n(inp, C), 1.0f,
+             gemm_o(dweight, C));
     if (dbias) {
         const int nblocks = (OC + DBIAS_BLOCK - 1) / DBIAS_BLOCK;
 #pragma omp parallel for schedule(static)

@@ -167,114 +167,118 @@ void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const floa
     }
 }
 
-/* ---- per-head QK norm on the packed QKV buffer ----
- * Row width QKV_C = NG * (NH/NG + 2) * HS (layout in attention.h). Statistics are indexed
+/* ---- per-head QK norm on the packed QKV buffer (layout in qkv_layout.h) ----
+ * Statistics are indexed
  *   query head h (0..NH-1):  n * (NH + NG) + h
  *   key head of group g:     n * (NH + NG) + NH + g. */
 
-/* Offset (in floats, within a row) of slot k of group g; slots 0..Q-1 are query heads, Q the
- * key head, Q+1 the value head. */
-#define QKV_SLOT(g, k) ((size_t)((g) * (Q + 2) + (k)) * HS)
+/* Index of the statistics of slot k (< Q: query head, Q: key head) of group g in row n. */
+static inline size_t qk_stat_index(qkv_layout l, int n, int g, int k) {
+    const int Q = qkv_heads_per_group(l);
+    return (size_t)n * (l.NH + l.NG) + (k < Q ? g * Q + k : l.NH + g);
+}
 
 /* out[N,QKV_C]: query/key heads normalized over HS, value heads copied. out may alias inp. */
-void qk_norm_forward(float *out, float *mean, float *rstd, const float *inp, const float *q_weight,
-                     const float *q_bias, const float *k_weight, const float *k_bias, int N, int NH,
-                     int NG, int HS, norm_kind kind, float eps) {
-    const int Q = NH / NG;
-    const size_t QKV_C = (size_t)NG * (Q + 2) * HS;
-    const int NS = NH + NG;
+void qk_norm_forward(float *out, qk_norm_stats st, const float *inp, qk_norm_weights w, int N,
+                     qkv_layout l, norm_kind kind, float eps) {
+    const int Q = qkv_heads_per_group(l), NG = l.NG, HS = l.HS;
+    const size_t QKV_C = qkv_row_width(l);
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float *xr = inp + (size_t)n * QKV_C;
         float *yr = out + (size_t)n * QKV_C;
         for (int g = 0; g < NG; g++) {
             for (int k = 0; k < Q + 2; k++) {
-                const float *x = xr + QKV_SLOT(g, k);
-                float *y = yr + QKV_SLOT(g, k);
+                const float *x = xr + qkv_slot_offset(l, g, k);
+                float *y = yr + qkv_slot_offset(l, g, k);
                 if (k == Q + 1) { /* value head */
                     if (y != x)
                         memcpy(y, x, (size_t)HS * sizeof(float));
                     continue;
                 }
-                const size_t si = (size_t)n * NS + (k < Q ? g * Q + k : NH + g);
-                const float *w = k < Q ? q_weight : k_weight;
-                const float *b = k < Q ? q_bias : k_bias;
+                const size_t si = qk_stat_index(l, n, g, k);
+                const float *wt = k < Q ? w.q_weight : w.k_weight;
+                const float *b = k < Q ? w.q_bias : w.k_bias;
                 float m = 0.0f, s;
                 if (kind == NORM_LAYERNORM)
                     ln_stats(x, HS, eps, &m, &s);
                 else
                     s = rms_rstd(x, HS, eps);
-                norm_apply(y, x, HS, m, s, w, kind == NORM_LAYERNORM ? b : NULL);
-                if (mean)
-                    mean[si] = m;
-                if (rstd)
-                    rstd[si] = s;
+                norm_apply(y, x, HS, m, s, wt, kind == NORM_LAYERNORM ? b : NULL);
+                if (st.mean)
+                    st.mean[si] = m;
+                if (st.rstd)
+                    st.rstd[si] = s;
             }
         }
     }
 }
 
-/* dinp[N,QKV_C] += gradient (value heads: += dout);  dq_weight/dq_bias[HS] += sums over all
- * rows and query heads, dk_weight/dk_bias[HS] over all rows and key heads. Biases are only
- * touched for LayerNorm; any gradient pointer may be NULL. */
-void qk_norm_backward(float *dinp, float *dq_weight, float *dq_bias, float *dk_weight,
-                      float *dk_bias, const float *dout, const float *inp, const float *q_weight,
-                      const float *k_weight, const float *mean, const float *rstd, int N, int NH,
-                      int NG, int HS, norm_kind kind) {
-    const int Q = NH / NG;
-    const size_t QKV_C = (size_t)NG * (Q + 2) * HS;
-    const int NS = NH + NG;
+/* dq_weight/dq_bias[HS] += sums over all rows and query heads, dk_weight/dk_bias[HS] over all
+ * rows and key heads. Parallel over (query|key, channel block); each sums rows and heads in
+ * order. */
+static void qk_norm_wgrad(qk_norm_grads g, const float *dout, const float *inp,
+                          qk_norm_stats st, int N, qkv_layout l, int ln) {
+    const int Q = qkv_heads_per_group(l), NG = l.NG, HS = l.HS;
+    const size_t QKV_C = qkv_row_width(l);
+    const int nblocks = (HS + WGRAD_BLOCK - 1) / WGRAD_BLOCK;
+#pragma omp parallel for schedule(static)
+    for (int task = 0; task < 2 * nblocks; task++) {
+        const int is_key = task / nblocks, blk = task % nblocks;
+        const int c0 = blk * WGRAD_BLOCK;
+        const int w = HS - c0 < WGRAD_BLOCK ? HS - c0 : WGRAD_BLOCK;
+        float dw[WGRAD_BLOCK] = {0}, db[WGRAD_BLOCK] = {0};
+        for (int n = 0; n < N; n++) {
+            for (int grp = 0; grp < NG; grp++) {
+                const int k_begin = is_key ? Q : 0, k_end = is_key ? Q + 1 : Q;
+                for (int k = k_begin; k < k_end; k++) {
+                    const size_t off = (size_t)n * QKV_C + qkv_slot_offset(l, grp, k) + c0;
+                    const size_t si = qk_stat_index(l, n, grp, k);
+                    const float m = ln ? st.mean[si] : 0.0f, s = st.rstd[si];
+                    const float *x = inp + off, *dy = dout + off;
+                    for (int i = 0; i < w; i++) {
+                        dw[i] += dy[i] * (x[i] - m) * s;
+                        db[i] += dy[i];
+                    }
+                }
+            }
+        }
+        float *gw = is_key ? g.k_weight : g.q_weight;
+        float *gb = ln ? (is_key ? g.k_bias : g.q_bias) : NULL;
+        for (int i = 0; i < w; i++) {
+            if (gw)
+                gw[c0 + i] += dw[i];
+            if (gb)
+                gb[c0 + i] += db[i];
+        }
+    }
+}
+
+/* dinp[N,QKV_C] += gradient (value heads: += dout); weight and bias gradients as in
+ * qk_norm_wgrad. Biases are only touched for LayerNorm; any gradient pointer may be NULL. */
+void qk_norm_backward(float *dinp, qk_norm_grads g, const float *dout, const float *inp,
+                      qk_norm_weights w, qk_norm_stats st, int N, qkv_layout l, norm_kind kind) {
+    const int Q = qkv_heads_per_group(l), NG = l.NG, HS = l.HS;
+    const size_t QKV_C = qkv_row_width(l);
     const int ln = kind == NORM_LAYERNORM;
     if (dinp) {
 #pragma omp parallel for schedule(static)
         for (int n = 0; n < N; n++) {
-            for (int g = 0; g < NG; g++) {
+            for (int grp = 0; grp < NG; grp++) {
                 for (int k = 0; k < Q + 2; k++) {
-                    const size_t off = (size_t)n * QKV_C + QKV_SLOT(g, k);
+                    const size_t off = (size_t)n * QKV_C + qkv_slot_offset(l, grp, k);
                     if (k == Q + 1) {
                         for (int i = 0; i < HS; i++)
                             dinp[off + i] += dout[off + i];
                         continue;
                     }
-                    const size_t si = (size_t)n * NS + (k < Q ? g * Q + k : NH + g);
-                    norm_dx(dinp + off, dout + off, inp + off, k < Q ? q_weight : k_weight, HS,
-                            ln ? mean[si] : 0.0f, rstd[si], ln);
+                    const size_t si = qk_stat_index(l, n, grp, k);
+                    norm_dx(dinp + off, dout + off, inp + off, k < Q ? w.q_weight : w.k_weight,
+                            HS, ln ? st.mean[si] : 0.0f, st.rstd[si], ln);
                 }
             }
         }
     }
-    if (dq_weight || dk_weight || (ln && (dq_bias || dk_bias))) {
-        /* Parallel over (query|key, channel block); each sums rows and heads in order. */
-        const int nblocks = (HS + WGRAD_BLOCK - 1) / WGRAD_BLOCK;
-#pragma omp parallel for schedule(static)
-        for (int task = 0; task < 2 * nblocks; task++) {
-            const int is_key = task / nblocks, blk = task % nblocks;
-            const int c0 = blk * WGRAD_BLOCK;
-            const int w = HS - c0 < WGRAD_BLOCK ? HS - c0 : WGRAD_BLOCK;
-            float dw[WGRAD_BLOCK] = {0}, db[WGRAD_BLOCK] = {0};
-            for (int n = 0; n < N; n++) {
-                for (int g = 0; g < NG; g++) {
-                    const int k_begin = is_key ? Q : 0, k_end = is_key ? Q + 1 : Q;
-                    for (int k = k_begin; k < k_end; k++) {
-                        const size_t off = (size_t)n * QKV_C + QKV_SLOT(g, k) + c0;
-                        const size_t si = (size_t)n * NS + (k < Q ? g * Q + k : NH + g);
-                        const float m = ln ? mean[si] : 0.0f, s = rstd[si];
-                        const float *x = inp + off, *dy = dout + off;
-                        for (int i = 0; i < w; i++) {
-                            dw[i] += dy[i] * (x[i] - m) * s;
-                            db[i] += dy[i];
-                        }
-                    }
-                }
-            }
-            float *gw = is_key ? dk_weight : dq_weight;
-            float *gb = ln ? (is_key ? dk_bias : dq_bias) : NULL;
-            for (int i = 0; i < w; i++) {
-                if (gw)
-                    gw[c0 + i] += dw[i];
-                if (gb)
-                    gb[c0 + i] += db[i];
-            }
-        }
-    }
+    if (g.q_weight || g.k_weight || (ln && (g.q_bias || g.k_bias)))
+        qk_norm_wgrad(g, dout, inp, st, N, l, ln);
 }

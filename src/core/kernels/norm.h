@@ -4,6 +4,8 @@
 #ifndef MEGADLM_CORE_KERNELS_NORM_H
 #define MEGADLM_CORE_KERNELS_NORM_H
 
+#include "core/kernels/qkv_layout.h"
+
 typedef enum { NORM_LAYERNORM = 0, NORM_RMSNORM = 1 } norm_kind;
 
 /* out[N,C] = (inp - mean) * rstd * weight[C] + bias[C];  saves mean[N], rstd[N] */
@@ -19,18 +21,26 @@ void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *wei
 void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
                       const float *weight, const float *rstd, int N, int C);
 
-/* --qk-layernorm: inside the packed QKV buffer (Megatron layout, see attention.h), every query
- * head (HS values) is normalized with q_weight/q_bias[HS] and every key head with
- * k_weight/k_bias[HS]; value heads are copied unchanged. Biases are NULL for RMSNorm, and mean
- * is unused (may be NULL). Stats per row and head: mean, rstd [N * (NH + NG)].
- * Backward: dinp += d/dinp (value heads pass dout through), weight/bias grads accumulate. */
-void qk_norm_forward(float *out, float *mean, float *rstd, const float *inp,
-                     const float *q_weight, const float *q_bias, const float *k_weight,
-                     const float *k_bias, int N, int NH, int NG, int HS, norm_kind kind,
-                     float eps);
-void qk_norm_backward(float *dinp, float *dq_weight, float *dq_bias, float *dk_weight,
-                      float *dk_bias, const float *dout, const float *inp, const float *q_weight,
-                      const float *k_weight, const float *mean, const float *rstd, int N, int NH,
-                      int NG, int HS, norm_kind kind);
+/* --qk-layernorm: inside the packed QKV buffer [N, qkv_row_width(l)] (Megatron's layout,
+ * qkv_layout.h), every query head (HS values) is normalized with q_weight/q_bias[HS] and every
+ * key head with k_weight/k_bias[HS]; value heads are copied unchanged. Biases are NULL for
+ * RMSNorm, and mean is unused (may be NULL). Stats per row and head: mean, rstd
+ * [N * (NH + NG)]. Backward: dinp += d/dinp (value heads pass dout through), weight/bias grads
+ * accumulate. */
+typedef struct {
+    const float *q_weight, *q_bias, *k_weight, *k_bias;
+} qk_norm_weights;
+typedef struct {
+    float *q_weight, *q_bias, *k_weight, *k_bias; /* any may be NULL (not wanted) */
+} qk_norm_grads;
+typedef struct {
+    float *mean, *rstd;
+} qk_norm_stats;
+
+void qk_norm_forward(float *out, qk_norm_stats st, const float *inp, qk_norm_weights w, int N,
+                     qkv_layout l, norm_kind kind, float eps);
+/* Reads w's weights (not its biases) and st. */
+void qk_norm_backward(float *dinp, qk_norm_grads g, const float *dout, const float *inp,
+                      qk_norm_weights w, qk_norm_stats st, int N, qkv_layout l, norm_kind kind);
 
 #endif

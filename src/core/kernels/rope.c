@@ -1,5 +1,5 @@
 /* Rotary position embedding (Megatron-core, non-interleaved "rotate_half"), in place on the
- * query and key heads of the packed QKV buffer [B, T, QKV_C] (layout in attention.h). */
+ * query and key heads of the packed QKV buffer [B, T, QKV_C] (layout in qkv_layout.h). */
 #include "core/kernels/rope.h"
 
 #include <math.h>
@@ -22,19 +22,19 @@ void rope_tables(float *cos_t, float *sin_t, int T, int rot_dim, float base, int
 /* Applies the rotation (sign = +1) or its transpose (sign = -1) to every query and key head
  * of every token: with x1 = x[0:half], x2 = x[half:rot_dim],
  *   x1' = x1 cos - sign * x2 sin,   x2' = x2 cos + sign * x1 sin. */
-static void rope_rotate(float *qkv, const float *cos_t, const float *sin_t, int B, int T, int NH,
-                        int NG, int HS, int rot_dim, float sign) {
-    const int Q = NH / NG;
-    const size_t QKV_C = (size_t)NG * (Q + 2) * HS;
-    const int half = rot_dim / 2;
+static void rope_rotate(float *qkv, qkv_batch xb, rope_table r, float sign) {
+    const qkv_layout l = xb.layout;
+    const int Q = qkv_heads_per_group(l), T = xb.T;
+    const size_t QKV_C = qkv_row_width(l);
+    const int half = r.rot_dim / 2;
 #pragma omp parallel for schedule(static)
-    for (int bt = 0; bt < B * T; bt++) {
+    for (int bt = 0; bt < xb.B * T; bt++) {
         const int t = bt % T;
-        const float *c = cos_t + (size_t)t * half, *s = sin_t + (size_t)t * half;
+        const float *c = r.cos + (size_t)t * half, *s = r.sin + (size_t)t * half;
         float *row = qkv + (size_t)bt * QKV_C;
-        for (int g = 0; g < NG; g++) {
+        for (int g = 0; g < l.NG; g++) {
             for (int k = 0; k <= Q; k++) { /* Q query heads, then the key head */
-                float *x = row + ((size_t)g * (Q + 2) + k) * HS;
+                float *x = row + qkv_slot_offset(l, g, k);
                 for (int i = 0; i < half; i++) {
                     const float x1 = x[i], x2 = x[half + i];
                     const float ss = sign * s[i];
@@ -47,14 +47,8 @@ static void rope_rotate(float *qkv, const float *cos_t, const float *sin_t, int 
 }
 
 /* qkv[B,T,QKV_C] rotated in place (query and key heads, first rot_dim channels). */
-void rope_forward(float *qkv, const float *cos_t, const float *sin_t, int B, int T, int NH, int NG,
-                  int HS, int rot_dim) {
-    rope_rotate(qkv, cos_t, sin_t, B, T, NH, NG, HS, rot_dim, 1.0f);
-}
+void rope_forward(float *qkv, qkv_batch x, rope_table r) { rope_rotate(qkv, x, r, 1.0f); }
 
 /* dqkv := R^T dqkv in place (the rotation by -angle); value heads and channels past rot_dim
  * pass through unchanged. */
-void rope_backward(float *dqkv, const float *cos_t, const float *sin_t, int B, int T, int NH,
-                   int NG, int HS, int rot_dim) {
-    rope_rotate(dqkv, cos_t, sin_t, B, T, NH, NG, HS, rot_dim, -1.0f);
-}
+void rope_backward(float *dqkv, qkv_batch x, rope_table r) { rope_rotate(dqkv, x, r, -1.0f); }

@@ -15,6 +15,7 @@
 #include "core/random/philox.h"
 #include "core/tensor/memory.h"
 #include "core/parallel_state.h"
+#include "core/threads.h"
 #include "core/tensor_parallel/layers.h"
 #include "core/tensor_parallel/mappings.h"
 #include "core/tensor_parallel/parallel_linear.h"
@@ -313,7 +314,10 @@ gpt_model *gpt_model_create(const transformer_config *cfg, int max_batch, int wi
     const transformer_config *c = &m->cfg;
     m->num_chunks = tc_vp(c);
     m->rank_layers = tc_stage_layers(c);
-    transformer_block_init(&m->block, c, max_batch, c->seq_length, with_backward);
+    /* the block's workspaces are sized for this rank's threads (core/threads.h); no kernel
+     * runs more threads than they were sized for */
+    transformer_block_init(&m->block, c, max_batch, c->seq_length, with_backward,
+                           threads_per_rank());
     build_params(m);
     alloc_store(m);
 

@@ -93,9 +93,10 @@ void dist_opt_step(dist_opt *o, const optimizer_config *oc, float lr, int step) 
     for (int s = 0; s < o->num_segments; s++) {
         const dist_opt_segment *sg = &o->segs[s];
         const param_tensor *t = &ps->tensors[sg->tensor];
+        adamw_hparams h = {lr, oc->beta1, oc->beta2, oc->eps,
+                           t->weight_decay ? oc->weight_decay : 0.0f, step};
         adamw_update(ps->data + sg->begin, ps->grad + sg->begin, o->exp_avg + sg->state,
-                     o->exp_avg_sq + sg->state, sg->numel, lr, oc->beta1, oc->beta2, oc->eps,
-                     t->weight_decay ? oc->weight_decay : 0.0f, step);
+                     o->exp_avg_sq + sg->state, sg->numel, h);
     }
 }
 

@@ -56,9 +56,9 @@ void optimizer_step(param_set *ps, const optimizer_config *oc, float lr, int ste
     for (int i = 0; i < ps->count; i++) {
         const param_tensor *t = &ps->tensors[i];
         size_t o = t->offset;
-        adamw_update(ps->data + o, ps->grad + o, ps->exp_avg + o, ps->exp_avg_sq + o, t->numel,
-                     lr, oc->beta1, oc->beta2, oc->eps, t->weight_decay ? oc->weight_decay : 0.0f,
-                     step);
+        adamw_hparams h = {lr, oc->beta1, oc->beta2, oc->eps,
+                           t->weight_decay ? oc->weight_decay : 0.0f, step};
+        adamw_update(ps->data + o, ps->grad + o, ps->exp_avg + o, ps->exp_avg_sq + o, t->numel, h);
     }
 }
 

@@ -76,7 +76,8 @@ static void wgrad_tiled(float *dw, const float *dout, const float *in, int N, in
     int tile = under_comm ? tp_overlap_tile_rows(OC) : OC;
     for (int o = 0; o < OC; o += tile) {
         int n = OC - o < tile ? OC - o : tile;
-        gemm(1, 0, n, C, N, 1.0f, dout + o, OC, in, C, 1.0f, dw + (size_t)o * C, C);
+        gemm((gemm_dims){n, C, N}, 1.0f, gemm_t(dout + o, OC), gemm_n(in, C), 1.0f,
+             gemm_o(dw + (size_t)o * C, C));
         if (under_comm) tp_overlap_poll();
     }
 }

@@ -1,33 +1,14 @@
 #include "core/transformer/activation_memory.h"
 
+#include "core/transformer/layer_saved.h"
 #include "core/transformer/transformer_block.h"
 
-/* Row by row the table "Per layer (no recomputation)" of docs/MEMORY.md (floats). */
+/* The table "Per layer (no recomputation)" of docs/MEMORY.md: the saved-tensor table that
+ * also drives the allocation (layer_saved.h), with the probabilities kept. */
 size_t activation_memory_layer_state_bytes(const transformer_config *c, int B, int T) {
-    /* N tokens; Ns = N/t under sequence parallelism; a, g, f, Q: this rank's shares */
-    size_t N = (size_t)B * T, Ns = tc_tokens_local(c, (int)N), h = c->hidden_size;
-    size_t a = tc_heads_local(c), g = tc_groups_local(c), d = c->kv_channels;
-    size_t f = tc_ffn_local(c), Q = (size_t)tc_qkv_width_local(c);
-    int ln = c->normalization == NORM_LAYERNORM;
-    size_t floats = 0;
-    floats += Ns * h;                         /* ln1 */
-    floats += ln ? Ns : 0;                    /* ln1_mean */
-    floats += Ns;                             /* ln1_rstd */
-    if (c->qk_layernorm) {
-        floats += N * Q;                      /* qkv_raw */
-        floats += ln ? N * (a + g) : 0;       /* qk_mean */
-        floats += N * (a + g);                /* qk_rstd */
-    }
-    floats += N * Q;                          /* qkv */
-    floats += (size_t)B * a * T * T;          /* probs */
-    floats += N * a * d;                      /* ctx */
-    floats += Ns * h;                         /* res1 */
-    floats += Ns * h;                         /* ln2 */
-    floats += ln ? Ns : 0;                    /* ln2_mean */
-    floats += Ns;                             /* ln2_rstd */
-    floats += N * (c->swiglu ? 2 * f : f);    /* fc1 */
-    floats += N * f;                          /* act */
-    return 4 * floats;
+    layer_dims d = layer_dims_of(c, B, T);
+    d.probs = 1;
+    return 4 * layer_saved_floats(d);
 }
 
 size_t activation_memory_probs_bytes(const transformer_config *c, int B, int T) {

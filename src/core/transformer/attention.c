@@ -8,20 +8,36 @@
 #include "core/kernels/rope.h"
 #include "core/tensor_parallel/parallel_linear.h"
 
-/* Dropout key and head range of this rank's core attention. */
-static dropout_key probs_key(const layer_ctx *ctx, int layer_index) {
-    dropout_key key = ctx->key;
-    key.layer = (uint32_t)layer_index;
-    key.site = DROPOUT_SITE_ATTENTION_PROBS;
-    return key;
+/* Mask, dropout key and head range of this rank's core attention. */
+static attention_opts core_attention_opts(const layer_ctx *ctx, int layer_index) {
+    const transformer_config *c = ctx->cfg;
+    attention_opts o = {.causal = c->causal,
+                        .dropout_p = ctx->training ? c->attention_dropout : 0.0f,
+                        .key = ctx->key,
+                        .heads = {c->tp_rank * tc_heads_local(c), c->num_attention_heads}};
+    o.key.layer = (uint32_t)layer_index;
+    o.key.site = DROPOUT_SITE_ATTENTION_PROBS;
+    return o;
+}
+
+static qk_norm_weights qk_weights(const layer_weights *w) {
+    return (qk_norm_weights){w->q_ln_w, w->q_ln_b, w->k_ln_w, w->k_ln_b};
+}
+
+/* This micro-batch's packed QKV buffer, and the RoPE tables. */
+static qkv_batch qkv_shape(const layer_ctx *ctx) {
+    return (qkv_batch){ctx->B, ctx->T, tc_qkv_layout_local(ctx->cfg)};
+}
+static rope_table rope_of(const layer_ctx *ctx) {
+    return (rope_table){ctx->rope_cos, ctx->rope_sin, ctx->cfg->rot_dim};
 }
 
 void self_attention_forward(const layer_ctx *ctx, int layer_index, const layer_weights *w,
                             layer_saved *s, layer_workspace *ws, const float *in_local,
                             float *out_local) {
     const transformer_config *c = ctx->cfg;
-    int B = ctx->B, T = ctx->T, N = B * T, C = c->hidden_size, QKV = tc_qkv_width_local(c);
-    int NH = tc_heads_local(c), NG = tc_groups_local(c), HS = c->kv_channels;
+    int N = ctx->B * ctx->T, C = c->hidden_size, QKV = tc_qkv_width_local(c);
+    int NH = tc_heads_local(c), HS = c->kv_channels;
 
     /* With --qk-layernorm the projection output is kept separately (the norm's backward needs
      * it); otherwise RoPE rotates it in place and only the rotated copy is kept. */
@@ -29,14 +45,13 @@ void self_attention_forward(const layer_ctx *ctx, int layer_index, const layer_w
     tp_linear qkv = tp_linear_make(c, TP_LINEAR_QKV, ws->gathered, NULL, NULL);
     column_parallel_linear_forward(&qkv, proj_out, in_local, w->qkv_w, w->qkv_b, N, C, QKV);
     if (c->qk_layernorm)
-        qk_norm_forward(s->qkv, s->qk_mean, s->qk_rstd, s->qkv_raw, w->q_ln_w, w->q_ln_b,
-                        w->k_ln_w, w->k_ln_b, N, NH, NG, HS, c->normalization, c->norm_epsilon);
-    if (c->rope) rope_forward(s->qkv, ctx->rope_cos, ctx->rope_sin, B, T, NH, NG, HS, c->rot_dim);
+        qk_norm_forward(s->qkv, (qk_norm_stats){s->qk_mean, s->qk_rstd}, s->qkv_raw,
+                        qk_weights(w), N, tc_qkv_layout_local(c), c->normalization,
+                        c->norm_epsilon);
+    if (c->rope) rope_forward(s->qkv, qkv_shape(ctx), rope_of(ctx));
 
-    float p = ctx->training ? c->attention_dropout : 0.0f;
-    attention_forward(s->ctx, s->probs, s->qkv, B, T, NH, NG, HS, c->causal, p,
-                      probs_key(ctx, layer_index), c->tp_rank * NH, c->num_attention_heads,
-                      ws->attn);
+    attention_forward(s->ctx, s->probs, s->qkv, qkv_shape(ctx),
+                      core_attention_opts(ctx, layer_index), ws->attn);
     tp_linear proj = tp_linear_make(c, TP_LINEAR_PROJ, NULL, ws->branch_full, ws->recv);
     row_parallel_linear_forward(&proj, out_local, s->ctx, w->proj_w, w->proj_b, N, NH * HS, C);
 }
@@ -45,27 +60,25 @@ void self_attention_backward(const layer_ctx *ctx, int layer_index, const layer_
                              const layer_weights *g, const layer_saved *s, layer_workspace *ws,
                              const float *in_local, const float *dout_local, float *din_local) {
     const transformer_config *c = ctx->cfg;
-    int B = ctx->B, T = ctx->T, N = B * T, C = c->hidden_size, QKV = tc_qkv_width_local(c);
-    int NH = tc_heads_local(c), NG = tc_groups_local(c), HS = c->kv_channels;
+    int N = ctx->B * ctx->T, C = c->hidden_size, QKV = tc_qkv_width_local(c);
+    int NH = tc_heads_local(c), HS = c->kv_channels;
 
     memset(ws->dctx, 0, (size_t)N * NH * HS * sizeof(float));
     tp_linear proj = tp_linear_make(c, TP_LINEAR_PROJ, ws->branch_full, NULL, NULL);
     row_parallel_linear_backward(&proj, ws->dctx, g->proj_w, g->proj_b, dout_local, s->ctx,
                                  w->proj_w, N, NH * HS, C);
 
-    float p = ctx->training ? c->attention_dropout : 0.0f;
     memset(ws->dqkv, 0, (size_t)N * QKV * sizeof(float));
-    attention_backward(ws->dqkv, ws->dctx, s->qkv, s->probs, B, T, NH, NG, HS, c->causal, p,
-                       probs_key(ctx, layer_index), c->tp_rank * NH, c->num_attention_heads,
-                       ws->attn);
-    if (c->rope)
-        rope_backward(ws->dqkv, ctx->rope_cos, ctx->rope_sin, B, T, NH, NG, HS, c->rot_dim);
+    attention_backward(ws->dqkv, ws->dctx, s->qkv, s->probs, qkv_shape(ctx),
+                       core_attention_opts(ctx, layer_index), ws->attn);
+    if (c->rope) rope_backward(ws->dqkv, qkv_shape(ctx), rope_of(ctx));
 
     const float *dproj = ws->dqkv; /* grad w.r.t. linear_qkv's output */
     if (c->qk_layernorm) {
         memset(ws->dqkv_raw, 0, (size_t)N * QKV * sizeof(float));
-        qk_norm_backward(ws->dqkv_raw, g->q_ln_w, g->q_ln_b, g->k_ln_w, g->k_ln_b, ws->dqkv,
-                         s->qkv_raw, w->q_ln_w, w->k_ln_w, s->qk_mean, s->qk_rstd, N, NH, NG, HS,
+        qk_norm_grads dw = {g->q_ln_w, g->q_ln_b, g->k_ln_w, g->k_ln_b};
+        qk_norm_backward(ws->dqkv_raw, dw, ws->dqkv, s->qkv_raw, qk_weights(w),
+                         (qk_norm_stats){s->qk_mean, s->qk_rstd}, N, tc_qkv_layout_local(c),
                          c->normalization);
         dproj = ws->dqkv_raw;
     }

@@ -58,7 +58,7 @@ static void alloc_store(transformer_block *blk, const transformer_config *cfg, i
 }
 
 void transformer_block_init(transformer_block *blk, const transformer_config *cfg, int B, int T,
-                            int with_backward) {
+                            int with_backward, int threads) {
     memset(blk, 0, sizeof(*blk));
     blk->cfg = cfg;
     blk->num_layers = tc_chunk_layers(cfg);
@@ -87,7 +87,7 @@ void transformer_block_init(transformer_block *blk, const transformer_config *cf
         }
     }
     alloc_store(blk, cfg, B, T);
-    layer_workspace_alloc(&blk->ws, cfg, B, T, with_backward);
+    layer_workspace_alloc(&blk->ws, cfg, B, T, with_backward, threads);
 }
 
 void transformer_block_bind(transformer_block *blk, int chunk) {

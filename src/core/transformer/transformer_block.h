@@ -65,9 +65,10 @@ int transformer_block_checkpointed(const transformer_config *cfg, int l);
 int transformer_block_chunk_begin(const transformer_config *cfg, int l);
 
 /* Builds the buffers of one model chunk (tc_chunk_layers(cfg) layers) and the parameter slots
- * of all the rank's chunks (tc_vp(cfg) of them); bound to chunk tc_vp_rank(cfg). */
+ * of all the rank's chunks (tc_vp(cfg) of them); bound to chunk tc_vp_rank(cfg). threads: the
+ * most threads the layers' kernels run with (workspaces are sized for it). */
 void transformer_block_init(transformer_block *blk, const transformer_config *cfg, int B, int T,
-                            int with_backward);
+                            int with_backward, int threads);
 /* Points the block at model chunk `chunk`'s parameters and global layer indices (the
  * interleaved schedule runs any chunk's micro-batch on any activation store). */
 void transformer_block_bind(transformer_block *blk, int chunk);

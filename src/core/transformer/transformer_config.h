@@ -7,6 +7,7 @@
 
 #include "core/kernels/activation.h"
 #include "core/kernels/norm.h"
+#include "core/kernels/qkv_layout.h"
 
 /* Activation recomputation (Megatron-core's recompute_granularity / recompute_method). */
 typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } recompute_granularity;
@@ -119,13 +120,18 @@ static inline int tc_tokens_local(const transformer_config *c, int N) {
     return tc_sp(c) ? N / tc_tp(c) : N;
 }
 
-
-/* Width of the fused QKV projection: NG * (NH/NG + 2) * HS (whole model). */
-static inline int tc_qkv_width(const transformer_config *c) {
-    return c->num_query_groups * (c->num_attention_heads / c->num_query_groups + 2) *
-           c->kv_channels;
+/* The packed-QKV layout of linear_qkv's output (qkv_layout.h): the whole model's, and this
+ * rank's share (its query groups, whole). */
+static inline qkv_layout tc_qkv_layout(const transformer_config *c) {
+    return (qkv_layout){c->num_attention_heads, c->num_query_groups, c->kv_channels};
 }
-/* ... and this rank's share: its query groups' rows. */
+static inline qkv_layout tc_qkv_layout_local(const transformer_config *c) {
+    return (qkv_layout){tc_heads_local(c), tc_groups_local(c), c->kv_channels};
+}
+/* Width of the fused QKV projection (whole model), and this rank's share. */
+static inline int tc_qkv_width(const transformer_config *c) {
+    return (int)qkv_row_width(tc_qkv_layout(c));
+}
 static inline int tc_qkv_width_local(const transformer_config *c) { return tc_qkv_width(c) / tc_tp(c); }
 /* Output width of FC1: 2F with SwiGLU, else F (whole model), and this rank's share. */
 static inline int tc_fc1_width(const transformer_config *c) {

@@ -16,43 +16,26 @@ static float *saved(layer_saved *s, mem_category cat, size_t count, const char *
     return mem_alloc_floats(cat, count, what);
 }
 
+/* Every tensor of the table (layer_saved.h) that this configuration keeps, in table order. */
 void layer_saved_alloc(layer_saved *s, const transformer_config *c, int B, int T,
                        mem_category cat) {
     memset(s, 0, sizeof(*s));
-    size_t N = (size_t)B * T, Ns = tc_tokens_local(c, (int)N), C = c->hidden_size;
-    size_t QKV = tc_qkv_width_local(c), NH = tc_heads_local(c), NG = tc_groups_local(c);
-    size_t HS = c->kv_channels;
-    int layernorm = c->normalization == NORM_LAYERNORM;
-    s->ln1 = saved(s, cat, Ns * C, "ln1");
-    if (layernorm) s->ln1_mean = saved(s, cat, Ns, "ln1_mean");
-    s->ln1_rstd = saved(s, cat, Ns, "ln1_rstd");
-    if (c->qk_layernorm) {
-        s->qkv_raw = saved(s, cat, N * QKV, "qkv_raw");
-        if (layernorm) s->qk_mean = saved(s, cat, N * (NH + NG), "qk_mean");
-        s->qk_rstd = saved(s, cat, N * (NH + NG), "qk_rstd");
-    }
-    s->qkv = saved(s, cat, N * QKV, "qkv");
-    if (c->recompute_granularity != RECOMPUTE_SELECTIVE)
-        s->probs = saved(s, cat, (size_t)B * NH * T * T, "attention probs");
-    s->ctx = saved(s, cat, N * NH * HS, "attention context");
-    s->res1 = saved(s, cat, Ns * C, "residual after attention");
-    s->ln2 = saved(s, cat, Ns * C, "ln2");
-    if (layernorm) s->ln2_mean = saved(s, cat, Ns, "ln2_mean");
-    s->ln2_rstd = saved(s, cat, Ns, "ln2_rstd");
-    s->fc1 = saved(s, cat, N * tc_fc1_width_local(c), "fc1 output");
-    s->act = saved(s, cat, N * tc_ffn_local(c), "activation output");
+    const layer_dims d = layer_dims_of(c, B, T);
+#define ALLOC_SAVED(field, what, kept, floats) \
+    if (kept) s->field = saved(s, cat, floats, what);
+    LAYER_SAVED_TENSORS(ALLOC_SAVED)
+#undef ALLOC_SAVED
 }
 
 void layer_saved_free(layer_saved *s) {
-    float *bufs[] = {s->ln1, s->ln1_mean, s->ln1_rstd, s->qkv_raw, s->qk_mean, s->qk_rstd,
-                     s->qkv, s->probs, s->ctx, s->res1, s->ln2, s->ln2_mean, s->ln2_rstd,
-                     s->fc1, s->act};
-    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) mem_free(bufs[i]);
+#define FREE_SAVED(field, what, kept, floats) mem_free(s->field);
+    LAYER_SAVED_TENSORS(FREE_SAVED)
+#undef FREE_SAVED
     memset(s, 0, sizeof(*s));
 }
 
 void layer_workspace_alloc(layer_workspace *ws, const transformer_config *c, int B, int T,
-                           int with_backward) {
+                           int with_backward, int threads) {
     memset(ws, 0, sizeof(*ws));
     size_t N = (size_t)B * T, Ns = tc_tokens_local(c, (int)N), C = c->hidden_size;
     size_t QKV = tc_qkv_width_local(c), CTX = (size_t)tc_heads_local(c) * c->kv_channels;
@@ -61,7 +44,9 @@ void layer_workspace_alloc(layer_workspace *ws, const transformer_config *c, int
     ws->branch_full =
         sp ? mem_alloc_floats(MEM_WORKSPACE, N * C, "branch partial output") : ws->branch;
     if (sp) ws->gathered = mem_alloc_floats(MEM_WORKSPACE, N * C, "gathered norm output");
-    ws->attn = mem_alloc_floats(MEM_WORKSPACE, attention_workspace_floats(T), "attention");
+    ws->attn.threads = threads;
+    ws->attn.data =
+        mem_alloc_floats(MEM_WORKSPACE, attention_workspace_floats(T, threads), "attention");
     /* the ring reduce-scatter's receive buffers (--tp-comm-overlap) */
     if (sp && c->tp_comm_overlap)
         ws->recv = mem_alloc_floats(MEM_WORKSPACE, (N - Ns) * C, "overlap receive buffers");
@@ -78,8 +63,8 @@ void layer_workspace_alloc(layer_workspace *ws, const transformer_config *c, int
 void layer_workspace_free(layer_workspace *ws) {
     if (ws->branch_full != ws->branch) mem_free(ws->branch_full);
     if (ws->dln_full != ws->dln) mem_free(ws->dln_full);
-    float *bufs[] = {ws->branch,   ws->dln,  ws->gathered, ws->dctx, ws->dqkv,
-                     ws->dqkv_raw, ws->dfc1, ws->dact,     ws->attn, ws->recv};
+    float *bufs[] = {ws->branch,   ws->dln,  ws->gathered,   ws->dctx, ws->dqkv,
+                     ws->dqkv_raw, ws->dfc1, ws->dact, ws->attn.data, ws->recv};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) mem_free(bufs[i]);
     memset(ws, 0, sizeof(*ws));
 }

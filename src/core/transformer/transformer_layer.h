@@ -10,8 +10,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/kernels/attention.h"
 #include "core/kernels/dropout.h"
 #include "core/tensor/memory.h"
+#include "core/transformer/layer_saved.h"
 #include "core/transformer/transformer_config.h"
 
 /* Pointers into a param_set's data (or grad) buffer; NULL where the config has no such tensor
@@ -27,28 +29,8 @@ typedef struct {
     float *fc2_w, *fc2_b;                   /* mlp.linear_fc2 [C, F], [C] */
 } layer_weights;
 
-/* What one layer keeps for backward. See docs/MEMORY.md. Shapes for N = B*T tokens; Ns = N/t
- * under sequence parallelism (else N); QKV, NH, NG, F, FC1 are this rank's tensor-parallel
- * shares (the whole model's with one rank). */
-typedef struct {
-    float *ln1;              /* [Ns, C]   norm1 output = linear_qkv input (gathered to [N, C]
-                                           before the GEMM under sequence parallelism) */
-    float *ln1_mean;         /* [Ns]      (LayerNorm only) */
-    float *ln1_rstd;         /* [Ns] */
-    float *qkv_raw;          /* [N, QKV]  linear_qkv output before q/k norm (--qk-layernorm only) */
-    float *qk_mean, *qk_rstd;/* [N, NH+NG] (--qk-layernorm only; mean LayerNorm only) */
-    float *qkv;              /* [N, QKV]  Q, K (after q/k norm and RoPE) and V */
-    float *probs;            /* [B, NH, T, T] softmax output (before attention dropout);
-                                NULL with selective recompute (backward recomputes it) */
-    float *ctx;              /* [N, NH*HS] attention output = linear_proj input */
-    float *res1;             /* [Ns, C]   residual after attention = norm2 input */
-    float *ln2;              /* [Ns, C]   norm2 output = linear_fc1 input */
-    float *ln2_mean;         /* [Ns]      (LayerNorm only) */
-    float *ln2_rstd;         /* [Ns] */
-    float *fc1;              /* [N, FC1]  linear_fc1 output (activation input) */
-    float *act;              /* [N, F]    activation output = linear_fc2 input */
-    size_t bytes;            /* total bytes of the buffers above */
-} layer_saved;
+/* What one layer keeps for backward: layer_saved, generated from the table of saved tensors in
+ * layer_saved.h (docs/MEMORY.md). */
 
 /* Transient buffers shared by all layers (workspace, not saved). Under sequence parallelism
  * the [Ns, C] and [N, C] buffers are distinct; otherwise the *_full pointers alias them. */
@@ -63,7 +45,7 @@ typedef struct {
     float *dqkv_raw; /* [N, QKV] (--qk-layernorm only) */
     float *dfc1;     /* [N, FC1] */
     float *dact;     /* [N, F] */
-    float *attn;     /* attention_workspace_floats(T) */
+    attention_workspace attn; /* attention_workspace_floats(T, threads) */
     float *recv;     /* [(N - Ns), C] ring reduce-scatter receive buffers (--tp-comm-overlap) */
 } layer_workspace;
 
@@ -82,8 +64,10 @@ typedef struct {
 void layer_saved_alloc(layer_saved *s, const transformer_config *cfg, int B, int T,
                        mem_category cat);
 void layer_saved_free(layer_saved *s);
+/* threads: the most OpenMP threads a kernel may run with (the attention workspace has a slice
+ * per thread). */
 void layer_workspace_alloc(layer_workspace *ws, const transformer_config *cfg, int B, int T,
-                           int with_backward);
+                           int with_backward, int threads);
 void layer_workspace_free(layer_workspace *ws);
 
 /* out[Ns, C] from inp[Ns, C]; layer_index keys dropout. out must not alias inp. */

@@ -1,0 +1,87 @@
+/* What one transformer layer keeps for backward: one table of saved tensors (docs/MEMORY.md,
+ * "Per layer") that generates the layer_saved struct, its allocation and freeing
+ * (transformer_layer.c) and the analytic count of its bytes (activation_memory.c), so the three
+ * cannot drift apart. The paper-based count in training/theoretical_memory.c is written
+ * independently and checks this one. */
+#ifndef MEGADLM_CORE_TRANSFORMER_LAYER_SAVED_H
+#define MEGADLM_CORE_TRANSFORMER_LAYER_SAVED_H
+
+#include <stddef.h>
+
+#include "core/transformer/transformer_config.h"
+
+/* The sizes the table is written in, for a micro-batch of B x T tokens. N = B*T tokens;
+ * Ns = N/t under sequence parallelism (else N); QKV, NH, NG, F, FC1 are this rank's
+ * tensor-parallel shares (the whole model's with one rank). */
+typedef struct {
+    size_t B, T, N, Ns, C, QKV, NH, NG, HS, F, FC1;
+    int layernorm;    /* LayerNorm (mean and rstd) rather than RMSNorm (rstd) */
+    int qk_layernorm; /* --qk-layernorm */
+    int probs;        /* attention probabilities kept (not with selective recompute) */
+} layer_dims;
+
+static inline layer_dims layer_dims_of(const transformer_config *c, int B, int T) {
+    layer_dims d;
+    d.B = (size_t)B;
+    d.T = (size_t)T;
+    d.N = (size_t)B * T;
+    d.Ns = (size_t)tc_tokens_local(c, B * T);
+    d.C = (size_t)c->hidden_size;
+    d.QKV = (size_t)tc_qkv_width_local(c);
+    d.NH = (size_t)tc_heads_local(c);
+    d.NG = (size_t)tc_groups_local(c);
+    d.HS = (size_t)c->kv_channels;
+    d.F = (size_t)tc_ffn_local(c);
+    d.FC1 = (size_t)tc_fc1_width_local(c);
+    d.layernorm = c->normalization == NORM_LAYERNORM;
+    d.qk_layernorm = c->qk_layernorm;
+    d.probs = c->recompute_granularity != RECOMPUTE_SELECTIVE;
+    return d;
+}
+
+/* X(field, what, kept, floats): every saved tensor in allocation order; `kept` and `floats`
+ * are expressions over a layer_dims named d, `what` names the allocation. */
+#define LAYER_SAVED_TENSORS(X)                                                                    \
+    /* norm1 output = linear_qkv input [Ns, C] (gathered to [N, C] before the GEMM under SP) */   \
+    X(ln1, "ln1", 1, d.Ns * d.C)                                                                  \
+    X(ln1_mean, "ln1_mean", d.layernorm, d.Ns)                                                    \
+    X(ln1_rstd, "ln1_rstd", 1, d.Ns)                                                              \
+    /* linear_qkv output before the q/k norm [N, QKV]; the norm's statistics [N, NH + NG] */      \
+    X(qkv_raw, "qkv_raw", d.qk_layernorm, d.N * d.QKV)                                            \
+    X(qk_mean, "qk_mean", d.qk_layernorm && d.layernorm, d.N * (d.NH + d.NG))                     \
+    X(qk_rstd, "qk_rstd", d.qk_layernorm, d.N * (d.NH + d.NG))                                    \
+    /* Q, K (after q/k norm and RoPE) and V [N, QKV] */                                           \
+    X(qkv, "qkv", 1, d.N * d.QKV)                                                                 \
+    /* softmax output before attention dropout [B, NH, T, T]; NULL with selective recompute    \
+     * (backward recomputes it) */                                                                \
+    X(probs, "attention probs", d.probs, d.B * d.NH * d.T * d.T)                                  \
+    /* attention output = linear_proj input [N, NH*HS] */                                         \
+    X(ctx, "attention context", 1, d.N * d.NH * d.HS)                                             \
+    /* residual after attention = norm2 input [Ns, C] */                                          \
+    X(res1, "residual after attention", 1, d.Ns * d.C)                                            \
+    /* norm2 output = linear_fc1 input [Ns, C] */                                                 \
+    X(ln2, "ln2", 1, d.Ns * d.C)                                                                  \
+    X(ln2_mean, "ln2_mean", d.layernorm, d.Ns)                                                    \
+    X(ln2_rstd, "ln2_rstd", 1, d.Ns)                                                              \
+    /* linear_fc1 output = activation input [N, FC1]; activation output = fc2 input [N, F] */    \
+    X(fc1, "fc1 output", 1, d.N * d.FC1)                                                          \
+    X(act, "activation output", 1, d.N * d.F)
+
+/* One layer's saved buffers (NULL where the table does not keep a tensor). */
+typedef struct {
+#define LAYER_SAVED_FIELD(field, what, kept, floats) float *field;
+    LAYER_SAVED_TENSORS(LAYER_SAVED_FIELD)
+#undef LAYER_SAVED_FIELD
+    size_t bytes; /* total bytes of the buffers above */
+} layer_saved;
+
+/* Floats of the tensors the table keeps for d. */
+static inline size_t layer_saved_floats(layer_dims d) {
+    size_t floats = 0;
+#define LAYER_SAVED_COUNT(field, what, kept, n) floats += (kept) ? (size_t)(n) : 0;
+    LAYER_SAVED_TENSORS(LAYER_SAVED_COUNT)
+#undef LAYER_SAVED_COUNT
+    return floats;
+}
+
+#endif
