@@ -12,6 +12,7 @@
  * vocab_size is megadlm's padded_vocab_size (the padding rows are kept). */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -388,6 +389,11 @@ static int jint(const cJSON *j, const char *key, int *v, const char *file, int r
     }
     if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) || x->valuedouble < 0) {
         fprintf(stderr, "error: convert --from hf: %s: \"%s\" is not a non-negative integer\n", file, key);
+        return -1;
+    }
+    if (x->valuedouble > INT_MAX) { /* before the conversion, which would be undefined */
+        fprintf(stderr, "error: convert --from hf: %s: \"%s\" is %.17g, beyond %d\n", file, key,
+                x->valuedouble, INT_MAX);
         return -1;
     }
     *v = (int)x->valuedouble;

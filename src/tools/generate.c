@@ -298,16 +298,19 @@ int generate_main(int argc, char **argv) {
         fprintf(stderr, "error: --load %s holds a masked-diffusion model: --max-new-tokens, "
                         "--top-k and --top-p are for autoregressive models (use --gen-length, "
                         "--steps, --block-length, --remasking)\n", g.load);
+        tokenizer_free(tok);
         return 1;
     }
     if (!diffusion && g.given_dlm) {
         fprintf(stderr, "error: --load %s holds an autoregressive model: --gen-length, --steps, "
                         "--block-length and --remasking are for masked-diffusion models\n",
                 g.load);
+        tokenizer_free(tok);
         return 1;
     }
     if (!diffusion && g.temperature <= 0.0f) {
         fprintf(stderr, "error: --temperature must be > 0 for an autoregressive model\n");
+        tokenizer_free(tok);
         return 1;
     }
     if (diffusion && !g.given_temperature) g.temperature = 0.0f; /* LLaDA's default */
@@ -339,6 +342,8 @@ int generate_main(int argc, char **argv) {
     size_t n = 0;
     if (tokenizer_encode(tok, g.prompt, strlen(g.prompt), &ids, &n, err, sizeof(err)) != 0) {
         fprintf(stderr, "error: --prompt: %s\n", err);
+        gpt_model_free(m);
+        tokenizer_free(tok);
         return 1;
     }
     if (diffusion) {
