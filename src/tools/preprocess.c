@@ -69,6 +69,17 @@ typedef struct {
                       skipped unless --strict; other errors (the tokenizer's) are fatal */
 } item_result;
 
+/* Frees an item's text and its result, and clears the result for the next line. */
+static void item_release(item *it, item_result *r, int nkeys) {
+    for (int k = 0; k < nkeys; k++) {
+        free(r->enc[k].ids);
+        free(r->enc[k].seq_lens);
+    }
+    free(r->error);
+    free(it->text);
+    memset(r, 0, sizeof *r);
+}
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: megadlm preprocess --input FILE --output-prefix PREFIX --tokenizer-type TYPE "
@@ -679,13 +690,7 @@ int preprocess_main(int argc, char **argv) {
                 if (!failed) idx_builder_end_document(builders[k], err, sizeof err);
             }
             if (!failed && !skip) docs++;
-            for (int k = 0; k < nkeys; k++) {
-                free(results[i].enc[k].ids);
-                free(results[i].enc[k].seq_lens);
-            }
-            free(results[i].error);
-            free(items[i].text);
-            memset(&results[i], 0, sizeof results[i]);
+            item_release(&items[i], &results[i], nkeys);
         }
         if (failed) break;
         if (log_interval > 0 && docs >= next_log) {
@@ -759,14 +764,8 @@ long preprocess_encode_stream(FILE *f, int is_txt, const tokenizer *tok, int nke
                 if (results[i].malformed) (*malformed)++;
                 else (*failed)++;
             }
-            for (int k = 0; k < nkeys; k++) {
-                *tokens += results[i].enc[k].n;
-                free(results[i].enc[k].ids);
-                free(results[i].enc[k].seq_lens);
-            }
-            free(results[i].error);
-            free(items[i].text);
-            memset(&results[i], 0, sizeof results[i]);
+            for (int k = 0; k < nkeys; k++) *tokens += results[i].enc[k].n;
+            item_release(&items[i], &results[i], nkeys);
         }
         count += (long)n;
     }

@@ -2,7 +2,7 @@
  * tokenizer_create_opts, as --vocab-file / --merge-file reach it. Input: vocab.json, FUZZ_SEP,
  * merges.txt, optionally FUZZ_SEP and a text. A tokenizer that loads then encodes the text (a
  * fixed sample when none is given) and decodes the ids. */
-#include "fuzz/fuzz_util.h"
+#include "fuzz/fuzz_tokenizer_util.h"
 
 #include "training/tokenizer/tokenizer.h"
 
@@ -20,26 +20,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_split(rest, rest_len, &mlen, &text, &tlen);
     fuzz_write(vocab, data, vlen);
     fuzz_write(merges, rest, mlen);
-    if (tlen == 0) {
-        text = (const uint8_t *)SAMPLE;
-        tlen = sizeof SAMPLE - 1;
-    }
-
-    char err[1024];
     tokenizer_options o = {.type = "GPT2BPETokenizer", .vocab_file = vocab, .merge_file = merges};
-    tokenizer *tok = tokenizer_create_opts(&o, err, sizeof err);
-    if (!tok) {
-        fuzz_note("refused", err);
-        return 0;
-    }
-    int32_t *ids = NULL;
-    size_t n = 0;
-    if (tokenizer_encode(tok, (const char *)text, tlen, &ids, &n, err, sizeof err) == 0) {
-        fuzz_note("accepted; tokens of the text", n ? "some" : "none");
-        size_t len;
-        free(tokenizer_decode_len(tok, ids, n, &len));
-        free(ids);
-    }
-    tokenizer_free(tok);
-    return 0;
+    return fuzz_tokenizer(&o, text, tlen, SAMPLE);
 }

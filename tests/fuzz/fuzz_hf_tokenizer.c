@@ -2,7 +2,7 @@
  * --tokenizer-model reaches it. Input: tokenizer.json, optionally FUZZ_SEP and a text. A
  * tokenizer that loads then encodes the text (a fixed sample when none is given) and decodes
  * the ids. */
-#include "fuzz/fuzz_util.h"
+#include "fuzz/fuzz_tokenizer_util.h"
 
 #include "training/tokenizer/tokenizer.h"
 
@@ -16,26 +16,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const uint8_t *text;
     fuzz_split(data, size, &jlen, &text, &tlen);
     fuzz_write(path, data, jlen);
-    if (tlen == 0) {
-        text = (const uint8_t *)SAMPLE;
-        tlen = sizeof SAMPLE - 1;
-    }
-
-    char err[1024];
     tokenizer_options o = {.type = "HuggingFaceTokenizer", .tokenizer_model = path};
-    tokenizer *tok = tokenizer_create_opts(&o, err, sizeof err);
-    if (!tok) {
-        fuzz_note("refused", err);
-        return 0;
-    }
-    int32_t *ids = NULL;
-    size_t n = 0;
-    if (tokenizer_encode(tok, (const char *)text, tlen, &ids, &n, err, sizeof err) == 0) {
-        fuzz_note("accepted; tokens of the text", n ? "some" : "none");
-        size_t len;
-        free(tokenizer_decode_len(tok, ids, n, &len));
-        free(ids);
-    }
-    tokenizer_free(tok);
-    return 0;
+    return fuzz_tokenizer(&o, text, tlen, SAMPLE);
 }
