@@ -358,8 +358,8 @@ static const opt_def OPTIONS[] = {
     BOOLOPT("enable-cuda-graph", K_TRUE, G_RECOMPUTE, enable_cuda_graph, "off",
             "Refused: there are no CUDA graphs on CPUs."),
 
-    /* ---- parallelism (Megatron's rules in args_validate; what `train` cannot run yet is
-     *      refused by args_check_trainable, `megadlm memory` evaluates any layout) ---- */
+    /* ---- parallelism (Megatron's rules in args_validate; `train` and `megadlm memory` accept
+     *      the same layouts) ---- */
     INTOPT("tensor-model-parallel-size", K_POS, G_PAR, tensor_model_parallel_size, "N", NULL,
            "Tensor parallelism: heads, query groups, ffn and vocabulary split across N ranks "
            "(train: run N ranks under mpirun)."),
@@ -1191,16 +1191,6 @@ static int validate_world(megadlm_args *a, char *err, size_t errlen) {
                     "--pipeline-model-parallel-size %d",
                     a->world_size, t, p);
     a->data_parallel_size = (int)(a->world_size / model);
-    return 0;
-}
-
-int args_check_trainable(const megadlm_args *a, char *err, size_t errlen) {
-    if (err && errlen) err[0] = 0;
-    /* tensor and sequence parallelism train (src/core/tensor_parallel/) */
-    /* pipeline parallelism trains with the 1F1B schedule, and the interleaved one with
-     * virtual pipeline stages (core/pipeline_parallel/) */
-    /* data parallelism trains: buckets, overlap, the distributed optimizer
-     * (core/distributed/distributed_data_parallel.h, core/optimizer/distrib_optimizer.h) */
     return 0;
 }
 

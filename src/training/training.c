@@ -883,7 +883,6 @@ int train_main(int argc, char **argv) {
     /* Every rank validates the same arguments, so every rank fails together, each saying why,
      * and all exit cleanly (no rank is left waiting in a collective). */
     if (rc < 0 || args_validate(&a, err, sizeof(err)) != 0 ||
-        args_check_trainable(&a, err, sizeof(err)) != 0 ||
         parallel_setup_groups(a.tensor_model_parallel_size, a.pipeline_model_parallel_size, err,
                               sizeof(err)) != 0) {
         if (parallel_world_size() > 1)
