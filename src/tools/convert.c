@@ -22,6 +22,7 @@
 
 #include "core/models/gpt_model.h"
 #include "core/tensor/safetensors.h"
+#include "core/util/io.h"
 #include "tools/tools.h"
 #include "training/arguments.h"
 #include "training/checkpointing.h"
@@ -40,19 +41,6 @@ static double nice_float(float f) {
         if ((float)strtod(buf, NULL) == f) return strtod(buf, NULL);
     }
     return (double)f;
-}
-
-static int mkdir_p(const char *dir) {
-    char tmp[1024];
-    snprintf(tmp, sizeof tmp, "%s", dir);
-    for (char *p = tmp + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
-            *p = '/';
-        }
-    if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
-    return 0;
 }
 
 /* Output tensors: names and buffers owned here. */
@@ -340,8 +328,8 @@ static int to_hf(const char *dir, const char *out) {
         o.d[i] = (st_tensor_desc){.name = o.names[i], .dtype = ST_F32, .ndim = ndim,
                                   .shape = o.shapes[i], .data = o.bufs[i]};
     }
-    if (mkdir_p(out) != 0) {
-        fprintf(stderr, "error: convert --to hf: cannot create %s: %s\n", out, strerror(errno));
+    if (io_mkdir_p(out, 0, err, sizeof err) != 0) {
+        fprintf(stderr, "error: convert --to hf: %s\n", err);
         out_free(&o);
         return 1;
     }

@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include "core/tensor/memory.h"
+#include "core/util/alloc.h"
+#include "core/util/die.h"
 #include "core/util/error.h"
 
 static const unsigned char IDX_MAGIC[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0};
@@ -115,11 +117,7 @@ static void escape_bytes(const unsigned char *p, size_t n, char *out, size_t out
 
 static char *str_concat(const char *a, const char *b) {
     size_t la = strlen(a), lb = strlen(b);
-    char *s = malloc(la + lb + 1);
-    if (!s) {
-        fprintf(stderr, "error: out of memory\n");
-        exit(1);
-    }
+    char *s = xmalloc(la + lb + 1, "a dataset path");
     memcpy(s, a, la);
     memcpy(s + la, b, lb + 1);
     return s;
@@ -406,11 +404,8 @@ static void *grow(void *p, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return p;
     size_t nc = *cap ? *cap : 1024;
     while (nc < need) nc *= 2;
-    void *q = realloc(p, nc * elem);
-    if (!q) {
-        fprintf(stderr, "error: out of memory growing an index of %zu entries\n", nc);
-        exit(1);
-    }
+    if (nc > SIZE_MAX / elem) die(1, "out of memory: an index of %zu entries overflows a size", nc);
+    void *q = xrealloc(p, nc * elem, "a dataset index");
     *cap = nc;
     return q;
 }
