@@ -26,7 +26,7 @@ typedef struct {
     int top_k;
     float top_p;
     uint64_t seed;
-    const char *vocab_file, *merge_file, *tokenizer_model; /* override the checkpoint's */
+    tokenizer_options files; /* the file flags only: override the checkpoint's */
     /* masked-diffusion models (LLaDA's sampler, tools/diffusion_sampling.h) */
     int gen_length, steps, block_length;
     const char *remasking;
@@ -72,8 +72,7 @@ static int parse(generate_args *g, int argc, char **argv) {
         {"max-new-tokens", required_argument, 0, 'n'}, {"temperature", required_argument, 0, 't'},
         {"top-k", required_argument, 0, 'k'},        {"top-p", required_argument, 0, 'P'},
         {"seed", required_argument, 0, 's'},         {"help", no_argument, 0, 'h'},
-        {"vocab-file", required_argument, 0, 'V'},   {"merge-file", required_argument, 0, 'M'},
-        {"tokenizer-model", required_argument, 0, 'T'},
+        TOKENIZER_FILE_LONG_OPTIONS,
         {"gen-length", required_argument, 0, 'g'},   {"steps", required_argument, 0, 'S'},
         {"block-length", required_argument, 0, 'b'}, {"remasking", required_argument, 0, 'r'},
         {0, 0, 0, 0}};
@@ -84,12 +83,11 @@ static int parse(generate_args *g, int argc, char **argv) {
     int c;
     double v;
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        /* only the file flags are in the table, and they take any string */
+        if (tokenizer_option(&g->files, c, optarg, NULL, 0)) continue;
         switch (c) {
         case 'l': g->load = optarg; break;
         case 'p': g->prompt = optarg; break;
-        case 'V': g->vocab_file = optarg; break;
-        case 'M': g->merge_file = optarg; break;
-        case 'T': g->tokenizer_model = optarg; break;
         case 'h': print_help(stdout); return 1;
         case 'r': g->remasking = optarg; g->given_dlm = 1; break;
         case 'n': case 't': case 'k': case 'P': case 's': case 'g': case 'S': case 'b': {
@@ -258,9 +256,9 @@ int generate_main(int argc, char **argv) {
         const char *value;
         char *field;
         size_t size;
-    } overrides[3] = {{g.vocab_file, a.vocab_file, sizeof a.vocab_file},
-                      {g.merge_file, a.merge_file, sizeof a.merge_file},
-                      {g.tokenizer_model, a.tokenizer_model, sizeof a.tokenizer_model}};
+    } overrides[3] = {{g.files.vocab_file, a.vocab_file, sizeof a.vocab_file},
+                      {g.files.merge_file, a.merge_file, sizeof a.merge_file},
+                      {g.files.tokenizer_model, a.tokenizer_model, sizeof a.tokenizer_model}};
     for (int i = 0; i < 3; i++)
         if (overrides[i].value)
             snprintf(overrides[i].field, overrides[i].size, "%s", overrides[i].value);

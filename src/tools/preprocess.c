@@ -476,32 +476,33 @@ static int split_keys(char *spec, char **keys, int *nkeys) {
 }
 
 int preprocess_main(int argc, char **argv) {
-    const char *input = NULL, *output_prefix = NULL, *tok_type = NULL;
-    const char *vocab_file = NULL, *merge_file = NULL, *tokenizer_model = NULL;
+    const char *input = NULL, *output_prefix = NULL;
+    tokenizer_options topts = {0};
     const char *json_keys_arg = "text";
-    int vocab_size = 0, append_eod = 0, workers = 0, strict = 0;
+    int append_eod = 0, workers = 0, strict = 0;
     long log_interval = 100;
     static const struct option opts[] = {
-        {"input", required_argument, 0, 'i'},          {"output-prefix", required_argument, 0, 'o'},
-        {"tokenizer-type", required_argument, 0, 't'}, {"vocab-size", required_argument, 0, 'v'},
-        {"json-keys", required_argument, 0, 'k'},      {"append-eod", no_argument, 0, 'e'},
-        {"workers", required_argument, 0, 'w'},        {"help", no_argument, 0, 'h'},
-        {"vocab-file", required_argument, 0, 'V'},     {"merge-file", required_argument, 0, 'M'},
-        {"tokenizer-model", required_argument, 0, 'T'},
-        {"log-interval", required_argument, 0, 'l'},   {"strict", no_argument, 0, 's'},
+        {"input", required_argument, 0, 'i'},        {"output-prefix", required_argument, 0, 'o'},
+        TOKENIZER_LONG_OPTIONS,
+        {"json-keys", required_argument, 0, 'k'},    {"append-eod", no_argument, 0, 'e'},
+        {"workers", required_argument, 0, 'w'},      {"help", no_argument, 0, 'h'},
+        {"log-interval", required_argument, 0, 'l'}, {"strict", no_argument, 0, 's'},
         {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
     int c;
+    char err[1024];
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         char *end;
+        int tflag = tokenizer_option(&topts, c, optarg, err, sizeof err);
+        if (tflag < 0) {
+            errmsg("%s", err);
+            return 1;
+        }
+        if (tflag) continue;
         switch (c) {
         case 'i': input = optarg; break;
         case 'o': output_prefix = optarg; break;
-        case 't': tok_type = optarg; break;
-        case 'V': vocab_file = optarg; break;
-        case 'M': merge_file = optarg; break;
-        case 'T': tokenizer_model = optarg; break;
         case 'k': json_keys_arg = optarg; break;
         case 'e': append_eod = 1; break;
         case 's': strict = 1; break;
@@ -513,16 +514,6 @@ int preprocess_main(int argc, char **argv) {
                 return 1;
             }
             log_interval = v;
-            break;
-        }
-        case 'v': {
-            errno = 0;
-            long v = strtol(optarg, &end, 10);
-            if (*optarg == 0 || *end != 0 || errno || v <= 0 || v > 2000000000L) {
-                errmsg("--vocab-size: expected a positive integer, found '%s'", optarg);
-                return 1;
-            }
-            vocab_size = (int)v;
             break;
         }
         case 'w': {
@@ -558,17 +549,11 @@ int preprocess_main(int argc, char **argv) {
         errmsg("--output-prefix: missing (see megadlm preprocess --help)");
         return 1;
     }
-    if (!tok_type) {
+    if (!topts.type) {
         errmsg("--tokenizer-type: missing, expected ByteLevel, NullTokenizer, GPT2BPETokenizer or "
                "HuggingFaceTokenizer");
         return 1;
     }
-    char err[1024];
-    tokenizer_options topts = {.type = tok_type,
-                               .vocab_size = vocab_size,
-                               .vocab_file = vocab_file,
-                               .merge_file = merge_file,
-                               .tokenizer_model = tokenizer_model};
     tokenizer *tok = tokenizer_create_opts(&topts, err, sizeof err);
     if (!tok) {
         errmsg("%s", err);

@@ -26,6 +26,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "core/util/parse.h"
 #include "training/tokenizer/tokenizer.h"
 
 /* ------------------------------------------------------------------------------------------ */
@@ -112,16 +113,6 @@ static void fmt_double(char *buf, size_t n, double x) { fmt_num(buf, n, x, 0); }
 
 /* ------------------------------------------------------------------------------------------ */
 /* strict number parsing                                                                       */
-
-static int parse_int(const char *s, long lo, int *out) {
-    if (!s || !*s || isspace((unsigned char)*s)) return -1;
-    errno = 0;
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (*end || errno == ERANGE || v > INT_MAX || v < lo) return -1;
-    *out = (int)v;
-    return 0;
-}
 
 static int parse_u64(const char *s, uint64_t *out) {
     if (!s || !*s || !isdigit((unsigned char)*s)) return -1; /* no sign, no space */

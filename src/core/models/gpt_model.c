@@ -19,6 +19,7 @@
 #include "core/tensor_parallel/mappings.h"
 #include "core/tensor_parallel/parallel_linear.h"
 #include "core/util/alloc.h"
+#include "core/transformer/transformer_layer.h"
 #include "core/util/die.h"
 
 /* ---- parameter registration ----
@@ -401,20 +402,13 @@ void gpt_model_init_params(gpt_model *m, uint64_t seed) {
 /* ---- forward / backward ---- */
 
 static void final_norm_forward(const transformer_config *c, gpt_model *m, const float *h, int Ns) {
-    if (c->normalization == NORM_LAYERNORM)
-        layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, h, m->lnf_w, m->lnf_b, Ns,
-                          c->hidden_size, c->norm_epsilon);
-    else
-        rmsnorm_forward(m->lnf, m->lnf_rstd, h, m->lnf_w, Ns, c->hidden_size, c->norm_epsilon);
+    norm_forward(c, m->lnf, m->lnf_mean, m->lnf_rstd, h, m->lnf_w, m->lnf_b, Ns);
 }
 
 static void final_norm_backward(const transformer_config *c, gpt_model *m, float *dh,
                                 const float *dout, const float *h, int Ns) {
-    if (c->normalization == NORM_LAYERNORM)
-        layernorm_backward(dh, m->g_lnf_w, m->g_lnf_b, dout, h, m->lnf_w, m->lnf_mean,
-                           m->lnf_rstd, Ns, c->hidden_size);
-    else
-        rmsnorm_backward(dh, m->g_lnf_w, dout, h, m->lnf_w, m->lnf_rstd, Ns, c->hidden_size);
+    norm_backward(c, dh, m->g_lnf_w, m->g_lnf_b, dout, h, m->lnf_w, m->lnf_mean, m->lnf_rstd,
+                  Ns);
 }
 
 /* Index of this rank's first token row: its shard's under sequence parallelism, else 0. */
