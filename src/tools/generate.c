@@ -10,6 +10,7 @@
 
 #include "core/models/gpt_model.h"
 #include "core/random/philox.h"
+#include "core/util/alloc.h"
 #include "tools/diffusion_sampling.h"
 #include "tools/tools.h"
 #include "training/arguments.h"
@@ -229,6 +230,52 @@ static int generate_diffusion(gpt_model *m, tokenizer *tok, const int32_t *ids, 
     return 0;
 }
 
+/* Samples up to --max-new-tokens after the prompt ids[n] (which it frees) and prints the text.
+ * 0, or 1 when the logits stop being finite. */
+static int generate_autoregressive(gpt_model *m, tokenizer *tok, int32_t *ids, size_t n,
+                                   const generate_args *g, int iteration) {
+    int T = m->cfg.seq_length, V = m->cfg.padded_vocab_size, vocab = tokenizer_vocab_size(tok);
+    int32_t *seq = xmalloc((n + g->max_new_tokens + 1) * sizeof(int32_t), "the generated tokens");
+    size_t len = 0;
+    if (n == 0) seq[len++] = tokenizer_eod(tok); /* empty prompt: start from end-of-document */
+    for (size_t i = 0; i < n; i++) seq[len++] = ids[i];
+    free(ids);
+    float *probs = xmalloc(V * sizeof(float), "sampling probabilities"),
+          *sorted = xmalloc(V * sizeof(float), "sampling probabilities");
+    size_t prompt_len = len;
+    int status = 0;
+    for (int step = 0; step < g->max_new_tokens; step++) {
+        size_t start = len > (size_t)T ? len - T : 0; /* the last seq_length tokens */
+        int t = (int)(len - start);
+        gpt_step gs = {.seed = g->seed, .training = 0};
+        gpt_model_forward(m, seq + start, NULL, NULL, 1, t, gs);
+        uint32_t ctr[4] = {(uint32_t)step, 0, 0, 0}, key[2] = {(uint32_t)g->seed, 0x67656e21u},
+                 r[4];
+        philox4x32_10(ctr, key, r);
+        const float *row = m->logits + (size_t)(t - 1) * V;
+        if (ckpt_first_nonfinite(row, (size_t)vocab) < (size_t)vocab) {
+            fprintf(stderr, "error: --load %s: the logits of new token %d are not finite (the "
+                            "model's activations overflow)\n", g->load, step + 1);
+            status = 1;
+            break;
+        }
+        int next = sample_token(row, V, vocab, g, probs, sorted, philox_to_uniform(r[0]));
+        if (next == tokenizer_eod(tok)) break;
+        seq[len++] = next;
+    }
+    if (status == 0) {
+        char *text = tokenizer_decode(tok, seq, len);
+        printf("%s\n", text);
+        fprintf(stderr, "[generated %zu tokens after a %zu-token prompt from %s iteration %d]\n",
+                len - prompt_len, prompt_len, g->load, iteration);
+        free(text);
+    }
+    free(seq);
+    free(probs);
+    free(sorted);
+    return status;
+}
+
 int generate_main(int argc, char **argv) {
     generate_args g;
     int rc = parse(&g, argc, argv);
@@ -346,45 +393,7 @@ int generate_main(int argc, char **argv) {
         tokenizer_free(tok);
         return status;
     }
-    int T = cfg.seq_length, V = cfg.padded_vocab_size, vocab = tokenizer_vocab_size(tok);
-    int32_t *seq = malloc((n + g.max_new_tokens + 1) * sizeof(int32_t));
-    size_t len = 0;
-    if (n == 0) seq[len++] = tokenizer_eod(tok); /* empty prompt: start from end-of-document */
-    for (size_t i = 0; i < n; i++) seq[len++] = ids[i];
-    free(ids);
-    float *probs = malloc(V * sizeof(float)), *sorted = malloc(V * sizeof(float));
-
-    size_t prompt_len = len;
-    int status = 0;
-    for (int step = 0; step < g.max_new_tokens; step++) {
-        size_t start = len > (size_t)T ? len - T : 0; /* the last seq_length tokens */
-        int t = (int)(len - start);
-        gpt_step gs = {.seed = g.seed, .training = 0};
-        gpt_model_forward(m, seq + start, NULL, NULL, 1, t, gs);
-        uint32_t ctr[4] = {(uint32_t)step, 0, 0, 0}, key[2] = {(uint32_t)g.seed, 0x67656e21u},
-                 r[4];
-        philox4x32_10(ctr, key, r);
-        const float *row = m->logits + (size_t)(t - 1) * V;
-        if (ckpt_first_nonfinite(row, (size_t)vocab) < (size_t)vocab) {
-            fprintf(stderr, "error: --load %s: the logits of new token %d are not finite (the "
-                            "model's activations overflow)\n", g.load, step + 1);
-            status = 1;
-            break;
-        }
-        int next = sample_token(row, V, vocab, &g, probs, sorted, philox_to_uniform(r[0]));
-        if (next == tokenizer_eod(tok)) break;
-        seq[len++] = next;
-    }
-    if (status == 0) {
-        char *text = tokenizer_decode(tok, seq, len);
-        printf("%s\n", text);
-        fprintf(stderr, "[generated %zu tokens after a %zu-token prompt from %s iteration %d]\n",
-                len - prompt_len, prompt_len, g.load, iteration);
-        free(text);
-    }
-    free(seq);
-    free(probs);
-    free(sorted);
+    int status = generate_autoregressive(m, tok, ids, n, &g, iteration);
     gpt_model_free(m);
     tokenizer_free(tok);
     return status;

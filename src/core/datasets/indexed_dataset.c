@@ -545,7 +545,10 @@ void idx_builder_abort(idx_builder *b) {
     builder_free(b);
 }
 
-static int write_all(FILE *f, const void *p, size_t n) { return n == 0 || fwrite(p, 1, n, f) == n; }
+/* 1 when all n bytes went to the stream (stdio buffers; the caller flushes and fsyncs). */
+static int fwrite_all(FILE *f, const void *p, size_t n) {
+    return n == 0 || fwrite(p, 1, n, f) == n;
+}
 
 int idx_builder_finalize(idx_builder *b, char *err, size_t errlen) {
     int ok = 1;
@@ -566,16 +569,16 @@ int idx_builder_finalize(idx_builder *b, char *err, size_t errlen) {
     setvbuf(f, NULL, _IOFBF, 1 << 20);
     uint64_t version = 1, S = b->n_lengths, D = b->n_docs;
     unsigned char code = (unsigned char)b->dtype;
-    ok = write_all(f, IDX_MAGIC, 9) && write_all(f, &version, 8) && write_all(f, &code, 1) &&
-         write_all(f, &S, 8) && write_all(f, &D, 8) &&
-         write_all(f, b->lengths, S * sizeof(int32_t));
+    ok = fwrite_all(f, IDX_MAGIC, 9) && fwrite_all(f, &version, 8) && fwrite_all(f, &code, 1) &&
+         fwrite_all(f, &S, 8) && fwrite_all(f, &D, 8) &&
+         fwrite_all(f, b->lengths, S * sizeof(int32_t));
     /* sequence pointers: running byte offsets (Megatron's _sequence_pointers) */
     int64_t ptr = 0;
     for (uint64_t i = 0; ok && i < S; i++) {
-        ok = write_all(f, &ptr, 8);
+        ok = fwrite_all(f, &ptr, 8);
         ptr += (int64_t)b->lengths[i] * (int64_t)b->itemsize;
     }
-    ok = ok && write_all(f, b->doc_indices, D * sizeof(int64_t));
+    ok = ok && fwrite_all(f, b->doc_indices, D * sizeof(int64_t));
     if (fflush(f) != 0 || fsync(fileno(f)) != 0) ok = 0;
     if (fclose(f) != 0) ok = 0;
     if (!ok) {
