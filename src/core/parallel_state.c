@@ -1,6 +1,5 @@
 #include "core/parallel_state.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 

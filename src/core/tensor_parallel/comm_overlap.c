@@ -7,8 +7,8 @@
 #include <time.h>
 
 #include "core/parallel_state.h"
-#include "core/util/die.h"
 #include "core/tensor_parallel/mappings.h"
+#include "core/util/die.h"
 
 /* One transfer. It is posted once its `after` flag is set (-1: at once) and sets its `done`
  * flag when complete (-1: none). Flags and ops live in tables that are reset whenever no call
