@@ -1,10 +1,10 @@
 #include "core/parallel_state.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "core/threads.h"
+#include "core/util/die.h"
 
 static void init_mpi(int *argc, char ***argv);
 
@@ -22,6 +22,8 @@ void parallel_init(int *argc, char ***argv) {
     threads_setup(); /* node-local ranks share the cores (core/threads.h) */
 }
 
+static void abort_world(int code) { MPI_Abort(MPI_COMM_WORLD, code); }
+
 static void init_mpi(int *argc, char ***argv) {
     int provided;
     /* SERIALIZED: the TP communication thread (--tp-comm-overlap, thread progress) calls MPI
@@ -32,6 +34,8 @@ static void init_mpi(int *argc, char ***argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &g.world_size);
     /* Any MPI error aborts the whole job (the default, made explicit). */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    /* an internal error on one rank ends every rank (core/util/die.h) */
+    die_set_abort(g.world_rank, g.world_size > 1 ? abort_world : NULL);
 }
 
 int parallel_world_rank(void) { return g.world_rank; }
@@ -63,21 +67,9 @@ int parallel_setup_groups(int tp_size, int pp_size, char *err, size_t errlen) {
     return 0;
 }
 
-void parallel_abort(int code, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "[rank %d] error: ", g.world_rank);
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    fflush(stderr);
-    fflush(stdout);
-    if (g.mpi && g.world_size > 1) MPI_Abort(MPI_COMM_WORLD, code);
-    exit(code);
-}
-
 void parallel_finalize(void) {
     if (!g.mpi) return;
     MPI_Finalize();
     g.mpi = 0;
+    die_set_abort(g.world_rank, NULL); /* no MPI_Abort after MPI_Finalize */
 }

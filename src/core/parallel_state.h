@@ -3,8 +3,8 @@
  *   world_rank = tp_rank + tp_size * (dp_rank + dp_size * pp_rank).
  * MPI is initialised only when the process was started by mpirun (Open MPI's environment says
  * so); otherwise this is a world of one with no MPI at all, and every communicator is trivial.
- * Errors that only some ranks see go through parallel_abort, which takes every rank down with
- * the message: a failing rank never leaves the others hanging. */
+ * Internal errors go through die() (core/util/die.h), which parallel_init points at MPI_Abort:
+ * a failing rank takes every rank down with its message and never leaves the others hanging. */
 #ifndef MEGADLM_CORE_PARALLEL_STATE_H
 #define MEGADLM_CORE_PARALLEL_STATE_H
 
@@ -30,8 +30,6 @@ int parallel_world_size(void);
 /* Creates the TP/PP/DP communicators. 0, or -1 with a message (world not divisible). */
 int parallel_setup_groups(int tp_size, int pp_size, char *err, size_t errlen);
 const parallel_state *parallel_get(void);
-/* Prints "[rank N] error: msg" and ends every rank with exit status `code`. */
-void parallel_abort(int code, const char *fmt, ...) __attribute__((noreturn, format(printf, 2, 3)));
 /* Finalises MPI (if initialised). */
 void parallel_finalize(void);
 

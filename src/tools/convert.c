@@ -23,11 +23,14 @@
 
 #include "core/models/gpt_model.h"
 #include "core/tensor/safetensors.h"
+#include "core/util/io.h"
+#include "core/util/parse.h"
 #include "tools/tools.h"
 #include "training/arguments.h"
 #include "training/checkpointing.h"
 #include "training/model_provider.h"
 #include "training/theoretical_memory.h"
+#include "training/tokenizer/tokenizer.h"
 
 typedef enum { FAM_NONE = 0, FAM_GPT2, FAM_LLAMA, FAM_QWEN3 } hf_family;
 
@@ -41,19 +44,6 @@ static double nice_float(float f) {
         if ((float)strtod(buf, NULL) == f) return strtod(buf, NULL);
     }
     return (double)f;
-}
-
-static int mkdir_p(const char *dir) {
-    char tmp[1024];
-    snprintf(tmp, sizeof tmp, "%s", dir);
-    for (char *p = tmp + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
-            *p = '/';
-        }
-    if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
-    return 0;
 }
 
 /* Output tensors: names and buffers owned here. */
@@ -343,8 +333,8 @@ static int to_hf(const char *dir, const char *out) {
         o.d[i] = (st_tensor_desc){.name = o.names[i], .dtype = ST_F32, .ndim = ndim,
                                   .shape = o.shapes[i], .data = o.bufs[i]};
     }
-    if (mkdir_p(out) != 0) {
-        fprintf(stderr, "error: convert --to hf: cannot create %s: %s\n", out, strerror(errno));
+    if (io_mkdir_p(out, 0, err, sizeof err) != 0) {
+        fprintf(stderr, "error: convert --to hf: %s\n", err);
         out_free(&o);
         return 1;
     }
@@ -377,8 +367,8 @@ static int to_hf(const char *dir, const char *out) {
 /* ------------------------------------------------------------------ --from hf */
 
 typedef struct {
-    const char *tokenizer_type, *vocab_file, *merge_file, *tokenizer_model;
-    int vocab_size, divisible_by, seq_length;
+    tokenizer_options tok; /* the tokenizer flags (train's names) */
+    int divisible_by, seq_length;
 } from_opts;
 
 static int jint(const cJSON *j, const char *key, int *v, const char *file, int required) {
@@ -664,14 +654,15 @@ static int from_hf(const char *in, const char *out, const from_opts *op) {
     a.train_iters = 1;
     a.lr = 1e-4f;
     if (op->divisible_by) a.make_vocab_size_divisible_by = op->divisible_by;
-    snprintf(a.tokenizer_type, sizeof a.tokenizer_type, "%s", op->tokenizer_type ? op->tokenizer_type : "NullTokenizer");
-    if (op->vocab_file) snprintf(a.vocab_file, sizeof a.vocab_file, "%s", op->vocab_file);
-    if (op->merge_file) snprintf(a.merge_file, sizeof a.merge_file, "%s", op->merge_file);
-    if (op->tokenizer_model) snprintf(a.tokenizer_model, sizeof a.tokenizer_model, "%s", op->tokenizer_model);
+    const tokenizer_options *t = &op->tok;
+    snprintf(a.tokenizer_type, sizeof a.tokenizer_type, "%s", t->type ? t->type : "NullTokenizer");
+    if (t->vocab_file) snprintf(a.vocab_file, sizeof a.vocab_file, "%s", t->vocab_file);
+    if (t->merge_file) snprintf(a.merge_file, sizeof a.merge_file, "%s", t->merge_file);
+    if (t->tokenizer_model) snprintf(a.tokenizer_model, sizeof a.tokenizer_model, "%s", t->tokenizer_model);
     if (!strcmp(a.tokenizer_type, "NullTokenizer")) {
         /* default: ids < V-1, end-of-document V-1 (the whole HF vocabulary) */
-        a.vocab_size = op->vocab_size ? op->vocab_size : V - 1;
-        if (!op->divisible_by && !op->vocab_size) a.make_vocab_size_divisible_by = V % 128 ? 1 : 128;
+        a.vocab_size = t->vocab_size ? t->vocab_size : V - 1;
+        if (!op->divisible_by && !t->vocab_size) a.make_vocab_size_divisible_by = V % 128 ? 1 : 128;
     }
     a.mock_data = 1; /* validation needs a data source; `train --load` gives its own */
     if (args_validate(&a, err, sizeof err) != 0) {
@@ -743,28 +734,32 @@ int convert_main(int argc, char **argv) {
     static const struct option opts[] = {
         {"to", required_argument, 0, 't'},
         {"from", required_argument, 0, 'f'},
-        {"tokenizer-type", required_argument, 0, 'T'},
-        {"vocab-size", required_argument, 0, 'V'},
-        {"vocab-file", required_argument, 0, 'v'},
-        {"merge-file", required_argument, 0, 'm'},
-        {"tokenizer-model", required_argument, 0, 'M'},
+        TOKENIZER_LONG_OPTIONS,
         {"make-vocab-size-divisible-by", required_argument, 0, 'D'},
         {"seq-length", required_argument, 0, 'S'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     optind = 1;
     int ch;
+    char err[1024];
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        int tflag = tokenizer_option(&op.tok, ch, optarg, err, sizeof err);
+        if (tflag > 0) continue;
+        /* the same check of numbers as train's flags (positive integers) */
+        if (tflag == 0 && (ch == 'D' || ch == 'S') &&
+            parse_int(optarg, 1, ch == 'D' ? &op.divisible_by : &op.seq_length) != 0) {
+            snprintf(err, sizeof err, "--%s: expected a positive integer, found '%s'",
+                     ch == 'D' ? "make-vocab-size-divisible-by" : "seq-length", optarg);
+            tflag = -1;
+        }
+        if (tflag < 0) {
+            fprintf(stderr, "error: convert: %s\n", err);
+            return 2;
+        }
         switch (ch) {
         case 't': to = optarg; break;
         case 'f': from = optarg; break;
-        case 'T': op.tokenizer_type = optarg; break;
-        case 'V': op.vocab_size = atoi(optarg); break;
-        case 'v': op.vocab_file = optarg; break;
-        case 'm': op.merge_file = optarg; break;
-        case 'M': op.tokenizer_model = optarg; break;
-        case 'D': op.divisible_by = atoi(optarg); break;
-        case 'S': op.seq_length = atoi(optarg); break;
+        case 'D': case 'S': break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }

@@ -10,6 +10,7 @@
 
 #include "core/models/gpt_model.h"
 #include "core/random/philox.h"
+#include "core/util/alloc.h"
 #include "tools/diffusion_sampling.h"
 #include "tools/tools.h"
 #include "training/arguments.h"
@@ -26,7 +27,7 @@ typedef struct {
     int top_k;
     float top_p;
     uint64_t seed;
-    const char *vocab_file, *merge_file, *tokenizer_model; /* override the checkpoint's */
+    tokenizer_options files; /* the file flags only: override the checkpoint's */
     /* masked-diffusion models (LLaDA's sampler, tools/diffusion_sampling.h) */
     int gen_length, steps, block_length;
     const char *remasking;
@@ -72,8 +73,7 @@ static int parse(generate_args *g, int argc, char **argv) {
         {"max-new-tokens", required_argument, 0, 'n'}, {"temperature", required_argument, 0, 't'},
         {"top-k", required_argument, 0, 'k'},        {"top-p", required_argument, 0, 'P'},
         {"seed", required_argument, 0, 's'},         {"help", no_argument, 0, 'h'},
-        {"vocab-file", required_argument, 0, 'V'},   {"merge-file", required_argument, 0, 'M'},
-        {"tokenizer-model", required_argument, 0, 'T'},
+        TOKENIZER_FILE_LONG_OPTIONS,
         {"gen-length", required_argument, 0, 'g'},   {"steps", required_argument, 0, 'S'},
         {"block-length", required_argument, 0, 'b'}, {"remasking", required_argument, 0, 'r'},
         {0, 0, 0, 0}};
@@ -84,12 +84,11 @@ static int parse(generate_args *g, int argc, char **argv) {
     int c;
     double v;
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        /* only the file flags are in the table, and they take any string */
+        if (tokenizer_option(&g->files, c, optarg, NULL, 0)) continue;
         switch (c) {
         case 'l': g->load = optarg; break;
         case 'p': g->prompt = optarg; break;
-        case 'V': g->vocab_file = optarg; break;
-        case 'M': g->merge_file = optarg; break;
-        case 'T': g->tokenizer_model = optarg; break;
         case 'h': print_help(stdout); return 1;
         case 'r': g->remasking = optarg; g->given_dlm = 1; break;
         case 'n': case 't': case 'k': case 'P': case 's': case 'g': case 'S': case 'b': {
@@ -231,6 +230,52 @@ static int generate_diffusion(gpt_model *m, tokenizer *tok, const int32_t *ids, 
     return 0;
 }
 
+/* Samples up to --max-new-tokens after the prompt ids[n] (which it frees) and prints the text.
+ * 0, or 1 when the logits stop being finite. */
+static int generate_autoregressive(gpt_model *m, tokenizer *tok, int32_t *ids, size_t n,
+                                   const generate_args *g, int iteration) {
+    int T = m->cfg.seq_length, V = m->cfg.padded_vocab_size, vocab = tokenizer_vocab_size(tok);
+    int32_t *seq = xmalloc((n + g->max_new_tokens + 1) * sizeof(int32_t), "the generated tokens");
+    size_t len = 0;
+    if (n == 0) seq[len++] = tokenizer_eod(tok); /* empty prompt: start from end-of-document */
+    for (size_t i = 0; i < n; i++) seq[len++] = ids[i];
+    free(ids);
+    float *probs = xmalloc(V * sizeof(float), "sampling probabilities"),
+          *sorted = xmalloc(V * sizeof(float), "sampling probabilities");
+    size_t prompt_len = len;
+    int status = 0;
+    for (int step = 0; step < g->max_new_tokens; step++) {
+        size_t start = len > (size_t)T ? len - T : 0; /* the last seq_length tokens */
+        int t = (int)(len - start);
+        gpt_step gs = {.seed = g->seed, .training = 0};
+        gpt_model_forward(m, seq + start, NULL, NULL, 1, t, gs);
+        uint32_t ctr[4] = {(uint32_t)step, 0, 0, 0}, key[2] = {(uint32_t)g->seed, 0x67656e21u},
+                 r[4];
+        philox4x32_10(ctr, key, r);
+        const float *row = m->logits + (size_t)(t - 1) * V;
+        if (ckpt_first_nonfinite(row, (size_t)vocab) < (size_t)vocab) {
+            fprintf(stderr, "error: --load %s: the logits of new token %d are not finite (the "
+                            "model's activations overflow)\n", g->load, step + 1);
+            status = 1;
+            break;
+        }
+        int next = sample_token(row, V, vocab, g, probs, sorted, philox_to_uniform(r[0]));
+        if (next == tokenizer_eod(tok)) break;
+        seq[len++] = next;
+    }
+    if (status == 0) {
+        char *text = tokenizer_decode(tok, seq, len);
+        printf("%s\n", text);
+        fprintf(stderr, "[generated %zu tokens after a %zu-token prompt from %s iteration %d]\n",
+                len - prompt_len, prompt_len, g->load, iteration);
+        free(text);
+    }
+    free(seq);
+    free(probs);
+    free(sorted);
+    return status;
+}
+
 int generate_main(int argc, char **argv) {
     generate_args g;
     int rc = parse(&g, argc, argv);
@@ -258,9 +303,9 @@ int generate_main(int argc, char **argv) {
         const char *value;
         char *field;
         size_t size;
-    } overrides[3] = {{g.vocab_file, a.vocab_file, sizeof a.vocab_file},
-                      {g.merge_file, a.merge_file, sizeof a.merge_file},
-                      {g.tokenizer_model, a.tokenizer_model, sizeof a.tokenizer_model}};
+    } overrides[3] = {{g.files.vocab_file, a.vocab_file, sizeof a.vocab_file},
+                      {g.files.merge_file, a.merge_file, sizeof a.merge_file},
+                      {g.files.tokenizer_model, a.tokenizer_model, sizeof a.tokenizer_model}};
     for (int i = 0; i < 3; i++)
         if (overrides[i].value)
             snprintf(overrides[i].field, overrides[i].size, "%s", overrides[i].value);
@@ -353,45 +398,7 @@ int generate_main(int argc, char **argv) {
         tokenizer_free(tok);
         return status;
     }
-    int T = cfg.seq_length, V = cfg.padded_vocab_size, vocab = tokenizer_vocab_size(tok);
-    int32_t *seq = malloc((n + g.max_new_tokens + 1) * sizeof(int32_t));
-    size_t len = 0;
-    if (n == 0) seq[len++] = tokenizer_eod(tok); /* empty prompt: start from end-of-document */
-    for (size_t i = 0; i < n; i++) seq[len++] = ids[i];
-    free(ids);
-    float *probs = malloc(V * sizeof(float)), *sorted = malloc(V * sizeof(float));
-
-    size_t prompt_len = len;
-    int status = 0;
-    for (int step = 0; step < g.max_new_tokens; step++) {
-        size_t start = len > (size_t)T ? len - T : 0; /* the last seq_length tokens */
-        int t = (int)(len - start);
-        gpt_step gs = {.seed = g.seed, .training = 0};
-        gpt_model_forward(m, seq + start, NULL, NULL, 1, t, gs);
-        uint32_t ctr[4] = {(uint32_t)step, 0, 0, 0}, key[2] = {(uint32_t)g.seed, 0x67656e21u},
-                 r[4];
-        philox4x32_10(ctr, key, r);
-        const float *row = m->logits + (size_t)(t - 1) * V;
-        if (ckpt_first_nonfinite(row, (size_t)vocab) < (size_t)vocab) {
-            fprintf(stderr, "error: --load %s: the logits of new token %d are not finite (the "
-                            "model's activations overflow)\n", g.load, step + 1);
-            status = 1;
-            break;
-        }
-        int next = sample_token(row, V, vocab, &g, probs, sorted, philox_to_uniform(r[0]));
-        if (next == tokenizer_eod(tok)) break;
-        seq[len++] = next;
-    }
-    if (status == 0) {
-        char *text = tokenizer_decode(tok, seq, len);
-        printf("%s\n", text);
-        fprintf(stderr, "[generated %zu tokens after a %zu-token prompt from %s iteration %d]\n",
-                len - prompt_len, prompt_len, g.load, iteration);
-        free(text);
-    }
-    free(seq);
-    free(probs);
-    free(sorted);
+    int status = generate_autoregressive(m, tok, ids, n, &g, iteration);
     gpt_model_free(m);
     tokenizer_free(tok);
     return status;

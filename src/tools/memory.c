@@ -92,15 +92,12 @@ static void print_report(const megadlm_args *a, const theoretical_memory *m) {
                     "checkpointed"
                   : "no recompute: = model");
 
-    char err[512];
-    if (args_check_trainable(a, err, sizeof(err)) == 0) {
-        theoretical_megadlm_bytes g = theoretical_megadlm(a);
-        printf("\nmegadlm train on this layout (fp32, what --log-memory measures): parameters "
-               "%.2f MB, gradients %.2f MB, optimizer state %.2f MB, saved activations %.2f MB "
-               "(one micro-batch)\n",
-               mb((double)g.parameters), mb((double)g.gradients), mb((double)g.optimizer),
-               mb((double)g.saved_activations));
-    }
+    theoretical_megadlm_bytes g = theoretical_megadlm(a);
+    printf("\nmegadlm train on this layout (fp32, what --log-memory measures): parameters "
+           "%.2f MB, gradients %.2f MB, optimizer state %.2f MB, saved activations %.2f MB "
+           "(one micro-batch)\n",
+           mb((double)g.parameters), mb((double)g.gradients), mb((double)g.optimizer),
+           mb((double)g.saved_activations));
 }
 
 static cJSON *report_json(const megadlm_args *a, const theoretical_memory *m) {
@@ -130,17 +127,12 @@ static cJSON *report_json(const megadlm_args *a, const theoretical_memory *m) {
     cJSON_AddNumberToObject(o, "pipeline_model_parallel_size", a->pipeline_model_parallel_size);
     cJSON_AddNumberToObject(o, "data_parallel_size", a->data_parallel_size);
     cJSON_AddNumberToObject(o, "world_size", a->world_size);
-    char err[512];
-    if (args_check_trainable(a, err, sizeof(err)) == 0) {
-        theoretical_megadlm_bytes g = theoretical_megadlm(a);
-        cJSON *t = cJSON_AddObjectToObject(o, "megadlm_train_bytes");
-        cJSON_AddNumberToObject(t, "parameters", (double)g.parameters);
-        cJSON_AddNumberToObject(t, "gradients", (double)g.gradients);
-        cJSON_AddNumberToObject(t, "optimizer", (double)g.optimizer);
-        cJSON_AddNumberToObject(t, "saved_activations", (double)g.saved_activations);
-    } else {
-        cJSON_AddNullToObject(o, "megadlm_train_bytes");
-    }
+    theoretical_megadlm_bytes g = theoretical_megadlm(a);
+    cJSON *t = cJSON_AddObjectToObject(o, "megadlm_train_bytes");
+    cJSON_AddNumberToObject(t, "parameters", (double)g.parameters);
+    cJSON_AddNumberToObject(t, "gradients", (double)g.gradients);
+    cJSON_AddNumberToObject(t, "optimizer", (double)g.optimizer);
+    cJSON_AddNumberToObject(t, "saved_activations", (double)g.saved_activations);
     return o;
 }
 

@@ -42,6 +42,8 @@
 #include <time.h>
 
 #include "core/datasets/indexed_dataset.h"
+#include "core/util/alloc.h"
+#include "core/util/parse.h"
 #include "tools/tools.h"
 #include "training/tokenizer/tokenizer.h"
 
@@ -372,12 +374,36 @@ static size_t lf_line(char *line, size_t len) {
     return len;
 }
 
+/* A text document (paragraph) being assembled from its lines. */
+typedef struct {
+    char *s;
+    size_t len, cap;
+    long line; /* its first line */
+} text_doc;
+
+static void doc_append(text_doc *d, const char *line, size_t len) {
+    if (d->len + len + 1 > d->cap) {
+        d->cap = (d->len + len + 1) * 2;
+        d->s = xrealloc(d->s, d->cap, "a text document");
+    }
+    memcpy(d->s + d->len, line, len);
+    d->len += len;
+}
+
+/* Hands the document over to *it (without its last newline) and starts an empty one. */
+static size_t doc_finish(text_doc *d, item *it) {
+    if (d->s[d->len - 1] == '\n') d->len--;
+    d->s[d->len] = 0;
+    *it = (item){.text = d->s, .len = d->len, .line = d->line};
+    size_t len = d->len;
+    *d = (text_doc){0};
+    return len;
+}
+
 /* Reads the next chunk of items. Returns the count (0 at end). */
 static size_t read_chunk(reader *rd, item *items, size_t max_items) {
     size_t n = 0, bytes = 0;
-    char *doc = NULL;
-    size_t doc_len = 0, doc_cap = 0;
-    long doc_line = 0;
+    text_doc doc = {0};
     while (n < max_items && bytes < CHUNK_BYTES && !rd->eof) {
         ssize_t got = getline(&rd->buf, &rd->cap, rd->f);
         if (got < 0) {
@@ -389,7 +415,7 @@ static size_t read_chunk(reader *rd, item *items, size_t max_items) {
         if (!rd->is_txt) {
             if (is_blank(rd->buf, len)) continue;
             if (len && rd->buf[len - 1] == '\n') len--;
-            items[n].text = malloc(len + 1);
+            items[n].text = xmalloc(len + 1, "a JSON line");
             memcpy(items[n].text, rd->buf, len);
             items[n].text[len] = 0;
             items[n].len = len;
@@ -399,29 +425,14 @@ static size_t read_chunk(reader *rd, item *items, size_t max_items) {
             continue;
         }
         if (is_blank(rd->buf, len)) {
-            if (doc_len) {
-                if (doc[doc_len - 1] == '\n') doc_len--;
-                doc[doc_len] = 0;
-                items[n].text = doc;
-                items[n].len = doc_len;
-                items[n].line = doc_line;
-                n++;
-                bytes += doc_len;
-                doc = NULL;
-                doc_len = doc_cap = 0;
-            }
+            if (doc.len) bytes += doc_finish(&doc, &items[n++]);
             continue;
         }
         len = lf_line(rd->buf, len);
-        if (!doc_len) doc_line = rd->line;
-        if (doc_len + len + 1 > doc_cap) {
-            doc_cap = (doc_len + len + 1) * 2;
-            doc = realloc(doc, doc_cap);
-        }
-        memcpy(doc + doc_len, rd->buf, len);
-        doc_len += len;
+        if (!doc.len) doc.line = rd->line;
+        doc_append(&doc, rd->buf, len);
     }
-    if (doc_len) {
+    if (doc.len) {
         /* A text document cut by the chunk limit continues: read on to its end. */
         for (;;) {
             ssize_t got = rd->eof ? -1 : getline(&rd->buf, &rd->cap, rd->f);
@@ -431,22 +442,11 @@ static size_t read_chunk(reader *rd, item *items, size_t max_items) {
             }
             rd->line++;
             if (is_blank(rd->buf, (size_t)got)) break;
-            size_t len = lf_line(rd->buf, (size_t)got);
-            if (doc_len + len + 1 > doc_cap) {
-                doc_cap = (doc_len + len + 1) * 2;
-                doc = realloc(doc, doc_cap);
-            }
-            memcpy(doc + doc_len, rd->buf, len);
-            doc_len += len;
+            doc_append(&doc, rd->buf, lf_line(rd->buf, (size_t)got));
         }
-        if (doc[doc_len - 1] == '\n') doc_len--;
-        doc[doc_len] = 0;
-        items[n].text = doc;
-        items[n].len = doc_len;
-        items[n].line = doc_line;
-        n++;
+        doc_finish(&doc, &items[n++]);
     } else {
-        free(doc);
+        free(doc.s);
     }
     return n;
 }
@@ -486,101 +486,135 @@ static int split_keys(char *spec, char **keys, int *nkeys) {
     return *nkeys > 0 ? 0 : -1;
 }
 
-int preprocess_main(int argc, char **argv) {
-    const char *input = NULL, *output_prefix = NULL, *tok_type = NULL;
-    const char *vocab_file = NULL, *merge_file = NULL, *tokenizer_model = NULL;
-    const char *json_keys_arg = "text";
-    int vocab_size = 0, append_eod = 0, workers = 0, strict = 0;
-    long log_interval = 100;
+/* The flags of `megadlm preprocess`. */
+typedef struct {
+    const char *input, *output_prefix, *json_keys;
+    tokenizer_options tok;
+    int append_eod, workers, strict; /* workers 0: every OpenMP thread */
+    long log_interval;
+} pp_flags;
+
+/* 0, 1 after --help, or -1 after printing what is wrong. */
+static int parse_flags(int argc, char **argv, pp_flags *o) {
+    *o = (pp_flags){.json_keys = "text", .log_interval = 100};
     static const struct option opts[] = {
-        {"input", required_argument, 0, 'i'},          {"output-prefix", required_argument, 0, 'o'},
-        {"tokenizer-type", required_argument, 0, 't'}, {"vocab-size", required_argument, 0, 'v'},
-        {"json-keys", required_argument, 0, 'k'},      {"append-eod", no_argument, 0, 'e'},
-        {"workers", required_argument, 0, 'w'},        {"help", no_argument, 0, 'h'},
-        {"vocab-file", required_argument, 0, 'V'},     {"merge-file", required_argument, 0, 'M'},
-        {"tokenizer-model", required_argument, 0, 'T'},
-        {"log-interval", required_argument, 0, 'l'},   {"strict", no_argument, 0, 's'},
+        {"input", required_argument, 0, 'i'},        {"output-prefix", required_argument, 0, 'o'},
+        TOKENIZER_LONG_OPTIONS,
+        {"json-keys", required_argument, 0, 'k'},    {"append-eod", no_argument, 0, 'e'},
+        {"workers", required_argument, 0, 'w'},      {"help", no_argument, 0, 'h'},
+        {"log-interval", required_argument, 0, 'l'}, {"strict", no_argument, 0, 's'},
         {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
-    int c;
+    int c, v;
+    char err[1024];
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
-        char *end;
+        int tflag = tokenizer_option(&o->tok, c, optarg, err, sizeof err);
+        if (tflag < 0) {
+            errmsg("%s", err);
+            return -1;
+        }
+        if (tflag) continue;
         switch (c) {
-        case 'i': input = optarg; break;
-        case 'o': output_prefix = optarg; break;
-        case 't': tok_type = optarg; break;
-        case 'V': vocab_file = optarg; break;
-        case 'M': merge_file = optarg; break;
-        case 'T': tokenizer_model = optarg; break;
-        case 'k': json_keys_arg = optarg; break;
-        case 'e': append_eod = 1; break;
-        case 's': strict = 1; break;
-        case 'l': {
-            errno = 0;
-            long v = strtol(optarg, &end, 10);
-            if (*optarg == 0 || *end != 0 || errno || v < 0) {
+        case 'i': o->input = optarg; break;
+        case 'o': o->output_prefix = optarg; break;
+        case 'k': o->json_keys = optarg; break;
+        case 'e': o->append_eod = 1; break;
+        case 's': o->strict = 1; break;
+        case 'l':
+            if (parse_int(optarg, 0, &v) != 0) {
                 errmsg("--log-interval: expected a non-negative integer, found '%s'", optarg);
-                return 1;
+                return -1;
             }
-            log_interval = v;
+            o->log_interval = v;
             break;
-        }
-        case 'v': {
-            errno = 0;
-            long v = strtol(optarg, &end, 10);
-            if (*optarg == 0 || *end != 0 || errno || v <= 0 || v > 2000000000L) {
-                errmsg("--vocab-size: expected a positive integer, found '%s'", optarg);
-                return 1;
-            }
-            vocab_size = (int)v;
-            break;
-        }
-        case 'w': {
-            errno = 0;
-            long v = strtol(optarg, &end, 10);
-            if (*optarg == 0 || *end != 0 || errno || v <= 0 || v > 4096) {
+        case 'w':
+            if (parse_int(optarg, 1, &v) != 0 || v > 4096) {
                 errmsg("--workers: expected a positive integer, found '%s'", optarg);
-                return 1;
+                return -1;
             }
-            workers = (int)v;
+            o->workers = v;
             break;
-        }
-        case 'h': usage(stdout); return 0;
+        case 'h': usage(stdout); return 1;
         case ':':
             errmsg("%s: missing value (see megadlm preprocess --help)", argv[optind - 1]);
-            return 1;
+            return -1;
         default:
             errmsg("unknown option '%s' (see megadlm preprocess --help)", argv[optind - 1]);
-            return 1;
+            return -1;
         }
     }
     if (optind < argc) {
         errmsg("unexpected argument '%s' (--json-keys takes one space- or comma-separated "
                "list, e.g. --json-keys 'text title')",
                argv[optind]);
-        return 1;
+        return -1;
     }
-    if (!input) {
+    if (!o->input) {
         errmsg("--input: missing (see megadlm preprocess --help)");
-        return 1;
+        return -1;
     }
-    if (!output_prefix) {
+    if (!o->output_prefix) {
         errmsg("--output-prefix: missing (see megadlm preprocess --help)");
-        return 1;
+        return -1;
     }
-    if (!tok_type) {
+    if (!o->tok.type) {
         errmsg("--tokenizer-type: missing, expected ByteLevel, NullTokenizer, GPT2BPETokenizer or "
                "HuggingFaceTokenizer");
-        return 1;
+        return -1;
     }
+    return 0;
+}
+
+/* Appends the chunk's encoded items to the builders, in input order, and frees them. A
+ * malformed line is skipped with a warning (fatal with --strict). 0, or 1 after printing the
+ * first failure (the rest of the chunk is only freed). */
+static int store_chunk(idx_builder **builders, int nkeys, const pp_flags *o, item *items,
+                       item_result *results, size_t n, uint64_t *docs, uint64_t *skipped) {
     char err[1024];
-    tokenizer_options topts = {.type = tok_type,
-                               .vocab_size = vocab_size,
-                               .vocab_file = vocab_file,
-                               .merge_file = merge_file,
-                               .tokenizer_model = tokenizer_model};
-    tokenizer *tok = tokenizer_create_opts(&topts, err, sizeof err);
+    int failed = 0;
+    for (size_t i = 0; i < n; i++) {
+        int skip = 0;
+        if (!failed && results[i].error) {
+            if (results[i].malformed && !o->strict) {
+                fprintf(stderr,
+                        "preprocess: warning: %s; line skipped (--strict makes this fatal)\n",
+                        results[i].error);
+                (*skipped)++;
+                skip = 1;
+            } else {
+                errmsg("%s", results[i].error);
+                failed = 1;
+            }
+        }
+        for (int k = 0; k < nkeys && !failed && !skip; k++) {
+            encoded *e = &results[i].enc[k];
+            size_t off = 0;
+            for (size_t s = 0; s < e->n_seq && !failed; s++) {
+                if (idx_builder_add_item(builders[k], e->ids + off, (size_t)e->seq_lens[s], err,
+                                         sizeof err) != 0) {
+                    errmsg("%s:%ld: %s", o->input, items[i].line, err);
+                    failed = 1;
+                }
+                off += (size_t)e->seq_lens[s];
+            }
+            if (!failed) idx_builder_end_document(builders[k], err, sizeof err);
+        }
+        if (!failed && !skip) (*docs)++;
+        item_release(&items[i], &results[i], nkeys);
+    }
+    return failed;
+}
+
+int preprocess_main(int argc, char **argv) {
+    pp_flags o;
+    int pr = parse_flags(argc, argv, &o);
+    if (pr) return pr > 0 ? 0 : 1;
+    const char *input = o.input, *output_prefix = o.output_prefix, *json_keys_arg = o.json_keys;
+    int append_eod = o.append_eod, workers = o.workers;
+    long log_interval = o.log_interval;
+    char err[1024];
+    tokenizer *tok = tokenizer_create_opts(&o.tok, err, sizeof err);
     if (!tok) {
         errmsg("%s", err);
         return 1;
@@ -662,36 +696,7 @@ int preprocess_main(int argc, char **argv) {
 #pragma omp parallel for schedule(dynamic, 16) num_threads(workers)
         for (size_t i = 0; i < n; i++)
             encode_item(tok, input, is_txt, nkeys, keys, append_eod, &items[i], &results[i]);
-        for (size_t i = 0; i < n; i++) {
-            int skip = 0;
-            if (!failed && results[i].error) {
-                if (results[i].malformed && !strict) {
-                    fprintf(stderr,
-                            "preprocess: warning: %s; line skipped (--strict makes this fatal)\n",
-                            results[i].error);
-                    skipped++;
-                    skip = 1;
-                } else {
-                    errmsg("%s", results[i].error);
-                    failed = 1;
-                }
-            }
-            for (int k = 0; k < nkeys && !failed && !skip; k++) {
-                encoded *e = &results[i].enc[k];
-                size_t off = 0;
-                for (size_t s = 0; s < e->n_seq && !failed; s++) {
-                    if (idx_builder_add_item(builders[k], e->ids + off, (size_t)e->seq_lens[s], err,
-                                             sizeof err) != 0) {
-                        errmsg("%s:%ld: %s", input, items[i].line, err);
-                        failed = 1;
-                    }
-                    off += (size_t)e->seq_lens[s];
-                }
-                if (!failed) idx_builder_end_document(builders[k], err, sizeof err);
-            }
-            if (!failed && !skip) docs++;
-            item_release(&items[i], &results[i], nkeys);
-        }
+        failed = store_chunk(builders, nkeys, &o, items, results, n, &docs, &skipped);
         if (failed) break;
         if (log_interval > 0 && docs >= next_log) {
             /* bytes: the input consumed so far (newlines included), for MB/s and the ETA */

@@ -38,34 +38,23 @@ int tokenize_main(int argc, char **argv) {
     tokenizer_options o = {0};
     int decode = 0, append_eod = 0;
     static const struct option opts[] = {
-        {"tokenizer-type", required_argument, 0, 't'}, {"vocab-file", required_argument, 0, 'V'},
-        {"merge-file", required_argument, 0, 'M'},     {"tokenizer-model", required_argument, 0, 'T'},
-        {"vocab-size", required_argument, 0, 'v'},     {"decode", no_argument, 0, 'd'},
-        {"append-eod", no_argument, 0, 'e'},           {"help", no_argument, 0, 'h'},
+        TOKENIZER_LONG_OPTIONS,          {"decode", no_argument, 0, 'd'},
+        {"append-eod", no_argument, 0, 'e'}, {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
     int c;
+    char err[1024];
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        int tflag = tokenizer_option(&o, c, optarg, err, sizeof err);
+        if (tflag < 0) {
+            fprintf(stderr, "error: %s\n", err);
+            return 1;
+        }
+        if (tflag) continue;
         switch (c) {
-        case 't': o.type = optarg; break;
-        case 'V': o.vocab_file = optarg; break;
-        case 'M': o.merge_file = optarg; break;
-        case 'T': o.tokenizer_model = optarg; break;
         case 'd': decode = 1; break;
         case 'e': append_eod = 1; break;
-        case 'v': {
-            char *end;
-            errno = 0;
-            long v = strtol(optarg, &end, 10);
-            if (!*optarg || *end || errno || v <= 0 || v > 2000000000L) {
-                fprintf(stderr, "error: --vocab-size: expected a positive integer, found '%s'\n",
-                        optarg);
-                return 1;
-            }
-            o.vocab_size = (int)v;
-            break;
-        }
         case 'h': usage(stdout); return 0;
         case ':':
             fprintf(stderr, "error: %s: missing value (see megadlm tokenize --help)\n",
@@ -90,7 +79,6 @@ int tokenize_main(int argc, char **argv) {
         fprintf(stderr, "error: --append-eod is for encoding, not with --decode\n");
         return 1;
     }
-    char err[1024];
     tokenizer *tok = tokenizer_create_opts(&o, err, sizeof err);
     if (!tok) {
         fprintf(stderr, "error: %s\n", err);

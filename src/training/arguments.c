@@ -26,6 +26,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "core/util/parse.h"
 #include "training/tokenizer/tokenizer.h"
 
 /* ------------------------------------------------------------------------------------------ */
@@ -112,16 +113,6 @@ static void fmt_double(char *buf, size_t n, double x) { fmt_num(buf, n, x, 0); }
 
 /* ------------------------------------------------------------------------------------------ */
 /* strict number parsing                                                                       */
-
-static int parse_int(const char *s, long lo, int *out) {
-    if (!s || !*s || isspace((unsigned char)*s)) return -1;
-    errno = 0;
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (*end || errno == ERANGE || v > INT_MAX || v < lo) return -1;
-    *out = (int)v;
-    return 0;
-}
 
 static int parse_u64(const char *s, uint64_t *out) {
     if (!s || !*s || !isdigit((unsigned char)*s)) return -1; /* no sign, no space */
@@ -358,8 +349,8 @@ static const opt_def OPTIONS[] = {
     BOOLOPT("enable-cuda-graph", K_TRUE, G_RECOMPUTE, enable_cuda_graph, "off",
             "Refused: there are no CUDA graphs on CPUs."),
 
-    /* ---- parallelism (Megatron's rules in args_validate; what `train` cannot run yet is
-     *      refused by args_check_trainable, `megadlm memory` evaluates any layout) ---- */
+    /* ---- parallelism (Megatron's rules in args_validate; `train` and `megadlm memory` accept
+     *      the same layouts) ---- */
     INTOPT("tensor-model-parallel-size", K_POS, G_PAR, tensor_model_parallel_size, "N", NULL,
            "Tensor parallelism: heads, query groups, ffn and vocabulary split across N ranks "
            "(train: run N ranks under mpirun)."),
@@ -1191,16 +1182,6 @@ static int validate_world(megadlm_args *a, char *err, size_t errlen) {
                     "--pipeline-model-parallel-size %d",
                     a->world_size, t, p);
     a->data_parallel_size = (int)(a->world_size / model);
-    return 0;
-}
-
-int args_check_trainable(const megadlm_args *a, char *err, size_t errlen) {
-    if (err && errlen) err[0] = 0;
-    /* tensor and sequence parallelism train (src/core/tensor_parallel/) */
-    /* pipeline parallelism trains with the 1F1B schedule, and the interleaved one with
-     * virtual pipeline stages (core/pipeline_parallel/) */
-    /* data parallelism trains: buckets, overlap, the distributed optimizer
-     * (core/distributed/distributed_data_parallel.h, core/optimizer/distrib_optimizer.h) */
     return 0;
 }
 

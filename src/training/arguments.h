@@ -88,15 +88,14 @@ typedef struct {
     int save_interval;            /* --save-interval (0 = only at the end when --save is given) */
     char load[512];               /* --load DIR ("" = none) */
 
-    /* ---- parallelism (validated with Megatron's rules; `train` refuses what it cannot run
-     *      yet through args_check_trainable, `megadlm memory` evaluates any layout) ---- */
+    /* ---- parallelism (validated with Megatron's rules; every valid layout trains) ---- */
     int tensor_model_parallel_size;   /* --tensor-model-parallel-size (1) */
     int pipeline_model_parallel_size; /* --pipeline-model-parallel-size (1) */
     int world_size;                   /* --world-size N (`megadlm memory` only); train: the
                                        * launcher's world. 0 = not given: TP x PP (DP 1) */
     int data_parallel_size;           /* derived: world / (TP x PP) */
 
-    /* ---- added after the first contract ---- */
+    /* ---- run length ---- */
     int exit_interval;            /* --exit-interval N: stop (saving first when --save is given)
                                    * after an iteration divisible by N; 0 = none (Megatron's None) */
     /* ---- masked diffusion (MegaDLMs' pretrain_difflm.py) ---- */
@@ -171,10 +170,6 @@ int args_validate(megadlm_args *a, char *err, size_t errlen);
  * before anything is allocated. 0, or -1 with a message naming the flags. */
 int args_check_sizes(const megadlm_args *a, char *err, size_t errlen);
 
-/* What `megadlm train` cannot run yet, after args_validate accepted the arguments: tensor or
- * pipeline parallelism, the interleaved schedule. 0, or -1 with "<flag>: not supported yet (...)" in
- * err. `megadlm memory` validates with the same args_validate but skips this. */
-int args_check_trainable(const megadlm_args *a, char *err, size_t errlen);
 
 /* Prints the flag table with defaults (what `megadlm train --help` shows). */
 void args_print_help(const char *command, FILE *out);

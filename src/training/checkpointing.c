@@ -36,16 +36,17 @@
 
 #include "core/tensor/safetensors.h"
 #include "core/util/error.h"
+#include "core/util/io.h"
 
 #define CKPT_FORMAT_VERSION 1
 #define CKPT_TRACKER "latest_checkpointed_iteration.txt"
 
-/* Test hook: when set, called with the name of each stage of ckpt_save ("tmpdir", "model",
- * "optimizer", "state", "rename", "tracker") before that stage; non-zero makes the save fail
- * there as an I/O error would. Called with "exchange" before an atomic swap of an existing
- * iteration directory; non-zero there takes the path of a file system without
- * RENAME_EXCHANGE. Tests declare it `extern`; it is not part of the API. */
-int (*ckpt_test_hook)(const char *stage) = NULL;
+/* ckpt_set_fault_injection's function; NULL in every real run. */
+static ckpt_fault_fn g_fault;
+
+void ckpt_set_fault_injection(ckpt_fault_fn fault) { g_fault = fault; }
+
+static int fault_at(const char *stage) { return g_fault && g_fault(stage); }
 
 static int path_join(char *out, size_t len, char *err, size_t errlen, const char *fmt, ...) {
     va_list ap;
@@ -59,47 +60,11 @@ static int path_join(char *out, size_t len, char *err, size_t errlen, const char
     return 0;
 }
 
-static int fsync_path(const char *path) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    int rc = fsync(fd);
-    int e = errno;
-    close(fd);
-    errno = e;
-    return rc;
-}
-
 /* mkdir -p; fsyncs the parent of every directory it creates. */
 static int mkdir_p(const char *dir, char *err, size_t errlen) {
     char buf[PATH_MAX];
     if (path_join(buf, sizeof buf, err, errlen, "%s", dir)) return -1;
-    size_t len = strlen(buf);
-    while (len > 1 && buf[len - 1] == '/') buf[--len] = 0;
-    for (size_t i = 1; i <= len; i++) {
-        if (buf[i] != '/' && buf[i] != 0) continue;
-        char saved = buf[i];
-        buf[i] = 0;
-        if (mkdir(buf, 0755) == 0) {
-            char parent[PATH_MAX];
-            snprintf(parent, sizeof parent, "%s", buf);
-            char *slash = strrchr(parent, '/');
-            if (slash == parent) parent[1] = 0;
-            else if (slash) *slash = 0;
-            else snprintf(parent, sizeof parent, ".");
-            fsync_path(parent);
-        } else if (errno != EEXIST) {
-            err_set(err, errlen, "%s: cannot create directory: %s", buf, strerror(errno));
-            return -1;
-        } else {
-            struct stat sb;
-            if (stat(buf, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-                err_set(err, errlen, "%s: exists and is not a directory", buf);
-                return -1;
-            }
-        }
-        buf[i] = saved;
-    }
-    return 0;
+    return io_mkdir_p(buf, 1, err, errlen);
 }
 
 static int rm_one(const char *path, const struct stat *sb, int type, struct FTW *ftw) {
@@ -116,19 +81,6 @@ static int rm_rf(const char *path) {
     return nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-static int write_all(int fd, const char *p, size_t n) {
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 /* Creates path with text, fsyncs and closes it. */
 static int write_text_file(const char *path, const char *text, char *err, size_t errlen) {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -136,7 +88,7 @@ static int write_text_file(const char *path, const char *text, char *err, size_t
         err_set(err, errlen, "%s: cannot create: %s", path, strerror(errno));
         return -1;
     }
-    if (write_all(fd, text, strlen(text)) != 0 || fsync(fd) != 0) {
+    if (io_write_all(fd, text, strlen(text)) != 0 || fsync(fd) != 0) {
         err_set(err, errlen, "%s: write failed: %s", path, strerror(errno));
         close(fd);
         return -1;
@@ -283,7 +235,7 @@ static int check_param_set(const param_set *ps, int with_optimizer, char *err, s
 }
 
 int ckpt_stage_hook(const char *stage, const char *path, char *err, size_t errlen) {
-    if (ckpt_test_hook && ckpt_test_hook(stage)) {
+    if (fault_at(stage)) {
         err_set(err, errlen, "%s: save failed at stage \"%s\" (test hook)", path, stage);
         return -1;
     }
@@ -400,7 +352,7 @@ int ckpt_commit(ckpt_txn *x, const ckpt_state *st, char *err, size_t errlen) {
         free(withnl);
         if (rc) goto fail;
     }
-    if (fsync_path(tmp_dir) != 0) {
+    if (io_fsync_path(tmp_dir) != 0) {
         err_set(err, errlen, "%s: fsync failed: %s", tmp_dir, strerror(errno));
         goto fail;
     }
@@ -414,10 +366,10 @@ int ckpt_commit(ckpt_txn *x, const ckpt_state *st, char *err, size_t errlen) {
             goto fail;
         }
         in_place = 1;
-    } else if (!(ckpt_test_hook && ckpt_test_hook("exchange")) &&
+    } else if (!fault_at("exchange") &&
                renameat2(AT_FDCWD, tmp_dir, AT_FDCWD, final_dir, RENAME_EXCHANGE) == 0) {
         in_place = 1; /* tmp_dir now holds the old checkpoint */
-        if (fsync_path(dir) != 0) {
+        if (io_fsync_path(dir) != 0) {
             err_set(err, errlen, "%s: fsync failed: %s", dir, strerror(errno));
             goto fail;
         }
@@ -435,13 +387,13 @@ int ckpt_commit(ckpt_txn *x, const ckpt_state *st, char *err, size_t errlen) {
             goto fail;
         }
         in_place = 1;
-        if (fsync_path(dir) != 0) {
+        if (io_fsync_path(dir) != 0) {
             err_set(err, errlen, "%s: fsync failed: %s", dir, strerror(errno));
             goto fail;
         }
         rm_rf(old_dir);
     }
-    if (fsync_path(dir) != 0) {
+    if (io_fsync_path(dir) != 0) {
         err_set(err, errlen, "%s: fsync failed: %s", dir, strerror(errno));
         goto fail;
     }
@@ -457,7 +409,7 @@ int ckpt_commit(ckpt_txn *x, const ckpt_state *st, char *err, size_t errlen) {
                     strerror(errno));
             goto fail;
         }
-        if (fsync_path(dir) != 0) {
+        if (io_fsync_path(dir) != 0) {
             err_set(err, errlen, "%s: fsync failed: %s", dir, strerror(errno));
             return -1; /* the tracker is renamed; only durability is in doubt */
         }

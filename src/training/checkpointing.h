@@ -76,9 +76,17 @@ typedef struct {
 int ckpt_begin(ckpt_txn *x, const char *dir, int iteration, char *err, size_t errlen);
 int ckpt_commit(ckpt_txn *x, const ckpt_state *st, char *err, size_t errlen);
 void ckpt_abort(ckpt_txn *x);
-/* The test hook of ckpt_save (checkpointing.c) at `stage`: -1 with a message naming path when
- * it says to fail there. */
+/* The fault-injection point of a save at `stage`: -1 with a message naming path when the
+ * function given to ckpt_set_fault_injection says to fail there. */
 int ckpt_stage_hook(const char *stage, const char *path, char *err, size_t errlen);
+
+/* Fault injection, for tests of the save protocol only (NULL, the default, injects nothing).
+ * fault(stage) is called before each stage of a save ("tmpdir", "model", "optimizer", "state",
+ * "rename", "tracker"); non-zero makes the save fail there as an I/O error would. It is also
+ * called with "exchange" before the atomic swap of an existing iteration directory; non-zero
+ * there takes the path of a file system without RENAME_EXCHANGE. */
+typedef int (*ckpt_fault_fn)(const char *stage);
+void ckpt_set_fault_injection(ckpt_fault_fn fault);
 
 /* The header of a checkpoint file of ps's tensors (their whole shapes in ps->tensors[].shape),
  * byte for byte what ckpt_save writes: the model file (optimizer = 0), or the optimizer file

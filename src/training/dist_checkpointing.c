@@ -17,6 +17,7 @@
 #include "core/tensor/memory.h"
 #include "core/tensor_parallel/layers.h"
 #include "core/util/error.h"
+#include "core/util/io.h"
 
 static dist_ckpt_stats g_stats;
 const dist_ckpt_stats *dist_ckpt_last_stats(void) { return &g_stats; }
@@ -174,26 +175,6 @@ static int owns_replica(const param_tensor *t, const parallel_state *ps) {
 
 /* ---- saving ---- */
 
-static int pwrite_all(int fd, const void *data, size_t bytes, uint64_t at) {
-    const char *p = data;
-    while (bytes > 0) {
-        size_t chunk = bytes > (1u << 30) ? (1u << 30) : bytes;
-        ssize_t w = pwrite(fd, p, chunk, (off_t)at);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        if (w == 0) {
-            errno = EIO;
-            return -1;
-        }
-        p += w;
-        at += (uint64_t)w;
-        bytes -= (size_t)w;
-    }
-    return 0;
-}
-
 typedef struct {
     int fd;
     const char *path, *name;
@@ -210,7 +191,7 @@ static int write_run(void *user, size_t whole_at, size_t local_at, size_t n) {
     write_ctx *c = user;
     const float *p = c->src + (local_at - c->e0);
     uint64_t off = (uint64_t)whole_at * sizeof(float), bytes = (uint64_t)n * sizeof(float);
-    if (pwrite_all(c->fd, p, bytes, c->base + off) != 0) {
+    if (io_pwrite_all(c->fd, p, bytes, c->base + off) != 0) {
         err_set(c->err, c->errlen, "%s: tensor %s: write failed: %s", c->path, c->name,
                 strerror(errno));
         return -1;
@@ -375,14 +356,7 @@ int dist_ckpt_save(const char *dir, const transformer_config *cfg, const param_s
         }
         rc = write_slices(f, fd, path, &L, local, dopt, g + (f ? n : 0), err, errlen);
         if (!root) {
-            if (rc == 0 && fsync(fd) != 0) {
-                err_set(err, errlen, "%s: fsync failed: %s", path, strerror(errno));
-                rc = -1;
-            }
-            if (close(fd) != 0 && rc == 0) {
-                err_set(err, errlen, "%s: close failed: %s", path, strerror(errno));
-                rc = -1;
-            }
+            rc = io_fsync_close(fd, path, rc, err, errlen);
         }
     }
     if (agree(rc, err, errlen)) {
@@ -407,7 +381,7 @@ int dist_ckpt_save(const char *dir, const transformer_config *cfg, const param_s
                 err_set(err, errlen, "%s: internal error: the header changed length", path);
                 rc = -1;
             }
-            if (rc == 0 && pwrite_all(fds[f], header, header_bytes, 0) != 0) {
+            if (rc == 0 && io_pwrite_all(fds[f], header, header_bytes, 0) != 0) {
                 err_set(err, errlen, "%s: writing the header: %s", path, strerror(errno));
                 rc = -1;
             }
@@ -451,26 +425,6 @@ fail:
 /* Reading goes through pread() on the file (the page cache), not the mapping, so that a rank's
  * resident memory does not grow by what it reads; only F16 / BF16 tensors (files of other
  * tools) are converted from the mapping. */
-static int pread_all(int fd, void *data, size_t bytes, uint64_t at) {
-    char *p = data;
-    while (bytes > 0) {
-        size_t chunk = bytes > (1u << 30) ? (1u << 30) : bytes;
-        ssize_t r = pread(fd, p, chunk, (off_t)at);
-        if (r < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        if (r == 0) {
-            errno = EIO; /* the file is shorter than its header says */
-            return -1;
-        }
-        p += r;
-        at += (uint64_t)r;
-        bytes -= (size_t)r;
-    }
-    return 0;
-}
-
 #define CRC_CHUNK ((size_t)1 << 20) /* the bounce buffer of the crc32 pass, at most */
 
 typedef struct {
@@ -495,7 +449,7 @@ static int read_run(void *user, size_t whole_at, size_t local_at, size_t n) {
     read_ctx *c = user;
     float *dst = c->dst + (local_at - c->e0);
     if (c->e->dtype == ST_F32) {
-        if (pread_all(c->fd, dst, n * sizeof(float),
+        if (io_pread_all(c->fd, dst, n * sizeof(float),
                       entry_at(c->f, c->e) + (uint64_t)whole_at * sizeof(float)) != 0) {
             err_set(c->err, c->errlen, "%s: tensor %s: read failed: %s", c->f->path, c->e->name,
                     strerror(errno));
@@ -517,7 +471,7 @@ static int crc_run(void *user, size_t whole_at, size_t local_at, size_t n) {
     uLong crc = 0xffffffffUL; /* G over the run, chunk by chunk */
     for (uint64_t done = 0; done < bytes;) {
         size_t len = bytes - done < c->bounce_bytes ? (size_t)(bytes - done) : c->bounce_bytes;
-        if (pread_all(c->fd, c->bounce, len, entry_at(c->f, c->e) + off + done) != 0) {
+        if (io_pread_all(c->fd, c->bounce, len, entry_at(c->f, c->e) + off + done) != 0) {
             err_set(c->err, c->errlen, "%s: tensor %s: read failed: %s", c->f->path, c->e->name,
                     strerror(errno));
             return -1;

@@ -71,8 +71,8 @@ void theoretical_memory_compute(const megadlm_args *a, theoretical_memory *out);
 
 /* megadlm's own bytes on a rank `train` builds (fp32 parameters, gradients, two Adam moments;
  * the saved activations of one micro-batch: every layer's activation_memory_layer_bytes plus
- * the model head's). For a layout `train` runs (args_check_trainable) these equal what the
- * tracked allocator measures; `train --log-memory` prints both. */
+ * the model head's). These equal what the tracked allocator measures; `train --log-memory`
+ * prints both. */
 typedef struct {
     size_t parameters;
     size_t gradients;

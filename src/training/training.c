@@ -31,6 +31,7 @@
 #include "training/theoretical_memory.h"
 #include "training/tokenizer/tokenizer.h"
 #include "core/util/alloc.h"
+#include "core/util/die.h"
 
 /* Megatron prints the training log on the last rank (print_rank_last); the others stay quiet
  * except for what is per rank (parameter counts, memory). */
@@ -82,7 +83,7 @@ typedef struct {
 static void read_sample(trainer *tr, int split, uint64_t index) {
     char err[1024];
     if (gpt_data_get(tr->data[split], split, index, tr->sample, err, sizeof err) != 0)
-        parallel_abort(1, "%s", err);
+        die(1, "%s", err);
 }
 
 /* Fills the micro-batch whose first sample is global sample `first` of `split`:
@@ -718,7 +719,7 @@ int pretrain(megadlm_args *a) {
         tp_progress_mode mode = strcmp(a->tp_comm_overlap_progress, "thread") ? TP_PROGRESS_TEST
                                                                              : TP_PROGRESS_THREAD;
         if (tp_overlap_init(mode, err, sizeof(err)) != 0)
-            parallel_abort(2, "--tp-comm-overlap: %s", err);
+            die(2, "--tp-comm-overlap: %s", err);
         log_printf("> TP communication overlap: all-gather %s, reduce-scatter %s, %s (linear_qkv "
                    "%s, linear_fc1 %s); %d pieces per shard, progress by %s\n",
                    a->tp_comm_overlap_ag ? "on" : "off", a->tp_comm_overlap_rs ? "on" : "off",
@@ -883,7 +884,6 @@ int train_main(int argc, char **argv) {
     /* Every rank validates the same arguments, so every rank fails together, each saying why,
      * and all exit cleanly (no rank is left waiting in a collective). */
     if (rc < 0 || args_validate(&a, err, sizeof(err)) != 0 ||
-        args_check_trainable(&a, err, sizeof(err)) != 0 ||
         parallel_setup_groups(a.tensor_model_parallel_size, a.pipeline_model_parallel_size, err,
                               sizeof(err)) != 0) {
         if (parallel_world_size() > 1)

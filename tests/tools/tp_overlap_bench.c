@@ -26,8 +26,98 @@
 #include "core/parallel_state.h"
 #include "core/tensor_parallel/comm_overlap.h"
 #include "core/tensor_parallel/mappings.h"
+#include "core/util/alloc.h"
+#include "core/util/die.h"
 #include "training/arguments.h"
 #include "training/model_provider.h"
+
+/* ---- the instrumentation of the TP collectives (mappings.h's interposer) ----
+ * compute_only: every plain collective becomes a local copy (an all-gather copies the own shard
+ * into every slot, a reduce-scatter keeps the own rows, all-reduces do nothing), so a step runs
+ * its compute without communication; its numbers are meaningless.
+ * Recording: each collective's kind and size is appended to a list; replay() runs that list
+ * back to back (communication without compute) and returns the seconds it took. */
+typedef struct {
+    tp_comm_kind kind;
+    size_t n; /* floats: the buffer (all-reduce) or one shard (all-gather, reduce-scatter) */
+} rec_entry;
+
+static struct {
+    int local_only, recording;
+    rec_entry *rec;
+    size_t len, cap;
+} g;
+
+static void observe(tp_comm_kind kind, size_t n, void *user) {
+    (void)user;
+    if (!g.recording) return;
+    if (g.len == g.cap) {
+        g.cap = g.cap ? 2 * g.cap : 256;
+        g.rec = xrealloc(g.rec, g.cap * sizeof(*g.rec), "TP communication record");
+    }
+    g.rec[g.len++] = (rec_entry){kind, n};
+}
+
+static int replace(tp_comm_kind kind, void *out, const void *in, size_t n, void *user) {
+    (void)user;
+    if (!g.local_only) return 0;
+    const parallel_state *ps = parallel_get();
+    float *o = out;
+    const float *i = in;
+    if (kind == TP_COMM_ALL_GATHER) {
+        for (int q = 0; q < ps->tp_size; q++)
+            if (o + q * n != i) memcpy(o + q * n, i, n * sizeof(float));
+    } else if (kind == TP_COMM_REDUCE_SCATTER) {
+        memcpy(o, i + (size_t)ps->tp_rank * n, n * sizeof(float));
+    }
+    return 1;
+}
+
+static void set_recording(int on) {
+    g.recording = on;
+    if (on) g.len = 0;
+}
+
+static double replay(void) {
+    const parallel_state *ps = parallel_get();
+    if (!ps->mpi || ps->tp_size < 2) return 0.0;
+    size_t most = 1;
+    for (size_t i = 0; i < g.len; i++) {
+        size_t n = g.rec[i].n * (g.rec[i].kind == TP_COMM_ALL_GATHER ||
+                                         g.rec[i].kind == TP_COMM_REDUCE_SCATTER
+                                     ? (size_t)ps->tp_size
+                                     : 1);
+        if (n > most) most = n;
+    }
+    float *a = xcalloc(most, sizeof(float), "TP check buffer"),
+          *b = xcalloc(most, sizeof(float), "TP check buffer");
+    MPI_Barrier(ps->tp);
+    double t0 = MPI_Wtime();
+    for (size_t i = 0; i < g.len; i++) {
+        int n = (int)g.rec[i].n;
+        switch (g.rec[i].kind) {
+        case TP_COMM_ALL_REDUCE_SUM:
+            MPI_Allreduce(MPI_IN_PLACE, a, n, MPI_FLOAT, MPI_SUM, ps->tp);
+            break;
+        case TP_COMM_ALL_REDUCE_MAX:
+            MPI_Allreduce(MPI_IN_PLACE, a, n, MPI_FLOAT, MPI_MAX, ps->tp);
+            break;
+        case TP_COMM_ALL_GATHER:
+            MPI_Allgather(a, n, MPI_FLOAT, b, n, MPI_FLOAT, ps->tp);
+            break;
+        case TP_COMM_REDUCE_SCATTER:
+            MPI_Reduce_scatter_block(b, a, n, MPI_FLOAT, MPI_SUM, ps->tp);
+            break;
+        case TP_COMM_ALL_REDUCE_SUM_DOUBLE: break; /* not observed */
+        }
+    }
+    double dt = MPI_Wtime() - t0;
+    free(a);
+    free(b);
+    return dt;
+}
+
+/* ---- the modes ---- */
 
 enum { NO_OVERLAP, OVERLAP, AG_ONLY, RS_ONLY, BULK_ONLY, COMPUTE_ONLY, COMM_ONLY, NUM_MODES };
 static const char *MODE_NAMES[NUM_MODES] = {"no_overlap", "overlap",      "ag_only",  "rs_only",
@@ -40,7 +130,7 @@ static void set_mode(transformer_config *c, const megadlm_args *a, int mode) {
     c->tp_comm_overlap_rs_dgrad = mode == OVERLAP && a->tp_comm_overlap_rs_dgrad;
     c->tp_comm_bulk_dgrad = mode == OVERLAP ? a->tp_comm_bulk_dgrad : mode == BULK_ONLY;
     c->tp_comm_bulk_wgrad = mode == OVERLAP ? a->tp_comm_bulk_wgrad : mode == BULK_ONLY;
-    tp_comm_set_local_only(mode == COMPUTE_ONLY);
+    g.local_only = mode == COMPUTE_ONLY; /* tp_comm_overlap is off: every collective is plain */
 }
 
 static void iteration(gpt_model *m, const megadlm_args *a, const int *tokens, const int *labels,
@@ -73,11 +163,12 @@ int main(int argc, char **argv) {
     if (rc == 0) a.world_size = parallel_world_size();
     if (rc != 0 || args_validate(&a, err, sizeof(err)) ||
         parallel_setup_groups(a.tensor_model_parallel_size, 1, err, sizeof(err)))
-        parallel_abort(2, "%s", err);
-    if (!a.tp_comm_overlap) parallel_abort(2, "give --tp-comm-overlap (and its switches)");
+        die(2, "%s", err);
+    if (!a.tp_comm_overlap) die(2, "give --tp-comm-overlap (and its switches)");
+    tp_comm_set_interposer(&(tp_comm_interposer){.observe = observe, .replace = replace});
     tp_progress_mode pm =
         strcmp(a.tp_comm_overlap_progress, "thread") ? TP_PROGRESS_TEST : TP_PROGRESS_THREAD;
-    if (tp_overlap_init(pm, err, sizeof(err))) parallel_abort(2, "%s", err);
+    if (tp_overlap_init(pm, err, sizeof(err))) die(2, "%s", err);
 
     transformer_config cfg = model_config_from_args(&a);
     gpt_model *m = gpt_model_create(&cfg, a.micro_batch_size, 1);
@@ -98,9 +189,9 @@ int main(int argc, char **argv) {
     /* warm-up, and the collectives of one plain iteration for comm_only */
     set_mode(&m->cfg, &a, NO_OVERLAP);
     iteration(m, &a, tokens, labels, mask, &oc, 0);
-    tp_comm_set_recording(1);
+    set_recording(1);
     iteration(m, &a, tokens, labels, mask, &oc, 0);
-    tp_comm_set_recording(0);
+    set_recording(0);
     set_mode(&m->cfg, &a, OVERLAP);
     iteration(m, &a, tokens, labels, mask, &oc, 0);
 
@@ -112,7 +203,7 @@ int main(int argc, char **argv) {
             double t0 = MPI_Wtime();
             for (int i = 0; i < iters; i++) {
                 if (mode == COMM_ONLY)
-                    tp_comm_replay();
+                    replay();
                 else
                     iteration(m, &a, tokens, labels, mask, &oc, r * iters + i);
             }
@@ -129,6 +220,8 @@ int main(int argc, char **argv) {
                    1e3 * x[rounds / 2], 1e3 * x[0]);
         }
     }
+    tp_comm_set_interposer(NULL);
+    free(g.rec);
     free(t);
     free(tokens);
     free(labels);

@@ -330,7 +330,7 @@ static void test_refused_flags(void) {
         args_free(&a);
     }
     /* the parallel flags are real fields now: parsed and validated with Megatron's rules
-     * (test_parallel); what `train` cannot run yet is refused by args_check_trainable */
+     * (test_parallel); every valid layout trains */
     megadlm_args a;
     CHECK(parse_line(&a, "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 4 "
                          "--sequence-parallel --use-distributed-optimizer "
@@ -347,25 +347,20 @@ static void test_refused_flags(void) {
         CHECK(run_line(&b, BASE " --num-layers 6 --pipeline-model-parallel-size 3 "
                                 "--num-layers-per-virtual-pipeline-stage 1 --global-batch-size 6") == 0);
         CHECK(b.virtual_pipeline_model_parallel_size == 2);
-        CHECK(args_check_trainable(&b, ERR, sizeof(ERR)) == 0);
         args_free(&b);
         CHECK(run_line(&b, BASE " --num-layers 4 --pipeline-model-parallel-size 2 "
                                 "--virtual-pipeline-model-parallel-size 2 --global-batch-size 4") == 0);
-        CHECK(args_check_trainable(&b, ERR, sizeof(ERR)) == 0);
         args_free(&b);
         CHECK(run_line(&b, BASE) == 0);
         b.world_size = 2;
         b.global_batch_size = 4;
         CHECK(args_validate(&b, ERR, sizeof(ERR)) == 0 && b.data_parallel_size == 2);
-        CHECK(args_check_trainable(&b, ERR, sizeof(ERR)) == 0); /* data parallelism trains */
         args_free(&b);
         CHECK(parse_line(&b, BASE " --tensor-model-parallel-size 2 --sequence-parallel") == 0);
         b.world_size = 4; /* TP 2 x DP 2 */
         CHECK(args_validate(&b, ERR, sizeof(ERR)) == 0 && b.data_parallel_size == 2);
-        CHECK(args_check_trainable(&b, ERR, sizeof(ERR)) == 0);
         args_free(&b);
         CHECK(run_line(&b, BASE) == 0);
-        CHECK(args_check_trainable(&b, ERR, sizeof(ERR)) == 0);
         args_free(&b);
     }
     /* a struct that did not come from the parser (e.g. JSON) is checked by validation too */
@@ -1068,7 +1063,6 @@ static void test_ddp_flags(void) {
                             "--accumulate-allreduce-grads-in-fp32") == 0);
     CHECK(a.use_distributed_optimizer && a.overlap_grad_reduce && a.overlap_param_gather &&
           a.ddp_bucket_size == 1000 && a.accumulate_allreduce_grads_in_fp32);
-    CHECK(args_check_trainable(&a, ERR, sizeof(ERR)) == 0);
     cJSON *j = args_to_json(&a);
     megadlm_args b;
     args_defaults(&b);

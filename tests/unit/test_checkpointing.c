@@ -27,8 +27,6 @@
 #include "test_util.h"
 #include "training/checkpointing.h"
 
-extern int (*ckpt_test_hook)(const char *stage);
-
 static char g_root[256];
 static char g_err[1024];
 
@@ -667,7 +665,7 @@ static void test_interrupted(void) {
 
     /* Saves of iteration 2 failing at every stage. */
     const char *stages[] = {"tmpdir", "model", "optimizer", "state", "rename", "tracker"};
-    ckpt_test_hook = fail_at;
+    ckpt_set_fault_injection(fail_at);
     for (int s = 0; s < 6; s++) {
         g_fail_stage = stages[s];
         st = make_state(2);
@@ -685,7 +683,7 @@ static void test_interrupted(void) {
         /* Only the last stage (after the rename) leaves a complete iter_0000002 behind. */
         CHECK(exists("%s/iter_0000002", dir) == (s == 5));
     }
-    ckpt_test_hook = NULL;
+    ckpt_set_fault_injection(NULL);
     g_fail_stage = NULL;
     CHECK(exists("%s/iter_0000002.tmp-123", dir)); /* not ours to touch until a save succeeds */
 
@@ -728,15 +726,15 @@ static void test_interrupted(void) {
     CHECK(ckpt_save(dir, &c, &st, 0, g_err, sizeof g_err) == 0);
     CHECK(loads_as(dir, 2, &c, 0));
     CHECK(!exists("%s/iter_0000002/optimizer.safetensors", dir)); /* the old dir is gone */
-    ckpt_test_hook = no_exchange;
+    ckpt_set_fault_injection(no_exchange);
     CHECK(ckpt_save(dir, &b, &st, 1, g_err, sizeof g_err) == 0);
-    ckpt_test_hook = NULL;
+    ckpt_set_fault_injection(NULL);
     CHECK(loads_as(dir, 2, &b, 1));
     /* A failed overwrite keeps the previous iter_0000002 intact. */
-    ckpt_test_hook = fail_at;
+    ckpt_set_fault_injection(fail_at);
     g_fail_stage = "rename";
     CHECK(ckpt_save(dir, &c, &st, 1, g_err, sizeof g_err) == -1);
-    ckpt_test_hook = NULL;
+    ckpt_set_fault_injection(NULL);
     g_fail_stage = NULL;
     CHECK(loads_as(dir, 2, &b, 1));
     ckpt_state_free(&st);

@@ -15,6 +15,7 @@
 
 #include "core/random/mt19937.h"
 #include "core/tensor/memory.h"
+#include "core/util/alloc.h"
 #include "core/util/error.h"
 
 #define ADD_EXTRA_TOKEN 1 /* Megatron's add_extra_token_to_sequence = True */
@@ -310,11 +311,7 @@ uint64_t gpt_blend_dataset_size(uint64_t target, double weight) {
 
 void gpt_blending_indices(const double *weights, int num_datasets, uint64_t size,
                           int16_t *dataset_index, int64_t *dataset_sample_index) {
-    int64_t *current = calloc((size_t)num_datasets, sizeof(int64_t));
-    if (!current) {
-        fprintf(stderr, "error: out of memory\n");
-        exit(1);
-    }
+    int64_t *current = xcalloc((size_t)num_datasets, sizeof(int64_t), "blending counters");
     for (uint64_t s = 0; s < size; s++) {
         double sd = (double)s > 1.0 ? (double)s : 1.0;
         int max_i = 0;

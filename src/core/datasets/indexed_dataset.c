@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include "core/tensor/memory.h"
+#include "core/util/alloc.h"
+#include "core/util/die.h"
 #include "core/util/error.h"
 
 static const unsigned char IDX_MAGIC[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0};
@@ -115,11 +117,7 @@ static void escape_bytes(const unsigned char *p, size_t n, char *out, size_t out
 
 static char *str_concat(const char *a, const char *b) {
     size_t la = strlen(a), lb = strlen(b);
-    char *s = malloc(la + lb + 1);
-    if (!s) {
-        fprintf(stderr, "error: out of memory\n");
-        exit(1);
-    }
+    char *s = xmalloc(la + lb + 1, "a dataset path");
     memcpy(s, a, la);
     memcpy(s + la, b, lb + 1);
     return s;
@@ -412,11 +410,8 @@ static void *grow(void *p, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return p;
     size_t nc = *cap ? *cap : 1024;
     while (nc < need) nc *= 2;
-    void *q = realloc(p, nc * elem);
-    if (!q) {
-        fprintf(stderr, "error: out of memory growing an index of %zu entries\n", nc);
-        exit(1);
-    }
+    if (nc > SIZE_MAX / elem) die(1, "out of memory: an index of %zu entries overflows a size", nc);
+    void *q = xrealloc(p, nc * elem, "a dataset index");
     *cap = nc;
     return q;
 }
@@ -556,7 +551,10 @@ void idx_builder_abort(idx_builder *b) {
     builder_free(b);
 }
 
-static int write_all(FILE *f, const void *p, size_t n) { return n == 0 || fwrite(p, 1, n, f) == n; }
+/* 1 when all n bytes went to the stream (stdio buffers; the caller flushes and fsyncs). */
+static int fwrite_all(FILE *f, const void *p, size_t n) {
+    return n == 0 || fwrite(p, 1, n, f) == n;
+}
 
 int idx_builder_finalize(idx_builder *b, char *err, size_t errlen) {
     int ok = 1;
@@ -577,16 +575,16 @@ int idx_builder_finalize(idx_builder *b, char *err, size_t errlen) {
     setvbuf(f, NULL, _IOFBF, 1 << 20);
     uint64_t version = 1, S = b->n_lengths, D = b->n_docs;
     unsigned char code = (unsigned char)b->dtype;
-    ok = write_all(f, IDX_MAGIC, 9) && write_all(f, &version, 8) && write_all(f, &code, 1) &&
-         write_all(f, &S, 8) && write_all(f, &D, 8) &&
-         write_all(f, b->lengths, S * sizeof(int32_t));
+    ok = fwrite_all(f, IDX_MAGIC, 9) && fwrite_all(f, &version, 8) && fwrite_all(f, &code, 1) &&
+         fwrite_all(f, &S, 8) && fwrite_all(f, &D, 8) &&
+         fwrite_all(f, b->lengths, S * sizeof(int32_t));
     /* sequence pointers: running byte offsets (Megatron's _sequence_pointers) */
     int64_t ptr = 0;
     for (uint64_t i = 0; ok && i < S; i++) {
-        ok = write_all(f, &ptr, 8);
+        ok = fwrite_all(f, &ptr, 8);
         ptr += (int64_t)b->lengths[i] * (int64_t)b->itemsize;
     }
-    ok = ok && write_all(f, b->doc_indices, D * sizeof(int64_t));
+    ok = ok && fwrite_all(f, b->doc_indices, D * sizeof(int64_t));
     if (fflush(f) != 0 || fsync(fileno(f)) != 0) ok = 0;
     if (fclose(f) != 0) ok = 0;
     if (!ok) {

@@ -7,6 +7,7 @@
 
 #include "core/parallel_state.h"
 #include "core/util/alloc.h"
+#include "core/util/die.h"
 
 /* MPI counts and displacements are ints. */
 #define DDP_MAX_BUCKET ((size_t)1 << 30)
@@ -77,7 +78,7 @@ ddp *ddp_create_layout(param_set *ps, const ddp_config *cfg, int dp_size, int dp
         const param_tensor *t = &ps->tensors[i];
         int own = own_bucket(d, t);
         if (t->numel > DDP_MAX_BUCKET)
-            parallel_abort(1, "%s: %zu elements, more than a data-parallel bucket can hold",
+            die(1, "%s: %zu elements, more than a data-parallel bucket can hold",
                            t->name, t->numel);
         if (count > 0 && (own || count + t->numel > DDP_MAX_BUCKET)) {
             add_bucket(d, end - count, end, &cap);
@@ -172,7 +173,7 @@ void ddp_grads_done(void *user, size_t begin, size_t end) {
         size_t lo = begin > bk->begin ? begin : bk->begin, hi = end < bk->end ? end : bk->end;
         if (bk->started || lo >= hi) continue;
         if (hi - lo > bk->remaining)
-            parallel_abort(1, "internal error: gradients [%zu, %zu) reported twice", lo, hi);
+            die(1, "internal error: gradients [%zu, %zu) reported twice", lo, hi);
         bk->remaining -= hi - lo;
         if (bk->remaining == 0) {
             start_bucket(d, b, 1);

@@ -22,11 +22,12 @@
  *    MPI_Ireduce_scatter) while backward goes on; ddp_finish_grad_sync waits for all of them.
  *
  * Progress: Open MPI moves the bytes of a nonblocking collective only inside MPI calls (its
- * shared-memory and TCP transports have no progress thread, and our MPI is FUNNELED). Every
- * call of the hook (after the head, after each layer, after the embedding) therefore runs
- * MPI_Testsome over the reductions in flight, which advances them by as much as is ready; what
- * is left is completed in ddp_finish_grad_sync. A dedicated progress thread would need
- * MPI_THREAD_MULTIPLE and would take a core from the OpenMP pool.
+ * shared-memory and TCP transports have no progress thread). Every call of the hook (after
+ * the head, after each layer, after the embedding) therefore runs MPI_Testsome over the
+ * reductions in flight, which advances them by as much as is ready; what is left is completed
+ * in ddp_finish_grad_sync. A progress thread of its own would have to share MPI with the TP
+ * overlap's thread (MPI is initialised SERIALIZED: one thread in MPI at a time) and would take
+ * a core from the OpenMP pool.
  *
  * Distributed optimizer shards (Megatron shards each bucket across DP): rank r owns a
  * contiguous piece of every bucket, the pieces in rank order. A bucket of n elements gives each

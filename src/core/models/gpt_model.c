@@ -20,6 +20,8 @@
 #include "core/tensor_parallel/mappings.h"
 #include "core/tensor_parallel/parallel_linear.h"
 #include "core/util/alloc.h"
+#include "core/transformer/transformer_layer.h"
+#include "core/util/die.h"
 
 /* ---- parameter registration ----
  * Each parameter is registered with its name, shape, init and the addresses of the pointers
@@ -404,20 +406,13 @@ void gpt_model_init_params(gpt_model *m, uint64_t seed) {
 /* ---- forward / backward ---- */
 
 static void final_norm_forward(const transformer_config *c, gpt_model *m, const float *h, int Ns) {
-    if (c->normalization == NORM_LAYERNORM)
-        layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, h, m->lnf_w, m->lnf_b, Ns,
-                          c->hidden_size, c->norm_epsilon);
-    else
-        rmsnorm_forward(m->lnf, m->lnf_rstd, h, m->lnf_w, Ns, c->hidden_size, c->norm_epsilon);
+    norm_forward(c, m->lnf, m->lnf_mean, m->lnf_rstd, h, m->lnf_w, m->lnf_b, Ns);
 }
 
 static void final_norm_backward(const transformer_config *c, gpt_model *m, float *dh,
                                 const float *dout, const float *h, int Ns) {
-    if (c->normalization == NORM_LAYERNORM)
-        layernorm_backward(dh, m->g_lnf_w, m->g_lnf_b, dout, h, m->lnf_w, m->lnf_mean,
-                           m->lnf_rstd, Ns, c->hidden_size);
-    else
-        rmsnorm_backward(dh, m->g_lnf_w, dout, h, m->lnf_w, m->lnf_rstd, Ns, c->hidden_size);
+    norm_backward(c, dh, m->g_lnf_w, m->g_lnf_b, dout, h, m->lnf_w, m->lnf_mean, m->lnf_rstd,
+                  Ns);
 }
 
 /* Index of this rank's first token row: its shard's under sequence parallelism, else 0. */
@@ -476,11 +471,9 @@ float gpt_model_forward_weighted(gpt_model *m, const int32_t *tokens, const int3
                                  const float *weights, float denominator, int B, int T,
                                  gpt_step step) {
     const transformer_config *c = &m->cfg;
-    if (B > m->max_batch || T > c->seq_length) {
-        fprintf(stderr, "internal error: batch %dx%d exceeds the model's buffers %dx%d\n", B, T,
-                m->max_batch, c->seq_length);
-        exit(1);
-    }
+    if (B > m->max_batch || T > c->seq_length)
+        die(1, "internal error: batch %dx%d exceeds the model's buffers %dx%d", B, T,
+            m->max_batch, c->seq_length);
     int N = B * T, Ns = tc_tokens_local(c, N), C = c->hidden_size, V = tc_vocab_local(c);
     m->B = B;
     m->T = T;
@@ -602,10 +595,8 @@ void gpt_model_finalize_grads(gpt_model *m) {
 }
 
 void gpt_model_set_chunk(gpt_model *m, int chunk) {
-    if (chunk < 0 || chunk >= m->num_chunks) {
-        fprintf(stderr, "internal error: model chunk %d of %d\n", chunk, m->num_chunks);
-        exit(1);
-    }
+    if (chunk < 0 || chunk >= m->num_chunks)
+        die(1, "internal error: model chunk %d of %d", chunk, m->num_chunks);
     m->cfg.vp_rank = chunk;
     transformer_block_bind(&m->block, chunk);
 }

@@ -10,6 +10,7 @@
 #include "core/tensor/memory.h"
 #include "core/tensor_parallel/mappings.h"
 #include "core/util/alloc.h"
+#include "core/util/die.h"
 
 static double now_seconds(void) {
     struct timespec ts;
@@ -46,7 +47,7 @@ dist_opt *dist_opt_create(param_set *ps, ddp *d, int overlap_param_gather) {
         }
     }
     if (state > o->shard_numel)
-        parallel_abort(1, "internal error: distributed optimizer shard of %zu > %zu elements",
+        die(1, "internal error: distributed optimizer shard of %zu > %zu elements",
                        state, o->shard_numel);
     o->reqs = xcalloc((size_t)d->num_buckets + 1, sizeof(MPI_Request), "parameter gather requests");
     for (int b = 0; b < d->num_buckets; b++) o->reqs[b] = MPI_REQUEST_NULL;

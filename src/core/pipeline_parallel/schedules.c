@@ -6,6 +6,7 @@
 
 #include "core/parallel_state.h"
 #include "core/pipeline_parallel/p2p_communication.h"
+#include "core/util/die.h"
 
 /* Most activation stores held at once (micro-batches, or model chunks, whose forward ran and
  * backward has not), over every forward_backward so far. */
@@ -173,10 +174,8 @@ typedef struct {
 } store_pool;
 
 static gpt_model *pool_take(store_pool *pl, int kind) {
-    if (pl->nfree[kind] == 0) {
-        fprintf(stderr, "internal error: the interleaved schedule ran out of activation stores\n");
-        exit(1);
-    }
+    if (pl->nfree[kind] == 0)
+        die(1, "internal error: the interleaved schedule ran out of activation stores");
     held_add(1);
     return pl->free_[kind][--pl->nfree[kind]];
 }

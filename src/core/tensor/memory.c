@@ -5,7 +5,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "core/parallel_state.h"
+#include "core/util/die.h"
 
 /* Each block starts with a header recording its size and category, so mem_free can update
  * the counters without a lookup table. The header is padded to the alignment. */
@@ -31,7 +31,7 @@ void *mem_alloc(mem_category cat, size_t bytes, const char *what) {
     /* a failure ends every rank (a rank left alone would wait in its next collective) */
     if (bytes > SIZE_MAX - MEM_ALIGN || posix_memalign(&block, MEM_ALIGN, MEM_ALIGN + bytes) != 0 ||
         block == NULL)
-        parallel_abort(1, "out of memory allocating %zu bytes of %s for %s", bytes, g_names[cat],
+        die(1, "out of memory allocating %zu bytes of %s for %s", bytes, g_names[cat],
                        what ? what : "?");
     memset(block, 0, MEM_ALIGN + bytes);
     mem_header *h = (mem_header *)block;
@@ -48,7 +48,7 @@ void *mem_alloc(mem_category cat, size_t bytes, const char *what) {
 
 float *mem_alloc_floats(mem_category cat, size_t count, const char *what) {
     if (count > SIZE_MAX / sizeof(float))
-        parallel_abort(1, "out of memory: %zu floats of %s for %s overflow a size", count,
+        die(1, "out of memory: %zu floats of %s for %s overflow a size", count,
                        g_names[cat], what ? what : "?");
     return (float *)mem_alloc(cat, count * sizeof(float), what);
 }

@@ -4,8 +4,7 @@
  * `--log-memory` and the tests can state exactly what a run holds (parameters, gradients,
  * optimizer state, saved activations, workspace, other). Buffers are 64-byte aligned and
  * zero-filled. Allocation failure prints the request and the category and ends every rank
- * (parallel_abort): a training
- * run has no way to continue without its buffers.
+ * (die(), core/util/die.h): a training run has no way to continue without its buffers.
  *
  * The model allocates everything once, up front, so the training step never allocates:
  * mem_alloc_count() lets a test check that.

@@ -2,6 +2,7 @@
 #include "core/tensor/safetensors.h"
 #include "core/util/error.h"
 #include "core/util/alloc.h"
+#include "core/util/io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -75,25 +76,6 @@ static int tensor_bytes(int ndim, const int64_t *shape, size_t elem, size_t *num
 }
 
 /* ======================================================================== writing */
-
-static int write_all(int fd, const void *data, uint64_t bytes) {
-    const char *p = (const char *)data;
-    while (bytes > 0) {
-        size_t chunk = bytes > (1u << 30) ? (1u << 30) : (size_t)bytes;
-        ssize_t w = write(fd, p, chunk);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        if (w == 0) {
-            errno = EIO;
-            return -1;
-        }
-        p += w;
-        bytes -= (uint64_t)w;
-    }
-    return 0;
-}
 
 static int cmp_str_ptr(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
@@ -219,12 +201,12 @@ int st_write_fd(int fd, const char *path, const st_tensor_desc *tensors, int n,
             err_set(err, errlen, "%s: tensor %s: no data", path, tensors[i].name);
             goto done;
         }
-    if (write_all(fd, header, header_bytes)) {
+    if (io_write_all(fd, header, header_bytes)) {
         err_set(err, errlen, "%s: writing the header: %s", path, strerror(errno));
         goto done;
     }
     for (int i = 0; i < n; i++)
-        if (write_all(fd, tensors[i].data, begin[i + 1] - begin[i])) {
+        if (io_write_all(fd, tensors[i].data, begin[i + 1] - begin[i])) {
             err_set(err, errlen, "%s: tensor %s: write failed: %s", path, tensors[i].name,
                     strerror(errno));
             goto done;
@@ -243,20 +225,8 @@ int st_write_file(const char *path, const st_tensor_desc *tensors, int n, const 
         err_set(err, errlen, "%s: cannot create: %s", path, strerror(errno));
         return -1;
     }
-    if (st_write_fd(fd, path, tensors, n, meta, nmeta, err, errlen) != 0) {
-        close(fd);
-        return -1;
-    }
-    if (fsync(fd) != 0) {
-        err_set(err, errlen, "%s: fsync failed: %s", path, strerror(errno));
-        close(fd);
-        return -1;
-    }
-    if (close(fd) != 0) {
-        err_set(err, errlen, "%s: close failed: %s", path, strerror(errno));
-        return -1;
-    }
-    return 0;
+    int rc = st_write_fd(fd, path, tensors, n, meta, nmeta, err, errlen);
+    return io_fsync_close(fd, path, rc, err, errlen);
 }
 
 /* ======================================================================== reading */

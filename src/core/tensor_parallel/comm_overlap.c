@@ -8,6 +8,7 @@
 
 #include "core/parallel_state.h"
 #include "core/tensor_parallel/mappings.h"
+#include "core/util/die.h"
 
 /* One transfer. It is posted once its `after` flag is set (-1: at once) and sets its `done`
  * flag when complete (-1: none). Flags and ops live in tables that are reset whenever no call
@@ -195,14 +196,14 @@ static void begin_call(void) {
 }
 
 static int new_flag(void) {
-    if (g.nflags >= MAX_FLAGS) parallel_abort(1, "TP overlap: more than %d flags", MAX_FLAGS);
+    if (g.nflags >= MAX_FLAGS) die(1, "TP overlap: more than %d flags", MAX_FLAGS);
     atomic_store(&g.flag[g.nflags], 0);
     return g.nflags++;
 }
 
 static int add_op(op_kind kind, int peer, int tag, int count, const float *sbuf, float *rbuf,
                   int after, int done) {
-    if (g.nops >= MAX_OPS) parallel_abort(1, "TP overlap: more than %d transfers", MAX_OPS);
+    if (g.nops >= MAX_OPS) die(1, "TP overlap: more than %d transfers", MAX_OPS);
     ov_op *op = &g.ops[g.nops];
     *op = (ov_op){kind, peer, tag, count, sbuf, rbuf, after, done, 0, MPI_REQUEST_NULL};
     g.pending++;
@@ -398,7 +399,7 @@ static bulk_op g_bulk[MAX_BULK];
 static int bulk_slot(void) {
     for (int h = 0; h < MAX_BULK; h++)
         if (g_bulk[h].end == 0) return h;
-    parallel_abort(1, "TP overlap: more than %d bulk operations in flight", MAX_BULK);
+    die(1, "TP overlap: more than %d bulk operations in flight", MAX_BULK);
 }
 
 /* MPI_Iallgather: Open MPI's nonblocking all-gather moves the same bytes as the blocking one */

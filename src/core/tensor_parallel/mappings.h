@@ -40,15 +40,28 @@ void tp_comm_reset_stats(void);
 void tp_comm_note_all_gather(size_t shard_n);
 void tp_comm_note_reduce_scatter(size_t shard_n);
 
-/* Benchmark only (bench/bench_tp_comm_overlap.sh): with local_only on, every collective above
- * becomes a local copy (an all-gather copies the own shard into every slot, a reduce-scatter
- * keeps the own rows, all-reduces do nothing), so a step runs its compute without
- * communication; its numbers are meaningless. With recording on, each collective's kind and
- * size is appended to a list; tp_comm_replay runs that list back to back (communication with
- * no compute) and returns the seconds it took. */
-void tp_comm_set_local_only(int on);
-int tp_comm_local_only(void);
-void tp_comm_set_recording(int on);
-double tp_comm_replay(void);
+/* Benchmark instrumentation (tests/tools/tp_overlap_bench.c, which replaces communication by
+ * local copies and records the collectives of an iteration to replay them without compute);
+ * never set by megadlm itself, where both functions are NULL and the collectives above are
+ * plain MPI. observe(kind, n) sees every collective over a TP group of more than one rank,
+ * plain or overlapped (comm_overlap.c's notes), with n floats: the buffer of an all-reduce,
+ * one shard of an all-gather or reduce-scatter (the double all-reduce is not observed).
+ * replace(kind, out, in, n) is asked before a plain collective calls MPI: non-zero means it did
+ * the collective's work itself (out = in for an all-reduce; float buffers, a double for
+ * TP_COMM_ALL_REDUCE_SUM_DOUBLE), and nothing is sent or counted. */
+typedef enum {
+    TP_COMM_ALL_REDUCE_SUM,
+    TP_COMM_ALL_REDUCE_MAX,
+    TP_COMM_ALL_GATHER,
+    TP_COMM_REDUCE_SCATTER,
+    TP_COMM_ALL_REDUCE_SUM_DOUBLE
+} tp_comm_kind;
+typedef struct {
+    void (*observe)(tp_comm_kind kind, size_t n, void *user);
+    int (*replace)(tp_comm_kind kind, void *out, const void *in, size_t n, void *user);
+    void *user;
+} tp_comm_interposer;
+/* NULL removes it. */
+void tp_comm_set_interposer(const tp_comm_interposer *ip);
 
 #endif

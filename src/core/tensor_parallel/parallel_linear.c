@@ -11,7 +11,7 @@ tp_linear tp_linear_make(const transformer_config *c, tp_linear_name name, float
                          float *partial, float *recv) {
     tp_linear l = {.cfg = c, .gathered = gathered, .partial = partial, .recv = recv,
                    .pieces = c->tp_comm_overlap_num_splits};
-    int on = c->tp_comm_overlap && tc_sp(c) && tp_overlap_ready() && !tp_comm_local_only();
+    int on = c->tp_comm_overlap && tc_sp(c) && tp_overlap_ready();
     if (!on) return l;
     if (name == TP_LINEAR_QKV || name == TP_LINEAR_FC1 || name == TP_LINEAR_OUTPUT) {
         /* Megatron: tp_comm_overlap_disable_qkv / _fc1 turn off this layer's all-gather overlap

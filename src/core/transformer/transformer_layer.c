@@ -71,17 +71,17 @@ void layer_workspace_free(layer_workspace *ws) {
 
 /* ---- norms by kind ---- */
 
-static void norm_forward(const transformer_config *c, float *out, float *mean, float *rstd,
-                         const float *inp, const float *w, const float *b, int N) {
+void norm_forward(const transformer_config *c, float *out, float *mean, float *rstd,
+                  const float *inp, const float *w, const float *b, int N) {
     if (c->normalization == NORM_LAYERNORM)
         layernorm_forward(out, mean, rstd, inp, w, b, N, c->hidden_size, c->norm_epsilon);
     else
         rmsnorm_forward(out, rstd, inp, w, N, c->hidden_size, c->norm_epsilon);
 }
 
-static void norm_backward(const transformer_config *c, float *dinp, float *dw, float *db,
-                          const float *dout, const float *inp, const float *w,
-                          const float *mean, const float *rstd, int N) {
+void norm_backward(const transformer_config *c, float *dinp, float *dw, float *db,
+                   const float *dout, const float *inp, const float *w, const float *mean,
+                   const float *rstd, int N) {
     if (c->normalization == NORM_LAYERNORM)
         layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, c->hidden_size);
     else

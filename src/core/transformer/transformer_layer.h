@@ -80,4 +80,13 @@ void transformer_layer_backward(const layer_ctx *ctx, int layer_index, const lay
                                 const layer_weights *g, const layer_saved *s,
                                 layer_workspace *ws, const float *inp, float *dres);
 
+/* The norm the config names (--normalization) over N rows of hidden_size: LayerNorm with mean,
+ * rstd and bias b, or RMSNorm (mean, b and db unused). One dispatch for the layers' two norms
+ * and the model's final norm. Backward accumulates into dinp, dw and db. */
+void norm_forward(const transformer_config *c, float *out, float *mean, float *rstd,
+                  const float *inp, const float *w, const float *b, int N);
+void norm_backward(const transformer_config *c, float *dinp, float *dw, float *db,
+                   const float *dout, const float *inp, const float *w, const float *mean,
+                   const float *rstd, int N);
+
 #endif

@@ -4,27 +4,27 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/parallel_state.h"
+#include "core/util/die.h"
 
 /* Zero bytes still get a valid pointer (malloc(0) may return NULL). */
 void *xmalloc(size_t bytes, const char *what) {
     void *p = malloc(bytes ? bytes : 1);
-    if (!p) parallel_abort(1, "out of memory allocating %zu bytes for %s", bytes, what);
+    if (!p) die(1, "out of memory allocating %zu bytes for %s", bytes, what);
     return p;
 }
 
 void *xcalloc(size_t count, size_t size, const char *what) {
     if (size && count > SIZE_MAX / size)
-        parallel_abort(1, "out of memory: %zu x %zu bytes for %s overflow a size", count, size,
+        die(1, "out of memory: %zu x %zu bytes for %s overflow a size", count, size,
                        what);
     void *p = calloc(count ? count : 1, size ? size : 1);
-    if (!p) parallel_abort(1, "out of memory allocating %zu x %zu bytes for %s", count, size, what);
+    if (!p) die(1, "out of memory allocating %zu x %zu bytes for %s", count, size, what);
     return p;
 }
 
 void *xrealloc(void *p, size_t bytes, const char *what) {
     void *q = realloc(p, bytes ? bytes : 1);
-    if (!q) parallel_abort(1, "out of memory growing %s to %zu bytes", what, bytes);
+    if (!q) die(1, "out of memory growing %s to %zu bytes", what, bytes);
     return q;
 }
 

@@ -1,6 +1,6 @@
 /* Checked allocation of the small internal tables a job cannot run without (descriptors,
  * index arrays, request lists): a failure is an internal error, not a user's, so it ends every
- * rank through parallel_abort with the request and what it was for, instead of a NULL that
+ * rank through die() with the request and what it was for, instead of a NULL that
  * crashes later. Large buffers go through the tracked allocator (core/tensor/memory.h), which
  * fails the same way. Code that reads user files and can report the file keeps returning its
  * own errors. */

@@ -10,6 +10,7 @@
 
 #include "training/tokenizer/bpe.h"
 #include "core/util/error.h"
+#include "core/util/parse.h"
 
 enum { TOK_BYTELEVEL = 0, TOK_NULL = 1, TOK_GPT2 = 2, TOK_HF = 3 };
 
@@ -222,4 +223,18 @@ char *tokenizer_decode_len(const tokenizer *tok, const int32_t *ids, size_t n, s
     }
     if (len) *len = o;
     return s;
+}
+
+int tokenizer_option(tokenizer_options *o, int c, const char *arg, char *err, size_t errlen) {
+    switch (c) {
+    case TOKENIZER_OPT_TYPE: o->type = arg; return 1;
+    case TOKENIZER_OPT_VOCAB_FILE: o->vocab_file = arg; return 1;
+    case TOKENIZER_OPT_MERGE_FILE: o->merge_file = arg; return 1;
+    case TOKENIZER_OPT_MODEL: o->tokenizer_model = arg; return 1;
+    case TOKENIZER_OPT_VOCAB_SIZE:
+        if (parse_int(arg, 1, &o->vocab_size) == 0) return 1;
+        err_set(err, errlen, "--vocab-size: expected a positive integer, found '%s'", arg);
+        return -1;
+    default: return 0;
+    }
 }

@@ -26,6 +26,29 @@ typedef struct {
     const char *tokenizer_model; /* --tokenizer-model (HuggingFaceTokenizer) */
 } tokenizer_options;
 
+/* The tokenizer flags, parsed the same way by every subcommand (train's table in arguments.c
+ * has the same names and checks): a subcommand puts TOKENIZER_LONG_OPTIONS (or only the file
+ * flags, TOKENIZER_FILE_LONG_OPTIONS) in its getopt_long table and hands every option it
+ * returns to tokenizer_option first. */
+enum {
+    TOKENIZER_OPT_TYPE = 0x7400, /* above any character a subcommand uses for its own flags */
+    TOKENIZER_OPT_VOCAB_SIZE,
+    TOKENIZER_OPT_VOCAB_FILE,
+    TOKENIZER_OPT_MERGE_FILE,
+    TOKENIZER_OPT_MODEL
+};
+#define TOKENIZER_FILE_LONG_OPTIONS                                                               \
+    {"vocab-file", required_argument, 0, TOKENIZER_OPT_VOCAB_FILE},                               \
+        {"merge-file", required_argument, 0, TOKENIZER_OPT_MERGE_FILE},                           \
+        {"tokenizer-model", required_argument, 0, TOKENIZER_OPT_MODEL}
+#define TOKENIZER_LONG_OPTIONS                                                                    \
+    {"tokenizer-type", required_argument, 0, TOKENIZER_OPT_TYPE},                                 \
+        {"vocab-size", required_argument, 0, TOKENIZER_OPT_VOCAB_SIZE}, TOKENIZER_FILE_LONG_OPTIONS
+/* getopt_long's option c with its argument: 1 when it is a tokenizer flag (stored in o, which
+ * keeps pointing at arg), 0 when it is not one; -1 with "--vocab-size: expected a positive
+ * integer, found '...'" in err. */
+int tokenizer_option(tokenizer_options *o, int c, const char *arg, char *err, size_t errlen);
+
 /* Returns NULL and writes a message naming the flag (and the file and field) into err. */
 tokenizer *tokenizer_create_opts(const tokenizer_options *o, char *err, size_t errlen);
 /* type: "ByteLevel" or "NullTokenizer" (vocab_size used by NullTokenizer only); the file-based
