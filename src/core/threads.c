@@ -7,7 +7,7 @@
 
 #include "core/kernels/gemm.h"
 #include "core/parallel_state.h"
-#include "core/util/die.h"
+#include "core/util/alloc.h"
 
 static thread_plan g_plan = {1, 0, 1, 1, 0};
 static int g_planned; /* threads_setup ran */
@@ -28,8 +28,7 @@ static int sharing_processes(const cpu_set_t *mine) {
     int n = 1, me = 0;
     MPI_Comm_size(node, &n);
     MPI_Comm_rank(node, &me);
-    cpu_set_t *all = malloc((size_t)n * sizeof(cpu_set_t));
-    if (!all) die(1, "out of memory gathering CPU affinity masks of %d processes", n);
+    cpu_set_t *all = xmalloc((size_t)n * sizeof(cpu_set_t), "CPU affinity masks");
     MPI_Allgather(mine, (int)sizeof(cpu_set_t), MPI_BYTE, all, (int)sizeof(cpu_set_t), MPI_BYTE,
                   node);
     int sharing = 0;
