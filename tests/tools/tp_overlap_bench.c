@@ -131,6 +131,9 @@ static void set_mode(transformer_config *c, const megadlm_args *a, int mode) {
     c->tp_comm_bulk_dgrad = mode == OVERLAP ? a->tp_comm_bulk_dgrad : mode == BULK_ONLY;
     c->tp_comm_bulk_wgrad = mode == OVERLAP ? a->tp_comm_bulk_wgrad : mode == BULK_ONLY;
     g.local_only = mode == COMPUTE_ONLY; /* tp_comm_overlap is off: every collective is plain */
+    /* the plain modes run megadlm's plain default (one GEMM over all rows), the overlapped ones
+     * the row plan's pieces (parallel_linear.c) */
+    c->tp_comm_overlap_num_splits = c->tp_comm_overlap ? args_sp_pieces(a) : 0;
 }
 
 static void iteration(gpt_model *m, const megadlm_args *a, const int *tokens, const int *labels,
