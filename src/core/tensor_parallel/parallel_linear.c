@@ -69,8 +69,8 @@ static void dgrad_rows(void *user, int row0, int rows) {
     }
 }
 
-/* dw[OC, C] += dout[N, OC]^T @ in[N, C], tiled over the rows of dw when communication runs
- * under it (each element sums the same N products in the same order either way). */
+/* dw[OC, C] += dout[N, OC]^T @ in[N, C]; with communication under it, in test progress only,
+ * tiled over the rows of dw (another decomposition: a BLAS may then give other last bits). */
 static void wgrad_tiled(float *dw, const float *dout, const float *in, int N, int C, int OC,
                         int under_comm) {
     int tile = under_comm ? tp_overlap_tile_rows(OC) : OC;
