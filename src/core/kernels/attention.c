@@ -78,6 +78,11 @@ static int team_size(attention_workspace ws) {
     return ws.threads < max ? (ws.threads < 1 ? 1 : ws.threads) : max;
 }
 
+/* The calling thread's 3 x TT floats of the workspace. */
+static float *thread_slice(attention_workspace ws, size_t TT) {
+    return ws.data + (size_t)omp_get_thread_num() * 3 * TT;
+}
+
 /* Global dropout element index of probs[b, h, i, 0] (add j for column j):
  *   ((b_offset + b) * NH_total + h_offset + h) * T * T + i * T.
  * A tensor/context-parallel caller owning a slice of batch rows / heads would pass its
@@ -89,6 +94,23 @@ static inline uint64_t probs_index(int b_offset, int b, int NH_total, int h_offs
            (uint64_t)i * (uint64_t)T;
 }
 
+/* What both passes derive from the batch and the options: the packed row width, the output
+ * row width, the score scale, the T x T matrix size and the dropout key of the probabilities
+ * (site DROPOUT_SITE_ATTENTION_PROBS, so callers may pass their layer's key as is). */
+typedef struct {
+    int QKV_C, OC;
+    float scale;
+    size_t TT;
+    dropout_key key;
+} att_dims;
+
+static att_dims att_dims_of(qkv_batch x, attention_opts o) {
+    att_dims d = {(int)qkv_row_width(x.layout), x.layout.NH * x.layout.HS,
+                  1.0f / sqrtf((float)x.layout.HS), (size_t)x.T * (size_t)x.T, o.key};
+    d.key.site = DROPOUT_SITE_ATTENTION_PROBS;
+    return d;
+}
+
 /* out[B,T,NH*HS] = dropout(softmax(Q K^T / sqrt(HS) + mask)) @ V   per (b, h);
  * probs[B,NH,T,T] = softmax output before dropout, masked entries 0 (probs may be NULL when
  * no backward pass follows; then the probabilities live only in the workspace).
@@ -97,29 +119,24 @@ static inline uint64_t probs_index(int b_offset, int b, int NH_total, int h_offs
 void attention_forward(float *out, float *probs, const float *qkv, qkv_batch x, attention_opts o,
                        attention_workspace ws) {
     const qkv_layout lay = x.layout;
+    const att_dims d = att_dims_of(x, o);
     const int B = x.B, T = x.T, NH = lay.NH, HS = lay.HS, causal = o.causal;
-    const int QKV_C = (int)qkv_row_width(lay);
-    const int OC = NH * HS;
-    const float scale = 1.0f / sqrtf((float)HS);
-    const size_t TT = (size_t)T * T;
-    dropout_key key = o.key;
-    key.site = DROPOUT_SITE_ATTENTION_PROBS;
-
+    const int QKV_C = d.QKV_C, OC = d.OC;
     const int blas_threads = gemm_serial_begin();
 #pragma omp parallel for schedule(static) num_threads(team_size(ws))
     for (int bh = 0; bh < B * NH; bh++) {
         const int b = bh / NH, h = bh % NH;
-        float *S = ws.data + (size_t)omp_get_thread_num() * 3 * TT; /* scores [T,T] */
-        float *Pd = S + TT;                                         /* dropped probs [T,T] */
+        float *S = thread_slice(ws, d.TT); /* scores [T,T] */
+        float *Pd = S + d.TT; /* dropped probs [T,T] */
         const float *qkv_b = qkv + (size_t)b * T * QKV_C;
         const float *q = qkv_b + qkv_query_offset(lay, h);
         const float *k = qkv_b + qkv_key_offset(lay, h / qkv_heads_per_group(lay));
         const float *v = k + HS;
-        float *P = probs ? probs + (size_t)bh * TT : S;
+        float *P = probs ? probs + (size_t)bh * d.TT : S;
 
-        head_probs(P, S, q, k, T, HS, QKV_C, scale, causal);
+        head_probs(P, S, q, k, T, HS, QKV_C, d.scale, causal);
         /* Dropout on the probabilities (the same mask is regenerated in backward). */
-        const float *Pu = dropped_probs(Pd, P, T, causal, o.dropout_p, key,
+        const float *Pu = dropped_probs(Pd, P, T, causal, o.dropout_p, d.key,
                                         probs_index(0, b, o.heads.total, o.heads.first, h, T, 0));
         /* out_h = Pu @ V */
         for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
@@ -166,22 +183,17 @@ static void softmax_backward_rows(float *dS, const float *P, int T, int causal, 
 void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *probs,
                         qkv_batch x, attention_opts o, attention_workspace ws) {
     const qkv_layout lay = x.layout;
+    const att_dims d = att_dims_of(x, o);
     const int B = x.B, T = x.T, NH = lay.NH, NG = lay.NG, HS = lay.HS, causal = o.causal;
     const int Q = qkv_heads_per_group(lay);
-    const int QKV_C = (int)qkv_row_width(lay);
-    const int OC = NH * HS;
-    const float scale = 1.0f / sqrtf((float)HS);
-    const size_t TT = (size_t)T * T;
-    dropout_key key = o.key;
-    key.site = DROPOUT_SITE_ATTENTION_PROBS;
-
+    const int QKV_C = d.QKV_C, OC = d.OC;
     const int blas_threads = gemm_serial_begin();
 #pragma omp parallel for schedule(static) num_threads(team_size(ws))
     for (int bg = 0; bg < B * NG; bg++) {
         const int b = bg / NG, g = bg % NG;
-        float *dS = ws.data + (size_t)omp_get_thread_num() * 3 * TT; /* dP, then dS [T,T] */
-        float *Pd = dS + TT;
-        float *Pr = Pd + TT; /* recomputed probabilities when probs == NULL */
+        float *dS = thread_slice(ws, d.TT); /* dP, then dS [T,T] */
+        float *Pd = dS + d.TT;
+        float *Pr = Pd + d.TT; /* recomputed probabilities when probs == NULL */
         const float *qkv_b = qkv + (size_t)b * T * QKV_C;
         float *dqkv_b = dqkv + (size_t)b * T * QKV_C;
         const float *k = qkv_b + qkv_key_offset(lay, g);
@@ -190,15 +202,15 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv, const 
         float *dv = dqkv_b + qkv_value_offset(lay, g);
         for (int h = g * Q; h < (g + 1) * Q; h++) {
             const float *q = qkv_b + qkv_query_offset(lay, h);
-            const float *P = probs ? probs + ((size_t)b * NH + h) * TT : Pr;
+            const float *P = probs ? probs + ((size_t)b * NH + h) * d.TT : Pr;
             if (!probs) /* selective recompute: the probabilities were not kept */
-                head_probs(Pr, Pr, q, k, T, HS, QKV_C, scale, causal);
+                head_probs(Pr, Pr, q, k, T, HS, QKV_C, d.scale, causal);
             float *dq = dqkv_b + qkv_query_offset(lay, h);
             const float *dO = dout + (size_t)b * T * OC + (size_t)h * HS;
             const uint64_t first = probs_index(0, b, o.heads.total, o.heads.first, h, T, 0);
 
             /* Regenerate the dropped probabilities. */
-            const float *Pu = dropped_probs(Pd, P, T, causal, o.dropout_p, key, first);
+            const float *Pu = dropped_probs(Pd, P, T, causal, o.dropout_p, d.key, first);
             /* dV += Pu^T dO  (causal: key block [j0,j1) gets query rows i >= j0) */
             for (int j0 = 0; j0 < T; j0 += ATT_BLOCK) {
                 const int j1 = j0 + ATT_BLOCK < T ? j0 + ATT_BLOCK : T;
@@ -214,11 +226,11 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv, const 
                      gemm_n(dO + (size_t)i0 * OC, OC), gemm_t(v, QKV_C), 0.0f,
                      gemm_o(dS + (size_t)i0 * T, T));
             }
-            softmax_backward_rows(dS, P, T, causal, o.dropout_p, key, first);
+            softmax_backward_rows(dS, P, T, causal, o.dropout_p, d.key, first);
             /* dQ += scale * dS K */
             for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
                 const int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T;
-                gemm((gemm_dims){i1 - i0, HS, causal ? i1 : T}, scale,
+                gemm((gemm_dims){i1 - i0, HS, causal ? i1 : T}, d.scale,
                      gemm_n(dS + (size_t)i0 * T, T), gemm_n(k, QKV_C), 1.0f,
                      gemm_o(dq + (size_t)i0 * QKV_C, QKV_C));
             }
@@ -226,7 +238,7 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv, const 
             for (int j0 = 0; j0 < T; j0 += ATT_BLOCK) {
                 const int j1 = j0 + ATT_BLOCK < T ? j0 + ATT_BLOCK : T;
                 const int r0 = causal ? j0 : 0;
-                gemm((gemm_dims){j1 - j0, HS, T - r0}, scale, gemm_t(dS + (size_t)r0 * T + j0, T),
+                gemm((gemm_dims){j1 - j0, HS, T - r0}, d.scale, gemm_t(dS + (size_t)r0 * T + j0, T),
                      gemm_n(q + (size_t)r0 * QKV_C, QKV_C), 1.0f,
                      gemm_o(dk + (size_t)j0 * QKV_C, QKV_C));
             }
