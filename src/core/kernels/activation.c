@@ -16,15 +16,18 @@
 #define M_SQRT1_2_F 0.70710678118654752f    /* 1/sqrt(2) */
 #define M_1_SQRT_2PI_F 0.39894228040143268f /* 1/sqrt(2 pi) */
 
+/* u = sqrt(2/pi) (x + 0.044715 x^3), the tanh argument of both passes. */
+static inline float gelu_tanh_arg(float x) {
+    return GELU_SQRT_2_OVER_PI * (x + GELU_COEF * x * x * x);
+}
+
 /* out[n] = gelu(inp[n]). out may alias inp. */
 void gelu_forward(float *out, const float *inp, size_t n, gelu_kind kind) {
     const long long nn = (long long)n;
     if (kind == GELU_TANH) {
 #pragma omp parallel for simd schedule(static)
         for (long long i = 0; i < nn; i++) {
-            const float x = inp[i];
-            const float u = GELU_SQRT_2_OVER_PI * (x + GELU_COEF * x * x * x);
-            out[i] = x * simd_sigmoidf(2.0f * u); /* = 0.5 x (1 + tanh u) */
+            out[i] = inp[i] * simd_sigmoidf(2.0f * gelu_tanh_arg(inp[i])); /* 0.5 x (1 + tanh u) */
         }
     } else {
 #pragma omp parallel for schedule(static)
@@ -46,7 +49,7 @@ void gelu_backward(float *dinp, const float *dout, const float *inp, size_t n, g
 #pragma omp parallel for simd schedule(static)
         for (long long i = 0; i < nn; i++) {
             const float x = inp[i];
-            const float u = GELU_SQRT_2_OVER_PI * (x + GELU_COEF * x * x * x);
+            const float u = gelu_tanh_arg(x);
             const float e = simd_expf(-2.0f * u);
             const float sg = 1.0f / (1.0f + e); /* = 0.5 (1 + tanh u) */
             const float sg_c = e * sg;          /* = 1 - sg, without cancellation */
