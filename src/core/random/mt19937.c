@@ -1,5 +1,7 @@
 #include "core/random/mt19937.h"
 
+#include <string.h>
+
 #define MT_M 397
 #define MATRIX_A 0x9908b0dfU
 #define UPPER_MASK 0x80000000U
@@ -64,20 +66,17 @@ uint64_t mt19937_interval(mt19937_state *st, uint64_t max) {
     return value;
 }
 
-void mt19937_shuffle_i32(mt19937_state *st, int32_t *a, size_t n) {
+/* The shuffle of both element types: the draws depend only on n, the swap moves `elem` bytes. */
+static void shuffle(mt19937_state *st, void *a, size_t n, size_t elem) {
+    unsigned char *p = a, t[sizeof(int64_t)];
     for (size_t i = n > 0 ? n - 1 : 0; i >= 1; i--) {
         size_t j = (size_t)mt19937_interval(st, i);
-        int32_t t = a[j];
-        a[j] = a[i];
-        a[i] = t;
+        memcpy(t, p + j * elem, elem);
+        memcpy(p + j * elem, p + i * elem, elem);
+        memcpy(p + i * elem, t, elem);
     }
 }
 
-void mt19937_shuffle_i64(mt19937_state *st, int64_t *a, size_t n) {
-    for (size_t i = n > 0 ? n - 1 : 0; i >= 1; i--) {
-        size_t j = (size_t)mt19937_interval(st, i);
-        int64_t t = a[j];
-        a[j] = a[i];
-        a[i] = t;
-    }
-}
+void mt19937_shuffle_i32(mt19937_state *st, int32_t *a, size_t n) { shuffle(st, a, n, sizeof *a); }
+
+void mt19937_shuffle_i64(mt19937_state *st, int64_t *a, size_t n) { shuffle(st, a, n, sizeof *a); }
