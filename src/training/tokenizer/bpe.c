@@ -931,10 +931,10 @@ int bpe_encode(const bpe_model *m, const char *text, size_t len, int32_t **ids, 
     return rc;
 }
 
-char *bpe_read_file(const char *path, size_t *len, char *err, size_t errlen) {
+char *bpe_read_file(const char *flag, const char *path, size_t *len, char *err, size_t errlen) {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        err_set(err, errlen, "%s: %s", path, strerror(errno));
+        err_set(err, errlen, "%s %s: %s", flag, path, strerror(errno));
         return NULL;
     }
     size_t cap = 1 << 20, n = 0;
@@ -951,7 +951,7 @@ char *bpe_read_file(const char *path, size_t *len, char *err, size_t errlen) {
     int bad = ferror(f);
     fclose(f);
     if (!buf || bad) {
-        err_set(err, errlen, "%s: %s", path, buf ? "read error" : "out of memory");
+        err_set(err, errlen, "%s %s: %s", flag, path, buf ? "read error" : "out of memory");
         free(buf);
         return NULL;
     }

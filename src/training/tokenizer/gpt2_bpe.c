@@ -16,11 +16,8 @@
 static int load_vocab(bpe_model *m, const char *path, char *err, size_t errlen) {
     size_t len;
     char e2[512];
-    char *text = bpe_read_file(path, &len, e2, sizeof e2);
-    if (!text) {
-        err_set(err, errlen, "--vocab-file %s", e2);
-        return -1;
-    }
+    char *text = bpe_read_file("--vocab-file", path, &len, err, errlen);
+    if (!text) return -1;
     cJSON *root = cJSON_ParseWithLength(text, len);
     free(text);
     if (!cJSON_IsObject(root)) {
@@ -51,11 +48,8 @@ static int load_vocab(bpe_model *m, const char *path, char *err, size_t errlen) 
 static int load_merges(bpe_model *m, const char *path, char *err, size_t errlen) {
     size_t len;
     char e2[512];
-    char *text = bpe_read_file(path, &len, e2, sizeof e2);
-    if (!text) {
-        err_set(err, errlen, "--merge-file %s", e2);
-        return -1;
-    }
+    char *text = bpe_read_file("--merge-file", path, &len, err, errlen);
+    if (!text) return -1;
     int rank = 0, rc = 0;
     size_t lineno = 0;
     for (char *p = text; p < text + len && rc == 0;) {

@@ -120,7 +120,26 @@ static int load_model(ctx *c, bpe_model *m, const cJSON *model) {
     return 0;
 }
 
-static int load_normalizer(ctx *c, bpe_model *m, const cJSON *n, const char *field) {
+/* A normalizer or pre-tokenizer loader; `state` is the loader's own (load_pre: ByteLevel seen). */
+typedef int (*step_loader)(ctx *c, bpe_model *m, const cJSON *n, const char *field, void *state);
+
+/* A "Sequence" step: each item of n[key] in order, named FIELD.KEY[i] in messages. */
+static int load_sequence(ctx *c, bpe_model *m, const cJSON *n, const char *field, const char *key,
+                         step_loader load_one, void *state) {
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(n, key);
+    if (!cJSON_IsArray(list)) return fail(c, field, "Sequence without '%s'", key);
+    const cJSON *it;
+    char sub[128];
+    int i = 0;
+    cJSON_ArrayForEach(it, list) {
+        snprintf(sub, sizeof sub, "%s.%s[%d]", field, key, i++);
+        if (load_one(c, m, it, sub, state)) return -1;
+    }
+    return 0;
+}
+
+static int load_normalizer(ctx *c, bpe_model *m, const cJSON *n, const char *field, void *state) {
+    (void)state;
     if (!n || cJSON_IsNull(n)) return 0;
     const char *type = type_of(n);
     if (!type) return fail(c, field, "no type");
@@ -129,22 +148,14 @@ static int load_normalizer(ctx *c, bpe_model *m, const cJSON *n, const char *fie
         return 0;
     }
     if (!strcmp(type, "Sequence")) {
-        const cJSON *list = cJSON_GetObjectItemCaseSensitive(n, "normalizers");
-        if (!cJSON_IsArray(list)) return fail(c, field, "Sequence without 'normalizers'");
-        const cJSON *it;
-        char sub[128];
-        int i = 0;
-        cJSON_ArrayForEach(it, list) {
-            snprintf(sub, sizeof sub, "%s.normalizers[%d]", field, i++);
-            if (load_normalizer(c, m, it, sub)) return -1;
-        }
-        return 0;
+        return load_sequence(c, m, n, field, "normalizers", load_normalizer, NULL);
     }
     return fail(c, field, "type '%s' is not supported (null or NFC)", type);
 }
 
 /* One pre-tokenizer; *saw_bytelevel is set by ByteLevel, which must come last. */
-static int load_pre(ctx *c, bpe_model *m, const cJSON *p, const char *field, int *saw_bytelevel) {
+static int load_pre(ctx *c, bpe_model *m, const cJSON *p, const char *field, void *state) {
+    int *saw_bytelevel = state;
     const char *type = type_of(p);
     char e2[512];
     if (!type) return fail(c, field, "no type");
@@ -178,16 +189,7 @@ static int load_pre(ctx *c, bpe_model *m, const cJSON *p, const char *field, int
         return 0;
     }
     if (!strcmp(type, "Sequence")) {
-        const cJSON *list = cJSON_GetObjectItemCaseSensitive(p, "pretokenizers");
-        if (!cJSON_IsArray(list)) return fail(c, field, "Sequence without 'pretokenizers'");
-        const cJSON *it;
-        char sub[128];
-        int i = 0;
-        cJSON_ArrayForEach(it, list) {
-            snprintf(sub, sizeof sub, "%s.pretokenizers[%d]", field, i++);
-            if (load_pre(c, m, it, sub, saw_bytelevel)) return -1;
-        }
-        return 0;
+        return load_sequence(c, m, p, field, "pretokenizers", load_pre, saw_bytelevel);
     }
     return fail(c, field, "type '%s' is not supported (ByteLevel, Split, Sequence)", type);
 }
@@ -231,11 +233,8 @@ bpe_model *hf_tokenizer_load(const char *path, int *eod, char *err, size_t errle
     }
     size_t len;
     char e2[512];
-    char *text = bpe_read_file(path, &len, e2, sizeof e2);
-    if (!text) {
-        snprintf(err, errlen, "--tokenizer-model %s", e2);
-        return NULL;
-    }
+    char *text = bpe_read_file("--tokenizer-model", path, &len, err, errlen);
+    if (!text) return NULL;
     cJSON *root = cJSON_ParseWithLength(text, len);
     free(text);
     bpe_model *m = bpe_new();
@@ -251,7 +250,7 @@ bpe_model *hf_tokenizer_load(const char *path, int *eod, char *err, size_t errle
     }
     if (load_model(&c, m, cJSON_GetObjectItemCaseSensitive(root, "model")) ||
         load_normalizer(&c, m, cJSON_GetObjectItemCaseSensitive(root, "normalizer"),
-                        "normalizer"))
+                        "normalizer", NULL))
         goto bad;
     const cJSON *pre = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
     if (!pre || cJSON_IsNull(pre)) {
