@@ -15,6 +15,7 @@
 #include "core/util/alloc.h"
 #include "core/util/die.h"
 #include "core/util/error.h"
+#include "core/util/io.h"
 
 static const unsigned char IDX_MAGIC[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0};
 
@@ -68,38 +69,12 @@ int64_t indexed_dataset_document_index(const indexed_dataset *ds, uint64_t d) {
     return rd_i64(ds->idx_map + ds->doc_indices_offset + 8 * d);
 }
 
-/* Maps a whole file read-only. *map is NULL for an empty file. */
 static int map_file(const char *path, const unsigned char **map, size_t *size, char *err,
                     size_t errlen) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) {
-        err_set(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        return -1;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        err_set(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
-        close(fd);
-        return -1;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        err_set(err, errlen, "%s: cannot open: not a regular file", path);
-        close(fd);
-        return -1;
-    }
-    *size = (size_t)st.st_size;
-    *map = NULL;
-    if (*size > 0) {
-        void *p = mmap(NULL, *size, PROT_READ, MAP_SHARED, fd, 0);
-        if (p == MAP_FAILED) {
-            err_set(err, errlen, "%s: cannot mmap: %s", path, strerror(errno));
-            close(fd);
-            return -1;
-        }
-        *map = (const unsigned char *)p;
-    }
-    close(fd);
-    return 0;
+    const void *p;
+    const int rc = io_map_file(path, &p, size, err, errlen);
+    *map = p;
+    return rc;
 }
 
 static void escape_bytes(const unsigned char *p, size_t n, char *out, size_t outlen) {
@@ -125,8 +100,8 @@ static char *str_concat(const char *a, const char *b) {
 
 void indexed_dataset_close(indexed_dataset *ds) {
     if (!ds) return;
-    if (ds->idx_map) munmap((void *)ds->idx_map, ds->idx_size);
-    if (ds->bin_map) munmap((void *)ds->bin_map, ds->bin_size);
+    io_unmap(ds->idx_map, ds->idx_size);
+    io_unmap(ds->bin_map, ds->bin_size);
     mem_free(ds->sequence_lengths);
     free(ds->prefix);
     free(ds->idx_path);

@@ -288,7 +288,7 @@ static int json_uint(const cJSON *v, uint64_t *out) {
 
 void st_close(st_file *f) {
     if (!f) return;
-    if (f->map && f->map != MAP_FAILED) munmap(f->map, f->map_len);
+    io_unmap(f->map, f->map_len);
     if (f->entries)
         for (int i = 0; i < f->count; i++) free(f->entries[i].name);
     for (int i = 0; i < f->nmeta; i++) {
@@ -403,31 +403,14 @@ int st_open(const char *path, st_file *f, char *err, size_t errlen) {
     cJSON *root = NULL;
     st_entry **order = NULL;
     char *hcopy = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        err_set(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        return -1;
-    }
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        err_set(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
-        close(fd);
-        return -1;
-    }
+    const void *map;
+    if (io_map_file(path, &map, &f->map_len, err, errlen)) return -1;
+    f->map = (void *)map;
     f->path = xstrdup(path, "safetensors path");
-    f->map_len = (size_t)sb.st_size;
     if (f->map_len < 8) {
         err_set(err, errlen,
                 "%s: offset 0: expected an 8-byte header length, found a file of %zu bytes",
                 path, f->map_len);
-        close(fd);
-        goto fail;
-    }
-    f->map = mmap(NULL, f->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (f->map == MAP_FAILED) {
-        f->map = NULL;
-        err_set(err, errlen, "%s: mmap failed: %s", path, strerror(errno));
         goto fail;
     }
     const uint8_t *base = (const uint8_t *)f->map;

@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -117,4 +118,40 @@ int io_mkdir_p(const char *dir, int sync_parents, char *err, size_t errlen) {
         buf[i] = saved;
     }
     return 0;
+}
+
+int io_map_file(const char *path, const void **map, size_t *size, char *err, size_t errlen) {
+    *map = NULL;
+    *size = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        err_set(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    const int stat_rc = fstat(fd, &st);
+    if (stat_rc != 0 || !S_ISREG(st.st_mode)) {
+        if (stat_rc != 0)
+            err_set(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
+        else
+            err_set(err, errlen, "%s: cannot open: not a regular file", path);
+        close(fd);
+        return -1;
+    }
+    if (st.st_size > 0) {
+        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+        if (p == MAP_FAILED) {
+            err_set(err, errlen, "%s: cannot mmap: %s", path, strerror(errno));
+            close(fd);
+            return -1;
+        }
+        *map = p;
+        *size = (size_t)st.st_size;
+    }
+    close(fd);
+    return 0;
+}
+
+void io_unmap(const void *map, size_t size) {
+    if (map) munmap((void *)map, size);
 }

@@ -29,4 +29,10 @@ int io_fsync_close(int fd, const char *path, int rc, char *err, size_t errlen);
  * is not a directory" in err. */
 int io_mkdir_p(const char *dir, int sync_parents, char *err, size_t errlen);
 
+/* Maps a whole regular file read-only (the dataset and safetensors readers). *map is NULL for
+ * an empty file; unmap with io_unmap. 0, or -1 with "<path>: cannot open: ..." (also "not a
+ * regular file"), "<path>: cannot stat: ..." or "<path>: cannot mmap: ..." in err. */
+int io_map_file(const char *path, const void **map, size_t *size, char *err, size_t errlen);
+void io_unmap(const void *map, size_t size);
+
 #endif
