@@ -110,11 +110,21 @@ void indexed_dataset_close(indexed_dataset *ds) {
 }
 
 /* Header and index checks. Every message: "PATH: offset N: expected X, found Y". */
-static int validate_idx(indexed_dataset *ds, char *err, size_t errlen) {
+
+/* The file holds a header field of `width` bytes at `off`. */
+static int need_field(const indexed_dataset *ds, size_t off, size_t width, const char *what,
+                      char *err, size_t errlen) {
+    if (ds->idx_size >= off + width) return 0;
+    err_set(err, errlen, "%s: offset %zu: expected %s, found end of file (file is %zu bytes)",
+            ds->idx_path, off, what, ds->idx_size);
+    return -1;
+}
+
+/* Magic, version, dtype and the two counts (IDX_HEADER_BYTES). */
+static int validate_header(indexed_dataset *ds, char *err, size_t errlen) {
     const char *path = ds->idx_path;
     const unsigned char *m = ds->idx_map;
     size_t size = ds->idx_size;
-
     size_t cmp = size < 9 ? size : 9;
     if (memcmp(m ? m : IDX_MAGIC, IDX_MAGIC, cmp) != 0) {
         char found[64];
@@ -130,24 +140,13 @@ static int validate_idx(indexed_dataset *ds, char *err, size_t errlen) {
                path, size);
         return -1;
     }
-    if (size < 17) {
-        err_set(err, errlen,
-               "%s: offset 9: expected version (uint64), found end of file (file is %zu bytes)",
-               path, size);
-        return -1;
-    }
+    if (need_field(ds, 9, 8, "version (uint64)", err, errlen)) return -1;
     uint64_t version = rd_u64(m + 9);
     if (version != 1) {
         err_set(err, errlen, "%s: offset 9: expected version 1, found %" PRIu64, path, version);
         return -1;
     }
-    if (size < 18) {
-        err_set(err, errlen,
-               "%s: offset 17: expected dtype code (uint8), found end of file (file is %zu "
-               "bytes)",
-               path, size);
-        return -1;
-    }
+    if (need_field(ds, 17, 1, "dtype code (uint8)", err, errlen)) return -1;
     int code = m[17];
     if (idx_dtype_size(code) == 0) {
         err_set(err, errlen,
@@ -158,82 +157,52 @@ static int validate_idx(indexed_dataset *ds, char *err, size_t errlen) {
     }
     ds->dtype = code;
     ds->itemsize = idx_dtype_size(code);
-    if (size < 26) {
-        err_set(err, errlen,
-               "%s: offset 18: expected sequence count (uint64), found end of file (file is "
-               "%zu bytes)",
-               path, size);
+    if (need_field(ds, 18, 8, "sequence count (uint64)", err, errlen) ||
+        need_field(ds, 26, 8, "document count (uint64)", err, errlen))
         return -1;
-    }
-    uint64_t S = rd_u64(m + 18);
-    if (size < 34) {
-        err_set(err, errlen,
-               "%s: offset 26: expected document count (uint64), found end of file (file is "
-               "%zu bytes)",
-               path, size);
-        return -1;
-    }
-    uint64_t D = rd_u64(m + 26);
-    if (D == 0) {
+    ds->sequence_count = rd_u64(m + 18);
+    ds->document_count = rd_u64(m + 26);
+    if (ds->document_count == 0) {
         err_set(err, errlen,
                "%s: offset 26: expected document count >= 1 (document_indices starts with 0), "
                "found 0",
                path);
         return -1;
     }
-    /* Sections, each checked against the file size without overflow. */
-    size_t avail = size - IDX_HEADER_BYTES;
-    if (S > avail / 4) {
-        if (S <= UINT64_MAX / 4)
-            err_set(err, errlen,
-                   "%s: offset 34: expected sequence_lengths[%" PRIu64 "] (%" PRIu64
-                   " bytes), found %zu bytes to the end of the file",
-                   path, S, S * 4, avail);
-        else
-            err_set(err, errlen,
-                   "%s: offset 34: expected sequence_lengths[%" PRIu64
-                   "] (more than 2^64 bytes), found %zu bytes to the end of the file",
-                   path, S, avail);
-        return -1;
-    }
-    size_t poff = IDX_HEADER_BYTES + (size_t)S * 4;
-    avail = size - poff;
-    if (S > avail / 8) {
-        err_set(err, errlen,
-               "%s: offset %zu: expected sequence_pointers[%" PRIu64 "] (%" PRIu64
-               " bytes), found %zu bytes to the end of the file",
-               path, poff, S, S * 8, avail);
-        return -1;
-    }
-    size_t doff = poff + (size_t)S * 8;
-    avail = size - doff;
-    if (D > avail / 8) {
-        if (D <= UINT64_MAX / 8)
-            err_set(err, errlen,
-                   "%s: offset %zu: expected document_indices[%" PRIu64 "] (%" PRIu64
-                   " bytes), found %zu bytes to the end of the file",
-                   path, doff, D, D * 8, avail);
-        else
-            err_set(err, errlen,
-                   "%s: offset %zu: expected document_indices[%" PRIu64
-                   "] (more than 2^64 bytes), found %zu bytes to the end of the file",
-                   path, doff, D, avail);
-        return -1;
-    }
-    ds->sequence_count = S;
-    ds->document_count = D;
-    ds->pointers_offset = poff;
-    ds->doc_indices_offset = doff;
+    return 0;
+}
 
-    /* document_indices: starts at 0, non-decreasing, ends at S. */
-    int64_t prev = rd_i64(m + doff);
+/* The file holds name[count] of elem bytes at off (checked without overflow). */
+static int need_section(const indexed_dataset *ds, size_t off, uint64_t count, size_t elem,
+                        const char *name, char *err, size_t errlen) {
+    const size_t avail = ds->idx_size - off;
+    if (count <= avail / elem) return 0;
+    if (count <= UINT64_MAX / elem)
+        err_set(err, errlen,
+               "%s: offset %zu: expected %s[%" PRIu64 "] (%" PRIu64
+               " bytes), found %zu bytes to the end of the file",
+               ds->idx_path, off, name, count, count * elem, avail);
+    else
+        err_set(err, errlen,
+               "%s: offset %zu: expected %s[%" PRIu64
+               "] (more than 2^64 bytes), found %zu bytes to the end of the file",
+               ds->idx_path, off, name, count, avail);
+    return -1;
+}
+
+/* document_indices: starts at 0, non-decreasing, ends at the sequence count. */
+static int validate_document_indices(const indexed_dataset *ds, char *err, size_t errlen) {
+    const char *path = ds->idx_path;
+    const size_t doff = ds->doc_indices_offset;
+    const uint64_t S = ds->sequence_count, D = ds->document_count;
+    int64_t prev = rd_i64(ds->idx_map + doff);
     if (prev != 0) {
         err_set(err, errlen, "%s: offset %zu: expected document_indices[0] = 0, found %" PRId64,
                path, doff, prev);
         return -1;
     }
     for (uint64_t d = 1; d < D; d++) {
-        int64_t v = rd_i64(m + doff + 8 * d);
+        int64_t v = rd_i64(ds->idx_map + doff + 8 * d);
         if (v < prev || (uint64_t)v > S) {
             err_set(err, errlen,
                    "%s: offset %zu: expected document_indices[%" PRIu64 "] in [%" PRId64
@@ -251,6 +220,17 @@ static int validate_idx(indexed_dataset *ds, char *err, size_t errlen) {
         return -1;
     }
     return 0;
+}
+
+static int validate_idx(indexed_dataset *ds, char *err, size_t errlen) {
+    if (validate_header(ds, err, errlen)) return -1;
+    const uint64_t S = ds->sequence_count, D = ds->document_count;
+    if (need_section(ds, IDX_HEADER_BYTES, S, 4, "sequence_lengths", err, errlen)) return -1;
+    ds->pointers_offset = IDX_HEADER_BYTES + (size_t)S * 4;
+    if (need_section(ds, ds->pointers_offset, S, 8, "sequence_pointers", err, errlen)) return -1;
+    ds->doc_indices_offset = ds->pointers_offset + (size_t)S * 8;
+    if (need_section(ds, ds->doc_indices_offset, D, 8, "document_indices", err, errlen)) return -1;
+    return validate_document_indices(ds, err, errlen);
 }
 
 static int validate_sequences(indexed_dataset *ds, char *err, size_t errlen) {
