@@ -270,11 +270,7 @@ static int validate_sequences(indexed_dataset *ds, char *err, size_t errlen) {
 }
 
 indexed_dataset *indexed_dataset_open(const char *prefix, char *err, size_t errlen) {
-    indexed_dataset *ds = calloc(1, sizeof *ds);
-    if (!ds) {
-        err_set(err, errlen, "%s: out of memory", prefix);
-        return NULL;
-    }
+    indexed_dataset *ds = xcalloc(1, sizeof *ds, "an indexed dataset");
     ds->prefix = str_concat(prefix, "");
     ds->idx_path = str_concat(prefix, ".idx");
     ds->bin_path = str_concat(prefix, ".bin");
@@ -299,50 +295,24 @@ void indexed_dataset_read(const indexed_dataset *ds, uint64_t seq, uint64_t offs
     if (count == 0) return;
     const unsigned char *p =
         ds->bin_map + indexed_dataset_pointer(ds, seq) + offset * ds->itemsize;
-    switch (ds->dtype) {
-    case IDX_DTYPE_UINT8:
-        for (uint64_t i = 0; i < count; i++) out[i] = p[i];
-        break;
-    case IDX_DTYPE_INT8:
-        for (uint64_t i = 0; i < count; i++) out[i] = (int8_t)p[i];
-        break;
-    case IDX_DTYPE_INT16:
-        for (uint64_t i = 0; i < count; i++) {
-            int16_t v;
-            memcpy(&v, p + 2 * i, 2);
-            out[i] = v;
-        }
-        break;
-    case IDX_DTYPE_UINT16:
-        for (uint64_t i = 0; i < count; i++) {
-            uint16_t v;
-            memcpy(&v, p + 2 * i, 2);
-            out[i] = v;
-        }
-        break;
-    case IDX_DTYPE_INT32: memcpy(out, p, count * 4); break;
-    case IDX_DTYPE_INT64:
-        for (uint64_t i = 0; i < count; i++) {
-            int64_t v;
-            memcpy(&v, p + 8 * i, 8);
-            out[i] = (int32_t)v;
-        }
-        break;
-    case IDX_DTYPE_FLOAT32:
-        for (uint64_t i = 0; i < count; i++) {
-            float v;
-            memcpy(&v, p + 4 * i, 4);
-            out[i] = float_id(v);
-        }
-        break;
-    case IDX_DTYPE_FLOAT64:
-        for (uint64_t i = 0; i < count; i++) {
-            double v;
-            memcpy(&v, p + 8 * i, 8);
-            out[i] = float_id(v);
-        }
-        break;
+/* count tokens of type T at p (unaligned) into out, each converted by `conv` */
+#define CONVERT_TOKENS(T, conv)                                                                   \
+    for (uint64_t i = 0; i < count; i++) {                                                        \
+        T v;                                                                                      \
+        memcpy(&v, p + sizeof(T) * i, sizeof(T));                                                 \
+        out[i] = conv;                                                                            \
     }
+    switch (ds->dtype) {
+    case IDX_DTYPE_UINT8: CONVERT_TOKENS(uint8_t, v); break;
+    case IDX_DTYPE_INT8: CONVERT_TOKENS(int8_t, v); break;
+    case IDX_DTYPE_INT16: CONVERT_TOKENS(int16_t, v); break;
+    case IDX_DTYPE_UINT16: CONVERT_TOKENS(uint16_t, v); break;
+    case IDX_DTYPE_INT32: memcpy(out, p, count * 4); break;
+    case IDX_DTYPE_INT64: CONVERT_TOKENS(int64_t, (int32_t)v); break;
+    case IDX_DTYPE_FLOAT32: CONVERT_TOKENS(float, float_id(v)); break;
+    case IDX_DTYPE_FLOAT64: CONVERT_TOKENS(double, float_id(v)); break;
+    }
+#undef CONVERT_TOKENS
 }
 
 /* ---------------------------------------------------------------- builder */
@@ -389,11 +359,7 @@ idx_builder *idx_builder_create(const char *prefix, int dtype, char *err, size_t
         err_set(err, errlen, "%s: unknown dtype code %d", prefix, dtype);
         return NULL;
     }
-    idx_builder *b = calloc(1, sizeof *b);
-    if (!b) {
-        err_set(err, errlen, "%s: out of memory", prefix);
-        return NULL;
-    }
+    idx_builder *b = xcalloc(1, sizeof *b, "an indexed dataset builder");
     b->idx_path = str_concat(prefix, ".idx");
     b->bin_path = str_concat(prefix, ".bin");
     b->idx_tmp = str_concat(prefix, ".idx.tmp");
