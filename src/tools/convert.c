@@ -25,6 +25,7 @@
 #include "core/tensor/safetensors.h"
 #include "core/util/io.h"
 #include "core/util/parse.h"
+#include "tools/json_fields.h"
 #include "tools/tools.h"
 #include "training/arguments.h"
 #include "training/checkpointing.h"
@@ -224,45 +225,36 @@ static cJSON *hf_config(const transformer_config *c, const megadlm_args *a, hf_f
     cJSON_AddStringToObject(j, "model_type", f == FAM_GPT2 ? "gpt2" : f == FAM_LLAMA ? "llama" : "qwen3");
     cJSON_AddNumberToObject(j, "vocab_size", c->padded_vocab_size);
     if (f == FAM_GPT2) {
-        cJSON_AddNumberToObject(j, "n_positions", c->max_position_embeddings);
-        cJSON_AddNumberToObject(j, "n_embd", c->hidden_size);
-        cJSON_AddNumberToObject(j, "n_layer", c->num_layers);
-        cJSON_AddNumberToObject(j, "n_head", c->num_attention_heads);
-        cJSON_AddNumberToObject(j, "n_inner", c->ffn_hidden_size);
-        cJSON_AddStringToObject(j, "activation_function", "gelu_new");
-        cJSON_AddNumberToObject(j, "layer_norm_epsilon", nice_float(c->norm_epsilon));
-        cJSON_AddNumberToObject(j, "resid_pdrop", nice_float(c->hidden_dropout));
-        cJSON_AddNumberToObject(j, "embd_pdrop", nice_float(c->hidden_dropout));
-        cJSON_AddNumberToObject(j, "attn_pdrop", nice_float(c->attention_dropout));
-        cJSON_AddBoolToObject(j, "scale_attn_weights", 1);
-        cJSON_AddBoolToObject(j, "scale_attn_by_inverse_layer_idx", 0);
-        cJSON_AddBoolToObject(j, "reorder_and_upcast_attn", 0);
+        JSON_ADD(j, JNUM("n_positions", c->max_position_embeddings), JNUM("n_embd", c->hidden_size),
+                 JNUM("n_layer", c->num_layers), JNUM("n_head", c->num_attention_heads),
+                 JNUM("n_inner", c->ffn_hidden_size), JSTR("activation_function", "gelu_new"),
+                 JNUM("layer_norm_epsilon", nice_float(c->norm_epsilon)),
+                 JNUM("resid_pdrop", nice_float(c->hidden_dropout)),
+                 JNUM("embd_pdrop", nice_float(c->hidden_dropout)),
+                 JNUM("attn_pdrop", nice_float(c->attention_dropout)),
+                 JBOOL("scale_attn_weights", 1), JBOOL("scale_attn_by_inverse_layer_idx", 0),
+                 JBOOL("reorder_and_upcast_attn", 0));
     } else {
-        cJSON_AddNumberToObject(j, "hidden_size", c->hidden_size);
-        cJSON_AddNumberToObject(j, "intermediate_size", c->ffn_hidden_size);
-        cJSON_AddNumberToObject(j, "num_hidden_layers", c->num_layers);
-        cJSON_AddNumberToObject(j, "num_attention_heads", c->num_attention_heads);
-        cJSON_AddNumberToObject(j, "num_key_value_heads", c->num_query_groups);
-        cJSON_AddNumberToObject(j, "head_dim", c->kv_channels);
-        cJSON_AddStringToObject(j, "hidden_act", "silu");
-        cJSON_AddNumberToObject(j, "max_position_embeddings", c->max_position_embeddings);
-        cJSON_AddNumberToObject(j, "rms_norm_eps", nice_float(c->norm_epsilon));
-        cJSON_AddNumberToObject(j, "rope_theta", nice_float(c->rotary_base));
-        cJSON_AddNullToObject(j, "rope_scaling");
-        cJSON_AddBoolToObject(j, "attention_bias", 0);
-        cJSON_AddNumberToObject(j, "attention_dropout", nice_float(c->attention_dropout));
-        if (f == FAM_LLAMA) {
-            cJSON_AddBoolToObject(j, "mlp_bias", 0);
-            cJSON_AddNumberToObject(j, "pretraining_tp", 1);
-        } else {
-            cJSON_AddBoolToObject(j, "use_sliding_window", 0);
-            cJSON_AddNullToObject(j, "sliding_window");
-            cJSON_AddNumberToObject(j, "max_window_layers", c->num_layers);
-        }
+        JSON_ADD(j, JNUM("hidden_size", c->hidden_size),
+                 JNUM("intermediate_size", c->ffn_hidden_size),
+                 JNUM("num_hidden_layers", c->num_layers),
+                 JNUM("num_attention_heads", c->num_attention_heads),
+                 JNUM("num_key_value_heads", c->num_query_groups), JNUM("head_dim", c->kv_channels),
+                 JSTR("hidden_act", "silu"),
+                 JNUM("max_position_embeddings", c->max_position_embeddings),
+                 JNUM("rms_norm_eps", nice_float(c->norm_epsilon)),
+                 JNUM("rope_theta", nice_float(c->rotary_base)), JNULL("rope_scaling"),
+                 JBOOL("attention_bias", 0),
+                 JNUM("attention_dropout", nice_float(c->attention_dropout)));
+        if (f == FAM_LLAMA)
+            JSON_ADD(j, JBOOL("mlp_bias", 0), JNUM("pretraining_tp", 1));
+        else
+            JSON_ADD(j, JBOOL("use_sliding_window", 0), JNULL("sliding_window"),
+                     JNUM("max_window_layers", c->num_layers));
     }
-    cJSON_AddNumberToObject(j, "initializer_range", nice_float(c->init_method_std));
-    cJSON_AddBoolToObject(j, "tie_word_embeddings", !c->untie_embeddings_and_output_weights);
-    cJSON_AddStringToObject(j, "torch_dtype", "float32");
+    JSON_ADD(j, JNUM("initializer_range", nice_float(c->init_method_std)),
+             JBOOL("tie_word_embeddings", !c->untie_embeddings_and_output_weights),
+             JSTR("torch_dtype", "float32"));
     (void)a;
     return j;
 }

@@ -11,6 +11,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "tools/json_fields.h"
 #include "tools/tools.h"
 #include "training/arguments.h"
 #include "training/theoretical_memory.h"
@@ -102,37 +103,32 @@ static void print_report(const megadlm_args *a, const theoretical_memory *m) {
 
 static cJSON *report_json(const megadlm_args *a, const theoretical_memory *m) {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "weights_and_optimizer_bytes", m->weight_and_optimizer_bytes);
-    cJSON_AddNumberToObject(o, "activation_bytes", m->activation_bytes);
-    cJSON_AddNumberToObject(o, "total_bytes", m->total_bytes);
-    cJSON_AddNumberToObject(o, "parameters", m->parameters);
-    cJSON_AddNumberToObject(o, "parameters_most_loaded_rank", m->parameters_most_loaded_shard);
-    cJSON_AddNumberToObject(o, "bytes_per_parameter", m->bytes_per_parameter);
+    JSON_ADD(o, JNUM("weights_and_optimizer_bytes", m->weight_and_optimizer_bytes),
+             JNUM("activation_bytes", m->activation_bytes), JNUM("total_bytes", m->total_bytes),
+             JNUM("parameters", m->parameters),
+             JNUM("parameters_most_loaded_rank", m->parameters_most_loaded_shard),
+             JNUM("bytes_per_parameter", m->bytes_per_parameter));
     cJSON *rows = cJSON_AddObjectToObject(o, "per_layer_activation_bytes");
     cJSON *mrows = cJSON_CreateObject();
     for (int r = 0; r < TM_NUM_ROWS; r++) {
         cJSON_AddNumberToObject(rows, TM_ROW_KEYS[r], m->per_layer[r]);
         cJSON_AddNumberToObject(mrows, TM_ROW_KEYS[r], m->per_layer_megadlm[r]);
     }
-    cJSON_AddNumberToObject(o, "per_layer_activation_bytes_this_configuration",
-                            m->per_layer_activation_bytes);
-    cJSON_AddNumberToObject(o, "per_layer_saved_bytes_megadlm", m->per_layer_saved_bytes_megadlm);
+    JSON_ADD(o, JNUM("per_layer_activation_bytes_this_configuration", m->per_layer_activation_bytes),
+             JNUM("per_layer_saved_bytes_megadlm", m->per_layer_saved_bytes_megadlm));
     cJSON_AddItemToObject(o, "per_layer_saved_bytes_megadlm_by_configuration", mrows);
-    cJSON_AddNumberToObject(o, "model_flops_per_iteration", m->model_flops_per_iteration);
-    cJSON_AddNumberToObject(o, "hardware_flops_per_iteration", m->hardware_flops_per_iteration);
-    cJSON_AddNumberToObject(o, "first_stage_layers", m->stage_layers);
-    cJSON_AddNumberToObject(o, "num_microbatches", m->num_microbatches);
-    cJSON_AddNumberToObject(o, "in_flight_microbatches", m->in_flight_microbatches);
-    cJSON_AddNumberToObject(o, "tensor_model_parallel_size", a->tensor_model_parallel_size);
-    cJSON_AddNumberToObject(o, "pipeline_model_parallel_size", a->pipeline_model_parallel_size);
-    cJSON_AddNumberToObject(o, "data_parallel_size", a->data_parallel_size);
-    cJSON_AddNumberToObject(o, "world_size", a->world_size);
+    JSON_ADD(o, JNUM("model_flops_per_iteration", m->model_flops_per_iteration),
+             JNUM("hardware_flops_per_iteration", m->hardware_flops_per_iteration),
+             JNUM("first_stage_layers", m->stage_layers),
+             JNUM("num_microbatches", m->num_microbatches),
+             JNUM("in_flight_microbatches", m->in_flight_microbatches),
+             JNUM("tensor_model_parallel_size", a->tensor_model_parallel_size),
+             JNUM("pipeline_model_parallel_size", a->pipeline_model_parallel_size),
+             JNUM("data_parallel_size", a->data_parallel_size), JNUM("world_size", a->world_size));
     theoretical_megadlm_bytes g = theoretical_megadlm(a);
     cJSON *t = cJSON_AddObjectToObject(o, "megadlm_train_bytes");
-    cJSON_AddNumberToObject(t, "parameters", (double)g.parameters);
-    cJSON_AddNumberToObject(t, "gradients", (double)g.gradients);
-    cJSON_AddNumberToObject(t, "optimizer", (double)g.optimizer);
-    cJSON_AddNumberToObject(t, "saved_activations", (double)g.saved_activations);
+    JSON_ADD(t, JNUM("parameters", g.parameters), JNUM("gradients", g.gradients),
+             JNUM("optimizer", g.optimizer), JNUM("saved_activations", g.saved_activations));
     return o;
 }
 
