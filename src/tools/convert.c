@@ -712,12 +712,11 @@ static void usage(FILE *out) {
             "                        Qwen3ForCausalLM; vocab_size = the padded vocabulary)\n"
             "  --from hf IN OUT      IN/config.json + IN/model.safetensors -> megadlm checkpoint\n"
             "                        OUT (iteration 0)\n"
-            "flags of --from hf (the tokenizer the checkpoint's args name):\n"
-            "  --tokenizer-type T    (NullTokenizer)\n"
-            "  --vocab-size N        NullTokenizer (default: HF vocab_size - 1, eod the last id)\n"
+            "flags of --from hf (the tokenizer the checkpoint's args name):\n" TOKENIZER_OPTIONS_HELP
+            "                          (default: NullTokenizer with --vocab-size HF vocab_size - 1,\n"
+            "                          the end-of-document id the last)\n"
             "  --make-vocab-size-divisible-by N\n"
-            "  --vocab-file F, --merge-file F, --tokenizer-model F\n"
-            "  --seq-length N        (default: max_position_embeddings)\n");
+            "  --seq-length N          (default: max_position_embeddings)\n");
 }
 
 int convert_main(int argc, char **argv) {

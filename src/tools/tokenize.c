@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/util/alloc.h"
+#include "core/util/die.h"
 #include "tools/tools.h"
 #include "training/tokenizer/tokenizer.h"
 
@@ -23,15 +25,80 @@ static void usage(FILE *out) {
             "[--append-eod] < input\n\n"
             "Encodes stdin line by line and prints the token ids of each line, space-separated\n"
             "(one output line per input line); --decode reads lines of ids and prints text.\n\n"
-            "  --tokenizer-type TYPE   ByteLevel, NullTokenizer, GPT2BPETokenizer or\n"
-            "                          HuggingFaceTokenizer (required)\n"
-            "  --vocab-file FILE       GPT2BPETokenizer: vocab.json (encoder.json)\n"
-            "  --merge-file FILE       GPT2BPETokenizer: merges.txt (vocab.bpe)\n"
-            "  --tokenizer-model FILE  HuggingFaceTokenizer: tokenizer.json\n"
-            "  --vocab-size V          NullTokenizer: ids are < V, end-of-document is V\n"
+            TOKENIZER_OPTIONS_HELP
+            "                          (--tokenizer-type is required; each type needs the\n"
+            "                          flags named for it)\n"
             "  --decode                ids -> text\n"
             "  --append-eod            append the end-of-document id to every encoded line\n"
             "  --help                  print this help\n");
+}
+
+/* The buffers the lines go through, grown as needed. */
+typedef struct {
+    char *line, *text; /* the input line; the encoded line's text */
+    size_t line_cap, text_cap;
+    int32_t *ids; /* the decoded line's ids */
+    size_t ids_cap;
+} line_io;
+
+/* Prints the ids of the line (len bytes), space-separated. 0, or 1 after the message. */
+static int encode_line(const tokenizer *tok, line_io *io, size_t len, size_t lineno,
+                       int append_eod) {
+    int32_t *out;
+    size_t n;
+    char err[1024];
+    if (tokenizer_encode(tok, io->line, len, &out, &n, err, sizeof err) != 0) {
+        fprintf(stderr, "error: stdin:%zu: %s\n", lineno, err);
+        return 1;
+    }
+    if (append_eod) {
+        out = xrealloc(out, (n + 1) * sizeof *out, "the encoded line");
+        out[n++] = tokenizer_eod(tok);
+    }
+    if (io->text_cap < n * 12 + 2) {
+        io->text_cap = n * 12 + 2;
+        io->text = xrealloc(io->text, io->text_cap, "the output line");
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += (size_t)sprintf(io->text + k, i ? " %d" : "%d", (int)out[i]);
+    io->text[k++] = '\n';
+    fwrite(io->text, 1, k, stdout);
+    free(out);
+    return 0;
+}
+
+/* Prints the text of the line's ids (NUL-terminated line). 0, or 1 after the message. */
+static int decode_line(const tokenizer *tok, line_io *io, size_t lineno) {
+    const int vocab = tokenizer_vocab_size(tok);
+    size_t n = 0;
+    for (char *p = io->line;;) {
+        while (*p == ' ' || *p == '\t' || *p == '\r') p++;
+        if (!*p) break;
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || (*end && *end != ' ' && *end != '\t' && *end != '\r') ||
+            v < 0 || v >= vocab) {
+            int w = (int)strcspn(p, " \t\r");
+            fprintf(stderr, "error: stdin:%zu: '%.*s' is not a token id in [0, %d)\n", lineno,
+                    w > 40 ? 40 : w, p, vocab);
+            return 1;
+        }
+        if (n == io->ids_cap) {
+            io->ids_cap = io->ids_cap ? io->ids_cap * 2 : 256;
+            io->ids = xrealloc(io->ids, io->ids_cap * sizeof *io->ids, "the decoded ids");
+        }
+        io->ids[n++] = (int32_t)v;
+        p = end;
+    }
+    size_t tl;
+    char *text = tokenizer_decode_len(tok, io->ids, n, &tl);
+    if (!text) die(1, "out of memory decoding a line");
+    fwrite(text, 1, tl, stdout);
+    fputc('\n', stdout);
+    free(text);
+    return 0;
 }
 
 int tokenize_main(int argc, char **argv) {
@@ -84,99 +151,20 @@ int tokenize_main(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", err);
         return 1;
     }
-    int vocab = tokenizer_vocab_size(tok), rc = 0;
-    char *line = NULL, *obuf = NULL;
-    size_t lcap = 0, ocap = 0, lineno = 0;
-    int32_t *ids = NULL;
-    size_t icap = 0;
+    line_io io = {0};
+    int rc = 0;
+    size_t lineno = 0;
     ssize_t got;
-    while ((got = getline(&line, &lcap, stdin)) >= 0) {
+    while (rc == 0 && (got = getline(&io.line, &io.line_cap, stdin)) >= 0) {
         size_t len = (size_t)got;
         lineno++;
-        if (len && line[len - 1] == '\n') len--;
-        if (!decode) {
-            int32_t *out;
-            size_t n;
-            if (tokenizer_encode(tok, line, len, &out, &n, err, sizeof err) != 0) {
-                fprintf(stderr, "error: stdin:%zu: %s\n", lineno, err);
-                rc = 1;
-                break;
-            }
-            if (append_eod) {
-                int32_t *q = realloc(out, (n + 1) * sizeof *q);
-                if (!q) {
-                    free(out);
-                    fprintf(stderr, "error: out of memory\n");
-                    rc = 1;
-                    break;
-                }
-                out = q;
-                out[n++] = tokenizer_eod(tok);
-            }
-            if (ocap < n * 12 + 2) {
-                ocap = n * 12 + 2;
-                char *nb = realloc(obuf, ocap);
-                if (!nb) {
-                    free(out);
-                    fprintf(stderr, "error: out of memory\n");
-                    rc = 1;
-                    break;
-                }
-                obuf = nb;
-            }
-            size_t k = 0;
-            for (size_t i = 0; i < n; i++)
-                k += (size_t)sprintf(obuf + k, i ? " %d" : "%d", (int)out[i]);
-            obuf[k++] = '\n';
-            fwrite(obuf, 1, k, stdout);
-            free(out);
-            continue;
-        }
-        /* --decode */
-        size_t n = 0;
-        line[len] = 0;
-        for (char *p = line;;) {
-            while (*p == ' ' || *p == '\t' || *p == '\r') p++;
-            if (!*p) break;
-            char *end;
-            errno = 0;
-            long v = strtol(p, &end, 10);
-            if (end == p || errno || (*end && *end != ' ' && *end != '\t' && *end != '\r') ||
-                v < 0 || v >= vocab) {
-                int w = (int)strcspn(p, " \t\r");
-                fprintf(stderr, "error: stdin:%zu: '%.*s' is not a token id in [0, %d)\n", lineno,
-                        w > 40 ? 40 : w, p, vocab);
-                rc = 1;
-                break;
-            }
-            if (n == icap) {
-                icap = icap ? icap * 2 : 256;
-                int32_t *q = realloc(ids, icap * sizeof *q);
-                if (!q) {
-                    fprintf(stderr, "error: out of memory\n");
-                    rc = 1;
-                    break;
-                }
-                ids = q;
-            }
-            ids[n++] = (int32_t)v;
-            p = end;
-        }
-        if (rc) break;
-        size_t tl;
-        char *text = tokenizer_decode_len(tok, ids, n, &tl);
-        if (!text) {
-            fprintf(stderr, "error: out of memory\n");
-            rc = 1;
-            break;
-        }
-        fwrite(text, 1, tl, stdout);
-        fputc('\n', stdout);
-        free(text);
+        if (len && io.line[len - 1] == '\n') len--;
+        io.line[len] = 0;
+        rc = decode ? decode_line(tok, &io, lineno) : encode_line(tok, &io, len, lineno, append_eod);
     }
-    free(line);
-    free(obuf);
-    free(ids);
+    free(io.line);
+    free(io.text);
+    free(io.ids);
     tokenizer_free(tok);
     if (fflush(stdout) != 0 || ferror(stdout)) {
         fprintf(stderr, "error: writing stdout: %s\n", strerror(errno));

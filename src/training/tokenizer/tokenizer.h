@@ -44,6 +44,14 @@ enum {
 #define TOKENIZER_LONG_OPTIONS                                                                    \
     {"tokenizer-type", required_argument, 0, TOKENIZER_OPT_TYPE},                                 \
         {"vocab-size", required_argument, 0, TOKENIZER_OPT_VOCAB_SIZE}, TOKENIZER_FILE_LONG_OPTIONS
+/* The --help lines of TOKENIZER_LONG_OPTIONS (each subcommand adds what is required for it). */
+#define TOKENIZER_OPTIONS_HELP                                                                    \
+    "  --tokenizer-type TYPE   ByteLevel, NullTokenizer, GPT2BPETokenizer or\n"                    \
+    "                          HuggingFaceTokenizer\n"                                            \
+    "  --vocab-size V          NullTokenizer: ids 0..V-1, end-of-document V\n"                     \
+    "  --vocab-file FILE       GPT2BPETokenizer: vocab.json (encoder.json)\n"                      \
+    "  --merge-file FILE       GPT2BPETokenizer: merges.txt (vocab.bpe)\n"                         \
+    "  --tokenizer-model FILE  HuggingFaceTokenizer: tokenizer.json\n"
 /* getopt_long's option c with its argument: 1 when it is a tokenizer flag (stored in o, which
  * keeps pointing at arg), 0 when it is not one; -1 with "--vocab-size: expected a positive
  * integer, found '...'" in err. */
