@@ -398,64 +398,19 @@ static int parse_entry(const char *path, const cJSON *item, st_entry *e, uint64_
     return 0;
 }
 
-int st_open(const char *path, st_file *f, char *err, size_t errlen) {
-    memset(f, 0, sizeof(*f));
-    cJSON *root = NULL;
-    st_entry **order = NULL;
-    char *hcopy = NULL;
-    const void *map;
-    if (io_map_file(path, &map, &f->map_len, err, errlen)) return -1;
-    f->map = (void *)map;
-    f->path = xstrdup(path, "safetensors path");
-    if (f->map_len < 8) {
-        err_set(err, errlen,
-                "%s: offset 0: expected an 8-byte header length, found a file of %zu bytes",
-                path, f->map_len);
-        goto fail;
-    }
-    const uint8_t *base = (const uint8_t *)f->map;
-    uint64_t n = 0;
-    for (int k = 0; k < 8; k++) n |= (uint64_t)base[k] << (8 * k);
-    f->header_len = n;
-    if (n > ST_MAX_HEADER) {
-        err_set(err, errlen, "%s: offset 0: expected a header length of at most %llu, found %llu",
-                path, (unsigned long long)ST_MAX_HEADER, (unsigned long long)n);
-        goto fail;
-    }
-    if (n > f->map_len - 8) {
-        err_set(err, errlen,
-                "%s: offset 0: expected a header length of at most %zu (the file size minus 8), "
-                "found %llu",
-                path, f->map_len - 8, (unsigned long long)n);
-        goto fail;
-    }
-    const char *hdr = (const char *)base + 8;
-    if (n == 0 || hdr[0] != '{') {
-        if (n == 0)
-            err_set(err, errlen, "%s: offset 8: expected '{' (the JSON header), found an empty "
-                                 "header", path);
-        else
-            err_set(err, errlen, "%s: offset 8: expected '{' (the JSON header), found byte 0x%02x",
-                    path, (unsigned)(uint8_t)hdr[0]);
-        goto fail;
-    }
-    size_t bad = utf8_invalid_at((const uint8_t *)hdr, (size_t)n);
-    if (bad < n) {
-        err_set(err, errlen, "%s: offset %llu: expected UTF-8 text in the header, found byte 0x%02x",
-                path, (unsigned long long)(8 + bad), (unsigned)(uint8_t)hdr[bad]);
-        goto fail;
-    }
+/* Parses the n header bytes at hdr (offsets in messages count from the file's start): valid
+ * JSON, then only space padding. NULL with the message in err. */
+static cJSON *parse_header(const char *hdr, size_t n, const char *path, char *err, size_t errlen) {
     /* Parse a NUL-terminated copy: the mapping has no terminator after the header. */
-    hcopy = malloc((size_t)n + 1);
+    char *hcopy = malloc(n + 1);
     if (!hcopy) {
-        err_set(err, errlen, "%s: out of memory reading a %llu-byte header", path,
-                (unsigned long long)n);
-        goto fail;
+        err_set(err, errlen, "%s: out of memory reading a %zu-byte header", path, n);
+        return NULL;
     }
-    memcpy(hcopy, hdr, (size_t)n);
+    memcpy(hcopy, hdr, n);
     hcopy[n] = 0;
     const char *parse_end = NULL;
-    root = cJSON_ParseWithLengthOpts(hcopy, (size_t)n, &parse_end, 0);
+    cJSON *root = cJSON_ParseWithLengthOpts(hcopy, n, &parse_end, 0);
     if (!root) {
         const char *at = cJSON_GetErrorPtr();
         size_t pos = (at && at >= hcopy && at <= hcopy + n) ? (size_t)(at - hcopy) : 0;
@@ -468,75 +423,133 @@ int st_open(const char *path, st_file *f, char *err, size_t errlen) {
         snip[k] = 0;
         err_set(err, errlen, "%s: offset %llu: expected valid JSON in the header, found \"%s\"",
                 path, (unsigned long long)(8 + pos), k ? snip : "the end of the header");
-        goto fail;
     }
-    for (const char *p = parse_end; p && p < hcopy + n; p++)
+    for (const char *p = parse_end; root && p && p < hcopy + n; p++)
         if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
             err_set(err, errlen,
                     "%s: offset %llu: expected only space padding after the JSON header, found "
                     "byte 0x%02x",
                     path, (unsigned long long)(8 + (size_t)(p - hcopy)), (unsigned)(uint8_t)*p);
-            goto fail;
+            cJSON_Delete(root);
+            root = NULL;
         }
-    if (!cJSON_IsObject(root)) {
+    free(hcopy);
+    return root;
+}
+
+/* The 8-byte header length and the JSON header after it: a length that fits, '{' first,
+ * UTF-8, valid JSON with only space padding after it, an object. Sets header_len, buffer and
+ * buffer_len; returns the parsed header (NULL with the message in err). */
+static cJSON *read_header(st_file *f, const char *path, char *err, size_t errlen) {
+    if (f->map_len < 8) {
+        err_set(err, errlen,
+                "%s: offset 0: expected an 8-byte header length, found a file of %zu bytes",
+                path, f->map_len);
+        return NULL;
+    }
+    const uint8_t *base = (const uint8_t *)f->map;
+    uint64_t n = 0;
+    for (int k = 0; k < 8; k++) n |= (uint64_t)base[k] << (8 * k);
+    f->header_len = n;
+    if (n > ST_MAX_HEADER) {
+        err_set(err, errlen, "%s: offset 0: expected a header length of at most %llu, found %llu",
+                path, (unsigned long long)ST_MAX_HEADER, (unsigned long long)n);
+        return NULL;
+    }
+    if (n > f->map_len - 8) {
+        err_set(err, errlen,
+                "%s: offset 0: expected a header length of at most %zu (the file size minus 8), "
+                "found %llu",
+                path, f->map_len - 8, (unsigned long long)n);
+        return NULL;
+    }
+    const char *hdr = (const char *)base + 8;
+    if (n == 0 || hdr[0] != '{') {
+        if (n == 0)
+            err_set(err, errlen, "%s: offset 8: expected '{' (the JSON header), found an empty "
+                                 "header", path);
+        else
+            err_set(err, errlen, "%s: offset 8: expected '{' (the JSON header), found byte 0x%02x",
+                    path, (unsigned)(uint8_t)hdr[0]);
+        return NULL;
+    }
+    size_t bad = utf8_invalid_at((const uint8_t *)hdr, (size_t)n);
+    if (bad < n) {
+        err_set(err, errlen, "%s: offset %llu: expected UTF-8 text in the header, found byte 0x%02x",
+                path, (unsigned long long)(8 + bad), (unsigned)(uint8_t)hdr[bad]);
+        return NULL;
+    }
+    cJSON *root = parse_header(hdr, (size_t)n, path, err, errlen);
+    if (root && !cJSON_IsObject(root)) {
         err_set(err, errlen, "%s: offset 8: expected a JSON object, found %s", path,
                 json_type_name(root));
-        goto fail;
+        cJSON_Delete(root);
+        return NULL;
     }
     f->buffer = base + 8 + n;
     f->buffer_len = f->map_len - 8 - n;
+    return root;
+}
 
+/* __metadata__'s string pairs, no key twice. */
+static int read_metadata(st_file *f, const cJSON *meta, const char *path, char *err,
+                         size_t errlen) {
+    for (const cJSON *m = meta->child; m; m = m->next) {
+        if (!cJSON_IsString(m)) {
+            err_set(err, errlen, "%s: __metadata__: key \"%s\": expected a string value, found %s",
+                    path, m->string, json_type_name(m));
+            return -1;
+        }
+        for (int k = 0; k < f->nmeta; k++)
+            if (strcmp(f->meta_keys[k], m->string) == 0) {
+                err_set(err, errlen, "%s: __metadata__: key \"%s\" appears twice", path,
+                        m->string);
+                return -1;
+            }
+        f->meta_keys[f->nmeta] = xstrdup(m->string, "safetensors metadata");
+        f->meta_values[f->nmeta] = xstrdup(m->valuestring, "safetensors metadata");
+        f->nmeta++;
+    }
+    return 0;
+}
+
+/* The header's tensors (entries, each checked against the buffer) and metadata. */
+static int read_entries(st_file *f, const cJSON *root, const char *path, char *err,
+                        size_t errlen) {
     int count = 0, nmeta = 0;
     for (const cJSON *it = root->child; it; it = it->next) {
         if (it->string && strcmp(it->string, "__metadata__") == 0) {
             if (!cJSON_IsObject(it)) {
                 err_set(err, errlen, "%s: __metadata__: expected an object, found %s", path,
                         json_type_name(it));
-                goto fail;
+                return -1;
             }
             nmeta += cJSON_GetArraySize(it);
         } else {
             count++;
         }
     }
-    f->entries = calloc((size_t)count + 1, sizeof(st_entry));
-    f->by_name = calloc((size_t)count + 1, sizeof(int));
-    f->meta_keys = calloc((size_t)nmeta + 1, sizeof(char *));
-    f->meta_values = calloc((size_t)nmeta + 1, sizeof(char *));
-    order = calloc((size_t)count + 1, sizeof(st_entry *));
-    if (!f->entries || !f->by_name || !f->meta_keys || !f->meta_values || !order) {
-        err_set(err, errlen, "%s: out of memory reading the header", path);
-        goto fail;
-    }
+    f->entries = xcalloc((size_t)count + 1, sizeof(st_entry), "safetensors entries");
+    f->by_name = xcalloc((size_t)count + 1, sizeof(int), "safetensors entries");
+    f->meta_keys = xcalloc((size_t)nmeta + 1, sizeof(char *), "safetensors metadata");
+    f->meta_values = xcalloc((size_t)nmeta + 1, sizeof(char *), "safetensors metadata");
     for (const cJSON *it = root->child; it; it = it->next) {
         if (it->string && strcmp(it->string, "__metadata__") == 0) {
-            for (const cJSON *m = it->child; m; m = m->next) {
-                if (!cJSON_IsString(m)) {
-                    err_set(err, errlen,
-                            "%s: __metadata__: key \"%s\": expected a string value, found %s",
-                            path, m->string, json_type_name(m));
-                    goto fail;
-                }
-                for (int k = 0; k < f->nmeta; k++)
-                    if (strcmp(f->meta_keys[k], m->string) == 0) {
-                        err_set(err, errlen, "%s: __metadata__: key \"%s\" appears twice", path,
-                                m->string);
-                        goto fail;
-                    }
-                f->meta_keys[f->nmeta] = xstrdup(m->string, "safetensors metadata");
-                f->meta_values[f->nmeta] = xstrdup(m->valuestring, "safetensors metadata");
-                f->nmeta++;
-            }
+            if (read_metadata(f, it, path, err, errlen)) return -1;
             continue;
         }
         st_entry *e = &f->entries[f->count];
         e->name = xstrdup(it->string ? it->string : "", "tensor name");
         f->count++;
-        if (parse_entry(path, it, e, f->buffer_len, err, errlen) != 0) goto fail;
+        if (parse_entry(path, it, e, f->buffer_len, err, errlen) != 0) return -1;
         e->data = f->buffer + e->begin;
     }
+    return 0;
+}
 
-    /* No name twice (cJSON keeps duplicate keys). */
+/* No name twice (cJSON keeps duplicate keys); fills by_name. order: [count] scratch. */
+static int check_names(st_file *f, const st_entry **order, const char *path, char *err,
+                       size_t errlen) {
     for (int i = 0; i < f->count; i++) order[i] = &f->entries[i];
     qsort(order, (size_t)f->count, sizeof(*order), cmp_entry_name);
     for (int i = 0; i < f->count; i++) {
@@ -544,10 +557,18 @@ int st_open(const char *path, st_file *f, char *err, size_t errlen) {
         if (i > 0 && strcmp(order[i - 1]->name, order[i]->name) == 0) {
             err_set(err, errlen, "%s: tensor %s: appears twice in the header", path,
                     order[i]->name);
-            goto fail;
+            return -1;
         }
     }
-    /* No overlapping data (empty tensors occupy nothing). */
+    return 0;
+}
+
+/* No overlapping data (empty tensors occupy nothing), and the buffer fully indexed: no gaps,
+ * nothing after the last tensor (as the reference implementation requires; it also rules out
+ * polyglot files). order: [count] scratch. */
+static int check_offsets(const st_file *f, const st_entry **order, const char *path, char *err,
+                         size_t errlen) {
+    for (int i = 0; i < f->count; i++) order[i] = &f->entries[i];
     qsort(order, (size_t)f->count, sizeof(*order), cmp_entry_begin);
     const st_entry *reach = NULL; /* the non-empty tensor reaching furthest so far */
     for (int i = 0; i < f->count; i++) {
@@ -560,12 +581,10 @@ int st_open(const char *path, st_file *f, char *err, size_t errlen) {
                     path, e->name, (unsigned long long)e->begin, (unsigned long long)e->end,
                     reach->name, (unsigned long long)reach->begin,
                     (unsigned long long)reach->end);
-            goto fail;
+            return -1;
         }
         if (!reach || e->end > reach->end) reach = e;
     }
-    /* The buffer must be fully indexed: no gaps, nothing after the last tensor (as the
-     * reference implementation requires; it also rules out polyglot files). */
     uint64_t cursor = 0;
     for (int i = 0; i < f->count; i++) {
         const st_entry *e = order[i];
@@ -576,7 +595,7 @@ int st_open(const char *path, st_file *f, char *err, size_t errlen) {
                     "buffer unused (the buffer must be fully indexed)",
                     path, e->name, (unsigned long long)e->begin, (unsigned long long)e->end,
                     (unsigned long long)cursor, (unsigned long long)e->begin);
-            goto fail;
+            return -1;
         }
         cursor = e->end;
     }
@@ -584,20 +603,31 @@ int st_open(const char *path, st_file *f, char *err, size_t errlen) {
         err_set(err, errlen,
                 "%s: offset %llu: expected the end of the file (the last tensor ends there), "
                 "found %llu more bytes",
-                path, (unsigned long long)(8 + n + cursor),
+                path, (unsigned long long)(8 + f->header_len + cursor),
                 (unsigned long long)(f->buffer_len - cursor));
-        goto fail;
+        return -1;
     }
-    free(order);
-    free(hcopy);
-    cJSON_Delete(root);
     return 0;
-fail:
-    free(order);
-    free(hcopy);
+}
+
+int st_open(const char *path, st_file *f, char *err, size_t errlen) {
+    memset(f, 0, sizeof(*f));
+    const void *map;
+    if (io_map_file(path, &map, &f->map_len, err, errlen)) return -1;
+    f->map = (void *)map;
+    f->path = xstrdup(path, "safetensors path");
+    cJSON *root = read_header(f, path, err, errlen);
+    int rc = root ? read_entries(f, root, path, err, errlen) : -1;
     cJSON_Delete(root);
-    st_close(f);
-    return -1;
+    if (rc == 0) {
+        const st_entry **order = xcalloc((size_t)f->count + 1, sizeof *order, "safetensors order");
+        rc = check_names(f, order, path, err, errlen) || check_offsets(f, order, path, err, errlen)
+                 ? -1
+                 : 0;
+        free(order);
+    }
+    if (rc) st_close(f);
+    return rc;
 }
 
 const st_entry *st_find(const st_file *f, const char *name) {
