@@ -106,170 +106,179 @@ static int build_mid(gpt_data *d, const gpt_data_config *cfg, int s, mid_ds *m,
     return 0;
 }
 
-gpt_data *gpt_data_build(const gpt_data_config *cfg, char *err, size_t errlen) {
-    if (cfg->seq_length < 2) {
-        err_set(err, errlen, "--seq-length: expected at least 2, found %d", cfg->seq_length);
-        return NULL;
-    }
-    gpt_data *d = calloc(1, sizeof *d);
-    if (!d) {
-        err_set(err, errlen, "out of memory");
-        return NULL;
-    }
-    d->seq_length = cfg->seq_length;
-    d->seed = cfg->seed;
-    d->vocab_size = cfg->vocab_size;
-    d->eod = cfg->eod;
-
-    if (cfg->mock) {
-        if (cfg->vocab_size < 2) {
-            err_set(err, errlen, "--mock-data: expected a vocabulary of at least 2 ids, found %d",
-                   cfg->vocab_size);
-            gpt_data_free(d);
+/* The blend weights of --data-path normalised (malloc'ed; NULL with an error, or without
+ * weights: *ok tells them apart). */
+static double *blend_weights(const gpt_data_config *cfg, int *ok, char *err, size_t errlen) {
+    const int n = cfg->num_paths;
+    *ok = 1;
+    if (!cfg->weights) return NULL;
+    *ok = 0;
+    double sum = 0;
+    for (int k = 0; k < n; k++) {
+        if (!isfinite(cfg->weights[k]) || cfg->weights[k] < 0) {
+            err_set(err, errlen, "--data-path: expected a non-negative weight for %s, found %g",
+                    cfg->data_paths[k], cfg->weights[k]);
             return NULL;
         }
-        for (int s = 0; s < 3; s++) {
-            d->split[s].kind = cfg->num_samples[s] ? GPT_SPLIT_MOCK : GPT_SPLIT_EMPTY;
-            d->split[s].size = cfg->num_samples[s];
-        }
-        return d;
+        sum += cfg->weights[k];
     }
+    if (!(sum > 0) || !isfinite(sum)) {
+        err_set(err, errlen, "--data-path: expected weights with a positive finite sum, "
+                "found %g", sum);
+        return NULL;
+    }
+    if (n > 32766) {
+        err_set(err, errlen, "--data-path: expected at most 32766 datasets, found %d", n);
+        return NULL;
+    }
+    double *w = xcalloc((size_t)n, sizeof(double), "blend weights");
+    gpt_normalize(cfg->weights, n, w);
+    *ok = 1;
+    return w;
+}
 
+/* A blended split of N samples from n datasets: with weights w, Megatron's per-dataset sizes
+ * and BlendedDataset's indices; without, each dataset whole, weighted by its length. */
+static int build_blended(gpt_data *d, const gpt_data_config *cfg, int s, const double *w,
+                         int64_t (*beg)[3], int64_t (*end)[3], uint64_t N, char *err,
+                         size_t errlen) {
+    split_ds *sp = &d->split[s];
+    const int n = d->num_ds;
+    sp->kind = GPT_SPLIT_BLENDED;
+    sp->blend_weights = xcalloc((size_t)n, sizeof(double), "blend weights");
+    uint64_t size = 0;
+    int fail = 0;
+    if (w) {
+        for (int k = 0; k < n && !fail; k++) {
+            uint64_t nk = gpt_blend_dataset_size(N, w[k]);
+            fail = build_mid(d, cfg, s, &sp->mid[k], d->ds[k], beg[k], end[k], nk, err, errlen);
+            size += nk;
+        }
+        /* BlendedDataset normalizes the (already normalized) weights again */
+        gpt_normalize(w, n, sp->blend_weights);
+    } else {
+        double *lens = xcalloc((size_t)n, sizeof(double), "dataset lengths");
+        uint64_t total = 0;
+        for (int k = 0; k < n && !fail; k++) {
+            fail = build_mid(d, cfg, s, &sp->mid[k], d->ds[k], beg[k], end[k], 0, err, errlen);
+            if (!fail) {
+                lens[k] = (double)sp->mid[k].ix.num_samples;
+                total += sp->mid[k].ix.num_samples;
+            }
+        }
+        if (!fail) gpt_normalize(lens, n, sp->blend_weights);
+        free(lens);
+        size = N < total ? N : total;
+    }
+    if (fail) return -1;
+    sp->size = size;
+    sp->dataset_index =
+        mem_alloc(MEM_OTHER, (size ? size : 1) * sizeof(int16_t), "blend dataset index");
+    sp->dataset_sample_index =
+        mem_alloc(MEM_OTHER, (size ? size : 1) * sizeof(int64_t), "blend dataset sample index");
+    gpt_blending_indices(sp->blend_weights, n, size, sp->dataset_index,
+                         sp->dataset_sample_index);
+    return 0;
+}
+
+/* Split s (train/valid/test) of cfg->num_samples[s] samples; nothing when that is 0 or the
+ * split's --split weight is 0 (Megatron builds no dataset then). */
+static int build_split(gpt_data *d, const gpt_data_config *cfg, int s, const double *split_w,
+                       const double *w, char *err, size_t errlen) {
+    split_ds *sp = &d->split[s];
+    const uint64_t N = cfg->num_samples[s];
+    const int n = d->num_ds;
+    if (N == 0) return 0;
+    /* Per-prefix ranges (each prefix is split by its own sequence count). */
+    int64_t (*beg)[3] = xcalloc((size_t)n, sizeof *beg, "split ranges");
+    int64_t (*end)[3] = xcalloc((size_t)n, sizeof *end, "split ranges");
+    int present[3], fail = 0;
+    for (int k = 0; k < n; k++)
+        gpt_split_ranges(split_w, d->ds[k]->sequence_count, present, beg[k], end[k]);
+    if (present[s]) {
+        sp->n_mid = n;
+        sp->mid = xcalloc((size_t)n, sizeof(mid_ds), "split datasets");
+        if (n == 1 && !w) {
+            sp->kind = GPT_SPLIT_SINGLE;
+            fail = build_mid(d, cfg, s, &sp->mid[0], d->ds[0], beg[0], end[0], N, err, errlen);
+            if (!fail) sp->size = sp->mid[0].ix.num_samples;
+        } else {
+            fail = build_blended(d, cfg, s, w, beg, end, N, err, errlen);
+        }
+    }
+    free(beg);
+    free(end);
+    return fail ? -1 : 0;
+}
+
+/* Mock data: every split of its sample count, ids below the vocabulary. */
+static int build_mock(gpt_data *d, const gpt_data_config *cfg, char *err, size_t errlen) {
+    if (cfg->vocab_size < 2) {
+        err_set(err, errlen, "--mock-data: expected a vocabulary of at least 2 ids, found %d",
+                cfg->vocab_size);
+        return -1;
+    }
+    for (int s = 0; s < 3; s++) {
+        d->split[s].kind = cfg->num_samples[s] ? GPT_SPLIT_MOCK : GPT_SPLIT_EMPTY;
+        d->split[s].size = cfg->num_samples[s];
+    }
+    return 0;
+}
+
+/* The flags a dataset build needs before anything is opened. */
+static int check_data_flags(const gpt_data_config *cfg, double *split_w, char *err,
+                            size_t errlen) {
     if (cfg->num_paths < 1 || !cfg->data_paths) {
         err_set(err, errlen, "--data-path: expected at least one dataset prefix (or --mock-data)");
-        gpt_data_free(d);
-        return NULL;
+        return -1;
     }
     if (cfg->seed > 0xffffffffULL) {
         err_set(err, errlen,
                "--seed: expected a value below 2^32 (numpy.random.RandomState seeds the data "
                "indices), found %" PRIu64,
                cfg->seed);
+        return -1;
+    }
+    return gpt_split_parse(cfg->split, split_w, err, errlen);
+}
+
+gpt_data *gpt_data_build(const gpt_data_config *cfg_in, char *err, size_t errlen) {
+    if (cfg_in->seq_length < 2) {
+        err_set(err, errlen, "--seq-length: expected at least 2, found %d", cfg_in->seq_length);
+        return NULL;
+    }
+    gpt_data *d = xcalloc(1, sizeof *d, "the datasets");
+    d->seq_length = cfg_in->seq_length;
+    d->seed = cfg_in->seed;
+    d->vocab_size = cfg_in->vocab_size;
+    d->eod = cfg_in->eod;
+    if (cfg_in->mock) {
+        if (build_mock(d, cfg_in, err, errlen) == 0) return d;
         gpt_data_free(d);
         return NULL;
     }
-    double split_w[3];
-    if (gpt_split_parse(cfg->split ? cfg->split : "969,30,1", split_w, err, errlen) != 0) {
-        gpt_data_free(d);
-        return NULL;
+    gpt_data_config cfg = *cfg_in;
+    if (!cfg.split) cfg.split = "969,30,1";
+    double split_w[3], *w = NULL;
+    int ok = check_data_flags(&cfg, split_w, err, errlen) == 0;
+    if (ok) w = blend_weights(&cfg, &ok, err, errlen);
+    if (ok) {
+        d->ds = xcalloc((size_t)cfg.num_paths, sizeof(indexed_dataset *), "datasets");
+        d->num_ds = cfg.num_paths;
     }
-    const char *split_str = cfg->split ? cfg->split : "969,30,1";
-    gpt_data_config c2 = *cfg;
-    c2.split = split_str;
-    cfg = &c2;
-
-    int n = cfg->num_paths;
-    double *w = NULL;
-    if (cfg->weights) {
-        double sum = 0;
-        for (int k = 0; k < n; k++) {
-            if (!isfinite(cfg->weights[k]) || cfg->weights[k] < 0) {
-                err_set(err, errlen,
-                       "--data-path: expected a non-negative weight for %s, found %g",
-                       cfg->data_paths[k], cfg->weights[k]);
-                gpt_data_free(d);
-                return NULL;
-            }
-            sum += cfg->weights[k];
-        }
-        if (!(sum > 0) || !isfinite(sum)) {
-            err_set(err, errlen, "--data-path: expected weights with a positive finite sum, "
-                    "found %g", sum);
-            gpt_data_free(d);
-            return NULL;
-        }
-        if (n > 32766) {
-            err_set(err, errlen, "--data-path: expected at most 32766 datasets, found %d", n);
-            gpt_data_free(d);
-            return NULL;
-        }
-        w = xcalloc((size_t)n, sizeof(double), "blend weights");
-        gpt_normalize(cfg->weights, n, w);
-    }
-
-    d->ds = xcalloc((size_t)n, sizeof(indexed_dataset *), "datasets");
-    d->num_ds = n;
-    for (int k = 0; k < n; k++) {
+    for (int k = 0; ok && k < d->num_ds; k++) {
         char e2[768];
-        d->ds[k] = indexed_dataset_open(cfg->data_paths[k], e2, sizeof e2);
+        d->ds[k] = indexed_dataset_open(cfg.data_paths[k], e2, sizeof e2);
         if (!d->ds[k]) {
             err_set(err, errlen, "--data-path: %s", e2);
-            free(w);
-            gpt_data_free(d);
-            return NULL;
+            ok = 0;
         }
     }
-
-    for (int s = 0; s < 3; s++) {
-        split_ds *sp = &d->split[s];
-        uint64_t N = cfg->num_samples[s];
-        if (N == 0) continue;
-        /* Per-prefix ranges (each prefix is split by its own sequence count). */
-        int64_t (*beg)[3] = xcalloc((size_t)n, sizeof *beg, "split ranges");
-        int64_t (*end)[3] = xcalloc((size_t)n, sizeof *end, "split ranges");
-        int present[3];
-        for (int k = 0; k < n; k++)
-            gpt_split_ranges(split_w, d->ds[k]->sequence_count, present, beg[k], end[k]);
-        if (!present[s]) {
-            free(beg);
-            free(end);
-            continue; /* zero --split weight: Megatron builds no dataset for this split */
-        }
-        sp->n_mid = n;
-        sp->mid = xcalloc((size_t)n, sizeof(mid_ds), "split datasets");
-        int fail = 0;
-        if (n == 1 && !w) {
-            sp->kind = GPT_SPLIT_SINGLE;
-            fail = build_mid(d, cfg, s, &sp->mid[0], d->ds[0], beg[0], end[0], N, err, errlen);
-            if (!fail) sp->size = sp->mid[0].ix.num_samples;
-        } else {
-            sp->kind = GPT_SPLIT_BLENDED;
-            sp->blend_weights = xcalloc((size_t)n, sizeof(double), "blend weights");
-            uint64_t size = 0;
-            if (w) {
-                for (int k = 0; k < n && !fail; k++) {
-                    uint64_t nk = gpt_blend_dataset_size(N, w[k]);
-                    fail = build_mid(d, cfg, s, &sp->mid[k], d->ds[k], beg[k], end[k], nk, err,
-                                     errlen);
-                    size += nk;
-                }
-                /* BlendedDataset normalizes the (already normalized) weights again */
-                gpt_normalize(w, n, sp->blend_weights);
-            } else {
-                double *lens = xcalloc((size_t)n, sizeof(double), "dataset lengths");
-                uint64_t total = 0;
-                for (int k = 0; k < n && !fail; k++) {
-                    fail = build_mid(d, cfg, s, &sp->mid[k], d->ds[k], beg[k], end[k], 0, err,
-                                     errlen);
-                    if (!fail) {
-                        lens[k] = (double)sp->mid[k].ix.num_samples;
-                        total += sp->mid[k].ix.num_samples;
-                    }
-                }
-                if (!fail) gpt_normalize(lens, n, sp->blend_weights);
-                free(lens);
-                size = N < total ? N : total;
-            }
-            if (!fail) {
-                sp->size = size;
-                sp->dataset_index =
-                    mem_alloc(MEM_OTHER, (size ? size : 1) * sizeof(int16_t), "blend dataset index");
-                sp->dataset_sample_index = mem_alloc(
-                    MEM_OTHER, (size ? size : 1) * sizeof(int64_t), "blend dataset sample index");
-                gpt_blending_indices(sp->blend_weights, n, size, sp->dataset_index,
-                                     sp->dataset_sample_index);
-            }
-        }
-        free(beg);
-        free(end);
-        if (fail) {
-            free(w);
-            gpt_data_free(d);
-            return NULL;
-        }
-    }
+    for (int s = 0; ok && s < 3; s++) ok = build_split(d, &cfg, s, split_w, w, err, errlen) == 0;
     free(w);
-    return d;
+    if (ok) return d;
+    gpt_data_free(d);
+    return NULL;
 }
 
 uint64_t gpt_data_num_samples(const gpt_data *d, int split) {
