@@ -136,7 +136,7 @@ check_log() {
   local log=$1 ranks=$2 what=$3
   local n
   n=$(grep -cE '^\[Rank [0-9]+\] memory (parameters|gradients|optimizer state|saved activations) \(bytes\) \| predicted [0-9]+ \| measured [0-9]+ \| difference 0 \|$' "$log")
-  [ "$n" -eq $((4 * ranks)) ] || { say_fail "$what: $n of $((4 * ranks)) categories predicted == measured"; grep 'memory ' "$log" | head -8; }
+  [ "$n" -eq $((4 * ranks)) ] || { say_fail "$what: $n of $((4 * ranks)) categories predicted == measured"; grep -a 'predicted' "$log"; cp "$log" "${MEMORY_CMD_FAILED_LOG:-/dev/null}"; }
   awk '/saved activations layer/ { n++; if ($10 != $13) bad = 1 } END { exit (n == 0 || bad) }' "$log" ||
     say_fail "$what: a layer's measured != analytic"
 }

@@ -331,16 +331,6 @@ struct idx_builder {
     size_t cap_buf;
 };
 
-static void *grow(void *p, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return p;
-    size_t nc = *cap ? *cap : 1024;
-    while (nc < need) nc *= 2;
-    if (nc > SIZE_MAX / elem) die(1, "out of memory: an index of %zu entries overflows a size", nc);
-    void *q = xrealloc(p, nc * elem, "a dataset index");
-    *cap = nc;
-    return q;
-}
-
 static void builder_free(idx_builder *b) {
     if (!b) return;
     if (b->bin) fclose(b->bin);
@@ -373,7 +363,8 @@ idx_builder *idx_builder_create(const char *prefix, int dtype, char *err, size_t
         return NULL;
     }
     setvbuf(b->bin, NULL, _IOFBF, 1 << 20);
-    b->doc_indices = grow(b->doc_indices, &b->cap_docs, 1, sizeof(int64_t));
+    b->doc_indices =
+        xgrow_array(b->doc_indices, &b->cap_docs, 1, sizeof(int64_t), 1024, "a dataset index");
     b->doc_indices[0] = 0;
     b->n_docs = 1;
     return b;
@@ -397,7 +388,7 @@ int idx_builder_add_item(idx_builder *b, const int32_t *ids, size_t n, char *err
                b->bin_path, n);
         return -1;
     }
-    b->buf = grow(b->buf, &b->cap_buf, n * b->itemsize + 1, 1);
+    b->buf = xgrow_array(b->buf, &b->cap_buf, n * b->itemsize + 1, 1, 1024, "a dataset index");
     unsigned char *o = b->buf;
     for (size_t i = 0; i < n; i++) {
         int32_t v = ids[i];
@@ -437,7 +428,8 @@ int idx_builder_add_item(idx_builder *b, const int32_t *ids, size_t n, char *err
         err_set(err, errlen, "%s: write failed: %s", b->bin_tmp, strerror(errno));
         return -1;
     }
-    b->lengths = grow(b->lengths, &b->cap_lengths, b->n_lengths + 1, sizeof(int32_t));
+    b->lengths = xgrow_array(b->lengths, &b->cap_lengths, b->n_lengths + 1, sizeof(int32_t), 1024,
+                             "a dataset index");
     b->lengths[b->n_lengths++] = (int32_t)n;
     b->num_tokens += n;
     return 0;
@@ -446,7 +438,8 @@ int idx_builder_add_item(idx_builder *b, const int32_t *ids, size_t n, char *err
 int idx_builder_end_document(idx_builder *b, char *err, size_t errlen) {
     (void)err;
     (void)errlen;
-    b->doc_indices = grow(b->doc_indices, &b->cap_docs, b->n_docs + 1, sizeof(int64_t));
+    b->doc_indices = xgrow_array(b->doc_indices, &b->cap_docs, b->n_docs + 1, sizeof(int64_t),
+                                 1024, "a dataset index");
     b->doc_indices[b->n_docs++] = (int64_t)b->n_lengths;
     return 0;
 }

@@ -15,4 +15,11 @@ void *xcalloc(size_t count, size_t size, const char *what);
 void *xrealloc(void *p, size_t bytes, const char *what);
 char *xstrdup(const char *s, const char *what);
 
+/* An array of *cap elements of elem bytes grown to hold at least `need` (capacity doubling from
+ * `first`): the array, realloc'ed if needed, and *cap updated. grow_array returns NULL when
+ * memory runs out, with p still valid and *cap unchanged, for code that reports its own
+ * errors (the tokenizers); xgrow_array ends the job instead, like the x* functions above. */
+void *grow_array(void *p, size_t *cap, size_t need, size_t elem, size_t first);
+void *xgrow_array(void *p, size_t *cap, size_t need, size_t elem, size_t first, const char *what);
+
 #endif

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "training/tokenizer/unicode_nfc.h"
+#include "core/util/alloc.h"
 #include "core/util/error.h"
 
 const char *const BPE_GPT2_PATTERN =
@@ -587,13 +588,9 @@ typedef struct {
 } ivec;
 
 static int ivec_push(ivec *a, int32_t x) {
-    if (a->n == a->cap) {
-        size_t nc = a->cap ? a->cap * 2 : 256;
-        int32_t *nv = realloc(a->v, nc * sizeof *nv);
-        if (!nv) return -1;
-        a->v = nv;
-        a->cap = nc;
-    }
+    int32_t *nv = grow_array(a->v, &a->cap, a->n + 1, sizeof *nv, 256);
+    if (!nv) return -1;
+    a->v = nv;
     a->v[a->n++] = x;
     return 0;
 }
@@ -748,13 +745,9 @@ typedef struct {
 } spans;
 
 static int spans_push(spans *a, const char *p, size_t n) {
-    if (a->n == a->cap) {
-        size_t nc = a->cap ? a->cap * 2 : 64;
-        span *nv = realloc(a->v, nc * sizeof *nv);
-        if (!nv) return -1;
-        a->v = nv;
-        a->cap = nc;
-    }
+    span *nv = grow_array(a->v, &a->cap, a->n + 1, sizeof *nv, 64);
+    if (!nv) return -1;
+    a->v = nv;
     a->v[a->n++] = (span){p, n};
     return 0;
 }
@@ -766,13 +759,9 @@ typedef struct {
 } owned;
 
 static char *owned_alloc(owned *o, size_t n) {
-    if (o->n == o->cap) {
-        size_t nc = o->cap ? o->cap * 2 : 16;
-        char **nv = realloc(o->v, nc * sizeof *nv);
-        if (!nv) return NULL;
-        o->v = nv;
-        o->cap = nc;
-    }
+    char **nv = grow_array(o->v, &o->cap, o->n + 1, sizeof *nv, 16);
+    if (!nv) return NULL;
+    o->v = nv;
     char *b = malloc(n ? n : 1);
     if (b) o->v[o->n++] = b;
     return b;
@@ -820,16 +809,12 @@ static int encode_valid(const bpe_model *m, const char *text, size_t len, pcre2_
         int r = unicode_nfc(text, len, &norm, &nlen);
         if (r < 0) return -1;
         if (r > 0) { /* changed */
-            if (own->n == own->cap) {
-                size_t nc = own->cap ? own->cap * 2 : 16;
-                char **nv = realloc(own->v, nc * sizeof *nv);
-                if (!nv) {
-                    free(norm);
-                    return -1;
-                }
-                own->v = nv;
-                own->cap = nc;
+            char **nv = grow_array(own->v, &own->cap, own->n + 1, sizeof *nv, 16);
+            if (!nv) {
+                free(norm);
+                return -1;
             }
+            own->v = nv;
             own->v[own->n++] = norm;
             text = norm;
             len = nlen;
