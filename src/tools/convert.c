@@ -398,19 +398,12 @@ static const char *jstr(const cJSON *j, const char *key) {
 /* config.json as a JSON object, or NULL with why in err: cannot open or read it (the system's
  * reason), or not valid JSON (the byte where parsing stopped), or not an object. */
 static cJSON *read_json(const char *path, char *err, size_t errlen) {
-    FILE *fp = fopen(path, "rb");
-    struct stat sb;
-    if (!fp || fstat(fileno(fp), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        snprintf(err, errlen, "cannot read it: %s", fp ? "not a regular file" : strerror(errno));
-        if (fp) fclose(fp);
-        return NULL;
-    }
-    char *buf = malloc((size_t)sb.st_size + 1);
-    size_t got = buf ? fread(buf, 1, (size_t)sb.st_size, fp) : 0;
-    fclose(fp);
-    if (!buf || got != (size_t)sb.st_size) {
-        snprintf(err, errlen, "cannot read it: %s", buf ? "short read" : "out of memory");
-        free(buf);
+    size_t got;
+    int open_failed;
+    const char *why;
+    char *buf = io_read_file(path, &got, &open_failed, &why);
+    if (!buf) {
+        snprintf(err, errlen, "cannot read it: %s", why);
         return NULL;
     }
     const char *end = NULL;

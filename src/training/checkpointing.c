@@ -570,28 +570,14 @@ int ckpt_load_state(const char *dir, int iteration, ckpt_state *st, char *err, s
     char path[PATH_MAX];
     if (path_join(path, sizeof path, err, errlen, "%s/iter_%07d/state.json", dir, iteration))
         return -1;
-    FILE *fp = fopen(path, "rb");
-    if (!fp) {
-        err_set(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    size_t n;
+    int open_failed;
+    const char *why;
+    char *text = io_read_file(path, &n, &open_failed, &why);
+    if (!text) {
+        err_set(err, errlen, "%s: cannot %s: %s", path, open_failed ? "open" : "read", why);
         return -1;
     }
-    size_t cap = 4096, n = 0;
-    char *text = malloc(cap);
-    while (text) {
-        n += fread(text + n, 1, cap - n - 1, fp);
-        if (n < cap - 1) break;
-        char *t = realloc(text, cap *= 2);
-        if (!t) free(text);
-        text = t;
-    }
-    int rerr = ferror(fp);
-    fclose(fp);
-    if (!text || rerr) {
-        free(text);
-        err_set(err, errlen, "%s: read failed", path);
-        return -1;
-    }
-    text[n] = 0;
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, n, &end, 0);
     if (!root) {

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -154,4 +155,34 @@ int io_map_file(const char *path, const void **map, size_t *size, char *err, siz
 
 void io_unmap(const void *map, size_t size) {
     if (map) munmap((void *)map, size);
+}
+
+char *io_read_file(const char *path, size_t *len, int *open_failed, const char **why) {
+    *open_failed = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        *open_failed = 1;
+        *why = strerror(errno);
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        n += fread(buf + n, 1, cap - n, f);
+        if (n < cap) break;
+        cap *= 2;
+        char *nb = cap <= SIZE_MAX / 2 ? realloc(buf, cap + 1) : NULL;
+        if (!nb) free(buf);
+        buf = nb;
+    }
+    const int read_errno = ferror(f) ? errno : 0;
+    fclose(f);
+    if (!buf || read_errno) {
+        *why = buf ? strerror(read_errno) : "out of memory";
+        free(buf);
+        return NULL;
+    }
+    buf[n] = 0;
+    *len = n;
+    return buf;
 }

@@ -29,6 +29,11 @@ int io_fsync_close(int fd, const char *path, int rc, char *err, size_t errlen);
  * is not a directory" in err. */
 int io_mkdir_p(const char *dir, int sync_parents, char *err, size_t errlen);
 
+/* Reads a whole file into a NUL-terminated buffer of *len bytes (malloc'ed; free it). NULL with
+ * the reason in *why: the system's (strerror) when it cannot be opened (*open_failed = 1) or
+ * read (a directory: "Is a directory"), or "out of memory". The callers word the message. */
+char *io_read_file(const char *path, size_t *len, int *open_failed, const char **why);
+
 /* Maps a whole regular file read-only (the dataset and safetensors readers). *map is NULL for
  * an empty file; unmap with io_unmap. 0, or -1 with "<path>: cannot open: ..." (also "not a
  * regular file"), "<path>: cannot stat: ..." or "<path>: cannot mmap: ..." in err. */

@@ -13,6 +13,7 @@
 #include "training/tokenizer/unicode_nfc.h"
 #include "core/util/alloc.h"
 #include "core/util/error.h"
+#include "core/util/io.h"
 
 const char *const BPE_GPT2_PATTERN =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
@@ -917,30 +918,9 @@ int bpe_encode(const bpe_model *m, const char *text, size_t len, int32_t **ids, 
 }
 
 char *bpe_read_file(const char *flag, const char *path, size_t *len, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        err_set(err, errlen, "%s %s: %s", flag, path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 20, n = 0;
-    char *buf = malloc(cap + 1);
-    while (buf) {
-        size_t r = fread(buf + n, 1, cap - n, f);
-        n += r;
-        if (n < cap) break;
-        cap *= 2;
-        char *nb = realloc(buf, cap + 1);
-        if (!nb) free(buf);
-        buf = nb;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (!buf || bad) {
-        err_set(err, errlen, "%s %s: %s", flag, path, buf ? "read error" : "out of memory");
-        free(buf);
-        return NULL;
-    }
-    buf[n] = 0;
-    *len = n;
-    return buf;
+    int open_failed;
+    const char *why;
+    char *text = io_read_file(path, len, &open_failed, &why);
+    if (!text) err_set(err, errlen, "%s %s: %s", flag, path, why);
+    return text;
 }
