@@ -875,6 +875,10 @@ done:
 }
 
 int train_main(int argc, char **argv) {
+    /* Every line leaves at once, as Megatron's print_rank_0/print_rank_last (flush=True): under
+     * mpirun each rank's stdout is a pipe, and a block-buffered rank would hand the launcher
+     * 4 KiB pieces that cut lines in two and interleave with other ranks' lines. */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     megadlm_args a;
     args_defaults(&a);
     char err[1024];
