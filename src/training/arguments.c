@@ -1,7 +1,7 @@
 /* Command-line arguments of `megadlm train`: Megatron-LM's flag names, defaults and rules
  * (megatron/training/arguments.py: the _add_*_args functions and validate_args).
  *
- * The flag list (arguments_def.h) generates the option table (OPTIONS: getopt_long and --help),
+ * The flag list (arguments.def) generates the option table (OPTIONS: getopt_long and --help),
  * the defaults, and the field table (FIELDS: args_print and the JSON round trip). Flags of
  * features that arrive later are in the list too, and are refused with "<flag>: not supported
  * yet". */
@@ -189,7 +189,7 @@ static const opt_def OPTIONS[] = {
 #define ARG_OPTION(kind, group, flag, metavar, shown, help) \
     {flag, K_##kind, group, 0, 0, metavar, shown, help},
 #define ARG_LATER(flag) {flag, K_LATER, G_LATER, 0, 0, NULL, NULL, NULL},
-#include "training/arguments_def.h"
+#include "training/arguments.def"
 };
 
 #define NUM_OPTIONS ((int)(sizeof(OPTIONS) / sizeof(OPTIONS[0])))
@@ -204,7 +204,7 @@ static const void *cfield_ptr(const megadlm_args *a, size_t off) { return (const
 static const megadlm_args DEFAULTS = {
 #define ARG_FLAG(field, type, deflt, ...) .field = deflt,
 #define ARG_FIELD(field, type, deflt, ...) .field = deflt,
-#include "training/arguments_def.h"
+#include "training/arguments.def"
 };
 
 void args_defaults(megadlm_args *a) { memcpy(a, &DEFAULTS, sizeof(*a)); }
@@ -1337,14 +1337,14 @@ static const field_def FIELDS[] = {
 #define FIELD_DEF(field, type) {#field, ARGS_JSON(type), ARGS_NONE(type), OFF(field), SZ(field)},
 #define ARG_FLAG(field, type, ...) FIELD_DEF(field, type)
 #define ARG_FIELD(field, type, ...) FIELD_DEF(field, type)
-#include "training/arguments_def.h"
+#include "training/arguments.def"
 };
 #define NUM_FIELDS ((int)(sizeof(FIELDS) / sizeof(FIELDS[0])))
 
 const char *const args_model_flags[] = {
 #define ARG_FLAG(field, type, deflt, check, ...) ARGS_IF_##check(#field,)
 #define ARG_FIELD(field, type, deflt, check, ...) ARGS_IF_##check(#field,)
-#include "training/arguments_def.h"
+#include "training/arguments.def"
     NULL};
 
 static void format_field(const megadlm_args *a, const field_def *f, char *buf, size_t n) {

@@ -1,6 +1,6 @@
 /* Command-line arguments of `megadlm train` (and the commands that share its model flags),
  * with Megatron-LM's flag names and defaults (megatron/training/arguments.py). Every flag is
- * one entry of training/arguments_def.h, which generates the fields, the defaults, getopt_long's
+ * one entry of training/arguments.def, which generates the fields, the defaults, getopt_long's
  * table, --help, args_print and the JSON state; validation (args_validate) applies
  * Megatron's rules and derives the defaults that depend on other flags, exactly once. Modules
  * never read the command line: the trainer builds a transformer_config from these. */
@@ -15,12 +15,12 @@
 
 #define ARGS_MAX_DATA_PATHS 64
 
-/* The fields of every flag (training/arguments_def.h: name, type, default and meaning), then
+/* The fields of every flag (training/arguments.def: name, type, default and meaning), then
  * the --data-path list. */
 typedef struct {
 #define ARG_FLAG(field, type, ...) ARGS_CTYPE(type) field ARGS_DIM(type);
 #define ARG_FIELD(field, type, ...) ARGS_CTYPE(type) field ARGS_DIM(type);
-#include "training/arguments_def.h"
+#include "training/arguments.def"
     int num_data_paths;           /* --data-path [W1] P1 [W2 P2 ...] */
     char *data_paths[ARGS_MAX_DATA_PATHS];
     double data_weights[ARGS_MAX_DATA_PATHS];
@@ -60,7 +60,7 @@ int args_from_json(megadlm_args *a, const cJSON *obj, char *err, size_t errlen);
 
 void args_free(megadlm_args *a); /* frees data_paths */
 
-/* The fields a checkpoint fixes (arguments_def.h's MODEL entries, NULL-terminated): resuming
+/* The fields a checkpoint fixes (arguments.def's MODEL entries, NULL-terminated): resuming
  * with other values is refused. */
 extern const char *const args_model_flags[];
 

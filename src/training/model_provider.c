@@ -7,10 +7,10 @@
 transformer_config model_config_from_args(const megadlm_args *a) {
     transformer_config c;
     memset(&c, 0, sizeof(c));
-    /* the flags with a field of the same name (arguments_def.h's COPY entries) */
+    /* the flags with a field of the same name (arguments.def's COPY entries) */
 #define ARG_FLAG(field, type, deflt, check, config, ...) ARGS_COPY_##config(c.field = a->field;)
 #define ARG_FIELD(field, type, deflt, check, config) ARGS_COPY_##config(c.field = a->field;)
-#include "training/arguments_def.h"
+#include "training/arguments.def"
     /* the converted ones (CODE) */
     c.normalization = strcmp(a->normalization, "RMSNorm") == 0 ? NORM_RMSNORM : NORM_LAYERNORM;
     /* Megatron-core: the fused bias-GELU (tanh approximation) when bias_gelu_fusion holds,

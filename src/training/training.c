@@ -314,7 +314,7 @@ static int save(trainer *tr) {
 }
 
 /* The model flags a checkpoint fixes: resuming with different values is refused. */
-static const char *const *const k_model_flags = args_model_flags; /* arguments_def.h: MODEL */
+static const char *const *const k_model_flags = args_model_flags; /* arguments.def: MODEL */
 
 static int check_checkpoint_args(const megadlm_args *a, const cJSON *saved, const char *dir,
                                  char *err, size_t errlen) {
