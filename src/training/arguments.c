@@ -1015,6 +1015,9 @@ int args_validate(megadlm_args *a, char *err, size_t errlen) {
     if (!(a->norm_epsilon > 0))
         return fail(err, errlen, "--norm-epsilon must be positive");
 
+    /* Megatron's validate_args, "Legacy RoPE arguments" */
+    if (a->use_rotary_position_embeddings)
+        snprintf(a->position_embedding_type, sizeof(a->position_embedding_type), "rope");
     static const char *const PE_OK[] = {"learned_absolute", "rope", NULL};
     static const char *const PE_LATER[] = {"mrope", "relative", "none", NULL};
     if (one_of(a->position_embedding_type, PE_LATER))
