@@ -399,6 +399,95 @@ static void flag_word(const char *word, char *buf, size_t n) {
     buf[len] = 0;
 }
 
+/* Stores option o's value (optarg) in a; --data-path and the per-split paths also take the
+ * words that follow, up to the next flag (advancing optind). */
+static int set_option(megadlm_args *a, const opt_def *o, int argc, char **argv, char *err,
+                      size_t errlen) {
+    void *p = field_ptr(a, o->off);
+    switch (o->kind) {
+    case K_INT:
+        if (parse_int(optarg, INT_MIN, (int *)p))
+            return fail(err, errlen, "--%s: expected an integer, found '%s'", o->name, optarg);
+        break;
+    case K_POS:
+    case K_NONNEG: {
+        int lo = o->kind == K_POS ? 1 : 0, tmp;
+        if (!parse_int(optarg, lo, (int *)p)) break;
+        if (!parse_int(optarg, INT_MIN, &tmp)) /* an integer, but below the bound */
+            return fail(err, errlen, "--%s: expected a %s integer, found '%s'", o->name,
+                        lo ? "positive" : "non-negative", optarg);
+        return fail(err, errlen, "--%s: expected an integer, found '%s'", o->name, optarg);
+    }
+    case K_U64:
+        if (parse_u64(optarg, (uint64_t *)p))
+            return fail(err, errlen, "--%s: expected a non-negative integer, found '%s'",
+                        o->name, optarg);
+        break;
+    case K_FLOAT:
+        if (parse_float(optarg, (float *)p))
+            return fail(err, errlen, "--%s: expected a number, found '%s'", o->name, optarg);
+        break;
+    case K_STR:
+        /* Megatron's choice that does not fit the field: refused by name */
+        if (o->off == OFF(lr_decay_style) && !strcmp(optarg, "inverse-square-root"))
+            return fail(err, errlen, "--lr-decay-style inverse-square-root: not supported yet");
+        if (strlen(optarg) >= o->size)
+            return fail(err, errlen, "--%s: value longer than %zu characters", o->name,
+                        o->size - 1);
+        snprintf((char *)p, o->size, "%s", optarg);
+        break;
+    case K_TRUE:
+        *(int *)p = 1;
+        break;
+    case K_FALSE:
+        *(int *)p = 0;
+        break;
+    case K_DATA_STR: {
+        /* the same words as --data-path, joined with spaces into the string field */
+        char *dst = (char *)p;
+        size_t used = 0;
+        int ok = 1;
+        used = (size_t)snprintf(dst, o->size, "%s", optarg);
+        ok = used < o->size;
+        while (ok && optind < argc && strncmp(argv[optind], "--", 2) != 0) {
+            const char *w = argv[optind++];
+            if (!w[0]) continue;
+            size_t len = strlen(w);
+            if (used + 1 + len >= o->size) {
+                ok = 0;
+                break;
+            }
+            dst[used++] = ' ';
+            memcpy(dst + used, w, len + 1);
+            used += len;
+        }
+        if (!ok) return fail(err, errlen, "--%s: value too long", o->name);
+        break;
+    }
+    case K_DATA: {
+        /* nargs: optarg, then every following word up to the next "--" flag */
+        char *words[2 * ARGS_MAX_DATA_PATHS + 2];
+        int n = 0;
+        words[n++] = optarg;
+        while (optind < argc && strncmp(argv[optind], "--", 2) != 0) {
+            if (!argv[optind][0]) { /* empty word: no argument */
+                optind++;
+                continue;
+            }
+            if (n >= 2 * ARGS_MAX_DATA_PATHS + 1)
+                return fail(err, errlen, "--data-path: more than %d datasets",
+                            ARGS_MAX_DATA_PATHS);
+            words[n++] = argv[optind++];
+        }
+        if (set_data_paths(a, words, n, err, errlen)) return -1;
+        break;
+    }
+    default:
+        return fail(err, errlen, "--%s: internal error (kind %d)", o->name, o->kind);
+    }
+    return 0;
+}
+
 int args_parse(megadlm_args *a, int argc, char **argv, char *err, size_t errlen) {
     static struct option longopts[NUM_OPTIONS + 1];
     for (int i = 0; i < NUM_OPTIONS; i++) {
@@ -483,88 +572,7 @@ int args_parse(megadlm_args *a, int argc, char **argv, char *err, size_t errlen)
         if (optarg && !strchr(word, '=') && !strncmp(optarg, "--", 2))
             return fail(err, errlen, "--%s: expects a value", o->name);
 
-        void *p = field_ptr(a, o->off);
-        switch (o->kind) {
-        case K_INT:
-            if (parse_int(optarg, INT_MIN, (int *)p))
-                return fail(err, errlen, "--%s: expected an integer, found '%s'", o->name, optarg);
-            break;
-        case K_POS:
-        case K_NONNEG: {
-            int lo = o->kind == K_POS ? 1 : 0, tmp;
-            if (!parse_int(optarg, lo, (int *)p)) break;
-            if (!parse_int(optarg, INT_MIN, &tmp)) /* an integer, but below the bound */
-                return fail(err, errlen, "--%s: expected a %s integer, found '%s'", o->name,
-                            lo ? "positive" : "non-negative", optarg);
-            return fail(err, errlen, "--%s: expected an integer, found '%s'", o->name, optarg);
-        }
-        case K_U64:
-            if (parse_u64(optarg, (uint64_t *)p))
-                return fail(err, errlen, "--%s: expected a non-negative integer, found '%s'",
-                            o->name, optarg);
-            break;
-        case K_FLOAT:
-            if (parse_float(optarg, (float *)p))
-                return fail(err, errlen, "--%s: expected a number, found '%s'", o->name, optarg);
-            break;
-        case K_STR:
-            /* Megatron's choice that does not fit the field: refused by name */
-            if (o->off == OFF(lr_decay_style) && !strcmp(optarg, "inverse-square-root"))
-                return fail(err, errlen, "--lr-decay-style inverse-square-root: not supported yet");
-            if (strlen(optarg) >= o->size)
-                return fail(err, errlen, "--%s: value longer than %zu characters", o->name,
-                            o->size - 1);
-            snprintf((char *)p, o->size, "%s", optarg);
-            break;
-        case K_TRUE:
-            *(int *)p = 1;
-            break;
-        case K_FALSE:
-            *(int *)p = 0;
-            break;
-        case K_DATA_STR: {
-            /* the same words as --data-path, joined with spaces into the string field */
-            char *dst = (char *)p;
-            size_t used = 0;
-            int ok = 1;
-            used = (size_t)snprintf(dst, o->size, "%s", optarg);
-            ok = used < o->size;
-            while (ok && optind < argc && strncmp(argv[optind], "--", 2) != 0) {
-                const char *w = argv[optind++];
-                if (!w[0]) continue;
-                size_t len = strlen(w);
-                if (used + 1 + len >= o->size) {
-                    ok = 0;
-                    break;
-                }
-                dst[used++] = ' ';
-                memcpy(dst + used, w, len + 1);
-                used += len;
-            }
-            if (!ok) return fail(err, errlen, "--%s: value too long", o->name);
-            break;
-        }
-        case K_DATA: {
-            /* nargs: optarg, then every following word up to the next "--" flag */
-            char *words[2 * ARGS_MAX_DATA_PATHS + 2];
-            int n = 0;
-            words[n++] = optarg;
-            while (optind < argc && strncmp(argv[optind], "--", 2) != 0) {
-                if (!argv[optind][0]) { /* empty word: no argument */
-                    optind++;
-                    continue;
-                }
-                if (n >= 2 * ARGS_MAX_DATA_PATHS + 1)
-                    return fail(err, errlen, "--data-path: more than %d datasets",
-                                ARGS_MAX_DATA_PATHS);
-                words[n++] = argv[optind++];
-            }
-            if (set_data_paths(a, words, n, err, errlen)) return -1;
-            break;
-        }
-        default:
-            return fail(err, errlen, "--%s: internal error (kind %d)", o->name, o->kind);
-        }
+        if (set_option(a, o, argc, argv, err, errlen)) return -1;
     }
     if (optind < argc)
         return fail(err, errlen, "unexpected argument '%s' (flags start with --; see megadlm %s --help)",
@@ -913,33 +921,35 @@ static int validate_world(megadlm_args *a, char *err, size_t errlen) {
     return 0;
 }
 
-int args_validate(megadlm_args *a, char *err, size_t errlen) {
-    if (err && errlen) err[0] = 0;
-
-    /* ---- required flags (Megatron: _check_arg_is_not_none and the asserts on None) ---- */
-    {
-        char missing[512] = "";
-        int nmiss = 0;
-#define REQ(cond, flag)                                                        \
-    if (cond) {                                                                \
-        size_t l = strlen(missing);                                            \
+/* Required flags (Megatron: _check_arg_is_not_none and the asserts on None), all missing ones
+ * named */
+static int validate_required(megadlm_args *a, char *err, size_t errlen) {
+    char missing[512] = "";
+    int nmiss = 0;
+#define REQ(cond, flag)                                                            \
+    if (cond) {                                                                    \
+        size_t l = strlen(missing);                                                \
         snprintf(missing + l, sizeof(missing) - l, "%s%s", nmiss ? ", " : "", flag); \
-        nmiss++;                                                               \
+        nmiss++;                                                                   \
     }
-        REQ(a->num_layers <= 0, "--num-layers");
-        REQ(a->hidden_size <= 0, "--hidden-size");
-        REQ(a->num_attention_heads <= 0, "--num-attention-heads");
-        REQ(a->seq_length <= 0, "--seq-length");
-        REQ(a->max_position_embeddings <= 0, "--max-position-embeddings");
-        REQ(a->micro_batch_size <= 0, "--micro-batch-size");
-        REQ(a->train_iters <= 0, "--train-iters");
-        REQ(isnan(a->lr), "--lr");
+    REQ(a->num_layers <= 0, "--num-layers");
+    REQ(a->hidden_size <= 0, "--hidden-size");
+    REQ(a->num_attention_heads <= 0, "--num-attention-heads");
+    REQ(a->seq_length <= 0, "--seq-length");
+    REQ(a->max_position_embeddings <= 0, "--max-position-embeddings");
+    REQ(a->micro_batch_size <= 0, "--micro-batch-size");
+    REQ(a->train_iters <= 0, "--train-iters");
+    REQ(isnan(a->lr), "--lr");
 #undef REQ
-        if (nmiss)
-            return fail(err, errlen, "missing required flag%s %s", nmiss > 1 ? "s" : "", missing);
-    }
+    if (nmiss)
+        return fail(err, errlen, "missing required flag%s %s", nmiss > 1 ? "s" : "", missing);
+    return 0;
+}
 
-    /* ---- parallel sizes (the model's divisibility and the world size follow the MLP) ---- */
+/* The parallel sizes positive, then the attention and MLP shapes (the model's divisibility
+ * and the world size follow the MLP) */
+static int validate_shape(megadlm_args *a, char *err, size_t errlen) {
+    /* ---- parallel sizes ---- */
     if (a->tensor_model_parallel_size < 1)
         return fail(err, errlen, "--tensor-model-parallel-size must be positive");
     if (a->pipeline_model_parallel_size < 1)
@@ -1003,11 +1013,11 @@ int args_validate(megadlm_args *a, char *err, size_t errlen) {
     /* Megatron: "if not args.add_bias_linear: args.bias_gelu_fusion = False"; with --swiglu the
      * GeLU fusion does not apply (Megatron uses bias_swiglu_fusion there). */
     if (!a->add_bias_linear || a->swiglu) a->bias_gelu_fusion = 0;
+    return 0;
+}
 
-    /* ---- tensor, sequence and pipeline parallelism (the world size comes later) ---- */
-    if (validate_parallel(a, err, errlen)) return -1;
-
-    /* ---- normalization, embeddings ---- */
+/* Normalization, embeddings, initialization, dropout */
+static int validate_embeddings(megadlm_args *a, char *err, size_t errlen) {
     static const char *const NORMS[] = {"LayerNorm", "RMSNorm", NULL};
     if (!one_of(a->normalization, NORMS))
         return fail(err, errlen, "--normalization '%s': expected LayerNorm or RMSNorm",
@@ -1060,8 +1070,11 @@ int args_validate(megadlm_args *a, char *err, size_t errlen) {
         return fail(err, errlen, "--attention-dropout must be in [0, 1)");
     if (a->make_vocab_size_divisible_by <= 0)
         return fail(err, errlen, "--make-vocab-size-divisible-by must be positive");
+    return 0;
+}
 
-    /* ---- data ---- */
+/* The data source: blends, per-split paths, split */
+static int validate_data(megadlm_args *a, char *err, size_t errlen) {
     int per_split = a->train_data_path[0] || a->valid_data_path[0] || a->test_data_path[0];
     if (per_split) {
         if (a->mock_data || a->num_data_paths > 0)
@@ -1110,8 +1123,11 @@ int args_validate(megadlm_args *a, char *err, size_t errlen) {
         if (!a->data_paths[i] || !a->data_paths[i][0])
             return fail(err, errlen, "--data-path: empty prefix");
     if (check_split(a->split, err, errlen)) return -1;
+    return 0;
+}
 
-    /* ---- tokenizer and vocabulary ---- */
+/* The tokenizer and the padded vocabulary */
+static int validate_vocab(megadlm_args *a, char *err, size_t errlen) {
     if (!a->tokenizer_type[0]) {
         if (a->mock_data)
             snprintf(a->tokenizer_type, sizeof(a->tokenizer_type), "NullTokenizer");
@@ -1152,37 +1168,37 @@ int args_validate(megadlm_args *a, char *err, size_t errlen) {
         if (padded > INT_MAX) return fail(err, errlen, "--vocab-size: padded vocabulary too large");
         a->padded_vocab_size = (int)padded;
     }
+    return 0;
+}
 
-    /* ---- objective; recompute plan; then the world size, and the data-parallel size ---- */
-    if (validate_difflm(a, err, errlen)) return -1;
-    if (validate_recompute(a, err, errlen)) return -1;
-    if (validate_world(a, err, errlen)) return -1;
-
-    /* ---- batch ---- */
-    {
-        long long mdp = (long long)a->micro_batch_size * a->data_parallel_size;
-        if (a->global_batch_size < 0) return fail(err, errlen, "--global-batch-size must be positive");
-        if (a->global_batch_size == 0) {
-            if (mdp > INT_MAX) return fail(err, errlen, "--micro-batch-size is too large");
-            a->global_batch_size = (int)mdp;
-        }
-        if (a->global_batch_size % mdp != 0)
-            return fail(err, errlen,
-                        "--global-batch-size %d is not divisible by --micro-batch-size %d x "
-                        "data-parallel size %d",
-                        a->global_batch_size, a->micro_batch_size, a->data_parallel_size);
-        /* Megatron's interleaved schedule: micro-batches in groups of the pipeline size */
-        long long m = a->global_batch_size / mdp;
-        if (a->virtual_pipeline_model_parallel_size > 0 &&
-            m % a->pipeline_model_parallel_size != 0)
-            return fail(err, errlen,
-                        "number of micro-batches (%lld = --global-batch-size %d / (--micro-batch-size "
-                        "%d x data-parallel size %d)) is not divisible by "
-                        "--pipeline-model-parallel-size %d, as the interleaved schedule needs",
-                        m, a->global_batch_size, a->micro_batch_size, a->data_parallel_size,
-                        a->pipeline_model_parallel_size);
+/* The global batch (after the world size) */
+static int validate_batch(megadlm_args *a, char *err, size_t errlen) {
+    long long mdp = (long long)a->micro_batch_size * a->data_parallel_size;
+    if (a->global_batch_size < 0) return fail(err, errlen, "--global-batch-size must be positive");
+    if (a->global_batch_size == 0) {
+        if (mdp > INT_MAX) return fail(err, errlen, "--micro-batch-size is too large");
+        a->global_batch_size = (int)mdp;
     }
+    if (a->global_batch_size % mdp != 0)
+        return fail(err, errlen,
+                    "--global-batch-size %d is not divisible by --micro-batch-size %d x "
+                    "data-parallel size %d",
+                    a->global_batch_size, a->micro_batch_size, a->data_parallel_size);
+    /* Megatron's interleaved schedule: micro-batches in groups of the pipeline size */
+    long long m = a->global_batch_size / mdp;
+    if (a->virtual_pipeline_model_parallel_size > 0 &&
+        m % a->pipeline_model_parallel_size != 0)
+        return fail(err, errlen,
+                    "number of micro-batches (%lld = --global-batch-size %d / (--micro-batch-size "
+                    "%d x data-parallel size %d)) is not divisible by "
+                    "--pipeline-model-parallel-size %d, as the interleaved schedule needs",
+                    m, a->global_batch_size, a->micro_batch_size, a->data_parallel_size,
+                    a->pipeline_model_parallel_size);
+    return 0;
+}
 
+/* Adam and the learning-rate schedule */
+static int validate_optimizer(megadlm_args *a, char *err, size_t errlen) {
     /* ---- optimizer ---- */
     if (strcmp(a->optimizer, "adam") != 0) {
         static const char *const OPT_LATER[] = {"sgd", "muon", "dist_muon", NULL};
@@ -1256,8 +1272,11 @@ int args_validate(megadlm_args *a, char *err, size_t errlen) {
     } else if (a->lr_wsd_decay_iters < 0) {
         return fail(err, errlen, "--lr-wsd-decay-iters must be positive");
     }
+    return 0;
+}
 
-    /* ---- logging, evaluation, checkpoints ---- */
+/* Logging, evaluation, checkpoints */
+static int validate_logging(megadlm_args *a, char *err, size_t errlen) {
     if (a->log_interval <= 0) return fail(err, errlen, "--log-interval must be positive");
     if (a->eval_interval <= 0) return fail(err, errlen, "--eval-interval must be positive");
     if (a->eval_iters < 0) return fail(err, errlen, "--eval-iters must be >= 0");
@@ -1267,6 +1286,21 @@ int args_validate(megadlm_args *a, char *err, size_t errlen) {
         return fail(err, errlen, "--distributed-timeout-minutes must be positive");
     if (a->save_interval > 0 && !a->save[0])
         return fail(err, errlen, "--save-interval %d needs --save DIR", a->save_interval);
+    return 0;
+}
+
+int args_validate(megadlm_args *a, char *err, size_t errlen) {
+    if (err && errlen) err[0] = 0;
+    /* in this order: a layout that cannot split the model gets the same message whatever the
+     * world size */
+    if (validate_required(a, err, errlen) || validate_shape(a, err, errlen) ||
+        validate_parallel(a, err, errlen) || /* tensor, sequence, pipeline: not the world yet */
+        validate_embeddings(a, err, errlen) || validate_data(a, err, errlen) ||
+        validate_vocab(a, err, errlen) || validate_difflm(a, err, errlen) ||
+        validate_recompute(a, err, errlen) || validate_world(a, err, errlen) ||
+        validate_batch(a, err, errlen) || validate_optimizer(a, err, errlen) ||
+        validate_logging(a, err, errlen))
+        return -1;
     return args_check_sizes(a, err, errlen);
 }
 
