@@ -1,9 +1,10 @@
 /* Command-line arguments of `megadlm train`: Megatron-LM's flag names, defaults and rules
  * (megatron/training/arguments.py: the _add_*_args functions and validate_args).
  *
- * One static table (OPTIONS) drives getopt_long and --help; a second table (FIELDS) describes
- * every struct field for args_print and the JSON round trip. Flags of features that arrive
- * later are in the table too, and are refused with "<flag>: not supported yet". */
+ * The flag list (arguments.def) generates the option table (OPTIONS: getopt_long and --help),
+ * the defaults, and the field table (FIELDS: args_print and the JSON round trip). Flags of
+ * features that arrive later are in the list too, and are refused with "<flag>: not supported
+ * yet". */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* open_memstream */
 #endif
@@ -179,248 +180,16 @@ typedef struct {
 
 #define OFF(f) offsetof(megadlm_args, f)
 #define SZ(f) sizeof(((megadlm_args *)0)->f)
-#define INTOPT(nm, kind, grp, f, mv, d, h) {nm, kind, grp, OFF(f), 0, mv, d, h}
-#define FLTOPT(nm, grp, f, d, h) {nm, K_FLOAT, grp, OFF(f), 0, "X", d, h}
-#define STROPT(nm, grp, f, mv, d, h) {nm, K_STR, grp, OFF(f), SZ(f), mv, d, h}
-#define BOOLOPT(nm, kind, grp, f, d, h) {nm, kind, grp, OFF(f), 0, NULL, d, h}
-#define LATER(nm) {nm, K_LATER, G_LATER, 0, 0, NULL, NULL, NULL}
 
 static const opt_def OPTIONS[] = {
-    /* ---- model (Megatron: network size, regularization, initialization) ---- */
-    INTOPT("num-layers", K_POS, G_MODEL, num_layers, "N", "required", "Number of transformer layers."),
-    INTOPT("hidden-size", K_POS, G_MODEL, hidden_size, "N", "required", "Transformer hidden size."),
-    INTOPT("ffn-hidden-size", K_POS, G_MODEL, ffn_hidden_size, "N",
-           "4*hidden-size; int(4*hidden-size*2/3/64)*64 with --swiglu",
-           "Feed-forward network hidden size."),
-    INTOPT("num-attention-heads", K_POS, G_MODEL, num_attention_heads, "N", "required",
-           "Number of attention heads."),
-    INTOPT("kv-channels", K_POS, G_MODEL, kv_channels, "N", "hidden-size / num-attention-heads",
-           "Projection dimension of each attention head."),
-    BOOLOPT("group-query-attention", K_TRUE, G_MODEL, group_query_attention, "off",
-            "Use grouped-query attention (with --num-query-groups)."),
-    INTOPT("num-query-groups", K_POS, G_MODEL, num_query_groups, "N",
-           "1 with --group-query-attention",
-           "Number of key/value groups; needs --group-query-attention."),
-    INTOPT("max-position-embeddings", K_POS, G_MODEL, max_position_embeddings, "N", "required",
-           "Maximum number of positions (size of the learned position table)."),
-    STROPT("position-embedding-type", G_MODEL, position_embedding_type, "TYPE", NULL,
-           "learned_absolute or rope."),
-    FLTOPT("rotary-base", G_MODEL, rotary_base, NULL, "Base of the rotary embedding frequencies."),
-    FLTOPT("rotary-percent", G_MODEL, rotary_percent, NULL,
-           "Fraction of each head's dimensions that get rotary embeddings, in (0, 1]."),
-    STROPT("normalization", G_MODEL, normalization, "NORM", NULL, "LayerNorm or RMSNorm."),
-    FLTOPT("norm-epsilon", G_MODEL, norm_epsilon, NULL, "Epsilon of LayerNorm / RMSNorm."),
-    BOOLOPT("qk-layernorm", K_TRUE, G_MODEL, qk_layernorm, "off",
-            "Normalize queries and keys (per head) before attention."),
-    BOOLOPT("swiglu", K_TRUE, G_MODEL, swiglu, "off",
-            "Gated linear unit with SiLU instead of GeLU in the MLP."),
-    BOOLOPT("disable-bias-linear", K_FALSE, G_MODEL, add_bias_linear, "biases on",
-            "No biases in the linear layers."),
-    BOOLOPT("no-bias-gelu-fusion", K_FALSE, G_MODEL, bias_gelu_fusion, "fusion on",
-            "Do not fuse the bias add into GeLU (off anyway without biases or with --swiglu)."),
-    BOOLOPT("openai-gelu", K_TRUE, G_MODEL, openai_gelu, "off",
-            "OpenAI's tanh approximation of GeLU."),
-    BOOLOPT("untie-embeddings-and-output-weights", K_TRUE, G_MODEL,
-            untie_embeddings_and_output_weights, "tied",
-            "Separate output layer instead of the transposed input embedding."),
-    INTOPT("make-vocab-size-divisible-by", K_POS, G_MODEL, make_vocab_size_divisible_by, "N", NULL,
-           "Pad the vocabulary to a multiple of this (times the tensor-parallel size)."),
-    FLTOPT("init-method-std", G_MODEL, init_method_std, NULL,
-           "Standard deviation of the normal weight initialization."),
-    FLTOPT("hidden-dropout", G_MODEL, hidden_dropout, NULL,
-           "Dropout probability on the hidden state, in [0, 1)."),
-    FLTOPT("attention-dropout", G_MODEL, attention_dropout, NULL,
-           "Dropout probability on the attention probabilities, in [0, 1)."),
-
-    /* ---- data and tokenizer ---- */
-    {"train-data-path", K_DATA_STR, G_DATA, OFF(train_data_path), SZ(train_data_path),
-     "[W1] P1 [W2 P2 ...]", "none",
-     "Datasets of the training split alone (instead of --data-path and --split)."},
-    {"valid-data-path", K_DATA_STR, G_DATA, OFF(valid_data_path), SZ(valid_data_path),
-     "[W1] P1 [W2 P2 ...]", "none", "Datasets of the validation split alone."},
-    {"test-data-path", K_DATA_STR, G_DATA, OFF(test_data_path), SZ(test_data_path),
-     "[W1] P1 [W2 P2 ...]", "none", "Datasets of the test split alone."},
-    {"data-path", K_DATA, G_DATA, 0, 0, "[W1] P1 [W2 P2 ...]", "none",
-     "Indexed dataset prefix (PREFIX.bin/.idx), or weight/prefix pairs to blend."},
-    BOOLOPT("mock-data", K_TRUE, G_DATA, mock_data, "off",
-            "Train on generated data instead of --data-path."),
-    STROPT("split", G_DATA, split, "A,B,C", NULL,
-           "Train, validation, test proportions of the documents."),
-    INTOPT("seq-length", K_POS, G_DATA, seq_length, "N", "required",
-           "Sequence length of each sample."),
-    STROPT("tokenizer-type", G_DATA, tokenizer_type, "TYPE",
-           "NullTokenizer with --mock-data, else required",
-           "ByteLevel, NullTokenizer, GPT2BPETokenizer or HuggingFaceTokenizer."),
-    INTOPT("vocab-size", K_POS, G_DATA, vocab_size, "V", "none",
-           "NullTokenizer: ids are < V, end-of-document is V (vocabulary V+1)."),
-    STROPT("vocab-file", G_DATA, vocab_file, "FILE", "none",
-           "GPT2BPETokenizer: the vocabulary (vocab.json, token -> id)."),
-    STROPT("merge-file", G_DATA, merge_file, "FILE", "none",
-           "GPT2BPETokenizer: the BPE merges (merges.txt)."),
-    STROPT("tokenizer-model", G_DATA, tokenizer_model, "FILE", "none",
-           "HuggingFaceTokenizer: a Hugging Face tokenizer.json (byte-level BPE)."),
-    BOOLOPT("eod-mask-loss", K_TRUE, G_DATA, eod_mask_loss, "off",
-            "No loss on end-of-document tokens."),
-
-    /* ---- training ---- */
-    INTOPT("micro-batch-size", K_POS, G_TRAIN, micro_batch_size, "N", "required",
-           "Samples per forward/backward pass on one data-parallel rank."),
-    INTOPT("global-batch-size", K_POS, G_TRAIN, global_batch_size, "N",
-           "micro-batch-size * data-parallel size",
-           "Samples per optimizer step (gradient accumulation over micro-batches)."),
-    INTOPT("train-iters", K_POS, G_TRAIN, train_iters, "N", "required",
-           "Number of optimizer steps."),
-    {"seed", K_U64, G_TRAIN, OFF(seed), 0, "N", NULL, "Random seed."},
-    STROPT("optimizer", G_TRAIN, optimizer, "NAME", NULL, "adam (AdamW with decoupled weight decay)."),
-    FLTOPT("lr", G_TRAIN, lr, "required", "Peak learning rate."),
-    FLTOPT("min-lr", G_TRAIN, min_lr, NULL, "Learning rate floor of the decay."),
-    STROPT("lr-decay-style", G_TRAIN, lr_decay_style, "STYLE", NULL,
-           "constant, linear, cosine or WSD."),
-    INTOPT("lr-decay-iters", K_POS, G_TRAIN, lr_decay_iters, "N", "train-iters",
-           "Iterations over which the learning rate decays."),
-    INTOPT("lr-warmup-iters", K_NONNEG, G_TRAIN, lr_warmup_iters, "N", NULL,
-           "Iterations of linear warmup."),
-    FLTOPT("lr-warmup-fraction", G_TRAIN, lr_warmup_fraction, "none",
-           "Warmup as a fraction of --lr-decay-iters (instead of --lr-warmup-iters)."),
-    STROPT("lr-wsd-decay-style", G_TRAIN, lr_wsd_decay_style, "STYLE", NULL,
-           "Annealing of WSD: exponential, linear, cosine or minus_sqrt."),
-    INTOPT("lr-wsd-decay-iters", K_POS, G_TRAIN, lr_wsd_decay_iters, "N",
-           "required with --lr-decay-style WSD", "Iterations of the WSD annealing phase."),
-    FLTOPT("adam-beta1", G_TRAIN, adam_beta1, NULL, "Adam beta1, in [0, 1)."),
-    FLTOPT("adam-beta2", G_TRAIN, adam_beta2, NULL, "Adam beta2, in [0, 1)."),
-    FLTOPT("adam-eps", G_TRAIN, adam_eps, NULL, "Adam epsilon."),
-    FLTOPT("weight-decay", G_TRAIN, weight_decay, NULL, "Decoupled weight decay coefficient."),
-    FLTOPT("clip-grad", G_TRAIN, clip_grad, NULL, "Clip the global gradient L2 norm (0: no clipping)."),
-    INTOPT("exit-interval", K_POS, G_TRAIN, exit_interval, "N", "none",
-           "Stop after an iteration divisible by N (saving first when --save is given)."),
-    FLTOPT("distributed-timeout-minutes", G_TRAIN, distributed_timeout_minutes, NULL,
-           "A rank that makes no progress (a micro-batch step, a collective) for this long ends "
-           "the job on every rank, naming itself."),
-    BOOLOPT("check-for-nan-in-loss-and-grad", K_TRUE, G_TRAIN, check_for_nan_in_loss_and_grad,
-            "on", "Stop, on every rank, when the loss or the reduced gradient norm of an "
-            "iteration is NaN or infinite, naming the iteration and the first rank that saw it."),
-    BOOLOPT("no-check-for-nan-in-loss-and-grad", K_FALSE, G_TRAIN,
-            check_for_nan_in_loss_and_grad, "check on",
-            "Skip such an iteration instead (parameters and optimizer state untouched), counted "
-            "in the log's skipped and nan iterations."),
-
-    /* ---- logging, evaluation, checkpoints ---- */
-    INTOPT("log-interval", K_POS, G_LOG, log_interval, "N", NULL, "Iterations between log lines."),
-    INTOPT("eval-interval", K_POS, G_LOG, eval_interval, "N", NULL,
-           "Iterations between validation runs."),
-    INTOPT("eval-iters", K_NONNEG, G_LOG, eval_iters, "N", NULL,
-           "Batches per validation run (0: no evaluation)."),
-    BOOLOPT("log-memory", K_TRUE, G_LOG, log_memory, "off",
-            "Log allocator memory use (megadlm's own flag)."),
-    STROPT("save", G_LOG, save, "DIR", "none", "Directory to save checkpoints to."),
-    INTOPT("save-interval", K_POS, G_LOG, save_interval, "N", "at the end only",
-           "Iterations between checkpoints; needs --save."),
-    STROPT("load", G_LOG, load, "DIR", "none", "Directory to resume from."),
-
-    /* ---- masked diffusion ---- */
-    STROPT("model-running-mode", G_MODEL, model_running_mode, "MODE", NULL,
-           "vanilla (autoregressive) or difflm-noshift (masked diffusion, MegaDLMs)."),
-    INTOPT("mask-token", K_NONNEG, G_MODEL, mask_token, "ID", "none",
-           "Token id that replaces masked positions (difflm-noshift)."),
-    STROPT("attention-mask-type", G_MODEL, attention_mask_type, "TYPE",
-           "causal; no_mask with difflm-noshift", "causal or no_mask (bidirectional)."),
-    FLTOPT("difflm-varilen-prob", G_MODEL, difflm_varilen_prob, NULL,
-           "difflm-noshift with no_mask: probability that a micro-batch is cut to a random "
-           "length in [2, seq-length]."),
-
-    /* ---- activation recomputation ---- */
-    BOOLOPT("recompute-activations", K_TRUE, G_RECOMPUTE, recompute_activations, "off",
-            "Selective recomputation of the core attention (= --recompute-granularity selective)."),
-    STROPT("recompute-granularity", G_RECOMPUTE, recompute_granularity, "full|selective", "none",
-           "full: keep only each checkpointed chunk's input and re-run its forward in backward; "
-           "selective: keep Q, K, V and re-run the core attention."),
-    STROPT("recompute-method", G_RECOMPUTE, recompute_method, "uniform|block", "none",
-           "full only. uniform: layers in chunks of --recompute-num-layers, each chunk "
-           "checkpointed; block: only the first --recompute-num-layers layers checkpointed."),
-    INTOPT("recompute-num-layers", K_POS, G_RECOMPUTE, recompute_num_layers, "N", "none",
-           "full only: layers per chunk (uniform) or layers checkpointed (block)."),
-    INTOPT("num-microbatches-with-partial-activation-checkpoints", K_NONNEG, G_RECOMPUTE,
-           num_microbatches_with_partial_activation_checkpoints, "K", "none",
-           "With full recompute: of the micro-batches a pipeline stage holds at once (Megatron's "
-           "rule: window of warm-up + 1), K keep all activations and the rest are checkpointed."),
-    BOOLOPT("distribute-saved-activations", K_TRUE, G_RECOMPUTE, distribute_saved_activations,
-            "off", "Split checkpointed inputs across tensor-parallel ranks (needs tensor "
-            "parallelism)."),
-    BOOLOPT("enable-cuda-graph", K_TRUE, G_RECOMPUTE, enable_cuda_graph, "off",
-            "Refused: there are no CUDA graphs on CPUs."),
-
-    /* ---- parallelism (Megatron's rules in args_validate; `train` and `megadlm memory` accept
-     *      the same layouts) ---- */
-    INTOPT("tensor-model-parallel-size", K_POS, G_PAR, tensor_model_parallel_size, "N", NULL,
-           "Tensor parallelism: heads, query groups, ffn and vocabulary split across N ranks "
-           "(train: run N ranks under mpirun)."),
-    INTOPT("pipeline-model-parallel-size", K_POS, G_PAR, pipeline_model_parallel_size, "N", NULL,
-           "Pipeline parallelism: the layers split into N stages (1F1B schedule; train: run "
-           "N ranks under mpirun)."),
-    BOOLOPT("sequence-parallel", K_TRUE, G_PAR, sequence_parallel, "off",
-            "Norms, dropouts and residuals split along the sequence across the tensor-parallel "
-            "ranks (off at tensor-parallel size 1, as Megatron)."),
-    BOOLOPT("tp-comm-overlap", K_TRUE, G_PAR, tp_comm_overlap, "off",
-            "Overlap the sequence-parallel all-gathers and reduce-scatters with the GEMMs that "
-            "need them (needs --sequence-parallel and --tensor-model-parallel-size > 1)."),
-    BOOLOPT("disable-tp-comm-overlap-ag", K_FALSE, G_PAR, tp_comm_overlap_ag, "overlap on",
-            "--tp-comm-overlap: all-gathers (linear_qkv/linear_fc1 inputs, linear_proj/"
-            "linear_fc2 output gradients) not overlapped."),
-    BOOLOPT("disable-tp-comm-overlap-rs", K_FALSE, G_PAR, tp_comm_overlap_rs, "overlap on",
-            "--tp-comm-overlap: reduce-scatters of linear_proj/linear_fc2 outputs not "
-            "overlapped."),
-    BOOLOPT("tp-comm-overlap-rs-dgrad", K_TRUE, G_PAR, tp_comm_overlap_rs_dgrad, "off",
-            "--tp-comm-overlap: the input-gradient reduce-scatter of linear_qkv/linear_fc1 "
-            "pipelined with their dgrad GEMM (replaces the bulk overlaps)."),
-    BOOLOPT("disable-tp-comm-bulk-dgrad", K_FALSE, G_PAR, tp_comm_bulk_dgrad, "overlap on",
-            "--tp-comm-overlap: the input all-gather for wgrad not run under the dgrad GEMM."),
-    BOOLOPT("disable-tp-comm-bulk-wgrad", K_FALSE, G_PAR, tp_comm_bulk_wgrad, "overlap on",
-            "--tp-comm-overlap: the dgrad reduce-scatter not run under the wgrad GEMM."),
-    BOOLOPT("tp-comm-overlap-disable-qkv", K_TRUE, G_PAR, tp_comm_overlap_disable_qkv, "off",
-            "--tp-comm-overlap: no all-gather or rs-dgrad overlap for linear_qkv."),
-    BOOLOPT("tp-comm-overlap-disable-fc1", K_TRUE, G_PAR, tp_comm_overlap_disable_fc1, "off",
-            "--tp-comm-overlap: no all-gather or rs-dgrad overlap for linear_fc1."),
-    INTOPT("tp-comm-overlap-num-splits", K_POS, G_PAR, tp_comm_overlap_num_splits, "N",
-           ARGS_STR(ARGS_DEFAULT_SP_PIECES) " with overlap",
-           "Sequence parallelism (ours): pieces per sequence shard; --tp-comm-overlap sends them round "
-           "the ring, each piece's GEMM running while the next travels. Without it, given: the "
-           "GEMMs run per piece too (the overlapped run's bits); not given: one GEMM."),
-    STROPT("tp-comm-overlap-progress", G_PAR, tp_comm_overlap_progress, "MODE", "thread",
-           "--tp-comm-overlap (ours): who drives MPI during GEMMs: test (the computing thread, "
-           "between GEMM tiles) or thread (a communication thread)."),
-    BOOLOPT("use-distributed-optimizer", K_TRUE, G_PAR, use_distributed_optimizer, "off",
-            "Optimizer state sharded across data-parallel ranks (reduce-scatter of gradients, "
-            "all-gather of parameters)."),
-    BOOLOPT("overlap-grad-reduce", K_TRUE, G_PAR, overlap_grad_reduce, "off",
-            "Start each gradient bucket's data-parallel reduction during the last micro-batch's "
-            "backward, as soon as the bucket is complete."),
-    BOOLOPT("overlap-param-gather", K_TRUE, G_PAR, overlap_param_gather, "off",
-            "Distributed optimizer: overlap the parameter all-gather with the next forward "
-            "(needs --use-distributed-optimizer and --overlap-grad-reduce)."),
-    INTOPT("ddp-bucket-size", K_POS, G_PAR, ddp_bucket_size, "N",
-           "max(40000000, 1000000 x data-parallel size) with --overlap-grad-reduce",
-           "Parameters per gradient bucket (without --overlap-grad-reduce: one bucket, as "
-           "Megatron)."),
-    BOOLOPT("accumulate-allreduce-grads-in-fp32", K_TRUE, G_PAR,
-            accumulate_allreduce_grads_in_fp32, "off",
-            "Accepted: gradients are accumulated and reduced in fp32 always."),
-    INTOPT("num-layers-per-virtual-pipeline-stage", K_POS, G_PAR,
-           num_layers_per_virtual_pipeline_stage, "N", "none",
-           "Interleaved pipeline schedule: layers per virtual stage (model chunk); the rank's "
-           "(--num-layers / PP) layers make v = (layers / PP) / N chunks."),
-    INTOPT("virtual-pipeline-model-parallel-size", K_POS, G_PAR,
-           virtual_pipeline_model_parallel_size, "V", "none",
-           "Interleaved pipeline schedule: model chunks per pipeline rank (v; --num-layers "
-           "divisible by PP x v, micro-batches by PP)."),
-    INTOPT("world-size", K_POS, G_PAR, world_size, "N", "TP x PP",
-           "`megadlm memory` only: the job's number of ranks (train takes it from mpirun)."),
-
-    {"help", K_HELP, G_COUNT, 0, 0, NULL, NULL, "Print this help and exit."},
-
-    /* ---- features of later releases: refused, never silently accepted ---- */
-    LATER("bf16"), LATER("fp16"), LATER("tp-comm-overlap-cfg"), LATER("context-parallel-size"), LATER("expert-model-parallel-size"), LATER("num-experts"),
-    LATER("use-flash-attn"),
-    LATER("fp8-format"),
+#define ARG_FLAG(field, type, deflt, check, config, group, flag, metavar, shown, help) \
+    {flag, ARGS_KIND(type), group, OFF(field), SZ(field), metavar, shown, help},
+#define ARG_ALIAS(field, type, group, flag, metavar, shown, help) \
+    {flag, ARGS_KIND(type), group, OFF(field), SZ(field), metavar, shown, help},
+#define ARG_OPTION(kind, group, flag, metavar, shown, help) \
+    {flag, K_##kind, group, 0, 0, metavar, shown, help},
+#define ARG_LATER(flag) {flag, K_LATER, G_LATER, 0, 0, NULL, NULL, NULL},
+#include "training/arguments.def"
 };
 
 #define NUM_OPTIONS ((int)(sizeof(OPTIONS) / sizeof(OPTIONS[0])))
@@ -432,54 +201,13 @@ static const void *cfield_ptr(const megadlm_args *a, size_t off) { return (const
 /* ------------------------------------------------------------------------------------------ */
 /* defaults                                                                                    */
 
-void args_defaults(megadlm_args *a) {
-    memset(a, 0, sizeof(*a));
-    /* model */
-    snprintf(a->position_embedding_type, sizeof(a->position_embedding_type), "learned_absolute");
-    a->rotary_base = 10000.0f;
-    a->rotary_percent = 1.0f;
-    snprintf(a->normalization, sizeof(a->normalization), "LayerNorm");
-    a->norm_epsilon = 1e-5f;
-    a->add_bias_linear = 1;
-    a->bias_gelu_fusion = 1;
-    a->tp_comm_overlap_ag = a->tp_comm_overlap_rs = 1;
-    a->tp_comm_bulk_dgrad = a->tp_comm_bulk_wgrad = 1;
-    a->make_vocab_size_divisible_by = 128;
-    a->init_method_std = 0.02f;
-    a->distributed_timeout_minutes = 10.0f; /* Megatron's default */
-    a->check_for_nan_in_loss_and_grad = 1;  /* Megatron's default */
-    snprintf(a->model_running_mode, sizeof(a->model_running_mode), "vanilla");
-    a->mask_token = -1;
-    a->difflm_varilen_prob = 0.01f; /* MegaDLMs' default */
-    a->num_microbatches_with_partial_activation_checkpoints = -1; /* Megatron's None */
-    a->hidden_dropout = 0.1f;
-    a->attention_dropout = 0.1f;
-    /* data */
-    snprintf(a->split, sizeof(a->split), "969, 30, 1");
-    /* training */
-    a->seed = 1234;
-    snprintf(a->optimizer, sizeof(a->optimizer), "adam");
-    a->lr = NAN; /* required: NaN = not given */
-    a->min_lr = 0.0f;
-    a->lr_warmup_iters = 0;
-    a->lr_warmup_fraction = -1.0f; /* unset */
-    snprintf(a->lr_decay_style, sizeof(a->lr_decay_style), "linear");
-    snprintf(a->lr_wsd_decay_style, sizeof(a->lr_wsd_decay_style), "exponential");
-    a->adam_beta1 = 0.9f;
-    a->adam_beta2 = 0.999f;
-    a->adam_eps = 1e-8f;
-    a->weight_decay = 0.01f;
-    a->clip_grad = 1.0f;
-    /* logging */
-    a->log_interval = 100;
-    a->eval_interval = 1000;
-    a->eval_iters = 100;
-    /* parallelism */
-    a->tensor_model_parallel_size = 1;
-    a->pipeline_model_parallel_size = 1;
-    a->world_size = 0; /* not given: TP x PP (train: the launcher's world) */
-    a->data_parallel_size = 1;
-}
+static const megadlm_args DEFAULTS = {
+#define ARG_FLAG(field, type, deflt, ...) .field = deflt,
+#define ARG_FIELD(field, type, deflt, ...) .field = deflt,
+#include "training/arguments.def"
+};
+
+void args_defaults(megadlm_args *a) { memcpy(a, &DEFAULTS, sizeof(*a)); }
 
 void args_free(megadlm_args *a) {
     if (!a) return;
@@ -671,6 +399,95 @@ static void flag_word(const char *word, char *buf, size_t n) {
     buf[len] = 0;
 }
 
+/* Stores option o's value (optarg) in a; --data-path and the per-split paths also take the
+ * words that follow, up to the next flag (advancing optind). */
+static int set_option(megadlm_args *a, const opt_def *o, int argc, char **argv, char *err,
+                      size_t errlen) {
+    void *p = field_ptr(a, o->off);
+    switch (o->kind) {
+    case K_INT:
+        if (parse_int(optarg, INT_MIN, (int *)p))
+            return fail(err, errlen, "--%s: expected an integer, found '%s'", o->name, optarg);
+        break;
+    case K_POS:
+    case K_NONNEG: {
+        int lo = o->kind == K_POS ? 1 : 0, tmp;
+        if (!parse_int(optarg, lo, (int *)p)) break;
+        if (!parse_int(optarg, INT_MIN, &tmp)) /* an integer, but below the bound */
+            return fail(err, errlen, "--%s: expected a %s integer, found '%s'", o->name,
+                        lo ? "positive" : "non-negative", optarg);
+        return fail(err, errlen, "--%s: expected an integer, found '%s'", o->name, optarg);
+    }
+    case K_U64:
+        if (parse_u64(optarg, (uint64_t *)p))
+            return fail(err, errlen, "--%s: expected a non-negative integer, found '%s'",
+                        o->name, optarg);
+        break;
+    case K_FLOAT:
+        if (parse_float(optarg, (float *)p))
+            return fail(err, errlen, "--%s: expected a number, found '%s'", o->name, optarg);
+        break;
+    case K_STR:
+        /* Megatron's choice that does not fit the field: refused by name */
+        if (o->off == OFF(lr_decay_style) && !strcmp(optarg, "inverse-square-root"))
+            return fail(err, errlen, "--lr-decay-style inverse-square-root: not supported yet");
+        if (strlen(optarg) >= o->size)
+            return fail(err, errlen, "--%s: value longer than %zu characters", o->name,
+                        o->size - 1);
+        snprintf((char *)p, o->size, "%s", optarg);
+        break;
+    case K_TRUE:
+        *(int *)p = 1;
+        break;
+    case K_FALSE:
+        *(int *)p = 0;
+        break;
+    case K_DATA_STR: {
+        /* the same words as --data-path, joined with spaces into the string field */
+        char *dst = (char *)p;
+        size_t used = 0;
+        int ok = 1;
+        used = (size_t)snprintf(dst, o->size, "%s", optarg);
+        ok = used < o->size;
+        while (ok && optind < argc && strncmp(argv[optind], "--", 2) != 0) {
+            const char *w = argv[optind++];
+            if (!w[0]) continue;
+            size_t len = strlen(w);
+            if (used + 1 + len >= o->size) {
+                ok = 0;
+                break;
+            }
+            dst[used++] = ' ';
+            memcpy(dst + used, w, len + 1);
+            used += len;
+        }
+        if (!ok) return fail(err, errlen, "--%s: value too long", o->name);
+        break;
+    }
+    case K_DATA: {
+        /* nargs: optarg, then every following word up to the next "--" flag */
+        char *words[2 * ARGS_MAX_DATA_PATHS + 2];
+        int n = 0;
+        words[n++] = optarg;
+        while (optind < argc && strncmp(argv[optind], "--", 2) != 0) {
+            if (!argv[optind][0]) { /* empty word: no argument */
+                optind++;
+                continue;
+            }
+            if (n >= 2 * ARGS_MAX_DATA_PATHS + 1)
+                return fail(err, errlen, "--data-path: more than %d datasets",
+                            ARGS_MAX_DATA_PATHS);
+            words[n++] = argv[optind++];
+        }
+        if (set_data_paths(a, words, n, err, errlen)) return -1;
+        break;
+    }
+    default:
+        return fail(err, errlen, "--%s: internal error (kind %d)", o->name, o->kind);
+    }
+    return 0;
+}
+
 int args_parse(megadlm_args *a, int argc, char **argv, char *err, size_t errlen) {
     static struct option longopts[NUM_OPTIONS + 1];
     for (int i = 0; i < NUM_OPTIONS; i++) {
@@ -755,88 +572,7 @@ int args_parse(megadlm_args *a, int argc, char **argv, char *err, size_t errlen)
         if (optarg && !strchr(word, '=') && !strncmp(optarg, "--", 2))
             return fail(err, errlen, "--%s: expects a value", o->name);
 
-        void *p = field_ptr(a, o->off);
-        switch (o->kind) {
-        case K_INT:
-            if (parse_int(optarg, INT_MIN, (int *)p))
-                return fail(err, errlen, "--%s: expected an integer, found '%s'", o->name, optarg);
-            break;
-        case K_POS:
-        case K_NONNEG: {
-            int lo = o->kind == K_POS ? 1 : 0, tmp;
-            if (!parse_int(optarg, lo, (int *)p)) break;
-            if (!parse_int(optarg, INT_MIN, &tmp)) /* an integer, but below the bound */
-                return fail(err, errlen, "--%s: expected a %s integer, found '%s'", o->name,
-                            lo ? "positive" : "non-negative", optarg);
-            return fail(err, errlen, "--%s: expected an integer, found '%s'", o->name, optarg);
-        }
-        case K_U64:
-            if (parse_u64(optarg, (uint64_t *)p))
-                return fail(err, errlen, "--%s: expected a non-negative integer, found '%s'",
-                            o->name, optarg);
-            break;
-        case K_FLOAT:
-            if (parse_float(optarg, (float *)p))
-                return fail(err, errlen, "--%s: expected a number, found '%s'", o->name, optarg);
-            break;
-        case K_STR:
-            /* Megatron's choice that does not fit the field: refused by name */
-            if (o->off == OFF(lr_decay_style) && !strcmp(optarg, "inverse-square-root"))
-                return fail(err, errlen, "--lr-decay-style inverse-square-root: not supported yet");
-            if (strlen(optarg) >= o->size)
-                return fail(err, errlen, "--%s: value longer than %zu characters", o->name,
-                            o->size - 1);
-            snprintf((char *)p, o->size, "%s", optarg);
-            break;
-        case K_TRUE:
-            *(int *)p = 1;
-            break;
-        case K_FALSE:
-            *(int *)p = 0;
-            break;
-        case K_DATA_STR: {
-            /* the same words as --data-path, joined with spaces into the string field */
-            char *dst = (char *)p;
-            size_t used = 0;
-            int ok = 1;
-            used = (size_t)snprintf(dst, o->size, "%s", optarg);
-            ok = used < o->size;
-            while (ok && optind < argc && strncmp(argv[optind], "--", 2) != 0) {
-                const char *w = argv[optind++];
-                if (!w[0]) continue;
-                size_t len = strlen(w);
-                if (used + 1 + len >= o->size) {
-                    ok = 0;
-                    break;
-                }
-                dst[used++] = ' ';
-                memcpy(dst + used, w, len + 1);
-                used += len;
-            }
-            if (!ok) return fail(err, errlen, "--%s: value too long", o->name);
-            break;
-        }
-        case K_DATA: {
-            /* nargs: optarg, then every following word up to the next "--" flag */
-            char *words[2 * ARGS_MAX_DATA_PATHS + 2];
-            int n = 0;
-            words[n++] = optarg;
-            while (optind < argc && strncmp(argv[optind], "--", 2) != 0) {
-                if (!argv[optind][0]) { /* empty word: no argument */
-                    optind++;
-                    continue;
-                }
-                if (n >= 2 * ARGS_MAX_DATA_PATHS + 1)
-                    return fail(err, errlen, "--data-path: more than %d datasets",
-                                ARGS_MAX_DATA_PATHS);
-                words[n++] = argv[optind++];
-            }
-            if (set_data_paths(a, words, n, err, errlen)) return -1;
-            break;
-        }
-        default:
-            return fail(err, errlen, "--%s: internal error (kind %d)", o->name, o->kind);
-        }
+        if (set_option(a, o, argc, argv, err, errlen)) return -1;
     }
     if (optind < argc)
         return fail(err, errlen, "unexpected argument '%s' (flags start with --; see megadlm %s --help)",
@@ -1185,33 +921,35 @@ static int validate_world(megadlm_args *a, char *err, size_t errlen) {
     return 0;
 }
 
-int args_validate(megadlm_args *a, char *err, size_t errlen) {
-    if (err && errlen) err[0] = 0;
-
-    /* ---- required flags (Megatron: _check_arg_is_not_none and the asserts on None) ---- */
-    {
-        char missing[512] = "";
-        int nmiss = 0;
-#define REQ(cond, flag)                                                        \
-    if (cond) {                                                                \
-        size_t l = strlen(missing);                                            \
+/* Required flags (Megatron: _check_arg_is_not_none and the asserts on None), all missing ones
+ * named */
+static int validate_required(megadlm_args *a, char *err, size_t errlen) {
+    char missing[512] = "";
+    int nmiss = 0;
+#define REQ(cond, flag)                                                            \
+    if (cond) {                                                                    \
+        size_t l = strlen(missing);                                                \
         snprintf(missing + l, sizeof(missing) - l, "%s%s", nmiss ? ", " : "", flag); \
-        nmiss++;                                                               \
+        nmiss++;                                                                   \
     }
-        REQ(a->num_layers <= 0, "--num-layers");
-        REQ(a->hidden_size <= 0, "--hidden-size");
-        REQ(a->num_attention_heads <= 0, "--num-attention-heads");
-        REQ(a->seq_length <= 0, "--seq-length");
-        REQ(a->max_position_embeddings <= 0, "--max-position-embeddings");
-        REQ(a->micro_batch_size <= 0, "--micro-batch-size");
-        REQ(a->train_iters <= 0, "--train-iters");
-        REQ(isnan(a->lr), "--lr");
+    REQ(a->num_layers <= 0, "--num-layers");
+    REQ(a->hidden_size <= 0, "--hidden-size");
+    REQ(a->num_attention_heads <= 0, "--num-attention-heads");
+    REQ(a->seq_length <= 0, "--seq-length");
+    REQ(a->max_position_embeddings <= 0, "--max-position-embeddings");
+    REQ(a->micro_batch_size <= 0, "--micro-batch-size");
+    REQ(a->train_iters <= 0, "--train-iters");
+    REQ(isnan(a->lr), "--lr");
 #undef REQ
-        if (nmiss)
-            return fail(err, errlen, "missing required flag%s %s", nmiss > 1 ? "s" : "", missing);
-    }
+    if (nmiss)
+        return fail(err, errlen, "missing required flag%s %s", nmiss > 1 ? "s" : "", missing);
+    return 0;
+}
 
-    /* ---- parallel sizes (the model's divisibility and the world size follow the MLP) ---- */
+/* The parallel sizes positive, then the attention and MLP shapes (the model's divisibility
+ * and the world size follow the MLP) */
+static int validate_shape(megadlm_args *a, char *err, size_t errlen) {
+    /* ---- parallel sizes ---- */
     if (a->tensor_model_parallel_size < 1)
         return fail(err, errlen, "--tensor-model-parallel-size must be positive");
     if (a->pipeline_model_parallel_size < 1)
@@ -1275,11 +1013,11 @@ int args_validate(megadlm_args *a, char *err, size_t errlen) {
     /* Megatron: "if not args.add_bias_linear: args.bias_gelu_fusion = False"; with --swiglu the
      * GeLU fusion does not apply (Megatron uses bias_swiglu_fusion there). */
     if (!a->add_bias_linear || a->swiglu) a->bias_gelu_fusion = 0;
+    return 0;
+}
 
-    /* ---- tensor, sequence and pipeline parallelism (the world size comes later) ---- */
-    if (validate_parallel(a, err, errlen)) return -1;
-
-    /* ---- normalization, embeddings ---- */
+/* Normalization, embeddings, initialization, dropout */
+static int validate_embeddings(megadlm_args *a, char *err, size_t errlen) {
     static const char *const NORMS[] = {"LayerNorm", "RMSNorm", NULL};
     if (!one_of(a->normalization, NORMS))
         return fail(err, errlen, "--normalization '%s': expected LayerNorm or RMSNorm",
@@ -1287,6 +1025,9 @@ int args_validate(megadlm_args *a, char *err, size_t errlen) {
     if (!(a->norm_epsilon > 0))
         return fail(err, errlen, "--norm-epsilon must be positive");
 
+    /* Megatron's validate_args, "Legacy RoPE arguments" */
+    if (a->use_rotary_position_embeddings)
+        snprintf(a->position_embedding_type, sizeof(a->position_embedding_type), "rope");
     static const char *const PE_OK[] = {"learned_absolute", "rope", NULL};
     static const char *const PE_LATER[] = {"mrope", "relative", "none", NULL};
     if (one_of(a->position_embedding_type, PE_LATER))
@@ -1329,8 +1070,11 @@ int args_validate(megadlm_args *a, char *err, size_t errlen) {
         return fail(err, errlen, "--attention-dropout must be in [0, 1)");
     if (a->make_vocab_size_divisible_by <= 0)
         return fail(err, errlen, "--make-vocab-size-divisible-by must be positive");
+    return 0;
+}
 
-    /* ---- data ---- */
+/* The data source: blends, per-split paths, split */
+static int validate_data(megadlm_args *a, char *err, size_t errlen) {
     int per_split = a->train_data_path[0] || a->valid_data_path[0] || a->test_data_path[0];
     if (per_split) {
         if (a->mock_data || a->num_data_paths > 0)
@@ -1379,8 +1123,11 @@ int args_validate(megadlm_args *a, char *err, size_t errlen) {
         if (!a->data_paths[i] || !a->data_paths[i][0])
             return fail(err, errlen, "--data-path: empty prefix");
     if (check_split(a->split, err, errlen)) return -1;
+    return 0;
+}
 
-    /* ---- tokenizer and vocabulary ---- */
+/* The tokenizer and the padded vocabulary */
+static int validate_vocab(megadlm_args *a, char *err, size_t errlen) {
     if (!a->tokenizer_type[0]) {
         if (a->mock_data)
             snprintf(a->tokenizer_type, sizeof(a->tokenizer_type), "NullTokenizer");
@@ -1421,37 +1168,37 @@ int args_validate(megadlm_args *a, char *err, size_t errlen) {
         if (padded > INT_MAX) return fail(err, errlen, "--vocab-size: padded vocabulary too large");
         a->padded_vocab_size = (int)padded;
     }
+    return 0;
+}
 
-    /* ---- objective; recompute plan; then the world size, and the data-parallel size ---- */
-    if (validate_difflm(a, err, errlen)) return -1;
-    if (validate_recompute(a, err, errlen)) return -1;
-    if (validate_world(a, err, errlen)) return -1;
-
-    /* ---- batch ---- */
-    {
-        long long mdp = (long long)a->micro_batch_size * a->data_parallel_size;
-        if (a->global_batch_size < 0) return fail(err, errlen, "--global-batch-size must be positive");
-        if (a->global_batch_size == 0) {
-            if (mdp > INT_MAX) return fail(err, errlen, "--micro-batch-size is too large");
-            a->global_batch_size = (int)mdp;
-        }
-        if (a->global_batch_size % mdp != 0)
-            return fail(err, errlen,
-                        "--global-batch-size %d is not divisible by --micro-batch-size %d x "
-                        "data-parallel size %d",
-                        a->global_batch_size, a->micro_batch_size, a->data_parallel_size);
-        /* Megatron's interleaved schedule: micro-batches in groups of the pipeline size */
-        long long m = a->global_batch_size / mdp;
-        if (a->virtual_pipeline_model_parallel_size > 0 &&
-            m % a->pipeline_model_parallel_size != 0)
-            return fail(err, errlen,
-                        "number of micro-batches (%lld = --global-batch-size %d / (--micro-batch-size "
-                        "%d x data-parallel size %d)) is not divisible by "
-                        "--pipeline-model-parallel-size %d, as the interleaved schedule needs",
-                        m, a->global_batch_size, a->micro_batch_size, a->data_parallel_size,
-                        a->pipeline_model_parallel_size);
+/* The global batch (after the world size) */
+static int validate_batch(megadlm_args *a, char *err, size_t errlen) {
+    long long mdp = (long long)a->micro_batch_size * a->data_parallel_size;
+    if (a->global_batch_size < 0) return fail(err, errlen, "--global-batch-size must be positive");
+    if (a->global_batch_size == 0) {
+        if (mdp > INT_MAX) return fail(err, errlen, "--micro-batch-size is too large");
+        a->global_batch_size = (int)mdp;
     }
+    if (a->global_batch_size % mdp != 0)
+        return fail(err, errlen,
+                    "--global-batch-size %d is not divisible by --micro-batch-size %d x "
+                    "data-parallel size %d",
+                    a->global_batch_size, a->micro_batch_size, a->data_parallel_size);
+    /* Megatron's interleaved schedule: micro-batches in groups of the pipeline size */
+    long long m = a->global_batch_size / mdp;
+    if (a->virtual_pipeline_model_parallel_size > 0 &&
+        m % a->pipeline_model_parallel_size != 0)
+        return fail(err, errlen,
+                    "number of micro-batches (%lld = --global-batch-size %d / (--micro-batch-size "
+                    "%d x data-parallel size %d)) is not divisible by "
+                    "--pipeline-model-parallel-size %d, as the interleaved schedule needs",
+                    m, a->global_batch_size, a->micro_batch_size, a->data_parallel_size,
+                    a->pipeline_model_parallel_size);
+    return 0;
+}
 
+/* Adam and the learning-rate schedule */
+static int validate_optimizer(megadlm_args *a, char *err, size_t errlen) {
     /* ---- optimizer ---- */
     if (strcmp(a->optimizer, "adam") != 0) {
         static const char *const OPT_LATER[] = {"sgd", "muon", "dist_muon", NULL};
@@ -1525,8 +1272,11 @@ int args_validate(megadlm_args *a, char *err, size_t errlen) {
     } else if (a->lr_wsd_decay_iters < 0) {
         return fail(err, errlen, "--lr-wsd-decay-iters must be positive");
     }
+    return 0;
+}
 
-    /* ---- logging, evaluation, checkpoints ---- */
+/* Logging, evaluation, checkpoints */
+static int validate_logging(megadlm_args *a, char *err, size_t errlen) {
     if (a->log_interval <= 0) return fail(err, errlen, "--log-interval must be positive");
     if (a->eval_interval <= 0) return fail(err, errlen, "--eval-interval must be positive");
     if (a->eval_iters < 0) return fail(err, errlen, "--eval-iters must be >= 0");
@@ -1536,6 +1286,21 @@ int args_validate(megadlm_args *a, char *err, size_t errlen) {
         return fail(err, errlen, "--distributed-timeout-minutes must be positive");
     if (a->save_interval > 0 && !a->save[0])
         return fail(err, errlen, "--save-interval %d needs --save DIR", a->save_interval);
+    return 0;
+}
+
+int args_validate(megadlm_args *a, char *err, size_t errlen) {
+    if (err && errlen) err[0] = 0;
+    /* in this order: a layout that cannot split the model gets the same message whatever the
+     * world size */
+    if (validate_required(a, err, errlen) || validate_shape(a, err, errlen) ||
+        validate_parallel(a, err, errlen) || /* tensor, sequence, pipeline: not the world yet */
+        validate_embeddings(a, err, errlen) || validate_data(a, err, errlen) ||
+        validate_vocab(a, err, errlen) || validate_difflm(a, err, errlen) ||
+        validate_recompute(a, err, errlen) || validate_world(a, err, errlen) ||
+        validate_batch(a, err, errlen) || validate_optimizer(a, err, errlen) ||
+        validate_logging(a, err, errlen))
+        return -1;
     return args_check_sizes(a, err, errlen);
 }
 
@@ -1600,59 +1365,30 @@ enum field_type { T_INT, T_BOOL, T_FLOAT, T_U64, T_STR };
 typedef struct {
     const char *name;
     int type;
+    int none; /* Megatron's None for an unset value: an int 0, a negative float */
     size_t off;
     size_t size;
 } field_def;
 
-#define FI(f) {#f, T_INT, OFF(f), 0}
-#define FB(f) {#f, T_BOOL, OFF(f), 0}
-#define FF(f) {#f, T_FLOAT, OFF(f), 0}
-#define FS(f) {#f, T_STR, OFF(f), SZ(f)}
-
 static const field_def FIELDS[] = {
-    FI(num_layers), FI(hidden_size), FI(ffn_hidden_size), FI(num_attention_heads),
-    FI(kv_channels), FB(group_query_attention), FI(num_query_groups),
-    FI(max_position_embeddings), FI(seq_length), FS(position_embedding_type), FF(rotary_base),
-    FF(rotary_percent), FS(normalization), FF(norm_epsilon), FB(qk_layernorm), FB(swiglu),
-    FB(add_bias_linear), FB(bias_gelu_fusion), FB(openai_gelu),
-    FB(untie_embeddings_and_output_weights), FI(make_vocab_size_divisible_by),
-    FF(init_method_std), FF(hidden_dropout), FF(attention_dropout),
-    FS(tokenizer_type), FI(vocab_size), FS(vocab_file), FS(merge_file), FS(tokenizer_model),
-    FI(padded_vocab_size), FB(mock_data), FS(split),
-    FB(eod_mask_loss),
-    FI(micro_batch_size), FI(global_batch_size), FI(train_iters), {"seed", T_U64, OFF(seed), 0},
-    FS(optimizer), FF(lr), FF(min_lr), FI(lr_warmup_iters), FF(lr_warmup_fraction),
-    FI(lr_decay_iters), FS(lr_decay_style), FS(lr_wsd_decay_style), FI(lr_wsd_decay_iters),
-    FF(adam_beta1), FF(adam_beta2), FF(adam_eps), FF(weight_decay), FF(clip_grad),
-    FI(log_interval), FI(eval_interval), FI(eval_iters), FB(log_memory), FS(save),
-    FI(save_interval), FS(load),
-    FI(tensor_model_parallel_size), FI(pipeline_model_parallel_size), FI(world_size),
-    FI(data_parallel_size), FI(exit_interval), FF(distributed_timeout_minutes),
-    FB(check_for_nan_in_loss_and_grad),
-    FB(recompute_activations), FS(recompute_granularity), FS(recompute_method),
-    FI(num_microbatches_with_partial_activation_checkpoints),
-    FS(train_data_path), FS(valid_data_path), FS(test_data_path),
-    FS(model_running_mode), FI(mask_token), FS(attention_mask_type), FF(difflm_varilen_prob),
-    FI(recompute_num_layers), FB(distribute_saved_activations), FB(enable_cuda_graph),
-    FB(sequence_parallel), FB(use_distributed_optimizer),
-    FB(tp_comm_overlap), FB(tp_comm_overlap_ag), FB(tp_comm_overlap_rs),
-    FB(tp_comm_overlap_rs_dgrad), FB(tp_comm_bulk_dgrad), FB(tp_comm_bulk_wgrad),
-    FB(tp_comm_overlap_disable_qkv), FB(tp_comm_overlap_disable_fc1),
-    FI(tp_comm_overlap_num_splits), FS(tp_comm_overlap_progress),
-    FI(num_layers_per_virtual_pipeline_stage), FI(virtual_pipeline_model_parallel_size),
-    FB(overlap_grad_reduce), FB(overlap_param_gather), FI(ddp_bucket_size),
-    FB(accumulate_allreduce_grads_in_fp32),
+#define FIELD_DEF(field, type) {#field, ARGS_JSON(type), ARGS_NONE(type), OFF(field), SZ(field)},
+#define ARG_FLAG(field, type, ...) FIELD_DEF(field, type)
+#define ARG_FIELD(field, type, ...) FIELD_DEF(field, type)
+#include "training/arguments.def"
 };
 #define NUM_FIELDS ((int)(sizeof(FIELDS) / sizeof(FIELDS[0])))
+
+const char *const args_model_flags[] = {
+#define ARG_FLAG(field, type, deflt, check, ...) ARGS_IF_##check(#field,)
+#define ARG_FIELD(field, type, deflt, check, ...) ARGS_IF_##check(#field,)
+#include "training/arguments.def"
+    NULL};
 
 static void format_field(const megadlm_args *a, const field_def *f, char *buf, size_t n) {
     const void *p = cfield_ptr(a, f->off);
     switch (f->type) {
     case T_INT:
-        /* Megatron's None for the unset virtual-pipeline sizes */
-        if ((f->off == OFF(num_layers_per_virtual_pipeline_stage) ||
-             f->off == OFF(virtual_pipeline_model_parallel_size) ||
-             f->off == OFF(ddp_bucket_size)) && *(const int *)p == 0)
+        if (f->none && *(const int *)p == 0)
             snprintf(buf, n, "None");
         else
             snprintf(buf, n, "%d", *(const int *)p);
@@ -1660,7 +1396,7 @@ static void format_field(const megadlm_args *a, const field_def *f, char *buf, s
     case T_BOOL: snprintf(buf, n, "%s", *(const int *)p ? "True" : "False"); break;
     case T_U64: snprintf(buf, n, "%llu", (unsigned long long)*(const uint64_t *)p); break;
     case T_FLOAT:
-        if (f->off == OFF(lr_warmup_fraction) && *(const float *)p < 0)
+        if (f->none && *(const float *)p < 0)
             snprintf(buf, n, "None");
         else
             fmt_float(buf, n, *(const float *)p);

@@ -7,30 +7,17 @@
 transformer_config model_config_from_args(const megadlm_args *a) {
     transformer_config c;
     memset(&c, 0, sizeof(c));
-    c.num_layers = a->num_layers;
-    c.hidden_size = a->hidden_size;
-    c.ffn_hidden_size = a->ffn_hidden_size;
-    c.num_attention_heads = a->num_attention_heads;
-    c.num_query_groups = a->num_query_groups;
-    c.kv_channels = a->kv_channels;
-    c.seq_length = a->seq_length;
-    c.max_position_embeddings = a->max_position_embeddings;
-    c.padded_vocab_size = a->padded_vocab_size;
+    /* the flags with a field of the same name (arguments.def's COPY entries) */
+#define ARG_FLAG(field, type, deflt, check, config, ...) ARGS_COPY_##config(c.field = a->field;)
+#define ARG_FIELD(field, type, deflt, check, config) ARGS_COPY_##config(c.field = a->field;)
+#include "training/arguments.def"
+    /* the converted ones (CODE) */
     c.normalization = strcmp(a->normalization, "RMSNorm") == 0 ? NORM_RMSNORM : NORM_LAYERNORM;
-    c.norm_epsilon = a->norm_epsilon;
-    c.qk_layernorm = a->qk_layernorm;
-    c.swiglu = a->swiglu;
     /* Megatron-core: the fused bias-GELU (tanh approximation) when bias_gelu_fusion holds,
      * --openai-gelu is the tanh form too; otherwise torch's exact erf GELU. */
     c.gelu = (a->openai_gelu || a->bias_gelu_fusion) ? GELU_TANH : GELU_ERF;
-    c.add_bias_linear = a->add_bias_linear;
     c.rope = strcmp(a->position_embedding_type, "rope") == 0;
-    c.rotary_base = a->rotary_base;
     c.rot_dim = (int)(a->kv_channels * a->rotary_percent);
-    c.untie_embeddings_and_output_weights = a->untie_embeddings_and_output_weights;
-    c.init_method_std = a->init_method_std;
-    c.hidden_dropout = a->hidden_dropout;
-    c.attention_dropout = a->attention_dropout;
     /* --attention-mask-type no_mask: bidirectional (masked diffusion) */
     c.causal = strcmp(a->attention_mask_type, "no_mask") != 0;
     /* difflm-noshift drops the first token and looks up learned positions from 1 (MegaDLMs'
@@ -41,20 +28,11 @@ transformer_config model_config_from_args(const megadlm_args *a) {
     else if (!strcmp(a->recompute_granularity, "full"))
         c.recompute_granularity = RECOMPUTE_FULL;
     c.recompute_method = !strcmp(a->recompute_method, "block") ? RECOMPUTE_BLOCK : RECOMPUTE_UNIFORM;
-    c.recompute_num_layers = a->recompute_num_layers;
     /* this process's place in the tensor-parallel group (set up by parallel_setup_groups) */
     c.tp_size = a->tensor_model_parallel_size;
     c.tp_rank = c.tp_size > 1 ? parallel_get()->tp_rank : 0;
     c.sequence_parallel = a->sequence_parallel && c.tp_size > 1;
-    c.distribute_saved_activations = a->distribute_saved_activations;
     c.tp_comm_overlap = a->tp_comm_overlap && c.sequence_parallel;
-    c.tp_comm_overlap_ag = a->tp_comm_overlap_ag;
-    c.tp_comm_overlap_rs = a->tp_comm_overlap_rs;
-    c.tp_comm_overlap_rs_dgrad = a->tp_comm_overlap_rs_dgrad;
-    c.tp_comm_bulk_dgrad = a->tp_comm_bulk_dgrad;
-    c.tp_comm_bulk_wgrad = a->tp_comm_bulk_wgrad;
-    c.tp_comm_overlap_disable_qkv = a->tp_comm_overlap_disable_qkv;
-    c.tp_comm_overlap_disable_fc1 = a->tp_comm_overlap_disable_fc1;
     c.tp_comm_overlap_num_splits = args_sp_pieces(a);
     c.pp_size = a->pipeline_model_parallel_size;
     c.pp_rank = c.pp_size > 1 ? parallel_get()->pp_rank : 0;

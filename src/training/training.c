@@ -314,11 +314,7 @@ static int save(trainer *tr) {
 }
 
 /* The model flags a checkpoint fixes: resuming with different values is refused. */
-static const char *const k_model_flags[] = {
-    "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "kv_channels",
-    "num_query_groups", "max_position_embeddings", "position_embedding_type", "normalization",
-    "qk_layernorm", "swiglu", "add_bias_linear", "untie_embeddings_and_output_weights",
-    "padded_vocab_size", NULL};
+static const char *const *const k_model_flags = args_model_flags; /* arguments.def: MODEL */
 
 static int check_checkpoint_args(const megadlm_args *a, const cJSON *saved, const char *dir,
                                  char *err, size_t errlen) {

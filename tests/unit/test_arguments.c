@@ -1128,8 +1128,47 @@ static void test_difflm_flags(void) {
                "--difflm-varilen-prob", NULL, NULL);
 }
 
+/* --use-rotary-position-embeddings: Megatron's legacy form of --position-embedding-type rope
+ * (validate_args sets the type to rope, whatever --position-embedding-type said). */
+static void test_legacy_rope_flag(void) {
+    megadlm_args a, r;
+    CHECK(parse_line(&a, BASE " --use-rotary-position-embeddings") == 0);
+    CHECK(a.use_rotary_position_embeddings == 1);
+    CHECK(strcmp(a.position_embedding_type, "learned_absolute") == 0); /* until validation */
+    CHECK(args_validate(&a, ERR, sizeof(ERR)) == 0);
+    CHECK(strcmp(a.position_embedding_type, "rope") == 0);
+    EXPECT_OK(&r, BASE " --position-embedding-type rope");
+    { /* the same model as --position-embedding-type rope: every flag a checkpoint fixes */
+        cJSON *ja = args_to_json(&a), *jr = args_to_json(&r);
+        for (int i = 0; args_model_flags[i]; i++)
+            CHECK(cJSON_Compare(cJSON_GetObjectItemCaseSensitive(ja, args_model_flags[i]),
+                                cJSON_GetObjectItemCaseSensitive(jr, args_model_flags[i]), 1));
+        cJSON_Delete(ja);
+        cJSON_Delete(jr);
+    }
+    EXPECT_OK(&a, BASE " --position-embedding-type learned_absolute "
+                  "--use-rotary-position-embeddings");
+    CHECK(strcmp(a.position_embedding_type, "rope") == 0);
+    /* RoPE's rules apply to it */
+    EXPECT_ERR(BASE " --use-rotary-position-embeddings --rotary-percent 0", "--rotary-percent",
+               NULL, NULL);
+    EXPECT_ERR(BASE " --use-rotary-position-embeddings=1", "--use-rotary-position-embeddings",
+               "takes no value", NULL);
+    /* saved and printed under its name */
+    cJSON *j = args_to_json(&a);
+    CHECK(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "use_rotary_position_embeddings")));
+    cJSON_Delete(j);
+    char *s = capture_print(&a);
+    CHECK(s && strstr(s, "  use_rotary_position_embeddings ") && strstr(s, " True\n"));
+    free(s);
+    char *h = capture_help();
+    CHECK(h && strstr(h, "  --use-rotary-position-embeddings ") && strstr(h, "[default: off]"));
+    free(h);
+}
+
 int main(void) {
     test_ddp_flags();
+    test_legacy_rope_flag();
     test_defaults();
     test_parse_values();
     test_parse_errors();
