@@ -10,6 +10,7 @@
 #include "core/datasets/gpt_data.h"
 #include "core/distributed/data_parallel.h"
 #include "core/distributed/distributed_data_parallel.h"
+#include "core/distributed/finalize_model_grads.h"
 #include "core/optimizer/distrib_optimizer.h"
 #include "core/models/gpt_model.h"
 #include "core/optimizer/optimizer.h"
@@ -216,9 +217,7 @@ static int train_step(trainer *tr, float *loss_out, float *grad_norm_out, int *b
                                 a->num_microbatches_with_partial_activation_checkpoints};
     double loss_sum = forward_backward(tr->stores, tr->num_stores, tr->num_microbatches, &steps);
     watchdog_progress("reducing gradients and stepping the optimizer");
-    /* DP reduction first (finalize's TP/PP sums must not run on buckets still in flight) */
-    ddp_finish_grad_sync(tr->ddp);
-    gpt_model_finalize_grads(tr->model);
+    finalize_model_grads(tr->ddp, ps, tr->model->tied_embedding);
     float norm = tr->dopt ? dist_opt_grad_norm(tr->dopt) : optimizer_grad_norm(ps);
     *loss_out = global_mean_loss(tr, loss_sum);
     *grad_norm_out = norm;
@@ -227,7 +226,7 @@ static int train_step(trainer *tr, float *loss_out, float *grad_norm_out, int *b
         *bad_rank_out = first_nonfinite_rank(tr, loss_sum);
         /* with overlap, the next forward completes a parameter gather: start one of the
          * unchanged parameters */
-        if (tr->dopt) dist_opt_start_param_sync(tr->dopt);
+        if (tr->dopt) ddp_start_param_sync(tr->ddp);
         return 0;
     }
     if (tr->dopt)
@@ -238,7 +237,7 @@ static int train_step(trainer *tr, float *loss_out, float *grad_norm_out, int *b
     tr->optimizer_steps++;
     if (tr->dopt) {
         dist_opt_step(tr->dopt, &tr->oc, lr, tr->optimizer_steps);
-        dist_opt_start_param_sync(tr->dopt); /* completed by the next forward with overlap */
+        ddp_start_param_sync(tr->ddp); /* completed by the next forward with overlap */
     } else {
         optimizer_step(ps, &tr->oc, lr, tr->optimizer_steps);
     }
@@ -297,7 +296,7 @@ static int save(trainer *tr) {
     double t0 = now_seconds();
     /* every rank writes its own slices (the distributed optimizer: its own pieces of the
      * moments) of the gathered parameters */
-    if (tr->dopt) dist_opt_finish_param_sync(tr->dopt);
+    if (tr->dopt) ddp_finish_param_sync(tr->ddp);
     int rc = dist_ckpt_save(a->save, &tr->model->cfg, &tr->model->params, tr->dopt, &st, 1, err,
                             sizeof(err));
     if (a->log_memory) log_checkpoint_io(tr, "save", "written");
@@ -585,6 +584,7 @@ static void setup_data_parallel(trainer *tr) {
     gpt_model *m = tr->model;
     ddp_config dc = {.overlap_grad_reduce = a->overlap_grad_reduce,
                      .use_distributed_optimizer = a->use_distributed_optimizer,
+                     .overlap_param_gather = a->overlap_param_gather,
                      .bucket_size = a->ddp_bucket_size};
     tr->ddp = ddp_create(&m->params, &dc);
     if (a->overlap_grad_reduce) {
@@ -592,10 +592,10 @@ static void setup_data_parallel(trainer *tr) {
         m->grads_done_user = tr->ddp;
     }
     if (a->use_distributed_optimizer) {
-        tr->dopt = dist_opt_create(&m->params, tr->ddp, a->overlap_param_gather);
+        tr->dopt = dist_opt_create(&m->params, tr->ddp);
         if (a->overlap_param_gather) {
-            m->params_needed = dist_opt_params_needed;
-            m->params_needed_user = tr->dopt;
+            m->params_needed = ddp_params_needed;
+            m->params_needed_user = tr->ddp;
         }
     }
     log_printf("> data-parallel size %d: %d bucket%s for gradient %s%s\n", parallel_get()->dp_size,
@@ -621,7 +621,7 @@ static void log_dp_communication(const trainer *tr) {
            s->finish_seconds * 1e3 / it);
     if (tr->dopt)
         printf(" parameter all-gathers started %lu | completed in forward %lu |",
-               tr->dopt->stats.gathers_started, tr->dopt->stats.completed_in_forward);
+               s->gathers_started, s->gathers_completed_in_forward);
     printf("\n");
     fflush(stdout);
 }
@@ -859,8 +859,8 @@ done:
     for (int i = 1; tr.stores && i < tr.num_stores; i++) gpt_model_free(tr.stores[i]);
     free(tr.stores);
     if (a->log_memory) log_dp_communication(&tr);
-    dist_opt_free(tr.dopt); /* waits for parameter gathers in flight */
-    ddp_free(tr.ddp);
+    dist_opt_free(tr.dopt);
+    ddp_free(tr.ddp); /* waits for parameter gathers in flight */
     gpt_model_free(tr.model);
     tokenizer_free(tr.tok);
     if (tp_overlap_ready()) {

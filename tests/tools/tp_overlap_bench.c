@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/distributed/finalize_model_grads.h"
 #include "core/models/gpt_model.h"
 #include "core/optimizer/optimizer.h"
 #include "core/parallel_state.h"
@@ -142,7 +143,7 @@ static void iteration(gpt_model *m, const megadlm_args *a, const int *tokens, co
     memset(m->params.grad, 0, m->params.numel * sizeof(float));
     gpt_model_forward(m, tokens, labels, mask, a->micro_batch_size, a->seq_length, step);
     gpt_model_backward(m, 1.0f);
-    gpt_model_finalize_grads(m);
+    finalize_model_grads(NULL, &m->params, m->tied_embedding);
     optimizer_step(&m->params, oc, 0.0f, it + 1);
 }
 

@@ -8,13 +8,11 @@
 
 #include "core/kernels/cross_entropy.h"
 #include "core/kernels/dropout.h"
-#include "core/kernels/embedding.h"
 #include "core/kernels/linear.h"
 #include "core/kernels/norm.h"
 #include "core/kernels/rope.h"
 #include "core/random/philox.h"
 #include "core/tensor/memory.h"
-#include "core/parallel_state.h"
 #include "core/threads.h"
 #include "core/tensor_parallel/layers.h"
 #include "core/tensor_parallel/mappings.h"
@@ -164,7 +162,9 @@ static void register_params(gpt_model *m, param_builder *pbp, int *first_of_laye
     /* the rank's layers chunk by chunk (one chunk without interleaving): local layer l is layer
      * l % Lc of chunk l / Lc, so each chunk's parameters are one contiguous range */
     int n_embedding = c->rope ? 1 : 2, L = tc_stage_layers(c), Lc = tc_chunk_layers(c);
+    int tied = !c->untie_embeddings_and_output_weights && tc_pp(c) > 1;
     if (tc_first_rank(c)) {
+        if (tied) m->tied_embedding = pb.n;
         add_matrix(&pb, &m->wte, bw ? &m->g_wte : NULL, std, c->padded_vocab_size, c->hidden_size,
                    TP_SPLIT_ROWS, "embedding.word_embeddings.weight");
         if (!c->rope) {
@@ -195,6 +195,7 @@ static void register_params(gpt_model *m, param_builder *pbp, int *first_of_laye
             /* tied, on another stage than the embedding: Megatron's shared copy (same name,
              * same init stream, kept equal through the embedding group) */
             pb.stream = 0;
+            m->tied_embedding = pb.n;
             add_matrix(&pb, &m->out_w, bw ? &m->g_out_w : NULL, std, c->padded_vocab_size,
                        c->hidden_size, TP_SPLIT_ROWS, "embedding.word_embeddings.weight");
             pb.t[pb.n - 1].pp_shared_copy = 1;
@@ -312,6 +313,7 @@ gpt_model *gpt_model_create(const transformer_config *cfg, int max_batch, int wi
     m->cfg = *cfg;
     m->max_batch = max_batch;
     m->with_backward = with_backward;
+    m->tied_embedding = -1;
     m->cfg.vp_rank = 0;
     const transformer_config *c = &m->cfg;
     m->num_chunks = tc_vp(c);
@@ -415,51 +417,11 @@ static void final_norm_backward(const transformer_config *c, gpt_model *m, float
                   Ns);
 }
 
-/* Index of this rank's first token row: its shard's under sequence parallelism, else 0. */
-static int64_t shard_first_token(const transformer_config *c, int Ns) {
-    return tc_sp(c) ? (int64_t)c->tp_rank * Ns : 0;
-}
-
-/* Word (+ position) embedding of the micro-batch into h0 [Ns, C]. Under tensor parallelism the
- * lookup is vocab-parallel: each rank fills the rows of the tokens it owns, and the partial
- * sums are reduced (all-reduce, or reduce-scatter to this rank's token shard). */
-static void embedding_layer_forward(gpt_model *m, float *h0, int B, int T) {
-    const transformer_config *c = &m->cfg;
-    int N = B * T, Ns = tc_tokens_local(c, N), C = c->hidden_size;
-    if (tc_tp(c) == 1) {
-        embedding_forward(h0, m->tokens, m->wte, m->wpe, B, T, C, c->position_offset);
-        return;
-    }
-    int Vl = tc_vocab_local(c);
-    vocab_parallel_embedding_forward(m->emb_partial, m->tokens, m->wte, c->tp_rank * Vl, Vl, N, C);
-    if (tc_sp(c)) {
-        tp_reduce_scatter(h0, m->emb_partial, (size_t)Ns * C);
-    } else {
-        tp_all_reduce_sum(m->emb_partial, (size_t)N * C);
-        memcpy(h0, m->emb_partial, (size_t)N * C * sizeof(float));
-    }
-    if (m->wpe)
-        position_embedding_add(h0, m->wpe + (size_t)c->position_offset * C,
-                               shard_first_token(c, Ns), Ns, T, C);
-}
-
-static void embedding_layer_backward(gpt_model *m, const float *dh0, int B, int T) {
-    const transformer_config *c = &m->cfg;
-    int N = B * T, Ns = tc_tokens_local(c, N), C = c->hidden_size;
-    if (tc_tp(c) == 1) {
-        embedding_backward(m->g_wte, m->g_wpe, dh0, m->tokens, B, T, C, c->position_offset);
-        return;
-    }
-    int Vl = tc_vocab_local(c);
-    if (m->wpe)
-        position_embedding_add_backward(m->g_wpe + (size_t)c->position_offset * C, dh0,
-                                        shard_first_token(c, Ns), Ns, T, C);
-    const float *full = dh0;
-    if (tc_sp(c)) {
-        tp_all_gather(m->emb_partial, dh0, (size_t)Ns * C);
-        full = m->emb_partial;
-    }
-    vocab_parallel_embedding_backward(m->g_wte, full, m->tokens, c->tp_rank * Vl, Vl, N, C);
+/* The word (+ position) embedding: vocab-parallel under tensor parallelism. */
+static vocab_parallel_embedding embedding_of(gpt_model *m) {
+    return (vocab_parallel_embedding){.cfg = &m->cfg, .wte = m->wte, .wpe = m->wpe,
+                                      .dwte = m->g_wte, .dwpe = m->g_wpe,
+                                      .partial = m->emb_partial};
 }
 
 float gpt_model_forward(gpt_model *m, const int32_t *tokens, const int32_t *labels,
@@ -492,7 +454,8 @@ float gpt_model_forward_weighted(gpt_model *m, const int32_t *tokens, const int3
         /* embedding + dropout (Megatron applies --hidden-dropout to the embedding output) */
         if (m->params_needed) m->params_needed(m->params_needed_user, 0, m->layer_begin[0]);
         float *h0 = m->block.hidden[0];
-        embedding_layer_forward(m, h0, B, T);
+        vocab_parallel_embedding emb = embedding_of(m);
+        vocab_parallel_embedding_forward(&emb, h0, m->tokens, B, T);
         dropout_key ek = ctx->key;
         ek.site = DROPOUT_SITE_EMBEDDING;
         uint64_t off = tc_sp(c) ? (uint64_t)c->tp_rank * Ns * C : 0;
@@ -575,23 +538,9 @@ void gpt_model_backward(gpt_model *m, float loss_scale) {
     ek.site = DROPOUT_SITE_EMBEDDING;
     uint64_t off = tc_sp(c) ? (uint64_t)c->tp_rank * Ns * C : 0;
     dropout_backward(m->demb, m->dres, NsC, ctx->training ? c->hidden_dropout : 0.0f, ek, off);
-    embedding_layer_backward(m, m->demb, B, T);
+    vocab_parallel_embedding emb = embedding_of(m);
+    vocab_parallel_embedding_backward(&emb, m->demb, m->tokens, B, T);
     if (m->grads_done) m->grads_done(m->grads_done_user, 0, m->layer_begin[0]);
-}
-
-void gpt_model_finalize_grads(gpt_model *m) {
-    tp_allreduce_partial_grads(&m->params);
-    /* tied embeddings across pipeline stages: the first stage's word embedding and the last
-     * stage's copy get the sum of both gradients (Megatron's embedding group) */
-    const parallel_state *ps = parallel_get();
-    if (ps->embedding == MPI_COMM_NULL || m->cfg.untie_embeddings_and_output_weights) return;
-    const param_set *p = &m->params;
-    for (int i = 0; i < p->count; i++) {
-        const param_tensor *t = &p->tensors[i];
-        if (strcmp(t->name, "embedding.word_embeddings.weight") == 0)
-            MPI_Allreduce(MPI_IN_PLACE, p->grad + t->offset, (int)t->numel, MPI_FLOAT, MPI_SUM,
-                          ps->embedding);
-    }
 }
 
 void gpt_model_set_chunk(gpt_model *m, int chunk) {

@@ -50,6 +50,9 @@ typedef struct {
     size_t *layer_begin; /* [rank_layers + 1] */
     int rank_layers;     /* L: this rank's layers, all its model chunks */
     int num_chunks;      /* model chunks of this rank (1 without interleaving) */
+    int tied_embedding;  /* index in params of the word embedding the first and the last
+                          * pipeline stage both hold (tied embeddings, p > 1): the first
+                          * stage's, or the last stage's copy; -1 where none */
     /* Called during backward whenever a range of the gradient buffer has received this
      * micro-batch's last contribution (head, each layer, then the embedding, which also holds
      * a tied output layer's gradient); NULL = none. For overlapped gradient reduction. */
@@ -115,9 +118,8 @@ float gpt_model_forward_weighted(gpt_model *m, const int32_t *tokens, const int3
 /* Backward of the last forward, with d(objective)/d(loss) = loss_scale (1/num_microbatches for
  * gradient accumulation). Gradients accumulate into m->params.grad. */
 void gpt_model_backward(gpt_model *m, float loss_scale);
-/* After the last micro-batch's backward: sums across TP the gradients each rank holds only a
- * part of (Megatron's finalize_model_grads). A no-op with one TP rank. */
-void gpt_model_finalize_grads(gpt_model *m);
+/* The sums across TP, DP and the embedding group that follow the last micro-batch's backward
+ * are core/distributed/finalize_model_grads.h's. */
 
 /* Pipeline stages. A stage that is not the first reads its input from gpt_model_stage_input
  * (receive the previous stage's output there before forward); one that is not the last leaves
