@@ -217,7 +217,7 @@ static int train_step(trainer *tr, float *loss_out, float *grad_norm_out, int *b
                                 a->num_microbatches_with_partial_activation_checkpoints};
     double loss_sum = forward_backward(tr->stores, tr->num_stores, tr->num_microbatches, &steps);
     watchdog_progress("reducing gradients and stepping the optimizer");
-    finalize_model_grads(tr->ddp, ps, tr->model->tied_embedding);
+    finalize_model_grads(tr->ddp, ps, tr->model->spec.tied_embedding);
     float norm = tr->dopt ? dist_opt_grad_norm(tr->dopt) : optimizer_grad_norm(ps);
     *loss_out = global_mean_loss(tr, loss_sum);
     *grad_norm_out = norm;

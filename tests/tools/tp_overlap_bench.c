@@ -143,7 +143,7 @@ static void iteration(gpt_model *m, const megadlm_args *a, const int *tokens, co
     memset(m->params.grad, 0, m->params.numel * sizeof(float));
     gpt_model_forward(m, tokens, labels, mask, a->micro_batch_size, a->seq_length, step);
     gpt_model_backward(m, 1.0f);
-    finalize_model_grads(NULL, &m->params, m->tied_embedding);
+    finalize_model_grads(NULL, &m->params, m->spec.tied_embedding);
     optimizer_step(&m->params, oc, 0.0f, it + 1);
 }
 

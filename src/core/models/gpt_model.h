@@ -9,6 +9,7 @@
 
 #include <stdint.h>
 
+#include "core/models/gpt_spec.h"
 #include "core/tensor/tensor.h"
 #include "core/transformer/transformer_block.h"
 #include "core/transformer/transformer_config.h"
@@ -42,17 +43,12 @@ typedef struct {
     float *emb_partial;   /* [N, C] vocab-parallel lookup before its reduction (TP only) */
     float *ce_sumexp;     /* [N] vocab-parallel cross-entropy scratch (TP only) */
 
-    /* Where each part's parameters sit in the flat buffers (floats): the rank's layer l is
-     * [layer_begin[l], layer_begin[l + 1]); the embedding (word + position) is [0, layer_begin[0]);
-     * the final norm and an untied output layer are [layer_begin[L], params.numel). With
-     * interleaving the rank's layers are its model chunks' in chunk order (l = chunk x
-     * layers per chunk + index in the chunk): each chunk's parameters are one range. */
-    size_t *layer_begin; /* [rank_layers + 1] */
-    int rank_layers;     /* L: this rank's layers, all its model chunks */
+    /* The rank's parameters (names, shapes, where each part's parameters sit in the flat
+     * buffers: spec.layer_begin; gpt_spec.h); params.tensors is spec's table. With
+     * interleaving the rank's layers are its model chunks' in chunk order (local layer l is
+     * chunk l / layers per chunk), so each chunk's parameters are one range. */
+    gpt_spec spec;
     int num_chunks;      /* model chunks of this rank (1 without interleaving) */
-    int tied_embedding;  /* index in params of the word embedding the first and the last
-                          * pipeline stage both hold (tied embeddings, p > 1): the first
-                          * stage's, or the last stage's copy; -1 where none */
     /* Called during backward whenever a range of the gradient buffer has received this
      * micro-batch's last contribution (head, each layer, then the embedding, which also holds
      * a tied output layer's gradient); NULL = none. For overlapped gradient reduction. */
@@ -84,13 +80,6 @@ void gpt_model_free(gpt_model *m);
  * makes this store keep everything (per-micro-batch partial recompute). Free it with
  * gpt_model_free before the owner. */
 gpt_model *gpt_model_replica(const gpt_model *owner, int checkpointed);
-
-/* The whole model's tensors as one process holds them (no tensor or pipeline parallelism):
- * names, whole shapes, init streams, in the whole model's order (tensor i has init_stream i),
- * offsets as in one flat buffer of whole->numel floats; no buffers are allocated. The same on
- * every rank of any layout of cfg (checkpoints lay their files out from it). Free
- * whole->tensors. 0, or -1 out of memory. */
-int gpt_model_whole_params(const transformer_config *cfg, param_set *whole);
 
 /* Megatron's init: normal(0, init_method_std) for weights and embeddings, std/sqrt(2L) for
  * linear_proj and linear_fc2, norms 1, biases 0. Element values depend only on (seed, tensor
