@@ -61,7 +61,7 @@ typedef struct {
     optimizer_config oc;
     lr_scheduler sched;
     int num_microbatches; /* per data-parallel rank */
-    gpt_model **stores;   /* activation stores of the micro-batches in flight; [0] = model */
+    pipeline_stores *pipe; /* activation stores of the micro-batches in flight */
     double train_seconds; /* time in train_step (excludes evaluation and checkpoints) */
     int num_stores;
     int num_unchecked;    /* stores that keep everything (partial recompute) */
@@ -134,7 +134,7 @@ static float get_difflm_batch(trainer *tr, int split, uint64_t first, int L) {
     return (float)denominator;
 }
 
-static float forward_step(void *user, int k, gpt_model *store) {
+static float forward_step(void *user, int k, activation_store *store) {
     watchdog_progress("running a forward step");
     step_ctx *sc = user;
     trainer *tr = sc->tr;
@@ -150,22 +150,24 @@ static float forward_step(void *user, int k, gpt_model *store) {
         float varilen = sc->training && !tr->model->cfg.causal ? a->difflm_varilen_prob : 0.0f;
         int L = difflm_length(a->seed, (uint32_t)tr->iteration, global_mb, a->seq_length,
                               varilen) - 1;
-        float denominator = get_difflm_batch(tr, sc->split, first, L);
-        return gpt_model_forward_weighted(store, tr->tokens, tr->labels, tr->loss_mask,
-                                          denominator, a->micro_batch_size, L, step);
+        gpt_batch b = {.tokens = tr->tokens, .labels = tr->labels, .loss_mask = tr->loss_mask,
+                       .denominator = get_difflm_batch(tr, sc->split, first, L),
+                       .B = a->micro_batch_size, .T = L};
+        return gpt_model_forward(tr->model, store, &b, step);
     }
     get_batch(tr, sc->split, first);
-    return gpt_model_forward(store, tr->tokens, tr->labels, tr->loss_mask, a->micro_batch_size,
-                             a->seq_length, step);
+    gpt_batch b = {.tokens = tr->tokens, .labels = tr->labels, .loss_mask = tr->loss_mask,
+                   .B = a->micro_batch_size, .T = a->seq_length};
+    return gpt_model_forward(tr->model, store, &b, step);
 }
 
-static void backward_step(void *user, int k, gpt_model *store) {
+static void backward_step(void *user, int k, activation_store *store) {
     (void)k;
     watchdog_progress("running a backward step");
     step_ctx *sc = user;
     /* Megatron's no_sync: the last micro-batch's backward may start the DP reductions */
     ddp_set_last_microbatch(sc->tr->ddp, k == sc->tr->num_microbatches - 1);
-    gpt_model_backward(store, 1.0f / sc->tr->num_microbatches);
+    gpt_model_backward(sc->tr->model, store, 1.0f / sc->tr->num_microbatches);
 }
 
 /* Mean over micro-batches and DP replicas of a loss sum the last pipeline stage computed
@@ -215,7 +217,7 @@ static int train_step(trainer *tr, float *loss_out, float *grad_norm_out, int *b
                             .backward_step = backward_step,
                             .partial_checkpoints =
                                 a->num_microbatches_with_partial_activation_checkpoints};
-    double loss_sum = forward_backward(tr->stores, tr->num_stores, tr->num_microbatches, &steps);
+    double loss_sum = forward_backward(tr->pipe, tr->num_microbatches, &steps);
     watchdog_progress("reducing gradients and stepping the optimizer");
     finalize_model_grads(tr->ddp, ps, tr->model->spec.tied_embedding);
     float norm = tr->dopt ? dist_opt_grad_norm(tr->dopt) : optimizer_grad_norm(ps);
@@ -252,7 +254,7 @@ static float evaluate(trainer *tr, int split, uint64_t first) {
         step_ctx sc = {.tr = tr, .split = split,
                        .first = first + (uint64_t)it * a->global_batch_size, .training = 0};
         pipeline_steps steps = {.user = &sc, .forward_step = forward_step};
-        sum += global_mean_loss(tr, forward_only(tr->stores, tr->num_microbatches, &steps));
+        sum += global_mean_loss(tr, forward_only(tr->pipe, tr->num_microbatches, &steps));
     }
     return a->eval_iters ? (float)(sum / a->eval_iters) : 0.0f;
 }
@@ -519,15 +521,16 @@ static void report_nonfinite(int iteration, float loss, float norm, int first_ra
  * what the allocator holds: any difference is a bug in one of the two. */
 static void log_saved_activations(const trainer *tr) {
     const gpt_model *m = tr->model;
+    const activation_store *s = tr->pipe->stores[0];
     int B = tr->a->micro_batch_size, T = tr->a->seq_length, rank = parallel_world_rank();
     /* a store holds one model chunk's layers; every chunk's layer j keeps what layer j of the
-     * store's block was given */
+     * first store's block was given */
     for (int j = 0; j < m->num_chunks; j++)
         for (int l = 0; l < m->block.num_layers; l++)
             printf("[Rank %d] saved activations layer %d (bytes) | measured %zu | analytic %zu |\n",
                    rank, tc_chunk_layer_offset(&m->cfg, j) + l,
-                   transformer_block_layer_saved_bytes(&m->block, l),
-                   activation_memory_layer_bytes(&m->cfg, B, T, l));
+                   activation_store_layer_saved_bytes(s, l),
+                   activation_memory_layer_bytes(&s->cfg, B, T, l));
     theoretical_megadlm_bytes p = theoretical_megadlm_rank(tr->a, parallel_get()->pp_rank,
                                                            tr->num_stores, tr->num_unchecked);
     const struct {
@@ -739,27 +742,24 @@ int pretrain(megadlm_args *a) {
     tr.num_stores = schedule_stores(pst->pp_size, pst->pp_rank, cfg.vp_size, tr.num_microbatches,
                                     a->num_microbatches_with_partial_activation_checkpoints,
                                     &tr.num_unchecked);
-    /* store 0 (the model itself) keeps everything when partial recompute says so */
-    cfg.recompute_store_unchecked = tr.num_unchecked > 0;
     log_printf("building GPT model ...\n");
-    tr.model = gpt_model_create(&cfg, a->micro_batch_size, a->use_distributed_optimizer ? 2 : 1);
+    tr.model = gpt_model_create(&cfg, a->micro_batch_size,
+                                a->use_distributed_optimizer ? GPT_MODEL_TRAINING_SHARDED_OPTIMIZER
+                                                             : GPT_MODEL_TRAINING);
     printf(" > number of parameters on (tensor, pipeline) model parallel rank (%d, %d): %zu\n",
            pst->tp_rank, pst->pp_rank, tr.model->params.numel);
     gpt_model_init_params(tr.model, a->seed);
-    setup_data_parallel(&tr); /* before the activation stores, which copy the model's hooks */
+    setup_data_parallel(&tr);
     if (a->load[0] && load(&tr) != 0) goto done;
     if (build_data(&tr) != 0) goto done;
     setup_optimizer(&tr);
     tr.dp_rank = pst->dp_rank;
     tr.dp_size = pst->dp_size;
-    tr.stores = xcalloc(tr.num_stores, sizeof(gpt_model *), "activation stores");
-    tr.stores[0] = tr.model;
     /* per-micro-batch partial recompute: stores below num_unchecked keep everything (1F1B:
      * K of them, micro-batch k takes store k mod stores: Megatron's
      * checkpoint_activations_microbatch = k mod window >= K, window = the stores in flight;
      * interleaved: the schedule takes a store of the right kind for each virtual micro-batch) */
-    for (int i = 1; i < tr.num_stores; i++)
-        tr.stores[i] = gpt_model_replica(tr.model, !(i < tr.num_unchecked));
+    tr.pipe = pipeline_stores_create(tr.model, tr.num_stores, tr.num_unchecked);
     size_t N = (size_t)a->micro_batch_size * a->seq_length;
     tr.sample = mem_alloc(MEM_OTHER, (a->seq_length + 1) * sizeof(int32_t), "sample");
     tr.tokens = mem_alloc(MEM_OTHER, N * sizeof(int32_t), "batch tokens");
@@ -855,9 +855,7 @@ done:
         if (tr.data[k] && (k == 0 || tr.data[k] != tr.data[k - 1]) &&
             (k < 2 || tr.data[k] != tr.data[0]))
             gpt_data_free(tr.data[k]);
-    /* stores is NULL when setup failed before they were made */
-    for (int i = 1; tr.stores && i < tr.num_stores; i++) gpt_model_free(tr.stores[i]);
-    free(tr.stores);
+    pipeline_stores_free(tr.pipe); /* NULL when setup failed before they were made */
     if (a->log_memory) log_dp_communication(&tr);
     dist_opt_free(tr.dopt);
     ddp_free(tr.ddp); /* waits for parameter gathers in flight */

@@ -1,25 +1,22 @@
+/* The GPT model: its parameters from gpt_spec, forward and backward over an activation store
+ * (gpt_model.h). */
 #include "core/models/gpt_model.h"
 
-#include <math.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/kernels/cross_entropy.h"
 #include "core/kernels/dropout.h"
-#include "core/kernels/linear.h"
 #include "core/kernels/norm.h"
 #include "core/kernels/rope.h"
+#include "core/models/gpt_spec.h"
 #include "core/random/philox.h"
 #include "core/tensor/memory.h"
-#include "core/threads.h"
-#include "core/models/gpt_spec.h"
 #include "core/tensor_parallel/layers.h"
-#include "core/tensor_parallel/mappings.h"
 #include "core/tensor_parallel/parallel_linear.h"
-#include "core/util/alloc.h"
+#include "core/threads.h"
 #include "core/transformer/transformer_layer.h"
+#include "core/util/alloc.h"
 #include "core/util/die.h"
 
 /* The hooks (gpt_model.h) over ranges of the flat buffers: [begin, end) has received this
@@ -62,7 +59,7 @@ static float **part_slot(gpt_model *m, gpt_param_part part, int grad) {
  * layers points into them through its tensor's place. */
 static void build_params(gpt_model *m) {
     const transformer_config *c = &m->cfg;
-    int bw = m->with_backward;
+    int bw = m->kind != GPT_MODEL_FORWARD_ONLY;
     gpt_spec *sp = &m->spec;
     gpt_spec_rank(c, sp);
     param_set *ps = &m->params;
@@ -70,7 +67,7 @@ static void build_params(gpt_model *m) {
     ps->data = mem_alloc_floats(MEM_PARAMS, ps->numel, "parameters");
     if (bw) {
         ps->grad = mem_alloc_floats(MEM_GRADS, ps->numel, "gradients");
-        if (bw != 2) { /* 2: the distributed optimizer allocates its shard */
+        if (m->kind == GPT_MODEL_TRAINING) { /* else the distributed optimizer holds them */
             ps->exp_avg = mem_alloc_floats(MEM_OPTIMIZER, ps->numel, "adam exp_avg");
             ps->exp_avg_sq = mem_alloc_floats(MEM_OPTIMIZER, ps->numel, "adam exp_avg_sq");
         }
@@ -96,59 +93,27 @@ static void build_params(gpt_model *m) {
     m->block.layer_params_needed_user = m;
 }
 
-/* What one micro-batch in flight keeps outside the block: its tokens and labels, and on the
- * last stage the head's saved tensors. */
-static void alloc_store(gpt_model *m) {
-    const transformer_config *c = &m->cfg;
-    size_t N = (size_t)m->max_batch * c->seq_length, C = c->hidden_size, V = tc_vocab_local(c);
-    size_t Ns = tc_tokens_local(c, (int)N);
-    m->tokens = mem_alloc(MEM_OTHER, N * sizeof(int), "tokens");
-    m->labels = mem_alloc(MEM_OTHER, N * sizeof(int), "labels");
-    m->loss_mask = mem_alloc_floats(MEM_OTHER, N, "loss mask");
-    if (!tc_last_rank(c)) return; /* (interleaved: every store may hold the last chunk) */
-    m->lnf = mem_alloc_floats(MEM_ACTIVATIONS, Ns * C, "final norm output");
-    if (c->normalization == NORM_LAYERNORM)
-        m->lnf_mean = mem_alloc_floats(MEM_ACTIVATIONS, Ns, "final norm mean");
-    m->lnf_rstd = mem_alloc_floats(MEM_ACTIVATIONS, Ns, "final norm rstd");
-    m->logits = mem_alloc_floats(MEM_ACTIVATIONS, N * V, "logits");
-    m->losses = mem_alloc_floats(MEM_ACTIVATIONS, N, "per-token loss");
-    m->lse = mem_alloc_floats(MEM_ACTIVATIONS, N, "logsumexp");
-}
-
-static void free_store(gpt_model *m) {
-    void *bufs[] = {m->tokens, m->labels, m->loss_mask, m->lnf,   m->lnf_mean,
-                    m->lnf_rstd, m->logits, m->losses,  m->lse};
-    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) mem_free(bufs[i]);
-}
-
-gpt_model *gpt_model_create(const transformer_config *cfg, int max_batch, int with_backward) {
+gpt_model *gpt_model_create(const transformer_config *cfg, int max_batch, gpt_model_kind kind) {
     gpt_model *m = xcalloc(1, sizeof(gpt_model), "model");
     m->cfg = *cfg;
     m->max_batch = max_batch;
-    m->with_backward = with_backward;
-    m->cfg.vp_rank = 0;
+    m->kind = kind;
+    m->cfg.vp_rank = 0;                   /* a store names the chunk it runs */
+    m->cfg.recompute_store_unchecked = 0; /* and whether it keeps everything */
     const transformer_config *c = &m->cfg;
+    int bw = kind != GPT_MODEL_FORWARD_ONLY;
     m->num_chunks = tc_vp(c);
     /* the block's workspaces are sized for this rank's threads (core/threads.h); no kernel
      * runs more threads than they were sized for */
-    transformer_block_init(&m->block, c, max_batch, c->seq_length, with_backward,
-                           threads_per_rank());
+    transformer_block_init(&m->block, c, max_batch, c->seq_length, bw, threads_per_rank());
     build_params(m);
-    alloc_store(m);
 
     /* N tokens, Ns of them outside tensor-parallel regions */
     size_t N = (size_t)max_batch * c->seq_length, C = c->hidden_size;
     size_t Ns = tc_tokens_local(c, (int)N);
-    if (with_backward) {
+    if (bw) {
         m->dlosses = mem_alloc_floats(MEM_WORKSPACE, N, "dlosses");
-        m->dres = m->dres_slot[0] = mem_alloc_floats(MEM_WORKSPACE, Ns * C, "residual gradient");
-        /* the interleaved schedule receives the next backward's output gradient while the
-         * last one's input gradient is still being sent: a second buffer */
-        if (tc_vp(c) > 1) {
-            m->dres_slot[1] = mem_alloc_floats(MEM_WORKSPACE, Ns * C, "residual gradient (2)");
-            /* ... and takes a chunk's input before it has a store for it */
-            m->stage_recv = mem_alloc_floats(MEM_WORKSPACE, Ns * C, "received stage input");
-        }
+        m->dres = mem_alloc_floats(MEM_WORKSPACE, Ns * C, "residual gradient");
         m->demb = mem_alloc_floats(MEM_WORKSPACE, N * C, "embedding gradient");
     }
     if (tc_tp(c) > 1) { /* the vocab-parallel lookup's partial sums before the reduction */
@@ -164,33 +129,17 @@ gpt_model *gpt_model_create(const transformer_config *cfg, int max_batch, int wi
     return m;
 }
 
-gpt_model *gpt_model_replica(const gpt_model *owner, int checkpointed) {
-    gpt_model *m = xmalloc(sizeof(gpt_model), "activation store");
-    *m = *owner; /* parameters, workspaces, tables: shared */
-    m->replica = 1;
-    m->cfg.recompute_store_unchecked = !checkpointed;
-    transformer_block_init_replica(&m->block, &m->cfg, m->max_batch, m->cfg.seq_length,
-                                   &owner->block);
-    alloc_store(m);
-    return m;
-}
-
 void gpt_model_free(gpt_model *m) {
     if (!m) return;
     transformer_block_free(&m->block);
-    free_store(m);
-    if (m->replica) {
-        free(m);
-        return;
-    }
     param_set *ps = &m->params;
     mem_free(ps->data);
     mem_free(ps->grad);
     mem_free(ps->exp_avg);
     mem_free(ps->exp_avg_sq);
     gpt_spec_free(&m->spec); /* the tensor table */
-    void *bufs[] = {m->dlosses,  m->dres_slot[0], m->dres_slot[1], m->stage_recv, m->demb,
-                    m->rope_cos, m->rope_sin,     m->emb_partial,  m->ce_sumexp};
+    void *bufs[] = {m->dlosses,  m->dres,     m->demb,       m->rope_cos,
+                    m->rope_sin, m->emb_partial, m->ce_sumexp};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) mem_free(bufs[i]);
     free(m);
 }
@@ -215,17 +164,9 @@ void gpt_model_init_params(gpt_model *m, uint64_t seed) {
     }
 }
 
-/* ---- forward / backward ---- */
-
-static void final_norm_forward(const transformer_config *c, gpt_model *m, const float *h, int Ns) {
-    norm_forward(c, m->lnf, m->lnf_mean, m->lnf_rstd, h, m->lnf_w, m->lnf_b, Ns);
-}
-
-static void final_norm_backward(const transformer_config *c, gpt_model *m, float *dh,
-                                const float *dout, const float *h, int Ns) {
-    norm_backward(c, dh, m->g_lnf_w, m->g_lnf_b, dout, h, m->lnf_w, m->lnf_mean, m->lnf_rstd,
-                  Ns);
-}
+/* ---- forward / backward ----
+ * The config of a pass is the store's (its model chunk, its recompute kind); the model's
+ * differs from it in nothing else. */
 
 /* The word (+ position) embedding: vocab-parallel under tensor parallelism. */
 static vocab_parallel_embedding embedding_of(gpt_model *m) {
@@ -234,136 +175,148 @@ static vocab_parallel_embedding embedding_of(gpt_model *m) {
                                       .partial = m->emb_partial};
 }
 
-float gpt_model_forward(gpt_model *m, const int32_t *tokens, const int32_t *labels,
-                        const float *loss_mask, int B, int T, gpt_step step) {
-    return gpt_model_forward_weighted(m, tokens, labels, loss_mask, 0.0f, B, T, step);
+/* The dropout of the embedding output (Megatron applies --hidden-dropout there), keyed by this
+ * rank's token rows. */
+static dropout_key embedding_dropout_key(const layer_ctx *ctx, uint64_t *offset, int Ns) {
+    const transformer_config *c = ctx->cfg;
+    dropout_key ek = ctx->key;
+    ek.site = DROPOUT_SITE_EMBEDDING;
+    *offset = tc_sp(c) ? (uint64_t)c->tp_rank * Ns * c->hidden_size : 0;
+    return ek;
 }
 
-float gpt_model_forward_weighted(gpt_model *m, const int32_t *tokens, const int32_t *labels,
-                                 const float *weights, float denominator, int B, int T,
-                                 gpt_step step) {
-    const transformer_config *c = &m->cfg;
-    if (B > m->max_batch || T > c->seq_length)
-        die(1, "internal error: batch %dx%d exceeds the model's buffers %dx%d", B, T,
-            m->max_batch, c->seq_length);
-    int N = B * T, Ns = tc_tokens_local(c, N), C = c->hidden_size, V = tc_vocab_local(c);
-    m->B = B;
-    m->T = T;
-    memcpy(m->tokens, tokens, (size_t)N * sizeof(int));
-    layer_ctx *ctx = &m->ctx;
+/* Records the micro-batch's shape, tokens and dropout key in s (backward reads them), and the
+ * model's config with the store's chunk and recompute kind (the model's may have changed since
+ * the store was made: a benchmark switches the TP overlap modes). */
+static void begin_forward(gpt_model *m, activation_store *s, const gpt_batch *b, gpt_step step) {
+    int chunk = s->cfg.vp_rank, unchecked = s->cfg.recompute_store_unchecked;
+    s->cfg = m->cfg;
+    s->cfg.vp_rank = chunk;
+    s->cfg.recompute_store_unchecked = unchecked;
+    const transformer_config *c = &s->cfg;
+    if (b->B > s->max_batch || b->T > c->seq_length)
+        die(1, "internal error: batch %dx%d exceeds the model's buffers %dx%d", b->B, b->T,
+            s->max_batch, c->seq_length);
+    s->B = b->B;
+    s->T = b->T;
+    memcpy(s->tokens, b->tokens, (size_t)b->B * b->T * sizeof(int));
+    layer_ctx *ctx = &s->ctx;
     ctx->cfg = c;
-    ctx->B = B;
-    ctx->T = T;
+    ctx->B = b->B;
+    ctx->T = b->T;
     ctx->training = step.training;
     ctx->key = (dropout_key){.seed = step.seed, .iteration = step.iteration,
                              .microbatch = step.microbatch, .layer = 0, .site = 0};
     ctx->rope_cos = m->rope_cos;
     ctx->rope_sin = m->rope_sin;
+}
 
-    if (tc_first_stage(c)) {
-        /* embedding + dropout (Megatron applies --hidden-dropout to the embedding output) */
-        params_needed(m, 0, m->spec.layer_begin[0]);
-        float *h0 = m->block.hidden[0];
-        vocab_parallel_embedding emb = embedding_of(m);
-        vocab_parallel_embedding_forward(&emb, h0, m->tokens, B, T);
-        dropout_key ek = ctx->key;
-        ek.site = DROPOUT_SITE_EMBEDDING;
-        uint64_t off = tc_sp(c) ? (uint64_t)c->tp_rank * Ns * C : 0;
-        dropout_forward(h0, h0, (size_t)Ns * C, step.training ? c->hidden_dropout : 0.0f, ek, off);
-    } /* else: the previous stage's output was received into gpt_model_stage_input(m) */
+/* First stage: embedding + dropout into the block's input. */
+static void embedding_forward_into(gpt_model *m, activation_store *s) {
+    const transformer_config *c = &s->cfg;
+    int Ns = tc_tokens_local(c, s->B * s->T);
+    params_needed(m, 0, m->spec.layer_begin[0]);
+    float *h0 = s->input;
+    vocab_parallel_embedding emb = embedding_of(m);
+    vocab_parallel_embedding_forward(&emb, h0, s->tokens, s->B, s->T);
+    uint64_t off;
+    dropout_key ek = embedding_dropout_key(&s->ctx, &off, Ns);
+    dropout_forward(h0, h0, (size_t)Ns * c->hidden_size, s->ctx.training ? c->hidden_dropout : 0.0f,
+                    ek, off);
+}
 
-    transformer_block_forward(&m->block, ctx);
-    if (!tc_last_stage(c)) return 0.0f; /* output in gpt_model_stage_output(m) */
-
-    /* final norm on the token shard, gathered for the vocab-parallel output layer */
+/* Last stage: final norm on the token shard, gathered for the vocab-parallel output layer. */
+static void head_forward(gpt_model *m, activation_store *s) {
+    const transformer_config *c = &s->cfg;
+    int N = s->B * s->T, Ns = tc_tokens_local(c, N), C = c->hidden_size, V = tc_vocab_local(c);
     params_needed(m, head_begin(m), m->params.numel);
-    final_norm_forward(c, m, m->block.hidden[m->block.num_layers], Ns);
+    norm_forward(c, s->lnf, s->lnf_mean, s->lnf_rstd, s->output, m->lnf_w, m->lnf_b, Ns);
     tp_linear out = tp_linear_make(c, TP_LINEAR_OUTPUT, m->block.ws.gathered, NULL, NULL);
-    column_parallel_linear_forward(&out, m->logits, m->lnf, m->out_w, NULL, N, C, V);
+    column_parallel_linear_forward(&out, s->logits, s->lnf, m->out_w, NULL, N, C, V);
+}
 
-    if (!labels) return 0.0f;
-    memcpy(m->labels, labels, (size_t)N * sizeof(int));
-    if (weights)
-        memcpy(m->loss_mask, weights, (size_t)N * sizeof(float));
+/* Cross-entropy (vocab-parallel under TP) and the weighted mean of the per-token losses. */
+static float loss_forward(gpt_model *m, activation_store *s, const gpt_batch *b) {
+    const transformer_config *c = &s->cfg;
+    int N = s->B * s->T, V = tc_vocab_local(c);
+    memcpy(s->labels, b->labels, (size_t)N * sizeof(int));
+    if (b->loss_mask)
+        memcpy(s->loss_mask, b->loss_mask, (size_t)N * sizeof(float));
     else
-        for (int i = 0; i < N; i++) m->loss_mask[i] = 1.0f;
+        for (int i = 0; i < N; i++) s->loss_mask[i] = 1.0f;
     if (tc_tp(c) == 1)
-        cross_entropy_forward(m->losses, m->lse, m->logits, m->labels, N, V);
+        cross_entropy_forward(s->losses, s->lse, s->logits, s->labels, N, V);
     else
-        vocab_parallel_cross_entropy_forward(m->losses, m->lse, m->ce_sumexp, m->logits,
-                                             m->labels, c->tp_rank * V, V, N);
+        vocab_parallel_cross_entropy_forward(s->losses, s->lse, m->ce_sumexp, s->logits,
+                                             s->labels, c->tp_rank * V, V, N);
     double num = 0.0, den = 0.0;
     for (int i = 0; i < N; i++) {
-        num += (double)m->losses[i] * m->loss_mask[i];
-        den += m->loss_mask[i];
+        num += (double)s->losses[i] * s->loss_mask[i];
+        den += s->loss_mask[i];
     }
-    if (denominator > 0.0f) den = denominator;
-    m->loss_mask_sum = (float)den;
+    if (b->denominator > 0.0f) den = b->denominator;
+    s->loss_mask_sum = (float)den;
     return den > 0.0 ? (float)(num / den) : 0.0f;
 }
 
-/* The head's backward (last stage): cross-entropy, output layer, final norm -> m->dres. */
-static void head_backward(gpt_model *m, float loss_scale) {
-    const transformer_config *c = &m->cfg;
-    int N = m->B * m->T, Ns = tc_tokens_local(c, N), C = c->hidden_size, V = tc_vocab_local(c);
+float gpt_model_forward(gpt_model *m, activation_store *s, const gpt_batch *b, gpt_step step) {
+    const transformer_config *c = &s->cfg;
+    begin_forward(m, s, b, step);
+    if (tc_first_stage(c)) embedding_forward_into(m, s);
+    /* else: the previous stage's output was received into s->input */
+    transformer_block_forward(&m->block, &s->block, &s->ctx);
+    if (!tc_last_stage(c)) return 0.0f; /* output in s->output */
+    head_forward(m, s);
+    return b->labels ? loss_forward(m, s, b) : 0.0f;
+}
+
+/* The head's backward (last stage): cross-entropy, output layer, final norm -> s->grad. */
+static void head_backward(gpt_model *m, activation_store *s, float loss_scale) {
+    const transformer_config *c = &s->cfg;
+    int N = s->B * s->T, Ns = tc_tokens_local(c, N), C = c->hidden_size, V = tc_vocab_local(c);
     size_t NsC = (size_t)Ns * C;
 
     /* loss = sum_i mask_i * loss_i / sum(mask) */
-    float inv = m->loss_mask_sum > 0.0f ? loss_scale / m->loss_mask_sum : 0.0f;
-    for (int i = 0; i < N; i++) m->dlosses[i] = m->loss_mask[i] * inv;
+    float inv = s->loss_mask_sum > 0.0f ? loss_scale / s->loss_mask_sum : 0.0f;
+    for (int i = 0; i < N; i++) m->dlosses[i] = s->loss_mask[i] * inv;
     if (tc_tp(c) == 1)
-        cross_entropy_backward(m->logits, m->logits, m->lse, m->labels, m->dlosses, N, V);
+        cross_entropy_backward(s->logits, s->logits, s->lse, s->labels, m->dlosses, N, V);
     else
-        vocab_parallel_cross_entropy_backward(m->logits, m->logits, m->lse, m->labels,
+        vocab_parallel_cross_entropy_backward(s->logits, s->logits, s->lse, s->labels,
                                               c->tp_rank * V, m->dlosses, V, N);
 
-    /* output layer (dlogits now in m->logits): m->demb [N, C] holds this rank's part of the
+    /* output layer (dlogits now in s->logits): m->demb [N, C] holds this rank's part of the
      * gradient w.r.t. the (gathered) final norm output, summed across TP into dln [Ns, C] */
     float *dln = tc_sp(c) ? m->block.ws.dln : m->demb;
     tp_linear out = tp_linear_make(c, TP_LINEAR_OUTPUT, m->block.ws.gathered, m->demb,
                                    m->block.ws.recv);
-    column_parallel_linear_backward(&out, dln, m->g_out_w, NULL, m->logits, m->lnf, m->out_w, N,
+    column_parallel_linear_backward(&out, dln, m->g_out_w, NULL, s->logits, s->lnf, m->out_w, N,
                                     C, V);
-    memset(m->dres, 0, NsC * sizeof(float));
-    final_norm_backward(c, m, m->dres, dln, m->block.hidden[m->block.num_layers], Ns);
+    memset(s->grad, 0, NsC * sizeof(float));
+    norm_backward(c, s->grad, m->g_lnf_w, m->g_lnf_b, dln, s->output, m->lnf_w, s->lnf_mean,
+                  s->lnf_rstd, Ns);
     grads_done(m, head_begin(m), m->params.numel);
 }
 
-void gpt_model_backward(gpt_model *m, float loss_scale) {
-    const transformer_config *c = &m->cfg;
-    int B = m->B, T = m->T, N = B * T, Ns = tc_tokens_local(c, N), C = c->hidden_size;
-    size_t NsC = (size_t)Ns * C;
-    const layer_ctx *ctx = &m->ctx;
-
-    if (tc_last_stage(c)) head_backward(m, loss_scale);
-    /* else: the next stage's gradient was received into gpt_model_stage_output_grad(m) */
-
-    transformer_block_backward(&m->block, ctx, m->dres);
-    if (!tc_first_stage(c)) return; /* gradient w.r.t. the input in gpt_model_stage_input_grad */
-
+/* First stage: the embedding's backward from the gradient w.r.t. the block input. */
+static void embedding_backward_from(gpt_model *m, activation_store *s) {
+    const transformer_config *c = &s->cfg;
+    int Ns = tc_tokens_local(c, s->B * s->T);
+    size_t NsC = (size_t)Ns * c->hidden_size;
     memset(m->demb, 0, NsC * sizeof(float));
-    dropout_key ek = ctx->key;
-    ek.site = DROPOUT_SITE_EMBEDDING;
-    uint64_t off = tc_sp(c) ? (uint64_t)c->tp_rank * Ns * C : 0;
-    dropout_backward(m->demb, m->dres, NsC, ctx->training ? c->hidden_dropout : 0.0f, ek, off);
+    uint64_t off;
+    dropout_key ek = embedding_dropout_key(&s->ctx, &off, Ns);
+    dropout_backward(m->demb, s->grad, NsC, s->ctx.training ? c->hidden_dropout : 0.0f, ek, off);
     vocab_parallel_embedding emb = embedding_of(m);
-    vocab_parallel_embedding_backward(&emb, m->demb, m->tokens, B, T);
+    vocab_parallel_embedding_backward(&emb, m->demb, s->tokens, s->B, s->T);
     grads_done(m, 0, m->spec.layer_begin[0]);
 }
 
-void gpt_model_set_chunk(gpt_model *m, int chunk) {
-    if (chunk < 0 || chunk >= m->num_chunks)
-        die(1, "internal error: model chunk %d of %d", chunk, m->num_chunks);
-    m->cfg.vp_rank = chunk;
-    transformer_block_bind(&m->block, chunk);
+void gpt_model_backward(gpt_model *m, activation_store *s, float loss_scale) {
+    const transformer_config *c = &s->cfg;
+    if (tc_last_stage(c)) head_backward(m, s, loss_scale);
+    /* else: the next stage's gradient was received into s->grad */
+    transformer_block_backward(&m->block, &s->block, &s->ctx, s->grad);
+    if (tc_first_stage(c)) embedding_backward_from(m, s);
+    /* else: the gradient w.r.t. the input is in s->grad */
 }
-
-float *gpt_model_grad_slot(gpt_model *m, int slot) { return m->dres_slot[slot]; }
-float *gpt_model_stage_recv_buffer(gpt_model *m) { return m->stage_recv; }
-void gpt_model_use_grad_slot(gpt_model *m, int slot) { m->dres = m->dres_slot[slot]; }
-
-size_t gpt_model_stage_floats(const gpt_model *m) { return m->block.hidden_floats; }
-float *gpt_model_stage_input(gpt_model *m) { return m->block.hidden[0]; }
-float *gpt_model_stage_output(gpt_model *m) { return m->block.hidden[m->block.num_layers]; }
-float *gpt_model_stage_output_grad(gpt_model *m) { return m->dres; }
-float *gpt_model_stage_input_grad(gpt_model *m) { return m->dres; }
