@@ -700,6 +700,55 @@ static void log_threads(void) {
                    "OPENBLAS_CORETYPE=%s\n", gemm_blas_kernels(), better, better);
 }
 
+/* --tp-comm-overlap: the overlap engine's progress mode, and what overlaps (the log rank). */
+static void setup_tp_comm_overlap(const megadlm_args *a) {
+    char err[1024];
+    tp_progress_mode mode = strcmp(a->tp_comm_overlap_progress, "thread") ? TP_PROGRESS_TEST
+                                                                         : TP_PROGRESS_THREAD;
+    if (tp_overlap_init(mode, err, sizeof(err)) != 0)
+        die(2, "--tp-comm-overlap: %s", err);
+    log_printf("> TP communication overlap: all-gather %s, reduce-scatter %s, %s (linear_qkv "
+               "%s, linear_fc1 %s); %d pieces per shard, progress by %s\n",
+               a->tp_comm_overlap_ag ? "on" : "off", a->tp_comm_overlap_rs ? "on" : "off",
+               a->tp_comm_overlap_rs_dgrad ? "rs-dgrad"
+               : a->tp_comm_bulk_dgrad && a->tp_comm_bulk_wgrad ? "bulk dgrad and wgrad"
+               : a->tp_comm_bulk_dgrad ? "bulk dgrad"
+               : a->tp_comm_bulk_wgrad ? "bulk wgrad" : "no bulk overlap",
+               a->tp_comm_overlap_disable_qkv ? "excluded" : "included",
+               a->tp_comm_overlap_disable_fc1 ? "excluded" : "included",
+               args_sp_pieces(a),
+               mode == TP_PROGRESS_THREAD ? "a communication thread" : "tests between GEMM tiles");
+}
+
+/* Everything pretrain built, in reverse (parts not built yet are NULL), and the TP overlap
+ * engine's summary. */
+static void trainer_free(trainer *tr) {
+    watchdog_stop();
+    mem_free(tr->sample);
+    mem_free(tr->tokens);
+    mem_free(tr->labels);
+    mem_free(tr->loss_mask);
+    mem_free(tr->lm);
+    for (int k = 0; k < 3; k++) /* one object may serve several splits */
+        if (tr->data[k] && (k == 0 || tr->data[k] != tr->data[k - 1]) &&
+            (k < 2 || tr->data[k] != tr->data[0]))
+            gpt_data_free(tr->data[k]);
+    pipeline_stores_free(tr->pipe); /* NULL when setup failed before they were made */
+    if (tr->a->log_memory) log_dp_communication(tr);
+    dist_opt_free(tr->dopt);
+    ddp_free(tr->ddp); /* waits for parameter gathers in flight */
+    gpt_model_free(tr->model);
+    tokenizer_free(tr->tok);
+    if (tp_overlap_ready()) {
+        const tp_overlap_stats *os = tp_overlap_get_stats();
+        log_printf("> TP communication overlapped with GEMMs: %lu ring all-gathers, %lu ring "
+                   "reduce-scatters, %lu bulk all-gathers, %lu bulk reduce-scatters\n",
+                   os->ring_all_gathers, os->ring_reduce_scatters, os->bulk_all_gathers,
+                   os->bulk_reduce_scatters);
+    }
+    tp_overlap_finalize();
+}
+
 int pretrain(megadlm_args *a) {
     trainer tr = {.a = a};
     char err[1024];
@@ -718,23 +767,7 @@ int pretrain(megadlm_args *a) {
     g_log_rank = pst->world_rank == pst->world_size - 1;
     if (g_log_rank) args_print(a, stdout);
     log_threads();
-    if (a->tp_comm_overlap) {
-        tp_progress_mode mode = strcmp(a->tp_comm_overlap_progress, "thread") ? TP_PROGRESS_TEST
-                                                                             : TP_PROGRESS_THREAD;
-        if (tp_overlap_init(mode, err, sizeof(err)) != 0)
-            die(2, "--tp-comm-overlap: %s", err);
-        log_printf("> TP communication overlap: all-gather %s, reduce-scatter %s, %s (linear_qkv "
-                   "%s, linear_fc1 %s); %d pieces per shard, progress by %s\n",
-                   a->tp_comm_overlap_ag ? "on" : "off", a->tp_comm_overlap_rs ? "on" : "off",
-                   a->tp_comm_overlap_rs_dgrad ? "rs-dgrad"
-                   : a->tp_comm_bulk_dgrad && a->tp_comm_bulk_wgrad ? "bulk dgrad and wgrad"
-                   : a->tp_comm_bulk_dgrad ? "bulk dgrad"
-                   : a->tp_comm_bulk_wgrad ? "bulk wgrad" : "no bulk overlap",
-                   a->tp_comm_overlap_disable_qkv ? "excluded" : "included",
-                   a->tp_comm_overlap_disable_fc1 ? "excluded" : "included",
-                   args_sp_pieces(a),
-                   mode == TP_PROGRESS_THREAD ? "a communication thread" : "tests between GEMM tiles");
-    }
+    if (a->tp_comm_overlap) setup_tp_comm_overlap(a);
     transformer_config cfg = model_config_from_args(a);
     tr.num_microbatches = a->global_batch_size / (a->micro_batch_size * a->data_parallel_size);
     /* activation stores of the micro-batches (model chunks, interleaved) in flight; with
@@ -845,30 +878,7 @@ int pretrain(megadlm_args *a) {
     }
     status = 0;
 done:
-    watchdog_stop();
-    mem_free(tr.sample);
-    mem_free(tr.tokens);
-    mem_free(tr.labels);
-    mem_free(tr.loss_mask);
-    mem_free(tr.lm);
-    for (int k = 0; k < 3; k++) /* one object may serve several splits */
-        if (tr.data[k] && (k == 0 || tr.data[k] != tr.data[k - 1]) &&
-            (k < 2 || tr.data[k] != tr.data[0]))
-            gpt_data_free(tr.data[k]);
-    pipeline_stores_free(tr.pipe); /* NULL when setup failed before they were made */
-    if (a->log_memory) log_dp_communication(&tr);
-    dist_opt_free(tr.dopt);
-    ddp_free(tr.ddp); /* waits for parameter gathers in flight */
-    gpt_model_free(tr.model);
-    tokenizer_free(tr.tok);
-    if (tp_overlap_ready()) {
-        const tp_overlap_stats *os = tp_overlap_get_stats();
-        log_printf("> TP communication overlapped with GEMMs: %lu ring all-gathers, %lu ring "
-                   "reduce-scatters, %lu bulk all-gathers, %lu bulk reduce-scatters\n",
-                   os->ring_all_gathers, os->ring_reduce_scatters, os->bulk_all_gathers,
-                   os->bulk_reduce_scatters);
-    }
-    tp_overlap_finalize();
+    trainer_free(&tr);
     return status;
 }
 
