@@ -42,6 +42,13 @@ int parallel_world_rank(void) { return g.world_rank; }
 int parallel_world_size(void) { return g.world_size; }
 const parallel_state *parallel_get(void) { return &g; }
 
+double parallel_sum_double(parallel_group group, double x) {
+    int size = group == PARALLEL_GROUP_DP ? g.dp_size : g.pp_size;
+    if (!g.mpi || size <= 1) return x;
+    MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, group == PARALLEL_GROUP_DP ? g.dp : g.pp);
+    return x;
+}
+
 int parallel_setup_groups(int tp_size, int pp_size, char *err, size_t errlen) {
     if (tp_size < 1 || pp_size < 1 || g.world_size % (tp_size * pp_size) != 0) {
         snprintf(err, errlen,

@@ -30,6 +30,14 @@ int parallel_world_size(void);
 /* Creates the TP/PP/DP communicators. 0, or -1 with a message (world not divisible). */
 int parallel_setup_groups(int tp_size, int pp_size, char *err, size_t errlen);
 const parallel_state *parallel_get(void);
+
+/* The groups whose sums code outside core/distributed/ and core/tensor_parallel/ needs (the
+ * gradient norm's partial sums), so that it holds no communicator itself. Sums across TP go
+ * through tensor_parallel/mappings.h, whose regions are counted and which the TP benchmark
+ * interposes. */
+typedef enum { PARALLEL_GROUP_DP, PARALLEL_GROUP_PP } parallel_group;
+/* x summed over the ranks of this rank's group (x itself without MPI or in a group of one). */
+double parallel_sum_double(parallel_group group, double x);
 /* Finalises MPI (if initialised). */
 void parallel_finalize(void);
 

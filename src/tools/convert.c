@@ -21,7 +21,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "core/models/gpt_model.h"
+#include "core/models/gpt_spec.h"
+#include "core/tensor/memory.h"
 #include "core/tensor/safetensors.h"
 #include "core/util/io.h"
 #include "core/util/parse.h"
@@ -123,6 +124,26 @@ static const char *misfit(const transformer_config *c, const megadlm_args *a, hf
     if (!c->swiglu) return "a GELU MLP (Llama/Qwen3 use SwiGLU)";
     if (c->add_bias_linear) return "biases in the linear layers (Llama/Qwen3 have none)";
     return NULL;
+}
+
+/* The whole model's tensors (core/models/gpt_spec.h) over buffers of their own: the
+ * parameters, and with_moments AdamW's two moments (zero); no model, no activations. */
+static void whole_params_alloc(const transformer_config *c, int with_moments, gpt_spec *spec,
+                               param_set *ps) {
+    gpt_spec_whole(c, spec);
+    *ps = spec->params;
+    ps->data = mem_alloc_floats(MEM_PARAMS, ps->numel, "parameters");
+    if (with_moments) {
+        ps->exp_avg = mem_alloc_floats(MEM_OPTIMIZER, ps->numel, "adam exp_avg");
+        ps->exp_avg_sq = mem_alloc_floats(MEM_OPTIMIZER, ps->numel, "adam exp_avg_sq");
+    }
+}
+
+static void whole_params_free(gpt_spec *spec, param_set *ps) {
+    mem_free(ps->data);
+    mem_free(ps->exp_avg);
+    mem_free(ps->exp_avg_sq);
+    gpt_spec_free(spec);
 }
 
 /* megadlm params -> HF tensors (in the order transformers lists them). */
@@ -311,15 +332,17 @@ static int to_hf(const char *dir, const char *out) {
                         "SwiGLU, no biases)\n", dir, why);
         return 1;
     }
-    gpt_model *m = gpt_model_create(&c, 1, 0);
-    if (ckpt_load_tensors(dir, it, &m->params, 0, err, sizeof err) != 0) {
+    gpt_spec spec;
+    param_set ps;
+    whole_params_alloc(&c, 0, &spec, &ps);
+    if (ckpt_load_tensors(dir, it, &ps, 0, err, sizeof err) != 0) {
         fprintf(stderr, "error: convert --to hf: %s\n", err);
-        gpt_model_free(m);
+        whole_params_free(&spec, &ps);
         return 1;
     }
     out_set o = {0};
-    to_hf_tensors(&c, &m->params, f, &o);
-    gpt_model_free(m);
+    to_hf_tensors(&c, &ps, f, &o);
+    whole_params_free(&spec, &ps);
     for (int i = 0; i < o.n; i++) {
         int ndim = o.shapes[i][1] ? 2 : 1;
         o.d[i] = (st_tensor_desc){.name = o.names[i], .dtype = ST_F32, .ndim = ndim,
@@ -674,22 +697,22 @@ static int from_hf(const char *in, const char *out, const from_opts *op) {
                         "is not supported)\n", err);
         return 1;
     }
-    gpt_model *m = gpt_model_create(&c, 1, 1);
-    rc = from_hf_tensors(&c, &m->params, f, &sf);
+    gpt_spec spec;
+    param_set ps;
+    whole_params_alloc(&c, 1, &spec, &ps); /* the moments stay zero */
+    rc = from_hf_tensors(&c, &ps, f, &sf);
     st_close(&sf);
     if (rc == 0) {
-        memset(m->params.exp_avg, 0, m->params.numel * sizeof(float));
-        memset(m->params.exp_avg_sq, 0, m->params.numel * sizeof(float));
         ckpt_state st = {.iteration = 0, .consumed_train_samples = 0, .optimizer_step = 0,
                          .args = args_to_json(&a)};
-        rc = ckpt_save(out, &m->params, &st, 1, err, sizeof err);
+        rc = ckpt_save(out, &ps, &st, 1, err, sizeof err);
         cJSON_Delete(st.args);
         if (rc != 0) fprintf(stderr, "error: convert --from hf: %s\n", err);
         else
             fprintf(stderr, "[converted %s (%s) to the megadlm checkpoint %s iteration 0]\n", in,
                     f == FAM_GPT2 ? "gpt2" : f == FAM_LLAMA ? "llama" : "qwen3", out);
     }
-    gpt_model_free(m);
+    whole_params_free(&spec, &ps);
     args_free(&a);
     return rc ? 1 : 0;
 }

@@ -36,8 +36,8 @@ static int predict(const float *logits, int vocab, int mask_token, float tempera
     return best;
 }
 
-int diffusion_generate(gpt_model *m, int32_t *x, int prompt_len, const diffusion_sampling *ds,
-                       char *err, size_t errlen) {
+int diffusion_generate(gpt_model *m, activation_store *st, int32_t *x, int prompt_len,
+                       const diffusion_sampling *ds, char *err, size_t errlen) {
     int total = prompt_len + ds->gen_length, V = m->cfg.padded_vocab_size;
     if (ds->gen_length % ds->block_length != 0) {
         err_set(err, errlen, "--gen-length %d is not a multiple of --block-length %d",
@@ -62,13 +62,14 @@ int diffusion_generate(gpt_model *m, int32_t *x, int prompt_len, const diffusion
         for (int s = 0; s < steps_per_block; s++, step_id++) {
             /* LLaDA's get_num_transfer_tokens: even split, remainder to the first steps */
             int quota = masked / steps_per_block + (s < masked % steps_per_block ? 1 : 0);
-            gpt_model_forward(m, x, NULL, NULL, 1, total, gs);
+            gpt_batch batch = {.tokens = x, .B = 1, .T = total};
+            gpt_model_forward(m, st, &batch, gs);
             int candidates = 0;
             for (int i = lo; i < hi; i++) {
                 conf[i] = -INFINITY;
                 if (x[i] != ds->mask_token) continue;
                 float p;
-                pred[i] = predict(m->logits + (size_t)i * V, ds->vocab, ds->mask_token,
+                pred[i] = predict(st->logits + (size_t)i * V, ds->vocab, ds->mask_token,
                                   ds->temperature, ds->seed, step_id, i, &p);
                 conf[i] = ds->low_confidence ? p
                                              : (float)uniform01(ds->seed, 2, step_id, (uint32_t)i);

@@ -22,9 +22,10 @@ typedef struct {
     int vocab;          /* ids >= vocab (padding) and the mask token are never predicted */
 } diffusion_sampling;
 
-/* x[prompt_len + gen_length]: x[0 .. prompt_len) is the prompt; fills the rest. The model must
- * have been built for at least that many tokens. Returns 0, or -1 with a message in err. */
-int diffusion_generate(gpt_model *m, int32_t *x, int prompt_len, const diffusion_sampling *ds,
-                       char *err, size_t errlen);
+/* x[prompt_len + gen_length]: x[0 .. prompt_len) is the prompt; fills the rest, running the
+ * model on the store st. The model must have been built for at least that many tokens.
+ * Returns 0, or -1 with a message in err. */
+int diffusion_generate(gpt_model *m, activation_store *st, int32_t *x, int prompt_len,
+                       const diffusion_sampling *ds, char *err, size_t errlen);
 
 #endif

@@ -194,7 +194,7 @@ static int sample_token(const float *logits, int V, int vocab, const generate_ar
 }
 
 /* A masked-diffusion checkpoint: LLaDA's sampler over prompt + gen_length positions. */
-static int generate_diffusion(gpt_model *m, tokenizer *tok, const int32_t *ids, size_t n,
+static int generate_diffusion(gpt_model *m, activation_store *st, tokenizer *tok, const int32_t *ids, size_t n,
                               const generate_args *g, const megadlm_args *a, const char *dir,
                               int iteration) {
     /* the model saw at most seq_length - 1 tokens (positions 1 .. s-1) in training */
@@ -215,7 +215,7 @@ static int generate_diffusion(gpt_model *m, tokenizer *tok, const int32_t *ids, 
                              .mask_token = a->mask_token,
                              .vocab = vocab};
     char err[512];
-    if (diffusion_generate(m, x, (int)n, &ds, err, sizeof(err)) != 0) {
+    if (diffusion_generate(m, st, x, (int)n, &ds, err, sizeof(err)) != 0) {
         fprintf(stderr, "error: %s\n", err);
         free(x);
         return 1;
@@ -232,8 +232,9 @@ static int generate_diffusion(gpt_model *m, tokenizer *tok, const int32_t *ids, 
 
 /* Samples up to --max-new-tokens after the prompt ids[n] (which it frees) and prints the text.
  * 0, or 1 when the logits stop being finite. */
-static int generate_autoregressive(gpt_model *m, tokenizer *tok, int32_t *ids, size_t n,
-                                   const generate_args *g, int iteration) {
+static int generate_autoregressive(gpt_model *m, activation_store *st, tokenizer *tok,
+                                   int32_t *ids, size_t n, const generate_args *g,
+                                   int iteration) {
     int T = m->cfg.seq_length, V = m->cfg.padded_vocab_size, vocab = tokenizer_vocab_size(tok);
     int32_t *seq = xmalloc((n + g->max_new_tokens + 1) * sizeof(int32_t), "the generated tokens");
     size_t len = 0;
@@ -248,11 +249,12 @@ static int generate_autoregressive(gpt_model *m, tokenizer *tok, int32_t *ids, s
         size_t start = len > (size_t)T ? len - T : 0; /* the last seq_length tokens */
         int t = (int)(len - start);
         gpt_step gs = {.seed = g->seed, .training = 0};
-        gpt_model_forward(m, seq + start, NULL, NULL, 1, t, gs);
+        gpt_batch b = {.tokens = seq + start, .B = 1, .T = t};
+        gpt_model_forward(m, st, &b, gs);
         uint32_t ctr[4] = {(uint32_t)step, 0, 0, 0}, key[2] = {(uint32_t)g->seed, 0x67656e21u},
                  r[4];
         philox4x32_10(ctr, key, r);
-        const float *row = m->logits + (size_t)(t - 1) * V;
+        const float *row = st->logits + (size_t)(t - 1) * V;
         if (ckpt_first_nonfinite(row, (size_t)vocab) < (size_t)vocab) {
             fprintf(stderr, "error: --load %s: the logits of new token %d are not finite (the "
                             "model's activations overflow)\n", g->load, step + 1);
@@ -374,10 +376,12 @@ int generate_main(int argc, char **argv) {
         return 1;
     }
     transformer_config cfg = model_config_from_args(&a);
-    gpt_model *m = gpt_model_create(&cfg, 1, 0);
+    gpt_model *m = gpt_model_create(&cfg, 1, GPT_MODEL_FORWARD_ONLY);
+    activation_store *store = activation_store_create(m, 1);
     if (ckpt_load_tensors(g.load, iteration, &m->params, 0, err, sizeof(err)) != 0 ||
         ckpt_check_finite(&m->params, 0, err, sizeof err) != 0) {
         fprintf(stderr, "error: --load %s: %s\n", g.load, err);
+        activation_store_free(store);
         gpt_model_free(m);
         tokenizer_free(tok);
         return 1;
@@ -387,18 +391,21 @@ int generate_main(int argc, char **argv) {
     size_t n = 0;
     if (tokenizer_encode(tok, g.prompt, strlen(g.prompt), &ids, &n, err, sizeof(err)) != 0) {
         fprintf(stderr, "error: --prompt: %s\n", err);
+        activation_store_free(store);
         gpt_model_free(m);
         tokenizer_free(tok);
         return 1;
     }
     if (diffusion) {
-        int status = generate_diffusion(m, tok, ids, n, &g, &a, g.load, iteration);
+        int status = generate_diffusion(m, store, tok, ids, n, &g, &a, g.load, iteration);
         free(ids);
+        activation_store_free(store);
         gpt_model_free(m);
         tokenizer_free(tok);
         return status;
     }
-    int status = generate_autoregressive(m, tok, ids, n, &g, iteration);
+    int status = generate_autoregressive(m, store, tok, ids, n, &g, iteration);
+    activation_store_free(store);
     gpt_model_free(m);
     tokenizer_free(tok);
     return status;

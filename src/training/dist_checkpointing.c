@@ -12,7 +12,7 @@
 
 #include <zlib.h>
 
-#include "core/models/gpt_model.h"
+#include "core/models/gpt_spec.h"
 #include "core/parallel_state.h"
 #include "core/tensor/memory.h"
 #include "core/tensor_parallel/layers.h"
@@ -79,16 +79,14 @@ static int layout_make(layout *L, const char *dir, int iteration, const transfor
                        const param_set *local, int with_optimizer, int with_files, char *err,
                        size_t errlen) {
     memset(L, 0, sizeof *L);
-    param_set w;
-    if (gpt_model_whole_params(cfg, &w) != 0) {
-        err_set(err, errlen, "%s: out of memory laying out the checkpoint", dir);
-        return -1;
-    }
+    gpt_spec spec;
+    gpt_spec_whole(cfg, &spec);
+    param_set w = spec.params;
     L->whole = w;
     L->whole.tensors = mem_alloc(MEM_OTHER, ((size_t)w.count + 1) * sizeof(param_tensor),
                                  "checkpoint layout (tensor list)");
     memcpy(L->whole.tensors, w.tensors, (size_t)w.count * sizeof(param_tensor));
-    free(w.tensors);
+    gpt_spec_free(&spec);
     int n = L->whole.count;
     L->local_of = mem_alloc(MEM_OTHER, ((size_t)n + 1) * sizeof(int), "checkpoint layout (map)");
     for (int k = 0; k < n; k++) L->local_of[k] = -1;

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/models/gpt_spec.h"
 #include "core/transformer/activation_memory.h"
 #include "core/transformer/transformer_block.h"
 #include "training/model_provider.h"
@@ -212,67 +213,26 @@ void theoretical_memory_compute(const megadlm_args *a, theoretical_memory *out) 
 
 /* ---- megadlm's exact bytes ---- */
 
-/* Per-tensor-parallel-rank sizes: a layer's parameters, the vocabulary rows x h, the final
- * norm (gpt_model.c's registration). */
-static void megadlm_param_sizes(const megadlm_args *a, size_t *vocab_h, size_t *layer_out,
-                                size_t *final_norm) {
-    /* gpt_model.c's registration: column-parallel weights and biases (linear_qkv, linear_fc1)
-     * and row-parallel weights (linear_proj, linear_fc2) hold 1/t, the word embeddings and
-     * output layer 1/t of the vocabulary; norms, q/k norms, row-parallel biases and learned
-     * positions are whole on every rank */
-    size_t t = (size_t)a->tensor_model_parallel_size;
-    size_t h = a->hidden_size, V = (size_t)a->padded_vocab_size / t, d = a->kv_channels;
-    size_t heads = a->num_attention_heads, g = a->num_query_groups;
-    size_t Q = g * (heads / g + 2) * d / t, ctx = heads * d / t, f = a->ffn_hidden_size / t;
-    size_t fc1 = a->swiglu ? 2 * f : f;
-    size_t norm = strcmp(a->normalization, "LayerNorm") == 0 ? 2 : 1; /* weight (+ bias) */
-    int bias = a->add_bias_linear;
-    size_t layer = norm * h                          /* input_layernorm */
-                   + Q * h + (bias ? Q : 0)          /* linear_qkv */
-                   + (a->qk_layernorm ? 2 * norm * d : 0) /* q_layernorm, k_layernorm */
-                   + h * ctx + (bias ? h : 0)        /* linear_proj */
-                   + norm * h                        /* pre_mlp_layernorm */
-                   + fc1 * h + (bias ? fc1 : 0)      /* linear_fc1 */
-                   + h * f + (bias ? h : 0);         /* linear_fc2 */
-    *vocab_h = V * h;
-    *layer_out = layer;
-    *final_norm = norm * h;
+/* Parameters on one tensor-parallel rank of pipeline stage pp_rank of a layout with pp
+ * stages: what the model holds there, counted from its own description (core/models/gpt_spec.h:
+ * every tensor gpt_model registers: biases, norms, q/k norms, learned positions, untied output
+ * layer or the last stage's copy of a tied embedding). The paper's formulas above are the
+ * independent check. */
+static size_t megadlm_stage_count(const megadlm_args *a, int pp, int pp_rank) {
+    transformer_config c = model_config_from_args(a);
+    c.tp_rank = 0; /* every TP rank holds as much */
+    c.pp_size = pp;
+    c.pp_rank = pp_rank;
+    if (pp <= 1) c.vp_size = 0;
+    return gpt_spec_rank_numel(&c);
 }
 
 size_t theoretical_megadlm_parameter_count(const megadlm_args *a) {
-    size_t vh, layer, fn;
-    megadlm_param_sizes(a, &vh, &layer, &fn);
-    size_t total = vh + (size_t)a->num_layers * layer + fn;
-    if (strcmp(a->position_embedding_type, "rope") != 0)
-        total += (size_t)a->max_position_embeddings * a->hidden_size;
-    if (a->untie_embeddings_and_output_weights) total += vh;
-    return total;
+    return megadlm_stage_count(a, 1, 0);
 }
 
 static size_t theoretical_megadlm_stage_count(const megadlm_args *a, int pp_rank) {
-    size_t vh, layer, fn;
-    megadlm_param_sizes(a, &vh, &layer, &fn);
-    return theoretical_megadlm_stage_parameters(a, vh, layer, fn, pp_rank);
-}
-
-/* Parameters of pipeline stage pp_rank: the embedding on the first stage, its layers, the
- * final norm and the output layer (or the tied embedding's copy) on the last. */
-size_t theoretical_megadlm_stage_parameters(const megadlm_args *a, size_t vocab_h, size_t layer,
-                                            size_t final_norm, int pp_rank) {
-    int p = a->pipeline_model_parallel_size > 1 ? a->pipeline_model_parallel_size : 1;
-    size_t h = a->hidden_size, total = 0;
-    if (pp_rank == 0) {
-        total += vocab_h; /* word embeddings */
-        if (strcmp(a->position_embedding_type, "rope") != 0)
-            total += (size_t)a->max_position_embeddings * h; /* learned positions */
-    }
-    total += (size_t)(a->num_layers / p) * layer;
-    if (pp_rank == p - 1) {
-        total += final_norm;
-        if (a->untie_embeddings_and_output_weights || (p > 1 && pp_rank != 0))
-            total += vocab_h; /* output_layer, or the last stage's copy of a tied embedding */
-    }
-    return total;
+    return megadlm_stage_count(a, a->pipeline_model_parallel_size, pp_rank);
 }
 
 size_t theoretical_megadlm_head_saved_bytes(const megadlm_args *a) {

@@ -80,9 +80,9 @@ typedef struct {
     size_t saved_activations;
 } theoretical_megadlm_bytes;
 
-/* Parameters megadlm's GPTModel holds on one tensor-parallel rank (every tensor gpt_model.c
- * registers: biases, norms, q/k norms, learned positions, untied output layer; the whole model
- * at TP 1). */
+/* Parameters megadlm's GPTModel holds on one tensor-parallel rank of the whole model (every
+ * tensor of core/models/gpt_spec.h: biases, norms, q/k norms, learned positions, untied output
+ * layer; the whole model at TP 1). */
 size_t theoretical_megadlm_parameter_count(const megadlm_args *a);
 /* Saved-activation bytes outside the layers for one micro-batch of b x s tokens on one
  * tensor-parallel rank: the block's output, the final norm's output and statistics, the
@@ -95,9 +95,5 @@ theoretical_megadlm_bytes theoretical_megadlm(const megadlm_args *a);
  * `train --log-memory` compares with the allocator on each rank). */
 theoretical_megadlm_bytes theoretical_megadlm_rank(const megadlm_args *a, int pp_rank,
                                                    int num_stores, int num_unchecked);
-/* Parameters of pipeline stage pp_rank given a layer's, the vocabulary rows x h and the final
- * norm's sizes on one tensor-parallel rank. */
-size_t theoretical_megadlm_stage_parameters(const megadlm_args *a, size_t vocab_h, size_t layer,
-                                            size_t final_norm, int pp_rank);
 
 #endif

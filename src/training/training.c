@@ -10,6 +10,7 @@
 #include "core/datasets/gpt_data.h"
 #include "core/distributed/data_parallel.h"
 #include "core/distributed/distributed_data_parallel.h"
+#include "core/distributed/finalize_model_grads.h"
 #include "core/optimizer/distrib_optimizer.h"
 #include "core/models/gpt_model.h"
 #include "core/optimizer/optimizer.h"
@@ -60,7 +61,7 @@ typedef struct {
     optimizer_config oc;
     lr_scheduler sched;
     int num_microbatches; /* per data-parallel rank */
-    gpt_model **stores;   /* activation stores of the micro-batches in flight; [0] = model */
+    pipeline_stores *pipe; /* activation stores of the micro-batches in flight */
     double train_seconds; /* time in train_step (excludes evaluation and checkpoints) */
     int num_stores;
     int num_unchecked;    /* stores that keep everything (partial recompute) */
@@ -133,7 +134,7 @@ static float get_difflm_batch(trainer *tr, int split, uint64_t first, int L) {
     return (float)denominator;
 }
 
-static float forward_step(void *user, int k, gpt_model *store) {
+static float forward_step(void *user, int k, activation_store *store) {
     watchdog_progress("running a forward step");
     step_ctx *sc = user;
     trainer *tr = sc->tr;
@@ -149,22 +150,24 @@ static float forward_step(void *user, int k, gpt_model *store) {
         float varilen = sc->training && !tr->model->cfg.causal ? a->difflm_varilen_prob : 0.0f;
         int L = difflm_length(a->seed, (uint32_t)tr->iteration, global_mb, a->seq_length,
                               varilen) - 1;
-        float denominator = get_difflm_batch(tr, sc->split, first, L);
-        return gpt_model_forward_weighted(store, tr->tokens, tr->labels, tr->loss_mask,
-                                          denominator, a->micro_batch_size, L, step);
+        gpt_batch b = {.tokens = tr->tokens, .labels = tr->labels, .loss_mask = tr->loss_mask,
+                       .denominator = get_difflm_batch(tr, sc->split, first, L),
+                       .B = a->micro_batch_size, .T = L};
+        return gpt_model_forward(tr->model, store, &b, step);
     }
     get_batch(tr, sc->split, first);
-    return gpt_model_forward(store, tr->tokens, tr->labels, tr->loss_mask, a->micro_batch_size,
-                             a->seq_length, step);
+    gpt_batch b = {.tokens = tr->tokens, .labels = tr->labels, .loss_mask = tr->loss_mask,
+                   .B = a->micro_batch_size, .T = a->seq_length};
+    return gpt_model_forward(tr->model, store, &b, step);
 }
 
-static void backward_step(void *user, int k, gpt_model *store) {
+static void backward_step(void *user, int k, activation_store *store) {
     (void)k;
     watchdog_progress("running a backward step");
     step_ctx *sc = user;
     /* Megatron's no_sync: the last micro-batch's backward may start the DP reductions */
     ddp_set_last_microbatch(sc->tr->ddp, k == sc->tr->num_microbatches - 1);
-    gpt_model_backward(store, 1.0f / sc->tr->num_microbatches);
+    gpt_model_backward(sc->tr->model, store, 1.0f / sc->tr->num_microbatches);
 }
 
 /* Mean over micro-batches and DP replicas of a loss sum the last pipeline stage computed
@@ -214,11 +217,9 @@ static int train_step(trainer *tr, float *loss_out, float *grad_norm_out, int *b
                             .backward_step = backward_step,
                             .partial_checkpoints =
                                 a->num_microbatches_with_partial_activation_checkpoints};
-    double loss_sum = forward_backward(tr->stores, tr->num_stores, tr->num_microbatches, &steps);
+    double loss_sum = forward_backward(tr->pipe, tr->num_microbatches, &steps);
     watchdog_progress("reducing gradients and stepping the optimizer");
-    /* DP reduction first (finalize's TP/PP sums must not run on buckets still in flight) */
-    ddp_finish_grad_sync(tr->ddp);
-    gpt_model_finalize_grads(tr->model);
+    finalize_model_grads(tr->ddp, ps, tr->model->spec.tied_embedding);
     float norm = tr->dopt ? dist_opt_grad_norm(tr->dopt) : optimizer_grad_norm(ps);
     *loss_out = global_mean_loss(tr, loss_sum);
     *grad_norm_out = norm;
@@ -227,7 +228,7 @@ static int train_step(trainer *tr, float *loss_out, float *grad_norm_out, int *b
         *bad_rank_out = first_nonfinite_rank(tr, loss_sum);
         /* with overlap, the next forward completes a parameter gather: start one of the
          * unchanged parameters */
-        if (tr->dopt) dist_opt_start_param_sync(tr->dopt);
+        if (tr->dopt) ddp_start_param_sync(tr->ddp);
         return 0;
     }
     if (tr->dopt)
@@ -238,7 +239,7 @@ static int train_step(trainer *tr, float *loss_out, float *grad_norm_out, int *b
     tr->optimizer_steps++;
     if (tr->dopt) {
         dist_opt_step(tr->dopt, &tr->oc, lr, tr->optimizer_steps);
-        dist_opt_start_param_sync(tr->dopt); /* completed by the next forward with overlap */
+        ddp_start_param_sync(tr->ddp); /* completed by the next forward with overlap */
     } else {
         optimizer_step(ps, &tr->oc, lr, tr->optimizer_steps);
     }
@@ -253,7 +254,7 @@ static float evaluate(trainer *tr, int split, uint64_t first) {
         step_ctx sc = {.tr = tr, .split = split,
                        .first = first + (uint64_t)it * a->global_batch_size, .training = 0};
         pipeline_steps steps = {.user = &sc, .forward_step = forward_step};
-        sum += global_mean_loss(tr, forward_only(tr->stores, tr->num_microbatches, &steps));
+        sum += global_mean_loss(tr, forward_only(tr->pipe, tr->num_microbatches, &steps));
     }
     return a->eval_iters ? (float)(sum / a->eval_iters) : 0.0f;
 }
@@ -297,7 +298,7 @@ static int save(trainer *tr) {
     double t0 = now_seconds();
     /* every rank writes its own slices (the distributed optimizer: its own pieces of the
      * moments) of the gathered parameters */
-    if (tr->dopt) dist_opt_finish_param_sync(tr->dopt);
+    if (tr->dopt) ddp_finish_param_sync(tr->ddp);
     int rc = dist_ckpt_save(a->save, &tr->model->cfg, &tr->model->params, tr->dopt, &st, 1, err,
                             sizeof(err));
     if (a->log_memory) log_checkpoint_io(tr, "save", "written");
@@ -516,15 +517,16 @@ static void report_nonfinite(int iteration, float loss, float norm, int first_ra
  * what the allocator holds: any difference is a bug in one of the two. */
 static void log_saved_activations(const trainer *tr) {
     const gpt_model *m = tr->model;
+    const activation_store *s = tr->pipe->stores[0];
     int B = tr->a->micro_batch_size, T = tr->a->seq_length, rank = parallel_world_rank();
     /* a store holds one model chunk's layers; every chunk's layer j keeps what layer j of the
-     * store's block was given */
+     * first store's block was given */
     for (int j = 0; j < m->num_chunks; j++)
         for (int l = 0; l < m->block.num_layers; l++)
             printf("[Rank %d] saved activations layer %d (bytes) | measured %zu | analytic %zu |\n",
                    rank, tc_chunk_layer_offset(&m->cfg, j) + l,
-                   transformer_block_layer_saved_bytes(&m->block, l),
-                   activation_memory_layer_bytes(&m->cfg, B, T, l));
+                   activation_store_layer_saved_bytes(s, l),
+                   activation_memory_layer_bytes(&s->cfg, B, T, l));
     theoretical_megadlm_bytes p = theoretical_megadlm_rank(tr->a, parallel_get()->pp_rank,
                                                            tr->num_stores, tr->num_unchecked);
     const struct {
@@ -581,6 +583,7 @@ static void setup_data_parallel(trainer *tr) {
     gpt_model *m = tr->model;
     ddp_config dc = {.overlap_grad_reduce = a->overlap_grad_reduce,
                      .use_distributed_optimizer = a->use_distributed_optimizer,
+                     .overlap_param_gather = a->overlap_param_gather,
                      .bucket_size = a->ddp_bucket_size};
     tr->ddp = ddp_create(&m->params, &dc);
     if (a->overlap_grad_reduce) {
@@ -588,10 +591,10 @@ static void setup_data_parallel(trainer *tr) {
         m->grads_done_user = tr->ddp;
     }
     if (a->use_distributed_optimizer) {
-        tr->dopt = dist_opt_create(&m->params, tr->ddp, a->overlap_param_gather);
+        tr->dopt = dist_opt_create(&m->params, tr->ddp);
         if (a->overlap_param_gather) {
-            m->params_needed = dist_opt_params_needed;
-            m->params_needed_user = tr->dopt;
+            m->params_needed = ddp_params_needed;
+            m->params_needed_user = tr->ddp;
         }
     }
     log_printf("> data-parallel size %d: %d bucket%s for gradient %s%s\n", parallel_get()->dp_size,
@@ -617,7 +620,7 @@ static void log_dp_communication(const trainer *tr) {
            s->finish_seconds * 1e3 / it);
     if (tr->dopt)
         printf(" parameter all-gathers started %lu | completed in forward %lu |",
-               tr->dopt->stats.gathers_started, tr->dopt->stats.completed_in_forward);
+               s->gathers_started, s->gathers_completed_in_forward);
     printf("\n");
     fflush(stdout);
 }
@@ -693,6 +696,55 @@ static void log_threads(void) {
                    "OPENBLAS_CORETYPE=%s\n", gemm_blas_kernels(), better, better);
 }
 
+/* --tp-comm-overlap: the overlap engine's progress mode, and what overlaps (the log rank). */
+static void setup_tp_comm_overlap(const megadlm_args *a) {
+    char err[1024];
+    tp_progress_mode mode = strcmp(a->tp_comm_overlap_progress, "thread") ? TP_PROGRESS_TEST
+                                                                         : TP_PROGRESS_THREAD;
+    if (tp_overlap_init(mode, err, sizeof(err)) != 0)
+        die(2, "--tp-comm-overlap: %s", err);
+    log_printf("> TP communication overlap: all-gather %s, reduce-scatter %s, %s (linear_qkv "
+               "%s, linear_fc1 %s); %d pieces per shard, progress by %s\n",
+               a->tp_comm_overlap_ag ? "on" : "off", a->tp_comm_overlap_rs ? "on" : "off",
+               a->tp_comm_overlap_rs_dgrad ? "rs-dgrad"
+               : a->tp_comm_bulk_dgrad && a->tp_comm_bulk_wgrad ? "bulk dgrad and wgrad"
+               : a->tp_comm_bulk_dgrad ? "bulk dgrad"
+               : a->tp_comm_bulk_wgrad ? "bulk wgrad" : "no bulk overlap",
+               a->tp_comm_overlap_disable_qkv ? "excluded" : "included",
+               a->tp_comm_overlap_disable_fc1 ? "excluded" : "included",
+               args_sp_pieces(a),
+               mode == TP_PROGRESS_THREAD ? "a communication thread" : "tests between GEMM tiles");
+}
+
+/* Everything pretrain built, in reverse (parts not built yet are NULL), and the TP overlap
+ * engine's summary. */
+static void trainer_free(trainer *tr) {
+    watchdog_stop();
+    mem_free(tr->sample);
+    mem_free(tr->tokens);
+    mem_free(tr->labels);
+    mem_free(tr->loss_mask);
+    mem_free(tr->lm);
+    for (int k = 0; k < 3; k++) /* one object may serve several splits */
+        if (tr->data[k] && (k == 0 || tr->data[k] != tr->data[k - 1]) &&
+            (k < 2 || tr->data[k] != tr->data[0]))
+            gpt_data_free(tr->data[k]);
+    pipeline_stores_free(tr->pipe); /* NULL when setup failed before they were made */
+    if (tr->a->log_memory) log_dp_communication(tr);
+    dist_opt_free(tr->dopt);
+    ddp_free(tr->ddp); /* waits for parameter gathers in flight */
+    gpt_model_free(tr->model);
+    tokenizer_free(tr->tok);
+    if (tp_overlap_ready()) {
+        const tp_overlap_stats *os = tp_overlap_get_stats();
+        log_printf("> TP communication overlapped with GEMMs: %lu ring all-gathers, %lu ring "
+                   "reduce-scatters, %lu bulk all-gathers, %lu bulk reduce-scatters\n",
+                   os->ring_all_gathers, os->ring_reduce_scatters, os->bulk_all_gathers,
+                   os->bulk_reduce_scatters);
+    }
+    tp_overlap_finalize();
+}
+
 int pretrain(megadlm_args *a) {
     trainer tr = {.a = a};
     char err[1024];
@@ -711,23 +763,7 @@ int pretrain(megadlm_args *a) {
     g_log_rank = pst->world_rank == pst->world_size - 1;
     if (g_log_rank) args_print(a, stdout);
     log_threads();
-    if (a->tp_comm_overlap) {
-        tp_progress_mode mode = strcmp(a->tp_comm_overlap_progress, "thread") ? TP_PROGRESS_TEST
-                                                                             : TP_PROGRESS_THREAD;
-        if (tp_overlap_init(mode, err, sizeof(err)) != 0)
-            die(2, "--tp-comm-overlap: %s", err);
-        log_printf("> TP communication overlap: all-gather %s, reduce-scatter %s, %s (linear_qkv "
-                   "%s, linear_fc1 %s); %d pieces per shard, progress by %s\n",
-                   a->tp_comm_overlap_ag ? "on" : "off", a->tp_comm_overlap_rs ? "on" : "off",
-                   a->tp_comm_overlap_rs_dgrad ? "rs-dgrad"
-                   : a->tp_comm_bulk_dgrad && a->tp_comm_bulk_wgrad ? "bulk dgrad and wgrad"
-                   : a->tp_comm_bulk_dgrad ? "bulk dgrad"
-                   : a->tp_comm_bulk_wgrad ? "bulk wgrad" : "no bulk overlap",
-                   a->tp_comm_overlap_disable_qkv ? "excluded" : "included",
-                   a->tp_comm_overlap_disable_fc1 ? "excluded" : "included",
-                   args_sp_pieces(a),
-                   mode == TP_PROGRESS_THREAD ? "a communication thread" : "tests between GEMM tiles");
-    }
+    if (a->tp_comm_overlap) setup_tp_comm_overlap(a);
     transformer_config cfg = model_config_from_args(a);
     tr.num_microbatches = a->global_batch_size / (a->micro_batch_size * a->data_parallel_size);
     /* activation stores of the micro-batches (model chunks, interleaved) in flight; with
@@ -735,27 +771,24 @@ int pretrain(megadlm_args *a) {
     tr.num_stores = schedule_stores(pst->pp_size, pst->pp_rank, cfg.vp_size, tr.num_microbatches,
                                     a->num_microbatches_with_partial_activation_checkpoints,
                                     &tr.num_unchecked);
-    /* store 0 (the model itself) keeps everything when partial recompute says so */
-    cfg.recompute_store_unchecked = tr.num_unchecked > 0;
     log_printf("building GPT model ...\n");
-    tr.model = gpt_model_create(&cfg, a->micro_batch_size, a->use_distributed_optimizer ? 2 : 1);
+    tr.model = gpt_model_create(&cfg, a->micro_batch_size,
+                                a->use_distributed_optimizer ? GPT_MODEL_TRAINING_SHARDED_OPTIMIZER
+                                                             : GPT_MODEL_TRAINING);
     printf(" > number of parameters on (tensor, pipeline) model parallel rank (%d, %d): %zu\n",
            pst->tp_rank, pst->pp_rank, tr.model->params.numel);
     gpt_model_init_params(tr.model, a->seed);
-    setup_data_parallel(&tr); /* before the activation stores, which copy the model's hooks */
+    setup_data_parallel(&tr);
     if (a->load[0] && load(&tr) != 0) goto done;
     if (build_data(&tr) != 0) goto done;
     setup_optimizer(&tr);
     tr.dp_rank = pst->dp_rank;
     tr.dp_size = pst->dp_size;
-    tr.stores = xcalloc(tr.num_stores, sizeof(gpt_model *), "activation stores");
-    tr.stores[0] = tr.model;
     /* per-micro-batch partial recompute: stores below num_unchecked keep everything (1F1B:
      * K of them, micro-batch k takes store k mod stores: Megatron's
      * checkpoint_activations_microbatch = k mod window >= K, window = the stores in flight;
      * interleaved: the schedule takes a store of the right kind for each virtual micro-batch) */
-    for (int i = 1; i < tr.num_stores; i++)
-        tr.stores[i] = gpt_model_replica(tr.model, !(i < tr.num_unchecked));
+    tr.pipe = pipeline_stores_create(tr.model, tr.num_stores, tr.num_unchecked);
     size_t N = (size_t)a->micro_batch_size * a->seq_length;
     tr.sample = mem_alloc(MEM_OTHER, (a->seq_length + 1) * sizeof(int32_t), "sample");
     tr.tokens = mem_alloc(MEM_OTHER, N * sizeof(int32_t), "batch tokens");
@@ -841,32 +874,7 @@ int pretrain(megadlm_args *a) {
     }
     status = 0;
 done:
-    watchdog_stop();
-    mem_free(tr.sample);
-    mem_free(tr.tokens);
-    mem_free(tr.labels);
-    mem_free(tr.loss_mask);
-    mem_free(tr.lm);
-    for (int k = 0; k < 3; k++) /* one object may serve several splits */
-        if (tr.data[k] && (k == 0 || tr.data[k] != tr.data[k - 1]) &&
-            (k < 2 || tr.data[k] != tr.data[0]))
-            gpt_data_free(tr.data[k]);
-    /* stores is NULL when setup failed before they were made */
-    for (int i = 1; tr.stores && i < tr.num_stores; i++) gpt_model_free(tr.stores[i]);
-    free(tr.stores);
-    if (a->log_memory) log_dp_communication(&tr);
-    dist_opt_free(tr.dopt); /* waits for parameter gathers in flight */
-    ddp_free(tr.ddp);
-    gpt_model_free(tr.model);
-    tokenizer_free(tr.tok);
-    if (tp_overlap_ready()) {
-        const tp_overlap_stats *os = tp_overlap_get_stats();
-        log_printf("> TP communication overlapped with GEMMs: %lu ring all-gathers, %lu ring "
-                   "reduce-scatters, %lu bulk all-gathers, %lu bulk reduce-scatters\n",
-                   os->ring_all_gathers, os->ring_reduce_scatters, os->bulk_all_gathers,
-                   os->bulk_reduce_scatters);
-    }
-    tp_overlap_finalize();
+    trainer_free(&tr);
     return status;
 }
 

@@ -40,7 +40,8 @@ int main(int argc, char **argv) {
     c.hidden_dropout = c.attention_dropout = 0.0f;
     const int B = 2, T = c.seq_length < 16 ? c.seq_length : 16, V = c.padded_vocab_size;
     const int span = V < 97 ? V : 97;
-    gpt_model *m = gpt_model_create(&c, B, 0);
+    gpt_model *m = gpt_model_create(&c, B, GPT_MODEL_FORWARD_ONLY);
+    activation_store *store = activation_store_create(m, 1);
     if (ckpt_load_tensors(argv[1], it, &m->params, 0, err, sizeof err) != 0) {
         fprintf(stderr, "hf_logits: %s\n", err);
         return 1;
@@ -49,14 +50,16 @@ int main(int argc, char **argv) {
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) tok[b * T + t] = (7 * t + 13 * b + 3) % span;
     gpt_step gs = {.seed = 1, .training = 0};
-    gpt_model_forward(m, tok, NULL, NULL, B, T, gs);
+    gpt_batch batch = {.tokens = tok, .B = B, .T = T};
+    gpt_model_forward(m, store, &batch, gs);
     int64_t ts[2] = {B, T}, ls[3] = {B, T, V};
-    st_tensor_desc d[2] = {{"tokens", ST_I32, 2, ts, tok}, {"logits", ST_F32, 3, ls, m->logits}};
+    st_tensor_desc d[2] = {{"tokens", ST_I32, 2, ts, tok}, {"logits", ST_F32, 3, ls, store->logits}};
     if (st_write_file(argv[2], d, 2, NULL, 0, err, sizeof err) != 0) {
         fprintf(stderr, "hf_logits: %s\n", err);
         return 1;
     }
     free(tok);
+    activation_store_free(store);
     gpt_model_free(m);
     args_free(&a);
     return 0;

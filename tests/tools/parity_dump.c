@@ -177,7 +177,8 @@ int main(int argc, char **argv) {
     const transformer_config *c = &s.cfg;
     const int B = BATCH, T = SEQ;
 
-    gpt_model *m = gpt_model_create(c, B, 1);
+    gpt_model *m = gpt_model_create(c, B, GPT_MODEL_TRAINING);
+    activation_store *store = activation_store_create(m, 1);
     gpt_model_init_params(m, s.seed);
     param_set *ps = &m->params;
 
@@ -221,8 +222,9 @@ int main(int argc, char **argv) {
     /* one forward + backward (loss_scale 1) from zero gradients */
     memset(ps->grad, 0, ps->numel * sizeof(float));
     gpt_step step0 = {.seed = s.seed, .iteration = 0, .microbatch = 0, .training = 0};
-    float loss = gpt_model_forward(m, tokens, labels, loss_mask, B, T, step0);
-    gpt_model_backward(m, 1.0f);
+    gpt_batch batch = {.tokens = tokens, .labels = labels, .loss_mask = loss_mask, .B = B, .T = T};
+    float loss = gpt_model_forward(m, store, &batch, step0);
+    gpt_model_backward(m, store, 1.0f);
     {
         st_tensor_desc d = {.name = "loss", .dtype = ST_F32, .ndim = 0, .shape = NULL,
                             .data = &loss};
@@ -247,8 +249,8 @@ int main(int argc, char **argv) {
         memset(ps->grad, 0, ps->numel * sizeof(float));
         gpt_step step = {.seed = s.seed, .iteration = (uint32_t)it, .microbatch = 0,
                          .training = 1};
-        losses[it] = gpt_model_forward(m, tokens, labels, loss_mask, B, T, step);
-        gpt_model_backward(m, 1.0f);
+        losses[it] = gpt_model_forward(m, store, &batch, step);
+        gpt_model_backward(m, store, 1.0f);
         norms[it] = optimizer_grad_norm(ps);
         optimizer_clip_grads(ps, norms[it], s.oc.clip_grad);
         float coeff = s.oc.clip_grad / (norms[it] + 1.0e-6f);
@@ -276,6 +278,7 @@ int main(int argc, char **argv) {
         snprintf(path, sizeof path, "%s/train.safetensors", out);
         if (write_named(path, ps, ps->data, d, 4)) return 1;
     }
+    activation_store_free(store);
     gpt_model_free(m);
     return 0;
 }

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/distributed/finalize_model_grads.h"
 #include "core/models/gpt_model.h"
 #include "core/optimizer/optimizer.h"
 #include "core/parallel_state.h"
@@ -136,13 +137,13 @@ static void set_mode(transformer_config *c, const megadlm_args *a, int mode) {
     c->tp_comm_overlap_num_splits = c->tp_comm_overlap ? args_sp_pieces(a) : 0;
 }
 
-static void iteration(gpt_model *m, const megadlm_args *a, const int *tokens, const int *labels,
-                      const float *mask, const optimizer_config *oc, int it) {
+static void iteration(gpt_model *m, activation_store *st, const megadlm_args *a,
+                      const gpt_batch *batch, const optimizer_config *oc, int it) {
     gpt_step step = {.seed = a->seed, .iteration = (uint32_t)it, .training = 1};
     memset(m->params.grad, 0, m->params.numel * sizeof(float));
-    gpt_model_forward(m, tokens, labels, mask, a->micro_batch_size, a->seq_length, step);
-    gpt_model_backward(m, 1.0f);
-    gpt_model_finalize_grads(m);
+    gpt_model_forward(m, st, batch, step);
+    gpt_model_backward(m, st, 1.0f);
+    finalize_model_grads(NULL, &m->params, m->spec.tied_embedding);
     optimizer_step(&m->params, oc, 0.0f, it + 1);
 }
 
@@ -174,7 +175,8 @@ int main(int argc, char **argv) {
     if (tp_overlap_init(pm, err, sizeof(err))) die(2, "%s", err);
 
     transformer_config cfg = model_config_from_args(&a);
-    gpt_model *m = gpt_model_create(&cfg, a.micro_batch_size, 1);
+    gpt_model *m = gpt_model_create(&cfg, a.micro_batch_size, GPT_MODEL_TRAINING);
+    activation_store *st = activation_store_create(m, 1);
     gpt_model_init_params(m, a.seed);
     int N = a.micro_batch_size * a.seq_length;
     int *tokens = malloc(N * sizeof(int)), *labels = malloc(N * sizeof(int));
@@ -188,15 +190,17 @@ int main(int argc, char **argv) {
     optimizer_config oc = {.beta1 = a.adam_beta1, .beta2 = a.adam_beta2, .eps = a.adam_eps,
                            .weight_decay = a.weight_decay};
     const parallel_state *ps = parallel_get();
+    gpt_batch batch = {.tokens = tokens, .labels = labels, .loss_mask = mask,
+                       .B = a.micro_batch_size, .T = a.seq_length};
 
     /* warm-up, and the collectives of one plain iteration for comm_only */
     set_mode(&m->cfg, &a, NO_OVERLAP);
-    iteration(m, &a, tokens, labels, mask, &oc, 0);
+    iteration(m, st, &a, &batch, &oc, 0);
     set_recording(1);
-    iteration(m, &a, tokens, labels, mask, &oc, 0);
+    iteration(m, st, &a, &batch, &oc, 0);
     set_recording(0);
     set_mode(&m->cfg, &a, OVERLAP);
-    iteration(m, &a, tokens, labels, mask, &oc, 0);
+    iteration(m, st, &a, &batch, &oc, 0);
 
     double *t = calloc((size_t)NUM_MODES * rounds, sizeof(double));
     for (int r = 0; r < rounds; r++) {
@@ -208,7 +212,7 @@ int main(int argc, char **argv) {
                 if (mode == COMM_ONLY)
                     replay();
                 else
-                    iteration(m, &a, tokens, labels, mask, &oc, r * iters + i);
+                    iteration(m, st, &a, &batch, &oc, r * iters + i);
             }
             double dt = (MPI_Wtime() - t0) / iters, slowest = 0;
             MPI_Allreduce(&dt, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -229,6 +233,7 @@ int main(int argc, char **argv) {
     free(tokens);
     free(labels);
     free(mask);
+    activation_store_free(st);
     gpt_model_free(m);
     tp_overlap_finalize();
     args_free(&a);

@@ -78,7 +78,8 @@ static transformer_config tiny(int causal) {
 static void check_loss_and_attention(void) {
     int B = 2, T = 11, N = B * T;
     transformer_config c = tiny(0);
-    gpt_model *m = gpt_model_create(&c, B, 1);
+    gpt_model *m = gpt_model_create(&c, B, GPT_MODEL_TRAINING);
+    activation_store *s = activation_store_create(m, 1);
     gpt_model_init_params(m, 5);
     int32_t tok[22], lab[22];
     float w[22];
@@ -89,28 +90,34 @@ static void check_loss_and_attention(void) {
     }
     gpt_step step = {.seed = 1, .training = 0};
     float den = 17.0f;
-    float loss = gpt_model_forward_weighted(m, tok, lab, w, den, B, T, step);
+    gpt_batch b = {.tokens = tok, .labels = lab, .loss_mask = w, .denominator = den, .B = B,
+                   .T = T};
+    float loss = gpt_model_forward(m, s, &b, step);
     double want = 0.0;
-    for (int i = 0; i < N; i++) want += (double)w[i] * m->losses[i];
+    for (int i = 0; i < N; i++) want += (double)w[i] * s->losses[i];
     CHECK_CLOSE(loss, want / den, 1e-6, 0);
 
     /* bidirectional: changing the last token changes the first position's logits */
     float first[64];
-    memcpy(first, m->logits, sizeof(first));
+    memcpy(first, s->logits, sizeof(first));
     tok[T - 1] = (tok[T - 1] + 1) % 50;
-    gpt_model_forward(m, tok, NULL, NULL, B, T, step);
-    CHECK(memcmp(first, m->logits, sizeof(first)) != 0);
+    gpt_batch logits_only = {.tokens = tok, .B = B, .T = T};
+    gpt_model_forward(m, s, &logits_only, step);
+    CHECK(memcmp(first, s->logits, sizeof(first)) != 0);
+    activation_store_free(s);
     gpt_model_free(m);
 
     /* causal: it does not */
     c = tiny(1);
-    m = gpt_model_create(&c, B, 1);
+    m = gpt_model_create(&c, B, GPT_MODEL_TRAINING);
+    s = activation_store_create(m, 1);
     gpt_model_init_params(m, 5);
-    gpt_model_forward(m, tok, NULL, NULL, B, T, step);
-    memcpy(first, m->logits, sizeof(first));
+    gpt_model_forward(m, s, &logits_only, step);
+    memcpy(first, s->logits, sizeof(first));
     tok[T - 1] = (tok[T - 1] + 1) % 50;
-    gpt_model_forward(m, tok, NULL, NULL, B, T, step);
-    CHECK(memcmp(first, m->logits, sizeof(first)) == 0);
+    gpt_model_forward(m, s, &logits_only, step);
+    CHECK(memcmp(first, s->logits, sizeof(first)) == 0);
+    activation_store_free(s);
     gpt_model_free(m);
 }
 

@@ -57,10 +57,18 @@ static void make_batch(int32_t *tok, int32_t *lab, float *mask, int N, int V, ui
     }
 }
 
+/* Forward of one micro-batch (tokens, labels, loss mask [B, T]) on the store s. */
+static float forward(gpt_model *m, activation_store *s, const int32_t *tok, const int32_t *lab,
+                     const float *mask, int B, int T, gpt_step step) {
+    gpt_batch b = {.tokens = tok, .labels = lab, .loss_mask = mask, .B = B, .T = T};
+    return gpt_model_forward(m, s, &b, step);
+}
+
 /* Central differences of the loss for sampled parameters vs the analytic gradient. */
 static void check_finite_differences(transformer_config c, const char *family) {
     int B = 2, T = c.seq_length, N = B * T;
-    gpt_model *m = gpt_model_create(&c, B, 1);
+    gpt_model *m = gpt_model_create(&c, B, GPT_MODEL_TRAINING);
+    activation_store *s = activation_store_create(m, 1);
     gpt_model_init_params(m, 42);
     int32_t tok[64], lab[64];
     float mask[64];
@@ -68,8 +76,8 @@ static void check_finite_differences(transformer_config c, const char *family) {
     gpt_step step = {.seed = 3, .iteration = 1, .microbatch = 0, .training = 1};
     param_set *ps = &m->params;
     memset(ps->grad, 0, ps->numel * sizeof(float));
-    gpt_model_forward(m, tok, lab, mask, B, T, step);
-    gpt_model_backward(m, 1.0f);
+    forward(m, s, tok, lab, mask, B, T, step);
+    gpt_model_backward(m, s, 1.0f);
 
     /* For every tensor, probe its largest-gradient element and one pseudo-random element.
      * float32 forward: step 1e-2 on O(0.2) weights; loss differences are ~1e-4 absolute, so
@@ -87,9 +95,9 @@ static void check_finite_differences(transformer_config c, const char *family) {
             size_t i = probes[k];
             float orig = w[i], h = 1e-2f;
             w[i] = orig + h;
-            double lp = gpt_model_forward(m, tok, lab, mask, B, T, step);
+            double lp = forward(m, s, tok, lab, mask, B, T, step);
             w[i] = orig - h;
-            double lm = gpt_model_forward(m, tok, lab, mask, B, T, step);
+            double lm = forward(m, s, tok, lab, mask, B, T, step);
             w[i] = orig;
             double fd = (lp - lm) / (2.0 * h);
             double tol = 2e-3 * gmax + 2e-4;
@@ -103,6 +111,7 @@ static void check_finite_differences(transformer_config c, const char *family) {
     }
     printf("%s: finite differences over %d tensors: %s\n", family, ps->count,
            test_failures == worst_failures ? "ok" : "FAILED");
+    activation_store_free(s);
     gpt_model_free(m);
 }
 
@@ -110,7 +119,9 @@ static void check_finite_differences(transformer_config c, const char *family) {
 static void check_grad_accumulation(transformer_config c, const char *family) {
     c.hidden_dropout = c.attention_dropout = 0.0f; /* masks depend on the micro-batch index */
     int T = c.seq_length;
-    gpt_model *big = gpt_model_create(&c, 4, 1), *small = gpt_model_create(&c, 2, 1);
+    gpt_model *big = gpt_model_create(&c, 4, GPT_MODEL_TRAINING);
+    gpt_model *small = gpt_model_create(&c, 2, GPT_MODEL_TRAINING);
+    activation_store *sb = activation_store_create(big, 1), *ss = activation_store_create(small, 1);
     gpt_model_init_params(big, 5);
     gpt_model_init_params(small, 5);
     int32_t tok[4 * 16], lab[4 * 16];
@@ -119,15 +130,15 @@ static void check_grad_accumulation(transformer_config c, const char *family) {
     for (int i = 0; i < 4 * T; i++) mask[i] = 1.0f; /* equal token counts per micro-batch */
     gpt_step step = {.seed = 1, .iteration = 1, .training = 1};
     memset(big->params.grad, 0, big->params.numel * sizeof(float));
-    float loss_big = gpt_model_forward(big, tok, lab, mask, 4, T, step);
-    gpt_model_backward(big, 1.0f);
+    float loss_big = forward(big, sb, tok, lab, mask, 4, T, step);
+    gpt_model_backward(big, sb, 1.0f);
     memset(small->params.grad, 0, small->params.numel * sizeof(float));
     float loss_small = 0.0f;
     for (int mb = 0; mb < 2; mb++) {
         step.microbatch = mb;
-        loss_small += 0.5f * gpt_model_forward(small, tok + mb * 2 * T, lab + mb * 2 * T,
-                                               mask + mb * 2 * T, 2, T, step);
-        gpt_model_backward(small, 0.5f);
+        loss_small += 0.5f * forward(small, ss, tok + mb * 2 * T, lab + mb * 2 * T,
+                                     mask + mb * 2 * T, 2, T, step);
+        gpt_model_backward(small, ss, 0.5f);
     }
     CHECK_CLOSE(loss_small, loss_big, 1e-6, 0);
     double maxdiff = 0.0, maxref = 0.0;
@@ -137,6 +148,8 @@ static void check_grad_accumulation(transformer_config c, const char *family) {
     }
     printf("%s: gradient accumulation max |diff| / max |grad| = %.3g\n", family, maxdiff / maxref);
     CHECK(maxdiff <= 1e-5 * maxref);
+    activation_store_free(sb);
+    activation_store_free(ss);
     gpt_model_free(big);
     gpt_model_free(small);
 }
@@ -145,22 +158,23 @@ static void check_grad_accumulation(transformer_config c, const char *family) {
  * iteration a different loss; and training steps allocate nothing. */
 static void check_determinism_and_no_alloc(transformer_config c) {
     int B = 2, T = c.seq_length, N = B * T;
-    gpt_model *m = gpt_model_create(&c, B, 1);
+    gpt_model *m = gpt_model_create(&c, B, GPT_MODEL_TRAINING);
+    activation_store *s = activation_store_create(m, 1);
     gpt_model_init_params(m, 9);
     int32_t tok[64], lab[64];
     float mask[64];
     make_batch(tok, lab, mask, N, c.padded_vocab_size, 3);
     gpt_step step = {.seed = 77, .iteration = 5, .microbatch = 1, .training = 1};
-    float a = gpt_model_forward(m, tok, lab, mask, B, T, step);
-    float b = gpt_model_forward(m, tok, lab, mask, B, T, step);
+    float a = forward(m, s, tok, lab, mask, B, T, step);
+    float b = forward(m, s, tok, lab, mask, B, T, step);
     CHECK(memcmp(&a, &b, sizeof(float)) == 0);
     step.iteration = 6;
-    float d = gpt_model_forward(m, tok, lab, mask, B, T, step);
+    float d = forward(m, s, tok, lab, mask, B, T, step);
     CHECK(a != d);
     step.training = 0;
-    float e1 = gpt_model_forward(m, tok, lab, mask, B, T, step);
+    float e1 = forward(m, s, tok, lab, mask, B, T, step);
     step.iteration = 99;
-    float e2 = gpt_model_forward(m, tok, lab, mask, B, T, step);
+    float e2 = forward(m, s, tok, lab, mask, B, T, step);
     CHECK(e1 == e2); /* no dropout outside training */
 
     optimizer_config oc = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
@@ -171,20 +185,22 @@ static void check_determinism_and_no_alloc(transformer_config c) {
         memset(m->params.grad, 0, m->params.numel * sizeof(float));
         step.training = 1;
         step.iteration = it;
-        gpt_model_forward(m, tok, lab, mask, B, T, step);
-        gpt_model_backward(m, 1.0f);
+        forward(m, s, tok, lab, mask, B, T, step);
+        gpt_model_backward(m, s, 1.0f);
         float norm = optimizer_grad_norm(&m->params);
         optimizer_clip_grads(&m->params, norm, oc.clip_grad);
         optimizer_step(&m->params, &oc, 1e-3f, it);
     }
     CHECK(mem_alloc_count() == before);
     CHECK(mem_total_peak() == peak);
+    activation_store_free(s);
     gpt_model_free(m);
 }
 
 /* Saved bytes per layer == the table of docs/MEMORY.md, written out here independently. */
 static void check_saved_bytes(transformer_config c, int B, const char *family) {
-    gpt_model *m = gpt_model_create(&c, B, 1);
+    gpt_model *m = gpt_model_create(&c, B, GPT_MODEL_TRAINING);
+    activation_store *st = activation_store_create(m, 1);
     size_t s = c.seq_length, b = B, N = s * b, h = c.hidden_size, a = c.num_attention_heads;
     size_t g = c.num_query_groups, d = c.kv_channels, f = c.ffn_hidden_size;
     size_t Q = g * (a / g + 2) * d;
@@ -196,10 +212,11 @@ static void check_saved_bytes(transformer_config c, int B, const char *family) {
                     + N * h + N * h + (ln ? N : 0) + N       /* res1, ln2, mean, rstd */
                     + N * f * (c.swiglu ? 2 : 1) + N * f;    /* fc1, act */
     for (int l = 0; l < c.num_layers; l++)
-        CHECK(transformer_block_layer_saved_bytes(&m->block, l) == 4 * floats);
+        CHECK(activation_store_layer_saved_bytes(st, l) == 4 * floats);
     if (!c.qk_layernorm && ln && a == g && d * a == h && f == 4 * h)
         CHECK(4 * floats == 64 * s * b * h + 4 * a * s * s * b + 16 * s * b);
     printf("%s: saved activations per layer %zu bytes\n", family, 4 * floats);
+    activation_store_free(st);
     gpt_model_free(m);
 }
 
@@ -219,7 +236,8 @@ static void on_done(void *user, size_t begin, size_t end) {
 }
 static void check_grads_done_hook(transformer_config c) {
     int B = 2, T = c.seq_length;
-    gpt_model *m = g_model = gpt_model_create(&c, B, 1);
+    gpt_model *m = g_model = gpt_model_create(&c, B, GPT_MODEL_TRAINING);
+    activation_store *s = activation_store_create(m, 1);
     gpt_model_init_params(m, 3);
     g_snapshot = calloc(m->params.numel, sizeof(float));
     m->grads_done = on_done;
@@ -228,13 +246,14 @@ static void check_grads_done_hook(transformer_config c) {
     make_batch(tok, lab, mask, B * T, c.padded_vocab_size, 5);
     gpt_step step = {.seed = 1, .iteration = 1, .training = 1};
     memset(m->params.grad, 0, m->params.numel * sizeof(float));
-    gpt_model_forward(m, tok, lab, mask, B, T, step);
-    gpt_model_backward(m, 1.0f);
+    forward(m, s, tok, lab, mask, B, T, step);
+    gpt_model_backward(m, s, 1.0f);
     CHECK(g_covered == m->params.numel);
     CHECK(g_calls == (size_t)c.num_layers + 2);
     CHECK(g_order_ok && g_prev_begin == 0);
     CHECK(memcmp(g_snapshot, m->params.grad, m->params.numel * sizeof(float)) == 0);
     free(g_snapshot);
+    activation_store_free(s);
     gpt_model_free(m);
     g_covered = g_calls = g_prev_begin = 0;
 }

@@ -59,7 +59,8 @@ typedef struct {
 
 /* Trains ITERS iterations the way training.c does and records losses and final parameters. */
 static run_result train(transformer_config c, int B) {
-    gpt_model *m = gpt_model_create(&c, B, 1);
+    gpt_model *m = gpt_model_create(&c, B, GPT_MODEL_TRAINING);
+    activation_store *st = activation_store_create(m, 1);
     gpt_model_init_params(m, 1234);
     optimizer_config oc = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
                            .clip_grad = 0.5f};
@@ -78,8 +79,9 @@ static run_result train(transformer_config c, int B) {
             }
             gpt_step step = {.seed = 99, .iteration = (uint32_t)it, .microbatch = (uint32_t)mb,
                              .training = 1};
-            loss += gpt_model_forward(m, tok, lab, NULL, B, T, step) / MICRO;
-            gpt_model_backward(m, 1.0f / MICRO);
+            gpt_batch b = {.tokens = tok, .labels = lab, .B = B, .T = T};
+            loss += gpt_model_forward(m, st, &b, step) / MICRO;
+            gpt_model_backward(m, st, 1.0f / MICRO);
         }
         float norm = optimizer_grad_norm(&m->params);
         optimizer_clip_grads(&m->params, norm, oc.clip_grad);
@@ -88,6 +90,7 @@ static run_result train(transformer_config c, int B) {
     }
     r.params = malloc(r.numel * sizeof(float));
     memcpy(r.params, m->params.data, r.numel * sizeof(float));
+    activation_store_free(st);
     gpt_model_free(m);
     return r;
 }
@@ -161,20 +164,21 @@ static void check_memory(transformer_config base, int B, const char *what) {
     for (int i = 0; i < n; i++) {
         const transformer_config *c = &modes[i];
         size_t ws_before = mem_current(MEM_WORKSPACE);
-        gpt_model *m = gpt_model_create(c, B, 1);
+        gpt_model *m = gpt_model_create(c, B, GPT_MODEL_TRAINING);
         size_t ws = mem_current(MEM_WORKSPACE) - ws_before;
         size_t ws_plain = 0;
         {
             transformer_config p = *c;
             p.recompute_granularity = RECOMPUTE_NONE;
             size_t w0 = mem_current(MEM_WORKSPACE);
-            gpt_model *m0 = gpt_model_create(&p, B, 1);
+            gpt_model *m0 = gpt_model_create(&p, B, GPT_MODEL_TRAINING);
             ws_plain = mem_current(MEM_WORKSPACE) - w0;
             gpt_model_free(m0);
         }
         CHECK(ws - ws_plain == activation_memory_recompute_workspace_bytes(c, B, s));
+        activation_store *st = activation_store_create(m, 1);
         for (int l = 0; l < c->num_layers; l++) {
-            size_t measured = transformer_block_layer_saved_bytes(&m->block, l);
+            size_t measured = activation_store_layer_saved_bytes(st, l);
             size_t analytic = activation_memory_layer_bytes(c, B, s, l);
             if (measured != analytic) {
                 char buf[64];
@@ -196,6 +200,7 @@ static void check_memory(transformer_config base, int B, const char *what) {
             }
             CHECK(measured == expect);
         }
+        activation_store_free(st);
         gpt_model_free(m);
     }
     printf("%s: measured == analytic saved bytes for %d modes x %d layers\n", what, n,

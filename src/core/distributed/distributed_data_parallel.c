@@ -109,13 +109,16 @@ ddp *ddp_create_layout(param_set *ps, const ddp_config *cfg, int dp_size, int dp
     }
 
     d->reqs = xcalloc((size_t)d->num_buckets + 1, sizeof(MPI_Request), "bucket requests");
-    for (int b = 0; b < d->num_buckets; b++) d->reqs[b] = MPI_REQUEST_NULL;
+    d->param_reqs =
+        xcalloc((size_t)d->num_buckets + 1, sizeof(MPI_Request), "parameter gather requests");
+    for (int b = 0; b < d->num_buckets; b++) d->reqs[b] = d->param_reqs[b] = MPI_REQUEST_NULL;
     d->stats.num_buckets = d->num_buckets;
     return d;
 }
 
 void ddp_free(ddp *d) {
     if (!d) return;
+    ddp_finish_param_sync(d);
     for (int b = 0; b < d->num_buckets; b++) {
         if (d->reqs[b] != MPI_REQUEST_NULL) MPI_Wait(&d->reqs[b], MPI_STATUS_IGNORE);
         free(d->buckets[b].counts);
@@ -123,6 +126,7 @@ void ddp_free(ddp *d) {
     }
     free(d->buckets);
     free(d->reqs);
+    free(d->param_reqs);
     free(d);
 }
 
@@ -210,6 +214,57 @@ void ddp_finish_grad_sync(ddp *d) {
         d->buckets[b].remaining = d->buckets[b].end - d->buckets[b].begin;
     }
     d->stats.finish_seconds += now_seconds() - t0;
+}
+
+/* ---- the parameter all-gather (distributed optimizer) ---- */
+
+static void gather_bucket(ddp *d, float *buf, int b, int nonblocking) {
+    const ddp_bucket *bk = &d->buckets[b];
+    if (nonblocking)
+        MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf + bk->begin, bk->counts,
+                        bk->displs, MPI_FLOAT, d->comm, &d->param_reqs[b]);
+    else
+        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf + bk->begin, bk->counts,
+                       bk->displs, MPI_FLOAT, d->comm);
+}
+
+void ddp_start_param_sync(ddp *d) {
+    if (!d->cfg.use_distributed_optimizer || d->dp_size == 1) return;
+    /* forward order: the last bucket holds the embedding */
+    for (int b = d->num_buckets - 1; b >= 0; b--) {
+        gather_bucket(d, d->ps->data, b, d->cfg.overlap_param_gather);
+        if (d->cfg.overlap_param_gather) d->stats.gathers_started++;
+    }
+}
+
+void ddp_params_needed(void *user, size_t begin, size_t end) {
+    ddp *d = user;
+    if (d->dp_size == 1) return;
+    double t0 = now_seconds();
+    int any = 0;
+    for (int b = 0; b < d->num_buckets; b++) {
+        if (d->param_reqs[b] == MPI_REQUEST_NULL) continue;
+        any = 1;
+        if (d->buckets[b].begin < end && begin < d->buckets[b].end) {
+            MPI_Wait(&d->param_reqs[b], MPI_STATUS_IGNORE);
+            d->stats.gathers_completed_in_forward++;
+        }
+    }
+    if (any) { /* progress on the gathers of later layers */
+        int outcount, idx[d->num_buckets];
+        MPI_Testsome(d->num_buckets, d->param_reqs, &outcount, idx, MPI_STATUSES_IGNORE);
+        if (outcount != MPI_UNDEFINED)
+            d->stats.gathers_completed_in_forward += (unsigned long)outcount;
+        d->stats.forward_seconds += now_seconds() - t0;
+    }
+}
+
+void ddp_finish_param_sync(ddp *d) {
+    for (int b = 0; b < d->num_buckets; b++)
+        if (d->param_reqs[b] != MPI_REQUEST_NULL) {
+            MPI_Wait(&d->param_reqs[b], MPI_STATUS_IGNORE);
+            d->stats.gathers_completed_at_finish++;
+        }
 }
 
 const ddp_stats *ddp_get_stats(const ddp *d) { return &d->stats; }

@@ -34,7 +34,17 @@
  * rank n / DP elements and n % DP ranks one more; which ranks get the extra ones rotates
  * continuously from bucket to bucket, so every rank owns floor(N/DP) or ceil(N/DP) elements of
  * the N in all (Megatron pads each bucket to a multiple of DP instead; the flat buffer here has
- * no padding). The optimizer allocates ceil(N/DP) elements of state on every rank. */
+ * no padding). The optimizer allocates ceil(N/DP) elements of state on every rank.
+ *
+ * Parameter all-gather (Megatron's start_param_sync / finish_param_sync of its buckets): with
+ * the distributed optimizer each rank updates only its pieces, and ddp_start_param_sync
+ * all-gathers every bucket's pieces of the parameters in place, in forward order (the last
+ * bucket, the embedding's, first). Blocking, or with --overlap-param-gather started
+ * nonblocking after the step: the model's params_needed hook (ddp_params_needed) waits, before
+ * the embedding, each layer and the head run forward, for the buckets holding their
+ * parameters and makes progress on the others, so the gathers of later layers run under the
+ * forward of earlier ones. Anything else that reads the parameters (checkpoints) calls
+ * ddp_finish_param_sync first. */
 #ifndef MEGADLM_CORE_DISTRIBUTED_DISTRIBUTED_DATA_PARALLEL_H
 #define MEGADLM_CORE_DISTRIBUTED_DISTRIBUTED_DATA_PARALLEL_H
 
@@ -46,7 +56,9 @@
 
 typedef struct {
     int overlap_grad_reduce;       /* --overlap-grad-reduce */
-    int use_distributed_optimizer; /* --use-distributed-optimizer: reduce-scatter */
+    int use_distributed_optimizer; /* --use-distributed-optimizer: reduce-scatter, and the
+                                      parameters all-gathered after the step */
+    int overlap_param_gather;      /* --overlap-param-gather: that all-gather under forward */
     int64_t bucket_size;           /* --ddp-bucket-size (elements); <= 0: Megatron's default */
 } ddp_config;
 
@@ -66,6 +78,11 @@ typedef struct {
     unsigned long iterations;            /* ddp_finish_grad_sync calls */
     double hook_seconds;                 /* time in the hook (scaling + MPI start/progress) */
     double finish_seconds;               /* time in ddp_finish_grad_sync: the exposed part */
+    /* parameter all-gathers (distributed optimizer, --overlap-param-gather) */
+    unsigned long gathers_started;       /* started nonblocking */
+    unsigned long gathers_completed_in_forward; /* completed by the params_needed hook */
+    unsigned long gathers_completed_at_finish;  /* completed by ddp_finish_param_sync */
+    double forward_seconds;              /* time the params_needed hook spent in MPI */
 } ddp_stats;
 
 typedef struct ddp {
@@ -77,7 +94,8 @@ typedef struct ddp {
     size_t bucket_size;     /* effective, in elements (SIZE_MAX: one bucket) */
     int num_buckets;
     ddp_bucket *buckets;    /* backward order: buckets[0] ends at ps->numel */
-    MPI_Request *reqs;      /* [num_buckets] */
+    MPI_Request *reqs;      /* [num_buckets] gradient reductions in flight */
+    MPI_Request *param_reqs; /* [num_buckets] parameter all-gathers in flight */
     int armed;              /* the hook starts reductions (last micro-batch, overlap) */
     ddp_stats stats;
 } ddp;
@@ -98,6 +116,15 @@ void ddp_grads_done(void *user, size_t begin, size_t end);
 /* After the last backward: reduces (or waits for) every bucket. Afterwards grad holds the DP
  * average (all-reduce) or, with the distributed optimizer, this rank's pieces do. */
 void ddp_finish_grad_sync(ddp *d);
+
+/* Distributed optimizer, after the step updated this rank's pieces of ps->data: all-gathers
+ * every bucket's pieces (blocking, or started nonblocking with overlap_param_gather). */
+void ddp_start_param_sync(ddp *d);
+/* The gpt_model params_needed hook (user = the ddp): waits for the gathers of the buckets that
+ * overlap [begin, end), then makes progress on the others. */
+void ddp_params_needed(void *user, size_t begin, size_t end);
+/* Waits for every parameter gather in flight. */
+void ddp_finish_param_sync(ddp *d);
 
 /* This rank's piece of bucket b (the distributed optimizer's shard of it). */
 static inline size_t ddp_piece_begin(const ddp *d, int b) {

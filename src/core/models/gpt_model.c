@@ -1,341 +1,119 @@
+/* The GPT model: its parameters from gpt_spec, forward and backward over an activation store
+ * (gpt_model.h). */
 #include "core/models/gpt_model.h"
 
-#include <math.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/kernels/cross_entropy.h"
 #include "core/kernels/dropout.h"
-#include "core/kernels/embedding.h"
-#include "core/kernels/linear.h"
 #include "core/kernels/norm.h"
 #include "core/kernels/rope.h"
+#include "core/models/gpt_spec.h"
 #include "core/random/philox.h"
 #include "core/tensor/memory.h"
-#include "core/parallel_state.h"
-#include "core/threads.h"
 #include "core/tensor_parallel/layers.h"
-#include "core/tensor_parallel/mappings.h"
 #include "core/tensor_parallel/parallel_linear.h"
-#include "core/util/alloc.h"
+#include "core/threads.h"
 #include "core/transformer/transformer_layer.h"
+#include "core/util/alloc.h"
 #include "core/util/die.h"
 
-/* ---- parameter registration ----
- * Each parameter is registered with its name, shape, init and the addresses of the pointers
- * that must point at its data and gradient once the flat buffers exist. */
-
-typedef struct {
-    param_tensor *t;
-    float ***slots; /* [n][2]: &data_ptr, &grad_ptr */
-    int n, cap;
-    uint64_t stream; /* init stream of the next tensor (its index in the whole model) */
-    int tp;         /* tensor-parallel size: local shapes are 1/tp of whole ones along the split */
-    int sp;         /* sequence parallelism: replicated norms/biases get partial gradients */
-} param_builder;
-
-/* Registers a tensor of whole shape `shape`, partitioned across TP as `split`. partial_grad:
- * each TP rank computes only part of its gradient (summed across TP after backward). */
-static void add_param(param_builder *pb, float **data_slot, float **grad_slot, int weight_decay,
-                      float init_std, float init_value, int ndim, const int64_t *shape, int split,
-                      int partial_grad, const char *name) {
-    if (pb->n == pb->cap) {
-        pb->cap = pb->cap ? 2 * pb->cap : 64;
-        pb->t = xrealloc(pb->t, pb->cap * sizeof(param_tensor), "parameter table");
-        pb->slots = xrealloc(pb->slots, pb->cap * 2 * sizeof(float **), "parameter slots");
-    }
-    param_tensor *p = &pb->t[pb->n];
-    memset(p, 0, sizeof(*p));
-    snprintf(p->name, sizeof(p->name), "%s", name);
-    p->ndim = ndim;
-    p->numel = 1;
-    for (int i = 0; i < ndim; i++) {
-        p->full_shape[i] = p->shape[i] = shape[i];
-        if ((i == 0 && (split == TP_SPLIT_ROWS || split == TP_SPLIT_ROWS_SWIGLU)) ||
-            (i == 1 && split == TP_SPLIT_COLS))
-            p->shape[i] = shape[i] / pb->tp;
-        p->numel *= (size_t)p->shape[i];
-    }
-    p->tp_split = pb->tp > 1 ? split : TP_SPLIT_NONE;
-    p->tp_duplicate = pb->tp > 1 && split == TP_SPLIT_NONE;
-    p->tp_allreduce_grad = pb->tp > 1 && partial_grad;
-    p->weight_decay = weight_decay;
-    p->init_std = init_std;
-    p->init_value = init_value;
-    p->init_stream = pb->stream++;
-    pb->slots[2 * pb->n] = data_slot;
-    pb->slots[2 * pb->n + 1] = grad_slot;
-    pb->n++;
+/* The hooks (gpt_model.h) over ranges of the flat buffers: [begin, end) has received this
+ * micro-batch's last gradient contribution / is about to be read by forward. */
+static void grads_done(gpt_model *m, size_t begin, size_t end) {
+    if (m->grads_done) m->grads_done(m->grads_done_user, begin, end);
 }
-
-/* weight matrix [rows, cols], normal(std), decayed */
-static void add_matrix(param_builder *pb, float **d, float **g, float std, int64_t rows,
-                       int64_t cols, int split, const char *name) {
-    int64_t shape[2] = {rows, cols};
-    add_param(pb, d, g, 1, std, 0.0f, 2, shape, split, 0, name);
+static void params_needed(gpt_model *m, size_t begin, size_t end) {
+    if (m->params_needed) m->params_needed(m->params_needed_user, begin, end);
 }
+/* The embedding's range is [0, layer_begin[0]), the head's (final norm, untied output layer)
+ * [layer_begin[L], numel); a tied output layer is the embedding. */
+static size_t head_begin(const gpt_model *m) { return m->spec.layer_begin[m->spec.num_layers]; }
 
-/* vector [n], constant init, not decayed: a column-parallel bias (split with its weight's
- * rows), or a replicated norm weight / row-parallel bias (partial gradients under sequence
- * parallelism, where they act on token shards) */
-static void add_vector(param_builder *pb, float **d, float **g, float value, int64_t n,
-                       int split, const char *name) {
-    add_param(pb, d, g, 0, 0.0f, value, 1, &n, split, split == TP_SPLIT_NONE && pb->sp, name);
-}
-
-static void register_layer(param_builder *pb, const transformer_config *c, int l,
-                           layer_weights *w, layer_weights *g) {
-    int64_t C = c->hidden_size, QKV = tc_qkv_width(c), HS = c->kv_channels;
-    int64_t CTX = (int64_t)c->num_attention_heads * HS, F = c->ffn_hidden_size;
-    int64_t FC1 = tc_fc1_width(c);
-    int ln = c->normalization == NORM_LAYERNORM, bias = c->add_bias_linear;
-    int fc1_split = c->swiglu ? TP_SPLIT_ROWS_SWIGLU : TP_SPLIT_ROWS;
-    float std = c->init_method_std;
-    float out_std = std / sqrtf(2.0f * c->num_layers); /* Megatron's scaled_init_method_normal */
-    char n[PARAM_NAME_MAX];
-#define NAME(suffix) (snprintf(n, sizeof(n), "decoder.layers.%d.%s", l, suffix), n)
-#define G(field) (g ? &g->field : NULL)
-    add_vector(pb, &w->ln1_w, G(ln1_w), 1.0f, C, TP_SPLIT_NONE, NAME("input_layernorm.weight"));
-    if (ln) add_vector(pb, &w->ln1_b, G(ln1_b), 0.0f, C, TP_SPLIT_NONE, NAME("input_layernorm.bias"));
-    add_matrix(pb, &w->qkv_w, G(qkv_w), std, QKV, C, TP_SPLIT_ROWS,
-               NAME("self_attention.linear_qkv.weight"));
-    if (bias)
-        add_vector(pb, &w->qkv_b, G(qkv_b), 0.0f, QKV, TP_SPLIT_ROWS,
-                   NAME("self_attention.linear_qkv.bias"));
-    if (c->qk_layernorm) {
-        /* shared by every head, used on this rank's heads only: always partial under TP */
-        int64_t hs = HS;
-        add_param(pb, &w->q_ln_w, G(q_ln_w), 0, 0.0f, 1.0f, 1, &hs, TP_SPLIT_NONE, 1,
-                  NAME("self_attention.q_layernorm.weight"));
-        if (ln)
-            add_param(pb, &w->q_ln_b, G(q_ln_b), 0, 0.0f, 0.0f, 1, &hs, TP_SPLIT_NONE, 1,
-                      NAME("self_attention.q_layernorm.bias"));
-        add_param(pb, &w->k_ln_w, G(k_ln_w), 0, 0.0f, 1.0f, 1, &hs, TP_SPLIT_NONE, 1,
-                  NAME("self_attention.k_layernorm.weight"));
-        if (ln)
-            add_param(pb, &w->k_ln_b, G(k_ln_b), 0, 0.0f, 0.0f, 1, &hs, TP_SPLIT_NONE, 1,
-                      NAME("self_attention.k_layernorm.bias"));
-    }
-    add_matrix(pb, &w->proj_w, G(proj_w), out_std, C, CTX, TP_SPLIT_COLS,
-               NAME("self_attention.linear_proj.weight"));
-    if (bias)
-        add_vector(pb, &w->proj_b, G(proj_b), 0.0f, C, TP_SPLIT_NONE,
-                   NAME("self_attention.linear_proj.bias"));
-    add_vector(pb, &w->ln2_w, G(ln2_w), 1.0f, C, TP_SPLIT_NONE, NAME("pre_mlp_layernorm.weight"));
-    if (ln) add_vector(pb, &w->ln2_b, G(ln2_b), 0.0f, C, TP_SPLIT_NONE, NAME("pre_mlp_layernorm.bias"));
-    add_matrix(pb, &w->fc1_w, G(fc1_w), std, FC1, C, fc1_split, NAME("mlp.linear_fc1.weight"));
-    if (bias) add_vector(pb, &w->fc1_b, G(fc1_b), 0.0f, FC1, fc1_split, NAME("mlp.linear_fc1.bias"));
-    add_matrix(pb, &w->fc2_w, G(fc2_w), out_std, C, F, TP_SPLIT_COLS, NAME("mlp.linear_fc2.weight"));
-    if (bias) add_vector(pb, &w->fc2_b, G(fc2_b), 0.0f, C, TP_SPLIT_NONE, NAME("mlp.linear_fc2.bias"));
-#undef NAME
-#undef G
-}
-
-/* Block callback: layer l's gradients are complete -> its range of the flat buffer. */
+/* Block callbacks: layer l (among the rank's layers) -> its range of the flat buffer. */
 static void layer_grads_done(void *user, int l) {
     gpt_model *m = user;
-    if (m->grads_done) m->grads_done(m->grads_done_user, m->layer_begin[l], m->layer_begin[l + 1]);
+    grads_done(m, m->spec.layer_begin[l], m->spec.layer_begin[l + 1]);
 }
-
-/* Block callback: layer l is about to run forward -> its range of the flat buffer. */
 static void layer_params_needed(void *user, int l) {
     gpt_model *m = user;
-    if (m->params_needed)
-        m->params_needed(m->params_needed_user, m->layer_begin[l], m->layer_begin[l + 1]);
+    params_needed(m, m->spec.layer_begin[l], m->spec.layer_begin[l + 1]);
 }
 
-/* Tensors one layer registers (register_layer's order), so that every pipeline stage can give
- * its tensors the init streams they have in the whole model. */
-static int tensors_per_layer(const transformer_config *c) {
-    int norm = c->normalization == NORM_LAYERNORM ? 2 : 1, bias = c->add_bias_linear ? 1 : 0;
-    return norm + (1 + bias) + (c->qk_layernorm ? 2 * norm : 0) + (1 + bias) + norm +
-           (1 + bias) + (1 + bias);
+/* Where the model keeps a pointer to a tensor of `part` (not a layer's), or to its gradient. */
+static float **part_slot(gpt_model *m, gpt_param_part part, int grad) {
+    switch (part) {
+    case GPT_PARAM_WORD_EMBEDDING: return grad ? &m->g_wte : &m->wte;
+    case GPT_PARAM_POSITION_EMBEDDING: return grad ? &m->g_wpe : &m->wpe;
+    case GPT_PARAM_FINAL_NORM_WEIGHT: return grad ? &m->g_lnf_w : &m->lnf_w;
+    case GPT_PARAM_FINAL_NORM_BIAS: return grad ? &m->g_lnf_b : &m->lnf_b;
+    case GPT_PARAM_OUTPUT_LAYER: return grad ? &m->g_out_w : &m->out_w;
+    default: die(1, "internal error: parameter part %d has no model slot", (int)part);
+    }
+    return NULL;
 }
 
-/* Registers the rank's tensors in pb (first_of_layer[l]: the index of local layer l's first
- * tensor, [L]: the end). */
-static void register_params(gpt_model *m, param_builder *pbp, int *first_of_layer) {
-    const transformer_config *c = &m->cfg;
-    int bw = m->with_backward;
-    param_builder pb = *pbp;
-    float std = c->init_method_std;
-    /* the rank's layers chunk by chunk (one chunk without interleaving): local layer l is layer
-     * l % Lc of chunk l / Lc, so each chunk's parameters are one contiguous range */
-    int n_embedding = c->rope ? 1 : 2, L = tc_stage_layers(c), Lc = tc_chunk_layers(c);
-    if (tc_first_rank(c)) {
-        add_matrix(&pb, &m->wte, bw ? &m->g_wte : NULL, std, c->padded_vocab_size, c->hidden_size,
-                   TP_SPLIT_ROWS, "embedding.word_embeddings.weight");
-        if (!c->rope) {
-            int64_t shape[2] = {c->max_position_embeddings, c->hidden_size};
-            /* replicated; added on token shards under sequence parallelism (partial gradients) */
-            add_param(&pb, &m->wpe, bw ? &m->g_wpe : NULL, 1, std, 0.0f, 2, shape,
-                      TP_SPLIT_NONE, pb.sp, "embedding.position_embeddings.weight");
-        }
-    }
-    for (int l = 0; l < L; l++) {
-        first_of_layer[l] = pb.n;
-        int global = tc_chunk_layer_offset(c, l / Lc) + l % Lc;
-        pb.stream = (uint64_t)n_embedding + (uint64_t)global * tensors_per_layer(c);
-        register_layer(&pb, c, global, &m->block.w_all[l], bw ? &m->block.g_all[l] : NULL);
-    }
-    first_of_layer[L] = pb.n;
-    if (tc_last_rank(c)) {
-        pb.stream = (uint64_t)n_embedding + (uint64_t)c->num_layers * tensors_per_layer(c);
-        add_vector(&pb, &m->lnf_w, bw ? &m->g_lnf_w : NULL, 1.0f, c->hidden_size, TP_SPLIT_NONE,
-                   "decoder.final_layernorm.weight");
-        if (c->normalization == NORM_LAYERNORM)
-            add_vector(&pb, &m->lnf_b, bw ? &m->g_lnf_b : NULL, 0.0f, c->hidden_size,
-                       TP_SPLIT_NONE, "decoder.final_layernorm.bias");
-        if (c->untie_embeddings_and_output_weights) {
-            add_matrix(&pb, &m->out_w, bw ? &m->g_out_w : NULL, std, c->padded_vocab_size,
-                       c->hidden_size, TP_SPLIT_ROWS, "output_layer.weight");
-        } else if (!tc_first_rank(c)) {
-            /* tied, on another stage than the embedding: Megatron's shared copy (same name,
-             * same init stream, kept equal through the embedding group) */
-            pb.stream = 0;
-            add_matrix(&pb, &m->out_w, bw ? &m->g_out_w : NULL, std, c->padded_vocab_size,
-                       c->hidden_size, TP_SPLIT_ROWS, "embedding.word_embeddings.weight");
-            pb.t[pb.n - 1].pp_shared_copy = 1;
-        }
-    }
-    *pbp = pb;
-}
-
+/* The rank's parameters as gpt_spec_rank describes them, over flat buffers (gradients and
+ * AdamW's moments as the model's kind asks); every weight pointer of the model and of its
+ * layers points into them through its tensor's place. */
 static void build_params(gpt_model *m) {
     const transformer_config *c = &m->cfg;
-    int bw = m->with_backward, L = tc_stage_layers(c);
-    param_builder pb = {.tp = tc_tp(c), .sp = tc_sp(c)};
-    int first_of_layer[L + 1];
-    register_params(m, &pb, first_of_layer);
-
-    /* Weight decay: Megatron excludes biases and 1-D (norm) parameters, which add_vector
-     * marks; embeddings and the output layer are decayed. */
+    int bw = m->kind != GPT_MODEL_FORWARD_ONLY;
+    gpt_spec *sp = &m->spec;
+    gpt_spec_rank(c, sp);
     param_set *ps = &m->params;
-    ps->count = pb.n;
-    ps->tensors = pb.t;
-    ps->numel = 0;
-    for (int i = 0; i < pb.n; i++) {
-        pb.t[i].offset = ps->numel;
-        ps->numel += pb.t[i].numel;
-    }
-    m->layer_begin = xcalloc((size_t)L + 1, sizeof(size_t), "layer offsets");
-    for (int l = 0; l <= L; l++)
-        m->layer_begin[l] = first_of_layer[l] < pb.n ? pb.t[first_of_layer[l]].offset : ps->numel;
-    m->block.layer_grads_done = layer_grads_done;
-    m->block.layer_grads_done_user = m;
-    m->block.layer_params_needed = layer_params_needed;
-    m->block.layer_params_needed_user = m;
+    *ps = sp->params; /* the spec's table; the buffers are the model's */
     ps->data = mem_alloc_floats(MEM_PARAMS, ps->numel, "parameters");
     if (bw) {
         ps->grad = mem_alloc_floats(MEM_GRADS, ps->numel, "gradients");
-        if (bw != 2) { /* 2: the distributed optimizer allocates its shard */
+        if (m->kind == GPT_MODEL_TRAINING) { /* else the distributed optimizer holds them */
             ps->exp_avg = mem_alloc_floats(MEM_OPTIMIZER, ps->numel, "adam exp_avg");
             ps->exp_avg_sq = mem_alloc_floats(MEM_OPTIMIZER, ps->numel, "adam exp_avg_sq");
         }
     }
-    for (int i = 0; i < pb.n; i++) {
-        *pb.slots[2 * i] = ps->data + pb.t[i].offset;
-        if (pb.slots[2 * i + 1]) *pb.slots[2 * i + 1] = ps->grad + pb.t[i].offset;
+    for (int l = 0; l < sp->num_layers; l++)
+        for (int i = sp->layer_first[l]; i < sp->layer_first[l + 1]; i++) {
+            size_t field = sp->place[i].field, o = ps->tensors[i].offset;
+            *(float **)((char *)&m->block.w_all[l] + field) = ps->data + o;
+            if (bw) *(float **)((char *)&m->block.g_all[l] + field) = ps->grad + o;
+        }
+    for (int i = 0; i < ps->count; i++) {
+        if (sp->place[i].part == GPT_PARAM_LAYER) continue;
+        *part_slot(m, sp->place[i].part, 0) = ps->data + ps->tensors[i].offset;
+        if (bw) *part_slot(m, sp->place[i].part, 1) = ps->grad + ps->tensors[i].offset;
     }
-    free(pb.slots);
     if (!c->untie_embeddings_and_output_weights && tc_first_rank(c)) {
         m->out_w = m->wte; /* tied: the output layer reads the word embedding */
         m->g_out_w = m->g_wte;
     }
+    m->block.layer_grads_done = layer_grads_done;
+    m->block.layer_grads_done_user = m;
+    m->block.layer_params_needed = layer_params_needed;
+    m->block.layer_params_needed_user = m;
 }
 
-int gpt_model_whole_params(const transformer_config *cfg, param_set *whole) {
-    memset(whole, 0, sizeof *whole);
-    gpt_model *m = calloc(1, sizeof *m);
-    if (!m) return -1;
-    m->cfg = *cfg;
-    m->cfg.tp_size = 1;
-    m->cfg.tp_rank = 0;
-    m->cfg.sequence_parallel = 0;
-    m->cfg.pp_size = 1;
-    m->cfg.pp_rank = 0;
-    m->cfg.vp_size = 1;
-    m->cfg.vp_rank = 0;
-    int L = m->cfg.num_layers;
-    m->block.w_all = calloc((size_t)L + 1, sizeof(layer_weights)); /* slots nobody reads */
-    int *first_of_layer = malloc(((size_t)L + 1) * sizeof(int));
-    if (!m->block.w_all || !first_of_layer) {
-        free(m->block.w_all);
-        free(first_of_layer);
-        free(m);
-        return -1;
-    }
-    param_builder pb = {.tp = 1, .sp = 0};
-    register_params(m, &pb, first_of_layer);
-    free(pb.slots);
-    free(first_of_layer);
-    free(m->block.w_all);
-    free(m);
-    whole->count = pb.n;
-    whole->tensors = pb.t;
-    for (int i = 0; i < pb.n; i++) {
-        pb.t[i].offset = whole->numel;
-        whole->numel += pb.t[i].numel;
-    }
-    return 0;
-}
-
-/* What one micro-batch in flight keeps outside the block: its tokens and labels, and on the
- * last stage the head's saved tensors. */
-static void alloc_store(gpt_model *m) {
-    const transformer_config *c = &m->cfg;
-    size_t N = (size_t)m->max_batch * c->seq_length, C = c->hidden_size, V = tc_vocab_local(c);
-    size_t Ns = tc_tokens_local(c, (int)N);
-    m->tokens = mem_alloc(MEM_OTHER, N * sizeof(int), "tokens");
-    m->labels = mem_alloc(MEM_OTHER, N * sizeof(int), "labels");
-    m->loss_mask = mem_alloc_floats(MEM_OTHER, N, "loss mask");
-    if (!tc_last_rank(c)) return; /* (interleaved: every store may hold the last chunk) */
-    m->lnf = mem_alloc_floats(MEM_ACTIVATIONS, Ns * C, "final norm output");
-    if (c->normalization == NORM_LAYERNORM)
-        m->lnf_mean = mem_alloc_floats(MEM_ACTIVATIONS, Ns, "final norm mean");
-    m->lnf_rstd = mem_alloc_floats(MEM_ACTIVATIONS, Ns, "final norm rstd");
-    m->logits = mem_alloc_floats(MEM_ACTIVATIONS, N * V, "logits");
-    m->losses = mem_alloc_floats(MEM_ACTIVATIONS, N, "per-token loss");
-    m->lse = mem_alloc_floats(MEM_ACTIVATIONS, N, "logsumexp");
-}
-
-static void free_store(gpt_model *m) {
-    void *bufs[] = {m->tokens, m->labels, m->loss_mask, m->lnf,   m->lnf_mean,
-                    m->lnf_rstd, m->logits, m->losses,  m->lse};
-    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) mem_free(bufs[i]);
-}
-
-gpt_model *gpt_model_create(const transformer_config *cfg, int max_batch, int with_backward) {
+gpt_model *gpt_model_create(const transformer_config *cfg, int max_batch, gpt_model_kind kind) {
     gpt_model *m = xcalloc(1, sizeof(gpt_model), "model");
     m->cfg = *cfg;
     m->max_batch = max_batch;
-    m->with_backward = with_backward;
-    m->cfg.vp_rank = 0;
+    m->kind = kind;
+    m->cfg.vp_rank = 0;                   /* a store names the chunk it runs */
+    m->cfg.recompute_store_unchecked = 0; /* and whether it keeps everything */
     const transformer_config *c = &m->cfg;
+    int bw = kind != GPT_MODEL_FORWARD_ONLY;
     m->num_chunks = tc_vp(c);
-    m->rank_layers = tc_stage_layers(c);
     /* the block's workspaces are sized for this rank's threads (core/threads.h); no kernel
      * runs more threads than they were sized for */
-    transformer_block_init(&m->block, c, max_batch, c->seq_length, with_backward,
-                           threads_per_rank());
+    transformer_block_init(&m->block, c, max_batch, c->seq_length, bw, threads_per_rank());
     build_params(m);
-    alloc_store(m);
 
     /* N tokens, Ns of them outside tensor-parallel regions */
     size_t N = (size_t)max_batch * c->seq_length, C = c->hidden_size;
     size_t Ns = tc_tokens_local(c, (int)N);
-    if (with_backward) {
+    if (bw) {
         m->dlosses = mem_alloc_floats(MEM_WORKSPACE, N, "dlosses");
-        m->dres = m->dres_slot[0] = mem_alloc_floats(MEM_WORKSPACE, Ns * C, "residual gradient");
-        /* the interleaved schedule receives the next backward's output gradient while the
-         * last one's input gradient is still being sent: a second buffer */
-        if (tc_vp(c) > 1) {
-            m->dres_slot[1] = mem_alloc_floats(MEM_WORKSPACE, Ns * C, "residual gradient (2)");
-            /* ... and takes a chunk's input before it has a store for it */
-            m->stage_recv = mem_alloc_floats(MEM_WORKSPACE, Ns * C, "received stage input");
-        }
+        m->dres = mem_alloc_floats(MEM_WORKSPACE, Ns * C, "residual gradient");
         m->demb = mem_alloc_floats(MEM_WORKSPACE, N * C, "embedding gradient");
     }
     if (tc_tp(c) > 1) { /* the vocab-parallel lookup's partial sums before the reduction */
@@ -351,34 +129,17 @@ gpt_model *gpt_model_create(const transformer_config *cfg, int max_batch, int wi
     return m;
 }
 
-gpt_model *gpt_model_replica(const gpt_model *owner, int checkpointed) {
-    gpt_model *m = xmalloc(sizeof(gpt_model), "activation store");
-    *m = *owner; /* parameters, workspaces, tables: shared */
-    m->replica = 1;
-    m->cfg.recompute_store_unchecked = !checkpointed;
-    transformer_block_init_replica(&m->block, &m->cfg, m->max_batch, m->cfg.seq_length,
-                                   &owner->block);
-    alloc_store(m);
-    return m;
-}
-
 void gpt_model_free(gpt_model *m) {
     if (!m) return;
     transformer_block_free(&m->block);
-    free_store(m);
-    if (m->replica) {
-        free(m);
-        return;
-    }
     param_set *ps = &m->params;
     mem_free(ps->data);
     mem_free(ps->grad);
     mem_free(ps->exp_avg);
     mem_free(ps->exp_avg_sq);
-    free(ps->tensors);
-    free(m->layer_begin);
-    void *bufs[] = {m->dlosses,  m->dres_slot[0], m->dres_slot[1], m->stage_recv, m->demb,
-                    m->rope_cos, m->rope_sin,     m->emb_partial,  m->ce_sumexp};
+    gpt_spec_free(&m->spec); /* the tensor table */
+    void *bufs[] = {m->dlosses,  m->dres,     m->demb,       m->rope_cos,
+                    m->rope_sin, m->emb_partial, m->ce_sumexp};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) mem_free(bufs[i]);
     free(m);
 }
@@ -403,210 +164,159 @@ void gpt_model_init_params(gpt_model *m, uint64_t seed) {
     }
 }
 
-/* ---- forward / backward ---- */
+/* ---- forward / backward ----
+ * The config of a pass is the store's (its model chunk, its recompute kind); the model's
+ * differs from it in nothing else. */
 
-static void final_norm_forward(const transformer_config *c, gpt_model *m, const float *h, int Ns) {
-    norm_forward(c, m->lnf, m->lnf_mean, m->lnf_rstd, h, m->lnf_w, m->lnf_b, Ns);
+/* The word (+ position) embedding: vocab-parallel under tensor parallelism. */
+static vocab_parallel_embedding embedding_of(gpt_model *m) {
+    return (vocab_parallel_embedding){.cfg = &m->cfg, .wte = m->wte, .wpe = m->wpe,
+                                      .dwte = m->g_wte, .dwpe = m->g_wpe,
+                                      .partial = m->emb_partial};
 }
 
-static void final_norm_backward(const transformer_config *c, gpt_model *m, float *dh,
-                                const float *dout, const float *h, int Ns) {
-    norm_backward(c, dh, m->g_lnf_w, m->g_lnf_b, dout, h, m->lnf_w, m->lnf_mean, m->lnf_rstd,
-                  Ns);
+/* The dropout of the embedding output (Megatron applies --hidden-dropout there), keyed by this
+ * rank's token rows. */
+static dropout_key embedding_dropout_key(const layer_ctx *ctx, uint64_t *offset, int Ns) {
+    const transformer_config *c = ctx->cfg;
+    dropout_key ek = ctx->key;
+    ek.site = DROPOUT_SITE_EMBEDDING;
+    *offset = tc_sp(c) ? (uint64_t)c->tp_rank * Ns * c->hidden_size : 0;
+    return ek;
 }
 
-/* Index of this rank's first token row: its shard's under sequence parallelism, else 0. */
-static int64_t shard_first_token(const transformer_config *c, int Ns) {
-    return tc_sp(c) ? (int64_t)c->tp_rank * Ns : 0;
-}
-
-/* Word (+ position) embedding of the micro-batch into h0 [Ns, C]. Under tensor parallelism the
- * lookup is vocab-parallel: each rank fills the rows of the tokens it owns, and the partial
- * sums are reduced (all-reduce, or reduce-scatter to this rank's token shard). */
-static void embedding_layer_forward(gpt_model *m, float *h0, int B, int T) {
-    const transformer_config *c = &m->cfg;
-    int N = B * T, Ns = tc_tokens_local(c, N), C = c->hidden_size;
-    if (tc_tp(c) == 1) {
-        embedding_forward(h0, m->tokens, m->wte, m->wpe, B, T, C, c->position_offset);
-        return;
-    }
-    int Vl = tc_vocab_local(c);
-    vocab_parallel_embedding_forward(m->emb_partial, m->tokens, m->wte, c->tp_rank * Vl, Vl, N, C);
-    if (tc_sp(c)) {
-        tp_reduce_scatter(h0, m->emb_partial, (size_t)Ns * C);
-    } else {
-        tp_all_reduce_sum(m->emb_partial, (size_t)N * C);
-        memcpy(h0, m->emb_partial, (size_t)N * C * sizeof(float));
-    }
-    if (m->wpe)
-        position_embedding_add(h0, m->wpe + (size_t)c->position_offset * C,
-                               shard_first_token(c, Ns), Ns, T, C);
-}
-
-static void embedding_layer_backward(gpt_model *m, const float *dh0, int B, int T) {
-    const transformer_config *c = &m->cfg;
-    int N = B * T, Ns = tc_tokens_local(c, N), C = c->hidden_size;
-    if (tc_tp(c) == 1) {
-        embedding_backward(m->g_wte, m->g_wpe, dh0, m->tokens, B, T, C, c->position_offset);
-        return;
-    }
-    int Vl = tc_vocab_local(c);
-    if (m->wpe)
-        position_embedding_add_backward(m->g_wpe + (size_t)c->position_offset * C, dh0,
-                                        shard_first_token(c, Ns), Ns, T, C);
-    const float *full = dh0;
-    if (tc_sp(c)) {
-        tp_all_gather(m->emb_partial, dh0, (size_t)Ns * C);
-        full = m->emb_partial;
-    }
-    vocab_parallel_embedding_backward(m->g_wte, full, m->tokens, c->tp_rank * Vl, Vl, N, C);
-}
-
-float gpt_model_forward(gpt_model *m, const int32_t *tokens, const int32_t *labels,
-                        const float *loss_mask, int B, int T, gpt_step step) {
-    return gpt_model_forward_weighted(m, tokens, labels, loss_mask, 0.0f, B, T, step);
-}
-
-float gpt_model_forward_weighted(gpt_model *m, const int32_t *tokens, const int32_t *labels,
-                                 const float *weights, float denominator, int B, int T,
-                                 gpt_step step) {
-    const transformer_config *c = &m->cfg;
-    if (B > m->max_batch || T > c->seq_length)
-        die(1, "internal error: batch %dx%d exceeds the model's buffers %dx%d", B, T,
-            m->max_batch, c->seq_length);
-    int N = B * T, Ns = tc_tokens_local(c, N), C = c->hidden_size, V = tc_vocab_local(c);
-    m->B = B;
-    m->T = T;
-    memcpy(m->tokens, tokens, (size_t)N * sizeof(int));
-    layer_ctx *ctx = &m->ctx;
+/* Records the micro-batch's shape, tokens and dropout key in s (backward reads them), and the
+ * model's config with the store's chunk and recompute kind (the model's may have changed since
+ * the store was made: a benchmark switches the TP overlap modes). */
+static void begin_forward(gpt_model *m, activation_store *s, const gpt_batch *b, gpt_step step) {
+    int chunk = s->cfg.vp_rank, unchecked = s->cfg.recompute_store_unchecked;
+    s->cfg = m->cfg;
+    s->cfg.vp_rank = chunk;
+    s->cfg.recompute_store_unchecked = unchecked;
+    const transformer_config *c = &s->cfg;
+    if (b->B > s->max_batch || b->T > c->seq_length)
+        die(1, "internal error: batch %dx%d exceeds the model's buffers %dx%d", b->B, b->T,
+            s->max_batch, c->seq_length);
+    s->B = b->B;
+    s->T = b->T;
+    memcpy(s->tokens, b->tokens, (size_t)b->B * b->T * sizeof(int));
+    layer_ctx *ctx = &s->ctx;
     ctx->cfg = c;
-    ctx->B = B;
-    ctx->T = T;
+    ctx->B = b->B;
+    ctx->T = b->T;
     ctx->training = step.training;
     ctx->key = (dropout_key){.seed = step.seed, .iteration = step.iteration,
                              .microbatch = step.microbatch, .layer = 0, .site = 0};
     ctx->rope_cos = m->rope_cos;
     ctx->rope_sin = m->rope_sin;
+}
 
-    if (tc_first_stage(c)) {
-        /* embedding + dropout (Megatron applies --hidden-dropout to the embedding output) */
-        if (m->params_needed) m->params_needed(m->params_needed_user, 0, m->layer_begin[0]);
-        float *h0 = m->block.hidden[0];
-        embedding_layer_forward(m, h0, B, T);
-        dropout_key ek = ctx->key;
-        ek.site = DROPOUT_SITE_EMBEDDING;
-        uint64_t off = tc_sp(c) ? (uint64_t)c->tp_rank * Ns * C : 0;
-        dropout_forward(h0, h0, (size_t)Ns * C, step.training ? c->hidden_dropout : 0.0f, ek, off);
-    } /* else: the previous stage's output was received into gpt_model_stage_input(m) */
+/* First stage: embedding + dropout into the block's input. */
+static void embedding_forward_into(gpt_model *m, activation_store *s) {
+    const transformer_config *c = &s->cfg;
+    int Ns = tc_tokens_local(c, s->B * s->T);
+    params_needed(m, 0, m->spec.layer_begin[0]);
+    float *h0 = s->input;
+    vocab_parallel_embedding emb = embedding_of(m);
+    vocab_parallel_embedding_forward(&emb, h0, s->tokens, s->B, s->T);
+    uint64_t off;
+    dropout_key ek = embedding_dropout_key(&s->ctx, &off, Ns);
+    dropout_forward(h0, h0, (size_t)Ns * c->hidden_size, s->ctx.training ? c->hidden_dropout : 0.0f,
+                    ek, off);
+}
 
-    transformer_block_forward(&m->block, ctx);
-    if (!tc_last_stage(c)) return 0.0f; /* output in gpt_model_stage_output(m) */
-
-    /* final norm on the token shard, gathered for the vocab-parallel output layer */
-    if (m->params_needed) /* final norm and an untied output layer (a tied one: above) */
-        m->params_needed(m->params_needed_user, m->layer_begin[m->rank_layers], m->params.numel);
-    final_norm_forward(c, m, m->block.hidden[m->block.num_layers], Ns);
+/* Last stage: final norm on the token shard, gathered for the vocab-parallel output layer. */
+static void head_forward(gpt_model *m, activation_store *s) {
+    const transformer_config *c = &s->cfg;
+    int N = s->B * s->T, Ns = tc_tokens_local(c, N), C = c->hidden_size, V = tc_vocab_local(c);
+    params_needed(m, head_begin(m), m->params.numel);
+    norm_forward(c, s->lnf, s->lnf_mean, s->lnf_rstd, s->output, m->lnf_w, m->lnf_b, Ns);
     tp_linear out = tp_linear_make(c, TP_LINEAR_OUTPUT, m->block.ws.gathered, NULL, NULL);
-    column_parallel_linear_forward(&out, m->logits, m->lnf, m->out_w, NULL, N, C, V);
+    column_parallel_linear_forward(&out, s->logits, s->lnf, m->out_w, NULL, N, C, V);
+}
 
-    if (!labels) return 0.0f;
-    memcpy(m->labels, labels, (size_t)N * sizeof(int));
-    if (weights)
-        memcpy(m->loss_mask, weights, (size_t)N * sizeof(float));
+/* Cross-entropy (vocab-parallel under TP) and the weighted mean of the per-token losses. */
+static float loss_forward(gpt_model *m, activation_store *s, const gpt_batch *b) {
+    const transformer_config *c = &s->cfg;
+    int N = s->B * s->T, V = tc_vocab_local(c);
+    memcpy(s->labels, b->labels, (size_t)N * sizeof(int));
+    if (b->loss_mask)
+        memcpy(s->loss_mask, b->loss_mask, (size_t)N * sizeof(float));
     else
-        for (int i = 0; i < N; i++) m->loss_mask[i] = 1.0f;
+        for (int i = 0; i < N; i++) s->loss_mask[i] = 1.0f;
     if (tc_tp(c) == 1)
-        cross_entropy_forward(m->losses, m->lse, m->logits, m->labels, N, V);
+        cross_entropy_forward(s->losses, s->lse, s->logits, s->labels, N, V);
     else
-        vocab_parallel_cross_entropy_forward(m->losses, m->lse, m->ce_sumexp, m->logits,
-                                             m->labels, c->tp_rank * V, V, N);
+        vocab_parallel_cross_entropy_forward(s->losses, s->lse, m->ce_sumexp, s->logits,
+                                             s->labels, c->tp_rank * V, V, N);
     double num = 0.0, den = 0.0;
     for (int i = 0; i < N; i++) {
-        num += (double)m->losses[i] * m->loss_mask[i];
-        den += m->loss_mask[i];
+        num += (double)s->losses[i] * s->loss_mask[i];
+        den += s->loss_mask[i];
     }
-    if (denominator > 0.0f) den = denominator;
-    m->loss_mask_sum = (float)den;
+    if (b->denominator > 0.0f) den = b->denominator;
+    s->loss_mask_sum = (float)den;
     return den > 0.0 ? (float)(num / den) : 0.0f;
 }
 
-/* The head's backward (last stage): cross-entropy, output layer, final norm -> m->dres. */
-static void head_backward(gpt_model *m, float loss_scale) {
-    const transformer_config *c = &m->cfg;
-    int N = m->B * m->T, Ns = tc_tokens_local(c, N), C = c->hidden_size, V = tc_vocab_local(c);
+float gpt_model_forward(gpt_model *m, activation_store *s, const gpt_batch *b, gpt_step step) {
+    const transformer_config *c = &s->cfg;
+    begin_forward(m, s, b, step);
+    if (tc_first_stage(c)) embedding_forward_into(m, s);
+    /* else: the previous stage's output was received into s->input */
+    transformer_block_forward(&m->block, &s->block, &s->ctx);
+    if (!tc_last_stage(c)) return 0.0f; /* output in s->output */
+    head_forward(m, s);
+    return b->labels ? loss_forward(m, s, b) : 0.0f;
+}
+
+/* The head's backward (last stage): cross-entropy, output layer, final norm -> s->grad. */
+static void head_backward(gpt_model *m, activation_store *s, float loss_scale) {
+    const transformer_config *c = &s->cfg;
+    int N = s->B * s->T, Ns = tc_tokens_local(c, N), C = c->hidden_size, V = tc_vocab_local(c);
     size_t NsC = (size_t)Ns * C;
 
     /* loss = sum_i mask_i * loss_i / sum(mask) */
-    float inv = m->loss_mask_sum > 0.0f ? loss_scale / m->loss_mask_sum : 0.0f;
-    for (int i = 0; i < N; i++) m->dlosses[i] = m->loss_mask[i] * inv;
+    float inv = s->loss_mask_sum > 0.0f ? loss_scale / s->loss_mask_sum : 0.0f;
+    for (int i = 0; i < N; i++) m->dlosses[i] = s->loss_mask[i] * inv;
     if (tc_tp(c) == 1)
-        cross_entropy_backward(m->logits, m->logits, m->lse, m->labels, m->dlosses, N, V);
+        cross_entropy_backward(s->logits, s->logits, s->lse, s->labels, m->dlosses, N, V);
     else
-        vocab_parallel_cross_entropy_backward(m->logits, m->logits, m->lse, m->labels,
+        vocab_parallel_cross_entropy_backward(s->logits, s->logits, s->lse, s->labels,
                                               c->tp_rank * V, m->dlosses, V, N);
 
-    /* output layer (dlogits now in m->logits): m->demb [N, C] holds this rank's part of the
+    /* output layer (dlogits now in s->logits): m->demb [N, C] holds this rank's part of the
      * gradient w.r.t. the (gathered) final norm output, summed across TP into dln [Ns, C] */
     float *dln = tc_sp(c) ? m->block.ws.dln : m->demb;
     tp_linear out = tp_linear_make(c, TP_LINEAR_OUTPUT, m->block.ws.gathered, m->demb,
                                    m->block.ws.recv);
-    column_parallel_linear_backward(&out, dln, m->g_out_w, NULL, m->logits, m->lnf, m->out_w, N,
+    column_parallel_linear_backward(&out, dln, m->g_out_w, NULL, s->logits, s->lnf, m->out_w, N,
                                     C, V);
-    memset(m->dres, 0, NsC * sizeof(float));
-    final_norm_backward(c, m, m->dres, dln, m->block.hidden[m->block.num_layers], Ns);
-    if (m->grads_done) /* final norm and an untied output layer are complete */
-        m->grads_done(m->grads_done_user, m->layer_begin[m->rank_layers], m->params.numel);
+    memset(s->grad, 0, NsC * sizeof(float));
+    norm_backward(c, s->grad, m->g_lnf_w, m->g_lnf_b, dln, s->output, m->lnf_w, s->lnf_mean,
+                  s->lnf_rstd, Ns);
+    grads_done(m, head_begin(m), m->params.numel);
 }
 
-void gpt_model_backward(gpt_model *m, float loss_scale) {
-    const transformer_config *c = &m->cfg;
-    int B = m->B, T = m->T, N = B * T, Ns = tc_tokens_local(c, N), C = c->hidden_size;
-    size_t NsC = (size_t)Ns * C;
-    const layer_ctx *ctx = &m->ctx;
-
-    if (tc_last_stage(c)) head_backward(m, loss_scale);
-    /* else: the next stage's gradient was received into gpt_model_stage_output_grad(m) */
-
-    transformer_block_backward(&m->block, ctx, m->dres);
-    if (!tc_first_stage(c)) return; /* gradient w.r.t. the input in gpt_model_stage_input_grad */
-
+/* First stage: the embedding's backward from the gradient w.r.t. the block input. */
+static void embedding_backward_from(gpt_model *m, activation_store *s) {
+    const transformer_config *c = &s->cfg;
+    int Ns = tc_tokens_local(c, s->B * s->T);
+    size_t NsC = (size_t)Ns * c->hidden_size;
     memset(m->demb, 0, NsC * sizeof(float));
-    dropout_key ek = ctx->key;
-    ek.site = DROPOUT_SITE_EMBEDDING;
-    uint64_t off = tc_sp(c) ? (uint64_t)c->tp_rank * Ns * C : 0;
-    dropout_backward(m->demb, m->dres, NsC, ctx->training ? c->hidden_dropout : 0.0f, ek, off);
-    embedding_layer_backward(m, m->demb, B, T);
-    if (m->grads_done) m->grads_done(m->grads_done_user, 0, m->layer_begin[0]);
+    uint64_t off;
+    dropout_key ek = embedding_dropout_key(&s->ctx, &off, Ns);
+    dropout_backward(m->demb, s->grad, NsC, s->ctx.training ? c->hidden_dropout : 0.0f, ek, off);
+    vocab_parallel_embedding emb = embedding_of(m);
+    vocab_parallel_embedding_backward(&emb, m->demb, s->tokens, s->B, s->T);
+    grads_done(m, 0, m->spec.layer_begin[0]);
 }
 
-void gpt_model_finalize_grads(gpt_model *m) {
-    tp_allreduce_partial_grads(&m->params);
-    /* tied embeddings across pipeline stages: the first stage's word embedding and the last
-     * stage's copy get the sum of both gradients (Megatron's embedding group) */
-    const parallel_state *ps = parallel_get();
-    if (ps->embedding == MPI_COMM_NULL || m->cfg.untie_embeddings_and_output_weights) return;
-    const param_set *p = &m->params;
-    for (int i = 0; i < p->count; i++) {
-        const param_tensor *t = &p->tensors[i];
-        if (strcmp(t->name, "embedding.word_embeddings.weight") == 0)
-            MPI_Allreduce(MPI_IN_PLACE, p->grad + t->offset, (int)t->numel, MPI_FLOAT, MPI_SUM,
-                          ps->embedding);
-    }
+void gpt_model_backward(gpt_model *m, activation_store *s, float loss_scale) {
+    const transformer_config *c = &s->cfg;
+    if (tc_last_stage(c)) head_backward(m, s, loss_scale);
+    /* else: the next stage's gradient was received into s->grad */
+    transformer_block_backward(&m->block, &s->block, &s->ctx, s->grad);
+    if (tc_first_stage(c)) embedding_backward_from(m, s);
+    /* else: the gradient w.r.t. the input is in s->grad */
 }
-
-void gpt_model_set_chunk(gpt_model *m, int chunk) {
-    if (chunk < 0 || chunk >= m->num_chunks)
-        die(1, "internal error: model chunk %d of %d", chunk, m->num_chunks);
-    m->cfg.vp_rank = chunk;
-    transformer_block_bind(&m->block, chunk);
-}
-
-float *gpt_model_grad_slot(gpt_model *m, int slot) { return m->dres_slot[slot]; }
-float *gpt_model_stage_recv_buffer(gpt_model *m) { return m->stage_recv; }
-void gpt_model_use_grad_slot(gpt_model *m, int slot) { m->dres = m->dres_slot[slot]; }
-
-size_t gpt_model_stage_floats(const gpt_model *m) { return m->block.hidden_floats; }
-float *gpt_model_stage_input(gpt_model *m) { return m->block.hidden[0]; }
-float *gpt_model_stage_output(gpt_model *m) { return m->block.hidden[m->block.num_layers]; }
-float *gpt_model_stage_output_grad(gpt_model *m) { return m->dres; }
-float *gpt_model_stage_input_grad(gpt_model *m) { return m->dres; }

@@ -1,54 +1,54 @@
 /* The GPT model (Megatron-core's GPTModel): embedding -> transformer block -> final norm ->
  * output layer (tied to the word embedding unless untied) -> cross-entropy with a loss mask.
  *
- * All parameters live in one param_set (flat buffers, Megatron-core names, see
- * docs/CHECKPOINT.md); all activations and workspaces are allocated once, in gpt_model_create,
- * for up to max_batch x seq_length tokens, so a training step never allocates. */
+ * The model holds what every micro-batch shares: the parameters (one param_set of flat
+ * buffers laid out from core/models/gpt_spec.h, Megatron-core names, docs/CHECKPOINT.md), their
+ * gradients and AdamW's moments, and the workspaces, allocated once in gpt_model_create for up to
+ * max_batch x seq_length tokens. What one micro-batch keeps between forward and backward is an
+ * activation store's (activation_store.h), also allocated once; so a training step never
+ * allocates. */
 #ifndef MEGADLM_CORE_MODELS_GPT_MODEL_H
 #define MEGADLM_CORE_MODELS_GPT_MODEL_H
 
 #include <stdint.h>
 
+#include "core/models/activation_store.h"
+#include "core/models/gpt_spec.h"
 #include "core/tensor/tensor.h"
 #include "core/transformer/transformer_block.h"
 #include "core/transformer/transformer_config.h"
 
-typedef struct {
+/* What a model is built for. */
+typedef enum {
+    GPT_MODEL_FORWARD_ONLY,  /* parameters and forward workspaces (generation, evaluation) */
+    GPT_MODEL_TRAINING,      /* also gradients, AdamW's moments and backward workspaces */
+    GPT_MODEL_TRAINING_SHARDED_OPTIMIZER /* training without the moments: the distributed
+                                          * optimizer holds its shard of them */
+} gpt_model_kind;
+
+typedef struct gpt_model {
     transformer_config cfg;
     int max_batch;        /* B the buffers were sized for */
-    int with_backward;    /* grads, optimizer state and backward workspaces allocated (2: no
-                           * optimizer state: the distributed optimizer holds it, sharded) */
+    gpt_model_kind kind;
     param_set params;
 
     float *wte, *wpe, *lnf_w, *lnf_b, *out_w;     /* parameters (wpe/lnf_b/out_w may be NULL) */
     float *g_wte, *g_wpe, *g_lnf_w, *g_lnf_b, *g_out_w; /* their gradients */
     transformer_block block;
 
-    /* buffers for up to max_batch x seq_length tokens (N) */
-    int *tokens;          /* [N] */
-    int *labels;          /* [N] */
-    float *loss_mask;     /* [N] */
-    float *lnf;           /* [N, C] final norm output (saved) */
-    float *lnf_mean, *lnf_rstd; /* [N] */
-    float *logits;        /* [N, V] (holds dlogits during backward) */
-    float *losses, *lse;  /* [N] per-token loss, logsumexp */
+    /* workspaces for up to max_batch x seq_length tokens (N; Ns of them outside TP regions) */
     float *dlosses;       /* [N] */
-    float *dres;          /* [N, C] residual-stream gradient (one of dres_slot) */
-    float *dres_slot[2];  /* its buffers: [1] only with interleaving (workspace) */
-    float *stage_recv;    /* [Ns, C] interleaving: a chunk's input received before the chunk
-                           * has a store (workspace) */
+    float *dres;          /* [Ns, C] residual-stream gradient (the stores' default `grad`) */
     float *demb;          /* [N, C] embedding gradient before dropout */
     float *rope_cos, *rope_sin; /* [seq_length, rot_dim/2] */
     float *emb_partial;   /* [N, C] vocab-parallel lookup before its reduction (TP only) */
     float *ce_sumexp;     /* [N] vocab-parallel cross-entropy scratch (TP only) */
 
-    /* Where each part's parameters sit in the flat buffers (floats): the rank's layer l is
-     * [layer_begin[l], layer_begin[l + 1]); the embedding (word + position) is [0, layer_begin[0]);
-     * the final norm and an untied output layer are [layer_begin[L], params.numel). With
-     * interleaving the rank's layers are its model chunks' in chunk order (l = chunk x
-     * layers per chunk + index in the chunk): each chunk's parameters are one range. */
-    size_t *layer_begin; /* [rank_layers + 1] */
-    int rank_layers;     /* L: this rank's layers, all its model chunks */
+    /* The rank's parameters (names, shapes, where each part's parameters sit in the flat
+     * buffers: spec.layer_begin; gpt_spec.h); params.tensors is spec's table. With
+     * interleaving the rank's layers are its model chunks' in chunk order (local layer l is
+     * chunk l / layers per chunk), so each chunk's parameters are one range. */
+    gpt_spec spec;
     int num_chunks;      /* model chunks of this rank (1 without interleaving) */
     /* Called during backward whenever a range of the gradient buffer has received this
      * micro-batch's last contribution (head, each layer, then the embedding, which also holds
@@ -60,34 +60,14 @@ typedef struct {
      * (--overlap-param-gather); NULL = none. */
     void (*params_needed)(void *user, size_t begin, size_t end);
     void *params_needed_user;
-
-    int replica;          /* an activation store sharing its owner's parameters (pipelines) */
-
-    /* the last forward call, which backward differentiates */
-    int B, T;
-    float loss_mask_sum;
-    layer_ctx ctx;
 } gpt_model;
 
-/* Builds names/shapes, allocates parameters (and, with_backward, gradients, AdamW state (not
- * with with_backward = 2, for the distributed optimizer, which allocates its shard) and
- * backward workspaces) and activations for max_batch x cfg->seq_length. Parameters are left
- * zero: call gpt_model_init_params or load a checkpoint. */
-gpt_model *gpt_model_create(const transformer_config *cfg, int max_batch, int with_backward);
+/* Lays the parameters out (gpt_spec_rank), allocates them and what `kind` asks for, and the
+ * workspaces for max_batch x cfg->seq_length tokens. Parameters are left zero: call
+ * gpt_model_init_params or load a checkpoint. Forward and backward need an activation store
+ * (activation_store_create). */
+gpt_model *gpt_model_create(const transformer_config *cfg, int max_batch, gpt_model_kind kind);
 void gpt_model_free(gpt_model *m);
-/* One more activation store for a micro-batch in flight (pipeline schedules hold several): its
- * own layer inputs, saved tensors, tokens and head buffers; parameters, gradients, optimizer
- * state, workspaces and recompute slots are the owner's. With full recompute, checkpointed = 0
- * makes this store keep everything (per-micro-batch partial recompute). Free it with
- * gpt_model_free before the owner. */
-gpt_model *gpt_model_replica(const gpt_model *owner, int checkpointed);
-
-/* The whole model's tensors as one process holds them (no tensor or pipeline parallelism):
- * names, whole shapes, init streams, in the whole model's order (tensor i has init_stream i),
- * offsets as in one flat buffer of whole->numel floats; no buffers are allocated. The same on
- * every rank of any layout of cfg (checkpoints lay their files out from it). Free
- * whole->tensors. 0, or -1 out of memory. */
-int gpt_model_whole_params(const transformer_config *cfg, param_set *whole);
 
 /* Megatron's init: normal(0, init_method_std) for weights and embeddings, std/sqrt(2L) for
  * linear_proj and linear_fc2, norms 1, biases 0. Element values depend only on (seed, tensor
@@ -101,45 +81,24 @@ typedef struct {
     int training;        /* dropout on */
 } gpt_step;
 
-/* tokens/labels/loss_mask [B, T] (labels and loss_mask may be NULL: logits only).
- * Returns the token-averaged loss sum(loss * mask) / sum(mask) (0 without labels).
- * Logits of the last call stay in m->logits [B, T, V] until backward. */
-float gpt_model_forward(gpt_model *m, const int32_t *tokens, const int32_t *labels,
-                        const float *loss_mask, int B, int T, gpt_step step);
-/* The same with per-token loss weights and the denominator given: loss =
- * sum(loss * weights) / denominator (denominator <= 0: sum(weights)). The masked-diffusion
+/* One micro-batch. The loss is sum(loss * loss_mask) / denominator; the masked-diffusion
  * objective weighs masked tokens by 1/p and divides by the loss-mask count. */
-float gpt_model_forward_weighted(gpt_model *m, const int32_t *tokens, const int32_t *labels,
-                                 const float *weights, float denominator, int B, int T,
-                                 gpt_step step);
-/* Backward of the last forward, with d(objective)/d(loss) = loss_scale (1/num_microbatches for
- * gradient accumulation). Gradients accumulate into m->params.grad. */
-void gpt_model_backward(gpt_model *m, float loss_scale);
-/* After the last micro-batch's backward: sums across TP the gradients each rank holds only a
- * part of (Megatron's finalize_model_grads). A no-op with one TP rank. */
-void gpt_model_finalize_grads(gpt_model *m);
+typedef struct {
+    const int32_t *tokens;  /* [B, T] */
+    const int32_t *labels;  /* [B, T], or NULL: logits only */
+    const float *loss_mask; /* [B, T] per-token loss weights, or NULL: all 1 */
+    float denominator;      /* <= 0: the sum of the weights (the token-averaged loss) */
+    int B, T;
+} gpt_batch;
 
-/* Pipeline stages. A stage that is not the first reads its input from gpt_model_stage_input
- * (receive the previous stage's output there before forward); one that is not the last leaves
- * its output in gpt_model_stage_output, takes the gradient w.r.t. it in
- * gpt_model_stage_output_grad (receive before backward) and leaves the gradient w.r.t. its
- * input in gpt_model_stage_input_grad. Each is gpt_model_stage_floats floats. Only the last
- * stage computes a loss (forward returns 0 elsewhere). */
-size_t gpt_model_stage_floats(const gpt_model *m);
-/* Interleaved schedule: a store runs whichever model chunk it is set to (its parameters, layer
- * indices, and whether it is the pipeline's first or last stage: cfg.vp_rank); the gradient
- * w.r.t. the chunk's output / input lives in one of two buffers shared by all stores
- * (gpt_model_grad_slot), chosen with gpt_model_use_grad_slot before backward, so the next
- * backward's output gradient can arrive while the last one's input gradient is sent; the next
- * chunk input arrives in gpt_model_stage_recv_buffer (the owner's, with backward), copied to a
- * store's input when the store is taken. */
-void gpt_model_set_chunk(gpt_model *m, int chunk);
-float *gpt_model_grad_slot(gpt_model *m, int slot);
-void gpt_model_use_grad_slot(gpt_model *m, int slot);
-float *gpt_model_stage_recv_buffer(gpt_model *m);
-float *gpt_model_stage_input(gpt_model *m);
-float *gpt_model_stage_output(gpt_model *m);
-float *gpt_model_stage_output_grad(gpt_model *m);
-float *gpt_model_stage_input_grad(gpt_model *m);
+/* Forward of b on the store s (B <= max_batch, T <= seq_length). Returns the loss on the
+ * pipeline's last stage (0 without labels, and on other stages: their output is s->output).
+ * The logits stay in s->logits [B, T, V/t] until backward. */
+float gpt_model_forward(gpt_model *m, activation_store *s, const gpt_batch *b, gpt_step step);
+/* Backward of s's last forward, with d(objective)/d(loss) = loss_scale (1/num_microbatches for
+ * gradient accumulation). Gradients accumulate into m->params.grad. The sums across TP, DP and
+ * the embedding group that follow the last micro-batch's backward are
+ * core/distributed/finalize_model_grads.h's. */
+void gpt_model_backward(gpt_model *m, activation_store *s, float loss_scale);
 
 #endif

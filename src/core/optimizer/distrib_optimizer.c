@@ -3,7 +3,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/kernels/adamw.h"
 #include "core/parallel_state.h"
@@ -12,17 +11,10 @@
 #include "core/util/alloc.h"
 #include "core/util/die.h"
 
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-dist_opt *dist_opt_create(param_set *ps, ddp *d, int overlap_param_gather) {
+dist_opt *dist_opt_create(param_set *ps, ddp *d) {
     dist_opt *o = xcalloc(1, sizeof(dist_opt), "distributed optimizer");
     o->ps = ps;
     o->ddp = d;
-    o->overlap_param_gather = overlap_param_gather;
     o->shard_numel = (ps->numel + (size_t)d->dp_size - 1) / (size_t)d->dp_size;
     o->exp_avg = mem_alloc_floats(MEM_OPTIMIZER, o->shard_numel, "adam exp_avg (shard)");
     o->exp_avg_sq = mem_alloc_floats(MEM_OPTIMIZER, o->shard_numel, "adam exp_avg_sq (shard)");
@@ -49,18 +41,14 @@ dist_opt *dist_opt_create(param_set *ps, ddp *d, int overlap_param_gather) {
     if (state > o->shard_numel)
         die(1, "internal error: distributed optimizer shard of %zu > %zu elements",
                        state, o->shard_numel);
-    o->reqs = xcalloc((size_t)d->num_buckets + 1, sizeof(MPI_Request), "parameter gather requests");
-    for (int b = 0; b < d->num_buckets; b++) o->reqs[b] = MPI_REQUEST_NULL;
     return o;
 }
 
 void dist_opt_free(dist_opt *o) {
     if (!o) return;
-    dist_opt_finish_param_sync(o);
     mem_free(o->exp_avg);
     mem_free(o->exp_avg_sq);
     free(o->segs);
-    free(o->reqs);
     free(o);
 }
 
@@ -68,13 +56,10 @@ float dist_opt_grad_norm(dist_opt *o) {
     double local = 0.0;
     for (int s = 0; s < o->num_segments; s++)
         local += optimizer_grad_sumsq(o->ps, o->segs[s].begin, o->segs[s].begin + o->segs[s].numel);
-    const parallel_state *st = parallel_get();
-    if (st->mpi && st->dp_size > 1)
-        MPI_Allreduce(MPI_IN_PLACE, &local, 1, MPI_DOUBLE, MPI_SUM, st->dp);
+    /* the pieces of every DP rank, then every TP rank's and stage's tensors */
+    local = parallel_sum_double(PARALLEL_GROUP_DP, local);
     local = tp_all_reduce_sum_double(local);
-    if (st->mpi && st->pp_size > 1)
-        MPI_Allreduce(MPI_IN_PLACE, &local, 1, MPI_DOUBLE, MPI_SUM, st->pp);
-    return (float)sqrt(local);
+    return (float)sqrt(parallel_sum_double(PARALLEL_GROUP_PP, local));
 }
 
 void dist_opt_clip_grads(dist_opt *o, float grad_norm, float clip_grad) {
@@ -99,56 +84,4 @@ void dist_opt_step(dist_opt *o, const optimizer_config *oc, float lr, int step) 
         adamw_update(ps->data + sg->begin, ps->grad + sg->begin, o->exp_avg + sg->state,
                      o->exp_avg_sq + sg->state, sg->numel, h);
     }
-}
-
-static void gather_bucket(dist_opt *o, float *buf, int b, int nonblocking) {
-    ddp *d = o->ddp;
-    const ddp_bucket *bk = &d->buckets[b];
-    if (nonblocking)
-        MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf + bk->begin, bk->counts,
-                        bk->displs, MPI_FLOAT, d->comm, &o->reqs[b]);
-    else
-        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf + bk->begin, bk->counts,
-                       bk->displs, MPI_FLOAT, d->comm);
-}
-
-void dist_opt_start_param_sync(dist_opt *o) {
-    ddp *d = o->ddp;
-    if (d->dp_size == 1) return;
-    /* forward order: the last bucket holds the embedding */
-    for (int b = d->num_buckets - 1; b >= 0; b--) {
-        gather_bucket(o, o->ps->data, b, o->overlap_param_gather);
-        if (o->overlap_param_gather) o->stats.gathers_started++;
-    }
-}
-
-void dist_opt_params_needed(void *user, size_t begin, size_t end) {
-    dist_opt *o = user;
-    ddp *d = o->ddp;
-    if (d->dp_size == 1) return;
-    double t0 = now_seconds();
-    int any = 0;
-    for (int b = 0; b < d->num_buckets; b++) {
-        if (o->reqs[b] == MPI_REQUEST_NULL) continue;
-        any = 1;
-        if (d->buckets[b].begin < end && begin < d->buckets[b].end) {
-            MPI_Wait(&o->reqs[b], MPI_STATUS_IGNORE);
-            o->stats.completed_in_forward++;
-        }
-    }
-    if (any) { /* progress on the gathers of later layers */
-        int outcount, idx[d->num_buckets];
-        MPI_Testsome(d->num_buckets, o->reqs, &outcount, idx, MPI_STATUSES_IGNORE);
-        if (outcount != MPI_UNDEFINED) o->stats.completed_in_forward += (unsigned long)outcount;
-        o->stats.forward_seconds += now_seconds() - t0;
-    }
-}
-
-void dist_opt_finish_param_sync(dist_opt *o) {
-    ddp *d = o->ddp;
-    for (int b = 0; b < d->num_buckets; b++)
-        if (o->reqs[b] != MPI_REQUEST_NULL) {
-            MPI_Wait(&o->reqs[b], MPI_STATUS_IGNORE);
-            o->stats.completed_at_finish++;
-        }
 }

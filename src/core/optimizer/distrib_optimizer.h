@@ -9,18 +9,15 @@
  *                           all-reduced over DP, TP and PP
  *   dist_opt_clip_grads     clipping of the pieces
  *   dist_opt_step           AdamW on the pieces only
- *   dist_opt_start_param_sync   all-gather of every piece to every rank (in place)
+ *   ddp_start_param_sync    all-gather of every piece to every rank (in place; the bucket
+ *                           code's, as Megatron's param_and_grad_buffer)
  *
  * megadlm trains in fp32, so the parameters themselves are the "main" parameters: there is no
  * separate fp32 copy to shard (Megatron's 6 + 12/DP bytes per parameter with bf16 becomes
  * 4 + 4 + 8/DP here: parameters, gradients, the two moments).
  *
- * --overlap-param-gather: the all-gathers start nonblocking after the step (one per bucket, in
- * forward order); the model's params_needed hook (dist_opt_params_needed) waits, before the
- * embedding, each layer and the head run forward, for the buckets that hold their parameters,
- * and makes progress on the others, so the gathers of later layers run under the forward of
- * earlier ones. Anything else that reads the parameters (checkpoints) calls
- * dist_opt_finish_param_sync first.
+ * --overlap-param-gather: the all-gathers start nonblocking after the step and complete under
+ * the next forward (core/distributed/distributed_data_parallel.h).
  *
  * Checkpoints stay unsharded without gathering: training/dist_checkpointing writes each rank's
  * pieces (segs, exp_avg, exp_avg_sq) at their places in the whole tensors and reads back only
@@ -41,37 +38,22 @@ typedef struct {
 } dist_opt_segment;
 
 typedef struct {
-    unsigned long gathers_started, completed_in_forward, completed_at_finish;
-    double forward_seconds; /* time the params_needed hook spent in MPI */
-} dist_opt_stats;
-
-typedef struct {
     param_set *ps;
     ddp *ddp;                  /* the buckets and pieces */
-    int overlap_param_gather;
     size_t shard_numel;        /* ceil(N / DP): state elements allocated on every rank */
     float *exp_avg, *exp_avg_sq; /* [shard_numel] MEM_OPTIMIZER */
     int num_segments;
     dist_opt_segment *segs;    /* this rank's pieces, split at tensor boundaries */
-    MPI_Request *reqs;         /* [num_buckets] parameter all-gathers in flight */
-    dist_opt_stats stats;
 } dist_opt;
 
-/* ps must have been created without optimizer state (gpt_model_create(.., 2)); the state
- * starts at zero. d must use the distributed optimizer (reduce-scatter). */
-dist_opt *dist_opt_create(param_set *ps, ddp *d, int overlap_param_gather);
+/* ps must have been created without optimizer state (the model's sharded-state kind); the
+ * state starts at zero. d must use the distributed optimizer (reduce-scatter). */
+dist_opt *dist_opt_create(param_set *ps, ddp *d);
 void dist_opt_free(dist_opt *o);
 
 float dist_opt_grad_norm(dist_opt *o);
 void dist_opt_clip_grads(dist_opt *o, float grad_norm, float clip_grad);
+/* AdamW on this rank's pieces; ddp_start_param_sync then gives every rank the others'. */
 void dist_opt_step(dist_opt *o, const optimizer_config *oc, float lr, int step);
-
-/* All-gathers the updated pieces: blocking, or started nonblocking with overlap. */
-void dist_opt_start_param_sync(dist_opt *o);
-/* The gpt_model params_needed hook (user = the dist_opt): waits for the gathers of the buckets
- * that overlap [begin, end). */
-void dist_opt_params_needed(void *user, size_t begin, size_t end);
-/* Waits for every gather in flight. */
-void dist_opt_finish_param_sync(dist_opt *o);
 
 #endif

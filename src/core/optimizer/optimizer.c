@@ -36,10 +36,8 @@ float optimizer_grad_norm(const param_set *ps) {
     /* Model parallel: each rank sums its own tensors and slices (optimizer_grad_sumsq counts
      * TP duplicates and the shared embedding copy once); the sums are added over the TP and PP
      * groups. */
-    const parallel_state *st = parallel_get();
     double local = tp_all_reduce_sum_double(optimizer_grad_sumsq(ps, 0, ps->numel));
-    if (st->mpi && st->pp_size > 1) MPI_Allreduce(MPI_IN_PLACE, &local, 1, MPI_DOUBLE, MPI_SUM, st->pp);
-    return (float)sqrt(local);
+    return (float)sqrt(parallel_sum_double(PARALLEL_GROUP_PP, local));
 }
 
 void optimizer_clip_grads(param_set *ps, float grad_norm, float clip_grad) {

@@ -6,6 +6,8 @@
 
 #include "core/parallel_state.h"
 #include "core/pipeline_parallel/p2p_communication.h"
+#include "core/tensor/memory.h"
+#include "core/util/alloc.h"
 #include "core/util/die.h"
 
 /* Most activation stores held at once (micro-batches, or model chunks, whose forward ran and
@@ -24,7 +26,35 @@ int schedule_num_stores(int pp_size, int pp_rank, int num_microbatches) {
     return in_flight < num_microbatches ? in_flight : num_microbatches;
 }
 
-static double no_pipelining(gpt_model **stores, int M, const pipeline_steps *s) {
+pipeline_stores *pipeline_stores_create(const struct gpt_model *m, int num_stores,
+                                        int num_unchecked) {
+    pipeline_stores *p = xcalloc(1, sizeof(pipeline_stores), "pipeline stores");
+    p->num_stores = num_stores;
+    p->stores = xcalloc((size_t)num_stores, sizeof(activation_store *), "activation stores");
+    for (int i = 0; i < num_stores; i++)
+        p->stores[i] = activation_store_create(m, !(i < num_unchecked));
+    const activation_store *s0 = p->stores[0];
+    p->grad[0] = s0->grad;
+    if (s0->num_chunks > 1 && s0->grad) {
+        /* the interleaved schedule receives the next backward's output gradient while the
+         * last one's input gradient is still being sent: a second buffer */
+        p->grad[1] = mem_alloc_floats(MEM_WORKSPACE, s0->stage_floats, "residual gradient (2)");
+        /* ... and takes a chunk's input before it has a store for it */
+        p->recv = mem_alloc_floats(MEM_WORKSPACE, s0->stage_floats, "received stage input");
+    }
+    return p;
+}
+
+void pipeline_stores_free(pipeline_stores *p) {
+    if (!p) return;
+    for (int i = 0; i < p->num_stores; i++) activation_store_free(p->stores[i]);
+    free(p->stores);
+    mem_free(p->grad[1]);
+    mem_free(p->recv);
+    free(p);
+}
+
+static double no_pipelining(activation_store **stores, int M, const pipeline_steps *s) {
     double loss = 0.0;
     for (int k = 0; k < M; k++) {
         loss += s->forward_step(s->user, k, stores[0]);
@@ -36,41 +66,40 @@ static double no_pipelining(gpt_model **stores, int M, const pipeline_steps *s) 
 }
 
 /* Megatron's forward_backward_pipelining_without_interleaving. */
-static double one_f_one_b(gpt_model **stores, int num_stores, int M, const pipeline_steps *s) {
+static double one_f_one_b(activation_store **stores, int num_stores, int M,
+                          const pipeline_steps *s) {
     const parallel_state *ps = parallel_get();
     int warmup = ps->pp_size - ps->pp_rank - 1;
     if (warmup > M) warmup = M;
     int remaining = M - warmup;
-    size_t n = gpt_model_stage_floats(stores[0]);
+    size_t n = stores[0]->stage_floats;
     double loss = 0.0;
 #define STORE(k) stores[(k) % num_stores]
 
     for (int k = 0; k < warmup; k++) {
-        p2p_recv_forward(gpt_model_stage_input(STORE(k)), n);
+        p2p_recv_forward(STORE(k)->input, n);
         loss += s->forward_step(s->user, k, STORE(k));
         held_add(1);
-        p2p_send_forward(gpt_model_stage_output(STORE(k)), n);
+        p2p_send_forward(STORE(k)->output, n);
     }
-    if (remaining > 0) p2p_recv_forward(gpt_model_stage_input(STORE(warmup)), n);
+    if (remaining > 0) p2p_recv_forward(STORE(warmup)->input, n);
     for (int i = 0; i < remaining; i++) {
         int f = warmup + i, b = i; /* forward of micro-batch f, backward of the oldest, b */
         loss += s->forward_step(s->user, f, STORE(f));
         held_add(1);
-        p2p_send_forward_recv_backward(gpt_model_stage_output(STORE(f)),
-                                       gpt_model_stage_output_grad(STORE(b)), n);
+        p2p_send_forward_recv_backward(STORE(f)->output, STORE(b)->grad, n);
         s->backward_step(s->user, b, STORE(b));
         held_add(-1);
         if (i == remaining - 1)
-            p2p_send_backward(gpt_model_stage_input_grad(STORE(b)), n);
+            p2p_send_backward(STORE(b)->grad, n);
         else
-            p2p_send_backward_recv_forward(gpt_model_stage_input_grad(STORE(b)),
-                                           gpt_model_stage_input(STORE(f + 1)), n);
+            p2p_send_backward_recv_forward(STORE(b)->grad, STORE(f + 1)->input, n);
     }
     for (int b = remaining; b < M; b++) { /* cool-down */
-        p2p_recv_backward(gpt_model_stage_output_grad(STORE(b)), n);
+        p2p_recv_backward(STORE(b)->grad, n);
         s->backward_step(s->user, b, STORE(b));
         held_add(-1);
-        p2p_send_backward(gpt_model_stage_input_grad(STORE(b)), n);
+        p2p_send_backward(STORE(b)->grad, n);
     }
 #undef STORE
     return loss;
@@ -169,20 +198,20 @@ int schedule_stores(int pp_size, int pp_rank, int vp_size, int num_microbatches,
 }
 
 typedef struct {
-    gpt_model **free_[2]; /* free stores of each kind (1: keeps everything) */
+    activation_store **free_[2]; /* free stores of each kind (1: keeps everything) */
     int nfree[2];
 } store_pool;
 
-static gpt_model *pool_take(store_pool *pl, int kind) {
+static activation_store *pool_take(store_pool *pl, int kind) {
     if (pl->nfree[kind] == 0)
         die(1, "internal error: the interleaved schedule ran out of activation stores");
     held_add(1);
     return pl->free_[kind][--pl->nfree[kind]];
 }
 
-static void pool_give(store_pool *pl, gpt_model *m) {
-    int kind = m->cfg.recompute_store_unchecked != 0;
-    pl->free_[kind][pl->nfree[kind]++] = m;
+static void pool_give(store_pool *pl, activation_store *st) {
+    int kind = st->cfg.recompute_store_unchecked != 0;
+    pl->free_[kind][pl->nfree[kind]++] = st;
     held_add(-1);
 }
 
@@ -192,45 +221,45 @@ static void pool_give(store_pool *pl, gpt_model *m) {
  * backward, each completed only when its data is needed (a receive before the next forward /
  * backward, a send before its buffer is written again), so a stage does not wait for its
  * neighbours to reach the same point of their step. */
-static double interleaved(gpt_model **stores, int num_stores, int M, const pipeline_steps *s) {
+static double interleaved(pipeline_stores *p, int M, const pipeline_steps *s) {
     const parallel_state *ps = parallel_get();
+    activation_store **stores = p->stores;
+    int num_stores = p->num_stores;
     vplan x = vplan_make(ps->pp_size, ps->pp_rank, stores[0]->num_chunks, M, 0);
-    size_t n = gpt_model_stage_floats(stores[0]);
+    size_t n = stores[0]->stage_floats;
     int K = s->partial_checkpoints;
-    gpt_model *kind0[num_stores], *kind1[num_stores];
+    activation_store *kind0[num_stores], *kind1[num_stores];
     store_pool pl = {.free_ = {kind0, kind1}};
     for (int i = num_stores - 1; i >= 0; i--) {
         int kind = stores[i]->cfg.recompute_store_unchecked != 0;
         pl.free_[kind][pl.nfree[kind]++] = stores[i];
     }
-    gpt_model *of[x.total];   /* the store of each virtual micro-batch (forward index) */
-    gpt_model *g = stores[0]; /* owner of the gradient buffers and the input buffer */
-    float *recv = gpt_model_stage_recv_buffer(g);
+    activation_store *of[x.total]; /* the store of each virtual micro-batch (forward index) */
+    float *recv = p->recv;
     double loss = 0.0;
     int slot = 0; /* gradient buffer of the next backward */
     p2p_pending fin = {0}, fout = {0}, bin = {0}, bout = {0}; /* 1F1B steps' transfers */
-    gpt_model *fout_store = NULL; /* whose output fout sends */
+    activation_store *fout_store = NULL; /* whose output fout sends */
 
     /* forward k: a store of its kind, the received input copied in */
 #define FORWARD(k)                                                                   \
     do {                                                                             \
         of[k] = pool_take(&pl, vp_unchecked(&x, (k), K));                            \
-        gpt_model_set_chunk(of[k], vp_chunk(&x, (k), 1));                            \
-        if (vp_recv_input(&x, (k)))                                                  \
-            memcpy(gpt_model_stage_input(of[k]), recv, n * sizeof(float));           \
+        activation_store_set_chunk(of[k], vp_chunk(&x, (k), 1));                     \
+        if (vp_recv_input(&x, (k))) memcpy(of[k]->input, recv, n * sizeof(float));   \
         loss += s->forward_step(s->user, vp_microbatch(&x, (k)), of[k]);             \
     } while (0)
     /* backward b on its forward's store, its output gradient in buffer `slot` */
 #define BACKWARD(b)                                                                  \
     do {                                                                             \
-        gpt_model *st_ = of[vp_forward_of_backward(&x, (b))];                        \
-        gpt_model_set_chunk(st_, vp_chunk(&x, (b), 0));                              \
-        gpt_model_use_grad_slot(st_, slot);                                          \
+        activation_store *st_ = of[vp_forward_of_backward(&x, (b))];                 \
+        activation_store_set_chunk(st_, vp_chunk(&x, (b), 0));                       \
+        st_->grad = p->grad[slot];                                                   \
         s->backward_step(s->user, vp_microbatch(&x, (b)), st_);                      \
         if (st_ == fout_store) p2p_ring_wait(&fout); /* its output may be reused */  \
         pool_give(&pl, st_);                                                         \
     } while (0)
-#define OUTPUT(k) (vp_send_output(&x, (k)) ? gpt_model_stage_output(of[k]) : NULL)
+#define OUTPUT(k) (vp_send_output(&x, (k)) ? of[k]->output : NULL)
 
     if (vp_recv_input(&x, 0)) p2p_exchange_ring(NULL, recv, NULL, NULL, n);
     for (int k = 0; k < x.warmup; k++) {
@@ -240,7 +269,7 @@ static double interleaved(gpt_model **stores, int num_stores, int M, const pipel
     }
     /* the first backward's output gradient, received under the first 1F1B step */
     if (!x.all_warmup && vp_recv_grad(&x, 0))
-        p2p_ring_start(NULL, NULL, NULL, gpt_model_grad_slot(g, slot), n, &bin);
+        p2p_ring_start(NULL, NULL, NULL, p->grad[slot], n, &bin);
     for (int i = 0; i < x.remaining; i++) { /* 1F1B: forward f, backward i */
         int f = x.warmup + i;
         p2p_ring_wait(&fin);
@@ -253,10 +282,9 @@ static double interleaved(gpt_model **stores, int num_stores, int M, const pipel
         p2p_ring_wait(&bin);
         BACKWARD(i);
         p2p_ring_wait(&bout); /* the other gradient buffer is free again */
-        const float *dinput = vp_send_grad(&x, i) ? gpt_model_grad_slot(g, slot) : NULL;
+        const float *dinput = vp_send_grad(&x, i) ? p->grad[slot] : NULL;
         slot ^= 1;
-        float *grad =
-            i + 1 < x.total && vp_recv_grad(&x, i + 1) ? gpt_model_grad_slot(g, slot) : NULL;
+        float *grad = i + 1 < x.total && vp_recv_grad(&x, i + 1) ? p->grad[slot] : NULL;
         p2p_ring_start(NULL, NULL, dinput, NULL, n, &bout);
         p2p_ring_start(NULL, NULL, NULL, grad, n, &bin);
     }
@@ -265,58 +293,59 @@ static double interleaved(gpt_model **stores, int num_stores, int M, const pipel
     p2p_ring_wait(&bin);
     p2p_ring_wait(&bout);
     if (x.all_warmup && vp_recv_grad(&x, 0))
-        p2p_exchange_ring(NULL, NULL, NULL, gpt_model_grad_slot(g, slot), n);
+        p2p_exchange_ring(NULL, NULL, NULL, p->grad[slot], n);
     for (int b = x.remaining; b < x.total; b++) { /* cool-down */
         BACKWARD(b);
-        const float *dinput = vp_send_grad(&x, b) ? gpt_model_grad_slot(g, slot) : NULL;
+        const float *dinput = vp_send_grad(&x, b) ? p->grad[slot] : NULL;
         slot ^= 1;
-        float *grad = b + 1 < x.total && vp_recv_grad(&x, b + 1) ? gpt_model_grad_slot(g, slot)
-                                                                 : NULL;
+        float *grad = b + 1 < x.total && vp_recv_grad(&x, b + 1) ? p->grad[slot] : NULL;
         p2p_exchange_ring(NULL, NULL, dinput, grad, n);
     }
 #undef FORWARD
 #undef BACKWARD
 #undef OUTPUT
-    for (int i = 0; i < num_stores; i++) gpt_model_set_chunk(stores[i], 0);
-    gpt_model_use_grad_slot(g, 0);
+    for (int i = 0; i < num_stores; i++) { /* back to their defaults */
+        activation_store_set_chunk(stores[i], 0);
+        stores[i]->grad = p->grad[0];
+    }
     return loss;
 }
 
 /* Forward only (evaluation): every virtual micro-batch in order on one store. */
-static double interleaved_forward_only(gpt_model *m, int M, const pipeline_steps *s) {
+static double interleaved_forward_only(activation_store *st, int M, const pipeline_steps *s) {
     const parallel_state *ps = parallel_get();
-    vplan x = vplan_make(ps->pp_size, ps->pp_rank, m->num_chunks, M, 1);
-    size_t n = gpt_model_stage_floats(m);
+    vplan x = vplan_make(ps->pp_size, ps->pp_rank, st->num_chunks, M, 1);
+    size_t n = st->stage_floats;
     double loss = 0.0;
-    gpt_model_set_chunk(m, 0);
-    if (vp_recv_input(&x, 0)) p2p_exchange_ring(NULL, gpt_model_stage_input(m), NULL, NULL, n);
+    activation_store_set_chunk(st, 0);
+    if (vp_recv_input(&x, 0)) p2p_exchange_ring(NULL, st->input, NULL, NULL, n);
     for (int k = 0; k < x.total; k++) {
-        gpt_model_set_chunk(m, vp_chunk(&x, k, 1));
-        loss += s->forward_step(s->user, vp_microbatch(&x, k), m);
-        const float *out = vp_send_output(&x, k) ? gpt_model_stage_output(m) : NULL;
-        float *in = k + 1 < x.total && vp_recv_input(&x, k + 1) ? gpt_model_stage_input(m) : NULL;
+        activation_store_set_chunk(st, vp_chunk(&x, k, 1));
+        loss += s->forward_step(s->user, vp_microbatch(&x, k), st);
+        const float *out = vp_send_output(&x, k) ? st->output : NULL;
+        float *in = k + 1 < x.total && vp_recv_input(&x, k + 1) ? st->input : NULL;
         p2p_exchange_ring(out, in, NULL, NULL, n);
     }
-    gpt_model_set_chunk(m, 0);
+    activation_store_set_chunk(st, 0);
     return loss;
 }
 
-double forward_backward(gpt_model **stores, int num_stores, int num_microbatches,
-                        const pipeline_steps *steps) {
-    if (parallel_get()->pp_size <= 1) return no_pipelining(stores, num_microbatches, steps);
-    if (stores[0]->num_chunks > 1) return interleaved(stores, num_stores, num_microbatches, steps);
-    return one_f_one_b(stores, num_stores, num_microbatches, steps);
+double forward_backward(pipeline_stores *p, int num_microbatches, const pipeline_steps *steps) {
+    if (parallel_get()->pp_size <= 1) return no_pipelining(p->stores, num_microbatches, steps);
+    if (p->stores[0]->num_chunks > 1) return interleaved(p, num_microbatches, steps);
+    return one_f_one_b(p->stores, p->num_stores, num_microbatches, steps);
 }
 
-double forward_only(gpt_model **stores, int num_microbatches, const pipeline_steps *s) {
-    if (parallel_get()->pp_size > 1 && stores[0]->num_chunks > 1)
-        return interleaved_forward_only(stores[0], num_microbatches, s);
-    size_t n = gpt_model_stage_floats(stores[0]);
+double forward_only(pipeline_stores *p, int num_microbatches, const pipeline_steps *s) {
+    activation_store *st = p->stores[0];
+    if (parallel_get()->pp_size > 1 && st->num_chunks > 1)
+        return interleaved_forward_only(st, num_microbatches, s);
+    size_t n = st->stage_floats;
     double loss = 0.0;
     for (int k = 0; k < num_microbatches; k++) {
-        p2p_recv_forward(gpt_model_stage_input(stores[0]), n);
-        loss += s->forward_step(s->user, k, stores[0]);
-        p2p_send_forward(gpt_model_stage_output(stores[0]), n);
+        p2p_recv_forward(st->input, n);
+        loss += s->forward_step(s->user, k, st);
+        p2p_send_forward(st->output, n);
     }
     return loss;
 }

@@ -1,7 +1,8 @@
 /* Pipeline schedules (Megatron's pipeline_parallel/schedules.py). A schedule drives the
  * training loop's forward_step / backward_step for each micro-batch and the transfers between
- * stages; the model knows nothing of pipelines. Each micro-batch in flight has its own
- * activation store (a gpt_model replica): store k % num_stores holds micro-batch k.
+ * stages; the model knows nothing of pipelines and the schedules nothing of the model. Each
+ * micro-batch in flight has its own activation store (core/models/activation_store.h): store
+ * k % num_stores holds micro-batch k.
  *
  *   no pipelining (p = 1): forward, backward for each micro-batch in turn.
  *   1F1B (p > 1): stage r runs min(p - r - 1, M) warm-up forwards, then alternates one forward
@@ -17,19 +18,22 @@
  *   feeds the first rank's chunk j + 1; in the 1F1B steps they are posted after the forward
  *   and after the backward and completed where their data is needed (Megatron's default
  *   overlap_p2p_comm). A store holds one chunk's activations and runs any chunk
- *   (gpt_model_set_chunk); stores are taken from a free list when a virtual micro-batch's
- *   forward starts and returned after its backward. */
+ *   (activation_store_set_chunk); stores are taken from a free list when a virtual
+ *   micro-batch's forward starts and returned after its backward. A chunk's input is received
+ *   into a buffer of the schedule's before it has a store, and the gradients w.r.t. chunk
+ *   outputs / inputs into two buffers used in turn, so the next backward's output gradient can
+ *   arrive while the last one's input gradient is sent. */
 #ifndef MEGADLM_CORE_PIPELINE_PARALLEL_SCHEDULES_H
 #define MEGADLM_CORE_PIPELINE_PARALLEL_SCHEDULES_H
 
-#include "core/models/gpt_model.h"
+#include "core/models/activation_store.h"
 
 typedef struct {
     void *user;
     /* runs micro-batch k's forward on its store; returns its loss (last stage) or 0 */
-    float (*forward_step)(void *user, int k, gpt_model *store);
+    float (*forward_step)(void *user, int k, activation_store *store);
     /* runs micro-batch k's backward on its store */
-    void (*backward_step)(void *user, int k, gpt_model *store);
+    void (*backward_step)(void *user, int k, activation_store *store);
     /* --num-microbatches-with-partial-activation-checkpoints K (<= 0: none). The 1F1B
      * schedule gives micro-batch k store k mod (stores), so stores below K keep everything;
      * the interleaved one gives virtual micro-batch k a store that keeps everything iff
@@ -51,12 +55,28 @@ int schedule_num_warmup(int pp_size, int pp_rank, int vp_size, int num_microbatc
  * in flight; model chunks of micro-batches with interleaving), as the schedule ran. */
 int schedule_peak_in_flight(void);
 
-/* Forward and backward of num_microbatches micro-batches (the schedule by the stores' model:
- * its pipeline size and model chunks). Returns the sum of their losses on
- * the last stage, 0 elsewhere. */
-double forward_backward(gpt_model **stores, int num_stores, int num_microbatches,
-                        const pipeline_steps *steps);
-/* Forward only (evaluation). Same return. */
-double forward_only(gpt_model **stores, int num_microbatches, const pipeline_steps *steps);
+/* What the schedules run on, built once for a training run (a step allocates nothing): the
+ * activation stores of the micro-batches in flight and, with interleaving and backward, the
+ * transfer buffers that belong to no store. */
+typedef struct {
+    activation_store **stores;
+    int num_stores;
+    float *grad[2]; /* gradient buffers used in turn: [0] the stores' own (the model's), [1] the
+                     * schedule's (interleaved only) */
+    float *recv;    /* interleaved: the next chunk's input, received before it has a store */
+} pipeline_stores;
+
+/* num_stores stores for m's micro-batches (schedule_stores), the first num_unchecked of which
+ * keep everything (partial recompute). */
+pipeline_stores *pipeline_stores_create(const struct gpt_model *m, int num_stores,
+                                        int num_unchecked);
+void pipeline_stores_free(pipeline_stores *p);
+
+/* Forward and backward of num_microbatches micro-batches (the schedule by the pipeline size
+ * and the stores' model chunks). Returns the sum of their losses on the last stage, 0
+ * elsewhere. */
+double forward_backward(pipeline_stores *p, int num_microbatches, const pipeline_steps *steps);
+/* Forward only (evaluation), on the first store. Same return. */
+double forward_only(pipeline_stores *p, int num_microbatches, const pipeline_steps *steps);
 
 #endif

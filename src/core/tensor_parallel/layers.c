@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/kernels/embedding.h"
 #include "core/tensor_parallel/mappings.h"
 
 /* Rows of the whole tensor (1-D tensors are columns of one). */
@@ -40,8 +41,10 @@ void tp_shard_copy(float *local, float *whole, const param_tensor *t, int rank, 
     }
 }
 
-void vocab_parallel_embedding_forward(float *out, const int *tokens, const float *wte_local,
-                                      int vocab_start, int Vl, int N, int C) {
+/* out[n, :] = wte_local[tokens[n] - vocab_start, :] for tokens this rank owns, else 0.
+ * tokens[N], wte_local[Vl, C], out[N, C]. */
+static void vocab_lookup(float *out, const int *tokens, const float *wte_local, int vocab_start,
+                         int Vl, int N, int C) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         int v = tokens[n] - vocab_start;
@@ -54,9 +57,10 @@ void vocab_parallel_embedding_forward(float *out, const int *tokens, const float
 }
 
 #define COL_BLOCK 64
-/* Parallel over column blocks so that repeated tokens never race and the order is fixed. */
-void vocab_parallel_embedding_backward(float *dwte_local, const float *dout, const int *tokens,
-                                       int vocab_start, int Vl, int N, int C) {
+/* dwte_local[tokens[n] - vocab_start, :] += dout[n, :] for owned tokens. Parallel over column
+ * blocks so that repeated tokens never race and the order is fixed. */
+static void vocab_lookup_backward(float *dwte_local, const float *dout, const int *tokens,
+                                  int vocab_start, int Vl, int N, int C) {
     int nblocks = (C + COL_BLOCK - 1) / COL_BLOCK;
 #pragma omp parallel for schedule(static)
     for (int blk = 0; blk < nblocks; blk++) {
@@ -71,8 +75,9 @@ void vocab_parallel_embedding_backward(float *dwte_local, const float *dout, con
     }
 }
 
-void position_embedding_add(float *out, const float *wpe, int64_t first_token, int Ns, int T,
-                            int C) {
+/* out[n, :] += wpe[(first_token + n) % T, :] for n < Ns (a shard of the [B*T] tokens). */
+static void position_embedding_add(float *out, const float *wpe, int64_t first_token, int Ns,
+                                   int T, int C) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < Ns; n++) {
         const float *p = wpe + (size_t)((first_token + n) % T) * C;
@@ -81,8 +86,9 @@ void position_embedding_add(float *out, const float *wpe, int64_t first_token, i
     }
 }
 
-void position_embedding_add_backward(float *dwpe, const float *dout, int64_t first_token, int Ns,
-                                     int T, int C) {
+/* dwpe[(first_token + n) % T, :] += dout[n, :] */
+static void position_embedding_add_backward(float *dwpe, const float *dout, int64_t first_token,
+                                            int Ns, int T, int C) {
     int nblocks = (C + COL_BLOCK - 1) / COL_BLOCK;
 #pragma omp parallel for schedule(static)
     for (int blk = 0; blk < nblocks; blk++) {
@@ -93,6 +99,52 @@ void position_embedding_add_backward(float *dwpe, const float *dout, int64_t fir
             for (int i = 0; i < w; i++) p[i] += d[i];
         }
     }
+}
+
+/* Index of this rank's first token row: its shard's under sequence parallelism, else 0. */
+static int64_t shard_first_token(const transformer_config *c, int Ns) {
+    return tc_sp(c) ? (int64_t)c->tp_rank * Ns : 0;
+}
+
+void vocab_parallel_embedding_forward(const vocab_parallel_embedding *e, float *out,
+                                      const int *tokens, int B, int T) {
+    const transformer_config *c = e->cfg;
+    int N = B * T, Ns = tc_tokens_local(c, N), C = c->hidden_size;
+    if (tc_tp(c) == 1) {
+        embedding_forward(out, tokens, e->wte, e->wpe, B, T, C, c->position_offset);
+        return;
+    }
+    int Vl = tc_vocab_local(c);
+    vocab_lookup(e->partial, tokens, e->wte, c->tp_rank * Vl, Vl, N, C);
+    if (tc_sp(c)) {
+        tp_reduce_scatter(out, e->partial, (size_t)Ns * C);
+    } else {
+        tp_all_reduce_sum(e->partial, (size_t)N * C);
+        memcpy(out, e->partial, (size_t)N * C * sizeof(float));
+    }
+    if (e->wpe)
+        position_embedding_add(out, e->wpe + (size_t)c->position_offset * C,
+                               shard_first_token(c, Ns), Ns, T, C);
+}
+
+void vocab_parallel_embedding_backward(const vocab_parallel_embedding *e, const float *dout,
+                                       const int *tokens, int B, int T) {
+    const transformer_config *c = e->cfg;
+    int N = B * T, Ns = tc_tokens_local(c, N), C = c->hidden_size;
+    if (tc_tp(c) == 1) {
+        embedding_backward(e->dwte, e->dwpe, dout, tokens, B, T, C, c->position_offset);
+        return;
+    }
+    int Vl = tc_vocab_local(c);
+    if (e->wpe)
+        position_embedding_add_backward(e->dwpe + (size_t)c->position_offset * C, dout,
+                                        shard_first_token(c, Ns), Ns, T, C);
+    const float *full = dout;
+    if (tc_sp(c)) {
+        tp_all_gather(e->partial, dout, (size_t)Ns * C);
+        full = e->partial;
+    }
+    vocab_lookup_backward(e->dwte, full, tokens, c->tp_rank * Vl, Vl, N, C);
 }
 
 void vocab_parallel_cross_entropy_forward(float *losses, float *lse, float *sumexp,

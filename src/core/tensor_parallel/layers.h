@@ -1,7 +1,7 @@
 /* Tensor-parallel layer pieces (Megatron-core's tensor_parallel/layers.py and cross_entropy.py):
- * how a parameter is partitioned across TP ranks, the vocab-parallel embedding and the
- * vocab-parallel cross-entropy (logits are never gathered: max, sum of exponentials and target
- * logit are reduced across TP).
+ * how a parameter is partitioned across TP ranks, the vocab-parallel embedding with its
+ * reduction across TP, and the vocab-parallel cross-entropy (logits are never gathered: max,
+ * sum of exponentials and target logit are reduced across TP).
  *
  * Partitions (rank r of t): ROWS: rows r*R/t .. (r+1)*R/t (column-parallel weights and biases,
  * vocabulary rows); COLS: columns r*K/t .. of every row (row-parallel weights); ROWS_SWIGLU:
@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "core/tensor/tensor.h"
+#include "core/transformer/transformer_config.h"
 
 /* Flat index in the whole tensor of the first element of local row i; every local row is a
  * contiguous run of numel/rows elements there. */
@@ -22,19 +23,25 @@ size_t tp_shard_row_start(const param_tensor *t, int rank, int tp, int64_t i);
 void tp_shard_copy(float *local, float *whole, const param_tensor *t, int rank, int tp,
                    int to_local);
 
-/* out[n, :] = wte_local[tokens[n] - vocab_start, :] for tokens this rank owns, else 0.
- * tokens[N], wte_local[Vl, C], out[N, C]. */
-void vocab_parallel_embedding_forward(float *out, const int *tokens, const float *wte_local,
-                                      int vocab_start, int Vl, int N, int C);
-/* dwte_local[tokens[n] - vocab_start, :] += dout[n, :] for owned tokens. */
-void vocab_parallel_embedding_backward(float *dwte_local, const float *dout, const int *tokens,
-                                       int vocab_start, int Vl, int N, int C);
-/* out[n, :] += wpe[(first_token + n) % T, :] for n < Ns (a shard of the [B*T] tokens);
- * backward: dwpe[...] += dout[n, :]. */
-void position_embedding_add(float *out, const float *wpe, int64_t first_token, int Ns, int T,
-                            int C);
-void position_embedding_add_backward(float *dwpe, const float *dout, int64_t first_token, int Ns,
-                                     int T, int C);
+/* Megatron's VocabParallelEmbedding, and the learned positions LanguageModelEmbedding adds:
+ * each TP rank looks up the tokens of its vocabulary rows (zeros for the others) and the partial
+ * sums are reduced across TP (all-reduce, or reduce-scatter to this rank's token shard under
+ * sequence parallelism); positions are added on the rank's token rows. With one TP rank, a
+ * plain lookup (core/kernels/embedding.h). */
+typedef struct {
+    const transformer_config *cfg;
+    const float *wte; /* [V/t, C] this rank's vocabulary rows */
+    const float *wpe; /* [max_position_embeddings, C] learned positions, or NULL (RoPE) */
+    float *dwte, *dwpe; /* their gradients (backward; dwpe NULL without positions) */
+    float *partial;   /* [N, C] workspace: the lookup before its reduction (TP only) */
+} vocab_parallel_embedding;
+/* out[Ns, C] (Ns = tc_tokens_local(cfg, B*T)) from tokens[B*T]. */
+void vocab_parallel_embedding_forward(const vocab_parallel_embedding *e, float *out,
+                                      const int *tokens, int B, int T);
+/* Accumulates the gradients of dout[Ns, C] into dwte and dwpe (under sequence parallelism dout
+ * is all-gathered into the workspace first). */
+void vocab_parallel_embedding_backward(const vocab_parallel_embedding *e, const float *dout,
+                                       const int *tokens, int B, int T);
 
 /* Vocab-parallel cross-entropy over logits_local[N, Vl] (this rank's vocabulary columns
  * vocab_start ..): losses[N] and lse[N] (logsumexp over the whole vocabulary) on every rank;

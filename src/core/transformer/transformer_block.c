@@ -27,34 +27,55 @@ static int chunk_parity(const transformer_config *c, int b) {
 
 /* ---- allocation ---- */
 
-/* What one micro-batch in flight keeps: the layer inputs and the layers' saved buffers. */
-static void alloc_store(transformer_block *blk, const transformer_config *cfg, int B, int T) {
+void block_activations_alloc(block_activations *a, const transformer_config *cfg, int B, int T,
+                             const transformer_block *blk) {
     int L = blk->num_layers;
     size_t NC = blk->hidden_floats;
     int distribute = cfg->distribute_saved_activations && cfg->recompute_granularity == RECOMPUTE_FULL;
-    blk->saved = xcalloc(L, sizeof(layer_saved), "saved activations table");
-    blk->hidden = xcalloc((size_t)L + 1, sizeof(float *), "layer inputs table");
-    blk->layer_saved_bytes = xcalloc(L, sizeof(size_t), "saved bytes table");
-    blk->kept_shard = xcalloc(L, sizeof(float *), "kept shards table");
+    memset(a, 0, sizeof(*a));
+    a->cfg = cfg;
+    a->num_layers = L;
+    a->saved = xcalloc(L, sizeof(layer_saved), "saved activations table");
+    a->hidden = xcalloc((size_t)L + 1, sizeof(float *), "layer inputs table");
+    a->layer_saved_bytes = xcalloc(L, sizeof(size_t), "saved bytes table");
+    a->kept_shard = xcalloc(L, sizeof(float *), "kept shards table");
     for (int l = 0; l < L; l++) {
         size_t before = mem_current(MEM_ACTIVATIONS);
         int b = transformer_block_chunk_begin(cfg, l);
         if (l == b && distribute && transformer_block_checkpointed(cfg, l)) {
-            blk->kept_shard[l] = mem_alloc_floats(MEM_ACTIVATIONS, NC / tc_tp(cfg),
-                                                  "chunk input shard (distributed)");
-            blk->hidden[l] = blk->chunk_input[chunk_parity(cfg, l)];
+            a->kept_shard[l] = mem_alloc_floats(MEM_ACTIVATIONS, NC / tc_tp(cfg),
+                                                "chunk input shard (distributed)");
+            a->hidden[l] = blk->chunk_input[chunk_parity(cfg, l)];
         } else if (l == b)
-            blk->hidden[l] = mem_alloc_floats(MEM_ACTIVATIONS, NC, "layer input (residual stream)");
+            a->hidden[l] = mem_alloc_floats(MEM_ACTIVATIONS, NC, "layer input (residual stream)");
         else
-            blk->hidden[l] = blk->hidden_slots[l - b - 1];
+            a->hidden[l] = blk->hidden_slots[l - b - 1];
         if (transformer_block_checkpointed(cfg, l))
-            blk->saved[l] = blk->slots[l - b];
+            a->saved[l] = blk->slots[l - b];
         else
-            layer_saved_alloc(&blk->saved[l], cfg, B, T, MEM_ACTIVATIONS);
-        blk->layer_saved_bytes[l] = mem_current(MEM_ACTIVATIONS) - before;
+            layer_saved_alloc(&a->saved[l], cfg, B, T, MEM_ACTIVATIONS);
+        a->layer_saved_bytes[l] = mem_current(MEM_ACTIVATIONS) - before;
     }
     /* The block's output is the final norm's input: the model head's, not a layer's. */
-    blk->hidden[L] = mem_alloc_floats(MEM_ACTIVATIONS, NC, "block output (residual stream)");
+    a->hidden[L] = mem_alloc_floats(MEM_ACTIVATIONS, NC, "block output (residual stream)");
+}
+
+void block_activations_free(block_activations *a) {
+    const transformer_config *cfg = a->cfg;
+    if (!a->saved) return;
+    for (int l = 0; l < a->num_layers; l++) {
+        if (!transformer_block_checkpointed(cfg, l)) layer_saved_free(&a->saved[l]);
+        if (a->kept_shard[l])
+            mem_free(a->kept_shard[l]);
+        else if (transformer_block_chunk_begin(cfg, l) == l)
+            mem_free(a->hidden[l]);
+    }
+    mem_free(a->hidden[a->num_layers]);
+    free(a->kept_shard);
+    free(a->saved);
+    free(a->hidden);
+    free(a->layer_saved_bytes);
+    memset(a, 0, sizeof(*a));
 }
 
 void transformer_block_init(transformer_block *blk, const transformer_config *cfg, int B, int T,
@@ -68,7 +89,6 @@ void transformer_block_init(transformer_block *blk, const transformer_config *cf
     blk->g_all =
         with_backward ? xcalloc((size_t)tc_stage_layers(cfg), sizeof(layer_weights), "layer gradients")
                       : NULL;
-    transformer_block_bind(blk, tc_vp_rank(cfg));
     int distribute = cfg->distribute_saved_activations && cfg->recompute_granularity == RECOMPUTE_FULL;
     if (distribute)
         for (int k = 0; k < 2; k++)
@@ -86,48 +106,10 @@ void transformer_block_init(transformer_block *blk, const transformer_config *cf
                     mem_alloc_floats(MEM_WORKSPACE, NC, "recomputed layer input");
         }
     }
-    alloc_store(blk, cfg, B, T);
     layer_workspace_alloc(&blk->ws, cfg, B, T, with_backward, threads);
 }
 
-void transformer_block_bind(transformer_block *blk, int chunk) {
-    blk->chunk = chunk;
-    blk->rank_layer_base = chunk * blk->num_layers;
-    blk->layer_offset = tc_chunk_layer_offset(blk->cfg, chunk);
-    blk->w = blk->w_all + blk->rank_layer_base;
-    blk->g = blk->g_all ? blk->g_all + blk->rank_layer_base : NULL;
-}
-
-void transformer_block_init_replica(transformer_block *blk, const transformer_config *cfg, int B,
-                                    int T, const transformer_block *owner) {
-    *blk = *owner; /* parameters, workspace, recompute slots, callback: shared */
-    blk->cfg = cfg;
-    blk->replica = 1;
-    alloc_store(blk, cfg, B, T);
-}
-
-static void free_store(transformer_block *blk) {
-    const transformer_config *cfg = blk->cfg;
-    for (int l = 0; l < blk->num_layers; l++) {
-        if (!transformer_block_checkpointed(cfg, l)) layer_saved_free(&blk->saved[l]);
-        if (blk->kept_shard[l])
-            mem_free(blk->kept_shard[l]);
-        else if (transformer_block_chunk_begin(cfg, l) == l)
-            mem_free(blk->hidden[l]);
-    }
-    mem_free(blk->hidden[blk->num_layers]);
-    free(blk->kept_shard);
-    free(blk->saved);
-    free(blk->hidden);
-    free(blk->layer_saved_bytes);
-}
-
 void transformer_block_free(transformer_block *blk) {
-    free_store(blk);
-    if (blk->replica) {
-        memset(blk, 0, sizeof(*blk));
-        return;
-    }
     for (int k = 0; k < blk->num_slots; k++) {
         layer_saved_free(&blk->slots[k]);
         if (k > 0) mem_free(blk->hidden_slots[k - 1]);
@@ -144,9 +126,27 @@ void transformer_block_free(transformer_block *blk) {
 
 /* ---- forward / backward ---- */
 
-static void layer_forward(transformer_block *blk, const layer_ctx *ctx, int l) {
-    transformer_layer_forward(ctx, blk->layer_offset + l, &blk->w[l], &blk->saved[l], &blk->ws,
-                              blk->hidden[l], blk->hidden[l + 1]);
+/* The model chunk a micro-batch's activations run (their config's vp_rank): its parameters and
+ * where its layers are among the global and the rank's layers. */
+typedef struct {
+    const layer_weights *w, *g;
+    int layer_offset;    /* global index of its first layer (dropout keys) */
+    int rank_layer_base; /* index of its first layer among the rank's (the callbacks') */
+} chunk_view;
+
+static chunk_view chunk_of(const transformer_block *blk, const block_activations *a) {
+    int chunk = tc_vp_rank(a->cfg);
+    chunk_view v = {.rank_layer_base = chunk * blk->num_layers,
+                    .layer_offset = tc_chunk_layer_offset(a->cfg, chunk)};
+    v.w = blk->w_all + v.rank_layer_base;
+    v.g = blk->g_all ? blk->g_all + v.rank_layer_base : NULL;
+    return v;
+}
+
+static void layer_forward(transformer_block *blk, block_activations *a, const chunk_view *v,
+                          const layer_ctx *ctx, int l) {
+    transformer_layer_forward(ctx, v->layer_offset + l, &v->w[l], &a->saved[l], &blk->ws,
+                              a->hidden[l], a->hidden[l + 1]);
 }
 
 /* The 1/t slice of a whole chunk input that this tensor-parallel rank keeps. */
@@ -154,40 +154,44 @@ static size_t shard_floats(const transformer_block *blk) {
     return blk->hidden_floats / tc_tp(blk->cfg);
 }
 
-void transformer_block_forward(transformer_block *blk, const layer_ctx *ctx) {
+void transformer_block_forward(transformer_block *blk, block_activations *a,
+                               const layer_ctx *ctx) {
     /* Checkpointed layers run the same forward; their saved tensors land in the recompute
      * slots and are overwritten by the next chunk. */
+    chunk_view v = chunk_of(blk, a);
     size_t n = shard_floats(blk);
     for (int l = 0; l < blk->num_layers; l++) {
-        if (blk->kept_shard[l])
-            memcpy(blk->kept_shard[l], blk->hidden[l] + blk->cfg->tp_rank * n, n * sizeof(float));
+        if (a->kept_shard[l])
+            memcpy(a->kept_shard[l], a->hidden[l] + a->cfg->tp_rank * n, n * sizeof(float));
         if (blk->layer_params_needed)
-            blk->layer_params_needed(blk->layer_params_needed_user, blk->rank_layer_base + l);
-        layer_forward(blk, ctx, l);
+            blk->layer_params_needed(blk->layer_params_needed_user, v.rank_layer_base + l);
+        layer_forward(blk, a, &v, ctx, l);
     }
 }
 
-void transformer_block_backward(transformer_block *blk, const layer_ctx *ctx, float *dres) {
-    const transformer_config *cfg = blk->cfg;
+void transformer_block_backward(transformer_block *blk, block_activations *a,
+                                const layer_ctx *ctx, float *dres) {
+    const transformer_config *cfg = a->cfg;
+    chunk_view v = chunk_of(blk, a);
     int l = blk->num_layers - 1;
     while (l >= 0) {
         int b = transformer_block_chunk_begin(cfg, l);
         if (transformer_block_checkpointed(cfg, l)) {
             /* Re-run the chunk's forward from its kept input: this refills the slots (and
              * rewrites the chunk's output with the same bits). */
-            if (blk->kept_shard[b]) tp_all_gather(blk->hidden[b], blk->kept_shard[b], shard_floats(blk));
-            for (int j = b; j <= l; j++) layer_forward(blk, ctx, j);
+            if (a->kept_shard[b]) tp_all_gather(a->hidden[b], a->kept_shard[b], shard_floats(blk));
+            for (int j = b; j <= l; j++) layer_forward(blk, a, &v, ctx, j);
         }
         for (int j = l; j >= b; j--) {
-            transformer_layer_backward(ctx, blk->layer_offset + j, &blk->w[j], &blk->g[j],
-                                       &blk->saved[j], &blk->ws, blk->hidden[j], dres);
+            transformer_layer_backward(ctx, v.layer_offset + j, &v.w[j], &v.g[j], &a->saved[j],
+                                       &blk->ws, a->hidden[j], dres);
             if (blk->layer_grads_done)
-                blk->layer_grads_done(blk->layer_grads_done_user, blk->rank_layer_base + j);
+                blk->layer_grads_done(blk->layer_grads_done_user, v.rank_layer_base + j);
         }
         l = b - 1;
     }
 }
 
-size_t transformer_block_layer_saved_bytes(const transformer_block *blk, int l) {
-    return blk->layer_saved_bytes[l];
+size_t block_activations_layer_saved_bytes(const block_activations *a, int l) {
+    return a->layer_saved_bytes[l];
 }

@@ -2,8 +2,9 @@
  *   res1 = inp  + dropout(linear_proj(attention(qkv(norm1(inp)))))
  *   out  = res1 + dropout(linear_fc2(act(linear_fc1(norm2(res1)))))
  * Forward records what backward needs in layer_saved (every buffer from the tracked allocator
- * as saved activations); backward consumes it. The layer does not own its input: the block
- * keeps each layer's input (the previous layer's output) and passes it to both passes. */
+ * as saved activations); backward consumes it. The layer does not own its input: the block's
+ * per-micro-batch activations (block_activations) keep each layer's input (the previous layer's
+ * output), and the block passes it to both passes. */
 #ifndef MEGADLM_CORE_TRANSFORMER_LAYER_H
 #define MEGADLM_CORE_TRANSFORMER_LAYER_H
 

@@ -1,0 +1,67 @@
+/* An activation store: what one micro-batch in flight keeps between its forward and its
+ * backward, apart from the model (parameters, gradients, workspaces): its tokens, labels and
+ * loss weights, the block's layer inputs and saved tensors (block_activations), and on the last
+ * pipeline stage the head's (final norm output and statistics, logits, per-token losses).
+ * gpt_model_forward / gpt_model_backward run a (model, store) pair; pipeline schedules hold one
+ * store per micro-batch (model chunk, interleaved) in flight and never look inside the model
+ * (core/pipeline_parallel/schedules.h).
+ *
+ * Pipeline stages: a stage that is not the first receives its input into `input` before
+ * forward; one that is not the last leaves its output in `output`, receives the gradient w.r.t.
+ * it into `grad` before backward and finds the gradient w.r.t. its input there afterwards
+ * (backward updates it in place). Each is stage_floats floats. `grad` is the model's
+ * residual-gradient workspace, shared by all stores, unless a schedule points it at a buffer of
+ * its own (the interleaved schedule alternates two).
+ *
+ * With interleaving a store runs whichever model chunk activation_store_set_chunk names (its
+ * parameters, global layer indices, and whether it is the pipeline's first or last stage), so
+ * any store runs any chunk's micro-batch. With full recompute a store either follows the plan or
+ * keeps everything (per-micro-batch partial recompute: cfg.recompute_store_unchecked). */
+#ifndef MEGADLM_CORE_MODELS_ACTIVATION_STORE_H
+#define MEGADLM_CORE_MODELS_ACTIVATION_STORE_H
+
+#include <stddef.h>
+
+#include "core/transformer/transformer_block.h"
+#include "core/transformer/transformer_config.h"
+
+struct gpt_model;
+
+typedef struct activation_store {
+    transformer_config cfg; /* the model's, with this store's chunk (vp_rank) and recompute kind */
+    int max_batch;          /* the model's: B the buffers hold */
+    int num_chunks;         /* model chunks of the rank (1 without interleaving) */
+    block_activations block;
+
+    /* pipeline stage buffers ([Ns, C] each, stage_floats floats) */
+    float *input;           /* block.hidden[0] */
+    float *output;          /* block.hidden[L] */
+    float *grad;            /* output gradient in, input gradient out (see above) */
+    size_t stage_floats;
+
+    /* the micro-batch, for up to max_batch x seq_length tokens (N) */
+    int *tokens;            /* [N] */
+    int *labels;            /* [N] */
+    float *loss_mask;       /* [N] per-token loss weights */
+    /* the head's (last rank; with interleaving every store may run the last chunk) */
+    float *lnf;             /* [Ns, C] final norm output */
+    float *lnf_mean, *lnf_rstd; /* [Ns] */
+    float *logits;          /* [N, V/t] (dlogits during backward) */
+    float *losses, *lse;    /* [N] per-token loss, logsumexp */
+
+    /* the last forward, which backward differentiates */
+    int B, T;
+    float loss_mask_sum;
+    layer_ctx ctx;
+} activation_store;
+
+/* A store for m's micro-batches: with full recompute, checkpointed = 0 makes it keep everything
+ * (per-micro-batch partial recompute). Runs model chunk 0. Free it before the model. */
+activation_store *activation_store_create(const struct gpt_model *m, int checkpointed);
+void activation_store_free(activation_store *s);
+/* Interleaving: the model chunk the store's next forward or backward runs. */
+void activation_store_set_chunk(activation_store *s, int chunk);
+/* Saved-activation bytes of the store's layer l (one model chunk's), as measured. */
+size_t activation_store_layer_saved_bytes(const activation_store *s, int l);
+
+#endif
