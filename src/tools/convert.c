@@ -598,7 +598,7 @@ static int from_hf(const char *in, const char *out, const from_opts *op) {
             jint(j, "n_positions", &a.max_position_embeddings, path, 1) ||
             jint(j, "vocab_size", &V, path, 1) || jint(j, "n_inner", &a.ffn_hidden_size, path, 0) < 0)
             rc = -1;
-        if (!a.ffn_hidden_size) a.ffn_hidden_size = 4 * a.hidden_size;
+        /* n_inner null or absent: 4 n_embd, which args_validate derives (in 64 bits) */
         const char *act = jstr(j, "activation_function");
         if (act && strcmp(act, "gelu_new") && strcmp(act, "gelu_pytorch_tanh"))
             why = "activation_function is not gelu_new (megadlm's GPT GELU is the tanh form)";
