@@ -1,20 +1,38 @@
-/* The one place that calls BLAS. Row-major throughout. Callers that call gemm() from every
- * thread of their own OpenMP team (attention) bracket the region with gemm_serial_begin/end,
- * see gemm.h. */
+/* The one place that calls BLAS (and oneDNN). Row-major throughout. Callers that call gemm()
+ * or gemm_bf16() from every thread of their own OpenMP team (attention) bracket the region with
+ * gemm_serial_begin/end, see gemm.h. */
 #include "core/kernels/gemm.h"
 
 #include <cblas.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef MEGADLM_HAVE_ONEDNN
+#include <oneapi/dnnl/dnnl.h>
+#endif
+
+#include "core/tensor/memory.h"
+#include "core/util/die.h"
+#include "core/util/error.h"
+
+/* C = beta * C (BLAS's result for K = 0; beta = 0 gives zeros whatever C held) */
+static void scale_c(gemm_dims d, float beta, gemm_out C) {
+    for (int i = 0; i < d.M; i++)
+        for (int j = 0; j < d.N; j++) {
+            float *c = C.p + (size_t)i * C.ld + j;
+            *c = beta == 0.0f ? 0.0f : beta * *c;
+        }
+}
 
 /* C[M,N] = alpha * op(A) @ op(B) + beta * C;  op(A) is [M,K], op(B) is [K,N]. */
 void gemm(gemm_dims d, float alpha, gemm_in A, gemm_in B, float beta, gemm_out C) {
     if (d.M <= 0 || d.N <= 0)
         return;
     if (d.K <= 0) { /* BLAS would scale C by beta; do the same without touching A, B */
-        for (int i = 0; i < d.M; i++)
-            for (int j = 0; j < d.N; j++) {
-                float *c = C.p + (size_t)i * C.ld + j;
-                *c = beta == 0.0f ? 0.0f : beta * *c;
-            }
+        scale_c(d, beta, C);
         return;
     }
     cblas_sgemm(CblasRowMajor, A.trans ? CblasTrans : CblasNoTrans,
@@ -37,3 +55,260 @@ void gemm_serial_end(int saved_threads) {
 void gemm_set_threads(int threads) { openblas_set_num_threads(threads < 1 ? 1 : threads); }
 const char *gemm_blas_config(void) { return openblas_get_config(); }
 const char *gemm_blas_kernels(void) { return openblas_get_corename(); }
+
+/* ======================================================================== bf16 operands */
+
+/* The fallback's workspace: WS_FLOATS floats (8 MiB), allocated once. A call from serial code
+ * uses all of it; a call from inside a parallel region uses its thread's 1/team-size slice.
+ * Tiles: K in steps of at most TILE_K; the M and N extents of one A and one B tile share the
+ * rest (op(A) tile [mb, kb] and op(B) tile [kb, nb], (mb + nb) * kb floats). */
+#define WS_FLOATS ((size_t)2 << 20)
+#define TILE_K 256
+
+static struct {
+    int ready;            /* gemm_bf16_init ran */
+    gemm_bf16_path path;  /* FALLBACK or ONEDNN */
+    char why[128];        /* how it was chosen */
+    char line[256];       /* gemm_bf16_describe */
+    float *ws;            /* WS_FLOATS floats, or NULL until the fallback is first chosen */
+    size_t limit;         /* floats a call may use (tests make tiles small); 0: WS_FLOATS */
+} g_bf16;
+
+#ifdef MEGADLM_HAVE_ONEDNN
+/* Exported by libdnnl (extern "C", DNNL_API; its gtests and benchdnn call it) but not declared
+ * in its public headers, so declared here as oneDNN defines it: row-major like dnnl_sgemm, A and
+ * B bf16 (its bfloat16_t is the bit pattern in a uint16_t), C fp32. */
+dnnl_status_t dnnl_gemm_bf16bf16f32(char transa, char transb, dnnl_dim_t M, dnnl_dim_t N,
+                                    dnnl_dim_t K, float alpha, const uint16_t *A,
+                                    dnnl_dim_t lda, const uint16_t *B, dnnl_dim_t ldb,
+                                    float beta, float *C, dnnl_dim_t ldc);
+
+/* oneDNN's name for the richest instruction set it may use here: what the CPU has, what the OS
+ * grants (AMX needs a permission oneDNN requests itself) and DNNL_MAX_CPU_ISA allow. */
+static const char *onednn_isa_name(dnnl_cpu_isa_t isa) {
+    switch ((int)isa) {
+    case dnnl_cpu_isa_sse41: return "sse41";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    default: return "other";
+    }
+}
+
+/* The CPU has bf16 units oneDNN uses: its ISA values are bit masks, each including the ones it
+ * extends, and every ISA with AVX512_BF16 (AMX ones too) includes avx512_core_bf16's bits. */
+static int onednn_has_bf16_units(void) {
+    const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
+    const unsigned bf16 = (unsigned)dnnl_cpu_isa_avx512_core_bf16;
+    return (isa & bf16) == bf16;
+}
+
+/* oneDNN's bf16 GEMM runs on this CPU and gives 1*1 + 2*3 (it refuses CPUs without AVX-512). */
+static int onednn_runs(void) {
+    const uint16_t a[2] = {0x3f80, 0x4000}, b[2] = {0x3f80, 0x4040}; /* 1, 2 and 1, 3 */
+    float c = -1.0f;
+    return dnnl_gemm_bf16bf16f32('N', 'N', 1, 1, 2, 1.0f, a, 2, b, 1, 0.0f, &c, 1) ==
+               dnnl_success && c == 7.0f;
+}
+#endif
+
+/* The tile extents for a call with `floats` of workspace. */
+static void plan_tiles(size_t floats, int M, int N, int K, int *mb, int *nb, int *kb) {
+    *kb = K < TILE_K ? K : TILE_K;
+    if (floats < 2 * (size_t)*kb) *kb = (int)(floats / 2); /* a slice of a huge team */
+    const size_t cap = floats / (size_t)*kb; /* mb + nb, at least 2 */
+    if ((size_t)M + (size_t)N <= cap) {
+        *mb = M;
+        *nb = N;
+    } else if ((size_t)M <= cap / 2) {
+        *mb = M;
+        *nb = (int)(cap - (size_t)M);
+    } else if ((size_t)N <= cap / 2) {
+        *nb = N;
+        *mb = (int)(cap - (size_t)N);
+    } else {
+        *mb = *nb = (int)(cap / 2);
+    }
+}
+
+/* The stored block of rows [r0, r0 + rows) and columns [c0, c0 + cols) of X, to fp32 (dense). */
+static void tile_to_f32(float *dst, gemm_in_bf16 X, int r0, int c0, int rows, int cols) {
+    bf16_to_f32_2d(dst, (size_t)cols, X.p + (size_t)r0 * X.ld + c0, (size_t)X.ld, (size_t)rows,
+                   (size_t)cols);
+}
+
+static void gemm_bf16_fallback(gemm_dims d, float alpha, gemm_in_bf16 A, gemm_in_bf16 B,
+                               float beta, gemm_out C) {
+    float *ws = g_bf16.ws;
+    size_t floats = WS_FLOATS;
+    if (omp_in_parallel()) { /* this thread's slice */
+        const int team = omp_get_num_threads(), me = omp_get_thread_num();
+        floats = WS_FLOATS / (size_t)team;
+        ws += (size_t)me * floats;
+    }
+    if (g_bf16.limit && g_bf16.limit < floats) floats = g_bf16.limit;
+    int mb, nb, kb;
+    plan_tiles(floats, d.M, d.N, d.K, &mb, &nb, &kb);
+    for (int n0 = 0; n0 < d.N; n0 += nb) {
+        const int n = d.N - n0 < nb ? d.N - n0 : nb;
+        for (int k0 = 0; k0 < d.K; k0 += kb) {
+            const int k = d.K - k0 < kb ? d.K - k0 : kb;
+            float *bt = ws + (size_t)mb * kb; /* op(B) tile [k, n]: stored [k, n] or [n, k] */
+            if (B.trans)
+                tile_to_f32(bt, B, n0, k0, n, k);
+            else
+                tile_to_f32(bt, B, k0, n0, k, n);
+            for (int m0 = 0; m0 < d.M; m0 += mb) {
+                const int m = d.M - m0 < mb ? d.M - m0 : mb;
+                float *at = ws; /* op(A) tile [m, k]: stored [m, k] or [k, m] */
+                if (A.trans)
+                    tile_to_f32(at, A, k0, m0, k, m);
+                else
+                    tile_to_f32(at, A, m0, k0, m, k);
+                cblas_sgemm(CblasRowMajor, A.trans ? CblasTrans : CblasNoTrans,
+                            B.trans ? CblasTrans : CblasNoTrans, m, n, k, alpha, at,
+                            A.trans ? m : k, bt, B.trans ? k : n, k0 == 0 ? beta : 1.0f,
+                            C.p + (size_t)m0 * C.ld + n0, C.ld);
+            }
+        }
+    }
+}
+
+/* Sets g_bf16.path, .why and .line; allocates the workspace for the fallback. */
+static int bf16_choose(gemm_bf16_path want, const char *source, char *err, size_t errlen) {
+    gemm_bf16_path path = GEMM_BF16_FALLBACK;
+    char why[sizeof g_bf16.why];
+#ifdef MEGADLM_HAVE_ONEDNN
+    const int runs = onednn_runs(), units = onednn_has_bf16_units();
+    const char *isa = onednn_isa_name(dnnl_get_effective_cpu_isa());
+    if (want == GEMM_BF16_ONEDNN && !runs) {
+        err_set(err, errlen,
+                "%s: oneDNN's bf16 GEMM does not run on this CPU (oneDNN's ISA here: %s)", source,
+                isa);
+        return -1;
+    }
+    if (want == GEMM_BF16_ONEDNN) {
+        path = GEMM_BF16_ONEDNN;
+        snprintf(why, sizeof why, "%s%s", source,
+                 units ? "" : "; no bf16 units: oneDNN emulates them");
+    } else if (want == GEMM_BF16_FALLBACK) {
+        snprintf(why, sizeof why, "%s", source);
+    } else if (units && runs) {
+        path = GEMM_BF16_ONEDNN;
+        snprintf(why, sizeof why, "auto: the CPU has AVX512_BF16%s",
+                 strstr(isa, "amx") ? " and AMX" : "");
+    } else {
+        snprintf(why, sizeof why, "auto: %s",
+                 units ? "oneDNN's bf16 GEMM does not run here" : "no AVX512_BF16 or AMX");
+    }
+#else
+    if (want == GEMM_BF16_ONEDNN) {
+        err_set(err, errlen, "%s: megadlm was built without oneDNN (libdnnl-dev)", source);
+        return -1;
+    }
+    snprintf(why, sizeof why, "%s", want == GEMM_BF16_FALLBACK ? source : "built without oneDNN");
+#endif
+    if (path == GEMM_BF16_FALLBACK && !g_bf16.ws)
+        g_bf16.ws = mem_alloc_floats(MEM_WORKSPACE, WS_FLOATS, "bf16 GEMM tiles");
+    g_bf16.path = path;
+    snprintf(g_bf16.why, sizeof g_bf16.why, "%s", why);
+#ifdef MEGADLM_HAVE_ONEDNN
+    if (path == GEMM_BF16_ONEDNN) {
+        const dnnl_version_t *v = dnnl_version();
+        snprintf(g_bf16.line, sizeof g_bf16.line,
+                 "bf16 GEMM: oneDNN %d.%d.%d dnnl_gemm_bf16bf16f32 (CPU ISA %s; %s)", v->major,
+                 v->minor, v->patch, isa, why);
+    }
+#endif
+    if (path == GEMM_BF16_FALLBACK)
+        snprintf(g_bf16.line, sizeof g_bf16.line,
+                 "bf16 GEMM: fp32 sgemm on converted tiles (%s)", why);
+    g_bf16.ready = 1;
+    return 0;
+}
+
+int gemm_bf16_init(char *err, size_t errlen) {
+    if (g_bf16.ready) return 0;
+    const char *env = getenv("MEGADLM_BF16_GEMM");
+    gemm_bf16_path want;
+    if (!env || !env[0] || strcmp(env, "auto") == 0)
+        want = GEMM_BF16_AUTO;
+    else if (strcmp(env, "fallback") == 0)
+        want = GEMM_BF16_FALLBACK;
+    else if (strcmp(env, "onednn") == 0)
+        want = GEMM_BF16_ONEDNN;
+    else {
+        err_set(err, errlen, "MEGADLM_BF16_GEMM=%s: expected auto, onednn or fallback", env);
+        return -1;
+    }
+    char source[64];
+    snprintf(source, sizeof source, "MEGADLM_BF16_GEMM=%s", env ? env : "");
+    return bf16_choose(want, source, err, errlen);
+}
+
+int gemm_bf16_use(gemm_bf16_path path, char *err, size_t errlen) {
+    return bf16_choose(path,
+                       path == GEMM_BF16_ONEDNN     ? "forced: onednn"
+                       : path == GEMM_BF16_FALLBACK ? "forced: fallback"
+                                                    : "auto",
+                       err, errlen);
+}
+
+static void bf16_ready(void) {
+    if (g_bf16.ready) return;
+    char err[256];
+    if (omp_in_parallel())
+        die(1, "gemm_bf16 called first inside a parallel region: call gemm_bf16_init() before");
+    if (gemm_bf16_init(err, sizeof err)) die(1, "%s", err);
+}
+
+gemm_bf16_path gemm_bf16_current(void) {
+    bf16_ready();
+    return g_bf16.path;
+}
+
+const char *gemm_bf16_describe(void) {
+    bf16_ready();
+    return g_bf16.line;
+}
+
+void gemm_bf16_limit_workspace(size_t floats) {
+    g_bf16.limit = floats < 2 * TILE_K ? (floats ? 2 * TILE_K : 0) : floats;
+}
+
+int gemm_bf16_onednn_built(void) {
+#ifdef MEGADLM_HAVE_ONEDNN
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+size_t gemm_bf16_workspace_bytes(void) { return g_bf16.ws ? WS_FLOATS * sizeof(float) : 0; }
+
+void gemm_bf16(gemm_dims d, float alpha, gemm_in_bf16 A, gemm_in_bf16 B, float beta,
+               gemm_out C) {
+    if (d.M <= 0 || d.N <= 0)
+        return;
+    if (d.K <= 0) { /* as gemm(): C = beta * C, A and B not read */
+        scale_c(d, beta, C);
+        return;
+    }
+    bf16_ready();
+#ifdef MEGADLM_HAVE_ONEDNN
+    if (g_bf16.path == GEMM_BF16_ONEDNN) {
+        const dnnl_status_t st = dnnl_gemm_bf16bf16f32(
+            A.trans ? 'T' : 'N', B.trans ? 'T' : 'N', d.M, d.N, d.K, alpha, A.p, A.ld, B.p,
+            B.ld, beta, C.p, C.ld);
+        if (st != dnnl_success)
+            die(1, "oneDNN's bf16 GEMM failed (status %d) on M %d N %d K %d", (int)st, d.M, d.N,
+                d.K);
+        return;
+    }
+#endif
+    gemm_bf16_fallback(d, alpha, A, B, beta, C);
+}

@@ -1,10 +1,15 @@
-/* Row-major GEMM wrapper over OpenBLAS cblas_sgemm: the only place that calls BLAS.
+/* Row-major GEMM wrapper over OpenBLAS cblas_sgemm (and oneDNN's bf16 GEMM, gemm_bf16 below):
+ * the only place that calls BLAS.
  * C[M,N] = alpha * op(A) @ op(B) + beta * C, with op(A) [M,K] and op(B) [K,N]. Each matrix is
  * passed with its row stride as stored (in elements); an input says whether it enters
  * transposed, so a call reads like the formula: gemm(dims, a, gemm_n(A, lda), gemm_t(B, ldb),
  * b, gemm_o(C, ldc)) is C = a * A @ B^T + b * C. */
 #ifndef MEGADLM_CORE_KERNELS_GEMM_H
 #define MEGADLM_CORE_KERNELS_GEMM_H
+
+#include <stddef.h>
+
+#include "core/kernels/bf16.h"
 
 typedef struct {
     int M, N, K;
@@ -28,6 +33,61 @@ static inline gemm_in gemm_t(const float *p, int ld) { return (gemm_in){p, ld, 1
 static inline gemm_out gemm_o(float *p, int ld) { return (gemm_out){p, ld}; }
 
 void gemm(gemm_dims d, float alpha, gemm_in A, gemm_in B, float beta, gemm_out C);
+
+/* ---------------- bf16 operands, fp32 result ----------------
+ *
+ * gemm_bf16: C[M,N] = alpha * op(A) @ op(B) + beta * C with A and B in bf16 (core/kernels/bf16.h)
+ * and C in fp32, the products accumulated in fp32 (every bf16 x bf16 product is exact in fp32,
+ * so the result is the fp32-accumulated product of the bf16 values). Same conventions as gemm():
+ * row strides as stored, beta = 0 does not read C (NaNs there do not propagate), K = 0 scales C.
+ * Two implementations, chosen at run time (never by the compiler's -march):
+ *   oneDNN    libdnnl's dnnl_gemm_bf16bf16f32, on CPUs whose bf16 instructions oneDNN uses
+ *             (AVX512_BF16, AMX: it reports them, AMX only once the OS has granted it);
+ *   fallback  tiles of A and B converted to fp32 into a fixed workspace, then cblas_sgemm per
+ *             tile (K in steps: the result is OpenBLAS's sgemm of the converted values up to
+ *             the order of the fp32 sums).
+ * The environment variable MEGADLM_BF16_GEMM = auto (default) | onednn | fallback forces one.
+ * Callable from every thread of a parallel region like gemm() (bracket it with
+ * gemm_serial_begin/end); oneDNN then runs each call on its calling thread (its OpenMP runtime
+ * is libgomp, ours: it sees it is inside a parallel region). */
+typedef struct {
+    const bf16 *p;
+    int ld;
+    int trans;
+} gemm_in_bf16;
+
+static inline gemm_in_bf16 gemm_n_bf16(const bf16 *p, int ld) { return (gemm_in_bf16){p, ld, 0}; }
+static inline gemm_in_bf16 gemm_t_bf16(const bf16 *p, int ld) { return (gemm_in_bf16){p, ld, 1}; }
+
+void gemm_bf16(gemm_dims d, float alpha, gemm_in_bf16 A, gemm_in_bf16 B, float beta, gemm_out C);
+
+typedef enum {
+    GEMM_BF16_AUTO = 0, /* oneDNN where the CPU has bf16 units and oneDNN runs, else fallback */
+    GEMM_BF16_FALLBACK,
+    GEMM_BF16_ONEDNN,
+} gemm_bf16_path;
+
+/* Picks the implementation from MEGADLM_BF16_GEMM and allocates the fallback's workspace, once
+ * (later calls return at once): call it from serial code before the first gemm_bf16 (which
+ * otherwise does it itself, ending the job on a bad value) so that a training step does not
+ * allocate. 0, or -1 with a message: an unknown value, or onednn forced where it cannot run. */
+int gemm_bf16_init(char *err, size_t errlen);
+/* Uses `path` from now on (tests, benchmarks; AUTO decides again); serial code only.
+ * 0, or -1 with a message if it cannot run here (oneDNN not built in, or not on this CPU). */
+int gemm_bf16_use(gemm_bf16_path path, char *err, size_t errlen);
+/* The implementation in use (FALLBACK or ONEDNN; initializes if needed). */
+gemm_bf16_path gemm_bf16_current(void);
+/* One line for the log, e.g. "bf16 GEMM: oneDNN 2.6.3 dnnl_gemm_bf16bf16f32 (CPU ISA
+ * avx512_core_amx; auto)" or "bf16 GEMM: fp32 sgemm on converted tiles (auto: no AVX512_BF16
+ * or AMX)". */
+const char *gemm_bf16_describe(void);
+/* Bytes of the fallback's workspace (0 until it is allocated): for the memory report. */
+size_t gemm_bf16_workspace_bytes(void);
+/* Tests: the fallback uses at most `floats` of its workspace per call (at least 2 * 256; 0:
+ * all of it), so that small shapes cross the edges of its tiles. */
+void gemm_bf16_limit_workspace(size_t floats);
+/* 1 if this build has oneDNN (whether or not it runs on this CPU). */
+int gemm_bf16_onednn_built(void);
 
 /* Calling gemm() from every thread of an OpenMP parallel region (attention does, one small
  * GEMM per (batch, head) per thread): OpenBLAS must then run single-threaded per call. The
