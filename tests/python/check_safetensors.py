@@ -13,6 +13,12 @@ Commands (driven by tests/scripts/test_safetensors_python.sh):
                               must report (dtype, shape, offsets, float32 bits, metadata)
   compare DUMP.json EXPECT.json   compare `write_safetensors dump` output with EXPECT.json
   check-ckpt DIR              check a checkpoint directory written by `write_safetensors ckpt`
+  read-c16 FILE               check a file written by `write_safetensors write16`: BF16 and F16
+                              tensors that megadlm converted from floats, read with torch
+
+16-bit values: what megadlm must give for float32 bits x is torch's x.to(torch.bfloat16) /
+x.to(torch.float16), except for NaNs, where megadlm keeps the sign and the top payload bits and
+sets the quiet bit (src/core/kernels/bf16.h; torch gives one canonical NaN).
 """
 import json
 import os
@@ -61,6 +67,22 @@ def finite_formula_bits(n, k):
     b = formula_bits(n, k)
     special = (b & np.uint32(0x7F800000)) == np.uint32(0x7F800000)
     return np.where(special, b ^ np.uint32(0x00800000), b).astype(np.uint32)
+
+
+def to16(f32_bits, dtype):
+    """Bits of float32 values (bit patterns) rounded to torch.bfloat16 / torch.float16 by torch,
+    NaNs by megadlm's quiet-NaN rule."""
+    import torch
+    x = np.asarray(f32_bits, dtype=np.uint32)
+    got = torch.from_numpy(x.view(np.float32).copy()).to(dtype).view(torch.int16).numpy().view(np.uint16)
+    a = x & np.uint32(0x7FFFFFFF)
+    nan = a > np.uint32(0x7F800000)
+    if dtype == torch.bfloat16:
+        rule = ((x >> np.uint32(16)) | np.uint32(0x40)).astype(np.uint16)
+    else:
+        rule = (((x >> np.uint32(16)) & np.uint32(0x8000)) | np.uint32(0x7E00)
+                | ((a >> np.uint32(13)) & np.uint32(0x3FF))).astype(np.uint16)
+    return np.where(nan, rule, got).astype(np.uint16)
 
 
 def read_safetensors(path):
@@ -189,14 +211,52 @@ def cmd_write_py(path, expect_path):
         f.write(text)
         for _, _, _, raw, _ in tensors:
             f.write(raw)
+    # read as BF16 / F16 by megadlm (st_read_as): the F32 value rounded (an F16 or BF16 value
+    # read as its own dtype is its bits, which the rounding of its exact F32 value gives back)
     expect = {"metadata": meta, "tensors": {
         name: {"dtype": dt, "shape": shape, "data_offsets": offsets[name],
-               "f32_bits": [int(x) for x in bits]}
+               "f32_bits": [int(x) for x in bits],
+               "bf16_bits": [int(x) for x in to16(bits, torch.bfloat16)],
+               "f16_bits": [int(x) for x in to16(bits, torch.float16)]}
         for name, dt, shape, _, bits in tensors}}
     with open(expect_path, "w", encoding="utf-8") as f:
         json.dump(expect, f, ensure_ascii=False)
     read_safetensors(path)  # our own writer passes our own reader
     print(f"ok: wrote {path} ({len(tensors)} tensors)")
+
+
+# Must match g_tensors16 in tests/tools/write_safetensors.c: (name, dtype, shape, formula k or
+# None for the raw bf16 patterns (j * 40503 + 7) & 0xffff).
+C_TENSORS16 = [("w.bf16", "BF16", [6, 50], 0), ("w.f16", "F16", [7, 30], 1), ("w.f32", "F32", [5], 2),
+               ("raw.bf16", "BF16", [3, 4], None), ("big.bf16", "BF16", [140001], 3),
+               ("empty.f16", "F16", [0, 3], 4)]
+
+
+def cmd_read_c16(path):
+    import torch
+    header, buf, n = read_safetensors(path)
+    names = [k for k in header if k != "__metadata__"]
+    check(names == [t[0] for t in C_TENSORS16], f"{path}: tensors {names}")
+    tdt = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
+    for name, dt, shape, k in C_TENSORS16:
+        info = header[name]
+        check(info["dtype"] == dt and info["shape"] == shape, f"{name}: {info}")
+        raw = tensor_bytes(header, buf, name)
+        numel = int(np.prod(shape, dtype=np.int64))
+        if k is None:
+            want = ((np.arange(numel, dtype=np.uint64) * 40503 + 7) & 0xFFFF).astype(np.uint16)
+        elif dt == "F32":
+            want = formula_bits(numel, k)
+        else:
+            want = to16(formula_bits(numel, k), tdt[dt])
+        got = np.frombuffer(raw, dtype="<u2" if dt != "F32" else "<u4")
+        check(np.array_equal(got, want), f"{name}: bits differ")
+        if numel:  # and torch reads them as that dtype, the same values
+            t = torch.frombuffer(bytearray(raw), dtype=tdt[dt]).reshape(shape)
+            itype = torch.int16 if dt != "F32" else torch.int32
+            check(np.array_equal(t.view(itype).numpy().reshape(-1).view(want.dtype), want),
+                  f"{name}: torch view differs")
+    print(f"ok: {path}: {len(C_TENSORS16)} tensors (BF16, F16 written from floats)")
 
 
 def cmd_compare(dump_path, expect_path):
@@ -211,10 +271,12 @@ def cmd_compare(dump_path, expect_path):
         g = got["tensors"][name]
         for key in ("dtype", "shape", "data_offsets"):
             check(g[key] == w[key], f"{name}: {key} {g[key]} != {w[key]}")
-        gb, wb = g["f32_bits"], w["f32_bits"]
-        check(len(gb) == len(wb), f"{name}: {len(gb)} values, expected {len(wb)}")
-        for i, (a, b) in enumerate(zip(gb, wb)):
-            check(a == b, f"{name}[{i}]: float32 bits {a:#010x}, expected {b:#010x}")
+        for key in ("f32_bits", "bf16_bits", "f16_bits"):
+            check(key in g, f"{name}: no {key} in the dump")
+            gb, wb = g[key], w[key]
+            check(len(gb) == len(wb), f"{name}: {len(gb)} {key}, expected {len(wb)}")
+            for i, (a, b) in enumerate(zip(gb, wb)):
+                check(a == b, f"{name}[{i}]: {key} {a:#x}, expected {b:#x}")
     print(f"ok: {dump_path} matches {expect_path} ({len(want['tensors'])} tensors)")
 
 
@@ -254,7 +316,7 @@ def cmd_check_ckpt(d):
 
 
 def main(argv):
-    cmds = {"read-c": (cmd_read_c, 1), "write-py": (cmd_write_py, 2),
+    cmds = {"read-c": (cmd_read_c, 1), "write-py": (cmd_write_py, 2), "read-c16": (cmd_read_c16, 1),
             "compare": (cmd_compare, 2), "check-ckpt": (cmd_check_ckpt, 1)}
     if len(argv) < 2 or argv[1] not in cmds or len(argv) - 2 != cmds[argv[1]][1]:
         print(__doc__, file=sys.stderr)

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # safetensors interoperability: files written by megadlm are read bit for bit by an
 # independent Python reader (struct + json + numpy + torch, tests/python/check_safetensors.py),
+# F32 tensors and BF16 / F16 ones converted from floats by the writer (PyTorch's rounding);
 # files written by Python are read identically by megadlm (tests/tools/write_safetensors.c),
+# as F32 and as BF16 and F16 (st_read_as),
 # and a checkpoint directory written by ckpt_save passes the Python checks (tracker,
 # state.json, tensor names, values, crc32 metadata).
 # Environment (set by CTest): SRC (source tree), BUILD (build tree), WORK (scratch directory).
@@ -25,7 +27,12 @@ echo "== megadlm writes, Python reads"
 "$PY" "$CHECK" read-c "$WORK/c.safetensors"
 "$TOOL" dump "$WORK/c.safetensors" > "$WORK/c_dump.json" # and megadlm reads its own file
 
-echo "== Python writes, megadlm reads"
+echo "== megadlm writes BF16 and F16 (converted from floats), Python reads"
+"$TOOL" write16 "$WORK/c16.safetensors"
+"$PY" "$CHECK" read-c16 "$WORK/c16.safetensors"
+"$TOOL" dump "$WORK/c16.safetensors" > "$WORK/c16_dump.json"
+
+echo "== Python writes, megadlm reads (as F32, BF16 and F16)"
 "$PY" "$CHECK" write-py "$WORK/py.safetensors" "$WORK/py_expect.json"
 "$TOOL" dump "$WORK/py.safetensors" > "$WORK/py_dump.json"
 "$PY" "$CHECK" compare "$WORK/py_dump.json" "$WORK/py_expect.json"

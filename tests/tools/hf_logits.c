@@ -53,7 +53,8 @@ int main(int argc, char **argv) {
     gpt_batch batch = {.tokens = tok, .B = B, .T = T};
     gpt_model_forward(m, store, &batch, gs);
     int64_t ts[2] = {B, T}, ls[3] = {B, T, V};
-    st_tensor_desc d[2] = {{"tokens", ST_I32, 2, ts, tok}, {"logits", ST_F32, 3, ls, store->logits}};
+    st_tensor_desc d[2] = {{"tokens", ST_I32, 2, ts, tok, NULL},
+                           {"logits", ST_F32, 3, ls, store->logits, NULL}};
     if (st_write_file(argv[2], d, 2, NULL, 0, err, sizeof err) != 0) {
         fprintf(stderr, "hf_logits: %s\n", err);
         return 1;

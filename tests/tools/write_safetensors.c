@@ -10,6 +10,12 @@
  *   write_safetensors ckpt DIR     ckpt_save of a small param_set (iteration 7, with optimizer
  *                                  state) whose values follow the same formula, NaN and
  *                                  infinity patterns made finite (exponent bit 23 cleared)
+ *   write_safetensors write16 FILE writes 16-bit tensors (g_tensors16): floats of the formula
+ *                                  converted to BF16 / F16 by the writer (from_f32), and raw
+ *                                  bf16 patterns given as they are
+ * dump also prints, for every F32/F16/BF16 tensor, "bf16_bits" and "f16_bits": the elements
+ * read with st_read_as as BF16 and as F16 (and checks that reading the two halves of the
+ * tensor separately gives the same).
  *
  * Test tensor k (0-based, in the order of g_tensors) holds, as float32 bit patterns,
  *   bits[i] = (uint32)(i * 2654435761 + k * 40503 + 12345)    (i = row-major element index)
@@ -65,6 +71,71 @@ static void fill_finite(uint32_t *dst, size_t n, uint32_t k) {
         if ((dst[i] & 0x7f800000u) == 0x7f800000u) dst[i] ^= 0x00800000u;
 }
 
+/* 16-bit tensors: {name, dtype, shape, formula k or -1 for raw bf16 patterns}. "big" crosses
+ * the writer's 65536-element conversion chunks. */
+static const struct {
+    const char *name;
+    st_dtype dtype;
+    int ndim;
+    int64_t shape[2];
+    int k;
+} g_tensors16[] = {
+    {"w.bf16", ST_BF16, 2, {6, 50}, 0},  {"w.f16", ST_F16, 2, {7, 30}, 1},
+    {"w.f32", ST_F32, 1, {5}, 2},        {"raw.bf16", ST_BF16, 2, {3, 4}, -1},
+    {"big.bf16", ST_BF16, 1, {140001}, 3}, {"empty.f16", ST_F16, 2, {0, 3}, 4},
+};
+#define NT16 ((int)(sizeof g_tensors16 / sizeof g_tensors16[0]))
+
+static int cmd_write16(const char *path) {
+    st_tensor_desc d[NT16];
+    void *bufs[NT16];
+    for (int i = 0; i < NT16; i++) {
+        size_t n = 1;
+        for (int a = 0; a < g_tensors16[i].ndim; a++) n *= (size_t)g_tensors16[i].shape[a];
+        bufs[i] = mem_alloc(MEM_OTHER, n * 4 + 4, "write_safetensors");
+        d[i] = (st_tensor_desc){.name = g_tensors16[i].name, .dtype = g_tensors16[i].dtype,
+                                .ndim = g_tensors16[i].ndim, .shape = g_tensors16[i].shape};
+        if (g_tensors16[i].k >= 0) {
+            fill(bufs[i], n, (uint32_t)g_tensors16[i].k);
+            d[i].from_f32 = bufs[i];
+        } else {
+            uint16_t *h = bufs[i];
+            for (size_t j = 0; j < n; j++) h[j] = (uint16_t)(j * 40503u + 7u);
+            d[i].data = h;
+        }
+    }
+    st_meta meta[1] = {{"format", "pt"}};
+    char err[1024];
+    int rc = st_write_file(path, d, NT16, meta, 1, err, sizeof err);
+    if (rc) fprintf(stderr, "error: %s\n", err);
+    for (int i = 0; i < NT16; i++) mem_free(bufs[i]);
+    return rc ? 1 : 0;
+}
+
+/* "key": [the elements of e read as `to` (16-bit patterns)]; 0, or 1 after printing the error */
+static int dump16(const st_file *f, const st_entry *e, st_dtype to, cJSON *t, const char *key) {
+    char err[1024];
+    uint16_t *whole = malloc(e->numel * 2 + 2), *parts = malloc(e->numel * 2 + 2);
+    const size_t half = e->numel / 2;
+    int rc = 0;
+    if (st_read_as(f, e, to, 0, e->numel, whole, err, sizeof err) ||
+        st_read_as(f, e, to, 0, half, parts, err, sizeof err) ||
+        st_read_as(f, e, to, half, e->numel - half, parts + half, err, sizeof err)) {
+        fprintf(stderr, "error: %s\n", err);
+        rc = 1;
+    } else if (memcmp(whole, parts, e->numel * 2) != 0) {
+        fprintf(stderr, "error: %s: reading the two halves as %s differs from the whole\n",
+                e->name, st_dtype_name(to));
+        rc = 1;
+    } else {
+        cJSON *bits = cJSON_AddArrayToObject(t, key);
+        for (size_t j = 0; j < e->numel; j++) cJSON_AddItemToArray(bits, cJSON_CreateNumber(whole[j]));
+    }
+    free(whole);
+    free(parts);
+    return rc;
+}
+
 static int cmd_write(const char *path) {
     st_tensor_desc d[NT];
     st_meta meta[NT + 2];
@@ -75,7 +146,7 @@ static int cmd_write(const char *path) {
         bufs[k] = mem_alloc(MEM_OTHER, n * 4 + 4, "write_safetensors");
         fill(bufs[k], n, (uint32_t)k);
         d[k] = (st_tensor_desc){g_tensors[k].name, ST_F32, g_tensors[k].ndim, g_tensors[k].shape,
-                                bufs[k]};
+                                bufs[k], NULL};
         snprintf(keys[k], sizeof keys[k], "crc32.%s", g_tensors[k].name);
         snprintf(vals[k], sizeof vals[k], "%08lx", crc32(0L, (const Bytef *)bufs[k], (uInt)(n * 4)));
         meta[k] = (st_meta){keys[k], vals[k]};
@@ -126,6 +197,7 @@ static int cmd_dump(const char *path) {
                 memcpy(&b, &vals[j], 4);
                 cJSON_AddItemToArray(bits, cJSON_CreateNumber((double)b));
             }
+            rc = dump16(&f, e, ST_BF16, t, "bf16_bits") || dump16(&f, e, ST_F16, t, "f16_bits");
         }
         free(vals);
     }
@@ -180,6 +252,7 @@ int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "write") == 0) return cmd_write(argv[2]);
     if (argc == 3 && strcmp(argv[1], "dump") == 0) return cmd_dump(argv[2]);
     if (argc == 3 && strcmp(argv[1], "ckpt") == 0) return cmd_ckpt(argv[2]);
-    fprintf(stderr, "usage: %s write FILE | dump FILE | ckpt DIR\n", argv[0]);
+    if (argc == 3 && strcmp(argv[1], "write16") == 0) return cmd_write16(argv[2]);
+    fprintf(stderr, "usage: %s write FILE | dump FILE | ckpt DIR | write16 FILE\n", argv[0]);
     return 2;
 }

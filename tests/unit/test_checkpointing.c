@@ -368,7 +368,7 @@ static void test_mismatch(void) {
         for (int i = 0; i < f.count; i++) {
             if (strcmp(f.entries[i].name, "optimizer.exp_avg_sq.a.tensor.3d") == 0) continue;
             d[n++] = (st_tensor_desc){f.entries[i].name, f.entries[i].dtype, f.entries[i].ndim,
-                                      f.entries[i].shape, f.entries[i].data};
+                                      f.entries[i].shape, f.entries[i].data, NULL};
         }
         CHECK(st_write_file(path, d, n, NULL, 0, g_err, sizeof g_err) == 0);
         st_close(&f);
@@ -380,7 +380,7 @@ static void test_mismatch(void) {
         CHECK(st_open(bak, &f, g_err, sizeof g_err) == 0);
         for (int i = 0; i < f.count; i++)
             d[i] = (st_tensor_desc){f.entries[i].name, f.entries[i].dtype, f.entries[i].ndim,
-                                    f.entries[i].shape, f.entries[i].data};
+                                    f.entries[i].shape, f.entries[i].data, NULL};
         CHECK(st_write_file(path, d, f.count, NULL, 0, g_err, sizeof g_err) == 0);
         st_close(&f);
         CHECK(loads_as(dir, 3, &ps, 1));
@@ -618,7 +618,7 @@ static void test_header_validation(void) {
     /* Writer refuses duplicate names. */
     float x[2] = {1, 2};
     int64_t shp[1] = {2};
-    st_tensor_desc d[2] = {{"dup", ST_F32, 1, shp, x}, {"dup", ST_F32, 1, shp, x}};
+    st_tensor_desc d[2] = {{"dup", ST_F32, 1, shp, x, NULL}, {"dup", ST_F32, 1, shp, x, NULL}};
     CHECK_ERR(st_write_file(path, d, 2, NULL, 0, g_err, sizeof g_err) == -1, "tensor dup",
               "twice", NULL);
 }

@@ -1,5 +1,6 @@
 /* safetensors reader and writer: see safetensors.h for the format and the guarantees. */
 #include "core/tensor/safetensors.h"
+#include "core/kernels/bf16.h"
 #include "core/util/error.h"
 #include "core/util/alloc.h"
 #include "core/util/io.h"
@@ -178,6 +179,33 @@ done:
     return rc;
 }
 
+/* Elements converted per write: 64 Ki (128 KiB of 16-bit values). */
+#define ST_CHUNK 65536
+
+/* Writes a tensor's bytes: its data as given, or its floats converted to its dtype a chunk at
+ * a time. 0, or -1 with errno set. */
+static int write_tensor(int fd, const st_tensor_desc *t, uint64_t bytes) {
+    if (!t->from_f32 || t->dtype == ST_F32)
+        return io_write_all(fd, t->from_f32 ? (const void *)t->from_f32 : t->data, bytes);
+    uint16_t *buf = malloc(ST_CHUNK * sizeof(uint16_t));
+    if (!buf) {
+        errno = ENOMEM;
+        return -1;
+    }
+    const size_t n = (size_t)(bytes / 2);
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i += ST_CHUNK) {
+        const size_t k = n - i < ST_CHUNK ? n - i : ST_CHUNK;
+        if (t->dtype == ST_BF16)
+            bf16_from_f32(buf, t->from_f32 + i, k);
+        else
+            fp16_from_f32(buf, t->from_f32 + i, k);
+        rc = io_write_all(fd, buf, k * sizeof(uint16_t));
+    }
+    free(buf);
+    return rc;
+}
+
 int st_write_fd(int fd, const char *path, const st_tensor_desc *tensors, int n,
                 const st_meta *meta, int nmeta, char *err, size_t errlen) {
     if (n < 0 || nmeta < 0) {
@@ -196,17 +224,28 @@ int st_write_fd(int fd, const char *path, const st_tensor_desc *tensors, int n,
                   err, errlen) != 0)
         goto done;
     begin[n] = buffer_bytes;
-    for (int i = 0; i < n; i++)
-        if (begin[i + 1] > begin[i] && !tensors[i].data) {
-            err_set(err, errlen, "%s: tensor %s: no data", path, tensors[i].name);
+    for (int i = 0; i < n; i++) {
+        const st_tensor_desc *t = &tensors[i];
+        if (t->data && t->from_f32) {
+            err_set(err, errlen, "%s: tensor %s: both data and from_f32 given", path, t->name);
             goto done;
         }
+        if (t->from_f32 && t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16) {
+            err_set(err, errlen, "%s: tensor %s: floats can be written as F32, F16 or BF16, not %s",
+                    path, t->name, st_dtype_name(t->dtype));
+            goto done;
+        }
+        if (begin[i + 1] > begin[i] && !t->data && !t->from_f32) {
+            err_set(err, errlen, "%s: tensor %s: no data", path, t->name);
+            goto done;
+        }
+    }
     if (io_write_all(fd, header, header_bytes)) {
         err_set(err, errlen, "%s: writing the header: %s", path, strerror(errno));
         goto done;
     }
     for (int i = 0; i < n; i++)
-        if (io_write_all(fd, tensors[i].data, begin[i + 1] - begin[i])) {
+        if (write_tensor(fd, &tensors[i], begin[i + 1] - begin[i])) {
             err_set(err, errlen, "%s: tensor %s: write failed: %s", path, tensors[i].name,
                     strerror(errno));
             goto done;
@@ -651,49 +690,59 @@ const char *st_metadata(const st_file *f, const char *key) {
     return NULL;
 }
 
-static uint32_t f16_bits_to_f32_bits(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
-    if (exp == 0) {
-        if (mant == 0) return sign;
-        exp = 127 - 15 + 1; /* subnormal: normalize */
-        while (!(mant & 0x400u)) {
-            mant <<= 1;
-            exp--;
-        }
-        mant &= 0x3ffu;
-        return sign | (exp << 23) | (mant << 13);
-    }
-    if (exp == 31) return sign | 0x7f800000u | (mant << 13);
-    return sign | ((exp + 127 - 15) << 23) | (mant << 13);
-}
+static int is_float_dtype(st_dtype dt) { return dt == ST_F32 || dt == ST_F16 || dt == ST_BF16; }
 
-int st_read_f32_range(const st_file *f, const st_entry *e, size_t first, size_t count,
-                      float *out, char *err, size_t errlen) {
+int st_read_as(const st_file *f, const st_entry *e, st_dtype to, size_t first, size_t count,
+               void *out, char *err, size_t errlen) {
+    if (!is_float_dtype(to)) {
+        err_set(err, errlen, "%s: tensor %s: cannot read as %s (F32, F16, BF16 can be)", f->path,
+                e->name, st_dtype_name(to));
+        return -1;
+    }
     if (first > e->numel || count > e->numel - first) {
         err_set(err, errlen, "%s: tensor %s: elements [%zu, %zu) are outside its %zu", f->path,
                 e->name, first, first + count, e->numel);
         return -1;
     }
-    switch (e->dtype) {
-    case ST_F32:
-        memcpy(out, (const uint8_t *)e->data + first * sizeof(float), count * sizeof(float));
-        return 0;
-    case ST_F16:
-    case ST_BF16: {
-        const uint8_t *src = (const uint8_t *)e->data + 2 * first;
-        for (size_t i = 0; i < count; i++) {
-            uint16_t h = (uint16_t)(src[2 * i] | (src[2 * i + 1] << 8));
-            uint32_t b = e->dtype == ST_F16 ? f16_bits_to_f32_bits(h) : (uint32_t)h << 16;
-            memcpy(&out[i], &b, sizeof b);
-        }
-        return 0;
-    }
-    default:
-        err_set(err, errlen, "%s: tensor %s: dtype %s cannot be read as F32 (F32, F16, BF16 can)",
-                f->path, e->name, st_dtype_name(e->dtype));
+    if (!is_float_dtype(e->dtype)) {
+        err_set(err, errlen, "%s: tensor %s: dtype %s cannot be read as %s (F32, F16, BF16 can)",
+                f->path, e->name, st_dtype_name(e->dtype), st_dtype_name(to));
         return -1;
     }
+    const size_t in_size = st_dtype_size(e->dtype);
+    const uint8_t *src = (const uint8_t *)e->data + in_size * first;
+    if (e->dtype == to) { /* bit for bit */
+        memcpy(out, src, count * in_size);
+        return 0;
+    }
+    /* a chunk at a time through aligned buffers (the mapping need not be aligned): the source
+     * as it is, then widened to float unless it is F32, then narrowed unless `to` is F32 */
+    enum { CHUNK = 4096 };
+    uint16_t h[CHUNK];
+    float x[CHUNK];
+    for (size_t i = 0; i < count; i += CHUNK) {
+        const size_t k = count - i < CHUNK ? count - i : CHUNK;
+        float *wide = to == ST_F32 ? (float *)out + i : x;
+        if (e->dtype == ST_F32) {
+            memcpy(wide, src + 4 * i, 4 * k);
+        } else {
+            memcpy(h, src + 2 * i, 2 * k);
+            if (e->dtype == ST_BF16)
+                bf16_to_f32(wide, h, k);
+            else
+                fp16_to_f32(wide, h, k);
+        }
+        if (to == ST_BF16)
+            bf16_from_f32((uint16_t *)out + i, wide, k);
+        else if (to == ST_F16)
+            fp16_from_f32((uint16_t *)out + i, wide, k);
+    }
+    return 0;
+}
+
+int st_read_f32_range(const st_file *f, const st_entry *e, size_t first, size_t count,
+                      float *out, char *err, size_t errlen) {
+    return st_read_as(f, e, ST_F32, first, count, out, err, errlen);
 }
 
 int st_read_f32(const st_file *f, const st_entry *e, float *out, char *err, size_t errlen) {

@@ -11,7 +11,8 @@
  *                       little-endian; shape [] is a scalar (one element).
  *
  * Writer: st_write_fd streams the header and then each tensor's bytes straight from the
- * caller's memory (no copy of the data), in the order given (not sorted): data_offsets
+ * caller's memory (no copy of the data; a tensor given as floats for an F16 or BF16 entry is
+ * converted a chunk at a time), in the order given (not sorted): data_offsets
  * increase in that order, the header lists "__metadata__" first and then the tensors in that
  * order. st_write_file creates/truncates the file, writes, fsyncs and closes it. st_header
  * builds the same header alone, for writers that place the data themselves (pwrite).
@@ -27,7 +28,12 @@
  *   "FILE: tensor NAME: ..."                  (one entry of the header)
  * Tensor data is then a pointer into the mapping (valid until st_close). It is aligned to
  * the dtype only if the writer aligned it (ours and Hugging Face's do); st_read_f32 copies
- * (and converts F16/BF16) into an aligned float buffer either way.
+ * (and converts F16/BF16) into an aligned float buffer either way, st_read_as into a buffer of
+ * F32, F16 or BF16.
+ *
+ * F16 is IEEE binary16, BF16 bfloat16, both little-endian 16-bit patterns as PyTorch's
+ * torch.float16 / torch.bfloat16 store them; conversions are core/kernels/bf16.h's (to F32
+ * exact, from F32 rounded to nearest even).
  *
  * Only little-endian hosts are supported (checked at compile time). */
 #ifndef MEGADLM_CORE_TENSOR_SAFETENSORS_H
@@ -69,6 +75,9 @@ typedef struct {
     int ndim;                /* 0..ST_MAX_DIMS; 0 = scalar */
     const int64_t *shape;    /* [ndim] */
     const void *data;        /* prod(shape) * st_dtype_size(dtype) bytes, little-endian */
+    /* Instead of data (which is then NULL): prod(shape) floats, written converted to dtype,
+     * which must be F32 (as they are), F16 or BF16 (rounded to nearest even, bf16.h). */
+    const float *from_f32;
 } st_tensor_desc;
 
 typedef struct {
@@ -140,5 +149,11 @@ int st_read_f32(const st_file *f, const st_entry *e, float *out, char *err, size
  * bytes of the mapping. */
 int st_read_f32_range(const st_file *f, const st_entry *e, size_t first, size_t count,
                       float *out, char *err, size_t errlen);
+/* Elements [first, first + count) of e, an F32, F16 or BF16 entry, into out as `to` (F32, F16 or
+ * BF16: float or uint16_t elements): the same dtype bit for bit, a wider one exactly, a
+ * narrower one rounded to nearest even (F16 <-> BF16 through F32, one rounding). Other dtypes
+ * are refused. 0, or -1 with a message "FILE: tensor NAME: ...". */
+int st_read_as(const st_file *f, const st_entry *e, st_dtype to, size_t first, size_t count,
+               void *out, char *err, size_t errlen);
 
 #endif
