@@ -73,6 +73,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s\n", err);
         return 1;
     }
+    printf("# BLAS: %s | kernels %s\n", gemm_blas_config(), gemm_blas_kernels());
     printf("# auto: %s\n", gemm_bf16_describe());
     gemm_bf16_path paths[2];
     const char *names[2];

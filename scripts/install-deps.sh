@@ -7,7 +7,7 @@
 # and LLVM's OpenMP (scripts/fuzz.sh builds the fuzz targets with clang).
 set -euo pipefail
 
-build_pkgs=(build-essential cmake libopenblas-openmp-dev libcjson-dev zlib1g-dev libpcre2-dev libopenmpi-dev openmpi-bin)
+build_pkgs=(build-essential cmake libopenblas-openmp-dev libdnnl-dev libcjson-dev zlib1g-dev libpcre2-dev libopenmpi-dev openmpi-bin)
 demo_pkgs=()
 test_pkgs=(python3-torch python3-numpy time)
 fuzz_pkgs=(clang-14 libclang-rt-14-dev libomp-14-dev)
