@@ -19,6 +19,18 @@ set -euo pipefail
 rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
 export OMP_NUM_THREADS=1
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
+# mpirun_log LOG NP ARGS...: the ranks' output, each rank's in a file of its own
+# (LOG.ranks/1/rank.N/stdout), written to LOG one rank after the other; the launcher's merged
+# stream (LOG.mpirun) can cut one rank's line with another's, and the checks read lines
+mpirun_log() {
+  local log=$1 np=$2 rc=0
+  shift 2
+  rm -rf "$log.ranks"
+  "${MPIRUN[@]}" -np "$np" --output-filename "$log.ranks" "$@" > "$log.mpirun" 2>&1 || rc=$?
+  cat "$log.ranks"/1/rank.*/stdout "$log.ranks"/1/rank.*/stderr > "$log" 2>/dev/null
+  [ $rc = 0 ] || tail -3 "$log.mpirun" >> "$log"
+  return $rc
+}
 ITERS=6
 common=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
         --max-position-embeddings 16 --micro-batch-size 2 --global-batch-size 8
@@ -97,8 +109,8 @@ for family in gpt2 llama; do
     for v in a b c d; do
       name=$family-$layout-$v
       # shellcheck disable=SC2086
-      "${MPIRUN[@]}" -np $np "$BUILD/megadlm" train "${common[@]}" "${fam[@]}" "${par[@]}" \
-          ${VARIANT[$v]} --save "$name" > "$name.log" 2>&1 \
+      mpirun_log "$name.log" $np "$BUILD/megadlm" train "${common[@]}" "${fam[@]}" "${par[@]}" \
+          ${VARIANT[$v]} --save "$name" \
           || { echo "FAILED: $name did not run"; tail -5 "$name.log"; fail=1; continue; }
       close ref-$family.log "$name.log" || fail=1
       compare "$name" ref-$family || fail=1
@@ -121,12 +133,12 @@ if [ "$(losses dp1-dist.log)" != "$(losses ref-gpt2.log)" ]; then echo "FAILED: 
     ref-gpt2/iter_000000$ITERS/optimizer.safetensors 0 > /dev/null || { echo "FAILED: DP 1 optimizer state"; fail=1; }
 
 # checkpoints across the optimizer's layouts: DP 2 distributed -> DP 1 plain, and the reverse
-"${MPIRUN[@]}" -np 2 "$BUILD/megadlm" train "${common[@]}" ${VARIANT[d]} --save to-plain \
-    --exit-interval 3 > to-plain-a.log 2>&1
+mpirun_log to-plain-a.log 2 "$BUILD/megadlm" train "${common[@]}" ${VARIANT[d]} --save to-plain \
+    --exit-interval 3
 "$BUILD/megadlm" train "${common[@]}" --save to-plain --load to-plain > to-plain-b.log 2>&1
 "$BUILD/megadlm" train "${common[@]}" --save to-dist --exit-interval 3 > to-dist-a.log 2>&1
-"${MPIRUN[@]}" -np 2 "$BUILD/megadlm" train "${common[@]}" --use-distributed-optimizer \
-    --save to-dist --load to-dist > to-dist-b.log 2>&1
+mpirun_log to-dist-b.log 2 "$BUILD/megadlm" train "${common[@]}" --use-distributed-optimizer \
+    --save to-dist --load to-dist
 for d in to-plain to-dist; do
   grep -q "successfully loaded checkpoint" $d-b.log || { echo "FAILED: $d did not load"; fail=1; }
   cat $d-a.log $d-b.log > $d.log
