@@ -254,12 +254,15 @@ theoretical_megadlm_bytes theoretical_megadlm_rank(const megadlm_args *a, int pp
                                                    int num_stores, int num_unchecked) {
     theoretical_megadlm_bytes r;
     size_t n = theoretical_megadlm_stage_count(a, pp_rank);
-    r.parameters = 4 * n;
+    /* --bf16 (Megatron's Float16OptimizerWithFloat16Params): the model's parameters in bf16,
+     * the fp32 main parameters in the optimizer state; gradients fp32 either way */
+    r.parameters = a->bf16 ? 2 * n : 4 * n;
     r.gradients = 4 * n;
     /* exp_avg, exp_avg_sq; the distributed optimizer holds ceil(n / DP) of each on every rank
      * (its pieces of the buckets, core/optimizer/distrib_optimizer.h) */
     size_t dp = a->data_parallel_size > 0 ? (size_t)a->data_parallel_size : 1;
     r.optimizer = a->use_distributed_optimizer ? 8 * ((n + dp - 1) / dp) : 8 * n;
+    if (a->bf16) r.optimizer += 4 * n; /* fp32 main parameters (not sharded yet) */
     /* every micro-batch in flight has its own store (pipeline schedules): the stage's layers
      * (one model chunk's with interleaving), the block output, and on the last stage the head
      * (every store there: any may hold the last chunk); with per-micro-batch partial
