@@ -83,7 +83,7 @@ static transformer_config whole_model_config(const megadlm_args *a) {
     return model_config_from_args(&one);
 }
 
-/* megadlm's tensors (fp32, docs/MEMORY.md): R = the layer input, norm outputs and statistics,
+/* megadlm's tensors (fp32, some bf16 under --bf16: layer_saved.h; docs/MEMORY.md): R = the layer input, norm outputs and statistics,
  * the residual after attention; A = the attention probabilities; S = everything else. */
 static layer_parts megadlm_parts(const megadlm_args *a) {
     transformer_config c = whole_model_config(a);
@@ -93,7 +93,9 @@ static layer_parts megadlm_parts(const megadlm_args *a) {
     double input = 4.0 * N * h;
     double all = input + (double)activation_memory_layer_state_bytes(&c, B, T);
     layer_parts x;
-    x.R = input + 4.0 * (3.0 * N * h + 2.0 * stats); /* input; ln1, res1, ln2; both stats */
+    /* input; ln1, res1, ln2 (the norm outputs in bf16 under --bf16); both stats */
+    double norm_out = c.bf16 ? 2.0 : 4.0;
+    x.R = input + (2.0 * norm_out + 4.0) * N * h + 4.0 * 2.0 * stats;
     x.A = (double)activation_memory_probs_bytes(&c, B, T);
     x.S = all - x.R - x.A;
     x.in = input;

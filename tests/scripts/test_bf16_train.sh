@@ -6,10 +6,13 @@
 #  - --log-memory: predicted == measured per category, and the bytes per parameter are
 #    Megatron's: parameters 2 (half the fp32 run's), gradients 4 (the fp32 run's), optimizer
 #    state 12 (fp32 main parameters + Adam moments: 1.5x the fp32 run's);
+#  - saved activations: per layer measured == analytic, the norm outputs, attention context
+#    and activation output stored in bf16 (2 bytes);
 #  - the loss stays close to the fp32 run's (first iteration within 1e-2 relative);
 #  - every recompute mode gives byte-identical parameters and optimizer state to no
 #    recomputation under --bf16, and so does a resumed run; both bf16 GEMM paths (oneDNN where
-#    it runs, and the fallback), both families.
+#    it runs, and the fallback), both families;
+#  - generate reads a --bf16 checkpoint as fp32 (its main parameters).
 set -euo pipefail
 rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
 fail=0
@@ -68,6 +71,18 @@ for family in gpt2 llama; do
   [ $((2 * p16)) = "$p32" ] || say_fail "$family: bf16 parameters $p16 bytes, fp32 $p32"
   [ "$g16" = "$g32" ] || say_fail "$family: bf16 gradients $g16 bytes, fp32 $g32"
   [ $((2 * o16)) = $((3 * o32)) ] || say_fail "$family: bf16 optimizer $o16 bytes, fp32 $o32"
+  # saved activations per layer: measured == analytic; the norm outputs, attention context
+  # and activation output in bf16 (GPT-2: N (h + h + h + 4h) x 2 bytes less than fp32)
+  layer() { grep -o "saved activations layer 0 (bytes) | measured [0-9]* | analytic [0-9]*" "$1"; }
+  s32=$(layer "$family-fp32.log" | awk '{print $(NF-3)}'); l16=$(layer "$log")
+  s16=$(awk '{print $(NF-3)}' <<<"$l16"); a16=$(awk '{print $NF}' <<<"$l16")
+  [ -n "$s16" ] && [ "$s16" = "$a16" ] || say_fail "$family: layer 0 saved: $l16"
+  N=32 h=32
+  if [ "$family" = gpt2 ]; then
+    [ $((s32 - s16)) = $((14 * N * h)) ] || say_fail "$family: layer saved bytes bf16 $s16, fp32 $s32"
+  else
+    [ "$s16" -lt "$s32" ] || say_fail "$family: layer saved bytes bf16 $s16, fp32 $s32"
+  fi
   # memory predicts the same numbers
   "$MEGADLM" memory "${common[@]}" "${extra[@]}" --bf16 --json > "$family.json"
   read -r mp mo < <(python3 -c 'import json,sys; b=json.load(open(sys.argv[1]))["megadlm_train_bytes"]; print(b["parameters"], b["optimizer"])' "$family.json")
@@ -77,7 +92,7 @@ for family in gpt2 llama; do
   l16=$(grep -o 'lm loss: [0-9.E+-]*' "$log" | head -1 | awk '{print $3}')
   python3 -c 'import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); sys.exit(0 if abs(a-b)<=1e-2*abs(a) else 1)' "$l32" "$l16" ||
     say_fail "$family: first loss fp32 $l32, bf16 $l16"
-  echo "$family: memory rows equal, parameters $p16 (fp32 $p32) optimizer $o16 (fp32 $o32) bytes; first loss $l16 (fp32 $l32)"
+  echo "$family: memory rows equal, parameters $p16 (fp32 $p32) optimizer $o16 (fp32 $o32) layer saved $s16 (fp32 $s32) bytes; first loss $l16 (fp32 $l32)"
 done
 
 # ---- recompute and resume: bitwise identical under --bf16 ------------------------------------
@@ -118,4 +133,14 @@ for path in "${paths[@]}"; do
   done
 done
 unset MEGADLM_BF16_GEMM
+
+# ---- generate from a --bf16 checkpoint: fp32 inference from the fp32 main parameters --------
+cp -r auto-gpt2-none as-fp32
+sed -i 's/"bf16":[[:space:]]*true/"bf16": false/' as-fp32/iter_0000005/state.json
+grep -q '"bf16":[[:space:]]*false' as-fp32/iter_0000005/state.json || say_fail "state.json has no bf16 key"
+g16=$("$MEGADLM" generate --load auto-gpt2-none --prompt "3 4 5" --max-new-tokens 6 --top-k 1 2>/dev/null) ||
+  say_fail "generate from a --bf16 checkpoint: $g16"
+g32=$("$MEGADLM" generate --load as-fp32 --prompt "3 4 5" --max-new-tokens 6 --top-k 1 2>/dev/null)
+[ "$g16" = "$g32" ] || say_fail "generate: --bf16 checkpoint '$g16', the same as fp32 '$g32'"
+echo "generate from a --bf16 checkpoint: $g16"
 exit $fail
