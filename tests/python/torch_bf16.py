@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""PyTorch references for megadlm's --bf16 (the first iteration of a parity dump made with
+`parity_dump FAMILY DIR bf16`): the same weights and batch as tests/python/torch_gpt.py, and
+
+  1. an emulation of megadlm's rounding points: every linear (QKV, proj, FC1, FC2, the output
+     layer) multiplies its input and its weight rounded to bf16 with fp32 sums, and its backward
+     rounds the output gradient (dgrad: dout16 @ w16; wgrad: dout16^T @ x16); everything else
+     fp32. The loss must agree to 1e-4 relative, each parameter's gradient to 2e-2 of its norm
+     (the sums' order differs, so an element's bf16 rounding may flip by one ulp);
+  2. PyTorch's own bf16 mixed precision, torch.autocast(cpu, bfloat16) over the fp32 model
+     (linears and matmuls in bf16, bf16 outputs): the loss must agree to 1e-2 relative.
+
+Usage:  torch_bf16.py FAMILY DUMPDIR
+"""
+import math
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_gpt as tg  # noqa: E402
+
+LOSS_RTOL_EMULATED = 1e-4
+GRAD_RTOL_EMULATED = 2e-2
+LOSS_RTOL_AUTOCAST = 1e-2
+
+
+def r16(t):
+    return t.to(torch.bfloat16).to(torch.float32)
+
+
+class BF16Linear(torch.autograd.Function):
+    """y = r16(x) @ r16(w)^T in fp32; dx = r16(dy) @ r16(w); dw = r16(dy)^T @ r16(x)."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        x16, w16 = r16(x), r16(w)
+        ctx.save_for_backward(x16, w16)
+        return x16 @ w16.t()
+
+    @staticmethod
+    def backward(ctx, dy):
+        x16, w16 = ctx.saved_tensors
+        dy16 = r16(dy)
+        dx = dy16 @ w16
+        dw = dy16.reshape(-1, dy16.shape[-1]).t() @ x16.reshape(-1, x16.shape[-1])
+        return dx, dw
+
+
+def bf16_linear(x, w, b=None):
+    y = BF16Linear.apply(x, w)
+    return y + b if b is not None else y
+
+
+def main(argv):
+    if len(argv) != 3 or argv[1] not in tg.FAMILIES:
+        print(f"usage: {argv[0]} gpt|llama DUMPDIR", file=sys.stderr)
+        return 2
+    family, dump = argv[1], argv[2]
+    c = tg.FAMILIES[family]
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    weights = tg.read_safetensors(os.path.join(dump, "ckpt", "iter_0000000", "model.safetensors"))
+    shapes = tg.param_shapes(c)
+    batch = tg.read_safetensors(os.path.join(dump, "batch.safetensors"))
+    tokens, labels = batch["tokens"].long(), batch["labels"].long()
+    loss_mask = batch["loss_mask"].float()
+    ours = tg.read_safetensors(os.path.join(dump, "grads.safetensors"))
+    our_loss = float(ours["loss"])
+
+    def fresh():
+        return {n: weights[n].float().clone().requires_grad_(True) for n in shapes}
+
+    # 1. megadlm's rounding points
+    real_linear, real_F_linear = tg.linear, tg.F.linear
+    tg.linear = lambda x, P, prefix: bf16_linear(x, P[prefix + ".weight"], P.get(prefix + ".bias"))
+    tg.F.linear = bf16_linear  # the output layer (gpt_loss calls F.linear)
+    try:
+        P = fresh()
+        loss = tg.gpt_loss(c, P, tokens, labels, loss_mask)
+        loss.backward()
+    finally:
+        tg.linear, tg.F.linear = real_linear, real_F_linear
+    rel = abs(our_loss - loss.item()) / abs(loss.item())
+    if rel > LOSS_RTOL_EMULATED:
+        raise tg.Mismatch(f"loss {our_loss} vs emulated bf16 {loss.item()}: rel {rel:.2e}")
+    worst, worst_name = 0.0, ""
+    for n in shapes:
+        g_ref = P[n].grad.double()
+        d = (ours[n].double() - g_ref).norm().item() / max(g_ref.norm().item(), 1e-30)
+        if d > worst:
+            worst, worst_name = d, n
+    if worst > GRAD_RTOL_EMULATED:
+        raise tg.Mismatch(f"gradient {worst_name}: relative difference {worst:.2e} from the "
+                          f"emulated bf16 reference")
+
+    # 2. PyTorch's bf16 autocast
+    P = fresh()
+    with torch.no_grad(), torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        loss_ac = tg.gpt_loss(c, P, tokens, labels, loss_mask).float().item()
+    rel_ac = abs(our_loss - loss_ac) / abs(loss_ac)
+    if rel_ac > LOSS_RTOL_AUTOCAST or not math.isfinite(our_loss):
+        raise tg.Mismatch(f"loss {our_loss} vs PyTorch bf16 autocast {loss_ac}: rel {rel_ac:.2e}")
+    print(f"torch bf16 {family}: loss {our_loss:.7f}; emulated rounding points {loss.item():.7f} "
+          f"(rel {rel:.2e}, tol {LOSS_RTOL_EMULATED:g}; worst gradient {worst_name} "
+          f"{worst:.2e}, tol {GRAD_RTOL_EMULATED:g}); PyTorch autocast bf16 {loss_ac:.7f} "
+          f"(rel {rel_ac:.2e}, tol {LOSS_RTOL_AUTOCAST:g})")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv))
+    except tg.Mismatch as e:
+        print(f"torch bf16 FAILED ({' '.join(sys.argv[1:])}): {e}", file=sys.stderr)
+        sys.exit(1)
