@@ -4,8 +4,9 @@
 
   1. an emulation of megadlm's rounding points: every linear (QKV, proj, FC1, FC2, the output
      layer) multiplies its input and its weight rounded to bf16 with fp32 sums, and its backward
-     rounds the output gradient (dgrad: dout16 @ w16; wgrad: dout16^T @ x16); everything else
-     fp32. The loss must agree to 1e-4 relative, each parameter's gradient to 2e-2 of its norm
+     rounds the output gradient (dgrad: dout16 @ w16; wgrad: dout16^T @ x16); linear_qkv's and
+     linear_fc1's outputs and the q/k norm's and RoPE's are rounded to bf16 where they are made
+     (backward passes their gradients through); everything else fp32. The loss must agree to 1e-4 relative, each parameter's gradient to 2e-2 of its norm
      (the sums' order differs, so an element's bf16 rounding may flip by one ulp);
   2. PyTorch's own bf16 mixed precision, torch.autocast(cpu, bfloat16) over the fp32 model
      (linears and matmuls in bf16, bf16 outputs): the loss must agree to 1e-2 relative.
@@ -54,6 +55,50 @@ def bf16_linear(x, w, b=None):
     return y + b if b is not None else y
 
 
+def rnd(t):
+    """Rounded to bf16 in forward; backward passes the gradient as it is (megadlm rounds the
+    tensor in place and its backward kernels read the rounded values)."""
+    return t + (r16(t) - t).detach()
+
+
+def self_attention(c, x, P, p, rope):
+    """tests/python/torch_gpt.py's, with megadlm's --bf16 rounding points: linear_qkv's
+    output, the q/k norm's and RoPE's outputs."""
+    B, T, _ = x.shape
+    NH, NG, HS = c["num_attention_heads"], c["num_query_groups"], c["kv_channels"]
+    Q = NH // NG
+    qkv = rnd(tg.linear(x, P, p + "linear_qkv")).view(B, T, NG, Q + 2, HS)
+    q = qkv[:, :, :, :Q, :].reshape(B, T, NH, HS)
+    k = qkv[:, :, :, Q, :]
+    v = qkv[:, :, :, Q + 1, :]
+    if c["qk_layernorm"]:
+        q = rnd(tg.norm(c, q, P, p + "q_layernorm"))
+        k = rnd(tg.norm(c, k, P, p + "k_layernorm"))
+    if rope is not None:
+        q = rnd(tg.apply_rope(q, *rope))
+        k = rnd(tg.apply_rope(k, *rope))
+    k = k.repeat_interleave(Q, dim=2)
+    v = v.repeat_interleave(Q, dim=2)
+    q, k, v = (t.permute(0, 2, 1, 3) for t in (q, k, v))
+    scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(HS)
+    causal = torch.ones(T, T, dtype=torch.bool).triu(1)
+    scores = scores.masked_fill(causal, float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    ctx = torch.matmul(probs, v).permute(0, 2, 1, 3).reshape(B, T, NH * HS)
+    return tg.linear(ctx, P, p + "linear_proj")
+
+
+def mlp(c, x, P, p):
+    """tests/python/torch_gpt.py's, with linear_fc1's output rounded to bf16."""
+    h = rnd(tg.linear(x, P, p + "linear_fc1"))
+    if c["swiglu"]:
+        gate, up = torch.chunk(h, 2, dim=-1)
+        h = F.silu(gate) * up
+    else:
+        h = F.gelu(h, approximate="tanh" if c["gelu"] == "tanh" else "none")
+    return tg.linear(h, P, p + "linear_fc2")
+
+
 def main(argv):
     if len(argv) != 3 or argv[1] not in tg.FAMILIES:
         print(f"usage: {argv[0]} gpt|llama DUMPDIR", file=sys.stderr)
@@ -73,15 +118,16 @@ def main(argv):
         return {n: weights[n].float().clone().requires_grad_(True) for n in shapes}
 
     # 1. megadlm's rounding points
-    real_linear, real_F_linear = tg.linear, tg.F.linear
+    real = tg.linear, tg.F.linear, tg.self_attention, tg.mlp
     tg.linear = lambda x, P, prefix: bf16_linear(x, P[prefix + ".weight"], P.get(prefix + ".bias"))
     tg.F.linear = bf16_linear  # the output layer (gpt_loss calls F.linear)
+    tg.self_attention, tg.mlp = self_attention, mlp
     try:
         P = fresh()
         loss = tg.gpt_loss(c, P, tokens, labels, loss_mask)
         loss.backward()
     finally:
-        tg.linear, tg.F.linear = real_linear, real_F_linear
+        tg.linear, tg.F.linear, tg.self_attention, tg.mlp = real
     rel = abs(our_loss - loss.item()) / abs(loss.item())
     if rel > LOSS_RTOL_EMULATED:
         raise tg.Mismatch(f"loss {our_loss} vs emulated bf16 {loss.item()}: rel {rel:.2e}")

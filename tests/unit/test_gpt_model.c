@@ -198,7 +198,8 @@ static void check_determinism_and_no_alloc(transformer_config c) {
 }
 
 /* Saved bytes per layer == the table of docs/MEMORY.md, written out here independently. Under
- * --bf16 the norm outputs, the attention context and the activation output are bf16. */
+ * --bf16 the norm outputs, qkv (and qkv_raw), the attention context, fc1 and the activation
+ * output are bf16. */
 static void check_saved_bytes(transformer_config c, int B, const char *family) {
     gpt_model *m = gpt_model_create(&c, B, GPT_MODEL_TRAINING);
     activation_store *st = activation_store_create(m, 1);
@@ -206,13 +207,14 @@ static void check_saved_bytes(transformer_config c, int B, const char *family) {
     size_t g = c.num_query_groups, d = c.kv_channels, f = c.ffn_hidden_size;
     size_t Q = g * (a / g + 2) * d;
     int ln = c.normalization == NORM_LAYERNORM;
-    size_t halves = N * h + N * a * d + N * h + N * f;       /* ln1, ctx, ln2, act */
+    size_t halves = N * h + N * a * d + N * h + N * f        /* ln1, ctx, ln2, act */
+                    + (c.qk_layernorm ? N * Q : 0) + N * Q   /* qkv_raw, qkv */
+                    + N * f * (c.swiglu ? 2 : 1);            /* fc1 */
     size_t floats = N * h                                   /* hidden[l] */
                     + (ln ? N : 0) + N                       /* ln1's mean, rstd */
-                    + (c.qk_layernorm ? N * Q + (ln ? N * (a + g) : 0) + N * (a + g) : 0)
-                    + N * Q + a * s * s * b                  /* qkv, probs */
-                    + N * h + (ln ? N : 0) + N               /* res1, ln2's mean, rstd */
-                    + N * f * (c.swiglu ? 2 : 1);            /* fc1 */
+                    + (c.qk_layernorm ? (ln ? N * (a + g) : 0) + N * (a + g) : 0) /* q/k stats */
+                    + a * s * s * b                          /* probs */
+                    + N * h + (ln ? N : 0) + N;              /* res1, ln2's mean, rstd */
     size_t bytes = 4 * floats + (c.bf16 ? 2 : 4) * halves;
     for (int l = 0; l < c.num_layers; l++)
         CHECK(activation_store_layer_saved_bytes(st, l) == bytes);

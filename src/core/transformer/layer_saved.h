@@ -46,22 +46,25 @@ static inline layer_dims layer_dims_of(const transformer_config *c, int B, int T
  * `floats` and `b16` are expressions over a layer_dims named d, `what` names the allocation.
  * b16: under --bf16 the tensor is stored as bf16 (2 bytes; field##_b16) and `field` points
  * to the fp32 view the layer workspace shares among all layers: forward computes into the
- * view and packs it (layer_saved_pack), backward unpacks it first. So far only tensors that
- * are nothing but GEMM inputs (rounded to bf16 by the GEMM in forward and in wgrad: norm
- * outputs, the attention context, the activation output) are b16, which changes no result.
- * The rest stay fp32 until forward rounds them where they are made (Megatron keeps them in
- * bf16; docs/MEMORY.md, "bf16"); statistics (mean, rstd) stay fp32 as Megatron keeps them. */
+ * view and packs it (layer_saved_pack), backward unpacks it first. Nothing that reads them
+ * sees a difference: forward rounds a b16 tensor where it is made (linear_qkv's and
+ * linear_fc1's outputs, the q/k norm's and RoPE's: attention.c, mlp.c), or reads it only
+ * through GEMMs, which round their inputs (the norm outputs, the context, the activation
+ * output). Still fp32: res1 (the residual stream is fp32 so far) and probs (the attention
+ * kernel would have to round them in forward and in selective recompute alike), which
+ * Megatron keeps in bf16 (docs/MEMORY.md, "bf16"); and the statistics (mean, rstd), which
+ * Megatron keeps in fp32. */
 #define LAYER_SAVED_TENSORS(X)                                                                    \
     /* norm1 output = linear_qkv input [Ns, C] (gathered to [N, C] before the GEMM under SP) */   \
     X(ln1, "ln1", 1, d.Ns * d.C, d.bf16)                                                                  \
     X(ln1_mean, "ln1_mean", d.layernorm, d.Ns, 0)                                                    \
     X(ln1_rstd, "ln1_rstd", 1, d.Ns, 0)                                                              \
     /* linear_qkv output before the q/k norm [N, QKV]; the norm's statistics [N, NH + NG] */      \
-    X(qkv_raw, "qkv_raw", d.qk_layernorm, d.N * d.QKV, 0)                                            \
+    X(qkv_raw, "qkv_raw", d.qk_layernorm, d.N * d.QKV, d.bf16)                                            \
     X(qk_mean, "qk_mean", d.qk_layernorm && d.layernorm, d.N * (d.NH + d.NG), 0)                     \
     X(qk_rstd, "qk_rstd", d.qk_layernorm, d.N * (d.NH + d.NG), 0)                                    \
     /* Q, K (after q/k norm and RoPE) and V [N, QKV] */                                           \
-    X(qkv, "qkv", 1, d.N * d.QKV, 0)                                                                 \
+    X(qkv, "qkv", 1, d.N * d.QKV, d.bf16)                                                                 \
     /* softmax output before attention dropout [B, NH, T, T]; NULL with selective recompute    \
      * (backward recomputes it) */                                                                \
     X(probs, "attention probs", d.probs, d.B * d.NH * d.T * d.T, 0)                                  \
@@ -74,7 +77,7 @@ static inline layer_dims layer_dims_of(const transformer_config *c, int B, int T
     X(ln2_mean, "ln2_mean", d.layernorm, d.Ns, 0)                                                    \
     X(ln2_rstd, "ln2_rstd", 1, d.Ns, 0)                                                              \
     /* linear_fc1 output = activation input [N, FC1]; activation output = fc2 input [N, F] */    \
-    X(fc1, "fc1 output", 1, d.N * d.FC1, 0)                                                          \
+    X(fc1, "fc1 output", 1, d.N * d.FC1, d.bf16)                                                          \
     X(act, "activation output", 1, d.N * d.F, d.bf16)
 
 /* One layer's saved buffers (NULL where the table does not keep a tensor). */
