@@ -93,9 +93,8 @@ static layer_parts megadlm_parts(const megadlm_args *a) {
     double input = 4.0 * N * h;
     double all = input + (double)activation_memory_layer_state_bytes(&c, B, T);
     layer_parts x;
-    /* input; ln1, res1, ln2 (the norm outputs in bf16 under --bf16); both stats */
-    double norm_out = c.bf16 ? 2.0 : 4.0;
-    x.R = input + (2.0 * norm_out + 4.0) * N * h + 4.0 * 2.0 * stats;
+    /* input; ln1, res1, ln2 (bf16 under --bf16); both stats */
+    x.R = input + (c.bf16 ? 2.0 : 4.0) * 3.0 * N * h + 4.0 * 2.0 * stats;
     x.A = (double)activation_memory_probs_bytes(&c, B, T);
     x.S = all - x.R - x.A;
     x.in = input;

@@ -5,8 +5,9 @@
   1. an emulation of megadlm's rounding points: every linear (QKV, proj, FC1, FC2, the output
      layer) multiplies its input and its weight rounded to bf16 with fp32 sums, and its backward
      rounds the output gradient (dgrad: dout16 @ w16; wgrad: dout16^T @ x16); linear_qkv's and
-     linear_fc1's outputs and the q/k norm's and RoPE's are rounded to bf16 where they are made
-     (backward passes their gradients through); everything else fp32. The loss must agree to 1e-4 relative, each parameter's gradient to 2e-2 of its norm
+     linear_fc1's outputs, the q/k norm's and RoPE's, the embedding's and each residual add's are
+     rounded to bf16 where they are made (backward passes their gradients through); everything
+     else fp32. The loss must agree to 1e-4 relative, each parameter's gradient to 2e-2 of its norm
      (the sums' order differs, so an element's bf16 rounding may flip by one ulp);
   2. PyTorch's own bf16 mixed precision, torch.autocast(cpu, bfloat16) over the fp32 model
      (linears and matmuls in bf16, bf16 outputs): the loss must agree to 1e-2 relative.
@@ -99,6 +100,32 @@ def mlp(c, x, P, p):
     return tg.linear(h, P, p + "linear_fc2")
 
 
+def gpt_loss(c, P, tokens, labels, loss_mask):
+    """tests/python/torch_gpt.py's, with the residual stream rounded to bf16: the embedding's
+    output and the result of each residual add."""
+    B, T = tokens.shape
+    wte = P["embedding.word_embeddings.weight"]
+    x = F.embedding(tokens, wte)
+    rope = None
+    if c["position_embedding_type"] == "learned_absolute":
+        x = x + P["embedding.position_embeddings.weight"][torch.arange(T)][None]
+    else:
+        rope = tg.rope_freqs(c, T, x.dtype)
+    x = rnd(x)
+    for l in range(c["num_layers"]):
+        p = f"decoder.layers.{l}."
+        x = rnd(x + self_attention(c, tg.norm(c, x, P, p + "input_layernorm"), P,
+                                   p + "self_attention.", rope))
+        x = rnd(x + mlp(c, tg.norm(c, x, P, p + "pre_mlp_layernorm"), P, p + "mlp."))
+    x = tg.norm(c, x, P, "decoder.final_layernorm")
+    out_w = P["output_layer.weight"] if c["untie_embeddings_and_output_weights"] else wte
+    logits = tg.F.linear(x, out_w)
+    losses = F.cross_entropy(logits.reshape(B * T, -1), labels.reshape(-1).long(),
+                             reduction="none")
+    m = loss_mask.reshape(-1)
+    return (losses * m).sum() / m.sum()
+
+
 def main(argv):
     if len(argv) != 3 or argv[1] not in tg.FAMILIES:
         print(f"usage: {argv[0]} gpt|llama DUMPDIR", file=sys.stderr)
@@ -118,16 +145,16 @@ def main(argv):
         return {n: weights[n].float().clone().requires_grad_(True) for n in shapes}
 
     # 1. megadlm's rounding points
-    real = tg.linear, tg.F.linear, tg.self_attention, tg.mlp
+    real = tg.linear, tg.F.linear, tg.self_attention, tg.mlp, tg.gpt_loss
     tg.linear = lambda x, P, prefix: bf16_linear(x, P[prefix + ".weight"], P.get(prefix + ".bias"))
     tg.F.linear = bf16_linear  # the output layer (gpt_loss calls F.linear)
     tg.self_attention, tg.mlp = self_attention, mlp
     try:
         P = fresh()
-        loss = tg.gpt_loss(c, P, tokens, labels, loss_mask)
+        loss = gpt_loss(c, P, tokens, labels, loss_mask)
         loss.backward()
     finally:
-        tg.linear, tg.F.linear, tg.self_attention, tg.mlp = real
+        tg.linear, tg.F.linear, tg.self_attention, tg.mlp, tg.gpt_loss = real
     rel = abs(our_loss - loss.item()) / abs(loss.item())
     if rel > LOSS_RTOL_EMULATED:
         raise tg.Mismatch(f"loss {our_loss} vs emulated bf16 {loss.item()}: rel {rel:.2e}")

@@ -198,8 +198,8 @@ static void check_determinism_and_no_alloc(transformer_config c) {
 }
 
 /* Saved bytes per layer == the table of docs/MEMORY.md, written out here independently. Under
- * --bf16 the norm outputs, qkv (and qkv_raw), the attention context, fc1 and the activation
- * output are bf16. */
+ * --bf16 the norm outputs, qkv (and qkv_raw), the attention context, res1, fc1 and the
+ * activation output are bf16. */
 static void check_saved_bytes(transformer_config c, int B, const char *family) {
     gpt_model *m = gpt_model_create(&c, B, GPT_MODEL_TRAINING);
     activation_store *st = activation_store_create(m, 1);
@@ -209,12 +209,13 @@ static void check_saved_bytes(transformer_config c, int B, const char *family) {
     int ln = c.normalization == NORM_LAYERNORM;
     size_t halves = N * h + N * a * d + N * h + N * f        /* ln1, ctx, ln2, act */
                     + (c.qk_layernorm ? N * Q : 0) + N * Q   /* qkv_raw, qkv */
-                    + N * f * (c.swiglu ? 2 : 1);            /* fc1 */
+                    + N * f * (c.swiglu ? 2 : 1)             /* fc1 */
+                    + N * h;                                 /* res1 */
     size_t floats = N * h                                   /* hidden[l] */
                     + (ln ? N : 0) + N                       /* ln1's mean, rstd */
                     + (c.qk_layernorm ? (ln ? N * (a + g) : 0) + N * (a + g) : 0) /* q/k stats */
                     + a * s * s * b                          /* probs */
-                    + N * h + (ln ? N : 0) + N;              /* res1, ln2's mean, rstd */
+                    + (ln ? N : 0) + N;                      /* ln2's mean, rstd */
     size_t bytes = 4 * floats + (c.bf16 ? 2 : 4) * halves;
     for (int l = 0; l < c.num_layers; l++)
         CHECK(activation_store_layer_saved_bytes(st, l) == bytes);

@@ -250,6 +250,8 @@ static void embedding_forward_into(gpt_model *m, activation_store *s) {
     dropout_key ek = embedding_dropout_key(&s->ctx, &off, Ns);
     dropout_forward(h0, h0, (size_t)Ns * c->hidden_size, s->ctx.training ? c->hidden_dropout : 0.0f,
                     ek, off);
+    /* --bf16: the residual stream is bf16 (Megatron's), from the embedding's output on */
+    if (c->bf16) bf16_round_f32(h0, (size_t)Ns * c->hidden_size);
 }
 
 /* Last stage: final norm on the token shard, gathered for the vocab-parallel output layer. */

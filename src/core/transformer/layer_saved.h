@@ -48,12 +48,13 @@ static inline layer_dims layer_dims_of(const transformer_config *c, int B, int T
  * to the fp32 view the layer workspace shares among all layers: forward computes into the
  * view and packs it (layer_saved_pack), backward unpacks it first. Nothing that reads them
  * sees a difference: forward rounds a b16 tensor where it is made (linear_qkv's and
- * linear_fc1's outputs, the q/k norm's and RoPE's: attention.c, mlp.c), or reads it only
- * through GEMMs, which round their inputs (the norm outputs, the context, the activation
- * output). Still fp32: res1 (the residual stream is fp32 so far) and probs (the attention
- * kernel would have to round them in forward and in selective recompute alike), which
- * Megatron keeps in bf16 (docs/MEMORY.md, "bf16"); and the statistics (mean, rstd), which
- * Megatron keeps in fp32. */
+ * linear_fc1's outputs, the q/k norm's and RoPE's: attention.c, mlp.c; the residual stream
+ * after each residual add: transformer_layer.c), or reads it only through GEMMs, which round
+ * their inputs (the norm outputs, the context, the activation output). Still fp32: probs (the
+ * attention kernel would have to round them in forward and in selective recompute alike),
+ * which Megatron keeps in bf16 (docs/MEMORY.md, "bf16"), and the statistics (mean, rstd),
+ * which Megatron keeps in fp32. The layer input (hidden[l], the block's) holds bf16 values in
+ * fp32 storage so far. */
 #define LAYER_SAVED_TENSORS(X)                                                                    \
     /* norm1 output = linear_qkv input [Ns, C] (gathered to [N, C] before the GEMM under SP) */   \
     X(ln1, "ln1", 1, d.Ns * d.C, d.bf16)                                                                  \
@@ -71,7 +72,7 @@ static inline layer_dims layer_dims_of(const transformer_config *c, int B, int T
     /* attention output = linear_proj input [N, NH*HS] */                                         \
     X(ctx, "attention context", 1, d.N * d.NH * d.HS, d.bf16)                                             \
     /* residual after attention = norm2 input [Ns, C] */                                          \
-    X(res1, "residual after attention", 1, d.Ns * d.C, 0)                                            \
+    X(res1, "residual after attention", 1, d.Ns * d.C, d.bf16)                                            \
     /* norm2 output = linear_fc1 input [Ns, C] */                                                 \
     X(ln2, "ln2", 1, d.Ns * d.C, d.bf16)                                                                  \
     X(ln2_mean, "ln2_mean", d.layernorm, d.Ns, 0)                                                    \

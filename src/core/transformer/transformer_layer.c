@@ -175,11 +175,14 @@ void transformer_layer_forward(const layer_ctx *ctx, int layer_index, const laye
     self_attention_forward(ctx, layer_index, w, s, ws, s->ln1, ws->branch);
     residual_dropout_forward(s->res1, inp, ws->branch, NC, p,
                              site_key(ctx, layer_index, DROPOUT_SITE_ATTENTION_OUT), off);
+    /* --bf16: the residual stream is bf16 (Megatron's): rounded after each residual add */
+    if (c->bf16) bf16_round_f32(s->res1, NC);
 
     norm_forward(c, s->ln2, s->ln2_mean, s->ln2_rstd, s->res1, w->ln2_w, w->ln2_b, Ns);
     mlp_forward(ctx, w, s, ws, s->ln2, ws->branch);
     residual_dropout_forward(out, s->res1, ws->branch, NC, p,
                              site_key(ctx, layer_index, DROPOUT_SITE_MLP_OUT), off);
+    if (c->bf16) bf16_round_f32(out, NC);
     layer_saved_pack(s, c, ctx->B, ctx->T); /* --bf16: the b16 tensors into their storage */
 }
 
