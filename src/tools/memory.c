@@ -94,9 +94,13 @@ static void print_report(const megadlm_args *a, const theoretical_memory *m) {
                   : "no recompute: = model");
 
     theoretical_megadlm_bytes g = theoretical_megadlm(a);
-    printf("\nmegadlm train on this layout (fp32, what --log-memory measures): parameters "
+    printf("\nmegadlm train on this layout (%s, what --log-memory measures): parameters "
            "%.2f MB, gradients %.2f MB, optimizer state %.2f MB, saved activations %.2f MB "
            "(one micro-batch)\n",
+           a->bf16 ? "--bf16: bf16 parameters, fp32 main parameters in the optimizer state, fp32 "
+                     "gradients; saved activations in bf16 but the layer inputs, attention "
+                     "probabilities and statistics"
+                   : "fp32",
            mb((double)g.parameters), mb((double)g.gradients), mb((double)g.optimizer),
            mb((double)g.saved_activations));
 }

@@ -1289,6 +1289,24 @@ static int validate_logging(megadlm_args *a, char *err, size_t errlen) {
     return 0;
 }
 
+/* --bf16 (Megatron's validate_args: bf16 excludes fp16, which is refused as a later feature
+ * anyway, and forces accumulate_allreduce_grads_in_fp32). Mixed precision runs in one
+ * process so far: every parallel layout is refused by name rather than trained with an
+ * untested precision path. */
+static int validate_precision(megadlm_args *a, char *err, size_t errlen) {
+    if (!a->bf16) return 0;
+    /* Megatron: "bfloat16 requires gradient accumulation and all-reduce to be performed in
+     * fp32" */
+    a->accumulate_allreduce_grads_in_fp32 = 1;
+    const char *what = a->tensor_model_parallel_size > 1     ? "--tensor-model-parallel-size > 1"
+                       : a->pipeline_model_parallel_size > 1 ? "--pipeline-model-parallel-size > 1"
+                       : a->data_parallel_size > 1           ? "data parallelism (world size > 1)"
+                       : a->use_distributed_optimizer        ? "--use-distributed-optimizer"
+                                                             : NULL;
+    if (what) return fail(err, errlen, "--bf16 with %s: not supported yet", what);
+    return 0;
+}
+
 int args_validate(megadlm_args *a, char *err, size_t errlen) {
     if (err && errlen) err[0] = 0;
     /* in this order: a layout that cannot split the model gets the same message whatever the
@@ -1298,6 +1316,7 @@ int args_validate(megadlm_args *a, char *err, size_t errlen) {
         validate_embeddings(a, err, errlen) || validate_data(a, err, errlen) ||
         validate_vocab(a, err, errlen) || validate_difflm(a, err, errlen) ||
         validate_recompute(a, err, errlen) || validate_world(a, err, errlen) ||
+        validate_precision(a, err, errlen) ||
         validate_batch(a, err, errlen) || validate_optimizer(a, err, errlen) ||
         validate_logging(a, err, errlen))
         return -1;

@@ -243,6 +243,7 @@ static int train_step(trainer *tr, float *loss_out, float *grad_norm_out, int *b
     } else {
         optimizer_step(ps, &tr->oc, lr, tr->optimizer_steps);
     }
+    gpt_model_params_to_bf16(tr->model); /* --bf16: the updated main parameters, rounded */
     return 1;
 }
 
@@ -696,6 +697,29 @@ static void log_threads(void) {
                    "OPENBLAS_CORETYPE=%s\n", gemm_blas_kernels(), better, better);
 }
 
+/* --bf16: the bf16 GEMM chosen now (serial code, before any parallel region), and what is
+ * bf16 in this run (docs/MEMORY.md). */
+static int setup_bf16(const megadlm_args *a) {
+    if (!a->bf16) return 0;
+    char err[256];
+    if (gemm_bf16_init(err, sizeof err) != 0) {
+        fprintf(stderr, "error: --bf16: %s\n", err);
+        return -1;
+    }
+    log_printf("> bf16: parameters of the linears' GEMMs (2 bytes each, a copy rounded from the "
+               "fp32 main parameters after every optimizer step); GEMM operands of linear_qkv, "
+               "linear_proj, linear_fc1, linear_fc2 and the output layer rounded to bf16, fp32 "
+               "sums; linear_qkv and linear_fc1 outputs, q/k norm and RoPE outputs and the residual "
+               "stream rounded to bf16; saved for backward in bf16: norm outputs, qkv, attention "
+               "context, residual after attention, fc1, activation output. fp32: main "
+               "parameters, gradients (accumulated and reduced in fp32), Adam moments, layer "
+               "inputs' storage, attention probabilities, norm statistics, softmax, "
+               "cross-entropy and the loss; embedding, norm and bias parameters are read from "
+               "the fp32 main copy\n");
+    log_printf("> %s\n", gemm_bf16_describe());
+    return 0;
+}
+
 /* --tp-comm-overlap: the overlap engine's progress mode, and what overlaps (the log rank). */
 static void setup_tp_comm_overlap(const megadlm_args *a) {
     char err[1024];
@@ -780,6 +804,8 @@ int pretrain(megadlm_args *a) {
     gpt_model_init_params(tr.model, a->seed);
     setup_data_parallel(&tr);
     if (a->load[0] && load(&tr) != 0) goto done;
+    gpt_model_params_to_bf16(tr.model); /* --bf16: from the loaded (or initial) parameters */
+    if (setup_bf16(a) != 0) goto done;
     if (build_data(&tr) != 0) goto done;
     setup_optimizer(&tr);
     tr.dp_rank = pst->dp_rank;

@@ -3,8 +3,9 @@
 # style with GQA, qk-layernorm and kv_channels != hidden/heads), the same weights (read from
 # the megadlm checkpoint) and the same batch give the same loss and gradients in an independent
 # PyTorch implementation (tests/python/torch_gpt.py), and the same parameters after 3 AdamW
-# steps with gradient clipping and Megatron's cosine schedule. tests/tools/parity_dump.c is the
-# megadlm side. Builds nothing.
+# steps with gradient clipping and Megatron's cosine schedule; under --bf16 the first
+# iteration's loss and gradients against PyTorch bf16 references (tests/python/torch_bf16.py).
+# tests/tools/parity_dump.c is the megadlm side. Builds nothing.
 # Environment (set by CTest): SRC (source tree), BUILD (build tree), WORK (scratch directory).
 set -euo pipefail
 
@@ -25,6 +26,16 @@ for family in gpt llama; do
     echo "== $family"
     "$TOOL" "$family" "$WORK/$family"
     "$PY" "$CHECK" "$family" "$WORK/$family" || { echo "FAIL: $family differs from PyTorch"; exit 1; }
+done
+
+# --bf16: the first iteration against PyTorch references (tests/python/torch_bf16.py): an
+# emulation of megadlm's rounding points (loss 1e-4, gradients 2e-2 of each tensor's norm) and
+# PyTorch's bf16 autocast (loss 1e-2)
+for family in gpt llama; do
+    echo "== $family --bf16"
+    "$TOOL" "$family" "$WORK/$family-bf16" bf16 > /dev/null
+    "$PY" "$SRC/tests/python/torch_bf16.py" "$family" "$WORK/$family-bf16" ||
+        { echo "FAIL: $family --bf16 differs from the PyTorch bf16 references"; exit 1; }
 done
 
 # the checker must reject a dump of the other family (config and tensor names differ)

@@ -310,12 +310,12 @@ static void test_parse_errors(void) {
 
 static void test_refused_flags(void) {
     static const char *later[] = {
-        "--bf16", "--fp16",
+        "--fp16",
         "--tp-comm-overlap-cfg cfg.yaml",
         "--context-parallel-size 2", "--expert-model-parallel-size 2", "--num-experts 8",
         "--use-flash-attn",
         "--fp8-format hybrid",
-        "--bf16=1",
+        "--fp16=1",
     };
     for (size_t i = 0; i < sizeof(later) / sizeof(later[0]); i++) {
         megadlm_args a;
@@ -378,6 +378,40 @@ static void test_refused_flags(void) {
 
 /* Megatron's parallel rules (arguments.py validate_args, TransformerConfig, the parallel
  * linear layers' divisions); BASE: 2 layers, h 64, 4 heads, ffn 256, seq 32, micro 2. */
+/* --bf16: Megatron's rules (it sets accumulate_allreduce_grads_in_fp32; fp16 is refused as a
+ * later feature), and the layouts not built yet refused by name. */
+static void test_bf16_flag(void) {
+    megadlm_args a;
+    CHECK(run_line(&a, BASE) == 0 && !a.bf16 && !a.accumulate_allreduce_grads_in_fp32);
+    args_free(&a);
+    CHECK(run_line(&a, BASE " --bf16") == 0 && a.bf16 && a.accumulate_allreduce_grads_in_fp32);
+    args_free(&a);
+    CHECK(parse_line(&a, BASE " --bf16=1") == -1 && strstr(ERR, "--bf16") != NULL);
+    args_free(&a);
+    CHECK(parse_line(&a, BASE " --bf16 --fp16") == -1 &&
+          strcmp(ERR, "--fp16: not supported yet") == 0);
+    args_free(&a);
+    /* the world as mpirun gives it to train */
+    static const char *const layouts[][2] = {
+        {"--tensor-model-parallel-size 2", "--tensor-model-parallel-size > 1"},
+        {"--pipeline-model-parallel-size 2", "--pipeline-model-parallel-size > 1"},
+        {"", "data parallelism (world size > 1)"},
+        {"--use-distributed-optimizer", "--use-distributed-optimizer"},
+    };
+    for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
+        char line[512], want[160];
+        snprintf(line, sizeof line, BASE " --bf16 %s", layouts[i][0]);
+        snprintf(want, sizeof want, "--bf16 with %s: not supported yet", layouts[i][1]);
+        int rc = parse_line(&a, line);
+        CHECK(rc == 0);
+        a.world_size = i == 3 ? 1 : 2;
+        if (rc == 0) rc = args_validate(&a, ERR, sizeof ERR);
+        CHECK(rc == -1 && strcmp(ERR, want) == 0);
+        if (rc != -1 || strcmp(ERR, want)) fprintf(stderr, "  %s -> '%s'\n", line, ERR);
+        args_free(&a);
+    }
+}
+
 static void test_parallel(void) {
     megadlm_args a;
     /* world: not given = TP x PP, DP 1; given (memory's --world-size, train's launcher) */
@@ -1173,6 +1207,7 @@ int main(void) {
     test_parse_values();
     test_parse_errors();
     test_refused_flags();
+    test_bf16_flag();
     test_parallel();
     test_data_path();
     test_validation_errors();

@@ -197,7 +197,9 @@ static void check_determinism_and_no_alloc(transformer_config c) {
     gpt_model_free(m);
 }
 
-/* Saved bytes per layer == the table of docs/MEMORY.md, written out here independently. */
+/* Saved bytes per layer == the table of docs/MEMORY.md, written out here independently. Under
+ * --bf16 the norm outputs, qkv (and qkv_raw), the attention context, res1, fc1 and the
+ * activation output are bf16. */
 static void check_saved_bytes(transformer_config c, int B, const char *family) {
     gpt_model *m = gpt_model_create(&c, B, GPT_MODEL_TRAINING);
     activation_store *st = activation_store_create(m, 1);
@@ -205,19 +207,29 @@ static void check_saved_bytes(transformer_config c, int B, const char *family) {
     size_t g = c.num_query_groups, d = c.kv_channels, f = c.ffn_hidden_size;
     size_t Q = g * (a / g + 2) * d;
     int ln = c.normalization == NORM_LAYERNORM;
+    size_t halves = N * h + N * a * d + N * h + N * f        /* ln1, ctx, ln2, act */
+                    + (c.qk_layernorm ? N * Q : 0) + N * Q   /* qkv_raw, qkv */
+                    + N * f * (c.swiglu ? 2 : 1)             /* fc1 */
+                    + N * h;                                 /* res1 */
     size_t floats = N * h                                   /* hidden[l] */
-                    + N * h + (ln ? N : 0) + N               /* ln1, mean, rstd */
-                    + (c.qk_layernorm ? N * Q + (ln ? N * (a + g) : 0) + N * (a + g) : 0)
-                    + N * Q + a * s * s * b + N * a * d       /* qkv, probs, ctx */
-                    + N * h + N * h + (ln ? N : 0) + N       /* res1, ln2, mean, rstd */
-                    + N * f * (c.swiglu ? 2 : 1) + N * f;    /* fc1, act */
+                    + (ln ? N : 0) + N                       /* ln1's mean, rstd */
+                    + (c.qk_layernorm ? (ln ? N * (a + g) : 0) + N * (a + g) : 0) /* q/k stats */
+                    + a * s * s * b                          /* probs */
+                    + (ln ? N : 0) + N;                      /* ln2's mean, rstd */
+    size_t bytes = 4 * floats + (c.bf16 ? 2 : 4) * halves;
     for (int l = 0; l < c.num_layers; l++)
-        CHECK(activation_store_layer_saved_bytes(st, l) == 4 * floats);
-    if (!c.qk_layernorm && ln && a == g && d * a == h && f == 4 * h)
-        CHECK(4 * floats == 64 * s * b * h + 4 * a * s * s * b + 16 * s * b);
-    printf("%s: saved activations per layer %zu bytes\n", family, 4 * floats);
+        CHECK(activation_store_layer_saved_bytes(st, l) == bytes);
+    if (!c.bf16 && !c.qk_layernorm && ln && a == g && d * a == h && f == 4 * h)
+        CHECK(bytes == 64 * s * b * h + 4 * a * s * s * b + 16 * s * b);
+    printf("%s%s: saved activations per layer %zu bytes\n", family, c.bf16 ? " --bf16" : "",
+           bytes);
     activation_store_free(st);
     gpt_model_free(m);
+}
+
+static transformer_config with_bf16(transformer_config c) {
+    c.bf16 = 1;
+    return c;
 }
 
 /* The backward's "gradients done" ranges tile the flat buffer exactly once, head first and
@@ -263,11 +275,15 @@ int main(void) {
     check_grads_done_hook(llama_config());
     check_saved_bytes(gpt2_config(), 3, "gpt2");
     check_saved_bytes(llama_config(), 2, "llama");
+    check_saved_bytes(with_bf16(gpt2_config()), 3, "gpt2");
+    check_saved_bytes(with_bf16(llama_config()), 2, "llama");
     check_finite_differences(gpt2_config(), "gpt2");
     check_finite_differences(llama_config(), "llama");
     check_grad_accumulation(gpt2_config(), "gpt2");
     check_grad_accumulation(llama_config(), "llama");
     check_determinism_and_no_alloc(gpt2_config());
     check_determinism_and_no_alloc(llama_config());
+    check_determinism_and_no_alloc(with_bf16(gpt2_config()));
+    check_determinism_and_no_alloc(with_bf16(llama_config()));
     TEST_DONE();
 }

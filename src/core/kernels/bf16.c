@@ -33,6 +33,24 @@ BF16_CONVERT(bf16_to_f32, float, bf16, bf16_to_float)
 BF16_CONVERT(fp16_from_f32, fp16, float, fp16_from_float)
 BF16_CONVERT(fp16_to_f32, float, fp16, fp16_to_float)
 
+static void bf16_round_serial(float *x, size_t n) {
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) x[i] = bf16_to_float(bf16_from_float(x[i]));
+}
+
+void bf16_round_f32(float *x, size_t n) {
+    if (!use_team(n)) {
+        bf16_round_serial(x, n);
+        return;
+    }
+    const size_t chunks = (n + BF16_CHUNK - 1) / BF16_CHUNK;
+#pragma omp parallel for schedule(static)
+    for (size_t c = 0; c < chunks; c++) {
+        const size_t b = c * BF16_CHUNK, e = b + BF16_CHUNK < n ? b + BF16_CHUNK : n;
+        bf16_round_serial(x + b, e - b);
+    }
+}
+
 void bf16_to_f32_2d(float *dst, size_t ld_dst, const bf16 *src, size_t ld_src, size_t rows,
                     size_t cols) {
     if (!use_team(rows * cols) || rows < 2) {

@@ -98,6 +98,10 @@ void bf16_to_f32(float *dst, const bf16 *src, size_t n);
 void fp16_from_f32(fp16 *dst, const float *src, size_t n);
 void fp16_to_f32(float *dst, const fp16 *src, size_t n);
 
+/* x[i] = the fp32 value of x[i] rounded to bf16 (in place): where --bf16 makes a tensor bf16
+ * while the kernels keep computing in fp32. */
+void bf16_round_f32(float *x, size_t n);
+
 /* A rows x cols block with row strides (in elements), for tiles of larger matrices. */
 void bf16_to_f32_2d(float *dst, size_t ld_dst, const bf16 *src, size_t ld_src, size_t rows,
                     size_t cols);

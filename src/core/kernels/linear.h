@@ -3,6 +3,9 @@
 #ifndef MEGADLM_CORE_KERNELS_LINEAR_H
 #define MEGADLM_CORE_KERNELS_LINEAR_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 /* out[N,OC] = inp[N,C] @ weight[OC,C]^T + bias[OC]   (bias may be NULL; out is overwritten) */
 void linear_forward(float *out, const float *inp, const float *weight, const float *bias, int N,
                     int C, int OC);
@@ -13,5 +16,21 @@ void linear_backward(float *dinp, float *dweight, float *dbias, const float *dou
 
 /* out[N,OC] += bias[OC] (row-parallel layers add their bias after the reduction). */
 void bias_add_forward(float *out, const float *bias, int N, int OC);
+
+/* ---- bf16 (--bf16) ----
+ * linear_bf16_setup registers a flat fp32 parameter buffer [main, main + numel) and its bf16
+ * copy; from then on linear_forward / linear_backward called with a weight inside that range
+ * multiply in bf16 (gemm_bf16: bf16 operands, fp32 sums): the weight is read from the copy at
+ * the same offset, and the activation operand (forward: inp; backward: dout, and inp for
+ * wgrad) is rounded to bf16 in a workspace, as PyTorch's bf16 autocast rounds it. Outputs,
+ * biases and gradients stay fp32 (dweight accumulates into the fp32 main gradient). Rows go in
+ * fixed chunks of the workspace (max_rows x 2 x max_width bf16, at most LINEAR_BF16_WS_ELEMS),
+ * so the same call gives the same GEMMs, hence the same bits (recomputation). One registration
+ * per process (the training model); calls outside a parallel region only. NULL main: off. */
+#define LINEAR_BF16_WS_ELEMS ((size_t)16 << 20)
+void linear_bf16_setup(const float *main, const uint16_t *copy, size_t numel, int max_rows,
+                       int max_width);
+/* The workspace's bytes for (max_rows, max_width): what linear_bf16_setup allocates. */
+size_t linear_bf16_workspace_bytes(int max_rows, int max_width);
 
 #endif

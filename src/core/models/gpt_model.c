@@ -5,7 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/kernels/bf16.h"
 #include "core/kernels/cross_entropy.h"
+#include "core/kernels/linear.h"
 #include "core/kernels/dropout.h"
 #include "core/kernels/norm.h"
 #include "core/kernels/rope.h"
@@ -64,7 +66,13 @@ static void build_params(gpt_model *m) {
     gpt_spec_rank(c, sp);
     param_set *ps = &m->params;
     *ps = sp->params; /* the spec's table; the buffers are the model's */
-    ps->data = mem_alloc_floats(MEM_PARAMS, ps->numel, "parameters");
+    if (c->bf16) { /* the model's bf16 parameters; the fp32 main ones are the optimizer's */
+        ps->data_bf16 = mem_alloc(MEM_PARAMS, ps->numel * sizeof(uint16_t), "bf16 parameters");
+        ps->data = mem_alloc_floats(bw ? MEM_OPTIMIZER : MEM_PARAMS, ps->numel,
+                                    "fp32 main parameters");
+    } else {
+        ps->data = mem_alloc_floats(MEM_PARAMS, ps->numel, "parameters");
+    }
     if (bw) {
         ps->grad = mem_alloc_floats(MEM_GRADS, ps->numel, "gradients");
         if (m->kind == GPT_MODEL_TRAINING) { /* else the distributed optimizer holds them */
@@ -126,6 +134,9 @@ gpt_model *gpt_model_create(const transformer_config *cfg, int max_batch, gpt_mo
         m->rope_sin = mem_alloc_floats(MEM_OTHER, c->seq_length * half, "rope sin");
         rope_tables(m->rope_cos, m->rope_sin, c->seq_length, c->rot_dim, c->rotary_base, 0);
     }
+    if (c->bf16) /* the linears read their weights from the bf16 copy */
+        linear_bf16_setup(m->params.data, m->params.data_bf16, m->params.numel, (int)N,
+                          gpt_model_linear_max_width(c));
     return m;
 }
 
@@ -133,6 +144,8 @@ void gpt_model_free(gpt_model *m) {
     if (!m) return;
     transformer_block_free(&m->block);
     param_set *ps = &m->params;
+    if (ps->data_bf16) linear_bf16_setup(NULL, NULL, 0, 0, 0);
+    mem_free(ps->data_bf16);
     mem_free(ps->data);
     mem_free(ps->grad);
     mem_free(ps->exp_avg);
@@ -142,6 +155,19 @@ void gpt_model_free(gpt_model *m) {
                     m->rope_sin, m->emb_partial, m->ce_sumexp};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) mem_free(bufs[i]);
     free(m);
+}
+
+int gpt_model_linear_max_width(const transformer_config *c) {
+    int w = c->hidden_size;
+    int widths[] = {tc_qkv_width_local(c), tc_heads_local(c) * c->kv_channels,
+                    tc_fc1_width_local(c), tc_ffn_local(c), tc_vocab_local(c)};
+    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++)
+        if (widths[i] > w) w = widths[i];
+    return w;
+}
+
+void gpt_model_params_to_bf16(gpt_model *m) {
+    if (m->params.data_bf16) bf16_from_f32(m->params.data_bf16, m->params.data, m->params.numel);
 }
 
 void gpt_model_init_params(gpt_model *m, uint64_t seed) {
@@ -162,6 +188,7 @@ void gpt_model_init_params(gpt_model *m, uint64_t seed) {
             for (size_t k = 0; k < t->numel; k++) d[k] = t->init_value;
         }
     }
+    gpt_model_params_to_bf16(m);
 }
 
 /* ---- forward / backward ----
@@ -223,6 +250,8 @@ static void embedding_forward_into(gpt_model *m, activation_store *s) {
     dropout_key ek = embedding_dropout_key(&s->ctx, &off, Ns);
     dropout_forward(h0, h0, (size_t)Ns * c->hidden_size, s->ctx.training ? c->hidden_dropout : 0.0f,
                     ek, off);
+    /* --bf16: the residual stream is bf16 (Megatron's), from the embedding's output on */
+    if (c->bf16) bf16_round_f32(h0, (size_t)Ns * c->hidden_size);
 }
 
 /* Last stage: final norm on the token shard, gathered for the vocab-parallel output layer. */

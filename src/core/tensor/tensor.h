@@ -42,7 +42,10 @@ typedef struct {
     int count;
     param_tensor *tensors;
     size_t numel;     /* total floats */
-    float *data;      /* [numel] MEM_PARAMS */
+    float *data;      /* [numel] MEM_PARAMS; under --bf16 the fp32 main parameters,
+                         MEM_OPTIMIZER (Megatron's optimizer keeps them) */
+    uint16_t *data_bf16; /* [numel] --bf16 only: the model's bf16 parameters (MEM_PARAMS),
+                            rounded from data (gpt_model_params_to_bf16); NULL otherwise */
     float *grad;      /* [numel] MEM_GRADS */
     float *exp_avg;   /* [numel] MEM_OPTIMIZER (AdamW first moment) */
     float *exp_avg_sq;/* [numel] MEM_OPTIMIZER (AdamW second moment) */

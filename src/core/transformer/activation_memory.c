@@ -8,7 +8,7 @@
 size_t activation_memory_layer_state_bytes(const transformer_config *c, int B, int T) {
     layer_dims d = layer_dims_of(c, B, T);
     d.probs = 1;
-    return 4 * layer_saved_floats(d);
+    return layer_saved_bytes(d);
 }
 
 size_t activation_memory_probs_bytes(const transformer_config *c, int B, int T) {

@@ -1,5 +1,7 @@
 #include "core/transformer/attention.h"
 
+#include "core/kernels/bf16.h"
+
 #include <string.h>
 
 #include "core/kernels/attention.h"
@@ -44,11 +46,20 @@ void self_attention_forward(const layer_ctx *ctx, int layer_index, const layer_w
     float *proj_out = c->qk_layernorm ? s->qkv_raw : s->qkv;
     tp_linear qkv = tp_linear_make(c, TP_LINEAR_QKV, ws->gathered, NULL, NULL);
     column_parallel_linear_forward(&qkv, proj_out, in_local, w->qkv_w, w->qkv_b, N, C, QKV);
-    if (c->qk_layernorm)
+    /* --bf16: linear_qkv's output, the q/k norm's and RoPE's are bf16 tensors (Megatron's),
+     * rounded where they are made and read as rounded by forward and backward alike */
+    size_t nqkv = (size_t)N * QKV;
+    if (c->bf16) bf16_round_f32(proj_out, nqkv);
+    if (c->qk_layernorm) {
         qk_norm_forward(s->qkv, (qk_norm_stats){s->qk_mean, s->qk_rstd}, s->qkv_raw,
                         qk_weights(w), N, tc_qkv_layout_local(c), c->normalization,
                         c->norm_epsilon);
-    if (c->rope) rope_forward(s->qkv, qkv_shape(ctx), rope_of(ctx));
+        if (c->bf16) bf16_round_f32(s->qkv, nqkv);
+    }
+    if (c->rope) {
+        rope_forward(s->qkv, qkv_shape(ctx), rope_of(ctx));
+        if (c->bf16) bf16_round_f32(s->qkv, nqkv);
+    }
 
     attention_forward(s->ctx, s->probs, s->qkv, qkv_shape(ctx),
                       core_attention_opts(ctx, layer_index), ws->attn);

@@ -7,6 +7,7 @@
 #define MEGADLM_CORE_TRANSFORMER_LAYER_SAVED_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/transformer/transformer_config.h"
 
@@ -18,6 +19,7 @@ typedef struct {
     int layernorm;    /* LayerNorm (mean and rstd) rather than RMSNorm (rstd) */
     int qk_layernorm; /* --qk-layernorm */
     int probs;        /* attention probabilities kept (not with selective recompute) */
+    int bf16;         /* --bf16: the table's b16 tensors are stored as bf16 */
 } layer_dims;
 
 static inline layer_dims layer_dims_of(const transformer_config *c, int B, int T) {
@@ -36,52 +38,67 @@ static inline layer_dims layer_dims_of(const transformer_config *c, int B, int T
     d.layernorm = c->normalization == NORM_LAYERNORM;
     d.qk_layernorm = c->qk_layernorm;
     d.probs = c->recompute_granularity != RECOMPUTE_SELECTIVE;
+    d.bf16 = c->bf16;
     return d;
 }
 
-/* X(field, what, kept, floats): every saved tensor in allocation order; `kept` and `floats`
- * are expressions over a layer_dims named d, `what` names the allocation. */
+/* X(field, what, kept, floats, b16): every saved tensor in allocation order; `kept`,
+ * `floats` and `b16` are expressions over a layer_dims named d, `what` names the allocation.
+ * b16: under --bf16 the tensor is stored as bf16 (2 bytes; field##_b16) and `field` points
+ * to the fp32 view the layer workspace shares among all layers: forward computes into the
+ * view and packs it (layer_saved_pack), backward unpacks it first. Nothing that reads them
+ * sees a difference: forward rounds a b16 tensor where it is made (linear_qkv's and
+ * linear_fc1's outputs, the q/k norm's and RoPE's: attention.c, mlp.c; the residual stream
+ * after each residual add: transformer_layer.c), or reads it only through GEMMs, which round
+ * their inputs (the norm outputs, the context, the activation output). Still fp32: probs (the
+ * attention kernel would have to round them in forward and in selective recompute alike),
+ * which Megatron keeps in bf16 (docs/MEMORY.md, "bf16"), and the statistics (mean, rstd),
+ * which Megatron keeps in fp32. The layer input (hidden[l], the block's) holds bf16 values in
+ * fp32 storage so far. */
 #define LAYER_SAVED_TENSORS(X)                                                                    \
     /* norm1 output = linear_qkv input [Ns, C] (gathered to [N, C] before the GEMM under SP) */   \
-    X(ln1, "ln1", 1, d.Ns * d.C)                                                                  \
-    X(ln1_mean, "ln1_mean", d.layernorm, d.Ns)                                                    \
-    X(ln1_rstd, "ln1_rstd", 1, d.Ns)                                                              \
+    X(ln1, "ln1", 1, d.Ns * d.C, d.bf16)                                                                  \
+    X(ln1_mean, "ln1_mean", d.layernorm, d.Ns, 0)                                                    \
+    X(ln1_rstd, "ln1_rstd", 1, d.Ns, 0)                                                              \
     /* linear_qkv output before the q/k norm [N, QKV]; the norm's statistics [N, NH + NG] */      \
-    X(qkv_raw, "qkv_raw", d.qk_layernorm, d.N * d.QKV)                                            \
-    X(qk_mean, "qk_mean", d.qk_layernorm && d.layernorm, d.N * (d.NH + d.NG))                     \
-    X(qk_rstd, "qk_rstd", d.qk_layernorm, d.N * (d.NH + d.NG))                                    \
+    X(qkv_raw, "qkv_raw", d.qk_layernorm, d.N * d.QKV, d.bf16)                                            \
+    X(qk_mean, "qk_mean", d.qk_layernorm && d.layernorm, d.N * (d.NH + d.NG), 0)                     \
+    X(qk_rstd, "qk_rstd", d.qk_layernorm, d.N * (d.NH + d.NG), 0)                                    \
     /* Q, K (after q/k norm and RoPE) and V [N, QKV] */                                           \
-    X(qkv, "qkv", 1, d.N * d.QKV)                                                                 \
+    X(qkv, "qkv", 1, d.N * d.QKV, d.bf16)                                                                 \
     /* softmax output before attention dropout [B, NH, T, T]; NULL with selective recompute    \
      * (backward recomputes it) */                                                                \
-    X(probs, "attention probs", d.probs, d.B * d.NH * d.T * d.T)                                  \
+    X(probs, "attention probs", d.probs, d.B * d.NH * d.T * d.T, 0)                                  \
     /* attention output = linear_proj input [N, NH*HS] */                                         \
-    X(ctx, "attention context", 1, d.N * d.NH * d.HS)                                             \
+    X(ctx, "attention context", 1, d.N * d.NH * d.HS, d.bf16)                                             \
     /* residual after attention = norm2 input [Ns, C] */                                          \
-    X(res1, "residual after attention", 1, d.Ns * d.C)                                            \
+    X(res1, "residual after attention", 1, d.Ns * d.C, d.bf16)                                            \
     /* norm2 output = linear_fc1 input [Ns, C] */                                                 \
-    X(ln2, "ln2", 1, d.Ns * d.C)                                                                  \
-    X(ln2_mean, "ln2_mean", d.layernorm, d.Ns)                                                    \
-    X(ln2_rstd, "ln2_rstd", 1, d.Ns)                                                              \
+    X(ln2, "ln2", 1, d.Ns * d.C, d.bf16)                                                                  \
+    X(ln2_mean, "ln2_mean", d.layernorm, d.Ns, 0)                                                    \
+    X(ln2_rstd, "ln2_rstd", 1, d.Ns, 0)                                                              \
     /* linear_fc1 output = activation input [N, FC1]; activation output = fc2 input [N, F] */    \
-    X(fc1, "fc1 output", 1, d.N * d.FC1)                                                          \
-    X(act, "activation output", 1, d.N * d.F)
+    X(fc1, "fc1 output", 1, d.N * d.FC1, d.bf16)                                                          \
+    X(act, "activation output", 1, d.N * d.F, d.bf16)
 
 /* One layer's saved buffers (NULL where the table does not keep a tensor). */
 typedef struct {
-#define LAYER_SAVED_FIELD(field, what, kept, floats) float *field;
+#define LAYER_SAVED_FIELD(field, what, kept, floats, b16) \
+    float *field;                                        \
+    uint16_t *field##_b16;
     LAYER_SAVED_TENSORS(LAYER_SAVED_FIELD)
 #undef LAYER_SAVED_FIELD
     size_t bytes; /* total bytes of the buffers above */
 } layer_saved;
 
-/* Floats of the tensors the table keeps for d. */
-static inline size_t layer_saved_floats(layer_dims d) {
-    size_t floats = 0;
-#define LAYER_SAVED_COUNT(field, what, kept, n) floats += (kept) ? (size_t)(n) : 0;
+/* Bytes of the tensors the table keeps for d (4 each, 2 for b16 ones). */
+static inline size_t layer_saved_bytes(layer_dims d) {
+    size_t bytes = 0;
+#define LAYER_SAVED_COUNT(field, what, kept, n, b16) \
+    bytes += (kept) ? (size_t)(n) * ((b16) ? 2 : 4) : 0;
     LAYER_SAVED_TENSORS(LAYER_SAVED_COUNT)
 #undef LAYER_SAVED_COUNT
-    return floats;
+    return bytes;
 }
 
 #endif

@@ -53,7 +53,7 @@ void block_activations_alloc(block_activations *a, const transformer_config *cfg
         if (transformer_block_checkpointed(cfg, l))
             a->saved[l] = blk->slots[l - b];
         else
-            layer_saved_alloc(&a->saved[l], cfg, B, T, MEM_ACTIVATIONS);
+            layer_saved_alloc(&a->saved[l], cfg, B, T, MEM_ACTIVATIONS, &blk->ws);
         a->layer_saved_bytes[l] = mem_current(MEM_ACTIVATIONS) - before;
     }
     /* The block's output is the final norm's input: the model head's, not a layer's. */
@@ -94,19 +94,19 @@ void transformer_block_init(transformer_block *blk, const transformer_config *cf
         for (int k = 0; k < 2; k++)
             blk->chunk_input[k] = mem_alloc_floats(MEM_WORKSPACE, NC, "gathered chunk input");
 
+    layer_workspace_alloc(&blk->ws, cfg, B, T, with_backward, threads); /* views first */
     /* Recompute slots: a uniform chunk needs one per layer of the chunk, block one. */
     if (cfg->recompute_granularity == RECOMPUTE_FULL) {
         blk->num_slots = cfg->recompute_method == RECOMPUTE_UNIFORM ? cfg->recompute_num_layers : 1;
         blk->slots = xcalloc(blk->num_slots, sizeof(layer_saved), "recompute slots");
         blk->hidden_slots = xcalloc(blk->num_slots, sizeof(float *), "recompute inputs");
         for (int k = 0; k < blk->num_slots; k++) {
-            layer_saved_alloc(&blk->slots[k], cfg, B, T, MEM_WORKSPACE);
+            layer_saved_alloc(&blk->slots[k], cfg, B, T, MEM_WORKSPACE, &blk->ws);
             if (k > 0)
                 blk->hidden_slots[k - 1] =
                     mem_alloc_floats(MEM_WORKSPACE, NC, "recomputed layer input");
         }
     }
-    layer_workspace_alloc(&blk->ws, cfg, B, T, with_backward, threads);
 }
 
 void transformer_block_free(transformer_block *blk) {

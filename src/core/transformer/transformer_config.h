@@ -37,6 +37,8 @@ typedef struct {
     float hidden_dropout;
     float attention_dropout;
     int causal;                 /* causal self-attention (else bidirectional: no_mask) */
+    int bf16;                   /* --bf16: the linears' GEMMs take bf16 weights (the model's bf16
+                                   parameter copy) and bf16-rounded inputs, fp32 sums */
     int position_offset;        /* first learned position (1 for difflm-noshift, as MegaDLMs) */
     recompute_granularity recompute_granularity;
     recompute_method recompute_method; /* with RECOMPUTE_FULL */

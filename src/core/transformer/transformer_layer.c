@@ -3,11 +3,13 @@
 #include <string.h>
 
 #include "core/kernels/attention.h"
+#include "core/kernels/bf16.h"
 #include "core/kernels/linear.h"
 #include "core/kernels/norm.h"
 #include "core/tensor/memory.h"
 #include "core/transformer/attention.h"
 #include "core/transformer/mlp.h"
+#include "core/util/die.h"
 
 /* ---- allocation ---- */
 
@@ -16,27 +18,83 @@ static float *saved(layer_saved *s, mem_category cat, size_t count, const char *
     return mem_alloc_floats(cat, count, what);
 }
 
-/* Every tensor of the table (layer_saved.h) that this configuration keeps, in table order. */
+static uint16_t *saved_b16(layer_saved *s, mem_category cat, size_t count, const char *what) {
+    s->bytes += count * sizeof(uint16_t);
+    return mem_alloc(cat, count * sizeof(uint16_t), what);
+}
+
+/* Every tensor of the table (layer_saved.h) that this configuration keeps, in table order; a
+ * b16 one as bf16 storage behind the workspace's shared fp32 view. */
 void layer_saved_alloc(layer_saved *s, const transformer_config *c, int B, int T,
-                       mem_category cat) {
+                       mem_category cat, const layer_workspace *ws) {
     memset(s, 0, sizeof(*s));
     const layer_dims d = layer_dims_of(c, B, T);
-#define ALLOC_SAVED(field, what, kept, floats) \
-    if (kept) s->field = saved(s, cat, floats, what);
+#define ALLOC_SAVED(field, what, kept, floats, b16)                                         \
+    if ((kept) && (b16)) {                                                                  \
+        if (!ws->views.field) die(1, "internal error: no bf16 view for saved " what);      \
+        s->field##_b16 = saved_b16(s, cat, floats, what " (bf16)");                         \
+        s->field = ws->views.field;                                                         \
+    } else if (kept)                                                                        \
+        s->field = saved(s, cat, floats, what);
     LAYER_SAVED_TENSORS(ALLOC_SAVED)
 #undef ALLOC_SAVED
 }
 
 void layer_saved_free(layer_saved *s) {
-#define FREE_SAVED(field, what, kept, floats) mem_free(s->field);
+    /* b16 tensors: free the storage, not the shared view */
+#define FREE_SAVED(field, what, kept, floats, b16) \
+    if (s->field##_b16)                            \
+        mem_free(s->field##_b16);                  \
+    else                                           \
+        mem_free(s->field);
     LAYER_SAVED_TENSORS(FREE_SAVED)
 #undef FREE_SAVED
     memset(s, 0, sizeof(*s));
 }
 
+void layer_saved_pack(const layer_saved *s, const transformer_config *c, int B, int T) {
+    if (!c->bf16) return;
+    const layer_dims d = layer_dims_of(c, B, T);
+#define PACK_SAVED(field, what, kept, floats, b16) \
+    if (s->field##_b16) bf16_from_f32(s->field##_b16, s->field, floats);
+    LAYER_SAVED_TENSORS(PACK_SAVED)
+#undef PACK_SAVED
+    (void)d;
+}
+
+void layer_saved_unpack(const layer_saved *s, const transformer_config *c, int B, int T) {
+    if (!c->bf16) return;
+    const layer_dims d = layer_dims_of(c, B, T);
+#define UNPACK_SAVED(field, what, kept, floats, b16) \
+    if (s->field##_b16) bf16_to_f32(s->field, s->field##_b16, floats);
+    LAYER_SAVED_TENSORS(UNPACK_SAVED)
+#undef UNPACK_SAVED
+    (void)d;
+}
+
+/* The fp32 views of the b16 tensors, one layer's worth shared by all (workspace). */
+static void views_alloc(layer_saved *v, const transformer_config *c, int B, int T) {
+    memset(v, 0, sizeof(*v));
+    if (!c->bf16) return;
+    layer_dims d = layer_dims_of(c, B, T);
+    d.probs = 1; /* any store's layers may keep them */
+#define ALLOC_VIEW(field, what, kept, floats, b16) \
+    if ((kept) && (b16)) v->field = mem_alloc_floats(MEM_WORKSPACE, floats, what " (fp32 view)");
+    LAYER_SAVED_TENSORS(ALLOC_VIEW)
+#undef ALLOC_VIEW
+}
+
+static void views_free(layer_saved *v) {
+#define FREE_VIEW(field, what, kept, floats, b16) mem_free(v->field);
+    LAYER_SAVED_TENSORS(FREE_VIEW)
+#undef FREE_VIEW
+    memset(v, 0, sizeof(*v));
+}
+
 void layer_workspace_alloc(layer_workspace *ws, const transformer_config *c, int B, int T,
                            int with_backward, int threads) {
     memset(ws, 0, sizeof(*ws));
+    views_alloc(&ws->views, c, B, T);
     size_t N = (size_t)B * T, Ns = tc_tokens_local(c, (int)N), C = c->hidden_size;
     size_t QKV = tc_qkv_width_local(c), CTX = (size_t)tc_heads_local(c) * c->kv_channels;
     int sp = tc_sp(c);
@@ -66,6 +124,7 @@ void layer_workspace_free(layer_workspace *ws) {
     float *bufs[] = {ws->branch,   ws->dln,  ws->gathered,   ws->dctx, ws->dqkv,
                      ws->dqkv_raw, ws->dfc1, ws->dact, ws->attn.data, ws->recv};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) mem_free(bufs[i]);
+    views_free(&ws->views);
     memset(ws, 0, sizeof(*ws));
 }
 
@@ -116,11 +175,15 @@ void transformer_layer_forward(const layer_ctx *ctx, int layer_index, const laye
     self_attention_forward(ctx, layer_index, w, s, ws, s->ln1, ws->branch);
     residual_dropout_forward(s->res1, inp, ws->branch, NC, p,
                              site_key(ctx, layer_index, DROPOUT_SITE_ATTENTION_OUT), off);
+    /* --bf16: the residual stream is bf16 (Megatron's): rounded after each residual add */
+    if (c->bf16) bf16_round_f32(s->res1, NC);
 
     norm_forward(c, s->ln2, s->ln2_mean, s->ln2_rstd, s->res1, w->ln2_w, w->ln2_b, Ns);
     mlp_forward(ctx, w, s, ws, s->ln2, ws->branch);
     residual_dropout_forward(out, s->res1, ws->branch, NC, p,
                              site_key(ctx, layer_index, DROPOUT_SITE_MLP_OUT), off);
+    if (c->bf16) bf16_round_f32(out, NC);
+    layer_saved_pack(s, c, ctx->B, ctx->T); /* --bf16: the b16 tensors into their storage */
 }
 
 void transformer_layer_backward(const layer_ctx *ctx, int layer_index, const layer_weights *w,
@@ -131,6 +194,7 @@ void transformer_layer_backward(const layer_ctx *ctx, int layer_index, const lay
     size_t NC = (size_t)Ns * c->hidden_size;
     uint64_t off = shard_offset(c, N);
     float p = ctx->training ? c->hidden_dropout : 0.0f;
+    layer_saved_unpack(s, c, ctx->B, ctx->T); /* --bf16: the b16 tensors into their views */
 
     /* MLP branch: out = res1 + dropout(mlp(norm2(res1))). dres already holds the identity
      * path's gradient w.r.t. res1, so only the branch's contribution is added to it. */

@@ -48,6 +48,8 @@ typedef struct {
     float *dact;     /* [N, F] */
     attention_workspace attn; /* attention_workspace_floats(T, threads) */
     float *recv;     /* [(N - Ns), C] ring reduce-scatter receive buffers (--tp-comm-overlap) */
+    layer_saved views; /* --bf16: the fp32 views of the table's b16 tensors (layer_saved.h),
+                          shared by every layer's layer_saved; NULL fields otherwise */
 } layer_workspace;
 
 /* Per-call context: shapes of this micro-batch and the dropout key parts. */
@@ -63,10 +65,15 @@ typedef struct {
 /* Allocates a layer's saved buffers for up to B x T tokens in category cat (MEM_ACTIVATIONS for
  * a layer that keeps its state, MEM_WORKSPACE for the slots full recompute reuses). */
 void layer_saved_alloc(layer_saved *s, const transformer_config *cfg, int B, int T,
-                       mem_category cat);
+                       mem_category cat, const layer_workspace *ws);
+/* --bf16: rounds the b16 tensors' fp32 views into their bf16 storage (after the layer's
+ * forward), or widens them back into the views (before its backward); B x T this call's.
+ * No-op without --bf16. */
+void layer_saved_pack(const layer_saved *s, const transformer_config *cfg, int B, int T);
+void layer_saved_unpack(const layer_saved *s, const transformer_config *cfg, int B, int T);
 void layer_saved_free(layer_saved *s);
 /* threads: the most OpenMP threads a kernel may run with (the attention workspace has a slice
- * per thread). */
+ * per thread). Allocate it before the layer_saved that use its views. */
 void layer_workspace_alloc(layer_workspace *ws, const transformer_config *cfg, int B, int T,
                            int with_backward, int threads);
 void layer_workspace_free(layer_workspace *ws);

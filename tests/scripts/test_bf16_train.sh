@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# `megadlm train --bf16` (one process):
+#  - Megatron's validation: --bf16 sets --accumulate-allreduce-grads-in-fp32; every layout not
+#    built yet (TP, PP, DP, the distributed optimizer) is refused by name, by train and memory;
+#  - the log says what is bf16 and which bf16 GEMM runs;
+#  - --log-memory: predicted == measured per category, and the bytes per parameter are
+#    Megatron's: parameters 2 (half the fp32 run's), gradients 4 (the fp32 run's), optimizer
+#    state 12 (fp32 main parameters + Adam moments: 1.5x the fp32 run's);
+#  - saved activations: per layer measured == analytic, the norm outputs, qkv, the attention
+#    context, res1, fc1 and the activation output stored in bf16 (2 bytes);
+#  - the loss stays close to the fp32 run's (first iteration within 1e-2 relative);
+#  - every recompute mode gives byte-identical parameters and optimizer state to no
+#    recomputation under --bf16, and so does a resumed run; both bf16 GEMM paths (oneDNN where
+#    it runs, and the fallback), both families;
+#  - generate reads a --bf16 checkpoint as fp32 (its main parameters).
+set -euo pipefail
+rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+fail=0
+say_fail() { echo "FAILED: $*"; fail=1; }
+
+common=(--num-layers 3 --hidden-size 32 --num-attention-heads 4 --seq-length 16
+        --max-position-embeddings 16 --micro-batch-size 2 --global-batch-size 4 --train-iters 5
+        --lr 1e-3 --lr-decay-style cosine --lr-warmup-iters 1 --mock-data --vocab-size 100
+        --log-interval 1 --eval-iters 0 --hidden-dropout 0.1 --attention-dropout 0.1 --seed 3)
+llama=(--normalization RMSNorm --position-embedding-type rope --swiglu --group-query-attention
+       --num-query-groups 2 --qk-layernorm --disable-bias-linear
+       --untie-embeddings-and-output-weights)
+
+# ---- validation -------------------------------------------------------------------------------
+for layout in "--tensor-model-parallel-size 2:--tensor-model-parallel-size > 1" \
+              "--pipeline-model-parallel-size 3:--pipeline-model-parallel-size > 1" \
+              "--world-size 2:data parallelism (world size > 1)" \
+              "--use-distributed-optimizer:--use-distributed-optimizer"; do
+  flags=${layout%%:*}; what=${layout#*:}
+  # shellcheck disable=SC2086
+  out=$("$MEGADLM" memory "${common[@]}" --bf16 $flags 2>&1) && say_fail "memory --bf16 $flags accepted"
+  grep -qF -- "--bf16 with $what: not supported yet" <<<"$out" || say_fail "memory --bf16 $flags: $out"
+  # train checks the world (mpirun's) first: one process refuses TP and PP for its size
+  if [ "$flags" = --use-distributed-optimizer ]; then
+    # shellcheck disable=SC2086
+    out=$("$MEGADLM" train "${common[@]}" --bf16 $flags 2>&1) && say_fail "train --bf16 $flags accepted"
+    grep -qF -- "--bf16 with $what: not supported yet" <<<"$out" || say_fail "train --bf16 $flags: $out"
+  fi
+done
+out=$("$MEGADLM" train "${common[@]}" --bf16 --fp16 2>&1) && say_fail "--bf16 --fp16 accepted"
+grep -qF -- "--fp16: not supported yet" <<<"$out" || say_fail "--bf16 --fp16: $out"
+echo "validation: layouts refused by name"
+
+# ---- memory, loss, log ------------------------------------------------------------------------
+row() { grep -o "memory $2 (bytes) | predicted [0-9]* | measured [0-9]* | difference -*[0-9]*" "$1"; }
+measured() { row "$1" "$2" | awk '{print $(NF-3)}'; }
+for family in gpt2 llama; do
+  extra=()
+  [ "$family" = llama ] && extra=("${llama[@]}")
+  "$MEGADLM" train "${common[@]}" "${extra[@]}" --log-memory > "$family-fp32.log" 2>&1 ||
+    { say_fail "$family fp32 train"; continue; }
+  "$MEGADLM" train "${common[@]}" "${extra[@]}" --log-memory --bf16 > "$family-bf16.log" 2>&1 ||
+    { say_fail "$family bf16 train"; tail -3 "$family-bf16.log"; continue; }
+  log=$family-bf16.log
+  grep -Eq '^  accumulate_allreduce_grads_in_fp32 \.+ True$' "$log" ||
+    say_fail "$family: --bf16 did not set accumulate_allreduce_grads_in_fp32"
+  grep -q '^> bf16: ' "$log" || say_fail "$family: no '> bf16:' line"
+  grep -q '^> bf16 GEMM: ' "$log" || say_fail "$family: no bf16 GEMM line"
+  for cat in parameters gradients "optimizer state" "saved activations"; do
+    r=$(row "$log" "$cat") || { say_fail "$family: no $cat row"; continue; }
+    [ "${r##* }" = 0 ] || say_fail "$family: $r"
+  done
+  p32=$(measured "$family-fp32.log" parameters); p16=$(measured "$log" parameters)
+  g32=$(measured "$family-fp32.log" gradients); g16=$(measured "$log" gradients)
+  o32=$(measured "$family-fp32.log" "optimizer state"); o16=$(measured "$log" "optimizer state")
+  [ $((2 * p16)) = "$p32" ] || say_fail "$family: bf16 parameters $p16 bytes, fp32 $p32"
+  [ "$g16" = "$g32" ] || say_fail "$family: bf16 gradients $g16 bytes, fp32 $g32"
+  [ $((2 * o16)) = $((3 * o32)) ] || say_fail "$family: bf16 optimizer $o16 bytes, fp32 $o32"
+  # saved activations per layer: measured == analytic; the norm outputs, qkv, the attention
+  # context, res1, fc1 and the activation output in bf16 (GPT-2: 2N (h + 3h + h + h + h + 4h +
+  # 4h) = 30Nh bytes less than fp32)
+  layer() { grep -o "saved activations layer 0 (bytes) | measured [0-9]* | analytic [0-9]*" "$1"; }
+  s32=$(layer "$family-fp32.log" | awk '{print $(NF-3)}'); l16=$(layer "$log")
+  s16=$(awk '{print $(NF-3)}' <<<"$l16"); a16=$(awk '{print $NF}' <<<"$l16")
+  [ -n "$s16" ] && [ "$s16" = "$a16" ] || say_fail "$family: layer 0 saved: $l16"
+  N=32 h=32
+  if [ "$family" = gpt2 ]; then
+    [ $((s32 - s16)) = $((30 * N * h)) ] || say_fail "$family: layer saved bytes bf16 $s16, fp32 $s32"
+  else
+    [ "$s16" -lt "$s32" ] || say_fail "$family: layer saved bytes bf16 $s16, fp32 $s32"
+  fi
+  # memory predicts the same numbers
+  "$MEGADLM" memory "${common[@]}" "${extra[@]}" --bf16 --json > "$family.json"
+  read -r mp mo < <(python3 -c 'import json,sys; b=json.load(open(sys.argv[1]))["megadlm_train_bytes"]; print(b["parameters"], b["optimizer"])' "$family.json")
+  [ "${mp%.0}" = "$p16" ] && [ "${mo%.0}" = "$o16" ] ||
+    say_fail "$family: memory predicts parameters $mp optimizer $mo, train measured $p16 $o16"
+  l32=$(grep -o 'lm loss: [0-9.E+-]*' "$family-fp32.log" | head -1 | awk '{print $3}')
+  l16=$(grep -o 'lm loss: [0-9.E+-]*' "$log" | head -1 | awk '{print $3}')
+  python3 -c 'import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); sys.exit(0 if abs(a-b)<=1e-2*abs(a) else 1)' "$l32" "$l16" ||
+    say_fail "$family: first loss fp32 $l32, bf16 $l16"
+  echo "$family: memory rows equal, parameters $p16 (fp32 $p32) optimizer $o16 (fp32 $o32) layer saved $s16 (fp32 $s32) bytes; first loss $l16 (fp32 $l32)"
+done
+
+# ---- recompute and resume: bitwise identical under --bf16 ------------------------------------
+modes=("--recompute-activations"
+       "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
+       "--recompute-granularity full --recompute-method uniform --recompute-num-layers 2"
+       "--recompute-granularity full --recompute-method block --recompute-num-layers 1"
+       "--recompute-granularity full --recompute-method block --recompute-num-layers 3")
+same() { cmp -s "$1/iter_0000005/model.safetensors" "$2/iter_0000005/model.safetensors" &&
+         cmp -s "$1/iter_0000005/optimizer.safetensors" "$2/iter_0000005/optimizer.safetensors"; }
+paths=(auto)
+MEGADLM_BF16_GEMM=fallback "$MEGADLM" train "${common[@]}" --bf16 --exit-interval 1 > probe.log 2>&1 &&
+  paths+=(fallback)
+for path in "${paths[@]}"; do
+  for family in gpt2 llama; do
+    extra=()
+    [ "$family" = llama ] && extra=("${llama[@]}")
+    export MEGADLM_BF16_GEMM=$path
+    [ "$path" = auto ] && unset MEGADLM_BF16_GEMM
+    base=$path-$family
+    "$MEGADLM" train "${common[@]}" "${extra[@]}" --bf16 --save "$base-none" > "$base-none.log" 2>&1 ||
+      { say_fail "$base: train"; continue; }
+    i=0
+    for mode in "${modes[@]}"; do
+      i=$((i + 1))
+      # shellcheck disable=SC2086
+      "$MEGADLM" train "${common[@]}" "${extra[@]}" --bf16 $mode --save "$base-$i" > "$base-$i.log" 2>&1
+      same "$base-none" "$base-$i" || say_fail "$base: --bf16 $mode differs from no recompute"
+    done
+    r=(--recompute-granularity full --recompute-method uniform --recompute-num-layers 2)
+    "$MEGADLM" train "${common[@]}" "${extra[@]}" --bf16 "${r[@]}" --save "$base-resume" \
+        --exit-interval 3 > /dev/null 2>&1
+    "$MEGADLM" train "${common[@]}" "${extra[@]}" --bf16 "${r[@]}" --save "$base-resume" \
+        --load "$base-resume" > /dev/null 2>&1
+    same "$base-none" "$base-resume" || say_fail "$base: resumed --bf16 run differs"
+    # and --bf16 changes the result (the bf16 GEMMs are used)
+    "$MEGADLM" train "${common[@]}" "${extra[@]}" --save "$base-fp32" > /dev/null 2>&1
+    same "$base-none" "$base-fp32" && say_fail "$base: --bf16 gives the fp32 run's bits"
+    echo "$base: recompute modes and resume identical to no recompute under --bf16 ($(grep -o 'bf16 GEMM: [^(]*' "$base-none.log"))"
+  done
+done
+unset MEGADLM_BF16_GEMM
+
+# ---- generate from a --bf16 checkpoint: fp32 inference from the fp32 main parameters --------
+cp -r auto-gpt2-none as-fp32
+sed -i 's/"bf16":[[:space:]]*true/"bf16": false/' as-fp32/iter_0000005/state.json
+grep -q '"bf16":[[:space:]]*false' as-fp32/iter_0000005/state.json || say_fail "state.json has no bf16 key"
+g16=$("$MEGADLM" generate --load auto-gpt2-none --prompt "3 4 5" --max-new-tokens 6 --top-k 1 2>/dev/null) ||
+  say_fail "generate from a --bf16 checkpoint: $g16"
+g32=$("$MEGADLM" generate --load as-fp32 --prompt "3 4 5" --max-new-tokens 6 --top-k 1 2>/dev/null)
+[ "$g16" = "$g32" ] || say_fail "generate: --bf16 checkpoint '$g16', the same as fp32 '$g32'"
+echo "generate from a --bf16 checkpoint: $g16"
+exit $fail

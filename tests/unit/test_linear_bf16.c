@@ -1,0 +1,134 @@
+/* The linear layer's bf16 path (--bf16, core/kernels/linear.h): a weight inside the registered
+ * parameter buffer multiplies as bf16 (weight from the bf16 copy, activation operand rounded to
+ * bf16) with fp32 sums; forward, dgrad and wgrad are checked against double sums of the
+ * rounded operands within fp32's summation bound, in one chunk and in chunks of 2 rows, on
+ * both bf16 GEMM paths that run here; repeated calls give the same bits; a weight outside the
+ * buffer (or no registration) takes the fp32 path unchanged. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/kernels/bf16.h"
+#include "core/kernels/gemm.h"
+#include "core/kernels/linear.h"
+#include "core/random/philox.h"
+#include "test_util.h"
+
+enum { N = 7, C = 24, OC = 19 };
+
+static float r16(float x) { return bf16_to_float(bf16_from_float(x)); }
+
+/* max over the result of |got - want| / (K * 2^-23 * sum |a||b| + tiny): <= 1 passes */
+static int within(const float *got, const double *want, const double *mag, int n, int K) {
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        double tol = (K + 2) * ldexp(1.0, -23) * mag[i] + 1e-30;
+        if (fabs(got[i] - want[i]) > tol) bad++;
+    }
+    return bad;
+}
+
+static void run(int max_width, const char *what) {
+    /* the parameter buffer: weight [OC, C], then bias [OC]; one fp32 weight outside it */
+    size_t numel = (size_t)OC * C + OC;
+    float *par = malloc(numel * sizeof(float)), *wout = malloc((size_t)OC * C * sizeof(float));
+    bf16 *par16 = malloc(numel * sizeof(bf16));
+    float *inp = malloc((size_t)N * C * sizeof(float)), *dout = malloc((size_t)N * OC * sizeof(float));
+    philox_fill_normal(par, numel, 1.0f, 1, 0);
+    philox_fill_normal(inp, (size_t)N * C, 1.0f, 1, 1);
+    philox_fill_normal(dout, (size_t)N * OC, 1.0f, 1, 2);
+    memcpy(wout, par, (size_t)OC * C * sizeof(float));
+    bf16_from_f32(par16, par, numel);
+    const float *w = par, *b = par + (size_t)OC * C;
+
+    linear_bf16_setup(par, par16, numel, N, max_width);
+    float out[N * OC], out2[N * OC], din[N * C], dw[OC * C], din2[N * C], dw2[OC * C];
+    linear_forward(out, inp, w, b, N, C, OC);
+    linear_forward(out2, inp, w, b, N, C, OC);
+    CHECK(memcmp(out, out2, sizeof out) == 0);
+    memset(din, 0, sizeof din);
+    memset(dw, 0, sizeof dw);
+    linear_backward(din, dw, NULL, dout, inp, w, N, C, OC);
+    memset(din2, 0, sizeof din2);
+    memset(dw2, 0, sizeof dw2);
+    linear_backward(din2, dw2, NULL, dout, inp, w, N, C, OC);
+    CHECK(memcmp(din, din2, sizeof din) == 0 && memcmp(dw, dw2, sizeof dw) == 0);
+
+    /* references: double sums of the bf16-rounded operands */
+    double want[N * OC], mag[N * OC], wdin[N * C], mdin[N * C], wdw[OC * C], mdw[OC * C];
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            double s = 0, m = 0;
+            for (int k = 0; k < C; k++) {
+                double p = (double)r16(inp[n * C + k]) * r16(w[o * C + k]);
+                s += p;
+                m += fabs(p);
+            }
+            want[n * OC + o] = s + b[o];
+            mag[n * OC + o] = m + fabs(b[o]);
+        }
+    for (int n = 0; n < N; n++)
+        for (int k = 0; k < C; k++) {
+            double s = 0, m = 0;
+            for (int o = 0; o < OC; o++) {
+                double p = (double)r16(dout[n * OC + o]) * r16(w[o * C + k]);
+                s += p;
+                m += fabs(p);
+            }
+            wdin[n * C + k] = s;
+            mdin[n * C + k] = m;
+        }
+    for (int o = 0; o < OC; o++)
+        for (int k = 0; k < C; k++) {
+            double s = 0, m = 0;
+            for (int n = 0; n < N; n++) {
+                double p = (double)r16(dout[n * OC + o]) * r16(inp[n * C + k]);
+                s += p;
+                m += fabs(p);
+            }
+            wdw[o * C + k] = s;
+            mdw[o * C + k] = m;
+        }
+    int bf = within(out, want, mag, N * OC, C), bd = within(din, wdin, mdin, N * C, OC),
+        bw = within(dw, wdw, mdw, OC * C, N);
+    printf("%s: forward %d, dgrad %d, wgrad %d outside the bound\n", what, bf, bd, bw);
+    CHECK(bf == 0 && bd == 0 && bw == 0);
+    /* not the fp32 result: the operands were rounded */
+    linear_bf16_setup(NULL, NULL, 0, 0, 0);
+    float f32[N * OC];
+    linear_forward(f32, inp, w, b, N, C, OC);
+    CHECK(memcmp(f32, out, sizeof f32) != 0);
+
+    /* a weight outside the registered buffer: the fp32 path, bit for bit */
+    linear_bf16_setup(par, par16, numel, N, max_width);
+    float o1[N * OC];
+    linear_forward(o1, inp, wout, b, N, C, OC);
+    CHECK(memcmp(o1, f32, sizeof o1) == 0);
+    linear_bf16_setup(NULL, NULL, 0, 0, 0);
+    free(par);
+    free(wout);
+    free(par16);
+    free(inp);
+    free(dout);
+}
+
+int main(void) {
+    char err[256];
+    const char *paths[] = {"onednn", "fallback"};
+    const gemm_bf16_path ids[] = {GEMM_BF16_ONEDNN, GEMM_BF16_FALLBACK};
+    CHECK(gemm_bf16_init(err, sizeof err) == 0);
+    for (int p = 0; p < 2; p++) {
+        if (gemm_bf16_use(ids[p], err, sizeof err) != 0) {
+            printf("%s: not available here (%s)\n", paths[p], err);
+            continue;
+        }
+        char what[64];
+        snprintf(what, sizeof what, "%s, one chunk", paths[p]);
+        run(OC > C ? OC : C, what);
+        /* a width this large leaves rows for 2 per chunk: N = 7 rows in 4 chunks */
+        snprintf(what, sizeof what, "%s, chunks of %d rows", paths[p],
+                 (int)(LINEAR_BF16_WS_ELEMS / (2 * (LINEAR_BF16_WS_ELEMS / 4))));
+        run((int)(LINEAR_BF16_WS_ELEMS / 4), what);
+    }
+    TEST_DONE();
+}
