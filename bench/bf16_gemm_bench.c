@@ -22,27 +22,10 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "bench_util.h"
+
 #include "core/kernels/bf16.h"
 #include "core/kernels/gemm.h"
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + 1e-9 * t.tv_nsec;
-}
-
-static float *filled(size_t n, unsigned seed) {
-    float *p = malloc(n * sizeof(float));
-    if (!p) {
-        perror("malloc");
-        exit(1);
-    }
-    for (size_t i = 0; i < n; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        p[i] = (float)((seed >> 8) & 0xffff) / 65536.0f - 0.5f;
-    }
-    return p;
-}
 
 static bf16 *to_bf16(const float *x, size_t n) {
     bf16 *p = malloc(n * sizeof(bf16));
@@ -101,24 +84,24 @@ int main(int argc, char **argv) {
         /* op(A) is [M,K], op(B) is [K,N]; stored A is [K,M] when transposed, B is [N,K]. */
         const int lda = g->ta ? g->M : g->K, ldb = g->tb ? g->K : g->N;
         const size_t na = (size_t)g->M * g->K, nb = (size_t)g->K * g->N, nc = (size_t)g->M * g->N;
-        float *A = filled(na, 1u + c), *B = filled(nb, 7u + c), *C = filled(nc, 13u + c);
+        float *A = bench_filled(na, 1u + c), *B = bench_filled(nb, 7u + c), *C = bench_filled(nc, 13u + c);
         bf16 *A16 = to_bf16(A, na), *B16 = to_bf16(B, nb);
         const gemm_dims d = {g->M, g->N, g->K};
         double best[3] = {1e30, 1e30, 1e30}, start = 0.0;
-        for (int r = 0; r <= 3 || now() - start < seconds; r++) {
-            if (r == 1) start = now();
+        for (int r = 0; r <= 3 || bench_now() - start < seconds; r++) {
+            if (r == 1) start = bench_now();
             for (int k = 0; k <= npaths; k++) {
-                double t0 = now();
+                double t0 = bench_now();
                 if (k == 0) {
                     gemm(d, 1.0f, (gemm_in){A, lda, g->ta}, (gemm_in){B, ldb, g->tb}, g->beta,
                          gemm_o(C, g->N));
                 } else {
                     gemm_bf16_use(paths[k - 1], err, sizeof err);
-                    t0 = now();
+                    t0 = bench_now();
                     gemm_bf16(d, 1.0f, (gemm_in_bf16){A16, lda, g->ta},
                               (gemm_in_bf16){B16, ldb, g->tb}, g->beta, gemm_o(C, g->N));
                 }
-                const double dt = now() - t0;
+                const double dt = bench_now() - t0;
                 if (r > 0 && dt < best[k]) best[k] = dt; /* r == 0 is the warm-up */
             }
         }

@@ -16,24 +16,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + 1e-9 * t.tv_nsec;
-}
-
-static float *filled(size_t n, unsigned seed) {
-    float *p = malloc(n * sizeof(float));
-    if (!p) {
-        perror("malloc");
-        exit(1);
-    }
-    for (size_t i = 0; i < n; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        p[i] = (float)((seed >> 8) & 0xffff) / 65536.0f - 0.5f;
-    }
-    return p;
-}
+#include "bench_util.h"
 
 typedef struct {
     const char *name;
@@ -55,17 +38,17 @@ int main(int argc, char **argv) {
         const gemm_case *g = &cases[c];
         /* op(A) is [M,K], op(B) is [K,N]; stored A is [K,M] when transposed, B is [N,K]. */
         int lda = g->ta ? g->M : g->K, ldb = g->tb ? g->K : g->N;
-        float *A = filled((size_t)g->M * g->K, 1u + c);
-        float *B = filled((size_t)g->K * g->N, 7u + c);
-        float *C = filled((size_t)g->M * g->N, 13u + c);
+        float *A = bench_filled((size_t)g->M * g->K, 1u + c);
+        float *B = bench_filled((size_t)g->K * g->N, 7u + c);
+        float *C = bench_filled((size_t)g->M * g->N, 13u + c);
         double best = 1e30, start = 0.0;
-        for (int r = 0; r <= 5 || now() - start < seconds; r++) {
-            if (r == 1) start = now();
-            double t0 = now();
+        for (int r = 0; r <= 5 || bench_now() - start < seconds; r++) {
+            if (r == 1) start = bench_now();
+            double t0 = bench_now();
             cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans,
                         g->tb ? CblasTrans : CblasNoTrans, g->M, g->N, g->K, 1.0f, A, lda, B,
                         ldb, g->beta, C, g->N);
-            double dt = now() - t0;
+            double dt = bench_now() - t0;
             if (r > 0 && dt < best) best = dt; /* r == 0 is the warm-up */
         }
         double gflops = 2.0 * g->M * g->N * g->K / best / 1e9;

@@ -1,0 +1,29 @@
+/* What the C benches share: a monotonic clock and deterministic test matrices. */
+#ifndef MEGADLM_BENCH_BENCH_UTIL_H
+#define MEGADLM_BENCH_BENCH_UTIL_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static inline double bench_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+/* n floats in [-0.5, 0.5) from a linear congruential sequence (the same for a seed everywhere). */
+static inline float *bench_filled(size_t n, unsigned seed) {
+    float *p = malloc(n * sizeof(float));
+    if (!p) {
+        perror("malloc");
+        exit(1);
+    }
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        p[i] = (float)((seed >> 8) & 0xffff) / 65536.0f - 0.5f;
+    }
+    return p;
+}
+
+#endif
