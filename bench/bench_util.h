@@ -26,4 +26,11 @@ static inline float *bench_filled(size_t n, unsigned seed) {
     return p;
 }
 
+/* One GEMM shape of the benches: C[M,N] = op(A) op(B) + beta C, ta/tb transposed. */
+typedef struct {
+    const char *name;
+    int ta, tb, M, N, K;
+    float beta;
+} gemm_case;
+
 #endif

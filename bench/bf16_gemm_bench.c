@@ -37,12 +37,6 @@ static bf16 *to_bf16(const float *x, size_t n) {
     return p;
 }
 
-typedef struct {
-    const char *name;
-    int ta, tb, M, N, K;
-    float beta;
-} gemm_case;
-
 int main(int argc, char **argv) {
     const double seconds = argc > 1 ? atof(argv[1]) : 1.0;
     const gemm_case cases[] = {

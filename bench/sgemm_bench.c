@@ -18,12 +18,6 @@
 
 #include "bench_util.h"
 
-typedef struct {
-    const char *name;
-    int ta, tb, M, N, K;
-    float beta;
-} gemm_case;
-
 int main(int argc, char **argv) {
     double seconds = argc > 1 ? atof(argv[1]) : 1.0;
     const gemm_case cases[] = {
