@@ -2,7 +2,8 @@
  * interchange").
  *
  *   megadlm convert --to hf DIR OUT      the latest checkpoint of DIR -> OUT/config.json and
- *                                        OUT/model.safetensors (F32) in transformers' layout:
+ *                                        OUT/model.safetensors (the checkpoint's dtype: F32,
+ *                                        BF16 from --bf16 runs) in transformers' layout:
  *                                        GPT2LMHeadModel, LlamaForCausalLM or Qwen3ForCausalLM
  *   megadlm convert --from hf IN OUT     IN/config.json + IN/model.safetensors -> a megadlm
  *                                        checkpoint OUT/iter_0000000 (zero AdamW moments)
@@ -238,7 +239,9 @@ static void to_hf_tensors(const transformer_config *c, const param_set *ps, hf_f
 #undef CONV
 }
 
-static cJSON *hf_config(const transformer_config *c, const megadlm_args *a, hf_family f) {
+/* torch_dtype: the dtype of the tensors written (the checkpoint's parameters'). */
+static cJSON *hf_config(const transformer_config *c, const megadlm_args *a, hf_family f,
+                        ckpt_precision p) {
     cJSON *j = cJSON_CreateObject();
     cJSON *arch = cJSON_AddArrayToObject(j, "architectures");
     const char *an = f == FAM_GPT2 ? "GPT2LMHeadModel" : f == FAM_LLAMA ? "LlamaForCausalLM" : "Qwen3ForCausalLM";
@@ -275,7 +278,7 @@ static cJSON *hf_config(const transformer_config *c, const megadlm_args *a, hf_f
     }
     JSON_ADD(j, JNUM("initializer_range", nice_float(c->init_method_std)),
              JBOOL("tie_word_embeddings", !c->untie_embeddings_and_output_weights),
-             JSTR("torch_dtype", "float32"));
+             JSTR("torch_dtype", ckpt_precision_name(p)));
     (void)a;
     return j;
 }
@@ -300,7 +303,8 @@ static int to_hf(const char *dir, const char *out) {
         ckpt_state_free(&st);
         return 1;
     }
-    /* a --bf16 run's checkpoint holds its fp32 main parameters; this runs in fp32 */
+    /* the tensors are read as fp32 (a --bf16 run's bf16 parameters widened exactly) and written
+     * back in the dtype the checkpoint holds them in */
     a.bf16 = 0;
     ckpt_state_free(&st);
     args_free(&a); /* the saved data paths are not needed here */
@@ -314,9 +318,11 @@ static int to_hf(const char *dir, const char *out) {
     snprintf(a.recompute_granularity, sizeof a.recompute_granularity, "%s", "");
     char model_path[PATH_MAX + 64];
     snprintf(model_path, sizeof model_path, "%s/iter_%07d/model.safetensors", dir, it);
+    ckpt_precision prec;
     if (args_check_sizes(&a, err, sizeof err) != 0 ||
         ckpt_check_file_holds(model_path, theoretical_megadlm_parameter_count(&a), err,
-                              sizeof err) != 0) {
+                              sizeof err) != 0 ||
+        ckpt_file_precision(model_path, &prec, err, sizeof err) != 0) {
         fprintf(stderr, "error: convert --to hf %s: state.json of iteration %d: %s\n", dir, it, err);
         args_free(&a);
         return 1;
@@ -347,8 +353,9 @@ static int to_hf(const char *dir, const char *out) {
     whole_params_free(&spec, &ps);
     for (int i = 0; i < o.n; i++) {
         int ndim = o.shapes[i][1] ? 2 : 1;
-        o.d[i] = (st_tensor_desc){.name = o.names[i], .dtype = ST_F32, .ndim = ndim,
-                                  .shape = o.shapes[i], .data = o.bufs[i]};
+        /* 16-bit values widened and rounded back: the checkpoint's bits */
+        o.d[i] = (st_tensor_desc){.name = o.names[i], .dtype = ckpt_precision_dtype(prec),
+                                  .ndim = ndim, .shape = o.shapes[i], .from_f32 = o.bufs[i]};
     }
     if (io_mkdir_p(out, 0, err, sizeof err) != 0) {
         fprintf(stderr, "error: convert --to hf: %s\n", err);
@@ -364,7 +371,7 @@ static int to_hf(const char *dir, const char *out) {
         fprintf(stderr, "error: convert --to hf: %s\n", err);
         return 1;
     }
-    cJSON *j = hf_config(&c, &a, f);
+    cJSON *j = hf_config(&c, &a, f, prec);
     char *txt = cJSON_Print(j);
     cJSON_Delete(j);
     snprintf(path, sizeof path, "%s/config.json", out);
@@ -375,9 +382,9 @@ static int to_hf(const char *dir, const char *out) {
         return 1;
     }
     free(txt);
-    fprintf(stderr, "[converted %s iteration %d to %s (%s, vocab_size %d = the padded vocabulary)]\n",
+    fprintf(stderr, "[converted %s iteration %d to %s (%s, %s, vocab_size %d = the padded vocabulary)]\n",
             dir, it, out, f == FAM_GPT2 ? "GPT2LMHeadModel" : f == FAM_LLAMA ? "LlamaForCausalLM" : "Qwen3ForCausalLM",
-            c.padded_vocab_size);
+            ckpt_precision_name(prec), c.padded_vocab_size);
     return 0;
 }
 

@@ -300,7 +300,8 @@ int generate_main(int argc, char **argv) {
         ckpt_state_free(&st);
         return 1;
     }
-    /* a --bf16 run's checkpoint holds its fp32 main parameters; this runs in fp32 */
+    /* fp32 inference: a --bf16 run's model.safetensors holds its bf16 parameters, widened
+     * exactly when loaded */
     a.bf16 = 0;
     ckpt_state_free(&st);
     const struct {

@@ -113,9 +113,10 @@ static void shape_str(char *buf, size_t len, int ndim, const int64_t *shape) {
 }
 
 /* The tensors and __metadata__ of one checkpoint file: ps's tensors named prefix + name, for
- * the model file (prefix "") or the optimizer file (every "optimizer.exp_avg." tensor, then
- * every "optimizer.exp_avg_sq." one), with "format": "pt" and crc32.<tensor name> = crcs[k]
- * ("%08x"; k in file order). Data pointers from bufs[0 .. 1] (NULL: none). */
+ * each group of the file under precision p (checkpoint_precision.h: the model file's
+ * parameters, or the optimizer file's exp_avg, exp_avg_sq and, with 16-bit parameters,
+ * fp32_param tensors), with "format": "pt" and crc32.<tensor name> = crcs[k] ("%08x"; k in file
+ * order). Data pointers from bufs[group] (NULL: none). */
 typedef struct {
     int n;
     st_tensor_desc *desc;
@@ -134,11 +135,11 @@ static void file_desc_free(file_desc *d) {
 }
 
 static int file_desc_make(file_desc *d, const char *path, const param_set *ps, int optimizer,
-                          const float *const *bufs, const uint32_t *crcs, char *err,
-                          size_t errlen) {
-    static const char *const prefixes[2][2] = {{"", NULL},
-                                               {"optimizer.exp_avg.", "optimizer.exp_avg_sq."}};
-    int nbufs = optimizer ? 2 : 1, n = ps->count * nbufs;
+                          ckpt_precision p, const void *const *bufs, const uint32_t *crcs,
+                          char *err, size_t errlen) {
+    int g0, g1;
+    ckpt_file_groups(optimizer, p, &g0, &g1);
+    int n = ps->count * (g1 - g0);
     memset(d, 0, sizeof *d);
     d->n = n;
     d->desc = calloc((size_t)n + 1, sizeof *d->desc);
@@ -153,51 +154,58 @@ static int file_desc_make(file_desc *d, const char *path, const param_set *ps, i
     }
     d->meta[0].key = "format";
     d->meta[0].value = "pt";
-    for (int b = 0; b < nbufs; b++)
+    for (int g = g0; g < g1; g++) {
+        st_dtype dt = ckpt_group_dtype(g, p);
         for (int i = 0; i < ps->count; i++) {
             const param_tensor *t = &ps->tensors[i];
-            int k = b * ps->count + i;
-            snprintf(d->names[k], sizeof d->names[k], "%s%s", prefixes[optimizer][b], t->name);
+            int k = (g - g0) * ps->count + i;
+            snprintf(d->names[k], sizeof d->names[k], "%s%s", ckpt_group_prefix(g), t->name);
             snprintf(d->keys[k], sizeof d->keys[k], "crc32.%s", d->names[k]);
             snprintf(d->vals[k], sizeof d->vals[k], "%08x", crcs[k]);
             d->desc[k].name = d->names[k];
-            d->desc[k].dtype = ST_F32;
+            d->desc[k].dtype = dt;
             d->desc[k].ndim = t->ndim;
             d->desc[k].shape = t->shape;
-            d->desc[k].data = bufs ? bufs[b] + t->offset : NULL;
+            d->desc[k].data =
+                bufs ? (const char *)bufs[g] + t->offset * st_dtype_size(dt) : NULL;
             d->meta[k + 1].key = d->keys[k];
             d->meta[k + 1].value = d->vals[k];
         }
+    }
     return 0;
 }
 
-int ckpt_file_header(const char *path, const param_set *ps, int optimizer, const uint32_t *crcs,
-                     uint8_t **header, uint64_t *header_bytes, uint64_t *begin,
-                     uint64_t *buffer_bytes, char *err, size_t errlen) {
+int ckpt_file_header(const char *path, const param_set *ps, int optimizer, ckpt_precision p,
+                     const uint32_t *crcs, uint8_t **header, uint64_t *header_bytes,
+                     uint64_t *begin, uint64_t *buffer_bytes, char *err, size_t errlen) {
     file_desc d;
-    if (file_desc_make(&d, path, ps, optimizer, NULL, crcs, err, errlen)) return -1;
+    if (file_desc_make(&d, path, ps, optimizer, p, NULL, crcs, err, errlen)) return -1;
     int rc = st_header(path, d.desc, d.n, d.meta, d.n + 1, header, header_bytes, begin,
                        buffer_bytes, err, errlen);
     file_desc_free(&d);
     return rc;
 }
 
-/* Writes one checkpoint file of ps's tensors taken from bufs (data; or exp_avg and exp_avg_sq
- * for the optimizer file), with their crc32s. */
-static int write_tensor_file(const char *path, const param_set *ps, const float *const *bufs,
-                             int optimizer, char *err, size_t errlen) {
-    int nbufs = optimizer ? 2 : 1, n = ps->count * nbufs;
+/* Writes one checkpoint file of ps's tensors taken from bufs[group] (checkpoint_precision.h's
+ * groups of the file under precision p), with their crc32s. */
+static int write_tensor_file(const char *path, const param_set *ps, const void *const *bufs,
+                             int optimizer, ckpt_precision p, char *err, size_t errlen) {
+    int g0, g1;
+    ckpt_file_groups(optimizer, p, &g0, &g1);
+    int n = ps->count * (g1 - g0);
     uint32_t *crcs = calloc((size_t)n + 1, sizeof *crcs);
     if (!crcs) {
         err_set(err, errlen, "%s: out of memory", path);
         return -1;
     }
-    for (int b = 0; b < nbufs; b++)
+    for (int g = g0; g < g1; g++) {
+        size_t es = st_dtype_size(ckpt_group_dtype(g, p));
         for (int i = 0; i < ps->count; i++)
-            crcs[b * ps->count + i] =
-                crc32_bytes(bufs[b] + ps->tensors[i].offset, ps->tensors[i].numel * sizeof(float));
+            crcs[(g - g0) * ps->count + i] = crc32_bytes(
+                (const char *)bufs[g] + ps->tensors[i].offset * es, ps->tensors[i].numel * es);
+    }
     file_desc d;
-    int rc = file_desc_make(&d, path, ps, optimizer, bufs, crcs, err, errlen);
+    int rc = file_desc_make(&d, path, ps, optimizer, p, bufs, crcs, err, errlen);
     free(crcs);
     if (rc) return -1;
     rc = st_write_file(path, d.desc, d.n, d.meta, d.n + 1, err, errlen);
@@ -328,6 +336,7 @@ int ckpt_commit(ckpt_txn *x, const ckpt_state *st, char *err, size_t errlen) {
         cJSON_AddNumberToObject(root, "iteration", st->iteration);
         cJSON_AddNumberToObject(root, "consumed_train_samples", (double)st->consumed_train_samples);
         cJSON_AddNumberToObject(root, "optimizer_step", st->optimizer_step);
+        cJSON_AddStringToObject(root, "params_dtype", ckpt_precision_name(st->precision));
         cJSON_AddItemToObject(root, "args",
                               st->args ? cJSON_Duplicate(st->args, 1) : cJSON_CreateObject());
         cJSON_AddNumberToObject(root, "format_version", CKPT_FORMAT_VERSION);
@@ -454,6 +463,17 @@ int ckpt_check_finite(const param_set *ps, int with_optimizer, char *err, size_t
             return -1;
         }
     }
+    /* the 16-bit copy: a finite fp32 value beyond bf16's largest rounds to an infinity */
+    for (int i = 0; ps->data_bf16 && i < ps->count; i++) {
+        const param_tensor *t = &ps->tensors[i];
+        for (size_t k = 0; k < t->numel; k++) {
+            if ((ps->data_bf16[t->offset + k] & 0x7f80u) != 0x7f80u) continue;
+            err_set(err, errlen, "the bf16 copy of parameter %s holds a non-finite value at "
+                    "element %zu (%g rounds out of bf16's range)", t->name, k,
+                    ps->data[t->offset + k]);
+            return -1;
+        }
+    }
     return 0;
 }
 
@@ -465,6 +485,13 @@ int ckpt_save(const char *dir, const param_set *ps, const ckpt_state *st, int wi
         return -1;
     }
     if (check_param_set(ps, with_optimizer, err, errlen)) return -1;
+    const void *bufs[CKPT_GROUPS] = {ckpt_model_params(ps, st->precision), ps->exp_avg,
+                                     ps->exp_avg_sq, ps->data};
+    if (ps->count > 0 && !bufs[CKPT_GROUP_PARAMS]) {
+        err_set(err, errlen, "%s: a %s checkpoint, but the parameter set has no %s copy", dir,
+                ckpt_precision_name(st->precision), ckpt_precision_name(st->precision));
+        return -1;
+    }
     if (ckpt_check_finite(ps, with_optimizer, err, errlen)) return refuse_nonfinite(err, errlen);
     ckpt_txn x;
     if (ckpt_begin(&x, dir, st->iteration, err, errlen)) return -1;
@@ -472,16 +499,12 @@ int ckpt_save(const char *dir, const param_set *ps, const ckpt_state *st, int wi
     /* model.safetensors */
     snprintf(path, sizeof path, "%s/model.safetensors", x.tmp_dir);
     if (ckpt_stage_hook("model", path, err, errlen)) goto fail;
-    {
-        const float *bufs[1] = {ps->data};
-        if (write_tensor_file(path, ps, bufs, 0, err, errlen)) goto fail;
-    }
+    if (write_tensor_file(path, ps, bufs, 0, st->precision, err, errlen)) goto fail;
     /* optimizer.safetensors */
     if (with_optimizer) {
         snprintf(path, sizeof path, "%s/optimizer.safetensors", x.tmp_dir);
         if (ckpt_stage_hook("optimizer", path, err, errlen)) goto fail;
-        const float *bufs[2] = {ps->exp_avg, ps->exp_avg_sq};
-        if (write_tensor_file(path, ps, bufs, 1, err, errlen)) goto fail;
+        if (write_tensor_file(path, ps, bufs, 1, st->precision, err, errlen)) goto fail;
     }
     return ckpt_commit(&x, st, err, errlen);
 fail:
@@ -559,6 +582,20 @@ static int json_uint(const cJSON *v, uint64_t *out) {
     return 0;
 }
 
+/* state.json's "params_dtype"; absent (checkpoints from before it was written, or of other
+ * tools) is float32, what those hold. */
+static int parse_params_dtype(const cJSON *v, ckpt_precision *p) {
+    *p = CKPT_FP32;
+    if (!v) return 0;
+    if (!cJSON_IsString(v)) return -1;
+    for (ckpt_precision q = CKPT_FP32; q <= CKPT_FP16; q++)
+        if (strcmp(v->valuestring, ckpt_precision_name(q)) == 0) {
+            *p = q;
+            return 0;
+        }
+    return -1;
+}
+
 void ckpt_state_free(ckpt_state *st) {
     if (!st) return;
     cJSON_Delete(st->args);
@@ -616,6 +653,10 @@ int ckpt_load_state(const char *dir, int iteration, ckpt_state *st, char *err, s
                 path, (unsigned long long)step, (unsigned long long)it);
     } else if (args && !cJSON_IsObject(args) && !cJSON_IsNull(args)) {
         err_set(err, errlen, "%s: expected \"args\" to be an object", path);
+    } else if (parse_params_dtype(cJSON_GetObjectItemCaseSensitive(root, "params_dtype"),
+                                  &st->precision)) {
+        err_set(err, errlen, "%s: expected \"params_dtype\" to be \"float32\", \"bfloat16\" or "
+                "\"float16\"", path);
     } else {
         st->iteration = (int)it;
         st->consumed_train_samples = samples;
@@ -695,6 +736,32 @@ static int check_tensor(const st_file *f, const char *name, const param_tensor *
     return 0;
 }
 
+/* Checks everything ckpt_load_tensors reads (presence, shapes, dtypes, checksums) before ps
+ * is touched: ents[g * n + i] is tensor i's entry of group g (checkpoint_precision.h) in
+ * files[0] (the model) or files[1] (the optimizer, with_optimizer). *from_main: the model
+ * file's parameters are 16-bit and the optimizer file's fp32 main parameters are read. */
+static int check_all(const st_file *files, const param_set *ps, int with_optimizer,
+                     const st_entry **ents, int *from_main, char *err, size_t errlen) {
+    int n = ps->count;
+    st_dtype dt;
+    for (int i = 0; i < n; i++)
+        if (check_tensor(&files[0], ps->tensors[i].name, &ps->tensors[i], &ents[i], err, errlen))
+            return -1;
+    if (ckpt_params_dtype(&files[0], ents, n, &dt, err, errlen)) return -1;
+    *from_main = with_optimizer && dt != ST_F32;
+    int end = !with_optimizer ? CKPT_GROUP_PARAMS + 1
+              : *from_main    ? CKPT_GROUP_MAIN + 1
+                              : CKPT_GROUP_EXP_AVG_SQ + 1;
+    for (int g = CKPT_GROUP_EXP_AVG; g < end; g++)
+        for (int i = 0; i < n; i++) {
+            char name[PARAM_NAME_MAX + 32];
+            snprintf(name, sizeof name, "%s%s", ckpt_group_prefix(g), ps->tensors[i].name);
+            if (check_tensor(&files[1], name, &ps->tensors[i], &ents[g * n + i], err, errlen))
+                return -1;
+        }
+    return 0;
+}
+
 int ckpt_load_tensors(const char *dir, int iteration, param_set *ps, int with_optimizer,
                       char *err, size_t errlen) {
     if (check_param_set(ps, with_optimizer, err, errlen)) return -1;
@@ -704,15 +771,15 @@ int ckpt_load_tensors(const char *dir, int iteration, param_set *ps, int with_op
         path_join(opath, sizeof opath, err, errlen, "%s/iter_%07d/optimizer.safetensors", dir,
                   iteration))
         return -1;
-    int n = ps->count;
-    st_file mf, of;
-    memset(&of, 0, sizeof of);
-    const st_entry **ents = calloc((size_t)3 * (size_t)n + 1, sizeof *ents);
+    int n = ps->count, from_main = 0;
+    st_file files[2];
+    memset(files, 0, sizeof files);
+    const st_entry **ents = calloc((size_t)CKPT_GROUPS * (size_t)n + 1, sizeof *ents);
     if (!ents) {
         err_set(err, errlen, "%s: out of memory", mpath);
         return -1;
     }
-    if (st_open(mpath, &mf, err, errlen)) {
+    if (st_open(mpath, &files[0], err, errlen)) {
         free(ents);
         return -1;
     }
@@ -723,32 +790,26 @@ int ckpt_load_tensors(const char *dir, int iteration, param_set *ps, int with_op
                     opath);
             goto done;
         }
-        if (st_open(opath, &of, err, errlen)) goto done;
+        if (st_open(opath, &files[1], err, errlen)) goto done;
     }
-    /* Validate everything (presence, shapes, checksums) before touching ps. */
+    if (check_all(files, ps, with_optimizer, ents, &from_main, err, errlen)) goto done;
+    /* the parameters: the fp32 main ones when the model file's are 16-bit and the optimizer
+     * state is loaded, else the model file's (16-bit ones widened exactly) */
+    int src = from_main ? CKPT_GROUP_MAIN : CKPT_GROUP_PARAMS;
     for (int i = 0; i < n; i++) {
         const param_tensor *t = &ps->tensors[i];
-        if (check_tensor(&mf, t->name, t, &ents[i], err, errlen)) goto done;
-        if (with_optimizer) {
-            char name[PARAM_NAME_MAX + 32];
-            snprintf(name, sizeof name, "optimizer.exp_avg.%s", t->name);
-            if (check_tensor(&of, name, t, &ents[n + i], err, errlen)) goto done;
-            snprintf(name, sizeof name, "optimizer.exp_avg_sq.%s", t->name);
-            if (check_tensor(&of, name, t, &ents[2 * n + i], err, errlen)) goto done;
-        }
-    }
-    for (int i = 0; i < n; i++) {
-        const param_tensor *t = &ps->tensors[i];
-        if (st_read_f32(&mf, ents[i], ps->data + t->offset, err, errlen)) goto done;
+        if (st_read_f32(&files[src ? 1 : 0], ents[src * n + i], ps->data + t->offset, err,
+                        errlen))
+            goto done;
         if (with_optimizer &&
-            (st_read_f32(&of, ents[n + i], ps->exp_avg + t->offset, err, errlen) ||
-             st_read_f32(&of, ents[2 * n + i], ps->exp_avg_sq + t->offset, err, errlen)))
+            (st_read_f32(&files[1], ents[n + i], ps->exp_avg + t->offset, err, errlen) ||
+             st_read_f32(&files[1], ents[2 * n + i], ps->exp_avg_sq + t->offset, err, errlen)))
             goto done;
     }
     rc = 0;
 done:
-    st_close(&mf);
-    st_close(&of);
+    st_close(&files[0]);
+    st_close(&files[1]);
     free(ents);
     return rc;
 }

@@ -1,8 +1,12 @@
 /* Checkpoints, independent of the parallel layout:
- *   DIR/iter_NNNNNNN/model.safetensors      every parameter, unsharded, Megatron-core names
+ *   DIR/iter_NNNNNNN/model.safetensors      every parameter, unsharded, Megatron-core names, in
+ *                                            the run's precision (F32; BF16 under --bf16)
  *   DIR/iter_NNNNNNN/optimizer.safetensors  "optimizer.exp_avg.<name>", "optimizer.exp_avg_sq.<name>"
+ *                                            and, when the parameters are 16-bit, their fp32
+ *                                            main parameters "optimizer.fp32_param.<name>"
  *   DIR/iter_NNNNNNN/state.json             {"iteration", "consumed_train_samples",
- *                                            "optimizer_step", "args": {...}, "format_version"}
+ *                                            "optimizer_step", "params_dtype", "args": {...},
+ *                                            "format_version"}
  *   DIR/latest_checkpointed_iteration.txt   the iteration number (Megatron's tracker file)
  * Saving writes DIR/iter_NNNNNNN.tmp-<pid>/, fsyncs every file and the directory, renames it
  * into place, then replaces the tracker file atomically (write temp, fsync, rename): a crash at
@@ -18,20 +22,25 @@
 
 #include "core/tensor/safetensors.h"
 #include "core/tensor/tensor.h"
+#include "training/checkpoint_precision.h"
 
 typedef struct {
     int iteration;
     uint64_t consumed_train_samples;
     int optimizer_step;
+    ckpt_precision precision; /* state.json "params_dtype" (absent: float32) */
     cJSON *args; /* owned by the caller on save; on load, owned by the state (ckpt_state_free) */
 } ckpt_state;
 
-/* with_optimizer: also write exp_avg / exp_avg_sq. 0, or -1 with a message naming the path. */
+/* Writes the parameters in st->precision (a 16-bit precision needs ps's copy in it);
+ * with_optimizer: also exp_avg / exp_avg_sq (and, with 16-bit parameters, ps->data as the fp32
+ * main parameters). 0, or -1 with a message naming the path. */
 int ckpt_save(const char *dir, const param_set *ps, const ckpt_state *st, int with_optimizer,
               char *err, size_t errlen);
 
-/* A checkpoint never holds a NaN or an infinity: 0 when every parameter (and with
- * with_optimizer every AdamW moment) of ps is finite, else -1 with a message naming the first
+/* A checkpoint never holds a NaN or an infinity: 0 when every parameter (its 16-bit copy too,
+ * where ps has one: rounding can overflow) and with with_optimizer every AdamW moment of ps is
+ * finite, else -1 with a message naming the first
  * tensor that is not. ckpt_save checks this before writing (and refuse_nonfinite adds to the
  * message that the save is refused and the previous checkpoint kept; returns -1). */
 int ckpt_check_finite(const param_set *ps, int with_optimizer, char *err, size_t errlen);
@@ -54,8 +63,11 @@ int ckpt_load_state(const char *dir, int iteration, ckpt_state *st, char *err, s
 void ckpt_state_free(ckpt_state *st);
 
 /* Loads tensors into ps by name: every tensor of ps must be present with the same shape
- * (else an error naming the file, the tensor and both shapes). with_optimizer: also the
- * AdamW moments (an error if absent). */
+ * (else an error naming the file, the tensor and both shapes). The parameters go into ps->data
+ * as fp32: F32 bit for bit, 16-bit ones widened exactly. with_optimizer: also the AdamW moments
+ * (an error if absent) and, when model.safetensors holds 16-bit parameters, ps->data is their
+ * fp32 main parameters from the optimizer file instead (Megatron's load of
+ * fp32_from_fp16_params). ps's 16-bit copy, if any, is not touched: the caller rounds it. */
 int ckpt_load_tensors(const char *dir, int iteration, param_set *ps, int with_optimizer,
                       char *err, size_t errlen);
 
@@ -89,13 +101,15 @@ typedef int (*ckpt_fault_fn)(const char *stage);
 void ckpt_set_fault_injection(ckpt_fault_fn fault);
 
 /* The header of a checkpoint file of ps's tensors (their whole shapes in ps->tensors[].shape),
- * byte for byte what ckpt_save writes: the model file (optimizer = 0), or the optimizer file
- * (every "optimizer.exp_avg.<name>", then every "optimizer.exp_avg_sq.<name>"), with crcs[k]
- * as the crc32 of file tensor k. Its length does not depend on the crc values. st_header's
- * outputs (begin[k]: file tensor k's data offset in the byte buffer). */
-int ckpt_file_header(const char *path, const param_set *ps, int optimizer, const uint32_t *crcs,
-                     uint8_t **header, uint64_t *header_bytes, uint64_t *begin,
-                     uint64_t *buffer_bytes, char *err, size_t errlen);
+ * byte for byte what ckpt_save writes under precision p: the model file (optimizer = 0), or the
+ * optimizer file (the tensors of each of its groups in turn: every "optimizer.exp_avg.<name>",
+ * every "optimizer.exp_avg_sq.<name>", with 16-bit parameters every
+ * "optimizer.fp32_param.<name>"), with crcs[k] as the crc32 of file tensor k. Its length does
+ * not depend on the crc values. st_header's outputs (begin[k]: file tensor k's data offset in
+ * the byte buffer). */
+int ckpt_file_header(const char *path, const param_set *ps, int optimizer, ckpt_precision p,
+                     const uint32_t *crcs, uint8_t **header, uint64_t *header_bytes,
+                     uint64_t *begin, uint64_t *buffer_bytes, char *err, size_t errlen);
 
 /* The checks of ckpt_load_tensors on one tensor, for readers of slices: f holds `name` with
  * this shape, as F32, F16 or BF16; when __metadata__ has "crc32.<name>" it must be 8 hex

@@ -21,6 +21,12 @@
 
 static dist_ckpt_stats g_stats;
 const dist_ckpt_stats *dist_ckpt_last_stats(void) { return &g_stats; }
+static char g_note[512];
+const char *dist_ckpt_last_conversion(void) { return g_note; }
+
+ckpt_precision dist_ckpt_precision(const transformer_config *cfg) {
+    return cfg->bf16 ? CKPT_BF16 : CKPT_FP32;
+}
 
 /* ---- crc32 of a tensor written (or read) in slices by several ranks ----
  * zlib's crc32 is affine over GF(2). With G(x) the register after x starting from zero, without
@@ -56,21 +62,32 @@ static int agree(int rc, char *err, size_t errlen) {
 
 /* ---- the layout: the whole model's tensors and where they are in the files ---- */
 
+/* File tensor kf = g * n + k is whole tensor k of group g (checkpoint_precision.h: 0 the
+ * model file's parameters, then the optimizer file's exp_avg, exp_avg_sq and, with 16-bit
+ * parameters, fp32_param), in file g ? 1 : 0. */
 typedef struct {
     param_set whole;  /* the whole model's tensors (whole shapes), tensor k = init stream k */
     int *local_of;    /* [whole.count] this rank's tensor holding whole tensor k, or -1 */
+    ckpt_precision prec; /* the run's: the model file's dtype, and whether fp32_param is saved */
     int nfiles;       /* 1, or 2 with the optimizer file */
+    int ngroups;      /* 1 (model file only), 3, or 4 with the fp32 main parameters */
     uint64_t size[2]; /* file sizes */
     uint64_t header_bytes[2];
-    uint64_t *at[2];  /* [file tensors] absolute offset of each file tensor's data */
+    uint64_t *at;     /* [ngroups * n] absolute offset of each file tensor's data (saving) */
 } layout;
 
 static void layout_free(layout *L) {
     mem_free(L->whole.tensors);
     mem_free(L->local_of);
-    mem_free(L->at[0]);
-    mem_free(L->at[1]);
+    mem_free(L->at);
     memset(L, 0, sizeof *L);
+}
+
+static int file_of(int group) { return group == CKPT_GROUP_PARAMS ? 0 : 1; }
+/* The bytes of file tensor kf. */
+static uint64_t kf_bytes(const layout *L, int kf) {
+    int n = L->whole.count;
+    return (uint64_t)L->whole.tensors[kf % n].numel * st_dtype_size(ckpt_group_dtype(kf / n, L->prec));
 }
 
 /* Builds the layout from the config alone (the same on every rank) and maps this rank's
@@ -79,6 +96,7 @@ static int layout_make(layout *L, const char *dir, int iteration, const transfor
                        const param_set *local, int with_optimizer, int with_files, char *err,
                        size_t errlen) {
     memset(L, 0, sizeof *L);
+    L->prec = dist_ckpt_precision(cfg);
     gpt_spec spec;
     gpt_spec_whole(cfg, &spec);
     param_set w = spec.params;
@@ -108,23 +126,28 @@ static int layout_make(layout *L, const char *dir, int iteration, const transfor
         L->local_of[k] = i;
     }
     L->nfiles = with_optimizer ? 2 : 1;
+    int g0, g1;
+    ckpt_file_groups(L->nfiles - 1, L->prec, &g0, &g1);
+    L->ngroups = g1;
     if (!with_files) return 0;
-    uint32_t *zeros = mem_alloc(MEM_OTHER, (2 * (size_t)n + 1) * sizeof(uint32_t),
+    uint32_t *zeros = mem_alloc(MEM_OTHER, (CKPT_GROUPS * (size_t)n + 1) * sizeof(uint32_t),
                                 "checkpoint crc32 placeholders");
+    L->at = mem_alloc(MEM_OTHER, ((size_t)L->ngroups * n + 1) * sizeof(uint64_t),
+                      "checkpoint file offsets");
     int rc = 0;
     for (int f = 0; f < L->nfiles && rc == 0; f++) {
         char path[PATH_MAX + 64];
         snprintf(path, sizeof path, "%s/iter_%07d/%s.safetensors", dir, iteration,
                  f ? "optimizer" : "model");
-        size_t nt = (size_t)n * (f ? 2 : 1);
-        L->at[f] = mem_alloc(MEM_OTHER, (nt + 1) * sizeof(uint64_t), "checkpoint file offsets");
+        ckpt_file_groups(f, L->prec, &g0, &g1);
+        uint64_t *at = L->at + (size_t)g0 * n; /* the file's tensors, in file order */
         uint8_t *header = NULL;
         uint64_t header_bytes, buffer_bytes;
-        rc = ckpt_file_header(path, &L->whole, f, zeros, &header, &header_bytes, L->at[f],
+        rc = ckpt_file_header(path, &L->whole, f, L->prec, zeros, &header, &header_bytes, at,
                               &buffer_bytes, err, errlen);
         free(header);
         if (rc) break;
-        for (size_t k = 0; k < nt; k++) L->at[f][k] += header_bytes;
+        for (size_t k = 0; k < (size_t)(g1 - g0) * n; k++) at[k] += header_bytes;
         L->size[f] = header_bytes + buffer_bytes;
         L->header_bytes[f] = header_bytes;
     }
@@ -178,7 +201,8 @@ typedef struct {
     const char *path, *name;
     uint64_t base;        /* file offset of the whole tensor's first byte */
     uint64_t bytes;       /* the whole tensor's bytes */
-    const float *src;     /* the value of local element e0 */
+    const char *src;      /* the value of local element e0 */
+    size_t es;            /* bytes per element */
     size_t e0;
     uint32_t *g;          /* this tensor's crc share */
     char *err;
@@ -187,8 +211,8 @@ typedef struct {
 
 static int write_run(void *user, size_t whole_at, size_t local_at, size_t n) {
     write_ctx *c = user;
-    const float *p = c->src + (local_at - c->e0);
-    uint64_t off = (uint64_t)whole_at * sizeof(float), bytes = (uint64_t)n * sizeof(float);
+    const char *p = c->src + (local_at - c->e0) * c->es;
+    uint64_t off = (uint64_t)whole_at * c->es, bytes = (uint64_t)n * c->es;
     if (io_pwrite_all(c->fd, p, bytes, c->base + off) != 0) {
         err_set(c->err, c->errlen, "%s: tensor %s: write failed: %s", c->path, c->name,
                 strerror(errno));
@@ -200,51 +224,74 @@ static int write_run(void *user, size_t whole_at, size_t local_at, size_t n) {
     return 0;
 }
 
-/* Writes this rank's slices into file f (0 model, 1 optimizer) open at fd; g: the crc shares
- * of the file's tensors. */
-static int write_slices(int f, int fd, const char *path, const layout *L, const param_set *local,
-                        const dist_opt *dopt, uint32_t *g, char *err, size_t errlen) {
+/* Group g's buffer on this rank (whole slices): the model's parameters in the run's
+ * precision, the moments, or the fp32 main parameters. */
+static const char *group_buffer(int g, const layout *L, const param_set *local) {
+    const void *bufs[CKPT_GROUPS] = {ckpt_model_params(local, L->prec), local->exp_avg,
+                                     local->exp_avg_sq, local->data};
+    return bufs[g];
+}
+
+/* Are group g's tensors the distributed optimizer's pieces (rather than whole slices)? */
+static int dopt_group(int g, const dist_opt *dopt) {
+    return dopt && (g == CKPT_GROUP_EXP_AVG || g == CKPT_GROUP_EXP_AVG_SQ);
+}
+
+/* Writes this rank's whole slices of group g's tensors. */
+static int write_replicas(int g, const layout *L, const param_set *local, uint32_t *gs,
+                          write_ctx *c) {
     const parallel_state *ps = parallel_get();
     int n = L->whole.count;
-    write_ctx c = {.fd = fd, .path = path, .err = err, .errlen = errlen};
-    if (f == 0 || !dopt) {
-        for (int k = 0; k < n; k++) {
-            int i = L->local_of[k];
-            if (i < 0 || !owns_replica(&local->tensors[i], ps)) continue;
-            const param_tensor *t = &local->tensors[i];
-            const float *bufs[3] = {local->data, local->exp_avg, local->exp_avg_sq};
-            for (int b = 0; b < (f ? 2 : 1); b++) {
-                int kf = b * n + k;
-                c.name = L->whole.tensors[k].name;
-                c.base = L->at[f][kf];
-                c.bytes = (uint64_t)L->whole.tensors[k].numel * sizeof(float);
-                c.src = bufs[f + b] + t->offset;
-                c.e0 = 0;
-                c.g = &g[kf];
-                if (for_each_run(t, ps->tp_rank, ps->tp_size, 0, t->numel, write_run, &c))
-                    return -1;
-            }
-        }
-        return 0;
+    for (int k = 0; k < n; k++) {
+        int i = L->local_of[k], kf = g * n + k;
+        if (i < 0 || !owns_replica(&local->tensors[i], ps)) continue;
+        const param_tensor *t = &local->tensors[i];
+        c->name = L->whole.tensors[k].name;
+        c->base = L->at[kf];
+        c->bytes = kf_bytes(L, kf);
+        c->src = group_buffer(g, L, local) + t->offset * c->es;
+        c->e0 = 0;
+        c->g = &gs[kf];
+        if (for_each_run(t, ps->tp_rank, ps->tp_size, 0, t->numel, write_run, c)) return -1;
     }
-    /* the distributed optimizer: this rank's pieces, every DP rank */
+    return 0;
+}
+
+/* Writes this rank's pieces of the distributed optimizer's moments of group g. */
+static int write_pieces(int g, const layout *L, const param_set *local, const dist_opt *dopt,
+                        uint32_t *gs, write_ctx *c) {
+    const parallel_state *ps = parallel_get();
+    int n = L->whole.count;
+    const float *state = g == CKPT_GROUP_EXP_AVG ? dopt->exp_avg : dopt->exp_avg_sq;
     for (int s = 0; s < dopt->num_segments; s++) {
         const dist_opt_segment *sg = &dopt->segs[s];
         const param_tensor *t = &local->tensors[sg->tensor];
         if (!tp_owner(t, ps)) continue;
-        int k = (int)t->init_stream;
-        const float *bufs[2] = {dopt->exp_avg, dopt->exp_avg_sq};
-        for (int b = 0; b < 2; b++) {
-            int kf = b * n + k;
-            c.name = L->whole.tensors[k].name;
-            c.base = L->at[f][kf];
-            c.bytes = (uint64_t)L->whole.tensors[k].numel * sizeof(float);
-            c.src = bufs[b] + sg->state;
-            c.e0 = sg->begin - t->offset;
-            c.g = &g[kf];
-            if (for_each_run(t, ps->tp_rank, ps->tp_size, c.e0, c.e0 + sg->numel, write_run, &c))
-                return -1;
-        }
+        int k = (int)t->init_stream, kf = g * n + k;
+        c->name = L->whole.tensors[k].name;
+        c->base = L->at[kf];
+        c->bytes = kf_bytes(L, kf);
+        c->src = (const char *)(state + sg->state);
+        c->e0 = sg->begin - t->offset;
+        c->g = &gs[kf];
+        if (for_each_run(t, ps->tp_rank, ps->tp_size, c->e0, c->e0 + sg->numel, write_run, c))
+            return -1;
+    }
+    return 0;
+}
+
+/* Writes this rank's slices into file f (0 model, 1 optimizer) open at fd: each group's whole
+ * slices, or with dopt the moments' pieces; gs: the crc shares of all file tensors. */
+static int write_slices(int f, int fd, const char *path, const layout *L, const param_set *local,
+                        const dist_opt *dopt, uint32_t *gs, char *err, size_t errlen) {
+    int g0, g1;
+    ckpt_file_groups(f, L->prec, &g0, &g1);
+    for (int g = g0; g < g1; g++) {
+        write_ctx c = {.fd = fd, .path = path, .err = err, .errlen = errlen,
+                       .es = st_dtype_size(ckpt_group_dtype(g, L->prec))};
+        if (dopt_group(g, dopt) ? write_pieces(g, L, local, dopt, gs, &c)
+                                : write_replicas(g, L, local, gs, &c))
+            return -1;
     }
     return 0;
 }
@@ -252,12 +299,17 @@ static int write_slices(int f, int fd, const char *path, const layout *L, const 
 /* Does this rank write anything into file f? */
 static int writes_into(int f, const layout *L, const param_set *local, const dist_opt *dopt) {
     const parallel_state *ps = parallel_get();
-    if (f == 1 && dopt) {
+    int g0, g1, replicas = 0;
+    ckpt_file_groups(f, L->prec, &g0, &g1);
+    for (int g = g0; g < g1; g++) {
+        if (!dopt_group(g, dopt)) {
+            replicas = 1;
+            continue;
+        }
         for (int s = 0; s < dopt->num_segments; s++)
             if (tp_owner(&local->tensors[dopt->segs[s].tensor], ps)) return 1;
-        return 0;
     }
-    for (int k = 0; k < L->whole.count; k++)
+    for (int k = 0; replicas && k < L->whole.count; k++)
         if (L->local_of[k] >= 0 && owns_replica(&local->tensors[L->local_of[k]], ps)) return 1;
     return 0;
 }
@@ -279,7 +331,15 @@ static int io_begin(layout *L, const char *dir, int iteration, const transformer
                              "no exp_avg / exp_avg_sq buffers");
         return -1;
     }
-    return layout_make(L, dir, iteration, cfg, local, with_optimizer, saving, err, errlen);
+    if (layout_make(L, dir, iteration, cfg, local, with_optimizer, saving, err, errlen))
+        return -1;
+    if (saving && local->count > 0 && !ckpt_model_params(local, L->prec)) {
+        err_set(err, errlen, "checkpoint: the run is %s but the parameter set has no %s copy",
+                ckpt_precision_name(L->prec), ckpt_precision_name(L->prec));
+        layout_free(L);
+        return -1;
+    }
+    return 0;
 }
 
 /* Nothing non-finite is ever saved: this rank's parameters and its optimizer state (the
@@ -312,8 +372,10 @@ int dist_ckpt_save(const char *dir, const transformer_config *cfg, const param_s
         layout_free(&L);
         return -1;
     }
-    int n = L.whole.count;
+    int n = L.whole.count, nk = L.ngroups * n; /* file tensors */
     g_stats.file_bytes = L.size[0] + (L.nfiles > 1 ? L.size[1] : 0);
+    ckpt_state state = *st; /* state.json records the precision the files are in */
+    state.precision = L.prec;
 
     /* rank 0: the temporary directory and the files at their final size */
     ckpt_txn x;
@@ -341,7 +403,7 @@ int dist_ckpt_save(const char *dir, const transformer_config *cfg, const param_s
         MPI_Bcast(x.tmp_dir, (int)sizeof x.tmp_dir, MPI_CHAR, 0, MPI_COMM_WORLD);
 
     /* every rank: its slices, straight from its buffers, and their crc shares */
-    uint32_t *g = mem_alloc(MEM_OTHER, (3 * (size_t)n + 1) * sizeof(uint32_t),
+    uint32_t *g = mem_alloc(MEM_OTHER, ((size_t)nk + 1) * sizeof(uint32_t),
                             "checkpoint crc32 shares");
     for (int f = 0; f < L.nfiles && rc == 0; f++) {
         if (!writes_into(f, &L, local, dopt)) continue;
@@ -352,7 +414,7 @@ int dist_ckpt_save(const char *dir, const transformer_config *cfg, const param_s
             rc = -1;
             break;
         }
-        rc = write_slices(f, fd, path, &L, local, dopt, g + (f ? n : 0), err, errlen);
+        rc = write_slices(f, fd, path, &L, local, dopt, g, err, errlen);
         if (!root) {
             rc = io_fsync_close(fd, path, rc, err, errlen);
         }
@@ -364,17 +426,17 @@ int dist_ckpt_save(const char *dir, const transformer_config *cfg, const param_s
 
     /* rank 0: the whole tensors' crc32s into the headers, then fsync */
     if (ps->mpi && ps->world_size > 1)
-        MPI_Reduce(root ? MPI_IN_PLACE : g, g, 3 * n, MPI_UINT32_T, MPI_BXOR, 0, MPI_COMM_WORLD);
+        MPI_Reduce(root ? MPI_IN_PLACE : g, g, nk, MPI_UINT32_T, MPI_BXOR, 0, MPI_COMM_WORLD);
     if (root) {
+        for (int kf = 0; kf < nk; kf++) g[kf] = crc_final(g[kf], kf_bytes(&L, kf));
         for (int f = 0; f < L.nfiles && rc == 0; f++) {
             file_path(path, sizeof path, x.tmp_dir, f);
-            uint32_t *crc = g + (f ? n : 0);
-            for (int k = 0; k < n * (f ? 2 : 1); k++)
-                crc[k] = crc_final(crc[k], (uint64_t)L.whole.tensors[k % n].numel * sizeof(float));
+            int g0, g1;
+            ckpt_file_groups(f, L.prec, &g0, &g1);
             uint8_t *header = NULL;
             uint64_t header_bytes = 0;
-            rc = ckpt_file_header(path, &L.whole, f, crc, &header, &header_bytes, NULL, NULL, err,
-                                  errlen);
+            rc = ckpt_file_header(path, &L.whole, f, L.prec, g + (size_t)g0 * n, &header,
+                                  &header_bytes, NULL, NULL, err, errlen);
             if (rc == 0 && header_bytes != L.header_bytes[f]) {
                 err_set(err, errlen, "%s: internal error: the header changed length", path);
                 rc = -1;
@@ -397,7 +459,7 @@ int dist_ckpt_save(const char *dir, const transformer_config *cfg, const param_s
             fds[f] = -1;
         }
         if (rc == 0) {
-            rc = ckpt_commit(&x, st, err, errlen); /* cleans up after itself */
+            rc = ckpt_commit(&x, &state, err, errlen); /* cleans up after itself */
             x.tmp_dir[0] = 0;
         }
     }
@@ -482,20 +544,20 @@ static int crc_run(void *user, size_t whole_at, size_t local_at, size_t n) {
 }
 
 /* Runs fn over this rank's part of file tensor kf (k = kf mod n: whole tensor k, local tensor
- * t): its whole slice (data, or moments without the distributed optimizer) or, with dopt, the
- * pieces of its segments in t. only_owned: only what this rank would write (each byte of the
- * model once over all ranks). */
+ * t): its whole slice (parameters, or moments without the distributed optimizer) or, with dopt,
+ * the pieces of its segments in t. only_owned: only what this rank would write (each byte of
+ * the model once over all ranks). */
 static int for_each_part(int kf, int n, const param_tensor *t, int ti, float *data_dst,
                          const dist_opt *dopt, int only_owned, run_fn fn, read_ctx *c) {
     const parallel_state *ps = parallel_get();
-    if (kf < n || !dopt) {
+    if (!dopt_group(kf / n, dopt)) {
         if (only_owned && !owns_replica(t, ps)) return 0;
         c->dst = data_dst;
         c->e0 = 0;
         return for_each_run(t, ps->tp_rank, ps->tp_size, 0, t->numel, fn, c);
     }
     if (only_owned && !tp_owner(t, ps)) return 0;
-    float *state = kf < 2 * n ? dopt->exp_avg : dopt->exp_avg_sq;
+    float *state = kf / n == CKPT_GROUP_EXP_AVG ? dopt->exp_avg : dopt->exp_avg_sq;
     for (int s = 0; s < dopt->num_segments; s++) {
         const dist_opt_segment *sg = &dopt->segs[s];
         if (sg->tensor != ti) continue;
@@ -507,112 +569,154 @@ static int for_each_part(int kf, int n, const param_tensor *t, int ti, float *da
     return 0;
 }
 
-int dist_ckpt_load_tensors(const char *dir, int iteration, const transformer_config *cfg,
-                           param_set *local, dist_opt *dopt, int with_optimizer, char *err,
-                           size_t errlen) {
-    const parallel_state *ps = parallel_get();
-    int root = ps->world_rank == 0, rc = 0;
-    size_t other0 = mem_current(MEM_OTHER);
-    layout L;
-    rc = io_begin(&L, dir, iteration, cfg, local, dopt, with_optimizer, 0, err, errlen);
-    if (agree(rc, err, errlen)) {
-        layout_free(&L);
-        return -1;
-    }
-    int n = L.whole.count, nf = n * (with_optimizer ? 3 : 1);
+/* What a load reads: the files, every file tensor's header entry and crc32, and where the
+ * parameters come from. */
+typedef struct {
     st_file files[2];
-    memset(files, 0, sizeof files);
-    const st_entry **ents = mem_alloc(MEM_OTHER, ((size_t)nf + 1) * sizeof(*ents),
-                                      "checkpoint entries");
-    uint32_t *want = mem_alloc(MEM_OTHER, ((size_t)nf + 1) * sizeof(uint32_t), "checkpoint crcs");
-    uint32_t *g = mem_alloc(MEM_OTHER, ((size_t)nf + 1) * sizeof(uint32_t),
-                            "checkpoint crc32 shares");
-    int *has = mem_alloc(MEM_OTHER, ((size_t)nf + 1) * sizeof(int), "checkpoint crc flags");
-    int fds[2] = {-1, -1};
-    uint8_t *bounce = NULL;
-    size_t bounce_bytes = 0;
+    int fds[2];
+    int ngroups;          /* groups checked: 1, 3, or 4 with the fp32 main parameters */
+    int params_group;     /* the parameters' source: CKPT_GROUP_PARAMS or CKPT_GROUP_MAIN */
+    st_dtype file_dtype;  /* model.safetensors' parameters */
+    const st_entry **ents; /* [CKPT_GROUPS * n] */
+    uint32_t *want;       /* crc32 in __metadata__ */
+    int *has;             /* ... when there is one */
+} load_src;
 
-    /* every rank: both headers, and every tensor of the model in them (header only) */
-    for (int f = 0; f < L.nfiles && rc == 0; f++) {
+/* Opens the files (every rank) and checks every tensor of the model in their headers: the
+ * parameters' dtype decides whether the optimizer file's fp32 main parameters are read (a
+ * 16-bit model file with the optimizer state) and checked too. */
+static int open_and_check(load_src *S, const layout *L, const char *dir, int iteration,
+                          int with_optimizer, char *err, size_t errlen) {
+    int n = L->whole.count, rc = 0;
+    for (int f = 0; f < L->nfiles && rc == 0; f++) {
         char path[PATH_MAX + 64];
         snprintf(path, sizeof path, "%s/iter_%07d/%s.safetensors", dir, iteration,
                  f ? "optimizer" : "model");
         if (f == 1 && access(path, F_OK) != 0 && errno == ENOENT) {
             err_set(err, errlen, "%s: missing: the checkpoint was saved without optimizer state",
                     path);
-            rc = -1;
-        } else if ((rc = st_open(path, &files[f], err, errlen)) == 0 &&
-                   (fds[f] = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+            return -1;
+        }
+        if (st_open(path, &S->files[f], err, errlen)) return -1;
+        if ((S->fds[f] = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
             err_set(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-            rc = -1;
+            return -1;
         }
     }
-    for (int k = 0; k < n && rc == 0; k++) {
-        const param_tensor *w = &L.whole.tensors[k];
-        for (int b = 0; b < (with_optimizer ? 3 : 1) && rc == 0; b++) {
+    S->ngroups = 1; /* the optimizer file's groups are known once the parameters' dtype is */
+    for (int g = 0; g < S->ngroups && rc == 0; g++) {
+        for (int k = 0; k < n && rc == 0; k++) {
+            const param_tensor *w = &L->whole.tensors[k];
             char name[PARAM_NAME_MAX + 32];
-            snprintf(name, sizeof name, "%s%s",
-                     b == 0 ? "" : b == 1 ? "optimizer.exp_avg." : "optimizer.exp_avg_sq.",
-                     w->name);
-            int kf = b * n + k;
-            rc = ckpt_check_entry(&files[b ? 1 : 0], name, w->ndim, w->shape, &ents[kf],
-                                  &want[kf], &has[kf], err, errlen);
+            snprintf(name, sizeof name, "%s%s", ckpt_group_prefix(g), w->name);
+            int kf = g * n + k;
+            rc = ckpt_check_entry(&S->files[file_of(g)], name, w->ndim, w->shape, &S->ents[kf],
+                                  &S->want[kf], &S->has[kf], err, errlen);
         }
+        if (g > 0 || rc) continue;
+        rc = ckpt_params_dtype(&S->files[0], S->ents, n, &S->file_dtype, err, errlen);
+        int from_main = with_optimizer && S->file_dtype != ST_F32;
+        S->params_group = from_main ? CKPT_GROUP_MAIN : CKPT_GROUP_PARAMS;
+        S->ngroups = !with_optimizer ? 1 : from_main ? CKPT_GROUP_MAIN + 1
+                                                     : CKPT_GROUP_EXP_AVG_SQ + 1;
     }
-    if ((rc = agree(rc, err, errlen)) != 0) goto done;
+    return rc;
+}
 
-    /* crc32s: each byte's share from the rank that would write it, checked on rank 0 */
-    for (int kf = 0; kf < nf; kf++) /* the bounce buffer: at most a tensor, at most 1 MiB */
-        if (L.local_of[kf % n] >= 0 && has[kf] && ents[kf]->end - ents[kf]->begin > bounce_bytes)
-            bounce_bytes = ents[kf]->end - ents[kf]->begin;
+/* crc32s: each byte's share read and computed by the rank that would write it, the shares
+ * XOR-reduced and checked on rank 0. */
+static int check_crcs(load_src *S, const layout *L, const param_set *local,
+                      const dist_opt *dopt, uint32_t *g, char *err, size_t errlen) {
+    const parallel_state *ps = parallel_get();
+    int n = L->whole.count, nf = S->ngroups * n, rc = 0;
+    size_t bounce_bytes = 0; /* at most a tensor, at most 1 MiB */
+    for (int kf = 0; kf < nf; kf++)
+        if (L->local_of[kf % n] >= 0 && S->has[kf] &&
+            S->ents[kf]->end - S->ents[kf]->begin > bounce_bytes)
+            bounce_bytes = S->ents[kf]->end - S->ents[kf]->begin;
     bounce_bytes = bounce_bytes < CRC_CHUNK ? bounce_bytes : CRC_CHUNK;
-    if (bounce_bytes) bounce = mem_alloc(MEM_OTHER, bounce_bytes, "checkpoint crc32 reads");
+    uint8_t *bounce = bounce_bytes ? mem_alloc(MEM_OTHER, bounce_bytes, "checkpoint crc32 reads")
+                                   : NULL;
     for (int kf = 0; kf < nf && rc == 0; kf++) {
-        int ti = L.local_of[kf % n];
-        if (ti < 0 || !has[kf]) continue;
-        int f = kf < n ? 0 : 1;
-        read_ctx c = {.f = &files[f], .e = ents[kf], .fd = fds[f], .g = &g[kf], .bounce = bounce,
-                      .bounce_bytes = bounce_bytes, .err = err, .errlen = errlen};
+        int ti = L->local_of[kf % n], f = file_of(kf / n);
+        if (ti < 0 || !S->has[kf]) continue;
+        read_ctx c = {.f = &S->files[f], .e = S->ents[kf], .fd = S->fds[f], .g = &g[kf],
+                      .bounce = bounce, .bounce_bytes = bounce_bytes, .err = err,
+                      .errlen = errlen};
         rc = for_each_part(kf, n, &local->tensors[ti], ti, NULL, dopt, 1, crc_run, &c);
     }
     mem_free(bounce);
     if (ps->mpi && ps->world_size > 1)
-        MPI_Reduce(root ? MPI_IN_PLACE : g, g, nf, MPI_UINT32_T, MPI_BXOR, 0, MPI_COMM_WORLD);
-    if (root)
+        MPI_Reduce(ps->world_rank == 0 ? MPI_IN_PLACE : g, g, nf, MPI_UINT32_T, MPI_BXOR, 0,
+                   MPI_COMM_WORLD);
+    if (ps->world_rank == 0)
         for (int k = 0; k < n && rc == 0; k++)
-            for (int b = 0; b < nf / n && rc == 0; b++) {
+            for (int b = 0; b < S->ngroups && rc == 0; b++) {
                 int kf = b * n + k;
-                if (!has[kf]) continue;
-                const st_entry *e = ents[kf];
-                rc = ckpt_check_crc(&files[b ? 1 : 0], e->name, want[kf],
+                if (!S->has[kf]) continue;
+                const st_entry *e = S->ents[kf];
+                rc = ckpt_check_crc(&S->files[file_of(b)], e->name, S->want[kf],
                                     crc_final(g[kf], e->end - e->begin), err, errlen);
             }
-    if ((rc = agree(rc, err, errlen)) != 0) goto done;
+    return rc;
+}
 
-    /* every rank: its slices (a tied embedding's copy on the last stage included) */
+/* Every rank: its slices (a tied embedding's copy on the last stage included); the parameters
+ * from S->params_group, widened to fp32 where they are 16-bit. */
+static int read_slices(load_src *S, const layout *L, param_set *local, dist_opt *dopt,
+                       char *err, size_t errlen) {
+    int n = L->whole.count, rc = 0;
     for (int i = 0; i < local->count && rc == 0; i++) {
         param_tensor *t = &local->tensors[i];
         int k = (int)t->init_stream;
-        float *bufs[3] = {local->data, local->exp_avg, local->exp_avg_sq};
-        for (int b = 0; b < nf / n && rc == 0; b++) {
-            int kf = b * n + k;
-            read_ctx c = {.f = &files[b ? 1 : 0], .e = ents[kf], .fd = fds[b ? 1 : 0],
-                          .err = err, .errlen = errlen};
+        float *bufs[CKPT_GROUPS] = {local->data, local->exp_avg, local->exp_avg_sq, local->data};
+        for (int b = 0; b < S->ngroups && rc == 0; b++) {
+            if ((b == CKPT_GROUP_PARAMS || b == CKPT_GROUP_MAIN) && b != S->params_group)
+                continue;
+            int kf = b * n + k, f = file_of(b);
+            read_ctx c = {.f = &S->files[f], .e = S->ents[kf], .fd = S->fds[f], .err = err,
+                          .errlen = errlen};
             rc = for_each_part(kf, n, t, i, bufs[b] ? bufs[b] + t->offset : NULL, dopt, 0,
                                read_run, &c);
         }
     }
-    g_stats.file_bytes = files[0].map_len + files[1].map_len;
-    rc = agree(rc, err, errlen);
-done:
+    return rc;
+}
+
+int dist_ckpt_load_tensors(const char *dir, int iteration, const transformer_config *cfg,
+                           param_set *local, dist_opt *dopt, int with_optimizer, char *err,
+                           size_t errlen) {
+    size_t other0 = mem_current(MEM_OTHER);
+    g_note[0] = 0;
+    layout L;
+    int rc = io_begin(&L, dir, iteration, cfg, local, dopt, with_optimizer, 0, err, errlen);
+    if (agree(rc, err, errlen)) {
+        layout_free(&L);
+        return -1;
+    }
+    size_t nf = (size_t)CKPT_GROUPS * L.whole.count;
+    load_src S = {.fds = {-1, -1}};
+    S.ents = mem_alloc(MEM_OTHER, (nf + 1) * sizeof(*S.ents), "checkpoint entries");
+    S.want = mem_alloc(MEM_OTHER, (nf + 1) * sizeof(uint32_t), "checkpoint crcs");
+    S.has = mem_alloc(MEM_OTHER, (nf + 1) * sizeof(int), "checkpoint crc flags");
+    uint32_t *g = mem_alloc(MEM_OTHER, (nf + 1) * sizeof(uint32_t), "checkpoint crc32 shares");
+    rc = open_and_check(&S, &L, dir, iteration, with_optimizer, err, errlen);
+    if ((rc = agree(rc, err, errlen)) == 0)
+        rc = agree(check_crcs(&S, &L, local, dopt, g, err, errlen), err, errlen);
+    if (rc == 0) {
+        rc = agree(read_slices(&S, &L, local, dopt, err, errlen), err, errlen);
+        g_stats.file_bytes = S.files[0].map_len + S.files[1].map_len;
+        ckpt_conversion_note(g_note, sizeof g_note, S.file_dtype, L.prec,
+                             S.params_group == CKPT_GROUP_MAIN);
+    }
     for (int f = 0; f < 2; f++)
-        if (fds[f] >= 0) close(fds[f]);
-    st_close(&files[0]);
-    st_close(&files[1]);
-    mem_free(ents);
-    mem_free(want);
+        if (S.fds[f] >= 0) close(S.fds[f]);
+    st_close(&S.files[0]);
+    st_close(&S.files[1]);
+    mem_free(S.ents);
+    mem_free(S.want);
+    mem_free(S.has);
     mem_free(g);
-    mem_free(has);
     layout_free(&L);
     g_stats.buffer_peak = mem_phase_peak(MEM_OTHER) - other0;
     return rc;

@@ -38,9 +38,19 @@
 #include "core/transformer/transformer_config.h"
 #include "training/checkpointing.h"
 
-/* cfg: the model's config (any rank's: only the model's shape is used); local: this rank's
- * parameters (gpt_model's params); dopt: the distributed optimizer holding the AdamW moments,
- * or NULL when local->exp_avg / exp_avg_sq hold them; with_optimizer: also the moments. */
+/* cfg: the model's config (any rank's: only the model's shape and precision are used);
+ * local: this rank's parameters (gpt_model's params); dopt: the distributed optimizer holding
+ * the AdamW moments, or NULL when local->exp_avg / exp_avg_sq hold them; with_optimizer: also
+ * the moments.
+ *
+ * Precision (checkpoint_precision.h): the files are in the run's (dist_ckpt_precision): under
+ * --bf16 model.safetensors holds local->data_bf16 as BF16 and the optimizer file also the fp32
+ * main parameters local->data ("optimizer.fp32_param.<name>", written and read as the
+ * parameters are: whole slices, by the data-parallel replica 0). A load takes the precision
+ * from the files: with the optimizer state and a 16-bit model file, local->data gets the fp32
+ * main parameters; otherwise the model file's values (16-bit ones widened exactly). The
+ * caller rounds a 16-bit copy from local->data afterwards (gpt_model_params_to_bf16);
+ * dist_ckpt_last_conversion says what was converted. */
 int dist_ckpt_save(const char *dir, const transformer_config *cfg, const param_set *local,
                    const dist_opt *dopt, const ckpt_state *st, int with_optimizer, char *err,
                    size_t errlen);
@@ -56,5 +66,11 @@ typedef struct {
     size_t buffer_peak;   /* tracked memory (MEM_OTHER) the call allocated at its peak */
 } dist_ckpt_stats;
 const dist_ckpt_stats *dist_ckpt_last_stats(void);
+
+/* The precision of the run of cfg: what its checkpoints hold. */
+ckpt_precision dist_ckpt_precision(const transformer_config *cfg);
+/* The log line of the last successful load if it converted between precisions
+ * (ckpt_conversion_note), else "". The same on every rank. */
+const char *dist_ckpt_last_conversion(void);
 
 #endif

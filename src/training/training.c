@@ -371,6 +371,7 @@ static int load(trainer *tr) {
     tr->optimizer_steps = st.optimizer_step;
     tr->consumed_train_samples = st.consumed_train_samples;
     ckpt_state_free(&st);
+    if (dist_ckpt_last_conversion()[0]) log_printf("%s\n", dist_ckpt_last_conversion());
     const parallel_state *pst = parallel_get(); /* the logging rank's, as Megatron's line */
     log_printf("  successfully loaded checkpoint from %s [ t %d/%d, p %d/%d ] at iteration %d\n",
                a->load, pst->tp_rank + 1, pst->tp_size, pst->pp_rank + 1, pst->pp_size,

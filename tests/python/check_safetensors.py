@@ -291,7 +291,8 @@ def cmd_check_ckpt(d):
     with open(os.path.join(it, "state.json")) as f:
         st = json.load(f)
     check(st == {"iteration": 7, "consumed_train_samples": 56, "optimizer_step": 7,
-                 "args": {"hidden_size": 8}, "format_version": 1}, f"state.json: {st}")
+                 "params_dtype": "float32", "args": {"hidden_size": 8}, "format_version": 1},
+          f"state.json: {st}")
     for fname, groups in (("model.safetensors", [("", 0)]),
                           ("optimizer.safetensors", [("optimizer.exp_avg.", 100),
                                                      ("optimizer.exp_avg_sq.", 200)])):

@@ -289,7 +289,9 @@ static void test_round_trip(void) {
     snprintf(path, sizeof path, "%s/iter_0000002/state.json", dir);
     char *text = read_file(path, NULL);
     cJSON *j = cJSON_Parse(text);
-    CHECK(j && cJSON_GetArraySize(j) == 5);
+    CHECK(j && cJSON_GetArraySize(j) == 6);
+    CHECK(cJSON_IsString(cJSON_GetObjectItem(j, "params_dtype")) &&
+          strcmp(cJSON_GetObjectItem(j, "params_dtype")->valuestring, "float32") == 0);
     CHECK(cJSON_GetObjectItem(j, "format_version") &&
           cJSON_GetObjectItem(j, "format_version")->valueint == 1);
     CHECK(cJSON_GetObjectItem(j, "consumed_train_samples") &&
