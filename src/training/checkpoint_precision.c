@@ -95,8 +95,8 @@ void ckpt_conversion_note(char *out, size_t len, st_dtype file, ckpt_precision r
     if (file == rd && (file == ST_F32 || from_main)) return; /* nothing converted */
     const char *fn = st_dtype_name(file), *rn = run_name(run);
     const char *what = run == CKPT_FP32 ? "parameters" : "fp32 main parameters";
-    char tail[160] = "";
-    if (run != CKPT_FP32)
+    char tail[160] = ""; /* the 16-bit copy, where rounding it changes the values */
+    if (run != CKPT_FP32 && (from_main || file != rd))
         snprintf(tail, sizeof tail, ", the model's %s parameters rounded from them (to nearest "
                  "even)", rn);
     if (from_main)

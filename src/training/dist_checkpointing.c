@@ -593,8 +593,8 @@ static int open_and_check(load_src *S, const layout *L, const char *dir, int ite
         snprintf(path, sizeof path, "%s/iter_%07d/%s.safetensors", dir, iteration,
                  f ? "optimizer" : "model");
         if (f == 1 && access(path, F_OK) != 0 && errno == ENOENT) {
-            err_set(err, errlen, "%s: missing: the checkpoint was saved without optimizer state",
-                    path);
+            err_set(err, errlen, "%s: missing: the checkpoint was saved without optimizer state "
+                    "(--no-load-optim or --finetune load the model alone)", path);
             return -1;
         }
         if (st_open(path, &S->files[f], err, errlen)) return -1;

@@ -338,11 +338,12 @@ static int check_checkpoint_args(const megadlm_args *a, const cJSON *saved, cons
     return rc;
 }
 
-/* Reads this rank's slices of the tensors and optimizer state (the distributed optimizer:
- * the moments of its own pieces only). */
+/* Reads this rank's slices of the tensors and, unless --no-load-optim or --finetune, of the
+ * optimizer state (the distributed optimizer: the moments of its own pieces only). */
 static int load_tensors(trainer *tr, int it, char *err, size_t errlen) {
+    int with_optimizer = !tr->a->no_load_optim && !tr->a->finetune;
     int rc = dist_ckpt_load_tensors(tr->a->load, it, &tr->model->cfg, &tr->model->params,
-                                    tr->dopt, 1, err, errlen);
+                                    tr->dopt, with_optimizer, err, errlen);
     if (tr->a->log_memory) log_checkpoint_io(tr, "load", "read");
     return rc;
 }
@@ -367,9 +368,14 @@ static int load(trainer *tr) {
         ckpt_state_free(&st);
         return -1;
     }
-    tr->iteration = st.iteration;
-    tr->optimizer_steps = st.optimizer_step;
-    tr->consumed_train_samples = st.consumed_train_samples;
+    /* Megatron: --finetune starts at iteration 0 with no consumed samples; without the
+     * optimizer state AdamW and the lr schedule (here: its samples, scheduler_samples) start
+     * from step 0, with zero moments */
+    if (!a->finetune) {
+        tr->iteration = st.iteration;
+        tr->consumed_train_samples = st.consumed_train_samples;
+    }
+    tr->optimizer_steps = a->no_load_optim || a->finetune ? 0 : st.optimizer_step;
     ckpt_state_free(&st);
     if (dist_ckpt_last_conversion()[0]) log_printf("%s\n", dist_ckpt_last_conversion());
     const parallel_state *pst = parallel_get(); /* the logging rank's, as Megatron's line */
