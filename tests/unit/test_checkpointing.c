@@ -795,6 +795,88 @@ static void test_nonfinite_refused(void) {
     free_ps(&b);
 }
 
+/* ------------------------------------------------------------------ 16-bit parameters */
+
+/* A --bf16 checkpoint through ckpt_save / ckpt_load_tensors (the one-process API of convert and
+ * generate): model.safetensors holds the set's bf16 copy as BF16, the optimizer file also the
+ * fp32 main parameters; loaded with the optimizer state the parameters are the main ones bit for
+ * bit, without it the BF16 values widened (bits << 16, computed here). The copy is whatever the
+ * set holds (here truncations, not roundings): the file is the copy, not a rounding of data. */
+static void test_bf16_params(void) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/bf16", g_root);
+    param_set ps = make_ps(g_spec, NSPEC, 1);
+    uint16_t *copy = calloc(ps.numel + 1, sizeof *copy);
+    for (size_t i = 0; i < ps.numel; i++) {
+        uint32_t bits;
+        memcpy(&bits, &ps.data[i], 4);
+        copy[i] = (uint16_t)(bits >> 16);
+    }
+    ckpt_state st = make_state(5);
+    st.precision = CKPT_BF16;
+    /* no bf16 copy: refused */
+    CHECK_ERR(ckpt_save(dir, &ps, &st, 1, g_err, sizeof g_err) == -1, "bfloat16",
+              "no bfloat16 copy", NULL);
+    ps.data_bf16 = copy;
+    CHECK(ckpt_save(dir, &ps, &st, 1, g_err, sizeof g_err) == 0);
+
+    char path[1024];
+    st_file f;
+    snprintf(path, sizeof path, "%s/iter_0000005/model.safetensors", dir);
+    CHECK(st_open(path, &f, g_err, sizeof g_err) == 0);
+    CHECK(f.count == NSPEC);
+    for (int i = 0; i < f.count && i < NSPEC; i++) {
+        const param_tensor *t = &ps.tensors[i];
+        CHECK(f.entries[i].dtype == ST_BF16 && strcmp(f.entries[i].name, t->name) == 0);
+        CHECK(memcmp(f.entries[i].data, copy + t->offset, t->numel * 2) == 0);
+    }
+    st_close(&f);
+    snprintf(path, sizeof path, "%s/iter_0000005/optimizer.safetensors", dir);
+    CHECK(st_open(path, &f, g_err, sizeof g_err) == 0);
+    CHECK(f.count == 3 * NSPEC);
+    const st_entry *e = st_find(&f, "optimizer.fp32_param.decoder.final_layernorm.weight");
+    int k = param_set_find(&ps, "decoder.final_layernorm.weight");
+    CHECK(e && k >= 0 && e->dtype == ST_F32 && e == &f.entries[2 * NSPEC + k] &&
+          memcmp(e->data, ps.data + ps.tensors[k].offset, ps.tensors[k].numel * 4) == 0);
+    st_close(&f);
+    ckpt_state back;
+    CHECK(ckpt_load_state(dir, 5, &back, g_err, sizeof g_err) == 0 &&
+          back.precision == CKPT_BF16);
+    ckpt_state_free(&back);
+
+    /* with the optimizer state: the fp32 main parameters */
+    CHECK(loads_as(dir, 5, &ps, 1));
+    /* without: the BF16 values widened */
+    param_set widened = make_ps(g_spec, NSPEC, 0);
+    for (size_t i = 0; i < ps.numel; i++) {
+        uint32_t bits = (uint32_t)copy[i] << 16;
+        memcpy(&widened.data[i], &bits, 4);
+    }
+    CHECK(loads_as(dir, 5, &widened, 0));
+    free_ps(&widened);
+
+    /* a parameter file of mixed dtypes is refused, naming both tensors */
+    st_tensor_desc d[2] = {
+        {.name = "decoder.final_layernorm.weight", .dtype = ST_BF16, .ndim = 1,
+         .shape = (int64_t[]){16}, .data = copy},
+        {.name = "a.scalar", .dtype = ST_F32, .ndim = 0, .shape = NULL, .data = ps.data}};
+    snprintf(path, sizeof path, "%s/mixed.safetensors", g_root);
+    CHECK(st_write_file(path, d, 2, NULL, 0, g_err, sizeof g_err) == 0);
+    ckpt_precision p;
+    CHECK_ERR(ckpt_file_precision(path, &p, g_err, sizeof g_err) == -1,
+              "decoder.final_layernorm.weight is BF16 but tensor a.scalar is F32",
+              "expected every parameter in one dtype", "mixed.safetensors");
+
+    /* a bf16 copy out of range (rounding overflowed) is never saved */
+    copy[3] = 0x7f80; /* +inf */
+    CHECK_ERR(ckpt_save(dir, &ps, &st, 1, g_err, sizeof g_err) == -1, "bf16 copy of parameter",
+              "non-finite", "refusing to save");
+    ps.data_bf16 = NULL;
+    free(copy);
+    free_ps(&ps);
+    cJSON_Delete(st.args);
+}
+
 int main(void) {
     snprintf(g_root, sizeof g_root, "/tmp/test_checkpointing_XXXXXX");
     if (!mkdtemp(g_root)) {
@@ -808,6 +890,7 @@ int main(void) {
     test_header_validation();
     test_interrupted();
     test_nonfinite_refused();
+    test_bf16_params();
     if (test_failures == 0)
         rm_rf(g_root);
     else
