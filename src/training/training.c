@@ -277,13 +277,17 @@ static void print_eval(const char *what, int iteration, float loss) {
 static void log_checkpoint_io(const trainer *tr, const char *what, const char *verb) {
     const dist_ckpt_stats *s = dist_ckpt_last_stats();
     const param_set *ps = &tr->model->params;
-    size_t opt = tr->dopt ? 2 * tr->dopt->shard_numel : 2 * ps->numel;
+    /* in the files' dtypes: the parameters in the run's precision; the moments (and, with
+     * 16-bit parameters, the fp32 main parameters) F32 */
+    ckpt_precision prec = dist_ckpt_precision(&tr->model->cfg);
+    size_t par = ps->numel * st_dtype_size(ckpt_precision_dtype(prec));
+    size_t opt = (tr->dopt ? 2 * tr->dopt->shard_numel : 2 * ps->numel) * sizeof(float) +
+                 (prec == CKPT_FP32 ? 0 : ps->numel * sizeof(float));
     printf("[Rank %d] checkpoint %s | tensor files %llu bytes | %s by this rank %llu bytes in "
            "%llu runs | this rank's slices %zu bytes (parameters %zu, optimizer state %zu) | "
            "checkpoint buffers (peak) %zu bytes\n",
            parallel_world_rank(), what, (unsigned long long)s->file_bytes, verb,
-           (unsigned long long)s->data_bytes, (unsigned long long)s->runs,
-           (ps->numel + opt) * sizeof(float), ps->numel * sizeof(float), opt * sizeof(float),
+           (unsigned long long)s->data_bytes, (unsigned long long)s->runs, par + opt, par, opt,
            s->buffer_peak);
     fflush(stdout);
 }

@@ -40,8 +40,14 @@ for family in gpt2 llama; do
   f=$family
 
   # ---- the files, and bitwise resume --------------------------------------------------------
-  train --bf16 --save "$f-full" > "$f-full.log" 2>&1 || { say_fail "$f: train"; continue; }
+  train --bf16 --save "$f-full" --log-memory > "$f-full.log" 2>&1 || { say_fail "$f: train"; continue; }
   "$PY" "$CHK" saved "$f-full/iter_0000005" || say_fail "$f: the --bf16 checkpoint's files"
+  # --log-memory's checkpoint line in the files' dtypes: 2 bytes a parameter, 12 of optimizer
+  # state (moments and main parameters), all written by the one rank
+  line=$(grep -o "written by this rank [0-9]* bytes.*optimizer state [0-9]*" "$f-full.log")
+  read -r w s p o < <(sed -E 's/[^0-9]+/ /g' <<<"$line" | awk '{print $1, $3, $4, $5}')
+  [ "$w" = "$s" ] && [ $((6 * p)) = "$o" ] && [ $((p + o)) = "$s" ] ||
+    say_fail "$f: --log-memory checkpoint line: $line"
   train --bf16 --save "$f-part" --exit-interval 3 > "$f-part1.log" 2>&1
   cp -r "$f-part" "$f-bf16-3" # the --bf16 checkpoint of iteration 3, for the loads below
   train --bf16 --save "$f-part" --load "$f-part" > "$f-part2.log" 2>&1 ||
