@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Compare two megadlm checkpoint files tensor by tensor (safetensors, F32).
+"""Compare two megadlm checkpoint files tensor by tensor (safetensors, F32; BF16 widened).
 
 usage: compare_checkpoints.py A.safetensors B.safetensors RTOL [HEADS GROUPS KV STEP_BOUND [NOISY]]
 For every tensor: max|a - b| <= RTOL * max|b| (the whole-tensor scale, so elements near zero do
@@ -37,9 +37,13 @@ def read(path):
     for name, info in header.items():
         if name == "__metadata__":
             continue
-        assert info["dtype"] == "F32", (path, name, info["dtype"])
+        assert info["dtype"] in ("F32", "BF16"), (path, name, info["dtype"])
         b, e = info["data_offsets"]
-        out[name] = np.frombuffer(buf[b:e], dtype="<f4").reshape(info["shape"])
+        if info["dtype"] == "BF16":  # a --bf16 checkpoint's parameters: widened exactly
+            x = (np.frombuffer(buf[b:e], dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        else:
+            x = np.frombuffer(buf[b:e], dtype="<f4")
+        out[name] = x.reshape(info["shape"])
     return out
 
 
