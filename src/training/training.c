@@ -69,7 +69,8 @@ typedef struct {
     dist_opt *dopt;       /* --use-distributed-optimizer (NULL: plain AdamW) */
     int dp_rank, dp_size;
     int iteration;
-    int optimizer_steps; /* steps taken (AdamW's step count): iterations less skipped ones */
+    int optimizer_steps; /* steps taken (AdamW's step count): iterations less skipped ones;
+                            counted from 0 again after a load without the optimizer state */
     uint64_t consumed_train_samples;
     int32_t *sample;   /* [seq_length + 1] */
     int difflm;        /* --model-running-mode difflm-noshift */

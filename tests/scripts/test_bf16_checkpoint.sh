@@ -77,6 +77,12 @@ for family in gpt2 llama; do
   has_line "$f-b2fw.log" "> loading checkpoint: model.safetensors holds BF16 parameters, this run is fp32, without the optimizer state: parameters are the BF16 values widened exactly"
   "$PY" "$CHK" bf16-to-f32 "$f-bf16-3/iter_0000003" "$f-b2fw/iter_0000003" widen ||
     say_fail "$f: --bf16 checkpoint loaded by an fp32 run with --no-load-optim"
+  # the lr schedule starts again: iteration 4 after --no-load-optim has a fresh run's first lr
+  lr() { sed -nE "s/^ iteration +$2\/.*learning rate: ([0-9.E+-]+) .*/\1/p" "$1"; }
+  train --load "$f-bf16-3" --no-load-optim --train-iters 4 > "$f-b2fw4.log" 2>&1
+  train --train-iters 4 --exit-interval 1 > "$f-fresh4.log" 2>&1
+  [ -n "$(lr "$f-fresh4.log" 1)" ] && [ "$(lr "$f-b2fw4.log" 4)" = "$(lr "$f-fresh4.log" 1)" ] ||
+    say_fail "$f: --no-load-optim: lr $(lr "$f-b2fw4.log" 4) at iteration 4, a fresh run's first $(lr "$f-fresh4.log" 1)"
   # without the optimizer file, only --no-load-optim / --finetune load it
   cp -r "$f-bf16-3" "$f-noopt"; rm "$f-noopt/iter_0000003/optimizer.safetensors"
   out=$(train --bf16 --load "$f-noopt" --train-iters 4 2>&1) && say_fail "$f: a checkpoint without optimizer state loaded"
