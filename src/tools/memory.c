@@ -98,8 +98,7 @@ static void print_report(const megadlm_args *a, const theoretical_memory *m) {
            "%.2f MB, gradients %.2f MB, optimizer state %.2f MB, saved activations %.2f MB "
            "(one micro-batch)\n",
            a->bf16 ? "--bf16: bf16 parameters, fp32 main parameters in the optimizer state, fp32 "
-                     "gradients; saved activations in bf16 but the layer inputs, attention "
-                     "probabilities and statistics"
+                     "gradients; saved activations in bf16 but the norms' statistics"
                    : "fp32",
            mb((double)g.parameters), mb((double)g.gradients), mb((double)g.optimizer),
            mb((double)g.saved_activations));

@@ -53,6 +53,8 @@ static void megatron_parameters(const megadlm_args *a, double *total, double *sh
  *   in the layer's input (what full recompute keeps). */
 typedef struct {
     double R, S, A, in;
+    double in_shards; /* a chunk input split across TP ranks (--distribute-saved-activations)
+                         in all: megadlm keeps its shards in fp32 */
 } layer_parts;
 
 /* The paper's count (16-bit values, 1-byte dropout masks), at this model's widths. For f = 4h,
@@ -71,6 +73,7 @@ static layer_parts paper_parts(const megadlm_args *a) {
     x.S = 2.0 * s * b * (2.0 * heads * d + 2.0 * g * d + f * (a->swiglu ? 3.0 : 2.0));
     x.A = 5.0 * heads * s * s * b;
     x.in = 2.0 * s * b * h;
+    x.in_shards = x.in;
     return x;
 }
 
@@ -83,21 +86,24 @@ static transformer_config whole_model_config(const megadlm_args *a) {
     return model_config_from_args(&one);
 }
 
-/* megadlm's tensors (fp32, some bf16 under --bf16: layer_saved.h; docs/MEMORY.md): R = the layer input, norm outputs and statistics,
- * the residual after attention; A = the attention probabilities; S = everything else. */
+/* megadlm's tensors (fp32; under --bf16 all but the norms' statistics in bf16: layer_saved.h,
+ * transformer_block.h; docs/MEMORY.md): R = the layer input, norm outputs and statistics, the
+ * residual after attention; A = the attention probabilities; S = everything else. */
 static layer_parts megadlm_parts(const megadlm_args *a) {
     transformer_config c = whole_model_config(a);
     int B = a->micro_batch_size, T = a->seq_length;
     double N = (double)B * T, h = a->hidden_size;
     double stats = c.normalization == NORM_LAYERNORM ? 2.0 * N : N; /* mean (LayerNorm), rstd */
-    double input = 4.0 * N * h;
+    double bytes = c.bf16 ? 2.0 : 4.0;
+    double input = bytes * N * h;
     double all = input + (double)activation_memory_layer_state_bytes(&c, B, T);
     layer_parts x;
-    /* input; ln1, res1, ln2 (bf16 under --bf16); both stats */
-    x.R = input + (c.bf16 ? 2.0 : 4.0) * 3.0 * N * h + 4.0 * 2.0 * stats;
+    /* input, ln1, res1, ln2; both norms' statistics (fp32) */
+    x.R = input + bytes * 3.0 * N * h + 4.0 * 2.0 * stats;
     x.A = (double)activation_memory_probs_bytes(&c, B, T);
     x.S = all - x.R - x.A;
     x.in = input;
+    x.in_shards = 4.0 * N * h;
     return x;
 }
 
@@ -124,7 +130,8 @@ static double layer_bytes(const megadlm_args *a, const transformer_config *c,
         if (transformer_block_chunk_begin(c, l) != l) return 0.0;
         /* a chunk keeps its input: split along the sequence with SP, or across the
          * tensor-parallel ranks with --distribute-saved-activations */
-        return x->in / ((sp || a->distribute_saved_activations) ? t : 1.0);
+        if (!sp && a->distribute_saved_activations) return x->in_shards / t;
+        return x->in / (sp ? t : 1.0);
     }
     return 0.0;
 }

@@ -721,13 +721,13 @@ static int setup_bf16(const megadlm_args *a) {
     log_printf("> bf16: parameters of the linears' GEMMs (2 bytes each, a copy rounded from the "
                "fp32 main parameters after every optimizer step); GEMM operands of linear_qkv, "
                "linear_proj, linear_fc1, linear_fc2 and the output layer rounded to bf16, fp32 "
-               "sums; linear_qkv and linear_fc1 outputs, q/k norm and RoPE outputs and the residual "
-               "stream rounded to bf16; saved for backward in bf16: norm outputs, qkv, attention "
-               "context, residual after attention, fc1, activation output. fp32: main "
-               "parameters, gradients (accumulated and reduced in fp32), Adam moments, layer "
-               "inputs' storage, attention probabilities, norm statistics, softmax, "
-               "cross-entropy and the loss; embedding, norm and bias parameters are read from "
-               "the fp32 main copy\n");
+               "sums; linear_qkv and linear_fc1 outputs, q/k norm and RoPE outputs, attention "
+               "scores, probabilities and dropped probabilities and the residual stream rounded "
+               "to bf16; saved for backward in bf16: layer inputs, norm outputs, qkv, attention "
+               "probabilities and context, residual after attention, fc1, activation output. "
+               "fp32: main parameters, gradients (accumulated and reduced in fp32), Adam "
+               "moments, norm statistics, softmax, cross-entropy and the loss; embedding, norm "
+               "and bias parameters are read from the fp32 main copy\n");
     log_printf("> %s\n", gemm_bf16_describe());
     return 0;
 }

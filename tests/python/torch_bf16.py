@@ -5,9 +5,9 @@
   1. an emulation of megadlm's rounding points: every linear (QKV, proj, FC1, FC2, the output
      layer) multiplies its input and its weight rounded to bf16 with fp32 sums, and its backward
      rounds the output gradient (dgrad: dout16 @ w16; wgrad: dout16^T @ x16); linear_qkv's and
-     linear_fc1's outputs, the q/k norm's and RoPE's, the embedding's and each residual add's are
-     rounded to bf16 where they are made (backward passes their gradients through); everything
-     else fp32. The loss must agree to 1e-4 relative, each parameter's gradient to 2e-2 of its norm
+     linear_fc1's outputs, the q/k norm's and RoPE's, the attention's scaled scores and
+     probabilities, the embedding's and each residual add's are rounded to bf16 where they are
+     made (backward passes their gradients through); everything else fp32. The loss must agree to 1e-4 relative, each parameter's gradient to 2e-2 of its norm
      (the sums' order differs, so an element's bf16 rounding may flip by one ulp);
   2. PyTorch's own bf16 mixed precision, torch.autocast(cpu, bfloat16) over the fp32 model
      (linears and matmuls in bf16, bf16 outputs): the loss must agree to 1e-2 relative.
@@ -64,7 +64,8 @@ def rnd(t):
 
 def self_attention(c, x, P, p, rope):
     """tests/python/torch_gpt.py's, with megadlm's --bf16 rounding points: linear_qkv's
-    output, the q/k norm's and RoPE's outputs."""
+    output, the q/k norm's and RoPE's outputs, the scaled scores and the probabilities (as
+    Megatron's bf16 baddbmm and softmax return them; no attention dropout here)."""
     B, T, _ = x.shape
     NH, NG, HS = c["num_attention_heads"], c["num_query_groups"], c["kv_channels"]
     Q = NH // NG
@@ -81,10 +82,10 @@ def self_attention(c, x, P, p, rope):
     k = k.repeat_interleave(Q, dim=2)
     v = v.repeat_interleave(Q, dim=2)
     q, k, v = (t.permute(0, 2, 1, 3) for t in (q, k, v))
-    scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(HS)
+    scores = rnd(torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(HS))
     causal = torch.ones(T, T, dtype=torch.bool).triu(1)
     scores = scores.masked_fill(causal, float("-inf"))
-    probs = torch.softmax(scores, dim=-1)
+    probs = rnd(torch.softmax(scores, dim=-1))
     ctx = torch.matmul(probs, v).permute(0, 2, 1, 3).reshape(B, T, NH * HS)
     return tg.linear(ctx, P, p + "linear_proj")
 

@@ -198,8 +198,7 @@ static void check_determinism_and_no_alloc(transformer_config c) {
 }
 
 /* Saved bytes per layer == the table of docs/MEMORY.md, written out here independently. Under
- * --bf16 the norm outputs, qkv (and qkv_raw), the attention context, res1, fc1 and the
- * activation output are bf16. */
+ * --bf16 everything but the norms' statistics is bf16. */
 static void check_saved_bytes(transformer_config c, int B, const char *family) {
     gpt_model *m = gpt_model_create(&c, B, GPT_MODEL_TRAINING);
     activation_store *st = activation_store_create(m, 1);
@@ -210,11 +209,11 @@ static void check_saved_bytes(transformer_config c, int B, const char *family) {
     size_t halves = N * h + N * a * d + N * h + N * f        /* ln1, ctx, ln2, act */
                     + (c.qk_layernorm ? N * Q : 0) + N * Q   /* qkv_raw, qkv */
                     + N * f * (c.swiglu ? 2 : 1)             /* fc1 */
-                    + N * h;                                 /* res1 */
-    size_t floats = N * h                                   /* hidden[l] */
-                    + (ln ? N : 0) + N                       /* ln1's mean, rstd */
+                    + N * h                                  /* res1 */
+                    + N * h                                  /* hidden[l] */
+                    + a * s * s * b;                         /* probs */
+    size_t floats = (ln ? N : 0) + N                         /* ln1's mean, rstd */
                     + (c.qk_layernorm ? (ln ? N * (a + g) : 0) + N * (a + g) : 0) /* q/k stats */
-                    + a * s * s * b                          /* probs */
                     + (ln ? N : 0) + N;                      /* ln2's mean, rstd */
     size_t bytes = 4 * floats + (c.bf16 ? 2 : 4) * halves;
     for (int l = 0; l < c.num_layers; l++)

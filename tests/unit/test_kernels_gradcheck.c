@@ -23,6 +23,7 @@
 #include "core/kernels/activation.h"
 #include "core/kernels/adamw.h"
 #include "core/kernels/attention.h"
+#include "core/kernels/bf16.h"
 #include "core/kernels/cross_entropy.h"
 #include "core/kernels/dropout.h"
 #include "core/kernels/embedding.h"
@@ -662,7 +663,7 @@ static void test_attention(int B, int T, int NH, int NG, int HS, int causal, flo
     const int threads = omp_get_max_threads();
     const attention_workspace ws = {falloc(attention_workspace_floats(T, threads)), threads};
     const qkv_batch xb = {B, T, {NH, NG, HS}};
-    const attention_opts opts = {causal, p, key, {0, NH}};
+    const attention_opts opts = {causal, p, key, {0, NH}, 0};
     att_ctx c = {B,
                  T,
                  NH,
@@ -675,7 +676,7 @@ static void test_attention(int B, int T, int NH, int NG, int HS, int causal, flo
                  to_double(R, nout),
                  dalloc(nout),
                  dalloc(nprobs)};
-    attention_forward(out, probs, qkv, xb, opts, ws);
+    attention_forward(out, (attention_probs){probs, NULL}, qkv, xb, opts, ws);
     attention_ref(&c);
     check_fwd("attention out", out, c.out, nout);
     check_fwd("attention probs", probs, c.probs, nprobs);
@@ -688,13 +689,13 @@ static void test_attention(int B, int T, int NH, int NG, int HS, int causal, flo
     CHECK(mbad == 0);
     /* probs == NULL (no saved probabilities) gives the same output */
     float *out2 = falloc(nout);
-    attention_forward(out2, NULL, qkv, xb, opts, ws);
+    attention_forward(out2, (attention_probs){NULL, NULL}, qkv, xb, opts, ws);
     CHECK(memcmp(out, out2, nout * sizeof(float)) == 0);
     free(out2);
 
     gbuf dq = gb_new(nqkv);
     for (int rep = 0; rep < 2; rep++) {
-        attention_backward(dq.g, R, qkv, probs, xb, opts, ws);
+        attention_backward(dq.g, R, qkv, (attention_probs){probs, NULL}, xb, opts, ws);
         if (rep == 0)
             gb_snap(&dq);
     }
@@ -712,6 +713,110 @@ static void test_attention(int B, int T, int NH, int NG, int HS, int causal, flo
     free(c.qkv);
     free(c.R);
     free(c.out);
+}
+
+/* --bf16 attention (opts.bf16): Megatron's bf16 core attention rounds the scaled scores, the
+ * probabilities and the dropped probabilities to bf16. Checked against a double-precision
+ * reference that rounds at the same three places (scores and probabilities may differ by one
+ * bf16 unit where our fp32 sums and the reference's double ones round to different sides), and
+ * the three ways of keeping the probabilities (fp32, bf16 storage, not kept: recomputed) give
+ * the same output and gradient bits. */
+static double bf16_round_d(double x) {
+    float f = (float)x;
+    bf16 h;
+    bf16_from_f32(&h, &f, 1);
+    bf16_to_f32(&f, &h, 1);
+    return f;
+}
+static double bf16_ulp(double x) { return x == 0.0 ? 0.0 : ldexp(1.0, ilogb(x) - 7); }
+static void test_attention_bf16(int B, int T, int NH, int NG, int HS, int causal, float p) {
+    printf("attention bf16 B=%d T=%d NH=%d NG=%d HS=%d causal=%d dropout=%.2f\n", B, T, NH, NG,
+           HS, causal, p);
+    const int Q = NH / NG, C3 = NG * (Q + 2) * HS;
+    const size_t nqkv = (size_t)B * T * C3, nout = (size_t)B * T * NH * HS,
+                 nprobs = (size_t)B * NH * T * T;
+    dropout_key key = {.seed = 5, .iteration = 1, .microbatch = 0, .layer = 1,
+                       .site = DROPOUT_SITE_ATTENTION_PROBS};
+    float *qkv = frandom(nqkv, -3, 3), *R = frandom(nout, -1, 1);
+    bf16_round_f32(qkv, nqkv); /* Q, K, V are bf16 tensors in a --bf16 model */
+    const int threads = omp_get_max_threads();
+    const attention_workspace ws = {falloc(attention_workspace_floats(T, threads)), threads};
+    const qkv_batch xb = {B, T, {NH, NG, HS}};
+    const attention_opts opts = {causal, p, key, {0, NH}, 1};
+    float *probs = falloc(nprobs), *out[3], *dq[3];
+    bf16 *probs16 = calloc(nprobs, sizeof(bf16));
+    const attention_probs keep[3] = {{probs, NULL}, {NULL, probs16}, {NULL, NULL}};
+    for (int k = 0; k < 3; k++) {
+        out[k] = falloc(nout);
+        dq[k] = falloc(nqkv);
+        attention_forward(out[k], keep[k], qkv, xb, opts, ws);
+        attention_backward(dq[k], R, qkv, keep[k], xb, opts, ws);
+    }
+    for (int k = 1; k < 3; k++) {
+        CHECK(memcmp(out[0], out[k], nout * sizeof(float)) == 0);
+        CHECK(memcmp(dq[0], dq[k], nqkv * sizeof(float)) == 0);
+    }
+    int not_bf16 = 0, stored_bad = 0;
+    for (size_t i = 0; i < nprobs; i++) {
+        not_bf16 += bf16_round_d(probs[i]) != probs[i];
+        float w;
+        bf16_to_f32(&w, &probs16[i], 1);
+        stored_bad += memcmp(&w, &probs[i], sizeof w) != 0;
+    }
+    CHECK(not_bf16 == 0);
+    CHECK(stored_bad == 0);
+    /* the reference, rounding where Megatron's bf16 attention does */
+    const double scale = 1.0 / sqrt((double)HS);
+    int far = 0, exact = 0, count = 0;
+    double out_err = 0.0, out_max = 0.0;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            const int g = h / Q;
+            const int qo = (g * (Q + 2) + h % Q) * HS, ko = (g * (Q + 2) + Q) * HS, vo = ko + HS;
+            for (int i = 0; i < T; i++) {
+                double s[256], pr[256], mx = -INFINITY, sum = 0.0;
+                const int L = causal ? i + 1 : T;
+                for (int j = 0; j < L; j++) {
+                    double d = 0.0;
+                    for (int e = 0; e < HS; e++)
+                        d += (double)qkv[(b * T + i) * C3 + qo + e] * qkv[(b * T + j) * C3 + ko + e];
+                    s[j] = bf16_round_d(d * scale);
+                    mx = s[j] > mx ? s[j] : mx;
+                }
+                for (int j = 0; j < L; j++) sum += (pr[j] = exp(s[j] - mx));
+                for (int j = 0; j < L; j++) {
+                    const double ref = pr[j] / sum, rounded = bf16_round_d(ref);
+                    const float got = probs[((size_t)(b * NH + h) * T + i) * T + j];
+                    far += fabs(got - ref) > 1.5 * bf16_ulp(ref);
+                    exact += got == rounded;
+                    count++;
+                    const uint64_t idx = ((uint64_t)(b * NH + h) * T + i) * T + j;
+                    pr[j] = p > 0.0f ? (dropout_keep(key, idx, p) ? bf16_round_d(got / (1.0 - p)) : 0.0)
+                                     : got;
+                }
+                for (int e = 0; e < HS; e++) {
+                    double o = 0.0;
+                    for (int j = 0; j < L; j++) o += pr[j] * qkv[(b * T + j) * C3 + vo + e];
+                    const double diff = fabs(o - out[0][(b * T + i) * NH * HS + h * HS + e]);
+                    out_err = diff > out_err ? diff : out_err;
+                    out_max = fabs(o) > out_max ? fabs(o) : out_max;
+                }
+            }
+        }
+    printf("  probabilities: %d of %d equal to the reference's bf16 rounding, %d over 1.5 units; "
+           "output max error %.2e of %.2e\n", exact, count, far, out_err, out_max);
+    CHECK(far == 0);
+    CHECK(exact >= count * 9 / 10);
+    CHECK(out_err <= 1e-5 * (out_max > 1.0 ? out_max : 1.0));
+    for (int k = 0; k < 3; k++) {
+        free(out[k]);
+        free(dq[k]);
+    }
+    free(probs);
+    free(probs16);
+    free(qkv);
+    free(R);
+    free(ws.data);
 }
 
 /* ------------------------------------------------------------------ rope */
@@ -1098,6 +1203,9 @@ int main(void) {
     /* T > 64: crosses the causal row-block boundary; MQA (NG = 1) */
     test_attention(1, 70, 2, 1, 4, 1, 0.1f);
     test_attention(1, 70, 2, 1, 4, 0, 0.0f);
+    test_attention_bf16(2, 7, 4, 2, 4, 1, 0.0f);
+    test_attention_bf16(2, 9, 3, 3, 5, 0, 0.2f);
+    test_attention_bf16(1, 70, 2, 1, 8, 1, 0.1f);
     test_rope(8);
     test_rope(4); /* rot_dim < HS: channels past rot_dim pass through */
     test_embedding();

@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "core/kernels/bf16.h"
 #include "core/kernels/gemm.h"
 #include "core/kernels/simd_math.h"
 
@@ -26,9 +27,10 @@
 /* One head's attention probabilities: S[T,T] = scale * Q K^T (workspace), then
  * P[T,T] = row softmax of S over the unmasked keys, masked entries 0. P may alias S. The only
  * code that computes probabilities, so forward and the recomputation in backward (selective
- * recompute) produce the same bits. q, k: [T, HS] with row stride QKV_C. */
+ * recompute) produce the same bits. q, k: [T, HS] with row stride QKV_C. bf16: S's and P's
+ * unmasked entries rounded to bf16 (attention.h). */
 static void head_probs(float *P, float *S, const float *q, const float *k, int T, int HS,
-                       int QKV_C, float scale, int causal) {
+                       int QKV_C, float scale, int causal, int bf16) {
     /* S = scale * Q K^T  (causal: block [i0,i1) x [0,i1)) */
     for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
         const int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T;
@@ -39,29 +41,32 @@ static void head_probs(float *P, float *S, const float *q, const float *k, int T
     /* P = softmax over the unmasked j < L (max-subtracted); masked entries 0. */
     for (int i = 0; i < T; i++) {
         const int L = causal ? i + 1 : T;
-        const float *s = S + (size_t)i * T;
+        float *s = S + (size_t)i * T;
         float *p = P + (size_t)i * T;
+        if (bf16) bf16_round_f32(s, (size_t)L);
         const float mx = simd_max(s, L);
         for (int j = 0; j < L; j++)
             p[j] = simd_expf(s[j] - mx);
         const float inv = 1.0f / simd_sum(p, L);
         for (int j = 0; j < L; j++)
             p[j] *= inv;
+        if (bf16) bf16_round_f32(p, (size_t)L);
         for (int j = L; j < T; j++)
             p[j] = 0.0f;
     }
 }
 
 /* One head's probabilities after attention dropout: P itself when p == 0, else Pd[T,T] =
- * dropout(P) with the mask of global elements first + i*T + j, masked entries 0. Forward and
- * backward both call this, so they apply the same mask. */
+ * dropout(P) with the mask of global elements first + i*T + j, masked entries 0 (rounded to
+ * bf16 with bf16). Forward and backward both call this, so they apply the same mask. */
 static const float *dropped_probs(float *Pd, const float *P, int T, int causal, float dropout_p,
-                                  dropout_key key, uint64_t first) {
+                                  dropout_key key, uint64_t first, int bf16) {
     if (dropout_p <= 0.0f) return P;
     for (int i = 0; i < T; i++) {
         const int L = causal ? i + 1 : T;
         float *pd = Pd + (size_t)i * T;
         dropout_forward(pd, P + (size_t)i * T, (size_t)L, dropout_p, key, first + (uint64_t)i * T);
+        if (bf16) bf16_round_f32(pd, (size_t)L);
         for (int j = L; j < T; j++) pd[j] = 0.0f;
     }
     return Pd;
@@ -116,8 +121,8 @@ static att_dims att_dims_of(qkv_batch x, attention_opts o) {
  * no backward pass follows; then the probabilities live only in the workspace).
  * The dropout key's site field is set to DROPOUT_SITE_ATTENTION_PROBS here (both passes), so
  * callers may pass their layer's key as is. */
-void attention_forward(float *out, float *probs, const float *qkv, qkv_batch x, attention_opts o,
-                       attention_workspace ws) {
+void attention_forward(float *out, attention_probs probs, const float *qkv, qkv_batch x,
+                       attention_opts o, attention_workspace ws) {
     const qkv_layout lay = x.layout;
     const att_dims d = att_dims_of(x, o);
     const int B = x.B, T = x.T, NH = lay.NH, HS = lay.HS, causal = o.causal;
@@ -132,12 +137,14 @@ void attention_forward(float *out, float *probs, const float *qkv, qkv_batch x, 
         const float *q = qkv_b + qkv_query_offset(lay, h);
         const float *k = qkv_b + qkv_key_offset(lay, h / qkv_heads_per_group(lay));
         const float *v = k + HS;
-        float *P = probs ? probs + (size_t)bh * d.TT : S;
+        float *P = probs.f32 ? probs.f32 + (size_t)bh * d.TT : S;
 
-        head_probs(P, S, q, k, T, HS, QKV_C, d.scale, causal);
+        head_probs(P, S, q, k, T, HS, QKV_C, d.scale, causal, o.bf16);
+        if (probs.b16) bf16_from_f32(probs.b16 + (size_t)bh * d.TT, P, d.TT); /* exact */
         /* Dropout on the probabilities (the same mask is regenerated in backward). */
-        const float *Pu = dropped_probs(Pd, P, T, causal, o.dropout_p, d.key,
-                                        probs_index(0, b, o.heads.total, o.heads.first, h, T, 0));
+        const float *Pu =
+            dropped_probs(Pd, P, T, causal, o.dropout_p, d.key,
+                          probs_index(0, b, o.heads.total, o.heads.first, h, T, 0), o.bf16);
         /* out_h = Pu @ V */
         for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
             const int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T;
@@ -180,7 +187,7 @@ static void softmax_backward_rows(float *dS, const float *P, int T, int causal, 
  *   dS  = P * (dP - rowsum(P * dP))           (softmax backward; 0 where masked)
  *   dQ += scale * dS K,   dK += scale * dS^T Q.
  * dqkv[B,T,QKV_C] accumulates; value/key gradients of a group sum over its query heads. */
-void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *probs,
+void attention_backward(float *dqkv, const float *dout, const float *qkv, attention_probs probs,
                         qkv_batch x, attention_opts o, attention_workspace ws) {
     const qkv_layout lay = x.layout;
     const att_dims d = att_dims_of(x, o);
@@ -193,7 +200,7 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv, const 
         const int b = bg / NG, g = bg % NG;
         float *dS = thread_slice(ws, d.TT); /* dP, then dS [T,T] */
         float *Pd = dS + d.TT;
-        float *Pr = Pd + d.TT; /* recomputed probabilities when probs == NULL */
+        float *Pr = Pd + d.TT; /* widened or recomputed probabilities, unless kept in fp32 */
         const float *qkv_b = qkv + (size_t)b * T * QKV_C;
         float *dqkv_b = dqkv + (size_t)b * T * QKV_C;
         const float *k = qkv_b + qkv_key_offset(lay, g);
@@ -202,15 +209,18 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv, const 
         float *dv = dqkv_b + qkv_value_offset(lay, g);
         for (int h = g * Q; h < (g + 1) * Q; h++) {
             const float *q = qkv_b + qkv_query_offset(lay, h);
-            const float *P = probs ? probs + ((size_t)b * NH + h) * d.TT : Pr;
-            if (!probs) /* selective recompute: the probabilities were not kept */
-                head_probs(Pr, Pr, q, k, T, HS, QKV_C, d.scale, causal);
+            const size_t at = ((size_t)b * NH + h) * d.TT;
+            const float *P = probs.f32 ? probs.f32 + at : Pr;
+            if (probs.b16)
+                bf16_to_f32(Pr, probs.b16 + at, d.TT);
+            else if (!probs.f32) /* selective recompute: the probabilities were not kept */
+                head_probs(Pr, Pr, q, k, T, HS, QKV_C, d.scale, causal, o.bf16);
             float *dq = dqkv_b + qkv_query_offset(lay, h);
             const float *dO = dout + (size_t)b * T * OC + (size_t)h * HS;
             const uint64_t first = probs_index(0, b, o.heads.total, o.heads.first, h, T, 0);
 
             /* Regenerate the dropped probabilities. */
-            const float *Pu = dropped_probs(Pd, P, T, causal, o.dropout_p, d.key, first);
+            const float *Pu = dropped_probs(Pd, P, T, causal, o.dropout_p, d.key, first, o.bf16);
             /* dV += Pu^T dO  (causal: key block [j0,j1) gets query rows i >= j0) */
             for (int j0 = 0; j0 < T; j0 += ATT_BLOCK) {
                 const int j1 = j0 + ATT_BLOCK < T ? j0 + ATT_BLOCK : T;

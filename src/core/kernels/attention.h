@@ -8,9 +8,14 @@
  * probs[b,h,i,j] is (b * heads.total + heads.first + h) * T * T + i * T + j, so a tensor-parallel
  * rank holding heads heads.first .. heads.first + NH - 1 of heads.total draws the same masks as a
  * single process (which passes {0, NH}).
- * probs may be NULL in forward (nothing kept) and in backward, which then recomputes each
- * head's probabilities with the same code as forward (bitwise identical): selective
- * recomputation keeps only Q, K, V.
+ * The probabilities are kept in fp32 or in bf16 (attention_probs), or not at all: backward then
+ * recomputes each head's probabilities with the same code as forward (bitwise identical):
+ * selective recomputation keeps only Q, K, V.
+ * --bf16 (o.bf16): Megatron's bf16 core attention rounds the scaled scores (baddbmm's bf16
+ * output), the probabilities (the softmax, computed in fp32, returns bf16) and the dropped
+ * probabilities (dropout of a bf16 tensor) to bf16; so does this kernel, in forward and in the
+ * recomputation alike. The GEMMs read those rounded values and Q, K, V (bf16 values already)
+ * and accumulate in fp32; gradients stay fp32.
  * workspace: attention_workspace_floats(T, threads) floats, shared by forward and backward;
  * the parallel regions use at most `threads` threads (one workspace slice each), so the
  * workspace never depends on the OpenMP state at the time it was allocated. */
@@ -18,6 +23,7 @@
 #define MEGADLM_CORE_KERNELS_ATTENTION_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/kernels/dropout.h"
 #include "core/kernels/qkv_layout.h"
@@ -35,7 +41,16 @@ typedef struct {
     float dropout_p;
     dropout_key key; /* site is set to DROPOUT_SITE_ATTENTION_PROBS by the kernels */
     head_range heads;
+    int bf16; /* --bf16: round scores, probabilities and dropped probabilities to bf16 */
 } attention_opts;
+
+/* The saved probabilities [B,NH,T,T]: fp32 (f32), or bf16 storage (b16: written in forward
+ * from the rounded fp32 values, exact; widened in backward), or neither (NULL, NULL: not
+ * kept). At most one is set. */
+typedef struct {
+    float *f32;
+    uint16_t *b16;
+} attention_probs;
 
 /* data: attention_workspace_floats(T, threads) floats for up to `threads` threads. */
 typedef struct {
@@ -45,11 +60,11 @@ typedef struct {
 
 size_t attention_workspace_floats(int T, int threads);
 
-/* out[B,T,NH*HS], probs[B,NH,T,T] (may be NULL) from qkv (shapes in x). */
-void attention_forward(float *out, float *probs, const float *qkv, qkv_batch x, attention_opts o,
-                       attention_workspace ws);
+/* out[B,T,NH*HS], probs[B,NH,T,T] (if kept) from qkv (shapes in x). */
+void attention_forward(float *out, attention_probs probs, const float *qkv, qkv_batch x,
+                       attention_opts o, attention_workspace ws);
 /* dqkv[B,T,QKV_C] += gradient w.r.t. qkv (query, key and value columns). */
-void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *probs,
+void attention_backward(float *dqkv, const float *dout, const float *qkv, attention_probs probs,
                         qkv_batch x, attention_opts o, attention_workspace ws);
 
 #endif

@@ -12,12 +12,16 @@ size_t activation_memory_layer_state_bytes(const transformer_config *c, int B, i
 }
 
 size_t activation_memory_probs_bytes(const transformer_config *c, int B, int T) {
-    return 4 * (size_t)B * tc_heads_local(c) * T * T;
+    return (c->bf16 ? 2 : 4) * (size_t)B * tc_heads_local(c) * T * T;
 }
 
-/* A layer's input: [Ns, C]. */
+/* A layer's input: [Ns, C] floats (the block's fp32 buffers: a distributed chunk input). */
+static size_t input_floats(const transformer_config *c, int B, int T) {
+    return (size_t)tc_tokens_local(c, B * T) * c->hidden_size;
+}
+/* A kept layer input: in bf16 under --bf16 (transformer_block.h). */
 static size_t input_bytes(const transformer_config *c, int B, int T) {
-    return 4 * (size_t)tc_tokens_local(c, B * T) * c->hidden_size;
+    return (c->bf16 ? 2 : 4) * input_floats(c, B, T);
 }
 
 size_t activation_memory_layer_bytes(const transformer_config *c, int B, int T, int l) {
@@ -29,8 +33,8 @@ size_t activation_memory_layer_bytes(const transformer_config *c, int B, int T, 
     case RECOMPUTE_FULL:
         if (!transformer_block_checkpointed(c, l)) return input + state;
         if (transformer_block_chunk_begin(c, l) != l) return 0;
-        /* only a chunk's input; 1/t of it with --distribute-saved-activations */
-        return c->distribute_saved_activations ? input / tc_tp(c) : input;
+        /* only a chunk's input; 1/t of it with --distribute-saved-activations (fp32) */
+        return c->distribute_saved_activations ? 4 * input_floats(c, B, T) / tc_tp(c) : input;
     }
     return 0;
 }
@@ -38,7 +42,7 @@ size_t activation_memory_layer_bytes(const transformer_config *c, int B, int T, 
 size_t activation_memory_recompute_workspace_bytes(const transformer_config *c, int B, int T) {
     if (c->recompute_granularity != RECOMPUTE_FULL) return 0;
     size_t slots = c->recompute_method == RECOMPUTE_UNIFORM ? c->recompute_num_layers : 1;
-    size_t input = input_bytes(c, B, T);
+    size_t input = 4 * input_floats(c, B, T);
     /* with distributed chunk inputs, two whole inputs to gather into (the chunk being run and
      * the one it writes) */
     size_t gathered = c->distribute_saved_activations ? 2 * input : 0;

@@ -19,7 +19,13 @@ static attention_opts core_attention_opts(const layer_ctx *ctx, int layer_index)
                         .heads = {c->tp_rank * tc_heads_local(c), c->num_attention_heads}};
     o.key.layer = (uint32_t)layer_index;
     o.key.site = DROPOUT_SITE_ATTENTION_PROBS;
+    o.bf16 = c->bf16;
     return o;
+}
+
+/* The kept probabilities: fp32, bf16 (--bf16) or none (selective recompute). */
+static attention_probs saved_probs(const layer_saved *s) {
+    return (attention_probs){s->probs, s->probs_b16};
 }
 
 static qk_norm_weights qk_weights(const layer_weights *w) {
@@ -61,7 +67,7 @@ void self_attention_forward(const layer_ctx *ctx, int layer_index, const layer_w
         if (c->bf16) bf16_round_f32(s->qkv, nqkv);
     }
 
-    attention_forward(s->ctx, s->probs, s->qkv, qkv_shape(ctx),
+    attention_forward(s->ctx, saved_probs(s), s->qkv, qkv_shape(ctx),
                       core_attention_opts(ctx, layer_index), ws->attn);
     tp_linear proj = tp_linear_make(c, TP_LINEAR_PROJ, NULL, ws->branch_full, ws->recv);
     row_parallel_linear_forward(&proj, out_local, s->ctx, w->proj_w, w->proj_b, N, NH * HS, C);
@@ -80,7 +86,7 @@ void self_attention_backward(const layer_ctx *ctx, int layer_index, const layer_
                                  w->proj_w, N, NH * HS, C);
 
     memset(ws->dqkv, 0, (size_t)N * QKV * sizeof(float));
-    attention_backward(ws->dqkv, ws->dctx, s->qkv, s->probs, qkv_shape(ctx),
+    attention_backward(ws->dqkv, ws->dctx, s->qkv, saved_probs(s), qkv_shape(ctx),
                        core_attention_opts(ctx, layer_index), ws->attn);
     if (c->rope) rope_backward(ws->dqkv, qkv_shape(ctx), rope_of(ctx));
 

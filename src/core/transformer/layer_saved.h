@@ -42,44 +42,53 @@ static inline layer_dims layer_dims_of(const transformer_config *c, int B, int T
     return d;
 }
 
+/* How a saved tensor is stored (the table's b16 column). */
+enum {
+    SAVED_F32 = 0,        /* fp32 */
+    SAVED_B16_VIEW = 1,   /* --bf16: bf16 storage (field##_b16) behind the fp32 view the layer
+                             workspace shares among all layers (`field` points to it): forward
+                             computes into the view and packs it (layer_saved_pack), backward
+                             unpacks it first */
+    SAVED_B16_KERNEL = 2, /* --bf16: bf16 storage only (`field` NULL), which its kernel writes
+                             and reads itself (the attention probabilities) */
+};
+
 /* X(field, what, kept, floats, b16): every saved tensor in allocation order; `kept`,
- * `floats` and `b16` are expressions over a layer_dims named d, `what` names the allocation.
- * b16: under --bf16 the tensor is stored as bf16 (2 bytes; field##_b16) and `field` points
- * to the fp32 view the layer workspace shares among all layers: forward computes into the
- * view and packs it (layer_saved_pack), backward unpacks it first. Nothing that reads them
- * sees a difference: forward rounds a b16 tensor where it is made (linear_qkv's and
- * linear_fc1's outputs, the q/k norm's and RoPE's: attention.c, mlp.c; the residual stream
- * after each residual add: transformer_layer.c), or reads it only through GEMMs, which round
- * their inputs (the norm outputs, the context, the activation output). Still fp32: probs (the
- * attention kernel would have to round them in forward and in selective recompute alike),
- * which Megatron keeps in bf16 (docs/MEMORY.md, "bf16"), and the statistics (mean, rstd),
- * which Megatron keeps in fp32. The layer input (hidden[l], the block's) holds bf16 values in
- * fp32 storage so far. */
-#define LAYER_SAVED_TENSORS(X)                                                                    \
-    /* norm1 output = linear_qkv input [Ns, C] (gathered to [N, C] before the GEMM under SP) */   \
-    X(ln1, "ln1", 1, d.Ns * d.C, d.bf16)                                                                  \
-    X(ln1_mean, "ln1_mean", d.layernorm, d.Ns, 0)                                                    \
-    X(ln1_rstd, "ln1_rstd", 1, d.Ns, 0)                                                              \
-    /* linear_qkv output before the q/k norm [N, QKV]; the norm's statistics [N, NH + NG] */      \
-    X(qkv_raw, "qkv_raw", d.qk_layernorm, d.N * d.QKV, d.bf16)                                            \
-    X(qk_mean, "qk_mean", d.qk_layernorm && d.layernorm, d.N * (d.NH + d.NG), 0)                     \
-    X(qk_rstd, "qk_rstd", d.qk_layernorm, d.N * (d.NH + d.NG), 0)                                    \
-    /* Q, K (after q/k norm and RoPE) and V [N, QKV] */                                           \
-    X(qkv, "qkv", 1, d.N * d.QKV, d.bf16)                                                                 \
-    /* softmax output before attention dropout [B, NH, T, T]; NULL with selective recompute    \
-     * (backward recomputes it) */                                                                \
-    X(probs, "attention probs", d.probs, d.B * d.NH * d.T * d.T, 0)                                  \
-    /* attention output = linear_proj input [N, NH*HS] */                                         \
-    X(ctx, "attention context", 1, d.N * d.NH * d.HS, d.bf16)                                             \
-    /* residual after attention = norm2 input [Ns, C] */                                          \
-    X(res1, "residual after attention", 1, d.Ns * d.C, d.bf16)                                            \
-    /* norm2 output = linear_fc1 input [Ns, C] */                                                 \
-    X(ln2, "ln2", 1, d.Ns * d.C, d.bf16)                                                                  \
-    X(ln2_mean, "ln2_mean", d.layernorm, d.Ns, 0)                                                    \
-    X(ln2_rstd, "ln2_rstd", 1, d.Ns, 0)                                                              \
-    /* linear_fc1 output = activation input [N, FC1]; activation output = fc2 input [N, F] */    \
-    X(fc1, "fc1 output", 1, d.N * d.FC1, d.bf16)                                                          \
-    X(act, "activation output", 1, d.N * d.F, d.bf16)
+ * `floats` and `b16` (a SAVED_* value) are expressions over a layer_dims named d, `what` names
+ * the allocation. Nothing that reads a bf16 tensor sees a difference: forward rounds it where
+ * it is made (linear_qkv's and linear_fc1's outputs, the q/k norm's and RoPE's: attention.c,
+ * mlp.c; the residual stream after each residual add: transformer_layer.c; the probabilities:
+ * core/kernels/attention.c), or reads it only through GEMMs, which round their inputs (the
+ * norm outputs, the context, the activation output). Still fp32: the statistics (mean, rstd),
+ * which Megatron keeps in fp32 too. The layer input (hidden[l], the block's) holds bf16 values
+ * in fp32 storage so far (docs/MEMORY.md, "bf16"). */
+#define LAYER_SAVED_B16 (d.bf16 ? SAVED_B16_VIEW : SAVED_F32)
+#define LAYER_SAVED_TENSORS(X)                                                                     \
+    /* norm1 output = linear_qkv input [Ns, C] (gathered to [N, C] before the GEMM under SP) */    \
+    X(ln1, "ln1", 1, d.Ns * d.C, LAYER_SAVED_B16)                                                  \
+    X(ln1_mean, "ln1_mean", d.layernorm, d.Ns, 0)                                                  \
+    X(ln1_rstd, "ln1_rstd", 1, d.Ns, 0)                                                            \
+    /* linear_qkv output before the q/k norm [N, QKV]; the norm's statistics [N, NH + NG] */       \
+    X(qkv_raw, "qkv_raw", d.qk_layernorm, d.N * d.QKV, LAYER_SAVED_B16)                            \
+    X(qk_mean, "qk_mean", d.qk_layernorm && d.layernorm, d.N * (d.NH + d.NG), 0)                   \
+    X(qk_rstd, "qk_rstd", d.qk_layernorm, d.N * (d.NH + d.NG), 0)                                  \
+    /* Q, K (after q/k norm and RoPE) and V [N, QKV] */                                            \
+    X(qkv, "qkv", 1, d.N * d.QKV, LAYER_SAVED_B16)                                                 \
+    /* softmax output before attention dropout [B, NH, T, T]; NULL with selective recompute        \
+     * (backward recomputes it) */                                                                 \
+    X(probs, "attention probs", d.probs, d.B * d.NH * d.T * d.T,                                   \
+      d.bf16 ? SAVED_B16_KERNEL : SAVED_F32)                                                       \
+    /* attention output = linear_proj input [N, NH*HS] */                                          \
+    X(ctx, "attention context", 1, d.N * d.NH * d.HS, LAYER_SAVED_B16)                             \
+    /* residual after attention = norm2 input [Ns, C] */                                           \
+    X(res1, "residual after attention", 1, d.Ns * d.C, LAYER_SAVED_B16)                            \
+    /* norm2 output = linear_fc1 input [Ns, C] */                                                  \
+    X(ln2, "ln2", 1, d.Ns * d.C, LAYER_SAVED_B16)                                                  \
+    X(ln2_mean, "ln2_mean", d.layernorm, d.Ns, 0)                                                  \
+    X(ln2_rstd, "ln2_rstd", 1, d.Ns, 0)                                                            \
+    /* linear_fc1 output = activation input [N, FC1]; activation output = fc2 input [N, F] */      \
+    X(fc1, "fc1 output", 1, d.N * d.FC1, LAYER_SAVED_B16)                                          \
+    X(act, "activation output", 1, d.N * d.F, LAYER_SAVED_B16)
 
 /* One layer's saved buffers (NULL where the table does not keep a tensor). */
 typedef struct {

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/kernels/bf16.h"
 #include "core/tensor/memory.h"
 #include "core/tensor_parallel/mappings.h"
 #include "core/util/alloc.h"
@@ -37,6 +38,7 @@ void block_activations_alloc(block_activations *a, const transformer_config *cfg
     a->num_layers = L;
     a->saved = xcalloc(L, sizeof(layer_saved), "saved activations table");
     a->hidden = xcalloc((size_t)L + 1, sizeof(float *), "layer inputs table");
+    a->hidden16 = xcalloc(L, sizeof(uint16_t *), "bf16 layer inputs table");
     a->layer_saved_bytes = xcalloc(L, sizeof(size_t), "saved bytes table");
     a->kept_shard = xcalloc(L, sizeof(float *), "kept shards table");
     for (int l = 0; l < L; l++) {
@@ -46,6 +48,10 @@ void block_activations_alloc(block_activations *a, const transformer_config *cfg
             a->kept_shard[l] = mem_alloc_floats(MEM_ACTIVATIONS, NC / tc_tp(cfg),
                                                 "chunk input shard (distributed)");
             a->hidden[l] = blk->chunk_input[chunk_parity(cfg, l)];
+        } else if (l == b && cfg->bf16) {
+            a->hidden16[l] = mem_alloc(MEM_ACTIVATIONS, NC * sizeof(uint16_t),
+                                       "layer input (residual stream, bf16)");
+            a->hidden[l] = blk->views[l % 2];
         } else if (l == b)
             a->hidden[l] = mem_alloc_floats(MEM_ACTIVATIONS, NC, "layer input (residual stream)");
         else
@@ -67,6 +73,8 @@ void block_activations_free(block_activations *a) {
         if (!transformer_block_checkpointed(cfg, l)) layer_saved_free(&a->saved[l]);
         if (a->kept_shard[l])
             mem_free(a->kept_shard[l]);
+        else if (a->hidden16[l])
+            mem_free(a->hidden16[l]);
         else if (transformer_block_chunk_begin(cfg, l) == l)
             mem_free(a->hidden[l]);
     }
@@ -74,6 +82,7 @@ void block_activations_free(block_activations *a) {
     free(a->kept_shard);
     free(a->saved);
     free(a->hidden);
+    free(a->hidden16);
     free(a->layer_saved_bytes);
     memset(a, 0, sizeof(*a));
 }
@@ -93,6 +102,9 @@ void transformer_block_init(transformer_block *blk, const transformer_config *cf
     if (distribute)
         for (int k = 0; k < 2; k++)
             blk->chunk_input[k] = mem_alloc_floats(MEM_WORKSPACE, NC, "gathered chunk input");
+    if (cfg->bf16)
+        for (int k = 0; k < 2; k++)
+            blk->views[k] = mem_alloc_floats(MEM_WORKSPACE, NC, "layer input (fp32 view)");
 
     layer_workspace_alloc(&blk->ws, cfg, B, T, with_backward, threads); /* views first */
     /* Recompute slots: a uniform chunk needs one per layer of the chunk, block one. */
@@ -116,6 +128,8 @@ void transformer_block_free(transformer_block *blk) {
     }
     mem_free(blk->chunk_input[0]);
     mem_free(blk->chunk_input[1]);
+    mem_free(blk->views[0]);
+    mem_free(blk->views[1]);
     layer_workspace_free(&blk->ws);
     free(blk->w_all);
     free(blk->g_all);
@@ -163,10 +177,16 @@ void transformer_block_forward(transformer_block *blk, block_activations *a,
     for (int l = 0; l < blk->num_layers; l++) {
         if (a->kept_shard[l])
             memcpy(a->kept_shard[l], a->hidden[l] + a->cfg->tp_rank * n, n * sizeof(float));
+        if (a->hidden16[l]) bf16_from_f32(a->hidden16[l], a->hidden[l], blk->hidden_floats);
         if (blk->layer_params_needed)
             blk->layer_params_needed(blk->layer_params_needed_user, v.rank_layer_base + l);
         layer_forward(blk, a, &v, ctx, l);
     }
+}
+
+/* --bf16: layer l's kept bf16 input into its fp32 view (nothing otherwise). */
+static void widen_input(const transformer_block *blk, block_activations *a, int l) {
+    if (a->hidden16[l]) bf16_to_f32(a->hidden[l], a->hidden16[l], blk->hidden_floats);
 }
 
 void transformer_block_backward(transformer_block *blk, block_activations *a,
@@ -180,9 +200,13 @@ void transformer_block_backward(transformer_block *blk, block_activations *a,
             /* Re-run the chunk's forward from its kept input: this refills the slots (and
              * rewrites the chunk's output with the same bits). */
             if (a->kept_shard[b]) tp_all_gather(a->hidden[b], a->kept_shard[b], shard_floats(blk));
+            widen_input(blk, a, b);
             for (int j = b; j <= l; j++) layer_forward(blk, a, &v, ctx, j);
         }
         for (int j = l; j >= b; j--) {
+            /* (a chunk's input again: a chunk of an even number of layers recomputes its output
+             * into its input's view) */
+            widen_input(blk, a, j);
             transformer_layer_backward(ctx, v.layer_offset + j, &v.w[j], &v.g[j], &a->saved[j],
                                        &blk->ws, a->hidden[j], dres);
             if (blk->layer_grads_done)

@@ -24,13 +24,16 @@ static uint16_t *saved_b16(layer_saved *s, mem_category cat, size_t count, const
 }
 
 /* Every tensor of the table (layer_saved.h) that this configuration keeps, in table order; a
- * b16 one as bf16 storage behind the workspace's shared fp32 view. */
+ * SAVED_B16_VIEW one as bf16 storage behind the workspace's shared fp32 view, a
+ * SAVED_B16_KERNEL one as bf16 storage only. */
 void layer_saved_alloc(layer_saved *s, const transformer_config *c, int B, int T,
                        mem_category cat, const layer_workspace *ws) {
     memset(s, 0, sizeof(*s));
     const layer_dims d = layer_dims_of(c, B, T);
 #define ALLOC_SAVED(field, what, kept, floats, b16)                                         \
-    if ((kept) && (b16)) {                                                                  \
+    if ((kept) && (b16) == SAVED_B16_KERNEL) {                                              \
+        s->field##_b16 = saved_b16(s, cat, floats, what " (bf16)");                         \
+    } else if ((kept) && (b16)) {                                                           \
         if (!ws->views.field) die(1, "internal error: no bf16 view for saved " what);      \
         s->field##_b16 = saved_b16(s, cat, floats, what " (bf16)");                         \
         s->field = ws->views.field;                                                         \
@@ -41,7 +44,7 @@ void layer_saved_alloc(layer_saved *s, const transformer_config *c, int B, int T
 }
 
 void layer_saved_free(layer_saved *s) {
-    /* b16 tensors: free the storage, not the shared view */
+    /* bf16 tensors: free the storage, not the shared view */
 #define FREE_SAVED(field, what, kept, floats, b16) \
     if (s->field##_b16)                            \
         mem_free(s->field##_b16);                  \
@@ -56,7 +59,7 @@ void layer_saved_pack(const layer_saved *s, const transformer_config *c, int B, 
     if (!c->bf16) return;
     const layer_dims d = layer_dims_of(c, B, T);
 #define PACK_SAVED(field, what, kept, floats, b16) \
-    if (s->field##_b16) bf16_from_f32(s->field##_b16, s->field, floats);
+    if ((b16) == SAVED_B16_VIEW && s->field##_b16) bf16_from_f32(s->field##_b16, s->field, floats);
     LAYER_SAVED_TENSORS(PACK_SAVED)
 #undef PACK_SAVED
     (void)d;
@@ -66,7 +69,7 @@ void layer_saved_unpack(const layer_saved *s, const transformer_config *c, int B
     if (!c->bf16) return;
     const layer_dims d = layer_dims_of(c, B, T);
 #define UNPACK_SAVED(field, what, kept, floats, b16) \
-    if (s->field##_b16) bf16_to_f32(s->field, s->field##_b16, floats);
+    if ((b16) == SAVED_B16_VIEW && s->field##_b16) bf16_to_f32(s->field, s->field##_b16, floats);
     LAYER_SAVED_TENSORS(UNPACK_SAVED)
 #undef UNPACK_SAVED
     (void)d;
@@ -79,7 +82,8 @@ static void views_alloc(layer_saved *v, const transformer_config *c, int B, int 
     layer_dims d = layer_dims_of(c, B, T);
     d.probs = 1; /* any store's layers may keep them */
 #define ALLOC_VIEW(field, what, kept, floats, b16) \
-    if ((kept) && (b16)) v->field = mem_alloc_floats(MEM_WORKSPACE, floats, what " (fp32 view)");
+    if ((kept) && (b16) == SAVED_B16_VIEW)         \
+        v->field = mem_alloc_floats(MEM_WORKSPACE, floats, what " (fp32 view)");
     LAYER_SAVED_TENSORS(ALLOC_VIEW)
 #undef ALLOC_VIEW
 }
