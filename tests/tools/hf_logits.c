@@ -46,6 +46,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "hf_logits: %s\n", err);
         return 1;
     }
+    gpt_model_params_to_bf16(m); /* a --bf16 checkpoint's model: its bf16 copy from the load */
     int32_t *tok = malloc((size_t)B * T * sizeof(int32_t));
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) tok[b * T + t] = (7 * t + 13 * b + 3) % span;
