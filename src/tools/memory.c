@@ -73,7 +73,7 @@ static void print_report(const megadlm_args *a, const theoretical_memory *m) {
            a->seq_length, a->micro_batch_size, a->hidden_size, a->num_attention_heads, t,
            gpt3_like(a) ? "" : ", at this model's widths (Q, K, V, ffn, SwiGLU gate)");
     printf("  %-50s %-27s %16s %16s\n", "configuration", "formula", "paper (16-bit)",
-           "megadlm (fp32)");
+           a->bf16 ? "megadlm (bf16)" : "megadlm (fp32)");
     for (int r = 0; r < TM_NUM_ROWS; r++)
         printf("  %-50s %-27s %13.2f MB %13.2f MB\n", TM_ROW_NAMES[r], TM_ROW_FORMULAS[r],
                mb(m->per_layer[r]), mb(m->per_layer_megadlm[r]));

@@ -46,6 +46,8 @@ void gemm(gemm_dims d, float alpha, gemm_in A, gemm_in B, float beta, gemm_out C
  *   fallback  tiles of A and B converted to fp32 into a fixed workspace, then cblas_sgemm per
  *             tile (K in steps: the result is OpenBLAS's sgemm of the converted values up to
  *             the order of the fp32 sums).
+ * (Debian's OpenBLAS 0.3.21 is built without BUILD_BFLOAT16: it exports no cblas_sbgemm, only
+ * its internal support_avx512_bf16 probe, so OpenBLAS cannot be the bf16 path.)
  * The environment variable MEGADLM_BF16_GEMM = auto (default) | onednn | fallback forces one.
  * Callable from every thread of a parallel region like gemm() (bracket it with
  * gemm_serial_begin/end); oneDNN then runs each call on its calling thread (its OpenMP runtime
