@@ -300,8 +300,8 @@ static int to_hf(const char *dir, const char *out) {
         ckpt_state_free(&st);
         return 1;
     }
-    /* a --bf16 run's checkpoint holds its fp32 main parameters; this runs in fp32 */
-    a.bf16 = 0;
+    /* a --bf16 or --fp16 run's checkpoint holds its fp32 main parameters; this runs in fp32 */
+    args_fp32(&a);
     ckpt_state_free(&st);
     args_free(&a); /* the saved data paths are not needed here */
     /* the saved arguments were validated (derived sizes included) by the run that saved

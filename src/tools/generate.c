@@ -300,8 +300,8 @@ int generate_main(int argc, char **argv) {
         ckpt_state_free(&st);
         return 1;
     }
-    /* a --bf16 run's checkpoint holds its fp32 main parameters; this runs in fp32 */
-    a.bf16 = 0;
+    /* a --bf16 or --fp16 run's checkpoint holds its fp32 main parameters; this runs in fp32 */
+    args_fp32(&a);
     ckpt_state_free(&st);
     const struct {
         const char *value;

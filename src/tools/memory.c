@@ -100,7 +100,10 @@ static void print_report(const megadlm_args *a, const theoretical_memory *m) {
            a->bf16 ? "--bf16: bf16 parameters, fp32 main parameters in the optimizer state, fp32 "
                      "gradients; saved activations in bf16 but the layer inputs, attention "
                      "probabilities and statistics"
-                   : "fp32",
+           : a->fp16 ? "--fp16: fp16 parameters, fp32 main parameters in the optimizer state, "
+                       "fp32 gradients; saved activations in fp16 but the layer inputs, attention "
+                       "probabilities and statistics"
+                     : "fp32",
            mb((double)g.parameters), mb((double)g.gradients), mb((double)g.optimizer),
            mb((double)g.saved_activations));
 }

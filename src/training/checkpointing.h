@@ -2,7 +2,8 @@
  *   DIR/iter_NNNNNNN/model.safetensors      every parameter, unsharded, Megatron-core names
  *   DIR/iter_NNNNNNN/optimizer.safetensors  "optimizer.exp_avg.<name>", "optimizer.exp_avg_sq.<name>"
  *   DIR/iter_NNNNNNN/state.json             {"iteration", "consumed_train_samples",
- *                                            "optimizer_step", "args": {...}, "format_version"}
+ *                                            "optimizer_step", "args": {...}, "format_version",
+ *                                            "grad_scaler": {...} with --fp16}
  *   DIR/latest_checkpointed_iteration.txt   the iteration number (Megatron's tracker file)
  * Saving writes DIR/iter_NNNNNNN.tmp-<pid>/, fsyncs every file and the directory, renames it
  * into place, then replaces the tracker file atomically (write temp, fsync, rename): a crash at
@@ -24,6 +25,8 @@ typedef struct {
     uint64_t consumed_train_samples;
     int optimizer_step;
     cJSON *args; /* owned by the caller on save; on load, owned by the state (ckpt_state_free) */
+    cJSON *grad_scaler; /* the loss scaler's state (--fp16, Megatron's optimizer state keeps it),
+                           or NULL: none; owned as args */
 } ckpt_state;
 
 /* with_optimizer: also write exp_avg / exp_avg_sq. 0, or -1 with a message naming the path. */

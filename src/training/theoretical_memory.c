@@ -83,7 +83,7 @@ static transformer_config whole_model_config(const megadlm_args *a) {
     return model_config_from_args(&one);
 }
 
-/* megadlm's tensors (fp32, some bf16 under --bf16: layer_saved.h; docs/MEMORY.md): R = the layer input, norm outputs and statistics,
+/* megadlm's tensors (fp32, some 16-bit under --bf16 / --fp16: layer_saved.h; docs/MEMORY.md): R = the layer input, norm outputs and statistics,
  * the residual after attention; A = the attention probabilities; S = everything else. */
 static layer_parts megadlm_parts(const megadlm_args *a) {
     transformer_config c = whole_model_config(a);
@@ -93,8 +93,8 @@ static layer_parts megadlm_parts(const megadlm_args *a) {
     double input = 4.0 * N * h;
     double all = input + (double)activation_memory_layer_state_bytes(&c, B, T);
     layer_parts x;
-    /* input; ln1, res1, ln2 (bf16 under --bf16); both stats */
-    x.R = input + (c.bf16 ? 2.0 : 4.0) * 3.0 * N * h + 4.0 * 2.0 * stats;
+    /* input; ln1, res1, ln2 (16-bit under --bf16 / --fp16); both stats */
+    x.R = input + (tc_half(&c) ? 2.0 : 4.0) * 3.0 * N * h + 4.0 * 2.0 * stats;
     x.A = (double)activation_memory_probs_bytes(&c, B, T);
     x.S = all - x.R - x.A;
     x.in = input;
@@ -255,15 +255,17 @@ theoretical_megadlm_bytes theoretical_megadlm_rank(const megadlm_args *a, int pp
                                                    int num_stores, int num_unchecked) {
     theoretical_megadlm_bytes r;
     size_t n = theoretical_megadlm_stage_count(a, pp_rank);
-    /* --bf16 (Megatron's Float16OptimizerWithFloat16Params): the model's parameters in bf16,
-     * the fp32 main parameters in the optimizer state; gradients fp32 either way */
-    r.parameters = a->bf16 ? 2 * n : 4 * n;
+    /* --bf16 / --fp16 (Megatron's Float16OptimizerWithFloat16Params): the model's parameters
+     * in 16 bits, the fp32 main parameters in the optimizer state; gradients fp32 either way
+     * (docs/MEMORY.md) */
+    const int half = a->bf16 || a->fp16;
+    r.parameters = half ? 2 * n : 4 * n;
     r.gradients = 4 * n;
     /* exp_avg, exp_avg_sq; the distributed optimizer holds ceil(n / DP) of each on every rank
      * (its pieces of the buckets, core/optimizer/distrib_optimizer.h) */
     size_t dp = a->data_parallel_size > 0 ? (size_t)a->data_parallel_size : 1;
     r.optimizer = a->use_distributed_optimizer ? 8 * ((n + dp - 1) / dp) : 8 * n;
-    if (a->bf16) r.optimizer += 4 * n; /* fp32 main parameters (not sharded yet) */
+    if (half) r.optimizer += 4 * n; /* fp32 main parameters (not sharded yet) */
     /* every micro-batch in flight has its own store (pipeline schedules): the stage's layers
      * (one model chunk's with interleaving), the block output, and on the last stage the head
      * (every store there: any may hold the last chunk); with per-micro-batch partial

@@ -19,7 +19,8 @@ typedef struct {
     int layernorm;    /* LayerNorm (mean and rstd) rather than RMSNorm (rstd) */
     int qk_layernorm; /* --qk-layernorm */
     int probs;        /* attention probabilities kept (not with selective recompute) */
-    int bf16;         /* --bf16: the table's b16 tensors are stored as bf16 */
+    half_kind half;   /* --bf16 / --fp16: the table's b16 tensors are stored in this format
+                         (2 bytes); HALF_NONE: fp32 */
 } layer_dims;
 
 static inline layer_dims layer_dims_of(const transformer_config *c, int B, int T) {
@@ -38,13 +39,14 @@ static inline layer_dims layer_dims_of(const transformer_config *c, int B, int T
     d.layernorm = c->normalization == NORM_LAYERNORM;
     d.qk_layernorm = c->qk_layernorm;
     d.probs = c->recompute_granularity != RECOMPUTE_SELECTIVE;
-    d.bf16 = c->bf16;
+    d.half = tc_half(c);
     return d;
 }
 
 /* X(field, what, kept, floats, b16): every saved tensor in allocation order; `kept`,
  * `floats` and `b16` are expressions over a layer_dims named d, `what` names the allocation.
- * b16: under --bf16 the tensor is stored as bf16 (2 bytes; field##_b16) and `field` points
+ * b16: under --bf16 (--fp16) the tensor is stored as bf16 (fp16: the same tensors, the same
+ * places) in 2 bytes (field##_b16) and `field` points
  * to the fp32 view the layer workspace shares among all layers: forward computes into the
  * view and packs it (layer_saved_pack), backward unpacks it first. Nothing that reads them
  * sees a difference: forward rounds a b16 tensor where it is made (linear_qkv's and
@@ -57,29 +59,29 @@ static inline layer_dims layer_dims_of(const transformer_config *c, int B, int T
  * fp32 storage so far. */
 #define LAYER_SAVED_TENSORS(X)                                                                    \
     /* norm1 output = linear_qkv input [Ns, C] (gathered to [N, C] before the GEMM under SP) */   \
-    X(ln1, "ln1", 1, d.Ns * d.C, d.bf16)                                                                  \
+    X(ln1, "ln1", 1, d.Ns * d.C, d.half)                                                                  \
     X(ln1_mean, "ln1_mean", d.layernorm, d.Ns, 0)                                                    \
     X(ln1_rstd, "ln1_rstd", 1, d.Ns, 0)                                                              \
     /* linear_qkv output before the q/k norm [N, QKV]; the norm's statistics [N, NH + NG] */      \
-    X(qkv_raw, "qkv_raw", d.qk_layernorm, d.N * d.QKV, d.bf16)                                            \
+    X(qkv_raw, "qkv_raw", d.qk_layernorm, d.N * d.QKV, d.half)                                            \
     X(qk_mean, "qk_mean", d.qk_layernorm && d.layernorm, d.N * (d.NH + d.NG), 0)                     \
     X(qk_rstd, "qk_rstd", d.qk_layernorm, d.N * (d.NH + d.NG), 0)                                    \
     /* Q, K (after q/k norm and RoPE) and V [N, QKV] */                                           \
-    X(qkv, "qkv", 1, d.N * d.QKV, d.bf16)                                                                 \
+    X(qkv, "qkv", 1, d.N * d.QKV, d.half)                                                                 \
     /* softmax output before attention dropout [B, NH, T, T]; NULL with selective recompute    \
      * (backward recomputes it) */                                                                \
     X(probs, "attention probs", d.probs, d.B * d.NH * d.T * d.T, 0)                                  \
     /* attention output = linear_proj input [N, NH*HS] */                                         \
-    X(ctx, "attention context", 1, d.N * d.NH * d.HS, d.bf16)                                             \
+    X(ctx, "attention context", 1, d.N * d.NH * d.HS, d.half)                                             \
     /* residual after attention = norm2 input [Ns, C] */                                          \
-    X(res1, "residual after attention", 1, d.Ns * d.C, d.bf16)                                            \
+    X(res1, "residual after attention", 1, d.Ns * d.C, d.half)                                            \
     /* norm2 output = linear_fc1 input [Ns, C] */                                                 \
-    X(ln2, "ln2", 1, d.Ns * d.C, d.bf16)                                                                  \
+    X(ln2, "ln2", 1, d.Ns * d.C, d.half)                                                                  \
     X(ln2_mean, "ln2_mean", d.layernorm, d.Ns, 0)                                                    \
     X(ln2_rstd, "ln2_rstd", 1, d.Ns, 0)                                                              \
     /* linear_fc1 output = activation input [N, FC1]; activation output = fc2 input [N, F] */    \
-    X(fc1, "fc1 output", 1, d.N * d.FC1, d.bf16)                                                          \
-    X(act, "activation output", 1, d.N * d.F, d.bf16)
+    X(fc1, "fc1 output", 1, d.N * d.FC1, d.half)                                                          \
+    X(act, "activation output", 1, d.N * d.F, d.half)
 
 /* One layer's saved buffers (NULL where the table does not keep a tensor). */
 typedef struct {
