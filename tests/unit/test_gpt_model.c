@@ -198,8 +198,8 @@ static void check_determinism_and_no_alloc(transformer_config c) {
 }
 
 /* Saved bytes per layer == the table of docs/MEMORY.md, written out here independently. Under
- * --bf16 the norm outputs, qkv (and qkv_raw), the attention context, res1, fc1 and the
- * activation output are bf16. */
+ * --bf16 (--fp16) the norm outputs, qkv (and qkv_raw), the attention context, res1, fc1 and the
+ * activation output are bf16 (fp16). */
 static void check_saved_bytes(transformer_config c, int B, const char *family) {
     gpt_model *m = gpt_model_create(&c, B, GPT_MODEL_TRAINING);
     activation_store *st = activation_store_create(m, 1);
@@ -216,19 +216,24 @@ static void check_saved_bytes(transformer_config c, int B, const char *family) {
                     + (c.qk_layernorm ? (ln ? N * (a + g) : 0) + N * (a + g) : 0) /* q/k stats */
                     + a * s * s * b                          /* probs */
                     + (ln ? N : 0) + N;                      /* ln2's mean, rstd */
-    size_t bytes = 4 * floats + (c.bf16 ? 2 : 4) * halves;
+    size_t bytes = 4 * floats + (c.bf16 || c.fp16 ? 2 : 4) * halves;
     for (int l = 0; l < c.num_layers; l++)
         CHECK(activation_store_layer_saved_bytes(st, l) == bytes);
-    if (!c.bf16 && !c.qk_layernorm && ln && a == g && d * a == h && f == 4 * h)
+    if (!c.bf16 && !c.fp16 && !c.qk_layernorm && ln && a == g && d * a == h && f == 4 * h)
         CHECK(bytes == 64 * s * b * h + 4 * a * s * s * b + 16 * s * b);
-    printf("%s%s: saved activations per layer %zu bytes\n", family, c.bf16 ? " --bf16" : "",
-           bytes);
+    printf("%s%s: saved activations per layer %zu bytes\n", family,
+           c.bf16 ? " --bf16" : c.fp16 ? " --fp16" : "", bytes);
     activation_store_free(st);
     gpt_model_free(m);
 }
 
 static transformer_config with_bf16(transformer_config c) {
     c.bf16 = 1;
+    return c;
+}
+
+static transformer_config with_fp16(transformer_config c) {
+    c.fp16 = 1;
     return c;
 }
 
@@ -277,6 +282,8 @@ int main(void) {
     check_saved_bytes(llama_config(), 2, "llama");
     check_saved_bytes(with_bf16(gpt2_config()), 3, "gpt2");
     check_saved_bytes(with_bf16(llama_config()), 2, "llama");
+    check_saved_bytes(with_fp16(gpt2_config()), 3, "gpt2");
+    check_saved_bytes(with_fp16(llama_config()), 2, "llama");
     check_finite_differences(gpt2_config(), "gpt2");
     check_finite_differences(llama_config(), "llama");
     check_grad_accumulation(gpt2_config(), "gpt2");
@@ -285,5 +292,7 @@ int main(void) {
     check_determinism_and_no_alloc(llama_config());
     check_determinism_and_no_alloc(with_bf16(gpt2_config()));
     check_determinism_and_no_alloc(with_bf16(llama_config()));
+    check_determinism_and_no_alloc(with_fp16(gpt2_config()));
+    check_determinism_and_no_alloc(with_fp16(llama_config()));
     TEST_DONE();
 }
