@@ -303,9 +303,9 @@ static int to_hf(const char *dir, const char *out) {
         ckpt_state_free(&st);
         return 1;
     }
-    /* the tensors are read as fp32 (a --bf16 run's bf16 parameters widened exactly) and written
-     * back in the dtype the checkpoint holds them in */
-    a.bf16 = 0;
+    /* the tensors are read as fp32 (a --bf16 or --fp16 run's 16-bit parameters widened
+     * exactly) and written back in the dtype the checkpoint holds them in */
+    args_fp32(&a);
     ckpt_state_free(&st);
     args_free(&a); /* the saved data paths are not needed here */
     /* the saved arguments were validated (derived sizes included) by the run that saved

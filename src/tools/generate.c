@@ -300,9 +300,9 @@ int generate_main(int argc, char **argv) {
         ckpt_state_free(&st);
         return 1;
     }
-    /* fp32 inference: a --bf16 run's model.safetensors holds its bf16 parameters, widened
-     * exactly when loaded */
-    a.bf16 = 0;
+    /* fp32 inference: a --bf16 or --fp16 run's model.safetensors holds its 16-bit parameters,
+     * widened exactly when loaded */
+    args_fp32(&a);
     ckpt_state_free(&st);
     const struct {
         const char *value;

@@ -99,7 +99,9 @@ static void print_report(const megadlm_args *a, const theoretical_memory *m) {
            "(one micro-batch)\n",
            a->bf16 ? "--bf16: bf16 parameters, fp32 main parameters in the optimizer state, fp32 "
                      "gradients; saved activations in bf16 but the norms' statistics"
-                   : "fp32",
+           : a->fp16 ? "--fp16: fp16 parameters, fp32 main parameters in the optimizer state, "
+                       "fp32 gradients; saved activations in fp16 but the norms' statistics"
+                     : "fp32",
            mb((double)g.parameters), mb((double)g.gradients), mb((double)g.optimizer),
            mb((double)g.saved_activations));
 }

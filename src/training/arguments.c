@@ -1289,22 +1289,81 @@ static int validate_logging(megadlm_args *a, char *err, size_t errlen) {
     return 0;
 }
 
-/* --bf16 (Megatron's validate_args: bf16 excludes fp16, which is refused as a later feature
- * anyway, and forces accumulate_allreduce_grads_in_fp32). Mixed precision runs in one
- * process so far: every parallel layout is refused by name rather than trained with an
- * untested precision path. */
+/* The loss scaler's flags (Megatron's get_megatron_optimizer: --loss-scale gives a constant
+ * scaler under --fp16 or --bf16, --fp16 without it a dynamic one; DynamicGradScaler's asserts).
+ * A flag the run's scaler does not read is refused rather than ignored. */
+static int validate_loss_scale(megadlm_args *a, char *err, size_t errlen) {
+    megadlm_args d;
+    args_defaults(&d);
+    const int constant = a->loss_scale >= 0.0f, dynamic = a->fp16 && !constant;
+    if (constant && !(a->loss_scale > 0.0f))
+        return fail(err, errlen, "--loss-scale must be positive (leave it out for dynamic loss "
+                    "scaling with --fp16)");
+    if (constant && !a->fp16 && !a->bf16)
+        return fail(err, errlen, "--loss-scale needs --fp16 or --bf16 (fp32 training has no loss "
+                    "scaler)");
+    const char *given = a->initial_loss_scale != d.initial_loss_scale ? "--initial-loss-scale"
+                        : a->min_loss_scale != d.min_loss_scale       ? "--min-loss-scale"
+                        : a->loss_scale_window != d.loss_scale_window ? "--loss-scale-window"
+                        : a->hysteresis != d.hysteresis               ? "--hysteresis"
+                                                                      : NULL;
+    if (given && !dynamic)
+        return fail(err, errlen, "%s has no effect %s", given,
+                    a->fp16 ? "with --loss-scale (a constant scale)"
+                            : "without --fp16 (dynamic loss scaling)");
+    if (!dynamic) return 0;
+    if (!(a->initial_loss_scale > 0.0f))
+        return fail(err, errlen, "--initial-loss-scale must be positive");
+    if (!(a->min_loss_scale > 0.0f)) return fail(err, errlen, "--min-loss-scale must be positive");
+    if (a->min_loss_scale > a->initial_loss_scale)
+        return fail(err, errlen, "--min-loss-scale %g is above --initial-loss-scale %g",
+                    (double)a->min_loss_scale, (double)a->initial_loss_scale);
+    /* Megatron compares it with a count of iterations: a fraction would never be reached */
+    if (!(a->loss_scale_window >= 1.0f) || a->loss_scale_window > (float)INT_MAX / 2 ||
+        a->loss_scale_window != floorf(a->loss_scale_window))
+        return fail(err, errlen, "--loss-scale-window must be a positive whole number of "
+                    "iterations");
+    if (a->hysteresis <= 0) return fail(err, errlen, "--hysteresis must be positive");
+    /* Megatron: an overflow is the dynamic scaler's signal, not an error */
+    a->check_for_nan_in_loss_and_grad = 0;
+    return 0;
+}
+
+/* --bf16 and --fp16 (Megatron's validate_args: not both; bf16 forces
+ * accumulate_allreduce_grads_in_fp32, fp16 does not, and fp16 with dynamic loss scaling turns
+ * check_for_nan_in_loss_and_grad off). Mixed precision runs in one process so far: every
+ * parallel layout is refused by name rather than trained with an untested precision path. */
 static int validate_precision(megadlm_args *a, char *err, size_t errlen) {
-    if (!a->bf16) return 0;
+    if (a->bf16 && a->fp16)
+        return fail(err, errlen, "--fp16 and --bf16 exclude each other (one parameter type)");
+    if (validate_loss_scale(a, err, errlen)) return -1;
+    if (!a->bf16 && !a->fp16) return 0;
     /* Megatron: "bfloat16 requires gradient accumulation and all-reduce to be performed in
      * fp32" */
-    a->accumulate_allreduce_grads_in_fp32 = 1;
+    if (a->bf16) a->accumulate_allreduce_grads_in_fp32 = 1;
     const char *what = a->tensor_model_parallel_size > 1     ? "--tensor-model-parallel-size > 1"
                        : a->pipeline_model_parallel_size > 1 ? "--pipeline-model-parallel-size > 1"
                        : a->data_parallel_size > 1           ? "data parallelism (world size > 1)"
                        : a->use_distributed_optimizer        ? "--use-distributed-optimizer"
                                                              : NULL;
-    if (what) return fail(err, errlen, "--bf16 with %s: not supported yet", what);
+    if (what)
+        return fail(err, errlen, "%s with %s: not supported yet", a->bf16 ? "--bf16" : "--fp16",
+                    what);
     return 0;
+}
+
+/* The arguments of an fp32 run: --bf16, --fp16 and the loss scaler's flags back to their
+ * defaults. */
+void args_fp32(megadlm_args *a) {
+    megadlm_args d;
+    args_defaults(&d);
+    a->bf16 = d.bf16;
+    a->fp16 = d.fp16;
+    a->loss_scale = d.loss_scale;
+    a->initial_loss_scale = d.initial_loss_scale;
+    a->min_loss_scale = d.min_loss_scale;
+    a->loss_scale_window = d.loss_scale_window;
+    a->hysteresis = d.hysteresis;
 }
 
 int args_validate(megadlm_args *a, char *err, size_t errlen) {

@@ -60,6 +60,10 @@ int args_from_json(megadlm_args *a, const cJSON *obj, char *err, size_t errlen);
 
 void args_free(megadlm_args *a); /* frees data_paths */
 
+/* Makes the arguments an fp32 run's: --bf16, --fp16 and the loss scaler's flags back to their
+ * defaults (generate and convert read a mixed-precision checkpoint's fp32 main parameters). */
+void args_fp32(megadlm_args *a);
+
 /* The fields a checkpoint fixes (arguments.def's MODEL entries, NULL-terminated): resuming
  * with other values is refused. */
 extern const char *const args_model_flags[];

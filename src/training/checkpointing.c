@@ -339,6 +339,8 @@ int ckpt_commit(ckpt_txn *x, const ckpt_state *st, char *err, size_t errlen) {
         cJSON_AddStringToObject(root, "params_dtype", ckpt_precision_name(st->precision));
         cJSON_AddItemToObject(root, "args",
                               st->args ? cJSON_Duplicate(st->args, 1) : cJSON_CreateObject());
+        if (st->grad_scaler)
+            cJSON_AddItemToObject(root, "grad_scaler", cJSON_Duplicate(st->grad_scaler, 1));
         cJSON_AddNumberToObject(root, "format_version", CKPT_FORMAT_VERSION);
         char *text = cJSON_Print(root);
         cJSON_Delete(root);
@@ -599,7 +601,9 @@ static int parse_params_dtype(const cJSON *v, ckpt_precision *p) {
 void ckpt_state_free(ckpt_state *st) {
     if (!st) return;
     cJSON_Delete(st->args);
+    cJSON_Delete(st->grad_scaler);
     st->args = NULL;
+    st->grad_scaler = NULL;
 }
 
 int ckpt_load_state(const char *dir, int iteration, ckpt_state *st, char *err, size_t errlen) {
@@ -663,6 +667,7 @@ int ckpt_load_state(const char *dir, int iteration, ckpt_state *st, char *err, s
         st->optimizer_step = (int)step;
         st->args = cJSON_IsObject(args) ? cJSON_DetachItemFromObjectCaseSensitive(root, "args")
                                         : NULL;
+        st->grad_scaler = cJSON_DetachItemFromObjectCaseSensitive(root, "grad_scaler");
         rc = 0;
     }
     cJSON_Delete(root);

@@ -6,7 +6,7 @@
  *                                            main parameters "optimizer.fp32_param.<name>"
  *   DIR/iter_NNNNNNN/state.json             {"iteration", "consumed_train_samples",
  *                                            "optimizer_step", "params_dtype", "args": {...},
- *                                            "format_version"}
+ *                                            "format_version", "grad_scaler": {...} with --fp16}
  *   DIR/latest_checkpointed_iteration.txt   the iteration number (Megatron's tracker file)
  * Saving writes DIR/iter_NNNNNNN.tmp-<pid>/, fsyncs every file and the directory, renames it
  * into place, then replaces the tracker file atomically (write temp, fsync, rename): a crash at
@@ -30,6 +30,8 @@ typedef struct {
     int optimizer_step;
     ckpt_precision precision; /* state.json "params_dtype" (absent: float32) */
     cJSON *args; /* owned by the caller on save; on load, owned by the state (ckpt_state_free) */
+    cJSON *grad_scaler; /* the loss scaler's state (--fp16, Megatron's optimizer state keeps it),
+                           or NULL: none; owned as args */
 } ckpt_state;
 
 /* Writes the parameters in st->precision (a 16-bit precision needs ps's copy in it);

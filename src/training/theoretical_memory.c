@@ -86,15 +86,16 @@ static transformer_config whole_model_config(const megadlm_args *a) {
     return model_config_from_args(&one);
 }
 
-/* megadlm's tensors (fp32; under --bf16 all but the norms' statistics in bf16: layer_saved.h,
- * transformer_block.h; docs/MEMORY.md): R = the layer input, norm outputs and statistics, the
- * residual after attention; A = the attention probabilities; S = everything else. */
+/* megadlm's tensors (fp32; under --bf16 / --fp16 all but the norms' statistics in 16 bits:
+ * layer_saved.h, transformer_block.h; docs/MEMORY.md): R = the layer input, norm outputs and
+ * statistics, the residual after attention; A = the attention probabilities; S = everything
+ * else. */
 static layer_parts megadlm_parts(const megadlm_args *a) {
     transformer_config c = whole_model_config(a);
     int B = a->micro_batch_size, T = a->seq_length;
     double N = (double)B * T, h = a->hidden_size;
     double stats = c.normalization == NORM_LAYERNORM ? 2.0 * N : N; /* mean (LayerNorm), rstd */
-    double bytes = c.bf16 ? 2.0 : 4.0;
+    double bytes = tc_half(&c) ? 2.0 : 4.0;
     double input = bytes * N * h;
     double all = input + (double)activation_memory_layer_state_bytes(&c, B, T);
     layer_parts x;
@@ -262,15 +263,17 @@ theoretical_megadlm_bytes theoretical_megadlm_rank(const megadlm_args *a, int pp
                                                    int num_stores, int num_unchecked) {
     theoretical_megadlm_bytes r;
     size_t n = theoretical_megadlm_stage_count(a, pp_rank);
-    /* --bf16 (Megatron's Float16OptimizerWithFloat16Params): the model's parameters in bf16,
-     * the fp32 main parameters in the optimizer state; gradients fp32 either way */
-    r.parameters = a->bf16 ? 2 * n : 4 * n;
+    /* --bf16 / --fp16 (Megatron's Float16OptimizerWithFloat16Params): the model's parameters
+     * in 16 bits, the fp32 main parameters in the optimizer state; gradients fp32 either way
+     * (docs/MEMORY.md) */
+    const int half = a->bf16 || a->fp16;
+    r.parameters = half ? 2 * n : 4 * n;
     r.gradients = 4 * n;
     /* exp_avg, exp_avg_sq; the distributed optimizer holds ceil(n / DP) of each on every rank
      * (its pieces of the buckets, core/optimizer/distrib_optimizer.h) */
     size_t dp = a->data_parallel_size > 0 ? (size_t)a->data_parallel_size : 1;
     r.optimizer = a->use_distributed_optimizer ? 8 * ((n + dp - 1) / dp) : 8 * n;
-    if (a->bf16) r.optimizer += 4 * n; /* fp32 main parameters (not sharded yet) */
+    if (half) r.optimizer += 4 * n; /* fp32 main parameters (not sharded yet) */
     /* every micro-batch in flight has its own store (pipeline schedules): the stage's layers
      * (one model chunk's with interleaving), the block output, and on the last stage the head
      * (every store there: any may hold the last chunk); with per-micro-batch partial

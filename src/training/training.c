@@ -13,6 +13,7 @@
 #include "core/distributed/finalize_model_grads.h"
 #include "core/optimizer/distrib_optimizer.h"
 #include "core/models/gpt_model.h"
+#include "core/optimizer/grad_scaler.h"
 #include "core/optimizer/optimizer.h"
 #include "core/pipeline_parallel/p2p_communication.h"
 #include "core/pipeline_parallel/schedules.h"
@@ -71,6 +72,11 @@ typedef struct {
     int iteration;
     int optimizer_steps; /* steps taken (AdamW's step count): iterations less skipped ones;
                             counted from 0 again after a load without the optimizer state */
+    int scaling;         /* a loss scaler runs (--fp16, --loss-scale) */
+    grad_scaler scaler;  /* its state (the loss scale the log shows) */
+    int overflow;        /* the last iteration's scaled gradients were not finite: skipped, and
+                            no grad norm (Megatron's optimizer.step returns None) */
+    int advanced;        /* an iteration of this process took a step: the log has a loss */
     uint64_t consumed_train_samples;
     int32_t *sample;   /* [seq_length + 1] */
     int difflm;        /* --model-running-mode difflm-noshift */
@@ -168,7 +174,12 @@ static void backward_step(void *user, int k, activation_store *store) {
     step_ctx *sc = user;
     /* Megatron's no_sync: the last micro-batch's backward may start the DP reductions */
     ddp_set_last_microbatch(sc->tr->ddp, k == sc->tr->num_microbatches - 1);
-    gpt_model_backward(sc->tr->model, store, 1.0f / sc->tr->num_microbatches);
+    /* Megatron's loss / num_microbatches, times the loss scale (schedules.py's grad_scale_func)
+     * when one runs */
+    const trainer *tr = sc->tr;
+    float seed = tr->scaling ? tr->scaler.scale / tr->num_microbatches
+                             : 1.0f / tr->num_microbatches;
+    gpt_model_backward(tr->model, store, seed);
 }
 
 /* Mean over micro-batches and DP replicas of a loss sum the last pipeline stage computed
@@ -221,7 +232,17 @@ static int train_step(trainer *tr, float *loss_out, float *grad_norm_out, int *b
     double loss_sum = forward_backward(tr->pipe, tr->num_microbatches, &steps);
     watchdog_progress("reducing gradients and stepping the optimizer");
     finalize_model_grads(tr->ddp, ps, tr->model->spec.tied_embedding);
+    /* Megatron's MixedPrecisionOptimizer.prepare_grads: unscale, found_inf, update the scaler
+     * (one process: the flat buffer is every gradient; parallel layouts are refused). A
+     * found_inf makes the norm below non-finite: the step is skipped (or the job stops when
+     * --check-for-nan-in-loss-and-grad is on, as Megatron's gradient check does). */
+    tr->overflow = 0;
+    if (tr->scaling) {
+        tr->overflow = grad_scaler_unscale(ps->grad, ps->numel, grad_scaler_inv_scale(&tr->scaler));
+        grad_scaler_update(&tr->scaler, tr->overflow);
+    }
     float norm = tr->dopt ? dist_opt_grad_norm(tr->dopt) : optimizer_grad_norm(ps);
+    if (tr->overflow) norm = NAN; /* even if the squares' sum lost the infinity */
     *loss_out = global_mean_loss(tr, loss_sum);
     *grad_norm_out = norm;
     *bad_rank_out = -1;
@@ -244,7 +265,7 @@ static int train_step(trainer *tr, float *loss_out, float *grad_norm_out, int *b
     } else {
         optimizer_step(ps, &tr->oc, lr, tr->optimizer_steps);
     }
-    gpt_model_params_to_bf16(tr->model); /* --bf16: the updated main parameters, rounded */
+    gpt_model_params_to_bf16(tr->model); /* --bf16 / --fp16: the updated main parameters */
     return 1;
 }
 
@@ -300,7 +321,8 @@ static int save(trainer *tr) {
     ckpt_state st = {.iteration = tr->iteration,
                      .consumed_train_samples = tr->consumed_train_samples,
                      .optimizer_step = tr->optimizer_steps,
-                     .args = args_to_json(a)};
+                     .args = args_to_json(a),
+                     .grad_scaler = tr->scaling ? grad_scaler_to_json(&tr->scaler) : NULL};
     double t0 = now_seconds();
     /* every rank writes its own slices (the distributed optimizer: its own pieces of the
      * moments) of the gathered parameters */
@@ -309,6 +331,7 @@ static int save(trainer *tr) {
                             sizeof(err));
     if (a->log_memory) log_checkpoint_io(tr, "save", "written");
     cJSON_Delete(st.args);
+    cJSON_Delete(st.grad_scaler);
     if (rc != 0) {
         fprintf(stderr, "[rank %d] error: saving the checkpoint of iteration %d to %s: %s\n",
                 parallel_world_rank(), tr->iteration, a->save, err);
@@ -353,6 +376,25 @@ static int load_tensors(trainer *tr, int it, char *err, size_t errlen) {
     return rc;
 }
 
+/* The dynamic loss scaler's state from a checkpoint's (Megatron's optimizer load_state_dict:
+ * a checkpoint without one, e.g. from a --bf16 or fp32 run, leaves the scaler as the flags set
+ * it up; one this run has no use for is not loaded, with a warning). */
+static int load_grad_scaler(trainer *tr, const cJSON *saved, int it, char *err, size_t errlen) {
+    if (!saved || !tr->scaling || !tr->scaler.dynamic) {
+        if (saved)
+            log_printf(" WARNING: the checkpoint holds a loss scaler's state; this run scales "
+                       "%s: not loaded\n", tr->scaling ? "by a constant" : "no loss");
+        else if (tr->scaling && tr->scaler.dynamic)
+            log_printf(" WARNING: the checkpoint holds no loss scaler's state: starting from "
+                       "--initial-loss-scale\n");
+        return 0;
+    }
+    char why[256];
+    if (grad_scaler_from_json(&tr->scaler, saved, why, sizeof why) == 0) return 0;
+    snprintf(err, errlen, "%s/iter_%07d/state.json: %s", tr->a->load, it, why);
+    return -1;
+}
+
 /* Loads the latest checkpoint of --load if there is one. 0 ok (or nothing to load), -1 error. */
 static int load(trainer *tr) {
     megadlm_args *a = tr->a;
@@ -381,7 +423,12 @@ static int load(trainer *tr) {
         tr->consumed_train_samples = st.consumed_train_samples;
     }
     tr->optimizer_steps = a->no_load_optim || a->finetune ? 0 : st.optimizer_step;
+    rc = load_grad_scaler(tr, st.grad_scaler, it, err, sizeof err);
     ckpt_state_free(&st);
+    if (rc != 0) {
+        fprintf(stderr, "error: loading checkpoint: %s\n", err);
+        return -1;
+    }
     if (dist_ckpt_last_conversion()[0]) log_printf("%s\n", dist_ckpt_last_conversion());
     const parallel_state *pst = parallel_get(); /* the logging rank's, as Megatron's line */
     log_printf("  successfully loaded checkpoint from %s [ t %d/%d, p %d/%d ] at iteration %d\n",
@@ -496,14 +543,22 @@ static void training_log(trainer *tr, double elapsed_s, const log_counts *c, dou
     double per_iter = elapsed_s / c->iters;
     double tflops = model_flops_per_iteration(a, a->global_batch_size) /
                     (per_iter * 1e12 * a->world_size);
-    /* Megatron averages the loss over the iterations that took a step */
+    /* Megatron prints the loss scale after this iteration's update (1.0 without a scaler) and
+     * no grad norm after an overflow (its optimizer step returned None) */
+    char norm[48] = "", loss[48] = "";
+    if (!tr->overflow) snprintf(norm, sizeof norm, " grad norm: %.3f |", grad_norm);
+    /* Megatron averages the loss over the iterations that took a step; its sum starts with the
+     * first such iteration of the process (until then the line has no loss) */
+    if (tr->advanced)
+        snprintf(loss, sizeof loss, " lm loss: %.6E |",
+                 loss_sum / (c->advanced > 1 ? c->advanced : 1));
     log_printf(" iteration %8d/%8d | consumed samples: %12llu | elapsed time per iteration (ms): "
            "%.1f | throughput per GPU (TFLOP/s/GPU): %.3f | learning rate: %.6E | global batch "
-           "size: %5d | lm loss: %.6E | loss scale: 1.0 | grad norm: %.3f | number of skipped "
+           "size: %5d |%s loss scale: %.1f |%s number of skipped "
            "iterations: %3d | number of nan iterations: %3d |\n",
            tr->iteration, a->train_iters, (unsigned long long)tr->consumed_train_samples,
-           per_iter * 1000.0, tflops, lr, a->global_batch_size,
-           loss_sum / (c->advanced > 1 ? c->advanced : 1), grad_norm, c->skipped, c->nan);
+           per_iter * 1000.0, tflops, lr, a->global_batch_size, loss,
+           tr->scaling ? (double)tr->scaler.scale : 1.0, norm, c->skipped, c->nan);
     fflush(stdout);
 }
 
@@ -709,27 +764,50 @@ static void log_threads(void) {
                    "OPENBLAS_CORETYPE=%s\n", gemm_blas_kernels(), better, better);
 }
 
-/* --bf16: the bf16 GEMM chosen now (serial code, before any parallel region), and what is
- * bf16 in this run (docs/MEMORY.md). */
-static int setup_bf16(const megadlm_args *a) {
-    if (!a->bf16) return 0;
+/* --bf16 / --fp16: the 16-bit GEMM chosen now (serial code, before any parallel region), and
+ * what is 16-bit in this run (docs/MEMORY.md). */
+static int setup_half(const megadlm_args *a) {
+    const half_kind k = a->bf16 ? HALF_BF16 : a->fp16 ? HALF_FP16 : HALF_NONE;
+    if (k == HALF_NONE) return 0;
+    const char *f = half_kind_name(k);
     char err[256];
-    if (gemm_bf16_init(err, sizeof err) != 0) {
-        fprintf(stderr, "error: --bf16: %s\n", err);
+    if (gemm_half_init(k, err, sizeof err) != 0) {
+        fprintf(stderr, "error: --%s: %s\n", f, err);
         return -1;
     }
-    log_printf("> bf16: parameters of the linears' GEMMs (2 bytes each, a copy rounded from the "
+    log_printf("> %s: parameters of the linears' GEMMs (2 bytes each, a copy rounded from the "
                "fp32 main parameters after every optimizer step); GEMM operands of linear_qkv, "
-               "linear_proj, linear_fc1, linear_fc2 and the output layer rounded to bf16, fp32 "
+               "linear_proj, linear_fc1, linear_fc2 and the output layer rounded to %s, fp32 "
                "sums; linear_qkv and linear_fc1 outputs, q/k norm and RoPE outputs, attention "
                "scores, probabilities and dropped probabilities and the residual stream rounded "
-               "to bf16; saved for backward in bf16: layer inputs, norm outputs, qkv, attention "
+               "to %s; saved for backward in %s: layer inputs, norm outputs, qkv, attention "
                "probabilities and context, residual after attention, fc1, activation output. "
                "fp32: main parameters, gradients (accumulated and reduced in fp32), Adam "
                "moments, norm statistics, softmax, cross-entropy and the loss; embedding, norm "
-               "and bias parameters are read from the fp32 main copy\n");
-    log_printf("> %s\n", gemm_bf16_describe());
+               "and bias parameters are read from the fp32 main copy\n", f, f, f, f);
+    log_printf("> %s\n", gemm_half_describe(k));
     return 0;
+}
+
+/* The loss scaler Megatron's get_megatron_optimizer builds: constant with --loss-scale (--fp16
+ * or --bf16), dynamic with --fp16 otherwise, none else (the flags are validated). */
+static void setup_loss_scaler(trainer *tr) {
+    const megadlm_args *a = tr->a;
+    if (a->loss_scale > 0.0f) {
+        tr->scaler = grad_scaler_constant(a->loss_scale);
+        log_printf("> loss scaling: constant %.1f (gradients unscaled before clipping; a step with "
+                   "a non-finite gradient is skipped)\n", (double)a->loss_scale);
+    } else if (a->fp16) {
+        tr->scaler = grad_scaler_dynamic(a->initial_loss_scale, a->min_loss_scale,
+                                         (int)a->loss_scale_window, a->hysteresis);
+        log_printf("> loss scaling: dynamic from %.1f (min %.1f, x2 after %d iterations without "
+                   "overflow, x0.5 after %d overflows; an overflow skips the step)\n",
+                   (double)a->initial_loss_scale, (double)a->min_loss_scale,
+                   (int)a->loss_scale_window, a->hysteresis);
+    } else {
+        return;
+    }
+    tr->scaling = 1;
 }
 
 /* --tp-comm-overlap: the overlap engine's progress mode, and what overlaps (the log rank). */
@@ -815,9 +893,10 @@ int pretrain(megadlm_args *a) {
            pst->tp_rank, pst->pp_rank, tr.model->params.numel);
     gpt_model_init_params(tr.model, a->seed);
     setup_data_parallel(&tr);
+    setup_loss_scaler(&tr); /* before a load, which may restore its state */
     if (a->load[0] && load(&tr) != 0) goto done;
-    gpt_model_params_to_bf16(tr.model); /* --bf16: from the loaded (or initial) parameters */
-    if (setup_bf16(a) != 0) goto done;
+    gpt_model_params_to_bf16(tr.model); /* --bf16 / --fp16: from the loaded (or initial) ones */
+    if (setup_half(a) != 0) goto done;
     if (build_data(&tr) != 0) goto done;
     setup_optimizer(&tr);
     tr.dp_rank = pst->dp_rank;
@@ -857,6 +936,7 @@ int pretrain(megadlm_args *a) {
         if (stepped) {
             loss_acc += loss;
             advanced_acc++;
+            tr.advanced = 1;
         } else { /* Megatron's counts: skipped; nan when the loss is not finite */
             skipped_acc++;
             nan_acc += !isfinite(loss);

@@ -4,7 +4,8 @@
 # the megadlm checkpoint) and the same batch give the same loss and gradients in an independent
 # PyTorch implementation (tests/python/torch_gpt.py), and the same parameters after 3 AdamW
 # steps with gradient clipping and Megatron's cosine schedule; under --bf16 the first
-# iteration's loss and gradients against PyTorch bf16 references (tests/python/torch_bf16.py).
+# iteration's loss and gradients against PyTorch bf16 references, and under --fp16 against the
+# fp16 emulation (tests/python/torch_bf16.py).
 # tests/tools/parity_dump.c is the megadlm side. Builds nothing.
 # Environment (set by CTest): SRC (source tree), BUILD (build tree), WORK (scratch directory).
 set -euo pipefail
@@ -30,12 +31,14 @@ done
 
 # --bf16: the first iteration against PyTorch references (tests/python/torch_bf16.py): an
 # emulation of megadlm's rounding points (loss 1e-4, gradients 2e-2 of each tensor's norm) and
-# PyTorch's bf16 autocast (loss 1e-2)
+# PyTorch's bf16 autocast (loss 1e-2); --fp16: the same emulation in fp16
 for family in gpt llama; do
-    echo "== $family --bf16"
-    "$TOOL" "$family" "$WORK/$family-bf16" bf16 > /dev/null
-    "$PY" "$SRC/tests/python/torch_bf16.py" "$family" "$WORK/$family-bf16" ||
-        { echo "FAIL: $family --bf16 differs from the PyTorch bf16 references"; exit 1; }
+  for fmt in bf16 fp16; do
+    echo "== $family --$fmt"
+    "$TOOL" "$family" "$WORK/$family-$fmt" "$fmt" > /dev/null
+    "$PY" "$SRC/tests/python/torch_bf16.py" "$family" "$WORK/$family-$fmt" "$fmt" ||
+        { echo "FAIL: $family --$fmt differs from the PyTorch $fmt references"; exit 1; }
+  done
 done
 
 # the checker must reject a dump of the other family (config and tensor names differ)

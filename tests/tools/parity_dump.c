@@ -3,8 +3,9 @@
  * steps exactly as the trainer does (training.c train_step), and writes everything the
  * independent PyTorch implementation (tests/python/torch_gpt.py) compares against.
  *
- *   parity_dump FAMILY OUTDIR [bf16]   FAMILY = gpt | llama; bf16: the model under --bf16
- *                                      (tests/python/torch_bf16.py compares that one)
+ *   parity_dump FAMILY OUTDIR [bf16|fp16]   FAMILY = gpt | llama; bf16 / fp16: the model
+ *                                      under --bf16 / --fp16 (tests/python/torch_bf16.py
+ *                                      compares that one; no loss scaling here)
  *
  * Writes into OUTDIR:
  *   ckpt/iter_0000000/{model,optimizer}.safetensors, state.json   (ckpt_save; args = the config)
@@ -164,8 +165,8 @@ static int write_named(const char *path, const param_set *ps, const float *buf,
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3 && !(argc == 4 && !strcmp(argv[3], "bf16"))) {
-        fprintf(stderr, "usage: %s gpt|llama OUTDIR [bf16]\n", argv[0]);
+    if (argc != 3 && !(argc == 4 && (!strcmp(argv[3], "bf16") || !strcmp(argv[3], "fp16")))) {
+        fprintf(stderr, "usage: %s gpt|llama OUTDIR [bf16|fp16]\n", argv[0]);
         return 2;
     }
     parity_setup s;
@@ -173,7 +174,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "parity_dump: unknown family '%s' (gpt|llama)\n", argv[1]);
         return 2;
     }
-    s.cfg.bf16 = argc == 4;
+    s.cfg.bf16 = argc == 4 && !strcmp(argv[3], "bf16");
+    s.cfg.fp16 = argc == 4 && !strcmp(argv[3], "fp16");
     const char *out = argv[2];
     char path[4096], err[1024];
     const transformer_config *c = &s.cfg;
@@ -260,7 +262,7 @@ int main(int argc, char **argv) {
         clipped += coeff < 1.0f;
         lrs[it] = (float)lr_scheduler_get(&sched, (int64_t)consumed);
         optimizer_step(ps, &s.oc, lrs[it], it + 1);
-        gpt_model_params_to_bf16(m); /* as train_step does (no-op without bf16) */
+        gpt_model_params_to_bf16(m); /* as train_step does (no-op in fp32) */
         consumed += gbs;
         printf("  step %d: loss %.7f grad norm %.6f (clip coeff %.4f) lr %.6e\n", it + 1,
                losses[it], norms[it], coeffs[it], lrs[it]);

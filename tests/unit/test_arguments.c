@@ -12,6 +12,7 @@
 
 #include "test_util.h"
 #include "training/arguments.h"
+#include "training/model_provider.h"
 
 #define BASE                                                                                  \
     "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "               \
@@ -310,12 +311,10 @@ static void test_parse_errors(void) {
 
 static void test_refused_flags(void) {
     static const char *later[] = {
-        "--fp16",
         "--tp-comm-overlap-cfg cfg.yaml",
         "--context-parallel-size 2", "--expert-model-parallel-size 2", "--num-experts 8",
         "--use-flash-attn",
         "--fp8-format hybrid",
-        "--fp16=1",
     };
     for (size_t i = 0; i < sizeof(later) / sizeof(later[0]); i++) {
         megadlm_args a;
@@ -378,8 +377,8 @@ static void test_refused_flags(void) {
 
 /* Megatron's parallel rules (arguments.py validate_args, TransformerConfig, the parallel
  * linear layers' divisions); BASE: 2 layers, h 64, 4 heads, ffn 256, seq 32, micro 2. */
-/* --bf16: Megatron's rules (it sets accumulate_allreduce_grads_in_fp32; fp16 is refused as a
- * later feature), and the layouts not built yet refused by name. */
+/* --bf16: Megatron's rules (it sets accumulate_allreduce_grads_in_fp32; not with --fp16), and
+ * the layouts not built yet refused by name. */
 static void test_bf16_flag(void) {
     megadlm_args a;
     CHECK(run_line(&a, BASE) == 0 && !a.bf16 && !a.accumulate_allreduce_grads_in_fp32);
@@ -388,8 +387,8 @@ static void test_bf16_flag(void) {
     args_free(&a);
     CHECK(parse_line(&a, BASE " --bf16=1") == -1 && strstr(ERR, "--bf16") != NULL);
     args_free(&a);
-    CHECK(parse_line(&a, BASE " --bf16 --fp16") == -1 &&
-          strcmp(ERR, "--fp16: not supported yet") == 0);
+    CHECK(run_line(&a, BASE " --bf16 --fp16") == -1 &&
+          strcmp(ERR, "--fp16 and --bf16 exclude each other (one parameter type)") == 0);
     args_free(&a);
     /* the world as mpirun gives it to train */
     static const char *const layouts[][2] = {
@@ -410,6 +409,85 @@ static void test_bf16_flag(void) {
         if (rc != -1 || strcmp(ERR, want)) fprintf(stderr, "  %s -> '%s'\n", line, ERR);
         args_free(&a);
     }
+}
+
+/* --fp16 and the loss scaler's flags: Megatron's defaults (arguments.py: --initial-loss-scale
+ * 2**32, --min-loss-scale 1.0, --loss-scale-window 1000, --hysteresis 2, --loss-scale None),
+ * its rules (validate_args: fp16 does not force accumulate_allreduce_grads_in_fp32 and turns
+ * check_for_nan_in_loss_and_grad off with dynamic scaling, not with a constant scale;
+ * DynamicGradScaler's asserts), the flags a run's scaler would not read refused, the layouts
+ * not built yet refused by name. */
+static void test_fp16_flag(void) {
+    megadlm_args a;
+    EXPECT_OK(&a, BASE);
+    CHECK(!a.fp16 && a.loss_scale < 0 && a.initial_loss_scale == 4294967296.0f);
+    CHECK(a.min_loss_scale == 1.0f && a.loss_scale_window == 1000.0f && a.hysteresis == 2);
+    CHECK(a.check_for_nan_in_loss_and_grad == 1);
+    args_free(&a);
+    EXPECT_OK(&a, BASE " --fp16");
+    CHECK(a.fp16 && !a.bf16 && !a.accumulate_allreduce_grads_in_fp32);
+    CHECK(a.check_for_nan_in_loss_and_grad == 0);
+    transformer_config c = model_config_from_args(&a);
+    CHECK(c.fp16 == 1 && c.bf16 == 0 && tc_half(&c) == HALF_FP16);
+    args_free(&a);
+    EXPECT_OK(&a, BASE " --fp16 --loss-scale 1024");
+    CHECK(a.loss_scale == 1024.0f && a.check_for_nan_in_loss_and_grad == 1);
+    args_free(&a);
+    EXPECT_OK(&a, BASE " --bf16 --loss-scale 8"); /* Megatron: a constant scaler for bf16 too */
+    args_free(&a);
+    EXPECT_OK(&a, BASE " --fp16 --initial-loss-scale 65536 --min-loss-scale 0.5 "
+                  "--loss-scale-window 100.0 --hysteresis 1");
+    CHECK(a.initial_loss_scale == 65536.0f && a.min_loss_scale == 0.5f &&
+          a.loss_scale_window == 100.0f && a.hysteresis == 1);
+    args_free(&a);
+    CHECK(parse_line(&a, BASE " --fp16=1") == -1 && strstr(ERR, "--fp16: takes no value"));
+    args_free(&a);
+    CHECK(parse_line(&a, BASE " --fp16 --hysteresis 0") == -1 &&
+          strstr(ERR, "--hysteresis: expected a positive integer"));
+    args_free(&a);
+    EXPECT_ERR(BASE " --loss-scale 4", "--loss-scale needs --fp16 or --bf16", NULL, NULL);
+    EXPECT_ERR(BASE " --fp16 --loss-scale 0", "--loss-scale must be positive", NULL, NULL);
+    EXPECT_ERR(BASE " --initial-loss-scale 8", "--initial-loss-scale has no effect without --fp16",
+               NULL, NULL);
+    EXPECT_ERR(BASE " --bf16 --hysteresis 3", "--hysteresis has no effect without --fp16", NULL,
+               NULL);
+    EXPECT_ERR(BASE " --fp16 --loss-scale 8 --loss-scale-window 10",
+               "--loss-scale-window has no effect with --loss-scale (a constant scale)", NULL,
+               NULL);
+    EXPECT_ERR(BASE " --fp16 --initial-loss-scale 0", "--initial-loss-scale must be positive",
+               NULL, NULL);
+    EXPECT_ERR(BASE " --fp16 --min-loss-scale -1", "--min-loss-scale must be positive", NULL,
+               NULL);
+    EXPECT_ERR(BASE " --fp16 --initial-loss-scale 4 --min-loss-scale 8",
+               "--min-loss-scale 8 is above --initial-loss-scale 4", NULL, NULL);
+    EXPECT_ERR(BASE " --fp16 --loss-scale-window 2.5",
+               "--loss-scale-window must be a positive whole number", NULL, NULL);
+    EXPECT_ERR(BASE " --fp16 --loss-scale-window 0",
+               "--loss-scale-window must be a positive whole number", NULL, NULL);
+    static const char *const layouts[][2] = {
+        {"--tensor-model-parallel-size 2", "--tensor-model-parallel-size > 1"},
+        {"--pipeline-model-parallel-size 2", "--pipeline-model-parallel-size > 1"},
+        {"", "data parallelism (world size > 1)"},
+        {"--use-distributed-optimizer", "--use-distributed-optimizer"},
+    };
+    for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
+        char line[512], want[160];
+        snprintf(line, sizeof line, BASE " --fp16 %s", layouts[i][0]);
+        snprintf(want, sizeof want, "--fp16 with %s: not supported yet", layouts[i][1]);
+        int rc = parse_line(&a, line);
+        CHECK(rc == 0);
+        a.world_size = i == 3 ? 1 : 2;
+        if (rc == 0) rc = args_validate(&a, ERR, sizeof ERR);
+        CHECK(rc == -1 && strcmp(ERR, want) == 0);
+        if (rc != -1 || strcmp(ERR, want)) fprintf(stderr, "  %s -> '%s'\n", line, ERR);
+        args_free(&a);
+    }
+    /* generate and convert: a mixed-precision run's arguments made an fp32 run's */
+    EXPECT_OK(&a, BASE " --fp16 --initial-loss-scale 65536 --hysteresis 4");
+    args_fp32(&a);
+    CHECK(!a.fp16 && !a.bf16 && a.initial_loss_scale == 4294967296.0f && a.hysteresis == 2);
+    CHECK(args_validate(&a, ERR, sizeof ERR) == 0);
+    args_free(&a);
 }
 
 static void test_parallel(void) {
@@ -1208,6 +1286,7 @@ int main(void) {
     test_parse_errors();
     test_refused_flags();
     test_bf16_flag();
+    test_fp16_flag();
     test_parallel();
     test_data_path();
     test_validation_errors();

@@ -1,4 +1,5 @@
-/* bf16 / fp16 conversions (core/kernels/bf16.h) and gemm_bf16 (core/kernels/gemm.h).
+/* bf16 / fp16 conversions (core/kernels/bf16.h), gemm_bf16 and gemm_half's fp16 operands
+ * (core/kernels/gemm.h).
  *
  * Conversions, without PyTorch (tests/scripts/test_bf16_torch.sh compares the bits with
  * PyTorch's): a table of values worked out by hand, and every narrowing result against an
@@ -14,6 +15,9 @@
  * 1 and 0.5, alpha 1 and -0.75, K = 0; the fallback also with a workspace small enough that its
  * tiles split M, N and K; calls from every thread of a parallel region. And the choice of the
  * implementation: MEGADLM_BF16_GEMM, and auto against the CPU's flags in /proc/cpuinfo.
+ * gemm_half with fp16 operands: the same cases and bound (fp16 x fp16 products are exact in fp32
+ * too), its operands fp16 values the bf16 ones are not (a bf16 reading of the bits fails).
+ * half_round_f32 / half_from_f32 / half_to_f32 dispatch to the format's own conversions.
  *
  * Error bound: both implementations multiply bf16 values exactly in fp32 (8-bit significands)
  * and sum in fp32, then apply alpha and add beta * C. Whatever the order of the sums, the error
@@ -232,17 +236,33 @@ static double rnd(void) { /* uniform [0, 1) */
     return (double)(g_rng >> 11) / 9007199254740992.0;
 }
 
-/* A stored rows x cols bf16 matrix with row stride ld; padding columns hold NaN. Values:
- * random signs, magnitudes over 2^-4 .. 2^4, rounded to bf16. */
+/* The operands' format: HALF_BF16 (gemm_bf16's tests) or HALF_FP16 (gemm_half's). */
+static half_kind g_fmt = HALF_BF16;
+
+static float widen(uint16_t h) { return g_fmt == HALF_FP16 ? fp16_to_float(h) : bf16_to_float(h); }
+
+/* A stored rows x cols matrix of g_fmt with row stride ld; padding columns hold NaN. Values:
+ * random signs, magnitudes over 2^-4 .. 2^4 (fp16: with 11-bit significands), rounded. */
 static bf16 *make_bf16(int rows, int cols, int ld) {
     bf16 *p = malloc(((size_t)rows * ld + 1) * sizeof(bf16));
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < ld; c++) {
             float v = (float)((rnd() + 0.5) * ldexp(1.0, (int)(rnd() * 9) - 4));
             if (rnd() < 0.5) v = -v;
-            p[(size_t)r * ld + c] = c < cols ? bf16_from_float(v) : 0x7fc1;
+            const uint16_t nan = g_fmt == HALF_FP16 ? 0x7e01 : 0x7fc1;
+            p[(size_t)r * ld + c] =
+                c >= cols ? nan : g_fmt == HALF_FP16 ? fp16_from_float(v) : bf16_from_float(v);
         }
     return p;
+}
+
+/* The product under test: gemm_bf16 for bf16 (the implementation in use), gemm_half for fp16. */
+static void product(gemm_dims d, float alpha, gemm_in_bf16 A, gemm_in_bf16 B, float beta,
+                    gemm_out C) {
+    if (g_fmt == HALF_FP16)
+        gemm_half(HALF_FP16, d, alpha, A, B, beta, C);
+    else
+        gemm_bf16(d, alpha, A, B, beta, C);
 }
 
 typedef struct {
@@ -261,8 +281,8 @@ static gemm_check check_case(int M, int N, int K, int ta, int tb, int pad, float
     for (size_t i = 0; i < (size_t)M * ldc; i++)
         C0[i] = (i % ldc) < (size_t)N ? (beta == 0.0f ? NAN : (float)(rnd() * 2 - 1)) : -7.25f;
     memcpy(C, C0, (size_t)M * ldc * sizeof(float));
-    gemm_bf16((gemm_dims){M, N, K}, alpha, (gemm_in_bf16){A, lda, ta}, (gemm_in_bf16){B, ldb, tb},
-              beta, gemm_o(C, ldc));
+    product((gemm_dims){M, N, K}, alpha, (gemm_in_bf16){A, lda, ta}, (gemm_in_bf16){B, ldb, tb},
+            beta, gemm_o(C, ldc));
     gemm_check r = {0, 0};
     const double u = ldexp(1.0, -24);
     for (int i = 0; i < M; i++) {
@@ -274,8 +294,8 @@ static gemm_check check_case(int M, int N, int K, int ta, int tb, int pad, float
             }
             double sum = 0, sabs = 0;
             for (int k = 0; k < K; k++) {
-                const double a = bf16_to_float(ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k]);
-                const double b = bf16_to_float(tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j]);
+                const double a = widen(ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k]);
+                const double b = widen(tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j]);
                 sum += a * b;
                 sabs += fabs(a * b);
             }
@@ -340,16 +360,16 @@ static void test_gemm_path(const char *path) {
 
     /* K = 0: C = beta * C, A and B not read */
     float c[6] = {1, 2, 3, 4, 5, 6};
-    gemm_bf16((gemm_dims){2, 3, 0}, 1.0f, gemm_n_bf16(NULL, 1), gemm_n_bf16(NULL, 3), 0.5f,
-              gemm_o(c, 3));
+    product((gemm_dims){2, 3, 0}, 1.0f, gemm_n_bf16(NULL, 1), gemm_n_bf16(NULL, 3), 0.5f,
+            gemm_o(c, 3));
     CHECK(c[0] == 0.5f && c[5] == 3.0f);
     c[0] = NAN;
-    gemm_bf16((gemm_dims){2, 3, 0}, 1.0f, gemm_n_bf16(NULL, 1), gemm_n_bf16(NULL, 3), 0.0f,
-              gemm_o(c, 3));
+    product((gemm_dims){2, 3, 0}, 1.0f, gemm_n_bf16(NULL, 1), gemm_n_bf16(NULL, 3), 0.0f,
+            gemm_o(c, 3));
     CHECK(c[0] == 0.0f && c[5] == 0.0f);
     /* M or N = 0: nothing happens */
-    gemm_bf16((gemm_dims){0, 3, 4}, 1.0f, gemm_n_bf16(NULL, 4), gemm_n_bf16(NULL, 3), 0.0f,
-              gemm_o(NULL, 3));
+    product((gemm_dims){0, 3, 4}, 1.0f, gemm_n_bf16(NULL, 4), gemm_n_bf16(NULL, 3), 0.0f,
+            gemm_o(NULL, 3));
 
     /* from every thread of a parallel region, each its own product (the fallback then uses
      * its thread's slice of the workspace; oneDNN runs on the calling thread) */
@@ -382,6 +402,57 @@ static void test_fallback_tiles(void) {
         run_case("fallback (tiles)", 33, 20, 5, 1, 1, 0, 1.0f, 1.0f);
     }
     gemm_bf16_limit_workspace(0);
+}
+
+/* ------------------------------------------------------------ fp16 and the run's format */
+
+/* half_* take the format's own conversions: compared with bf16_* / fp16_* on values whose
+ * roundings differ between the two formats, NaN and infinity, and past fp16's range. */
+static void test_half_dispatch(void) {
+    enum { n = 8 };
+    const float x[n] = {1.0f + 0x1p-9f, -3.14159265f, 70000.0f, 1e-6f, -0.0f, INFINITY, NAN,
+                        0.1f};
+    uint16_t hb[n], hf[n], rb[n], rf[n];
+    float wb[n], wf[n], gb[n], gf[n], xb[n], xf[n];
+    half_from_f32(HALF_BF16, hb, x, n);
+    half_from_f32(HALF_FP16, hf, x, n);
+    bf16_from_f32(rb, x, n);
+    fp16_from_f32(rf, x, n);
+    CHECK(memcmp(hb, rb, sizeof hb) == 0 && memcmp(hf, rf, sizeof hf) == 0);
+    CHECK(memcmp(hb, hf, sizeof hb) != 0);
+    CHECK(hf[2] == 0x7c00); /* 70000 is past fp16's largest finite value */
+    half_to_f32(HALF_BF16, wb, hb, n);
+    half_to_f32(HALF_FP16, wf, hf, n);
+    for (int i = 0; i < n; i++) {
+        gb[i] = bf16_to_float(hb[i]);
+        gf[i] = fp16_to_float(hf[i]);
+    }
+    CHECK(memcmp(wb, gb, sizeof wb) == 0 && memcmp(wf, gf, sizeof wf) == 0);
+    memcpy(xb, x, sizeof xb);
+    memcpy(xf, x, sizeof xf);
+    half_round_f32(HALF_BF16, xb, n);
+    half_round_f32(HALF_FP16, xf, n);
+    CHECK(memcmp(xb, wb, sizeof xb) == 0 && memcmp(xf, wf, sizeof xf) == 0);
+    float same[n];
+    memcpy(same, x, sizeof same);
+    half_round_f32(HALF_NONE, same, n); /* fp32 training: unchanged */
+    CHECK(memcmp(same, x, sizeof same) == 0);
+    /* a block with row strides */
+    float blk[2 * 3];
+    const uint16_t src[2 * 4] = {hf[0], hf[1], hf[3], 0, hf[7], hf[4], hf[2], 0};
+    half_to_f32_2d(HALF_FP16, blk, 3, src, 4, 2, 3);
+    CHECK(blk[0] == wf[0] && blk[2] == wf[3] && blk[3] == wf[7] && isinf(blk[5]));
+    CHECK(!strcmp(half_kind_name(HALF_FP16), "fp16") && !strcmp(half_kind_name(HALF_BF16), "bf16"));
+}
+
+/* The fp16 product reads its operands as fp16: the bits of 1.5 (0x3e00) read as bf16 are
+ * 0.125; 1.5 * 1.5 = 2.25. */
+static void test_fp16_not_bf16(void) {
+    const uint16_t a = 0x3e00, b = 0x3e00;
+    float c = -1.0f;
+    gemm_half(HALF_FP16, (gemm_dims){1, 1, 1}, 1.0f, gemm_n_half(&a, 1), gemm_n_half(&b, 1), 0.0f,
+              gemm_o(&c, 1));
+    CHECK(c == 2.25f);
 }
 
 /* ------------------------------------------------------------ choosing the implementation */
@@ -451,5 +522,14 @@ int main(void) {
     } else {
         printf("SKIPPED onednn: %s\n", err);
     }
+
+    /* fp16 operands: the converted tiles, whichever bf16 implementation is in use */
+    test_half_dispatch();
+    g_fmt = HALF_FP16;
+    CHECK(gemm_half_init(HALF_FP16, err, sizeof err) == 0);
+    CHECK(strstr(gemm_half_describe(HALF_FP16), "fp16 GEMM: fp32 sgemm on converted tiles"));
+    test_gemm_path("fp16");
+    test_fallback_tiles();
+    test_fp16_not_bf16();
     TEST_DONE();
 }

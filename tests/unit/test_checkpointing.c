@@ -239,9 +239,25 @@ static void test_round_trip(void) {
     CHECK(ckpt_load_state(dir, 1, &ld, g_err, sizeof g_err) == 0);
     CHECK(ld.iteration == 1 && ld.consumed_train_samples == 1007 && ld.optimizer_step == 0);
     CHECK(ld.args && cJSON_Compare(ld.args, st.args, 1));
+    CHECK(ld.grad_scaler == NULL); /* none saved */
     ckpt_state_free(&ld);
     CHECK(ld.args == NULL);
     ckpt_state_free(&st);
+
+    /* A loss scaler's state (--fp16), elsewhere: kept as given */
+    {
+        char sdir[600];
+        snprintf(sdir, sizeof sdir, "%s/rt/scaler", g_root);
+        ckpt_state sc = make_state(1);
+        sc.grad_scaler = cJSON_Parse("{\"scale\": 65536, \"growth_tracker\": 7, "
+                                     "\"hysteresis_tracker\": -1}");
+        CHECK(ckpt_save(sdir, &ps, &sc, 0, g_err, sizeof g_err) == 0);
+        CHECK(ckpt_load_state(sdir, 1, &ld, g_err, sizeof g_err) == 0);
+        CHECK(ld.grad_scaler && cJSON_Compare(ld.grad_scaler, sc.grad_scaler, 1));
+        ckpt_state_free(&ld);
+        CHECK(ld.grad_scaler == NULL);
+        ckpt_state_free(&sc);
+    }
 
     /* With optimizer state. */
     st = make_state(2);

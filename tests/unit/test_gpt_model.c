@@ -198,7 +198,7 @@ static void check_determinism_and_no_alloc(transformer_config c) {
 }
 
 /* Saved bytes per layer == the table of docs/MEMORY.md, written out here independently. Under
- * --bf16 everything but the norms' statistics is bf16. */
+ * --bf16 (--fp16) everything but the norms' statistics is bf16 (fp16). */
 static void check_saved_bytes(transformer_config c, int B, const char *family) {
     gpt_model *m = gpt_model_create(&c, B, GPT_MODEL_TRAINING);
     activation_store *st = activation_store_create(m, 1);
@@ -215,19 +215,24 @@ static void check_saved_bytes(transformer_config c, int B, const char *family) {
     size_t floats = (ln ? N : 0) + N                         /* ln1's mean, rstd */
                     + (c.qk_layernorm ? (ln ? N * (a + g) : 0) + N * (a + g) : 0) /* q/k stats */
                     + (ln ? N : 0) + N;                      /* ln2's mean, rstd */
-    size_t bytes = 4 * floats + (c.bf16 ? 2 : 4) * halves;
+    size_t bytes = 4 * floats + (c.bf16 || c.fp16 ? 2 : 4) * halves;
     for (int l = 0; l < c.num_layers; l++)
         CHECK(activation_store_layer_saved_bytes(st, l) == bytes);
-    if (!c.bf16 && !c.qk_layernorm && ln && a == g && d * a == h && f == 4 * h)
+    if (!c.bf16 && !c.fp16 && !c.qk_layernorm && ln && a == g && d * a == h && f == 4 * h)
         CHECK(bytes == 64 * s * b * h + 4 * a * s * s * b + 16 * s * b);
-    printf("%s%s: saved activations per layer %zu bytes\n", family, c.bf16 ? " --bf16" : "",
-           bytes);
+    printf("%s%s: saved activations per layer %zu bytes\n", family,
+           c.bf16 ? " --bf16" : c.fp16 ? " --fp16" : "", bytes);
     activation_store_free(st);
     gpt_model_free(m);
 }
 
 static transformer_config with_bf16(transformer_config c) {
     c.bf16 = 1;
+    return c;
+}
+
+static transformer_config with_fp16(transformer_config c) {
+    c.fp16 = 1;
     return c;
 }
 
@@ -276,6 +281,8 @@ int main(void) {
     check_saved_bytes(llama_config(), 2, "llama");
     check_saved_bytes(with_bf16(gpt2_config()), 3, "gpt2");
     check_saved_bytes(with_bf16(llama_config()), 2, "llama");
+    check_saved_bytes(with_fp16(gpt2_config()), 3, "gpt2");
+    check_saved_bytes(with_fp16(llama_config()), 2, "llama");
     check_finite_differences(gpt2_config(), "gpt2");
     check_finite_differences(llama_config(), "llama");
     check_grad_accumulation(gpt2_config(), "gpt2");
@@ -284,5 +291,7 @@ int main(void) {
     check_determinism_and_no_alloc(llama_config());
     check_determinism_and_no_alloc(with_bf16(gpt2_config()));
     check_determinism_and_no_alloc(with_bf16(llama_config()));
+    check_determinism_and_no_alloc(with_fp16(gpt2_config()));
+    check_determinism_and_no_alloc(with_fp16(llama_config()));
     TEST_DONE();
 }

@@ -1,9 +1,10 @@
-/* The linear layer's bf16 path (--bf16, core/kernels/linear.h): a weight inside the registered
- * parameter buffer multiplies as bf16 (weight from the bf16 copy, activation operand rounded to
- * bf16) with fp32 sums; forward, dgrad and wgrad are checked against double sums of the
- * rounded operands within fp32's summation bound, in one chunk and in chunks of 2 rows, on
- * both bf16 GEMM paths that run here; repeated calls give the same bits; a weight outside the
- * buffer (or no registration) takes the fp32 path unchanged. */
+/* The linear layer's 16-bit path (--bf16 / --fp16, core/kernels/linear.h): a weight inside the
+ * registered parameter buffer multiplies in the registered format (weight from the 16-bit copy,
+ * activation operand rounded to it) with fp32 sums; forward, dgrad and wgrad are checked against
+ * double sums of the operands rounded to that format (rounding to the other one misses the
+ * bound by far) within fp32's summation bound, in one chunk and in chunks of 2 rows, on both
+ * bf16 GEMM paths that run here and on fp16; repeated calls give the same bits; a weight
+ * outside the buffer (or no registration) takes the fp32 path unchanged. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +17,12 @@
 
 enum { N = 7, C = 24, OC = 19 };
 
-static float r16(float x) { return bf16_to_float(bf16_from_float(x)); }
+static half_kind g_kind; /* the format of this run */
+
+static float r16(float x) {
+    return g_kind == HALF_FP16 ? fp16_to_float(fp16_from_float(x))
+                               : bf16_to_float(bf16_from_float(x));
+}
 
 /* max over the result of |got - want| / (K * 2^-23 * sum |a||b| + tiny): <= 1 passes */
 static int within(const float *got, const double *want, const double *mag, int n, int K) {
@@ -32,16 +38,16 @@ static void run(int max_width, const char *what) {
     /* the parameter buffer: weight [OC, C], then bias [OC]; one fp32 weight outside it */
     size_t numel = (size_t)OC * C + OC;
     float *par = malloc(numel * sizeof(float)), *wout = malloc((size_t)OC * C * sizeof(float));
-    bf16 *par16 = malloc(numel * sizeof(bf16));
+    uint16_t *par16 = malloc(numel * sizeof(uint16_t));
     float *inp = malloc((size_t)N * C * sizeof(float)), *dout = malloc((size_t)N * OC * sizeof(float));
     philox_fill_normal(par, numel, 1.0f, 1, 0);
     philox_fill_normal(inp, (size_t)N * C, 1.0f, 1, 1);
     philox_fill_normal(dout, (size_t)N * OC, 1.0f, 1, 2);
     memcpy(wout, par, (size_t)OC * C * sizeof(float));
-    bf16_from_f32(par16, par, numel);
+    half_from_f32(g_kind, par16, par, numel);
     const float *w = par, *b = par + (size_t)OC * C;
 
-    linear_bf16_setup(par, par16, numel, N, max_width);
+    linear_half_setup(g_kind, par, par16, numel, N, max_width);
     float out[N * OC], out2[N * OC], din[N * C], dw[OC * C], din2[N * C], dw2[OC * C];
     linear_forward(out, inp, w, b, N, C, OC);
     linear_forward(out2, inp, w, b, N, C, OC);
@@ -54,7 +60,7 @@ static void run(int max_width, const char *what) {
     linear_backward(din2, dw2, NULL, dout, inp, w, N, C, OC);
     CHECK(memcmp(din, din2, sizeof din) == 0 && memcmp(dw, dw2, sizeof dw) == 0);
 
-    /* references: double sums of the bf16-rounded operands */
+    /* references: double sums of the operands rounded to the format */
     double want[N * OC], mag[N * OC], wdin[N * C], mdin[N * C], wdw[OC * C], mdw[OC * C];
     for (int n = 0; n < N; n++)
         for (int o = 0; o < OC; o++) {
@@ -100,7 +106,7 @@ static void run(int max_width, const char *what) {
     CHECK(memcmp(f32, out, sizeof f32) != 0);
 
     /* a weight outside the registered buffer: the fp32 path, bit for bit */
-    linear_bf16_setup(par, par16, numel, N, max_width);
+    linear_half_setup(g_kind, par, par16, numel, N, max_width);
     float o1[N * OC];
     linear_forward(o1, inp, wout, b, N, C, OC);
     CHECK(memcmp(o1, f32, sizeof o1) == 0);
@@ -117,6 +123,7 @@ int main(void) {
     const char *paths[] = {"onednn", "fallback"};
     const gemm_bf16_path ids[] = {GEMM_BF16_ONEDNN, GEMM_BF16_FALLBACK};
     CHECK(gemm_bf16_init(err, sizeof err) == 0);
+    g_kind = HALF_BF16;
     for (int p = 0; p < 2; p++) {
         if (gemm_bf16_use(ids[p], err, sizeof err) != 0) {
             printf("%s: not available here (%s)\n", paths[p], err);
@@ -130,5 +137,10 @@ int main(void) {
                  (int)(LINEAR_BF16_WS_ELEMS / (2 * (LINEAR_BF16_WS_ELEMS / 4))));
         run((int)(LINEAR_BF16_WS_ELEMS / 4), what);
     }
+    /* fp16: the converted tiles whatever MEGADLM_BF16_GEMM chose */
+    g_kind = HALF_FP16;
+    CHECK(gemm_half_init(HALF_FP16, err, sizeof err) == 0);
+    run(OC > C ? OC : C, "fp16, one chunk");
+    run((int)(LINEAR_BF16_WS_ELEMS / 4), "fp16, chunks of 2 rows");
     TEST_DONE();
 }

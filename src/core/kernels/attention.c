@@ -27,10 +27,10 @@
 /* One head's attention probabilities: S[T,T] = scale * Q K^T (workspace), then
  * P[T,T] = row softmax of S over the unmasked keys, masked entries 0. P may alias S. The only
  * code that computes probabilities, so forward and the recomputation in backward (selective
- * recompute) produce the same bits. q, k: [T, HS] with row stride QKV_C. bf16: S's and P's
- * unmasked entries rounded to bf16 (attention.h). */
+ * recompute) produce the same bits. q, k: [T, HS] with row stride QKV_C. half (--bf16,
+ * --fp16): S's and P's unmasked entries rounded to that format (attention.h). */
 static void head_probs(float *P, float *S, const float *q, const float *k, int T, int HS,
-                       int QKV_C, float scale, int causal, int bf16) {
+                       int QKV_C, float scale, int causal, half_kind half) {
     /* S = scale * Q K^T  (causal: block [i0,i1) x [0,i1)) */
     for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
         const int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T;
@@ -43,14 +43,14 @@ static void head_probs(float *P, float *S, const float *q, const float *k, int T
         const int L = causal ? i + 1 : T;
         float *s = S + (size_t)i * T;
         float *p = P + (size_t)i * T;
-        if (bf16) bf16_round_f32(s, (size_t)L);
+        if (half) half_round_f32(half, s, (size_t)L);
         const float mx = simd_max(s, L);
         for (int j = 0; j < L; j++)
             p[j] = simd_expf(s[j] - mx);
         const float inv = 1.0f / simd_sum(p, L);
         for (int j = 0; j < L; j++)
             p[j] *= inv;
-        if (bf16) bf16_round_f32(p, (size_t)L);
+        if (half) half_round_f32(half, p, (size_t)L);
         for (int j = L; j < T; j++)
             p[j] = 0.0f;
     }
@@ -58,15 +58,15 @@ static void head_probs(float *P, float *S, const float *q, const float *k, int T
 
 /* One head's probabilities after attention dropout: P itself when p == 0, else Pd[T,T] =
  * dropout(P) with the mask of global elements first + i*T + j, masked entries 0 (rounded to
- * bf16 with bf16). Forward and backward both call this, so they apply the same mask. */
+ * the 16-bit format with half). Forward and backward both call this, so they apply the same mask. */
 static const float *dropped_probs(float *Pd, const float *P, int T, int causal, float dropout_p,
-                                  dropout_key key, uint64_t first, int bf16) {
+                                  dropout_key key, uint64_t first, half_kind half) {
     if (dropout_p <= 0.0f) return P;
     for (int i = 0; i < T; i++) {
         const int L = causal ? i + 1 : T;
         float *pd = Pd + (size_t)i * T;
         dropout_forward(pd, P + (size_t)i * T, (size_t)L, dropout_p, key, first + (uint64_t)i * T);
-        if (bf16) bf16_round_f32(pd, (size_t)L);
+        if (half) half_round_f32(half, pd, (size_t)L);
         for (int j = L; j < T; j++) pd[j] = 0.0f;
     }
     return Pd;
@@ -139,12 +139,12 @@ void attention_forward(float *out, attention_probs probs, const float *qkv, qkv_
         const float *v = k + HS;
         float *P = probs.f32 ? probs.f32 + (size_t)bh * d.TT : S;
 
-        head_probs(P, S, q, k, T, HS, QKV_C, d.scale, causal, o.bf16);
-        if (probs.b16) bf16_from_f32(probs.b16 + (size_t)bh * d.TT, P, d.TT); /* exact */
+        head_probs(P, S, q, k, T, HS, QKV_C, d.scale, causal, o.half);
+        if (probs.b16) half_from_f32(o.half, probs.b16 + (size_t)bh * d.TT, P, d.TT); /* exact */
         /* Dropout on the probabilities (the same mask is regenerated in backward). */
         const float *Pu =
             dropped_probs(Pd, P, T, causal, o.dropout_p, d.key,
-                          probs_index(0, b, o.heads.total, o.heads.first, h, T, 0), o.bf16);
+                          probs_index(0, b, o.heads.total, o.heads.first, h, T, 0), o.half);
         /* out_h = Pu @ V */
         for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
             const int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T;
@@ -212,15 +212,15 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv, attent
             const size_t at = ((size_t)b * NH + h) * d.TT;
             const float *P = probs.f32 ? probs.f32 + at : Pr;
             if (probs.b16)
-                bf16_to_f32(Pr, probs.b16 + at, d.TT);
+                half_to_f32(o.half, Pr, probs.b16 + at, d.TT);
             else if (!probs.f32) /* selective recompute: the probabilities were not kept */
-                head_probs(Pr, Pr, q, k, T, HS, QKV_C, d.scale, causal, o.bf16);
+                head_probs(Pr, Pr, q, k, T, HS, QKV_C, d.scale, causal, o.half);
             float *dq = dqkv_b + qkv_query_offset(lay, h);
             const float *dO = dout + (size_t)b * T * OC + (size_t)h * HS;
             const uint64_t first = probs_index(0, b, o.heads.total, o.heads.first, h, T, 0);
 
             /* Regenerate the dropped probabilities. */
-            const float *Pu = dropped_probs(Pd, P, T, causal, o.dropout_p, d.key, first, o.bf16);
+            const float *Pu = dropped_probs(Pd, P, T, causal, o.dropout_p, d.key, first, o.half);
             /* dV += Pu^T dO  (causal: key block [j0,j1) gets query rows i >= j0) */
             for (int j0 = 0; j0 < T; j0 += ATT_BLOCK) {
                 const int j1 = j0 + ATT_BLOCK < T ? j0 + ATT_BLOCK : T;

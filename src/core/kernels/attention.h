@@ -11,7 +11,7 @@
  * The probabilities are kept in fp32 or in bf16 (attention_probs), or not at all: backward then
  * recomputes each head's probabilities with the same code as forward (bitwise identical):
  * selective recomputation keeps only Q, K, V.
- * --bf16 (o.bf16): Megatron's bf16 core attention rounds the scaled scores (baddbmm's bf16
+ * --bf16 (o.half; --fp16 the same in fp16): Megatron's bf16 core attention rounds the scaled scores (baddbmm's bf16
  * output), the probabilities (the softmax, computed in fp32, returns bf16) and the dropped
  * probabilities (dropout of a bf16 tensor) to bf16; so does this kernel, in forward and in the
  * recomputation alike. The GEMMs read those rounded values and Q, K, V (bf16 values already)
@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/kernels/bf16.h"
 #include "core/kernels/dropout.h"
 #include "core/kernels/qkv_layout.h"
 
@@ -41,10 +42,12 @@ typedef struct {
     float dropout_p;
     dropout_key key; /* site is set to DROPOUT_SITE_ATTENTION_PROBS by the kernels */
     head_range heads;
-    int bf16; /* --bf16: round scores, probabilities and dropped probabilities to bf16 */
+    half_kind half; /* --bf16 / --fp16: round scores, probabilities and dropped probabilities
+                       to that format; HALF_NONE: fp32 */
 } attention_opts;
 
-/* The saved probabilities [B,NH,T,T]: fp32 (f32), or bf16 storage (b16: written in forward
+/* The saved probabilities [B,NH,T,T]: fp32 (f32), or 16-bit storage in o.half's format (b16:
+ * bf16 or fp16, written in forward
  * from the rounded fp32 values, exact; widened in backward), or neither (NULL, NULL: not
  * kept). At most one is set. */
 typedef struct {

@@ -4,6 +4,8 @@
 
 #include <omp.h>
 
+#include "core/util/die.h"
+
 /* Below this many elements one thread converts (a parallel region costs microseconds; a
  * thread converts a few elements per nanosecond). */
 #define BF16_PARALLEL_MIN ((size_t)1 << 17)
@@ -33,30 +35,71 @@ BF16_CONVERT(bf16_to_f32, float, bf16, bf16_to_float)
 BF16_CONVERT(fp16_from_f32, fp16, float, fp16_from_float)
 BF16_CONVERT(fp16_to_f32, float, fp16, fp16_to_float)
 
-static void bf16_round_serial(float *x, size_t n) {
-#pragma omp simd
-    for (size_t i = 0; i < n; i++) x[i] = bf16_to_float(bf16_from_float(x[i]));
+/* x = widen(narrow(x)) over [0, n): the rounding of one format, split like a conversion */
+#define HALF_ROUND(NAME, FROM, TO)                                                              \
+    static void NAME##_serial(float *x, size_t n) {                                             \
+        _Pragma("omp simd") for (size_t i = 0; i < n; i++) x[i] = TO(FROM(x[i]));               \
+    }                                                                                           \
+    void NAME(float *x, size_t n) {                                                             \
+        if (!use_team(n)) {                                                                     \
+            NAME##_serial(x, n);                                                                \
+            return;                                                                             \
+        }                                                                                       \
+        const size_t chunks = (n + BF16_CHUNK - 1) / BF16_CHUNK;                                \
+        _Pragma("omp parallel for schedule(static)") for (size_t c = 0; c < chunks; c++) {      \
+            const size_t b = c * BF16_CHUNK, e = b + BF16_CHUNK < n ? b + BF16_CHUNK : n;       \
+            NAME##_serial(x + b, e - b);                                                        \
+        }                                                                                       \
+    }
+
+HALF_ROUND(bf16_round_f32, bf16_from_float, bf16_to_float)
+HALF_ROUND(fp16_round_f32, fp16_from_float, fp16_to_float)
+
+/* A block of rows, each row one serial conversion; rows split over the team when large. */
+#define HALF_TO_F32_2D(NAME, SRC_T, ROW)                                                        \
+    void NAME(float *dst, size_t ld_dst, const SRC_T *src, size_t ld_src, size_t rows,          \
+              size_t cols) {                                                                    \
+        if (!use_team(rows * cols) || rows < 2) {                                               \
+            for (size_t r = 0; r < rows; r++) ROW(dst + r * ld_dst, src + r * ld_src, cols);    \
+            return;                                                                             \
+        }                                                                                       \
+        _Pragma("omp parallel for schedule(static)") for (size_t r = 0; r < rows; r++)          \
+            ROW(dst + r * ld_dst, src + r * ld_src, cols);                                      \
+    }
+
+HALF_TO_F32_2D(bf16_to_f32_2d, bf16, bf16_to_f32_serial)
+HALF_TO_F32_2D(fp16_to_f32_2d, fp16, fp16_to_f32_serial)
+
+/* ---- the run's format ---- */
+
+const char *half_kind_name(half_kind kind) {
+    return kind == HALF_BF16 ? "bf16" : kind == HALF_FP16 ? "fp16" : "fp32";
 }
 
-void bf16_round_f32(float *x, size_t n) {
-    if (!use_team(n)) {
-        bf16_round_serial(x, n);
-        return;
-    }
-    const size_t chunks = (n + BF16_CHUNK - 1) / BF16_CHUNK;
-#pragma omp parallel for schedule(static)
-    for (size_t c = 0; c < chunks; c++) {
-        const size_t b = c * BF16_CHUNK, e = b + BF16_CHUNK < n ? b + BF16_CHUNK : n;
-        bf16_round_serial(x + b, e - b);
-    }
+static void no_format(const char *what) {
+    die(1, "internal error: %s without a 16-bit format", what);
 }
 
-void bf16_to_f32_2d(float *dst, size_t ld_dst, const bf16 *src, size_t ld_src, size_t rows,
-                    size_t cols) {
-    if (!use_team(rows * cols) || rows < 2) {
-        for (size_t r = 0; r < rows; r++) bf16_to_f32_serial(dst + r * ld_dst, src + r * ld_src, cols);
-        return;
-    }
-#pragma omp parallel for schedule(static)
-    for (size_t r = 0; r < rows; r++) bf16_to_f32_serial(dst + r * ld_dst, src + r * ld_src, cols);
+void half_round_f32(half_kind kind, float *x, size_t n) {
+    if (kind == HALF_BF16) bf16_round_f32(x, n);
+    else if (kind == HALF_FP16) fp16_round_f32(x, n);
+}
+
+void half_from_f32(half_kind kind, uint16_t *dst, const float *src, size_t n) {
+    if (kind == HALF_BF16) bf16_from_f32(dst, src, n);
+    else if (kind == HALF_FP16) fp16_from_f32(dst, src, n);
+    else no_format("half_from_f32");
+}
+
+void half_to_f32(half_kind kind, float *dst, const uint16_t *src, size_t n) {
+    if (kind == HALF_BF16) bf16_to_f32(dst, src, n);
+    else if (kind == HALF_FP16) fp16_to_f32(dst, src, n);
+    else no_format("half_to_f32");
+}
+
+void half_to_f32_2d(half_kind kind, float *dst, size_t ld_dst, const uint16_t *src,
+                    size_t ld_src, size_t rows, size_t cols) {
+    if (kind == HALF_BF16) bf16_to_f32_2d(dst, ld_dst, src, ld_src, rows, cols);
+    else if (kind == HALF_FP16) fp16_to_f32_2d(dst, ld_dst, src, ld_src, rows, cols);
+    else no_format("half_to_f32_2d");
 }

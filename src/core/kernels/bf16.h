@@ -98,12 +98,30 @@ void bf16_to_f32(float *dst, const bf16 *src, size_t n);
 void fp16_from_f32(fp16 *dst, const float *src, size_t n);
 void fp16_to_f32(float *dst, const fp16 *src, size_t n);
 
-/* x[i] = the fp32 value of x[i] rounded to bf16 (in place): where --bf16 makes a tensor bf16
- * while the kernels keep computing in fp32. */
+/* x[i] = the fp32 value of x[i] rounded to bf16 / fp16 (in place): where --bf16 or --fp16
+ * makes a tensor 16-bit while the kernels keep computing in fp32. */
 void bf16_round_f32(float *x, size_t n);
+void fp16_round_f32(float *x, size_t n);
 
 /* A rows x cols block with row strides (in elements), for tiles of larger matrices. */
 void bf16_to_f32_2d(float *dst, size_t ld_dst, const bf16 *src, size_t ld_src, size_t rows,
                     size_t cols);
+void fp16_to_f32_2d(float *dst, size_t ld_dst, const fp16 *src, size_t ld_src, size_t rows,
+                    size_t cols);
+
+/* ---------------- the run's 16-bit format ----------------
+ * Mixed precision (--bf16, --fp16) stores the same tensors in 16 bits and rounds at the same
+ * places; only the format differs. Code that does either takes a half_kind and calls these,
+ * which dispatch to the bf16_* or fp16_* function; HALF_NONE (fp32 training) makes
+ * half_round_f32 a no-op and is an internal error for the conversions. */
+typedef enum { HALF_NONE = 0, HALF_BF16, HALF_FP16 } half_kind;
+
+/* "bf16", "fp16" or "fp32" (for messages and the log). */
+const char *half_kind_name(half_kind kind);
+void half_round_f32(half_kind kind, float *x, size_t n);
+void half_from_f32(half_kind kind, uint16_t *dst, const float *src, size_t n);
+void half_to_f32(half_kind kind, float *dst, const uint16_t *src, size_t n);
+void half_to_f32_2d(half_kind kind, float *dst, size_t ld_dst, const uint16_t *src,
+                    size_t ld_src, size_t rows, size_t cols);
 
 #endif

@@ -136,13 +136,15 @@ static void plan_tiles(size_t floats, int M, int N, int K, int *mb, int *nb, int
 }
 
 /* The stored block of rows [r0, r0 + rows) and columns [c0, c0 + cols) of X, to fp32 (dense). */
-static void tile_to_f32(float *dst, gemm_in_bf16 X, int r0, int c0, int rows, int cols) {
-    bf16_to_f32_2d(dst, (size_t)cols, X.p + (size_t)r0 * X.ld + c0, (size_t)X.ld, (size_t)rows,
-                   (size_t)cols);
+static void tile_to_f32(half_kind kind, float *dst, gemm_in_half X, int r0, int c0, int rows,
+                        int cols) {
+    half_to_f32_2d(kind, dst, (size_t)cols, X.p + (size_t)r0 * X.ld + c0, (size_t)X.ld,
+                   (size_t)rows, (size_t)cols);
 }
 
-static void gemm_bf16_fallback(gemm_dims d, float alpha, gemm_in_bf16 A, gemm_in_bf16 B,
-                               float beta, gemm_out C) {
+/* The fallback: operands of format `kind` converted tile by tile, sgemm per tile. */
+static void gemm_tiles(half_kind kind, gemm_dims d, float alpha, gemm_in_half A, gemm_in_half B,
+                       float beta, gemm_out C) {
     float *ws = g_bf16.ws;
     size_t floats = WS_FLOATS;
     if (omp_in_parallel()) { /* this thread's slice */
@@ -159,16 +161,16 @@ static void gemm_bf16_fallback(gemm_dims d, float alpha, gemm_in_bf16 A, gemm_in
             const int k = d.K - k0 < kb ? d.K - k0 : kb;
             float *bt = ws + (size_t)mb * kb; /* op(B) tile [k, n]: stored [k, n] or [n, k] */
             if (B.trans)
-                tile_to_f32(bt, B, n0, k0, n, k);
+                tile_to_f32(kind, bt, B, n0, k0, n, k);
             else
-                tile_to_f32(bt, B, k0, n0, k, n);
+                tile_to_f32(kind, bt, B, k0, n0, k, n);
             for (int m0 = 0; m0 < d.M; m0 += mb) {
                 const int m = d.M - m0 < mb ? d.M - m0 : mb;
                 float *at = ws; /* op(A) tile [m, k]: stored [m, k] or [k, m] */
                 if (A.trans)
-                    tile_to_f32(at, A, k0, m0, k, m);
+                    tile_to_f32(kind, at, A, k0, m0, k, m);
                 else
-                    tile_to_f32(at, A, m0, k0, m, k);
+                    tile_to_f32(kind, at, A, m0, k0, m, k);
                 cblas_sgemm(CblasRowMajor, A.trans ? CblasTrans : CblasNoTrans,
                             B.trans ? CblasTrans : CblasNoTrans, m, n, k, alpha, at,
                             A.trans ? m : k, bt, B.trans ? k : n, k0 == 0 ? beta : 1.0f,
@@ -176,6 +178,11 @@ static void gemm_bf16_fallback(gemm_dims d, float alpha, gemm_in_bf16 A, gemm_in
             }
         }
     }
+}
+
+/* The tiles' workspace, allocated once (the fallback, and every fp16 product). */
+static void tiles_workspace(void) {
+    if (!g_bf16.ws) g_bf16.ws = mem_alloc_floats(MEM_WORKSPACE, WS_FLOATS, "16-bit GEMM tiles");
 }
 
 /* Sets g_bf16.path, .why and .line; allocates the workspace for the fallback. */
@@ -212,8 +219,7 @@ static int bf16_choose(gemm_bf16_path want, const char *source, char *err, size_
     }
     snprintf(why, sizeof why, "%s", want == GEMM_BF16_FALLBACK ? source : "built without oneDNN");
 #endif
-    if (path == GEMM_BF16_FALLBACK && !g_bf16.ws)
-        g_bf16.ws = mem_alloc_floats(MEM_WORKSPACE, WS_FLOATS, "bf16 GEMM tiles");
+    if (path == GEMM_BF16_FALLBACK) tiles_workspace();
     g_bf16.path = path;
     snprintf(g_bf16.why, sizeof g_bf16.why, "%s", why);
 #ifdef MEGADLM_HAVE_ONEDNN
@@ -310,5 +316,42 @@ void gemm_bf16(gemm_dims d, float alpha, gemm_in_bf16 A, gemm_in_bf16 B, float b
         return;
     }
 #endif
-    gemm_bf16_fallback(d, alpha, A, B, beta, C);
+    gemm_tiles(HALF_BF16, d, alpha, A, B, beta, C);
+}
+
+/* ======================================================================== fp16 operands */
+
+int gemm_half_init(half_kind kind, char *err, size_t errlen) {
+    if (kind == HALF_BF16) return gemm_bf16_init(err, errlen);
+    if (kind != HALF_FP16) {
+        err_set(err, errlen, "gemm_half_init: no 16-bit format");
+        return -1;
+    }
+    tiles_workspace();
+    return 0;
+}
+
+const char *gemm_half_describe(half_kind kind) {
+    if (kind == HALF_BF16) return gemm_bf16_describe();
+    return "fp16 GEMM: fp32 sgemm on converted tiles (oneDNN's GEMM API takes no fp16 operands)";
+}
+
+void gemm_half(half_kind kind, gemm_dims d, float alpha, gemm_in_half A, gemm_in_half B,
+               float beta, gemm_out C) {
+    if (kind == HALF_BF16) {
+        gemm_bf16(d, alpha, A, B, beta, C);
+        return;
+    }
+    if (kind != HALF_FP16) die(1, "internal error: gemm_half without a 16-bit format");
+    if (d.M <= 0 || d.N <= 0) return;
+    if (d.K <= 0) {
+        scale_c(d, beta, C);
+        return;
+    }
+    if (!g_bf16.ws) {
+        if (omp_in_parallel())
+            die(1, "fp16 GEMM called first inside a parallel region: call gemm_half_init() before");
+        tiles_workspace();
+    }
+    gemm_tiles(HALF_FP16, d, alpha, A, B, beta, C);
 }

@@ -91,6 +91,31 @@ void gemm_bf16_limit_workspace(size_t floats);
 /* 1 if this build has oneDNN (whether or not it runs on this CPU). */
 int gemm_bf16_onednn_built(void);
 
+/* ---------------- 16-bit operands of the run's format ----------------
+ *
+ * gemm_half: gemm_bf16 for HALF_BF16; for HALF_FP16 the same product of IEEE fp16 operands
+ * (bit patterns, core/kernels/bf16.h), always by the fallback's method: tiles converted to fp32,
+ * cblas_sgemm per tile (every fp16 x fp16 product is exact in fp32 too: 11-bit significands,
+ * and the smallest product of subnormals, 2^-48, is a normal fp32). oneDNN's GEMM API has no
+ * fp16 operands, and MEGADLM_BF16_GEMM does not apply to fp16. Same conventions and callers as
+ * gemm_bf16. */
+typedef gemm_in_bf16 gemm_in_half;
+static inline gemm_in_half gemm_n_half(const uint16_t *p, int ld) {
+    return (gemm_in_half){p, ld, 0};
+}
+static inline gemm_in_half gemm_t_half(const uint16_t *p, int ld) {
+    return (gemm_in_half){p, ld, 1};
+}
+
+void gemm_half(half_kind kind, gemm_dims d, float alpha, gemm_in_half A, gemm_in_half B,
+               float beta, gemm_out C);
+/* gemm_bf16_init for HALF_BF16; for HALF_FP16 allocates the tiles' workspace once. Serial
+ * code, before the first gemm_half (which otherwise does it itself). 0, or -1 with a message. */
+int gemm_half_init(half_kind kind, char *err, size_t errlen);
+/* gemm_bf16_describe for HALF_BF16; for HALF_FP16 "fp16 GEMM: fp32 sgemm on converted tiles
+ * (...)". */
+const char *gemm_half_describe(half_kind kind);
+
 /* Calling gemm() from every thread of an OpenMP parallel region (attention does, one small
  * GEMM per (batch, head) per thread): OpenBLAS must then run single-threaded per call. The
  * OpenMP build of OpenBLAS 0.3.21 (Debian/Ubuntu) does NOT do this by itself: inside a

@@ -9,12 +9,14 @@
 #include <omp.h>
 #include <stddef.h>
 
-/* --bf16: the registered parameter buffer, its bf16 copy, and the operand workspace */
+/* --bf16 / --fp16: the registered parameter buffer, its 16-bit copy, and the operand
+ * workspace */
 static struct {
+    half_kind kind;
     const float *main;
-    const bf16 *copy;
+    const uint16_t *copy;
     size_t numel;
-    bf16 *ws;
+    uint16_t *ws;
     int rows, width; /* chunk rows; the widest row */
 } g_lb;
 
@@ -26,12 +28,14 @@ static int chunk_rows(int max_rows, int max_width) {
 }
 
 size_t linear_bf16_workspace_bytes(int max_rows, int max_width) {
-    return (size_t)chunk_rows(max_rows, max_width) * 2 * (size_t)max_width * sizeof(bf16);
+    return (size_t)chunk_rows(max_rows, max_width) * 2 * (size_t)max_width * sizeof(uint16_t);
 }
 
-void linear_bf16_setup(const float *main, const uint16_t *copy, size_t numel, int max_rows,
-                       int max_width) {
+void linear_half_setup(half_kind kind, const float *main, const uint16_t *copy, size_t numel,
+                       int max_rows, int max_width) {
     if (g_lb.ws) mem_free(g_lb.ws);
+    if (main && kind == HALF_NONE) die(1, "internal error: linear_half_setup without a format");
+    g_lb.kind = main ? kind : HALF_NONE;
     g_lb.main = main;
     g_lb.copy = copy;
     g_lb.numel = main ? numel : 0;
@@ -40,42 +44,51 @@ void linear_bf16_setup(const float *main, const uint16_t *copy, size_t numel, in
     g_lb.rows = chunk_rows(max_rows, max_width);
     g_lb.width = max_width;
     g_lb.ws = mem_alloc(MEM_WORKSPACE, linear_bf16_workspace_bytes(max_rows, max_width),
-                        "bf16 linear operands");
+                        "16-bit linear operands");
 }
 
-/* The weight's bf16 copy, or NULL: not a registered parameter (fp32 path) */
-static const bf16 *bf16_weight(const float *w, int C, int OC) {
+void linear_bf16_setup(const float *main, const uint16_t *copy, size_t numel, int max_rows,
+                       int max_width) {
+    linear_half_setup(HALF_BF16, main, copy, numel, max_rows, max_width);
+}
+
+/* The weight's 16-bit copy, or NULL: not a registered parameter (fp32 path) */
+static const uint16_t *half_weight(const float *w, int C, int OC) {
     if (!g_lb.main || !w || w < g_lb.main || w >= g_lb.main + g_lb.numel) return NULL;
     if (C > g_lb.width || OC > g_lb.width)
-        die(1, "internal error: bf16 linear of width %d x %d over the workspace's %d", OC, C,
-            g_lb.width);
-    if (omp_in_parallel()) die(1, "internal error: bf16 linear inside a parallel region");
+        die(1, "internal error: %s linear of width %d x %d over the workspace's %d",
+            half_kind_name(g_lb.kind), OC, C, g_lb.width);
+    if (omp_in_parallel())
+        die(1, "internal error: %s linear inside a parallel region", half_kind_name(g_lb.kind));
     return g_lb.copy + (w - g_lb.main);
 }
 
-static void forward_bf16(float *out, const float *inp, const bf16 *w16, int N, int C, int OC) {
-    bf16 *in16 = g_lb.ws;
+static void forward_half(float *out, const float *inp, const uint16_t *w16, int N, int C,
+                         int OC) {
+    const half_kind k = g_lb.kind;
+    uint16_t *in16 = g_lb.ws;
     for (int r = 0; r < N; r += g_lb.rows) {
         int n = N - r < g_lb.rows ? N - r : g_lb.rows;
-        bf16_from_f32(in16, inp + (size_t)r * C, (size_t)n * C);
-        gemm_bf16((gemm_dims){n, OC, C}, 1.0f, gemm_n_bf16(in16, C), gemm_t_bf16(w16, C), 0.0f,
+        half_from_f32(k, in16, inp + (size_t)r * C, (size_t)n * C);
+        gemm_half(k, (gemm_dims){n, OC, C}, 1.0f, gemm_n_half(in16, C), gemm_t_half(w16, C), 0.0f,
                   gemm_o(out + (size_t)r * OC, OC));
     }
 }
 
-static void backward_bf16(float *dinp, float *dweight, const float *dout, const float *inp,
-                          const bf16 *w16, int N, int C, int OC) {
-    bf16 *dout16 = g_lb.ws, *in16 = g_lb.ws + (size_t)g_lb.rows * g_lb.width;
+static void backward_half(float *dinp, float *dweight, const float *dout, const float *inp,
+                          const uint16_t *w16, int N, int C, int OC) {
+    const half_kind k = g_lb.kind;
+    uint16_t *dout16 = g_lb.ws, *in16 = g_lb.ws + (size_t)g_lb.rows * g_lb.width;
     for (int r = 0; r < N; r += g_lb.rows) {
         int n = N - r < g_lb.rows ? N - r : g_lb.rows;
-        bf16_from_f32(dout16, dout + (size_t)r * OC, (size_t)n * OC);
+        half_from_f32(k, dout16, dout + (size_t)r * OC, (size_t)n * OC);
         if (dinp)
-            gemm_bf16((gemm_dims){n, C, OC}, 1.0f, gemm_n_bf16(dout16, OC), gemm_n_bf16(w16, C),
+            gemm_half(k, (gemm_dims){n, C, OC}, 1.0f, gemm_n_half(dout16, OC), gemm_n_half(w16, C),
                       1.0f, gemm_o(dinp + (size_t)r * C, C));
         if (dweight) {
-            bf16_from_f32(in16, inp + (size_t)r * C, (size_t)n * C);
-            gemm_bf16((gemm_dims){OC, C, n}, 1.0f, gemm_t_bf16(dout16, OC), gemm_n_bf16(in16, C),
-                      1.0f, gemm_o(dweight, C));
+            half_from_f32(k, in16, inp + (size_t)r * C, (size_t)n * C);
+            gemm_half(k, (gemm_dims){OC, C, n}, 1.0f, gemm_t_half(dout16, OC),
+                      gemm_n_half(in16, C), 1.0f, gemm_o(dweight, C));
         }
     }
 }
@@ -83,9 +96,9 @@ static void backward_bf16(float *dinp, float *dweight, const float *dout, const 
 /* out[N,OC] = inp[N,C] @ weight[OC,C]^T + bias[OC] */
 void linear_forward(float *out, const float *inp, const float *weight, const float *bias, int N,
                     int C, int OC) {
-    const bf16 *w16 = bf16_weight(weight, C, OC);
+    const uint16_t *w16 = half_weight(weight, C, OC);
     if (w16)
-        forward_bf16(out, inp, w16, N, C, OC);
+        forward_half(out, inp, w16, N, C, OC);
     else
         gemm((gemm_dims){N, OC, C}, 1.0f, gemm_n(inp, C), gemm_t(weight, C), 0.0f,
              gemm_o(out, OC));
@@ -110,9 +123,9 @@ void bias_add_forward(float *out, const float *bias, int N, int OC) {
  * dbias[OC] += sum over n of dout[n,:] */
 void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                      const float *weight, int N, int C, int OC) {
-    const bf16 *w16 = (dinp || dweight) ? bf16_weight(weight, C, OC) : NULL;
+    const uint16_t *w16 = (dinp || dweight) ? half_weight(weight, C, OC) : NULL;
     if (w16) {
-        backward_bf16(dinp, dweight, dout, inp, w16, N, C, OC);
+        backward_half(dinp, dweight, dout, inp, w16, N, C, OC);
         dinp = NULL;
         dweight = NULL;
     }

@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/kernels/bf16.h"
+
 /* out[N,OC] = inp[N,C] @ weight[OC,C]^T + bias[OC]   (bias may be NULL; out is overwritten) */
 void linear_forward(float *out, const float *inp, const float *weight, const float *bias, int N,
                     int C, int OC);
@@ -17,7 +19,7 @@ void linear_backward(float *dinp, float *dweight, float *dbias, const float *dou
 /* out[N,OC] += bias[OC] (row-parallel layers add their bias after the reduction). */
 void bias_add_forward(float *out, const float *bias, int N, int OC);
 
-/* ---- bf16 (--bf16) ----
+/* ---- 16-bit (--bf16, --fp16) ----
  * linear_bf16_setup registers a flat fp32 parameter buffer [main, main + numel) and its bf16
  * copy; from then on linear_forward / linear_backward called with a weight inside that range
  * multiply in bf16 (gemm_bf16: bf16 operands, fp32 sums): the weight is read from the copy at
@@ -30,6 +32,11 @@ void bias_add_forward(float *out, const float *bias, int N, int OC);
 #define LINEAR_BF16_WS_ELEMS ((size_t)16 << 20)
 void linear_bf16_setup(const float *main, const uint16_t *copy, size_t numel, int max_rows,
                        int max_width);
+/* The same for either 16-bit format: with HALF_FP16 the copy holds IEEE fp16 values, the
+ * operands are rounded to fp16 and gemm_half multiplies them (fp32 sums). linear_bf16_setup is
+ * this with HALF_BF16. */
+void linear_half_setup(half_kind kind, const float *main, const uint16_t *copy, size_t numel,
+                       int max_rows, int max_width);
 /* The workspace's bytes for (max_rows, max_width): what linear_bf16_setup allocates. */
 size_t linear_bf16_workspace_bytes(int max_rows, int max_width);
 

@@ -66,8 +66,9 @@ static void build_params(gpt_model *m) {
     gpt_spec_rank(c, sp);
     param_set *ps = &m->params;
     *ps = sp->params; /* the spec's table; the buffers are the model's */
-    if (c->bf16) { /* the model's bf16 parameters; the fp32 main ones are the optimizer's */
-        ps->data_bf16 = mem_alloc(MEM_PARAMS, ps->numel * sizeof(uint16_t), "bf16 parameters");
+    if (tc_half(c)) { /* the model's 16-bit parameters; the fp32 main ones are the optimizer's */
+        ps->data_bf16 = mem_alloc(MEM_PARAMS, ps->numel * sizeof(uint16_t),
+                                  c->fp16 ? "fp16 parameters" : "bf16 parameters");
         ps->data = mem_alloc_floats(bw ? MEM_OPTIMIZER : MEM_PARAMS, ps->numel,
                                     "fp32 main parameters");
     } else {
@@ -134,9 +135,9 @@ gpt_model *gpt_model_create(const transformer_config *cfg, int max_batch, gpt_mo
         m->rope_sin = mem_alloc_floats(MEM_OTHER, c->seq_length * half, "rope sin");
         rope_tables(m->rope_cos, m->rope_sin, c->seq_length, c->rot_dim, c->rotary_base, 0);
     }
-    if (c->bf16) /* the linears read their weights from the bf16 copy */
-        linear_bf16_setup(m->params.data, m->params.data_bf16, m->params.numel, (int)N,
-                          gpt_model_linear_max_width(c));
+    if (tc_half(c)) /* the linears read their weights from the 16-bit copy */
+        linear_half_setup(tc_half(c), m->params.data, m->params.data_bf16, m->params.numel,
+                          (int)N, gpt_model_linear_max_width(c));
     return m;
 }
 
@@ -144,7 +145,7 @@ void gpt_model_free(gpt_model *m) {
     if (!m) return;
     transformer_block_free(&m->block);
     param_set *ps = &m->params;
-    if (ps->data_bf16) linear_bf16_setup(NULL, NULL, 0, 0, 0);
+    if (ps->data_bf16) linear_half_setup(HALF_NONE, NULL, NULL, 0, 0, 0);
     mem_free(ps->data_bf16);
     mem_free(ps->data);
     mem_free(ps->grad);
@@ -167,7 +168,8 @@ int gpt_model_linear_max_width(const transformer_config *c) {
 }
 
 void gpt_model_params_to_bf16(gpt_model *m) {
-    if (m->params.data_bf16) bf16_from_f32(m->params.data_bf16, m->params.data, m->params.numel);
+    if (m->params.data_bf16)
+        half_from_f32(tc_half(&m->cfg), m->params.data_bf16, m->params.data, m->params.numel);
 }
 
 void gpt_model_init_params(gpt_model *m, uint64_t seed) {
@@ -250,8 +252,8 @@ static void embedding_forward_into(gpt_model *m, activation_store *s) {
     dropout_key ek = embedding_dropout_key(&s->ctx, &off, Ns);
     dropout_forward(h0, h0, (size_t)Ns * c->hidden_size, s->ctx.training ? c->hidden_dropout : 0.0f,
                     ek, off);
-    /* --bf16: the residual stream is bf16 (Megatron's), from the embedding's output on */
-    if (c->bf16) bf16_round_f32(h0, (size_t)Ns * c->hidden_size);
+    /* --bf16 (--fp16): the residual stream is 16-bit (Megatron's), from the embedding output on */
+    half_round_f32(tc_half(c), h0, (size_t)Ns * c->hidden_size);
 }
 
 /* Last stage: final norm on the token shard, gathered for the vocab-parallel output layer. */

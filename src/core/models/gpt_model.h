@@ -74,9 +74,10 @@ void gpt_model_free(gpt_model *m);
  * index, element index). */
 void gpt_model_init_params(gpt_model *m, uint64_t seed);
 
-/* --bf16: rounds the fp32 main parameters into the model's bf16 copy (params.data_bf16), which
- * the linears' GEMMs read. Call after anything writes params.data: init (done there), a
- * checkpoint load, the optimizer step. No-op without --bf16. */
+/* --bf16 / --fp16: rounds the fp32 main parameters into the model's 16-bit copy
+ * (params.data_bf16, in the run's format: bf16 or fp16), which the linears' GEMMs read. Call
+ * after anything writes params.data: init (done there), a checkpoint load, the optimizer step.
+ * No-op in fp32. */
 void gpt_model_params_to_bf16(gpt_model *m);
 /* The widest row a linear of this config reads or writes (input or output features): the bf16
  * operand workspace's row width. */

@@ -13,6 +13,10 @@
 #ifndef MEGADLM_CORE_OPTIMIZER_GRAD_SCALER_H
 #define MEGADLM_CORE_OPTIMIZER_GRAD_SCALER_H
 
+#include <stddef.h>
+
+#include <cjson/cJSON.h>
+
 typedef struct {
     int dynamic;              /* 0: constant scale */
     float scale;              /* the current loss scale */
@@ -34,5 +38,19 @@ grad_scaler grad_scaler_dynamic(float initial_scale, float min_scale, int growth
                                 int hysteresis);
 /* After a step's gradients were checked: found_inf = any of them non-finite on any rank. */
 void grad_scaler_update(grad_scaler *s, int found_inf);
+
+/* 1 / scale as Megatron's inv_scale: the reciprocal in double, rounded to float. */
+float grad_scaler_inv_scale(const grad_scaler *s);
+/* PyTorch's _amp_foreach_non_finite_check_and_unscale_ over one flat buffer: grad[i] *=
+ * inv_scale (left as is when inv_scale is 1); returns 1 if any grad[i] was inf or NaN before
+ * (found_inf), else 0. Each element on its own, so the split over threads changes nothing. */
+int grad_scaler_unscale(float *grad, size_t n, float inv_scale);
+
+/* Megatron's DynamicGradScaler.state_dict / load_state_dict (what a checkpoint keeps):
+ * {"scale", "growth_tracker", "hysteresis_tracker"}. The constant scaler has no state (NULL).
+ * from_json: 0, or -1 with a message naming the key (a scale must be a positive finite
+ * float, the trackers integers; the growth tracker not negative). */
+cJSON *grad_scaler_to_json(const grad_scaler *s);
+int grad_scaler_from_json(grad_scaler *s, const cJSON *o, char *err, size_t errlen);
 
 #endif

@@ -42,10 +42,11 @@ typedef struct {
     int count;
     param_tensor *tensors;
     size_t numel;     /* total floats */
-    float *data;      /* [numel] MEM_PARAMS; under --bf16 the fp32 main parameters,
+    float *data;      /* [numel] MEM_PARAMS; under --bf16 / --fp16 the fp32 main parameters,
                          MEM_OPTIMIZER (Megatron's optimizer keeps them) */
-    uint16_t *data_bf16; /* [numel] --bf16 only: the model's bf16 parameters (MEM_PARAMS),
-                            rounded from data (gpt_model_params_to_bf16); NULL otherwise */
+    uint16_t *data_bf16; /* [numel] --bf16 / --fp16 only: the model's 16-bit parameters in the
+                            run's format (bf16, or fp16 with --fp16; MEM_PARAMS), rounded from
+                            data (gpt_model_params_to_bf16); NULL otherwise */
     float *grad;      /* [numel] MEM_GRADS */
     float *exp_avg;   /* [numel] MEM_OPTIMIZER (AdamW first moment) */
     float *exp_avg_sq;/* [numel] MEM_OPTIMIZER (AdamW second moment) */

@@ -12,16 +12,16 @@ size_t activation_memory_layer_state_bytes(const transformer_config *c, int B, i
 }
 
 size_t activation_memory_probs_bytes(const transformer_config *c, int B, int T) {
-    return (c->bf16 ? 2 : 4) * (size_t)B * tc_heads_local(c) * T * T;
+    return (tc_half(c) ? 2 : 4) * (size_t)B * tc_heads_local(c) * T * T;
 }
 
 /* A layer's input: [Ns, C] floats (the block's fp32 buffers: a distributed chunk input). */
 static size_t input_floats(const transformer_config *c, int B, int T) {
     return (size_t)tc_tokens_local(c, B * T) * c->hidden_size;
 }
-/* A kept layer input: in bf16 under --bf16 (transformer_block.h). */
+/* A kept layer input: in 16 bits under --bf16 / --fp16 (transformer_block.h). */
 static size_t input_bytes(const transformer_config *c, int B, int T) {
-    return (c->bf16 ? 2 : 4) * input_floats(c, B, T);
+    return (tc_half(c) ? 2 : 4) * input_floats(c, B, T);
 }
 
 size_t activation_memory_layer_bytes(const transformer_config *c, int B, int T, int l) {

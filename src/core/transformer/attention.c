@@ -19,7 +19,7 @@ static attention_opts core_attention_opts(const layer_ctx *ctx, int layer_index)
                         .heads = {c->tp_rank * tc_heads_local(c), c->num_attention_heads}};
     o.key.layer = (uint32_t)layer_index;
     o.key.site = DROPOUT_SITE_ATTENTION_PROBS;
-    o.bf16 = c->bf16;
+    o.half = tc_half(c);
     return o;
 }
 
@@ -52,19 +52,19 @@ void self_attention_forward(const layer_ctx *ctx, int layer_index, const layer_w
     float *proj_out = c->qk_layernorm ? s->qkv_raw : s->qkv;
     tp_linear qkv = tp_linear_make(c, TP_LINEAR_QKV, ws->gathered, NULL, NULL);
     column_parallel_linear_forward(&qkv, proj_out, in_local, w->qkv_w, w->qkv_b, N, C, QKV);
-    /* --bf16: linear_qkv's output, the q/k norm's and RoPE's are bf16 tensors (Megatron's),
-     * rounded where they are made and read as rounded by forward and backward alike */
+    /* --bf16 (--fp16): linear_qkv's output, the q/k norm's and RoPE's are bf16 (fp16) tensors
+     * (Megatron's), rounded where they are made and read as rounded by forward and backward */
     size_t nqkv = (size_t)N * QKV;
-    if (c->bf16) bf16_round_f32(proj_out, nqkv);
+    half_round_f32(tc_half(c), proj_out, nqkv);
     if (c->qk_layernorm) {
         qk_norm_forward(s->qkv, (qk_norm_stats){s->qk_mean, s->qk_rstd}, s->qkv_raw,
                         qk_weights(w), N, tc_qkv_layout_local(c), c->normalization,
                         c->norm_epsilon);
-        if (c->bf16) bf16_round_f32(s->qkv, nqkv);
+        half_round_f32(tc_half(c), s->qkv, nqkv);
     }
     if (c->rope) {
         rope_forward(s->qkv, qkv_shape(ctx), rope_of(ctx));
-        if (c->bf16) bf16_round_f32(s->qkv, nqkv);
+        half_round_f32(tc_half(c), s->qkv, nqkv);
     }
 
     attention_forward(s->ctx, saved_probs(s), s->qkv, qkv_shape(ctx),

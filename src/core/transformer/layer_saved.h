@@ -19,7 +19,8 @@ typedef struct {
     int layernorm;    /* LayerNorm (mean and rstd) rather than RMSNorm (rstd) */
     int qk_layernorm; /* --qk-layernorm */
     int probs;        /* attention probabilities kept (not with selective recompute) */
-    int bf16;         /* --bf16: the table's b16 tensors are stored as bf16 */
+    half_kind half;   /* --bf16 / --fp16: the table's b16 tensors are stored in this format
+                         (2 bytes); HALF_NONE: fp32 */
 } layer_dims;
 
 static inline layer_dims layer_dims_of(const transformer_config *c, int B, int T) {
@@ -38,7 +39,7 @@ static inline layer_dims layer_dims_of(const transformer_config *c, int B, int T
     d.layernorm = c->normalization == NORM_LAYERNORM;
     d.qk_layernorm = c->qk_layernorm;
     d.probs = c->recompute_granularity != RECOMPUTE_SELECTIVE;
-    d.bf16 = c->bf16;
+    d.half = tc_half(c);
     return d;
 }
 
@@ -61,8 +62,9 @@ enum {
  * core/kernels/attention.c), or reads it only through GEMMs, which round their inputs (the
  * norm outputs, the context, the activation output). Still fp32: the statistics (mean, rstd),
  * which Megatron keeps in fp32 too. The layer input (hidden[l], the block's) holds bf16 values
- * in fp32 storage so far (docs/MEMORY.md, "bf16"). */
-#define LAYER_SAVED_B16 (d.bf16 ? SAVED_B16_VIEW : SAVED_F32)
+ * in fp32 storage so far (docs/MEMORY.md, "bf16"). Under --fp16 (d.half) "bf16" reads "fp16":
+ * the same tensors, the same places. */
+#define LAYER_SAVED_B16 (d.half ? SAVED_B16_VIEW : SAVED_F32)
 #define LAYER_SAVED_TENSORS(X)                                                                     \
     /* norm1 output = linear_qkv input [Ns, C] (gathered to [N, C] before the GEMM under SP) */    \
     X(ln1, "ln1", 1, d.Ns * d.C, LAYER_SAVED_B16)                                                  \
@@ -77,7 +79,7 @@ enum {
     /* softmax output before attention dropout [B, NH, T, T]; NULL with selective recompute        \
      * (backward recomputes it) */                                                                 \
     X(probs, "attention probs", d.probs, d.B * d.NH * d.T * d.T,                                   \
-      d.bf16 ? SAVED_B16_KERNEL : SAVED_F32)                                                       \
+      d.half ? SAVED_B16_KERNEL : SAVED_F32)                                                       \
     /* attention output = linear_proj input [N, NH*HS] */                                          \
     X(ctx, "attention context", 1, d.N * d.NH * d.HS, LAYER_SAVED_B16)                             \
     /* residual after attention = norm2 input [Ns, C] */                                           \

@@ -13,9 +13,9 @@ void mlp_forward(const layer_ctx *ctx, const layer_weights *w, layer_saved *s,
     int N = ctx->B * ctx->T, C = c->hidden_size, F = tc_ffn_local(c), FC1 = tc_fc1_width_local(c);
     tp_linear fc1 = tp_linear_make(c, TP_LINEAR_FC1, ws->gathered, NULL, NULL);
     column_parallel_linear_forward(&fc1, s->fc1, in_local, w->fc1_w, w->fc1_b, N, C, FC1);
-    /* --bf16: linear_fc1's output is a bf16 tensor (Megatron's), rounded here and read as
+    /* --bf16 (--fp16): linear_fc1's output is a 16-bit tensor (Megatron's), rounded here, read as
      * rounded by the activation's forward and backward */
-    if (c->bf16) bf16_round_f32(s->fc1, (size_t)N * FC1);
+    half_round_f32(tc_half(c), s->fc1, (size_t)N * FC1);
     if (c->swiglu)
         swiglu_forward(s->act, s->fc1, N, F);
     else

@@ -48,9 +48,9 @@ void block_activations_alloc(block_activations *a, const transformer_config *cfg
             a->kept_shard[l] = mem_alloc_floats(MEM_ACTIVATIONS, NC / tc_tp(cfg),
                                                 "chunk input shard (distributed)");
             a->hidden[l] = blk->chunk_input[chunk_parity(cfg, l)];
-        } else if (l == b && cfg->bf16) {
+        } else if (l == b && tc_half(cfg)) {
             a->hidden16[l] = mem_alloc(MEM_ACTIVATIONS, NC * sizeof(uint16_t),
-                                       "layer input (residual stream, bf16)");
+                                       "layer input (residual stream, 16-bit)");
             a->hidden[l] = blk->views[l % 2];
         } else if (l == b)
             a->hidden[l] = mem_alloc_floats(MEM_ACTIVATIONS, NC, "layer input (residual stream)");
@@ -102,7 +102,7 @@ void transformer_block_init(transformer_block *blk, const transformer_config *cf
     if (distribute)
         for (int k = 0; k < 2; k++)
             blk->chunk_input[k] = mem_alloc_floats(MEM_WORKSPACE, NC, "gathered chunk input");
-    if (cfg->bf16)
+    if (tc_half(cfg))
         for (int k = 0; k < 2; k++)
             blk->views[k] = mem_alloc_floats(MEM_WORKSPACE, NC, "layer input (fp32 view)");
 
@@ -177,16 +177,18 @@ void transformer_block_forward(transformer_block *blk, block_activations *a,
     for (int l = 0; l < blk->num_layers; l++) {
         if (a->kept_shard[l])
             memcpy(a->kept_shard[l], a->hidden[l] + a->cfg->tp_rank * n, n * sizeof(float));
-        if (a->hidden16[l]) bf16_from_f32(a->hidden16[l], a->hidden[l], blk->hidden_floats);
+        if (a->hidden16[l])
+            half_from_f32(tc_half(a->cfg), a->hidden16[l], a->hidden[l], blk->hidden_floats);
         if (blk->layer_params_needed)
             blk->layer_params_needed(blk->layer_params_needed_user, v.rank_layer_base + l);
         layer_forward(blk, a, &v, ctx, l);
     }
 }
 
-/* --bf16: layer l's kept bf16 input into its fp32 view (nothing otherwise). */
+/* --bf16 / --fp16: layer l's kept 16-bit input into its fp32 view (nothing otherwise). */
 static void widen_input(const transformer_block *blk, block_activations *a, int l) {
-    if (a->hidden16[l]) bf16_to_f32(a->hidden[l], a->hidden16[l], blk->hidden_floats);
+    if (a->hidden16[l])
+        half_to_f32(tc_half(a->cfg), a->hidden[l], a->hidden16[l], blk->hidden_floats);
 }
 
 void transformer_block_backward(transformer_block *blk, block_activations *a,

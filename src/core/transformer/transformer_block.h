@@ -38,11 +38,11 @@ typedef struct {
      * whole input lives in one of two workspace buffers (chunks alternate) and is all-gathered
      * back before the chunk is recomputed. */
     float *chunk_input[2];
-    /* --bf16: the layer inputs are kept in bf16 (block_activations.hidden16); hidden[l] is then
+    /* --bf16 / --fp16: the layer inputs are kept in 16 bits (block_activations.hidden16); hidden[l] is then
      * one of these two fp32 views (layer l's input in view l % 2, its output in the other),
      * written by the previous layer (or the embedding, or the pipeline's receive), packed before
      * layer l runs and widened again before its backward. Exact: the residual stream holds bf16
-     * values (transformer_layer.c rounds it). */
+     * values (transformer_layer.c rounds it) in the run's format. */
     float *views[2];
     size_t hidden_floats; /* floats of one hidden[l]: [Ns, C] */
     layer_workspace ws;
@@ -64,7 +64,7 @@ typedef struct {
     int num_layers;       /* the block's */
     layer_saved *saved;   /* [num_layers] a layer's own buffers, or a copy of its recompute slot */
     float **hidden;       /* [num_layers + 1] of [Ns, C]; hidden[0] = block input */
-    uint16_t **hidden16;  /* [num_layers] --bf16: the kept layer inputs in bf16 (NULL where a
+    uint16_t **hidden16;  /* [num_layers] --bf16 / --fp16: the kept layer inputs in 16 bits (NULL where a
                            * layer keeps no input of its own: inside a checkpointed chunk, or a
                            * distributed chunk start, whose shard stays fp32) */
     float **kept_shard;   /* [num_layers] (NULL where not a distributed chunk start) */

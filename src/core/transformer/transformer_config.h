@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "core/kernels/activation.h"
+#include "core/kernels/bf16.h"
 #include "core/kernels/norm.h"
 #include "core/kernels/qkv_layout.h"
 
@@ -39,6 +40,7 @@ typedef struct {
     int causal;                 /* causal self-attention (else bidirectional: no_mask) */
     int bf16;                   /* --bf16: the linears' GEMMs take bf16 weights (the model's bf16
                                    parameter copy) and bf16-rounded inputs, fp32 sums */
+    int fp16;                   /* --fp16: the same in IEEE fp16 (tc_half: the run's format) */
     int position_offset;        /* first learned position (1 for difflm-noshift, as MegaDLMs) */
     recompute_granularity recompute_granularity;
     recompute_method recompute_method; /* with RECOMPUTE_FULL */
@@ -70,6 +72,12 @@ typedef struct {
     int vp_size;                       /* model chunks per rank; 0 or 1: no interleaving */
     int vp_rank;                       /* the model chunk this config describes (0 .. v - 1) */
 } transformer_config;
+
+/* The run's 16-bit format: what the linears multiply in, the tensors forward rounds and the
+ * saved tensors the layer stores in 2 bytes (HALF_NONE: fp32 training). */
+static inline half_kind tc_half(const transformer_config *c) {
+    return c->bf16 ? HALF_BF16 : c->fp16 ? HALF_FP16 : HALF_NONE;
+}
 
 static inline int tc_pp(const transformer_config *c) { return c->pp_size > 1 ? c->pp_size : 1; }
 static inline int tc_vp(const transformer_config *c) {

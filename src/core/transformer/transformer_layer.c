@@ -56,20 +56,20 @@ void layer_saved_free(layer_saved *s) {
 }
 
 void layer_saved_pack(const layer_saved *s, const transformer_config *c, int B, int T) {
-    if (!c->bf16) return;
+    if (!tc_half(c)) return;
     const layer_dims d = layer_dims_of(c, B, T);
 #define PACK_SAVED(field, what, kept, floats, b16) \
-    if ((b16) == SAVED_B16_VIEW && s->field##_b16) bf16_from_f32(s->field##_b16, s->field, floats);
+    if ((b16) == SAVED_B16_VIEW && s->field##_b16) half_from_f32(d.half, s->field##_b16, s->field, floats);
     LAYER_SAVED_TENSORS(PACK_SAVED)
 #undef PACK_SAVED
     (void)d;
 }
 
 void layer_saved_unpack(const layer_saved *s, const transformer_config *c, int B, int T) {
-    if (!c->bf16) return;
+    if (!tc_half(c)) return;
     const layer_dims d = layer_dims_of(c, B, T);
 #define UNPACK_SAVED(field, what, kept, floats, b16) \
-    if ((b16) == SAVED_B16_VIEW && s->field##_b16) bf16_to_f32(s->field, s->field##_b16, floats);
+    if ((b16) == SAVED_B16_VIEW && s->field##_b16) half_to_f32(d.half, s->field, s->field##_b16, floats);
     LAYER_SAVED_TENSORS(UNPACK_SAVED)
 #undef UNPACK_SAVED
     (void)d;
@@ -78,7 +78,7 @@ void layer_saved_unpack(const layer_saved *s, const transformer_config *c, int B
 /* The fp32 views of the b16 tensors, one layer's worth shared by all (workspace). */
 static void views_alloc(layer_saved *v, const transformer_config *c, int B, int T) {
     memset(v, 0, sizeof(*v));
-    if (!c->bf16) return;
+    if (!tc_half(c)) return;
     layer_dims d = layer_dims_of(c, B, T);
     d.probs = 1; /* any store's layers may keep them */
 #define ALLOC_VIEW(field, what, kept, floats, b16) \
@@ -179,15 +179,15 @@ void transformer_layer_forward(const layer_ctx *ctx, int layer_index, const laye
     self_attention_forward(ctx, layer_index, w, s, ws, s->ln1, ws->branch);
     residual_dropout_forward(s->res1, inp, ws->branch, NC, p,
                              site_key(ctx, layer_index, DROPOUT_SITE_ATTENTION_OUT), off);
-    /* --bf16: the residual stream is bf16 (Megatron's): rounded after each residual add */
-    if (c->bf16) bf16_round_f32(s->res1, NC);
+    /* --bf16 (--fp16): the residual stream is bf16 (fp16, Megatron's): rounded after each add */
+    half_round_f32(tc_half(c), s->res1, NC);
 
     norm_forward(c, s->ln2, s->ln2_mean, s->ln2_rstd, s->res1, w->ln2_w, w->ln2_b, Ns);
     mlp_forward(ctx, w, s, ws, s->ln2, ws->branch);
     residual_dropout_forward(out, s->res1, ws->branch, NC, p,
                              site_key(ctx, layer_index, DROPOUT_SITE_MLP_OUT), off);
-    if (c->bf16) bf16_round_f32(out, NC);
-    layer_saved_pack(s, c, ctx->B, ctx->T); /* --bf16: the b16 tensors into their storage */
+    half_round_f32(tc_half(c), out, NC);
+    layer_saved_pack(s, c, ctx->B, ctx->T); /* --bf16/--fp16: b16 tensors to storage */
 }
 
 void transformer_layer_backward(const layer_ctx *ctx, int layer_index, const layer_weights *w,
@@ -198,7 +198,7 @@ void transformer_layer_backward(const layer_ctx *ctx, int layer_index, const lay
     size_t NC = (size_t)Ns * c->hidden_size;
     uint64_t off = shard_offset(c, N);
     float p = ctx->training ? c->hidden_dropout : 0.0f;
-    layer_saved_unpack(s, c, ctx->B, ctx->T); /* --bf16: the b16 tensors into their views */
+    layer_saved_unpack(s, c, ctx->B, ctx->T); /* --bf16/--fp16: b16 tensors to views */
 
     /* MLP branch: out = res1 + dropout(mlp(norm2(res1))). dres already holds the identity
      * path's gradient w.r.t. res1, so only the branch's contribution is added to it. */
