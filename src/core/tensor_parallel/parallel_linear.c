@@ -2,7 +2,6 @@
 
 #include <string.h>
 
-#include "core/kernels/gemm.h"
 #include "core/kernels/linear.h"
 #include "core/tensor_parallel/comm_overlap.h"
 #include "core/tensor_parallel/mappings.h"
@@ -70,14 +69,15 @@ static void dgrad_rows(void *user, int row0, int rows) {
 }
 
 /* dw[OC, C] += dout[N, OC]^T @ in[N, C]; with communication under it, in test progress only,
- * tiled over the rows of dw (another decomposition: a BLAS may then give other last bits). */
-static void wgrad_tiled(float *dw, const float *dout, const float *in, int N, int C, int OC,
-                        int under_comm) {
+ * tiled over the rows of dw (another decomposition: a BLAS may then give other last bits).
+ * Through linear.c, so that under --bf16 the tiles take w's bf16 path like every other GEMM
+ * of a linear (bf16-rounded dout and in, fp32 sums into the fp32 gradient). */
+static void wgrad_tiled(float *dw, const float *dout, const float *in, const float *w, int N,
+                        int C, int OC, int under_comm) {
     int tile = under_comm ? tp_overlap_tile_rows(OC) : OC;
     for (int o = 0; o < OC; o += tile) {
         int n = OC - o < tile ? OC - o : tile;
-        gemm((gemm_dims){n, C, N}, 1.0f, gemm_t(dout + o, OC), gemm_n(in, C), 1.0f,
-             gemm_o(dw + (size_t)o * C, C));
+        linear_backward_wgrad_rows(dw, dout, in, w, N, C, OC, o, n);
         if (under_comm) tp_overlap_poll();
     }
 }
@@ -148,7 +148,7 @@ void column_parallel_linear_backward(const tp_linear *l, float *din_local, float
         else
             tp_reduce_scatter(din_local, l->partial, shard);
     }
-    if (dw) wgrad_tiled(dw, dout, l->gathered, N, C, OC, rs >= 0);
+    if (dw) wgrad_tiled(dw, dout, l->gathered, w, N, C, OC, rs >= 0);
     if (db) linear_backward(NULL, NULL, db, dout, NULL, NULL, N, 0, OC);
     if (rs >= 0) tp_bulk_wait(rs);
 }
