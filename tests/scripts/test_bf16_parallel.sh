@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# --bf16 under tensor (+ sequence) parallelism, the TP communication overlap, pipeline
+# parallelism (1F1B and interleaved) and data parallelism with DDP buckets, under mpirun with
+# real ranks, against one process under --bf16 (same seeds, same global batch), both families:
+#  - every logged loss (5 iterations) within rel 1e-3 of the one-process --bf16 run. Why that
+#    much and not fp32's 1e-5: a layout sums some products in another order (TP: the row-parallel
+#    partial sums, reduced in fp32; DP: the gradient all-reduce), a last-bit fp32 difference;
+#    where such a value is then rounded to bf16 (residual stream, qkv, fc1, GEMM operands) it can
+#    land on the neighbouring bf16 value, 2^-8 = 3.9e-3 relative for that element. The loss
+#    averages many elements of which few flip: a quarter of one bf16 step bounds it. Measured
+#    here: about 2e-5;
+#  - iteration 1 (before any reduced gradient): PP and DP run the same GEMMs on the same rows as
+#    one process, so their first loss is the one-process --bf16 loss as logged;
+#  - the first loss within rel 1e-2 of the one-process fp32 run (the issue's bound), and the
+#    losses are not the fp32 run's (the bf16 GEMMs run in every layout);
+#  - --log-memory: predicted == measured for parameters, gradients, optimizer state and saved
+#    activations on every rank;
+#  - TP 2 + SP: --tp-comm-overlap (thread progress) gives the same bits as the plain run with the
+#    overlap's row plan (--tp-comm-overlap-num-splits 2), as in fp32; test progress (wgrad in
+#    tiles, on the bf16 path too) within the loss bound; selective and full recompute give
+#    byte-identical checkpoints to no recompute;
+#  - generate reads the TP 2 --bf16 checkpoint.
+set -euo pipefail
+rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+export OMP_NUM_THREADS=1
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
+fail=0
+say_fail() { echo "FAILED: $*"; fail=1; }
+
+common=(--num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16
+        --max-position-embeddings 16 --micro-batch-size 2 --global-batch-size 8 --train-iters 5
+        --lr 1e-3 --lr-decay-style cosine --lr-warmup-iters 1 --mock-data --vocab-size 100
+        --log-interval 1 --eval-iters 0 --hidden-dropout 0.1 --attention-dropout 0.1 --seed 3)
+llama=(--normalization RMSNorm --position-embedding-type rope --swiglu --ffn-hidden-size 64
+       --group-query-attention --num-query-groups 2 --qk-layernorm --disable-bias-linear
+       --untie-embeddings-and-output-weights)
+# the padded vocabulary (128) is the same in every layout: Megatron pads to a multiple of
+# --make-vocab-size-divisible-by x t
+TP=(--tensor-model-parallel-size 2 --make-vocab-size-divisible-by 64)
+ONE=(--make-vocab-size-divisible-by 128)
+losses() { grep -o 'lm loss: [^ ]*' "$1" | awk '{print $3}'; }
+close() { # close REF.log OTHER.log RTOL
+  paste <(losses "$1") <(losses "$2") | awk -v what="$2" -v tol="$3" '
+    { n++; d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1); if (r > w) w = r
+      if (r > tol) { printf "FAILED: %s: iteration %d loss %s vs %s (rel %.3g)\n", what, n, $2, $1, r; bad = 1 } }
+    END { if (n != 5) { printf "FAILED: %s: expected 5 losses, found %d\n", what, n; bad = 1 }
+          printf "  %s: losses worst rel %.3g\n", what, w; exit bad }'
+}
+first() { losses "$1" | head -1; }
+same_ckpt() { # same_ckpt A B: byte-identical parameters and optimizer state
+  cmp -s "$1/iter_0000005/model.safetensors" "$2/iter_0000005/model.safetensors" &&
+    cmp -s "$1/iter_0000005/optimizer.safetensors" "$2/iter_0000005/optimizer.safetensors"
+}
+memory_equal() { # memory_equal LOG NP: the four predicted rows on every rank, each difference 0
+  local rows bad
+  rows=$(grep -c 'memory [a-z ]* (bytes) | predicted [0-9]* | measured [0-9]* | difference' "$1" || true)
+  bad=$(grep 'memory [a-z ]* (bytes) | predicted' "$1" | grep -vc 'difference 0 |' || true)
+  [ "$rows" = $((4 * $2)) ] && [ "$bad" = 0 ] ||
+    { say_fail "$1: --log-memory rows $rows (want $((4 * $2))), $bad not equal"; grep 'predicted' "$1" | head -8; }
+}
+train() { # train NAME NP flags...
+  local name=$1 np=$2; shift 2
+  "${MPIRUN[@]}" -np "$np" "$MEGADLM" train "${common[@]}" "${extra[@]}" --bf16 --save "$name" "$@" \
+      > "$name.log" 2>&1 || { say_fail "$name did not run"; tail -5 "$name.log"; return 1; }
+}
+check() { # check NAME NP flags...: losses, first loss, memory
+  local name=$1 np=$2
+  train "$@" --log-memory || return 0
+  close "$f-ref16.log" "$name.log" 1e-3 || fail=1
+  local l1 r32 r16
+  l1=$(first "$name.log"); r32=$(first "$f-ref32.log"); r16=$(first "$f-ref16.log")
+  python3 -c 'import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); sys.exit(0 if abs(a-b)<=1e-2*abs(a) else 1)' \
+      "$r32" "$l1" || say_fail "$name: first loss $l1, one-process fp32 $r32"
+  case "$name" in "$f-pp2"|"$f-vpp2"|"$f-dp2")
+    [ "$l1" = "$r16" ] || say_fail "$name: first loss $l1, one-process bf16 $r16" ;; esac
+  [ "$(losses "$name.log")" != "$(losses "$f-ref32.log")" ] || say_fail "$name: the fp32 run's losses"
+  memory_equal "$name.log" "$np"
+}
+
+for f in gpt2 llama; do
+  extra=()
+  [ "$f" = llama ] && extra=("${llama[@]}")
+  "$MEGADLM" train "${common[@]}" "${extra[@]}" "${ONE[@]}" > "$f-ref32.log" 2>&1 ||
+    { say_fail "$f fp32 reference"; continue; }
+  "$MEGADLM" train "${common[@]}" "${extra[@]}" "${ONE[@]}" --bf16 --save "$f-ref16" > "$f-ref16.log" 2>&1 ||
+    { say_fail "$f bf16 reference"; continue; }
+  echo "$f: one process, first loss fp32 $(first "$f-ref32.log"), bf16 $(first "$f-ref16.log")"
+  check "$f-tp2" 2 "${TP[@]}"
+  check "$f-tp2sp" 2 "${TP[@]}" --sequence-parallel
+  check "$f-pp2" 2 "${ONE[@]}" --pipeline-model-parallel-size 2
+  check "$f-vpp2" 2 "${ONE[@]}" --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1
+  check "$f-dp2" 2 "${ONE[@]}" --ddp-bucket-size 2000 --overlap-grad-reduce
+  check "$f-tp2sp-pp2-dp2" 8 "${TP[@]}" --sequence-parallel --pipeline-model-parallel-size 2 \
+      --ddp-bucket-size 2000 --overlap-grad-reduce
+
+  # the TP overlap: the plain run's bits with the same row plan (thread progress); test progress
+  # tiles the GEMMs (wgrad's too): within the loss bound
+  SP=("${TP[@]}" --sequence-parallel)
+  train "$f-plan2" 2 "${SP[@]}" --tp-comm-overlap-num-splits 2 &&
+    train "$f-overlap" 2 "${SP[@]}" --tp-comm-overlap &&
+    { same_ckpt "$f-plan2" "$f-overlap" || say_fail "$f: --tp-comm-overlap differs from the plain run"; }
+  # every kind of overlap ran (the log's count line: ring all-gathers, ring reduce-scatters, bulk
+  # all-gathers, bulk reduce-scatters)
+  grep -Eq 'TP communication overlapped.*: [1-9][0-9]* ring all-gathers, [1-9][0-9]* ring reduce-scatters, [1-9][0-9]* bulk all-gathers, [1-9][0-9]* bulk' "$f-overlap.log" ||
+    say_fail "$f-overlap: not every overlap ran: $(grep 'TP communication overlapped' "$f-overlap.log" | tail -1)"
+  train "$f-overlap-test" 2 "${SP[@]}" --tp-comm-overlap --tp-comm-overlap-progress test &&
+    { close "$f-ref16.log" "$f-overlap-test.log" 1e-3 || fail=1; }
+
+  # recompute under TP 2 + SP: byte-identical to no recompute
+  for rc in "--recompute-activations" \
+            "--recompute-granularity full --recompute-method uniform --recompute-num-layers 2"; do
+    # shellcheck disable=SC2086
+    train "$f-rc" 2 "${SP[@]}" $rc &&
+      { same_ckpt "$f-tp2sp" "$f-rc" || say_fail "$f: TP 2 + SP --bf16 $rc differs from no recompute"; }
+    rm -rf "$f-rc"
+  done
+  echo "$f: overlap and recompute checked"
+done
+
+# generate from the TP 2 --bf16 checkpoint (megadlm generate runs one process)
+g=$("$MEGADLM" generate --load gpt2-tp2sp --prompt "3 4 5" --max-new-tokens 6 --top-k 1 2>&1) ||
+  say_fail "generate from a TP 2 --bf16 checkpoint: $g"
+[ -n "$g" ] || say_fail "generate printed nothing"
+echo "generate from the TP 2 --bf16 checkpoint: $g"
+exit $fail
