@@ -19,6 +19,7 @@
 #    overlap's row plan (--tp-comm-overlap-num-splits 2), as in fp32; test progress (wgrad in
 #    tiles, on the bf16 path too) within the loss bound; selective and full recompute give
 #    byte-identical checkpoints to no recompute;
+#  - the linears' all-gathers under SP move bf16 (about half the fp32 run's all-gather bytes);
 #  - generate reads the TP 2 --bf16 checkpoint.
 set -euo pipefail
 rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
@@ -105,6 +106,19 @@ for f in gpt2 llama; do
     say_fail "$f-overlap: not every overlap ran: $(grep 'TP communication overlapped' "$f-overlap.log" | tail -1)"
   train "$f-overlap-test" 2 "${SP[@]}" --tp-comm-overlap --tp-comm-overlap-progress test &&
     { close "$f-ref16.log" "$f-overlap-test.log" 1e-3 || fail=1; }
+
+  # the linears' all-gathers move bf16 (exact: every reader rounds them to bf16, which the
+  # overlap's fp32 ring gives bit for bit above): the same calls as the fp32 run, a little over
+  # half its payload (the embedding's and cross-entropy's collectives stay fp32)
+  "${MPIRUN[@]}" -np 2 "$MEGADLM" train "${common[@]}" "${extra[@]}" "${SP[@]}" --log-memory \
+      > "$f-tp2sp-fp32.log" 2>&1 ||
+    say_fail "$f-tp2sp-fp32 did not run"
+  ag() { grep -m1 -o 'all-gather [0-9]* ([0-9]* calls)' "$1" | tr -d '(' | awk '{print $2, $3}'; }
+  b16=0 c16=0 b32=0 c32=0
+  read -r b16 c16 < <(ag "$f-tp2sp.log") || true; read -r b32 c32 < <(ag "$f-tp2sp-fp32.log") || true
+  python3 -c 'import sys; b16,c16,b32,c32=map(float,sys.argv[1:]); sys.exit(0 if c16==c32>0 and 0.5*b32<=b16<0.55*b32 else 1)' \
+      "$b16" "$c16" "$b32" "$c32" || say_fail "$f: all-gather payload bf16 $b16 ($c16 calls), fp32 $b32 ($c32 calls)"
+  echo "$f: TP 2 + SP all-gather payload in iteration 1: $b16 bytes under --bf16, $b32 in fp32 ($c16 calls)"
 
   # recompute under TP 2 + SP: byte-identical to no recompute
   for rc in "--recompute-activations" \

@@ -93,6 +93,16 @@ static void plain_rows(const tp_linear *l, int Ns, tp_rows_fn fn, rows_job *j) {
         fn(j, 0, tc_tp(l->cfg) * Ns);
 }
 
+/* The gathered operand of a GEMM (the column-parallel input, the row-parallel output
+ * gradient): under --bf16 every reader of it rounds it to bf16 (forward, dgrad and wgrad of a
+ * bf16 linear), so it moves as bf16, half the bytes, with the same bits in the result. */
+static void gather_operand(const tp_linear *l, float *full, const float *shard, size_t shard_n) {
+    if (l->cfg->bf16)
+        tp_all_gather_bf16(full, shard, shard_n);
+    else
+        tp_all_gather(full, shard, shard_n);
+}
+
 /* ---- column-parallel ---- */
 
 void column_parallel_linear_forward(const tp_linear *l, float *out, const float *in_local,
@@ -108,7 +118,7 @@ void column_parallel_linear_forward(const tp_linear *l, float *out, const float 
         tp_ring_allgather_compute(l->gathered, in_local, Ns, C, l->pieces, forward_rows, &j);
         return;
     }
-    tp_all_gather(l->gathered, in_local, (size_t)Ns * C); /* gather_from_sp */
+    gather_operand(l, l->gathered, in_local, (size_t)Ns * C); /* gather_from_sp */
     plain_rows(l, Ns, forward_rows, &j);
 }
 
@@ -129,7 +139,7 @@ void column_parallel_linear_backward(const tp_linear *l, float *din_local, float
     if (l->bulk_dgrad || l->rs_dgrad)
         ag = tp_bulk_allgather_start(l->gathered, in_local, shard);
     else
-        tp_all_gather(l->gathered, in_local, shard);
+        gather_operand(l, l->gathered, in_local, shard);
 
     /* dgrad into partial[N, C] piece by piece, reduce-scattered into din_local */
     rows_job j = {l->partial, dout, w, NULL, OC, C, 1, 1};
@@ -190,7 +200,7 @@ void row_parallel_linear_backward(const tp_linear *l, float *din, float *dw, flo
     if (l->overlap_ag) {
         tp_ring_allgather_compute(l->gathered, dout_local, Ns, C, l->pieces, dgrad_rows, &j);
     } else {
-        tp_all_gather(l->gathered, dout_local, (size_t)Ns * C);
+        gather_operand(l, l->gathered, dout_local, (size_t)Ns * C);
         plain_rows(l, Ns, dgrad_rows, &j);
     }
     linear_backward(NULL, dw, NULL, l->gathered, in, w, N, K, C);
