@@ -18,7 +18,10 @@
 #  - TP 2 + SP: --tp-comm-overlap (thread progress) gives the same bits as the plain run with the
 #    overlap's row plan (--tp-comm-overlap-num-splits 2), as in fp32; test progress (wgrad in
 #    tiles, on the bf16 path too) within the loss bound; selective and full recompute give
-#    byte-identical checkpoints to no recompute;
+#    byte-identical checkpoints to no recompute; --distribute-saved-activations gives full
+#    recompute's bits;
+#  - the masked-diffusion objective under TP 2 x DP 2 + SP and TP 2 x PP 2 (training and validation
+#    losses within the same bound), and generate from its TP 2 checkpoint;
 #  - the linears' all-gathers under SP move bf16 (about half the fp32 run's all-gather bytes);
 #  - generate reads the TP 2 --bf16 checkpoint.
 set -euo pipefail
@@ -130,6 +133,38 @@ for f in gpt2 llama; do
   done
   echo "$f: overlap and recompute checked"
 done
+
+# --distribute-saved-activations (TP 2, full recompute): the checkpointed inputs are split and
+# all-gathered exactly, so the same bits as the same recompute without it
+extra=()
+FULL=(--recompute-granularity full --recompute-method block --recompute-num-layers 2)
+train dist-ref 2 "${TP[@]}" "${FULL[@]}" && train dist 2 "${TP[@]}" "${FULL[@]}" --distribute-saved-activations &&
+  { same_ckpt dist-ref dist && echo "--distribute-saved-activations: full recompute's bits" ||
+      say_fail "--distribute-saved-activations differs under --bf16"; }
+
+# the masked-diffusion objective (training and validation losses) under TP 2 x DP 2 + SP and
+# TP 2 x PP 2, against one process under --bf16
+common=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 16
+        --max-position-embeddings 16 --micro-batch-size 2 --global-batch-size 8 --train-iters 5
+        --lr 1e-3 --mock-data --vocab-size 50 --log-interval 1 --eval-iters 1 --eval-interval 5
+        --hidden-dropout 0.1 --attention-dropout 0.1 --seed 3
+        --model-running-mode difflm-noshift --mask-token 100
+        --difflm-varilen-prob 0) # sequence parallelism needs whole sequences
+dlosses() { grep -o 'lm loss: [^ ]*\|lm loss value: [^ ]*' "$1" | awk '{print $NF}'; }
+"$MEGADLM" train "${common[@]}" --bf16 > dlm-ref16.log 2>&1 || say_fail "diffusion bf16 reference"
+for layout in "--sequence-parallel" "--pipeline-model-parallel-size 2"; do
+  # shellcheck disable=SC2086
+  train dlm 4 "${TP[@]}" $layout || continue
+  n=$(dlosses dlm-ref16.log | wc -l)
+  paste <(dlosses dlm-ref16.log) <(dlosses dlm.log) | awk -v what="diffusion 4 ranks, TP 2 $layout" -v want="$n" '
+    { k++; d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > w) w = r; if (r > 1e-3) bad = 1 }
+    END { printf "  %s: %d losses, worst rel %.3g\n", what, k, w; exit (bad || k != want || k < 6) }' ||
+    say_fail "diffusion TP 2 $layout"
+  [ "$layout" = --sequence-parallel ] && mv dlm dlm-sp
+done
+g=$("$MEGADLM" generate --load dlm-sp --prompt "1 2" --gen-length 8 --steps 8 2>&1) ||
+  say_fail "diffusion generate from a TP 2 --bf16 checkpoint: $g"
+echo "diffusion generate from the TP 2 --bf16 checkpoint: $(tail -1 <<<"$g")"
 
 # generate from the TP 2 --bf16 checkpoint (megadlm generate runs one process)
 g=$("$MEGADLM" generate --load gpt2-tp2sp --prompt "3 4 5" --max-new-tokens 6 --top-k 1 2>&1) ||
