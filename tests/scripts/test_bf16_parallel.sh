@@ -22,6 +22,8 @@
 #    recompute's bits;
 #  - the masked-diffusion objective under TP 2 x DP 2 + SP and TP 2 x PP 2 (training and validation
 #    losses within the same bound), and generate from its TP 2 checkpoint;
+#  - the first step's gradients of TP 2 + SP (with and without the overlap) close to one
+#    process's: every GEMM takes the bf16 path (a GEMM left in fp32 fails this);
 #  - the linears' all-gathers under SP move bf16 (about half the fp32 run's all-gather bytes);
 #  - generate reads the TP 2 --bf16 checkpoint.
 set -euo pipefail
@@ -122,6 +124,21 @@ for f in gpt2 llama; do
   python3 -c 'import sys; b16,c16,b32,c32=map(float,sys.argv[1:]); sys.exit(0 if c16==c32>0 and 0.5*b32<=b16<0.55*b32 else 1)' \
       "$b16" "$c16" "$b32" "$c32" || say_fail "$f: all-gather payload bf16 $b16 ($c16 calls), fp32 $b32 ($c32 calls)"
   echo "$f: TP 2 + SP all-gather payload in iteration 1: $b16 bytes under --bf16, $b32 in fp32 ($c16 calls)"
+
+  # the first step's gradients (Adam's exp_avg after iteration 1): with every GEMM of the
+  # layout on the bf16 path they differ from one process's only where a differently ordered
+  # fp32 sum rounds to another bf16 value (|a - b| / |b| per matrix, measured: GPT-2 median 0,
+  # worst 2.6e-4; Llama median 1.2e-4, worst 5.7e-4); a GEMM left in fp32 moves every element
+  # of its gradient by the bf16 rounding of its operands (measured with the column-parallel
+  # wgrad in fp32: GPT-2 median 4.8e-4, Llama 8.1e-4, worst 1.5e-3 in both). Checked: median
+  # <= 3e-4, worst <= 1e-3.
+  train "$f-g1ref" 1 "${ONE[@]}" --exit-interval 1 && train "$f-g1sp" 2 "${SP[@]}" --exit-interval 1 &&
+    train "$f-g1ov" 2 "${SP[@]}" --tp-comm-overlap --tp-comm-overlap-progress test --exit-interval 1 &&
+    for d in "$f-g1sp" "$f-g1ov"; do
+      /usr/bin/python3 "$SRC/tests/python/first_step_grads.py" "$d/iter_0000001/optimizer.safetensors" \
+          "$f-g1ref/iter_0000001/optimizer.safetensors" 3e-4 1e-3 | sed "s/^/  $d first-step gradients: /" ||
+        say_fail "$d: first-step gradients differ from one process's"
+    done
 
   # recompute under TP 2 + SP: byte-identical to no recompute
   for rc in "--recompute-activations" \
