@@ -16,15 +16,18 @@
 #  - --log-memory: predicted == measured for parameters, gradients, optimizer state and saved
 #    activations on every rank;
 #  - TP 2 + SP: --tp-comm-overlap (thread progress) gives the same bits as the plain run with the
-#    overlap's row plan (--tp-comm-overlap-num-splits 2), as in fp32; test progress (wgrad in
-#    tiles, on the bf16 path too) within the loss bound; selective and full recompute give
-#    byte-identical checkpoints to no recompute; --distribute-saved-activations gives full
-#    recompute's bits;
+#    overlap's row plan (--tp-comm-overlap-num-splits 2), as in fp32, and so does
+#    --tp-comm-overlap-rs-dgrad with 3 pieces (exact bf16 all-gathers, however they travel); test
+#    progress (wgrad in tiles, on the bf16 path too) within the loss bound; TP 4 + SP with and
+#    without the overlap (the ring passes bf16 pieces on) checked as the layouts above; selective
+#    and full recompute give byte-identical checkpoints to no recompute;
+#    --distribute-saved-activations gives full recompute's bits;
 #  - the masked-diffusion objective under TP 2 x DP 2 + SP and TP 2 x PP 2 (training and validation
 #    losses within the same bound), and generate from its TP 2 checkpoint;
 #  - the first step's gradients of TP 2 + SP (with and without the overlap) close to one
 #    process's: every GEMM takes the bf16 path (a GEMM left in fp32 fails this);
-#  - the linears' all-gathers under SP move bf16 (about half the fp32 run's all-gather bytes);
+#  - the linears' all-gathers under SP move bf16 (about half the fp32 run's all-gather bytes),
+#    with and without the overlap;
 #  - generate reads the TP 2 --bf16 checkpoint.
 set -euo pipefail
 rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
@@ -103,7 +106,7 @@ for f in gpt2 llama; do
   # tiles the GEMMs (wgrad's too): within the loss bound
   SP=("${TP[@]}" --sequence-parallel)
   train "$f-plan2" 2 "${SP[@]}" --tp-comm-overlap-num-splits 2 &&
-    train "$f-overlap" 2 "${SP[@]}" --tp-comm-overlap &&
+    train "$f-overlap" 2 "${SP[@]}" --tp-comm-overlap --log-memory &&
     { same_ckpt "$f-plan2" "$f-overlap" || say_fail "$f: --tp-comm-overlap differs from the plain run"; }
   # every kind of overlap ran (the log's count line: ring all-gathers, ring reduce-scatters, bulk
   # all-gathers, bulk reduce-scatters)
@@ -111,6 +114,18 @@ for f in gpt2 llama; do
     say_fail "$f-overlap: not every overlap ran: $(grep 'TP communication overlapped' "$f-overlap.log" | tail -1)"
   train "$f-overlap-test" 2 "${SP[@]}" --tp-comm-overlap --tp-comm-overlap-progress test &&
     { close "$f-ref16.log" "$f-overlap-test.log" 1e-3 || fail=1; }
+  # the rs-dgrad overlap (a ring reduce-scatter under the bulk bf16 all-gather): the plain
+  # run's bits with its row plan
+  train "$f-plan3" 2 "${SP[@]}" --tp-comm-overlap-num-splits 3 &&
+    train "$f-rsdgrad" 2 "${SP[@]}" --tp-comm-overlap --tp-comm-overlap-rs-dgrad \
+        --tp-comm-overlap-num-splits 3 &&
+    { same_ckpt "$f-plan3" "$f-rsdgrad" || say_fail "$f: --tp-comm-overlap-rs-dgrad differs from the plain run"; }
+  # four TP ranks (GPT-2: 4 query groups): the ring passes received bf16 pieces on
+  if [ "$f" = gpt2 ]; then
+    TP4=(--tensor-model-parallel-size 4 --make-vocab-size-divisible-by 32 --sequence-parallel)
+    check "$f-tp4sp" 4 "${TP4[@]}"
+    check "$f-tp4overlap" 4 "${TP4[@]}" --tp-comm-overlap
+  fi
 
   # the linears' all-gathers move bf16 (exact: every reader rounds them to bf16, which the
   # overlap's fp32 ring gives bit for bit above): the same calls as the fp32 run, a little over
@@ -124,6 +139,10 @@ for f in gpt2 llama; do
   python3 -c 'import sys; b16,c16,b32,c32=map(float,sys.argv[1:]); sys.exit(0 if c16==c32>0 and 0.5*b32<=b16<0.55*b32 else 1)' \
       "$b16" "$c16" "$b32" "$c32" || say_fail "$f: all-gather payload bf16 $b16 ($c16 calls), fp32 $b32 ($c32 calls)"
   echo "$f: TP 2 + SP all-gather payload in iteration 1: $b16 bytes under --bf16, $b32 in fp32 ($c16 calls)"
+  # the overlap's ring and bulk all-gathers move bf16 too: the plain run's payload
+  read -r bov cov < <(ag "$f-overlap.log") || true
+  [ "${bov:-}" = "$b16" ] && [ "${cov:-}" = "$c16" ] ||
+    say_fail "$f: --tp-comm-overlap all-gather payload ${bov:-none} (${cov:-?} calls), plain $b16 ($c16)"
 
   # the first step's gradients (Adam's exp_avg after iteration 1): with every GEMM of the
   # layout on the bf16 path they differ from one process's only where a differently ordered

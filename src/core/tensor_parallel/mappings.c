@@ -48,6 +48,12 @@ void tp_comm_note_all_gather(size_t shard_n) {
     observe(TP_COMM_ALL_GATHER, shard_n);
 }
 
+void tp_comm_note_all_gather_bf16(size_t shard_n) {
+    g_stats.all_gather_calls++;
+    g_stats.all_gather_bytes += (double)shard_n * parallel_get()->tp_size * sizeof(bf16);
+    observe(TP_COMM_ALL_GATHER, shard_n);
+}
+
 void tp_comm_note_reduce_scatter(size_t shard_n) {
     count_reduce_scatter(shard_n);
     observe(TP_COMM_REDUCE_SCATTER, shard_n);
@@ -89,7 +95,7 @@ void tp_all_gather(float *full, const float *shard, size_t shard_n) {
  * bf16 values begin (byte 2n + 2 (i + B), not below it while i + B <= n), so nothing is
  * overwritten before it is read. */
 #define WIDEN_BLOCK 1024
-static void widen_from_upper_half(float *full, size_t n) {
+void tp_widen_staged_bf16(float *full, size_t n) {
     const unsigned char *stage = (const unsigned char *)full + n * sizeof(bf16);
     bf16 block[WIDEN_BLOCK];
     for (size_t i = 0; i < n; i += WIDEN_BLOCK) {
@@ -110,7 +116,7 @@ void tp_all_gather_bf16(float *full, const float *shard, size_t shard_n) {
     bf16 *stage = (bf16 *)full + n; /* the upper half of full's bytes */
     bf16_from_f32(stage + (size_t)ps->tp_rank * shard_n, shard, shard_n);
     MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, stage, (int)shard_n, MPI_UINT16_T, ps->tp);
-    widen_from_upper_half(full, n);
+    tp_widen_staged_bf16(full, n);
     g_stats.all_gather_calls++;
     g_stats.all_gather_bytes += (double)n * sizeof(bf16);
 }

@@ -103,6 +103,15 @@ static void gather_operand(const tp_linear *l, float *full, const float *shard, 
         tp_all_gather(full, shard, shard_n);
 }
 
+/* The same with the overlap's ring, fn computing on each piece as it arrives. */
+static void ring_gather_operand(const tp_linear *l, const float *shard, int Ns, int C,
+                                tp_rows_fn fn, rows_job *j) {
+    if (l->cfg->bf16)
+        tp_ring_allgather_compute_bf16(l->gathered, shard, Ns, C, l->pieces, fn, j);
+    else
+        tp_ring_allgather_compute(l->gathered, shard, Ns, C, l->pieces, fn, j);
+}
+
 /* ---- column-parallel ---- */
 
 void column_parallel_linear_forward(const tp_linear *l, float *out, const float *in_local,
@@ -115,7 +124,7 @@ void column_parallel_linear_forward(const tp_linear *l, float *out, const float 
     int Ns = tc_tokens_local(c, N);
     rows_job j = {out, l->gathered, w, b, C, OC, 0, 1};
     if (l->overlap_ag) {
-        tp_ring_allgather_compute(l->gathered, in_local, Ns, C, l->pieces, forward_rows, &j);
+        ring_gather_operand(l, in_local, Ns, C, forward_rows, &j);
         return;
     }
     gather_operand(l, l->gathered, in_local, (size_t)Ns * C); /* gather_from_sp */
@@ -137,7 +146,8 @@ void column_parallel_linear_backward(const tp_linear *l, float *din_local, float
     /* the gathered input, for wgrad: under the dgrad GEMM when overlapping */
     int ag = -1;
     if (l->bulk_dgrad || l->rs_dgrad)
-        ag = tp_bulk_allgather_start(l->gathered, in_local, shard);
+        ag = l->cfg->bf16 ? tp_bulk_allgather_start_bf16(l->gathered, in_local, shard)
+                          : tp_bulk_allgather_start(l->gathered, in_local, shard);
     else
         gather_operand(l, l->gathered, in_local, shard);
 
@@ -198,7 +208,7 @@ void row_parallel_linear_backward(const tp_linear *l, float *din, float *dw, flo
     /* dgrad per piece of the output gradient (as it arrives, when overlapping) */
     rows_job j = {din, l->gathered, w, NULL, C, K, 0, 1};
     if (l->overlap_ag) {
-        tp_ring_allgather_compute(l->gathered, dout_local, Ns, C, l->pieces, dgrad_rows, &j);
+        ring_gather_operand(l, dout_local, Ns, C, dgrad_rows, &j);
     } else {
         gather_operand(l, l->gathered, dout_local, (size_t)Ns * C);
         plain_rows(l, Ns, dgrad_rows, &j);
