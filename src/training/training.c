@@ -717,6 +717,11 @@ static int setup_bf16(const megadlm_args *a) {
                "cross-entropy and the loss; embedding, norm and bias parameters are read from "
                "the fp32 main copy\n");
     log_printf("> %s\n", gemm_bf16_describe());
+    if (a->tensor_model_parallel_size > 1 || a->pipeline_model_parallel_size > 1 ||
+        a->data_parallel_size > 1) /* docs/ARCHITECTURE.md, "Mixed precision" */
+        log_printf("> bf16 communication: tensor-parallel reductions and data-parallel gradient "
+                   "all-reduces in fp32; sequence parallelism's all-gathers of GEMM operands in "
+                   "bf16 (exact: their readers round to bf16); pipeline transfers in fp32\n");
     return 0;
 }
 

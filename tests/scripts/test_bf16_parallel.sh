@@ -84,6 +84,7 @@ check() { # check NAME NP flags...: losses, first loss, memory
     [ "$l1" = "$r16" ] || say_fail "$name: first loss $l1, one-process bf16 $r16" ;; esac
   [ "$(losses "$name.log")" != "$(losses "$f-ref32.log")" ] || say_fail "$name: the fp32 run's losses"
   memory_equal "$name.log" "$np"
+  grep -q '^> bf16 communication: ' "$name.log" || say_fail "$name: no '> bf16 communication:' line"
 }
 
 for f in gpt2 llama; do

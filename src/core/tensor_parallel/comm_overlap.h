@@ -22,6 +22,9 @@
  *     MPI_THREAD_SERIALIZED.
  * docs/ARCHITECTURE.md has the measurements behind the default.
  *
+ * Under --bf16 the all-gathers (ring and bulk, the _bf16 forms) move bf16 values: the gathered
+ * tensors are GEMM operands that their readers round to bf16, so nothing changes but the bytes.
+ *
  * All ranks of a TP group must call the same functions in the same order. Each call returns
  * when its transfers are complete, so nothing is outstanding between calls except a bulk
  * operation until its tp_bulk_wait. */
