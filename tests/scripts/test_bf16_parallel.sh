@@ -21,7 +21,8 @@
 #    progress (wgrad in tiles, on the bf16 path too) within the loss bound; TP 4 + SP with and
 #    without the overlap (the ring passes bf16 pieces on) checked as the layouts above; selective
 #    and full recompute give byte-identical checkpoints to no recompute;
-#    --distribute-saved-activations gives full recompute's bits;
+#    --distribute-saved-activations gives full recompute's bits; a resumed run the
+#    uninterrupted run's;
 #  - the masked-diffusion objective under TP 2 x DP 2 + SP and TP 2 x PP 2 (training and validation
 #    losses within the same bound), and generate from its TP 2 checkpoint;
 #  - the first step's gradients of TP 2 + SP (with and without the overlap) close to one
@@ -168,7 +169,15 @@ for f in gpt2 llama; do
       { same_ckpt "$f-tp2sp" "$f-rc" || say_fail "$f: TP 2 + SP --bf16 $rc differs from no recompute"; }
     rm -rf "$f-rc"
   done
-  echo "$f: overlap and recompute checked"
+  # a TP 2 + SP run resumed from its checkpoint at iteration 3 (fp32 main parameters; every
+  # rank rounds its bf16 copy after the load) ends with the uninterrupted run's bytes
+  train "$f-resume" 2 "${SP[@]}" --exit-interval 3 &&
+    "${MPIRUN[@]}" -np 2 "$MEGADLM" train "${common[@]}" "${extra[@]}" --bf16 "${SP[@]}" \
+        --save "$f-resume" --load "$f-resume" > "$f-resume-b.log" 2>&1 &&
+    grep -q "successfully loaded checkpoint" "$f-resume-b.log" &&
+    { same_ckpt "$f-tp2sp" "$f-resume" || say_fail "$f: resumed TP 2 + SP --bf16 run differs"; } ||
+    say_fail "$f: resume did not run or load"
+  echo "$f: overlap, recompute and resume checked"
 done
 
 # --distribute-saved-activations (TP 2, full recompute): the checkpointed inputs are split and
