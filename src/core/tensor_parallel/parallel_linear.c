@@ -95,7 +95,8 @@ static void plain_rows(const tp_linear *l, int Ns, tp_rows_fn fn, rows_job *j) {
 
 /* The gathered operand of a GEMM (the column-parallel input, the row-parallel output
  * gradient): under --bf16 every reader of it rounds it to bf16 (forward, dgrad and wgrad of a
- * bf16 linear), so it moves as bf16, half the bytes, with the same bits in the result. */
+ * bf16 linear: gpt_model_create registers the weights whenever cfg->bf16), so it moves as
+ * bf16, half the bytes, with the same bits in the result. */
 static void gather_operand(const tp_linear *l, float *full, const float *shard, size_t shard_n) {
     if (l->cfg->bf16)
         tp_all_gather_bf16(full, shard, shard_n);
