@@ -28,7 +28,8 @@
 #  - the first step's gradients of TP 2 + SP close to one process's: every GEMM takes the bf16
 #    path (a GEMM left in fp32 fails this); the linears' gradients with SP are TP 2's without;
 #  - the linears' all-gathers under SP move bf16 (about half the fp32 run's all-gather bytes),
-#    with and without the overlap;
+#    with and without the overlap; pipeline transfers of activations too (half the bytes,
+#    gradients fp32);
 #  - generate reads the TP 2 --bf16 checkpoint.
 set -euo pipefail
 rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
@@ -100,6 +101,19 @@ for f in gpt2 llama; do
   check "$f-tp2sp" 2 "${TP[@]}" --sequence-parallel
   check "$f-pp2" 2 "${ONE[@]}" --pipeline-model-parallel-size 2
   check "$f-vpp2" 2 "${ONE[@]}" --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1
+  # pipeline transfers: the activations (bf16 values) move as bf16, half the fp32 run's bytes;
+  # the gradients as fp32, the same bytes (and the same bits as fp32 transfers: the first loss
+  # above is one process's)
+  "${MPIRUN[@]}" -np 2 "$MEGADLM" train "${common[@]}" "${extra[@]}" "${ONE[@]}" \
+      --pipeline-model-parallel-size 2 --log-memory > "$f-pp2-fp32.log" 2>&1 || say_fail "$f-pp2-fp32 did not run"
+  pp() { # pp LOG RANK FIELD: what the rank sent of FIELD (activations, gradients)
+    grep -h -o "\[Rank $2\] pipeline transfers in iteration 1 (bytes sent) | activations [0-9]* | gradients [0-9]*" "$1" |
+      awk -v f="$3" '{print f == "activations" ? $(NF-3) : $NF}'; }
+  a16=$(pp "$f-pp2.log" 0 activations); a32=$(pp "$f-pp2-fp32.log" 0 activations)
+  g16=$(pp "$f-pp2.log" 1 gradients); g32=$(pp "$f-pp2-fp32.log" 1 gradients)
+  [ "${a32:-0}" -gt 0 ] && [ "${g32:-0}" -gt 0 ] && [ $((2 * ${a16:-0})) = "$a32" ] && [ "$g16" = "$g32" ] ||
+    say_fail "$f: pipeline transfers bf16 activations ${a16:-none} gradients ${g16:-none}, fp32 ${a32:-none} ${g32:-none}"
+  echo "$f: PP 2 in iteration 1: stage 0 sent activations of $a16 bytes under --bf16 ($a32 in fp32), stage 1 gradients of $g16 ($g32)"
   check "$f-dp2" 2 "${ONE[@]}" --ddp-bucket-size 2000 --overlap-grad-reduce
   check "$f-tp2sp-pp2-dp2" 8 "${TP[@]}" --sequence-parallel --pipeline-model-parallel-size 2 \
       --ddp-bucket-size 2000 --overlap-grad-reduce

@@ -1,6 +1,6 @@
-/* The last step of the bf16 all-gathers (--bf16 under sequence parallelism,
- * tensor_parallel/mappings.h): n bf16 values staged in the upper half of an fp32 buffer are
- * widened in place into its n floats. Checked for lengths around the widening's block (1024)
+/* The last step of the bf16 all-gathers and pipeline transfers (--bf16; bf16_widen_staged,
+ * kernels/bf16.h): n bf16 values staged in the upper half of an fp32 buffer are widened in
+ * place into its n floats. Checked for lengths around the widening's block (1024)
  * and for one that is not a multiple of it: every float is the widened value of the bf16 that
  * was staged for it (compared with a copy taken before, widened one at a time), including
  * signed zeros, infinities and NaNs; the staging itself, through tp_all_gather_bf16 with one
@@ -22,7 +22,7 @@ static void check_widen(size_t n) {
     float *full = malloc(n * sizeof(float));
     bf16 *stage = (bf16 *)full + n, *copy = malloc(n * sizeof(bf16));
     for (size_t i = 0; i < n; i++) copy[i] = stage[i] = pattern(i);
-    tp_widen_staged_bf16(full, n);
+    bf16_widen_staged(full, n);
     size_t bad = 0;
     for (size_t i = 0; i < n; i++) {
         uint32_t want_bits = (uint32_t)copy[i] << 16; /* bf16 is the top half of an fp32 */

@@ -510,7 +510,7 @@ int tp_bulk_reduce_scatter_start(float *local, const float *full, float *recv, s
 
 void tp_bulk_wait(int h) {
     end_call(g_bulk[h].first, g_bulk[h].end);
-    if (g_bulk[h].widen) tp_widen_staged_bf16(g_bulk[h].widen, g_bulk[h].widen_n);
+    if (g_bulk[h].widen) bf16_widen_staged(g_bulk[h].widen, g_bulk[h].widen_n);
     if (g_bulk[h].local) {
         float *out = g_bulk[h].local;
         const float *own = g_bulk[h].own, *recv = g_bulk[h].recv;

@@ -90,21 +90,6 @@ void tp_all_gather(float *full, const float *shard, size_t shard_n) {
     count_all_gather(shard_n);
 }
 
-/* Widens n bf16 values staged at bf16 slot n of full (its upper half) into full[0, n), in
- * blocks copied out first: the floats of a block end at byte 4 (i + B), where the next block's
- * bf16 values begin (byte 2n + 2 (i + B), not below it while i + B <= n), so nothing is
- * overwritten before it is read. */
-#define WIDEN_BLOCK 1024
-void tp_widen_staged_bf16(float *full, size_t n) {
-    const unsigned char *stage = (const unsigned char *)full + n * sizeof(bf16);
-    bf16 block[WIDEN_BLOCK];
-    for (size_t i = 0; i < n; i += WIDEN_BLOCK) {
-        size_t k = n - i < WIDEN_BLOCK ? n - i : WIDEN_BLOCK;
-        memcpy(block, stage + i * sizeof(bf16), k * sizeof(bf16));
-        bf16_to_f32(full + i, block, k);
-    }
-}
-
 void tp_all_gather_bf16(float *full, const float *shard, size_t shard_n) {
     const parallel_state *ps = parallel_get();
     if (!tp_active() || g_ip.replace) { /* one rank, or the benchmark's copies: exact as fp32 */
@@ -116,7 +101,7 @@ void tp_all_gather_bf16(float *full, const float *shard, size_t shard_n) {
     bf16 *stage = (bf16 *)full + n; /* the upper half of full's bytes */
     bf16_from_f32(stage + (size_t)ps->tp_rank * shard_n, shard, shard_n);
     MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, stage, (int)shard_n, MPI_UINT16_T, ps->tp);
-    tp_widen_staged_bf16(full, n);
+    bf16_widen_staged(full, n);
     g_stats.all_gather_calls++;
     g_stats.all_gather_bytes += (double)n * sizeof(bf16);
 }

@@ -30,9 +30,6 @@ void tp_all_gather(float *full, const float *shard, size_t shard_n);
  * first (--bf16: the gathered operands of the linears' GEMMs). full must not overlap shard: its
  * upper half stages the bf16 values. */
 void tp_all_gather_bf16(float *full, const float *shard, size_t shard_n);
-/* full[0, n) = the n bf16 values staged in full's upper half (bf16 slots n .. 2n), widened;
- * the last step of a bf16 all-gather staged there (here and in comm_overlap.c). */
-void tp_widen_staged_bf16(float *full, size_t n);
 /* shard[shard_n] = rank r's block of the sum over ranks of full[t * shard_n]
  * (reduce_scatter_to_sp forward, gather_from_sp backward) */
 void tp_reduce_scatter(float *shard, const float *full, size_t shard_n);
