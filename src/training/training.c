@@ -772,6 +772,7 @@ static void trainer_free(trainer *tr) {
             (k < 2 || tr->data[k] != tr->data[0]))
             gpt_data_free(tr->data[k]);
     pipeline_stores_free(tr->pipe); /* NULL when setup failed before they were made */
+    p2p_set_bf16_activations(0);
     if (tr->a->log_memory) log_dp_communication(tr);
     dist_opt_free(tr->dopt);
     ddp_free(tr->ddp); /* waits for parameter gathers in flight */

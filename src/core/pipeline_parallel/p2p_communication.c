@@ -17,7 +17,13 @@ static struct {
     int busy;
 } g_b16;
 
-void p2p_set_bf16_activations(int on) { g_b16.on = on; }
+void p2p_set_bf16_activations(int on) {
+    g_b16.on = on;
+    if (on || g_b16.busy) return;
+    mem_free(g_b16.send); /* off: the send copy goes */
+    g_b16.send = NULL;
+    g_b16.n = 0;
+}
 
 /* The bf16 copy of a forward send (or the send itself, as fp32). */
 static const void *send_buffer(const float *send, int tag, size_t n, MPI_Datatype *type) {

@@ -43,7 +43,7 @@ void p2p_ring_wait(p2p_pending *h);
 /* --bf16: the activations sent forward move as bf16, half the bytes (the receiver widens them
  * in place). Exact because they are bf16 values: the residual stream, rounded after every
  * residual add (a stage's output is its last layer's). Gradients stay fp32. */
-void p2p_set_bf16_activations(int on);
+void p2p_set_bf16_activations(int on); /* 0 also frees the bf16 send copy */
 
 /* Seconds this rank has spent waiting for its transfers to complete (its share of the pipeline
  * bubble plus transfer time), since the start. */
