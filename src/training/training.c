@@ -693,6 +693,17 @@ static void log_dp_communication(const trainer *tr) {
     fflush(stdout);
 }
 
+/* Bytes this stage sent to its neighbours in the first iteration (with --log-memory). */
+static void log_pipeline_transfers(void) {
+    const parallel_state *ps = parallel_get();
+    if (ps->pp_size <= 1) return;
+    double fwd, bwd;
+    p2p_sent_bytes(&fwd, &bwd);
+    printf("[Rank %d] pipeline transfers in iteration 1 (bytes sent) | activations %.0f | "
+           "gradients %.0f |\n", ps->world_rank, fwd, bwd);
+    fflush(stdout);
+}
+
 /* Pipeline bubble: the share of training time this stage spent waiting for transfers, beside
  * the ideal share of the iteration: (p - 1) / (m + p - 1) for 1F1B (a bubble of (p - 1)/m of
  * the compute time), (p - 1) / (m v + p - 1) interleaved ((p - 1)/(m v)). */
@@ -786,6 +797,13 @@ static int setup_half(const megadlm_args *a) {
                "moments, norm statistics, softmax, cross-entropy and the loss; embedding, norm "
                "and bias parameters are read from the fp32 main copy\n", f, f, f, f);
     log_printf("> %s\n", gemm_half_describe(k));
+    if (k == HALF_BF16) p2p_set_bf16_activations(1);
+    if (k == HALF_BF16 && (a->tensor_model_parallel_size > 1 || a->pipeline_model_parallel_size > 1 ||
+        a->data_parallel_size > 1)) /* docs/ARCHITECTURE.md, "Mixed precision" */
+        log_printf("> bf16 communication: tensor-parallel reductions and data-parallel gradient "
+                   "all-reduces in fp32; sequence parallelism's all-gathers of GEMM operands in "
+                   "bf16 (exact: their readers round to bf16); pipeline transfers: activations "
+                   "in bf16 (bf16 values), gradients in fp32\n");
     return 0;
 }
 
@@ -844,6 +862,7 @@ static void trainer_free(trainer *tr) {
             (k < 2 || tr->data[k] != tr->data[0]))
             gpt_data_free(tr->data[k]);
     pipeline_stores_free(tr->pipe); /* NULL when setup failed before they were made */
+    p2p_set_bf16_activations(0);
     if (tr->a->log_memory) log_dp_communication(tr);
     dist_opt_free(tr->dopt);
     ddp_free(tr->ddp); /* waits for parameter gathers in flight */
@@ -946,6 +965,7 @@ int pretrain(megadlm_args *a) {
             log_saved_activations(&tr);
             log_pipeline_stores(&tr);
             log_tp_communication(&tr);
+            log_pipeline_transfers();
             log_dp_communication(&tr);
             memory_reported = 1;
         }

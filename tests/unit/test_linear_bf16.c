@@ -3,7 +3,8 @@
  * activation operand rounded to it) with fp32 sums; forward, dgrad and wgrad are checked against
  * double sums of the operands rounded to that format (rounding to the other one misses the
  * bound by far) within fp32's summation bound, in one chunk and in chunks of 2 rows, on both
- * bf16 GEMM paths that run here and on fp16; repeated calls give the same bits; a weight
+ * bf16 GEMM paths that run here and on fp16 (wgrad also in tiles of the weight's rows,
+ * linear_backward_wgrad_rows); repeated calls give the same bits; a weight
  * outside the buffer (or no registration) takes the fp32 path unchanged. */
 #include <math.h>
 #include <stdlib.h>
@@ -99,6 +100,19 @@ static void run(int max_width, const char *what) {
         bw = within(dw, wdw, mdw, OC * C, N);
     printf("%s: forward %d, dgrad %d, wgrad %d outside the bound\n", what, bf, bd, bw);
     CHECK(bf == 0 && bd == 0 && bw == 0);
+
+    /* wgrad in tiles of dw's rows (the TP overlap's wgrad under communication): the same
+     * bound, each tile on the bf16 path; one tile of all rows is linear_backward's wgrad */
+    float dwt[OC * C], dw1[OC * C];
+    memset(dwt, 0, sizeof dwt);
+    for (int o = 0; o < OC; o += 5)
+        linear_backward_wgrad_rows(dwt, dout, inp, w, N, C, OC, o, OC - o < 5 ? OC - o : 5);
+    int bt = within(dwt, wdw, mdw, OC * C, N);
+    printf("%s: wgrad in tiles of 5 rows: %d outside the bound\n", what, bt);
+    CHECK(bt == 0);
+    memset(dw1, 0, sizeof dw1);
+    linear_backward_wgrad_rows(dw1, dout, inp, w, N, C, OC, 0, OC);
+    CHECK(memcmp(dw1, dw, sizeof dw) == 0);
     /* not the fp32 result: the operands were rounded */
     linear_bf16_setup(NULL, NULL, 0, 0, 0);
     float f32[N * OC];
@@ -110,6 +124,14 @@ static void run(int max_width, const char *what) {
     float o1[N * OC];
     linear_forward(o1, inp, wout, b, N, C, OC);
     CHECK(memcmp(o1, f32, sizeof o1) == 0);
+    /* and its wgrad tiles: the fp32 GEMM on the tile, as linear_backward's with one tile */
+    float dwf[OC * C], dwf1[OC * C];
+    memset(dwf, 0, sizeof dwf);
+    memset(dwf1, 0, sizeof dwf1);
+    linear_backward(NULL, dwf, NULL, dout, inp, wout, N, C, OC);
+    linear_backward_wgrad_rows(dwf1, dout, inp, wout, N, C, OC, 0, OC);
+    CHECK(memcmp(dwf, dwf1, sizeof dwf) == 0);
+    CHECK(memcmp(dwf, dw, sizeof dwf) != 0);
     linear_bf16_setup(NULL, NULL, 0, 0, 0);
     free(par);
     free(wout);

@@ -3,6 +3,7 @@
 #include "core/kernels/bf16.h"
 
 #include <omp.h>
+#include <string.h>
 
 #include "core/util/die.h"
 
@@ -102,4 +103,18 @@ void half_to_f32_2d(half_kind kind, float *dst, size_t ld_dst, const uint16_t *s
     if (kind == HALF_BF16) bf16_to_f32_2d(dst, ld_dst, src, ld_src, rows, cols);
     else if (kind == HALF_FP16) fp16_to_f32_2d(dst, ld_dst, src, ld_src, rows, cols);
     else no_format("half_to_f32_2d");
+}
+
+/* In blocks copied out first: the floats of a block end at byte 4 (i + B), where the next
+ * block's bf16 values begin (byte 2n + 2 (i + B), not below it while i + B <= n), so nothing
+ * is overwritten before it is read. */
+#define WIDEN_BLOCK 1024
+void bf16_widen_staged(float *x, size_t n) {
+    const unsigned char *stage = (const unsigned char *)x + n * sizeof(bf16);
+    bf16 block[WIDEN_BLOCK];
+    for (size_t i = 0; i < n; i += WIDEN_BLOCK) {
+        size_t k = n - i < WIDEN_BLOCK ? n - i : WIDEN_BLOCK;
+        memcpy(block, stage + i * sizeof(bf16), k * sizeof(bf16));
+        bf16_to_f32_serial(x + i, block, k);
+    }
 }

@@ -103,6 +103,11 @@ void fp16_to_f32(float *dst, const fp16 *src, size_t n);
 void bf16_round_f32(float *x, size_t n);
 void fp16_round_f32(float *x, size_t n);
 
+/* x[0, n) = the n bf16 values staged in x's upper half (bf16 slots n .. 2n of the buffer's
+ * bytes), widened in place: the last step of a transfer that moved bf16 into an fp32 buffer
+ * (--bf16's all-gathers and pipeline transfers). */
+void bf16_widen_staged(float *x, size_t n);
+
 /* A rows x cols block with row strides (in elements), for tiles of larger matrices. */
 void bf16_to_f32_2d(float *dst, size_t ld_dst, const bf16 *src, size_t ld_src, size_t rows,
                     size_t cols);

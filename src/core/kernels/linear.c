@@ -93,6 +93,34 @@ static void backward_half(float *dinp, float *dweight, const float *dout, const 
     }
 }
 
+/* wgrad of dweight's rows [o0, o0 + n) in the 16-bit format: the output gradient's columns
+ * o0.. rounded with the tile's width as leading dimension. With (0, OC) it is backward_half's
+ * wgrad call for call (same chunks, same operands), so an untiled wgrad gives the same bits
+ * either way. */
+static void wgrad_rows_half(float *dweight, const float *dout, const float *inp, int N, int C,
+                            int OC, int o0, int n) {
+    const half_kind k = g_lb.kind;
+    uint16_t *dout16 = g_lb.ws, *in16 = g_lb.ws + (size_t)g_lb.rows * g_lb.width;
+    for (int r = 0; r < N; r += g_lb.rows) {
+        int rows = N - r < g_lb.rows ? N - r : g_lb.rows;
+        for (int i = 0; i < rows; i++)
+            half_from_f32(k, dout16 + (size_t)i * n, dout + (size_t)(r + i) * OC + o0, (size_t)n);
+        half_from_f32(k, in16, inp + (size_t)r * C, (size_t)rows * C);
+        gemm_half(k, (gemm_dims){n, C, rows}, 1.0f, gemm_t_half(dout16, n), gemm_n_half(in16, C),
+                  1.0f, gemm_o(dweight + (size_t)o0 * C, C));
+    }
+}
+
+void linear_backward_wgrad_rows(float *dweight, const float *dout, const float *inp,
+                                const float *weight, int N, int C, int OC, int o0, int n) {
+    const uint16_t *w16 = half_weight(weight, C, OC);
+    if (w16)
+        wgrad_rows_half(dweight, dout, inp, N, C, OC, o0, n);
+    else
+        gemm((gemm_dims){n, C, N}, 1.0f, gemm_t(dout + o0, OC), gemm_n(inp, C), 1.0f,
+             gemm_o(dweight + (size_t)o0 * C, C));
+}
+
 /* out[N,OC] = inp[N,C] @ weight[OC,C]^T + bias[OC] */
 void linear_forward(float *out, const float *inp, const float *weight, const float *bias, int N,
                     int C, int OC) {

@@ -16,6 +16,13 @@ void linear_forward(float *out, const float *inp, const float *weight, const flo
 void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                      const float *inp, const float *weight, int N, int C, int OC);
 
+/* dweight rows [o0, o0 + n) of linear_backward's wgrad: dweight[o0 + i, :] += sum over rows of
+ * dout[:, o0 + i] * inp (dweight and dout are the whole [OC, C] and [N, OC]). A registered
+ * weight (--bf16, below) takes the bf16 path with the same rounding as linear_backward; (0, OC)
+ * gives linear_backward's wgrad bits. For GEMMs cut into tiles under communication. */
+void linear_backward_wgrad_rows(float *dweight, const float *dout, const float *inp,
+                                const float *weight, int N, int C, int OC, int o0, int n);
+
 /* out[N,OC] += bias[OC] (row-parallel layers add their bias after the reduction). */
 void bias_add_forward(float *out, const float *bias, int N, int OC);
 

@@ -1,12 +1,66 @@
 #include "core/pipeline_parallel/p2p_communication.h"
 
+#include "core/kernels/bf16.h"
 #include "core/parallel_state.h"
+#include "core/tensor/memory.h"
+#include "core/util/die.h"
 
 enum { TAG_FORWARD = 1, TAG_BACKWARD = 2 };
 
+/* --bf16: activations (tag TAG_FORWARD) move as bf16. A receive lands in the upper half of its
+ * fp32 buffer and is widened in place when complete; a send goes from one bf16 copy, which the
+ * schedules never need twice at once (one forward send in flight at most). */
+static struct {
+    int on;
+    bf16 *send;
+    size_t n;
+    int busy;
+} g_b16;
+
+void p2p_set_bf16_activations(int on) {
+    g_b16.on = on;
+    if (on || g_b16.busy) return;
+    mem_free(g_b16.send); /* off: the send copy goes */
+    g_b16.send = NULL;
+    g_b16.n = 0;
+}
+
+/* The bf16 copy of a forward send (or the send itself, as fp32). */
+static const void *send_buffer(const float *send, int tag, size_t n, MPI_Datatype *type) {
+    *type = MPI_FLOAT;
+    if (!g_b16.on || tag != TAG_FORWARD) return send;
+    if (g_b16.busy) die(1, "internal error: two bf16 pipeline sends in flight");
+    if (n > g_b16.n) {
+        mem_free(g_b16.send);
+        g_b16.send = mem_alloc(MEM_WORKSPACE, n * sizeof(bf16), "bf16 pipeline send");
+        g_b16.n = n;
+    }
+    bf16_from_f32(g_b16.send, send, n);
+    g_b16.busy = 1;
+    *type = MPI_UINT16_T;
+    return g_b16.send;
+}
+
+/* Where a receive lands: the upper half of recv for a bf16 one. */
+static void *recv_buffer(float *recv, int tag, size_t n, MPI_Datatype *type) {
+    *type = MPI_FLOAT;
+    if (!g_b16.on || tag != TAG_FORWARD) return recv;
+    *type = MPI_UINT16_T;
+    return (bf16 *)recv + n;
+}
+
 static double g_wait_seconds; /* time spent blocked in transfers: the pipeline bubble */
+static double g_sent[2];      /* bytes sent forward (activations) and back (gradients) */
 
 double p2p_wait_seconds(void) { return g_wait_seconds; }
+void p2p_sent_bytes(double *forward, double *backward) {
+    *forward = g_sent[0];
+    *backward = g_sent[1];
+}
+
+static void count_send(int tag, size_t n, MPI_Datatype type) {
+    g_sent[tag == TAG_FORWARD ? 0 : 1] += (double)n * (type == MPI_UINT16_T ? 2 : 4);
+}
 
 /* Posts up to one send and one receive on the pipeline group and waits for both. */
 static void exchange(const float *send, int to, int send_tag, float *recv, int from, int recv_tag,
@@ -14,27 +68,53 @@ static void exchange(const float *send, int to, int send_tag, float *recv, int f
     const parallel_state *ps = parallel_get();
     if (!ps->mpi || ps->pp_size == 1) return;
     MPI_Request req[2];
-    int k = 0;
-    if (recv && from >= 0 && from < ps->pp_size)
-        MPI_Irecv(recv, (int)n, MPI_FLOAT, from, recv_tag, ps->pp, &req[k++]);
-    if (send && to >= 0 && to < ps->pp_size)
-        MPI_Isend(send, (int)n, MPI_FLOAT, to, send_tag, ps->pp, &req[k++]);
+    MPI_Datatype type;
+    int k = 0, got = 0, sent = 0;
+    if (recv && from >= 0 && from < ps->pp_size) {
+        void *buf = recv_buffer(recv, recv_tag, n, &type);
+        MPI_Irecv(buf, (int)n, type, from, recv_tag, ps->pp, &req[k++]);
+        got = type == MPI_UINT16_T;
+    }
+    if (send && to >= 0 && to < ps->pp_size) {
+        const void *buf = send_buffer(send, send_tag, n, &type);
+        MPI_Isend(buf, (int)n, type, to, send_tag, ps->pp, &req[k++]);
+        sent = type == MPI_UINT16_T;
+        count_send(send_tag, n, type);
+    }
     double t0 = MPI_Wtime();
     MPI_Waitall(k, req, MPI_STATUSES_IGNORE);
     g_wait_seconds += MPI_Wtime() - t0;
+    if (got) bf16_widen_staged(recv, n);
+    if (sent) g_b16.busy = 0;
 }
 
 void p2p_ring_start(const float *send_next, float *recv_prev, const float *send_prev,
                     float *recv_next, size_t n, p2p_pending *h) {
     h->n = 0;
+    h->widen = NULL;
+    h->widen_n = 0;
+    h->sent_bf16 = 0;
     const parallel_state *ps = parallel_get();
     if (!ps->mpi || ps->pp_size == 1) return;
     int p = ps->pp_size, next = (ps->pp_rank + 1) % p, prev = (ps->pp_rank + p - 1) % p;
     MPI_Request *r = h->req;
-    if (recv_prev) MPI_Irecv(recv_prev, (int)n, MPI_FLOAT, prev, TAG_FORWARD, ps->pp, &r[h->n++]);
+    MPI_Datatype type;
+    if (recv_prev) {
+        void *buf = recv_buffer(recv_prev, TAG_FORWARD, n, &type);
+        MPI_Irecv(buf, (int)n, type, prev, TAG_FORWARD, ps->pp, &r[h->n++]);
+        if (type == MPI_UINT16_T) h->widen = recv_prev, h->widen_n = n;
+    }
     if (recv_next) MPI_Irecv(recv_next, (int)n, MPI_FLOAT, next, TAG_BACKWARD, ps->pp, &r[h->n++]);
-    if (send_next) MPI_Isend(send_next, (int)n, MPI_FLOAT, next, TAG_FORWARD, ps->pp, &r[h->n++]);
-    if (send_prev) MPI_Isend(send_prev, (int)n, MPI_FLOAT, prev, TAG_BACKWARD, ps->pp, &r[h->n++]);
+    if (send_next) {
+        const void *buf = send_buffer(send_next, TAG_FORWARD, n, &type);
+        MPI_Isend(buf, (int)n, type, next, TAG_FORWARD, ps->pp, &r[h->n++]);
+        h->sent_bf16 = type == MPI_UINT16_T;
+        count_send(TAG_FORWARD, n, type);
+    }
+    if (send_prev) {
+        MPI_Isend(send_prev, (int)n, MPI_FLOAT, prev, TAG_BACKWARD, ps->pp, &r[h->n++]);
+        count_send(TAG_BACKWARD, n, MPI_FLOAT);
+    }
 }
 
 void p2p_ring_wait(p2p_pending *h) {
@@ -43,6 +123,10 @@ void p2p_ring_wait(p2p_pending *h) {
     MPI_Waitall(h->n, h->req, MPI_STATUSES_IGNORE);
     g_wait_seconds += MPI_Wtime() - t0;
     h->n = 0;
+    if (h->widen) bf16_widen_staged(h->widen, h->widen_n);
+    if (h->sent_bf16) g_b16.busy = 0;
+    h->widen = NULL;
+    h->sent_bf16 = 0;
 }
 
 void p2p_exchange_ring(const float *send_next, float *recv_prev, const float *send_prev,

@@ -6,7 +6,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/kernels/bf16.h"
 #include "core/parallel_state.h"
+#include "core/tensor/memory.h"
 #include "core/tensor_parallel/mappings.h"
 #include "core/util/die.h"
 
@@ -17,11 +19,12 @@ typedef enum { OP_SEND, OP_RECV, OP_IALLGATHER } op_kind;
 typedef struct {
     op_kind kind;
     int peer, tag, count;
-    const float *sbuf;
-    float *rbuf;
+    const void *sbuf;
+    void *rbuf;
     int after, done;
     int state; /* 0 waiting, 1 posted, 2 complete */
     MPI_Request req;
+    MPI_Datatype type; /* MPI_FLOAT, or MPI_UINT16_T for bf16 (--bf16 all-gathers) */
 } ov_op;
 
 #define MAX_OPS 1024
@@ -57,6 +60,15 @@ static struct {
        .work = PTHREAD_COND_INITIALIZER,
        .changed = PTHREAD_COND_INITIALIZER};
 
+/* The ring's bf16 staging buffer (--bf16): the pieces travel and arrive here, and each is
+ * widened into the fp32 gathered rows when it has arrived. Not the gathered buffer's upper half
+ * (as the plain and bulk all-gathers stage): pieces arrive in ring order, and widening one would
+ * overwrite others still in flight. Grown on demand, category workspace. */
+static struct {
+    bf16 *buf;
+    size_t n;
+} g_stage;
+
 static int threaded(void) { return g.mode == TP_PROGRESS_THREAD; }
 static void lock(void) {
     if (threaded()) pthread_mutex_lock(&g.mu);
@@ -68,13 +80,13 @@ static void unlock(void) {
 static void post(ov_op *op) {
     switch (op->kind) {
     case OP_SEND:
-        MPI_Isend(op->sbuf, op->count, MPI_FLOAT, op->peer, op->tag, g.comm, &op->req);
+        MPI_Isend(op->sbuf, op->count, op->type, op->peer, op->tag, g.comm, &op->req);
         break;
     case OP_RECV:
-        MPI_Irecv(op->rbuf, op->count, MPI_FLOAT, op->peer, op->tag, g.comm, &op->req);
+        MPI_Irecv(op->rbuf, op->count, op->type, op->peer, op->tag, g.comm, &op->req);
         break;
     case OP_IALLGATHER:
-        MPI_Iallgather(op->sbuf, op->count, MPI_FLOAT, op->rbuf, op->count, MPI_FLOAT, g.comm,
+        MPI_Iallgather(op->sbuf, op->count, op->type, op->rbuf, op->count, op->type, g.comm,
                        &op->req);
         break;
     }
@@ -168,6 +180,9 @@ void tp_overlap_finalize(void) {
         pthread_join(g.thread, NULL);
     }
     MPI_Comm_free(&g.comm);
+    mem_free(g_stage.buf);
+    g_stage.buf = NULL;
+    g_stage.n = 0;
     g.ready = 0;
 }
 
@@ -201,11 +216,11 @@ static int new_flag(void) {
     return g.nflags++;
 }
 
-static int add_op(op_kind kind, int peer, int tag, int count, const float *sbuf, float *rbuf,
-                  int after, int done) {
+static int add_op(MPI_Datatype type, op_kind kind, int peer, int tag, int count,
+                  const void *sbuf, void *rbuf, int after, int done) {
     if (g.nops >= MAX_OPS) die(1, "TP overlap: more than %d transfers", MAX_OPS);
     ov_op *op = &g.ops[g.nops];
-    *op = (ov_op){kind, peer, tag, count, sbuf, rbuf, after, done, 0, MPI_REQUEST_NULL};
+    *op = (ov_op){kind, peer, tag, count, sbuf, rbuf, after, done, 0, MPI_REQUEST_NULL, type};
     g.pending++;
     return g.nops++;
 }
@@ -282,14 +297,33 @@ void tp_for_each_piece(int t, int Ns, int pieces, tp_rows_fn fn, void *user) {
         }
 }
 
-void tp_ring_allgather_compute(float *gathered, const float *local, int Ns, int C, int pieces,
-                               tp_rows_fn fn, void *user) {
+static bf16 *ring_stage(size_t n) {
+    if (n > g_stage.n) {
+        mem_free(g_stage.buf);
+        g_stage.buf = mem_alloc(MEM_WORKSPACE, n * sizeof(bf16), "bf16 ring all-gather staging");
+        g_stage.n = n;
+    }
+    return g_stage.buf;
+}
+
+/* The ring all-gather of tp_ring_allgather_compute; with stage (bf16, t * Ns * C elements) the
+ * shards travel as bf16 and each arrived piece is widened into gathered before fn reads it. */
+static void ring_allgather(float *gathered, const float *local, int Ns, int C, int pieces,
+                           tp_rows_fn fn, void *user, bf16 *stage) {
     int t = g.size, r = g.rank, left = (r + t - 1) % t, right = (r + 1) % t;
     size_t row = (size_t)C;
     pieces = tp_pieces(Ns, pieces);
     if (gathered + r * Ns * row != local)
         memcpy(gathered + r * Ns * row, local, (size_t)Ns * row * sizeof(float));
-    tp_comm_note_all_gather((size_t)Ns * C);
+    MPI_Datatype type = stage ? MPI_UINT16_T : MPI_FLOAT;
+    size_t esize = stage ? sizeof(bf16) : sizeof(float);
+    char *wire = stage ? (char *)stage : (char *)gathered; /* where pieces travel from and to */
+    if (stage) {
+        bf16_from_f32(stage + r * Ns * row, local, (size_t)Ns * row);
+        tp_comm_note_all_gather_bf16((size_t)Ns * C);
+    } else {
+        tp_comm_note_all_gather((size_t)Ns * C);
+    }
     g.stats.ring_all_gathers++;
 
     begin_call();
@@ -303,10 +337,10 @@ void tp_ring_allgather_compute(float *gathered, const float *local, int Ns, int 
         for (int i = 0; i < pieces; i++) {
             int lo, n, tag = tag0 + (k - 1) * pieces + i;
             tp_piece_rows(Ns, pieces, i, &lo, &n);
-            add_op(OP_RECV, left, tag, n * C, NULL, gathered + ((size_t)from * Ns + lo) * row, -1,
-                   got0 + (k - 1) * pieces + i);
-            add_op(OP_SEND, right, tag, n * C, gathered + ((size_t)pass * Ns + lo) * row, NULL,
-                   k == 1 ? -1 : got0 + (k - 2) * pieces + i, -1);
+            add_op(type, OP_RECV, left, tag, n * C, NULL,
+                   wire + ((size_t)from * Ns + lo) * row * esize, -1, got0 + (k - 1) * pieces + i);
+            add_op(type, OP_SEND, right, tag, n * C, wire + ((size_t)pass * Ns + lo) * row * esize,
+                   NULL, k == 1 ? -1 : got0 + (k - 2) * pieces + i, -1);
         }
     }
     int end = g.nops;
@@ -323,10 +357,23 @@ void tp_ring_allgather_compute(float *gathered, const float *local, int Ns, int 
             int lo, n;
             tp_piece_rows(Ns, pieces, i, &lo, &n);
             wait_flag(got0 + (k - 1) * pieces + i);
+            size_t at = ((size_t)from * Ns + lo) * row;
+            if (stage) bf16_to_f32(gathered + at, stage + at, (size_t)n * row);
             fn(user, from * Ns + lo, n);
         }
     }
     end_call(first, end);
+}
+
+void tp_ring_allgather_compute(float *gathered, const float *local, int Ns, int C, int pieces,
+                               tp_rows_fn fn, void *user) {
+    ring_allgather(gathered, local, Ns, C, pieces, fn, user, NULL);
+}
+
+void tp_ring_allgather_compute_bf16(float *gathered, const float *local, int Ns, int C,
+                                    int pieces, tp_rows_fn fn, void *user) {
+    bf16 *stage = ring_stage((size_t)g.size * Ns * C);
+    ring_allgather(gathered, local, Ns, C, pieces, fn, user, stage);
 }
 
 void tp_compute_ring_reduce_scatter(float *out_local, float *partial, float *recv, int Ns, int C,
@@ -354,10 +401,10 @@ void tp_compute_ring_reduce_scatter(float *out_local, float *partial, float *rec
             int lo, n, tag = tag0 + k * pieces + i;
             tp_piece_rows(Ns, pieces, i, &lo, &n);
             if (k >= 1)
-                add_op(OP_RECV, left, tag - pieces, n * C, NULL,
+                add_op(MPI_FLOAT, OP_RECV, left, tag - pieces, n * C, NULL,
                        recv + ((size_t)(k - 1) * Ns + lo) * row, -1, got0 + (k - 1) * pieces + i);
             if (k < t - 1)
-                add_op(OP_SEND, right, tag, n * C, partial + ((size_t)c * Ns + lo) * row, NULL,
+                add_op(MPI_FLOAT, OP_SEND, right, tag, n * C, partial + ((size_t)c * Ns + lo) * row, NULL,
                        ready0 + k * pieces + i, -1);
         }
     }
@@ -389,6 +436,8 @@ void tp_compute_ring_reduce_scatter(float *out_local, float *partial, float *rec
 #define MAX_BULK 8
 typedef struct {
     int first, end;
+    float *widen;        /* bf16 all-gather: the gathered buffer, bf16 staged in its upper half */
+    size_t widen_n;
     float *local;        /* reduce-scatter: the result */
     const float *own;    /* reduce-scatter: this rank's partial of its own chunk */
     const float *recv;   /* reduce-scatter: the other ranks' partials, t - 1 chunks */
@@ -408,9 +457,29 @@ int tp_bulk_allgather_start(float *gathered, const float *local, size_t shard_n)
     g.stats.bulk_all_gathers++;
     begin_call();
     int h = bulk_slot();
-    g_bulk[h].first = add_op(OP_IALLGATHER, -1, 0, (int)shard_n, local, gathered, -1, -1);
+    g_bulk[h] = (bulk_op){0};
+    g_bulk[h].first =
+        add_op(MPI_FLOAT, OP_IALLGATHER, -1, 0, (int)shard_n, local, gathered, -1, -1);
     g_bulk[h].end = g_bulk[h].first + 1;
-    g_bulk[h].local = NULL;
+    start_ops();
+    return h;
+}
+
+/* In place in the upper half of gathered (as tp_all_gather_bf16), widened by tp_bulk_wait. */
+int tp_bulk_allgather_start_bf16(float *gathered, const float *local, size_t shard_n) {
+    size_t n = shard_n * (size_t)g.size;
+    bf16 *stage = (bf16 *)gathered + n;
+    bf16_from_f32(stage + (size_t)g.rank * shard_n, local, shard_n);
+    tp_comm_note_all_gather_bf16(shard_n);
+    g.stats.bulk_all_gathers++;
+    begin_call();
+    int h = bulk_slot();
+    g_bulk[h] = (bulk_op){0};
+    g_bulk[h].first = add_op(MPI_UINT16_T, OP_IALLGATHER, -1, 0, (int)shard_n, MPI_IN_PLACE,
+                             stage, -1, -1);
+    g_bulk[h].end = g_bulk[h].first + 1;
+    g_bulk[h].widen = gathered;
+    g_bulk[h].widen_n = n;
     start_ops();
     return h;
 }
@@ -426,11 +495,13 @@ int tp_bulk_reduce_scatter_start(float *local, const float *full, float *recv, s
     g.stats.bulk_reduce_scatters++;
     begin_call();
     int h = bulk_slot(), tag = tags(1);
-    g_bulk[h] = (bulk_op){g.nops, 0, local, full + (size_t)r * shard_n, recv, shard_n};
+    g_bulk[h] = (bulk_op){g.nops, 0, NULL, 0, local, full + (size_t)r * shard_n, recv, shard_n};
     for (int k = 1; k < t; k++) {
         int from = (r - k + t) % t, to = (r + k) % t;
-        add_op(OP_RECV, from, tag, (int)shard_n, NULL, recv + (size_t)(k - 1) * shard_n, -1, -1);
-        add_op(OP_SEND, to, tag, (int)shard_n, full + (size_t)to * shard_n, NULL, -1, -1);
+        add_op(MPI_FLOAT, OP_RECV, from, tag, (int)shard_n, NULL, recv + (size_t)(k - 1) * shard_n,
+               -1, -1);
+        add_op(MPI_FLOAT, OP_SEND, to, tag, (int)shard_n, full + (size_t)to * shard_n, NULL, -1,
+               -1);
     }
     g_bulk[h].end = g.nops;
     start_ops();
@@ -439,6 +510,7 @@ int tp_bulk_reduce_scatter_start(float *local, const float *full, float *recv, s
 
 void tp_bulk_wait(int h) {
     end_call(g_bulk[h].first, g_bulk[h].end);
+    if (g_bulk[h].widen) bf16_widen_staged(g_bulk[h].widen, g_bulk[h].widen_n);
     if (g_bulk[h].local) {
         float *out = g_bulk[h].local;
         const float *own = g_bulk[h].own, *recv = g_bulk[h].recv;

@@ -2,7 +2,6 @@
 
 #include <string.h>
 
-#include "core/kernels/gemm.h"
 #include "core/kernels/linear.h"
 #include "core/tensor_parallel/comm_overlap.h"
 #include "core/tensor_parallel/mappings.h"
@@ -70,14 +69,15 @@ static void dgrad_rows(void *user, int row0, int rows) {
 }
 
 /* dw[OC, C] += dout[N, OC]^T @ in[N, C]; with communication under it, in test progress only,
- * tiled over the rows of dw (another decomposition: a BLAS may then give other last bits). */
-static void wgrad_tiled(float *dw, const float *dout, const float *in, int N, int C, int OC,
-                        int under_comm) {
+ * tiled over the rows of dw (another decomposition: a BLAS may then give other last bits).
+ * Through linear.c, so that under --bf16 the tiles take w's bf16 path like every other GEMM
+ * of a linear (bf16-rounded dout and in, fp32 sums into the fp32 gradient). */
+static void wgrad_tiled(float *dw, const float *dout, const float *in, const float *w, int N,
+                        int C, int OC, int under_comm) {
     int tile = under_comm ? tp_overlap_tile_rows(OC) : OC;
     for (int o = 0; o < OC; o += tile) {
         int n = OC - o < tile ? OC - o : tile;
-        gemm((gemm_dims){n, C, N}, 1.0f, gemm_t(dout + o, OC), gemm_n(in, C), 1.0f,
-             gemm_o(dw + (size_t)o * C, C));
+        linear_backward_wgrad_rows(dw, dout, in, w, N, C, OC, o, n);
         if (under_comm) tp_overlap_poll();
     }
 }
@@ -93,6 +93,26 @@ static void plain_rows(const tp_linear *l, int Ns, tp_rows_fn fn, rows_job *j) {
         fn(j, 0, tc_tp(l->cfg) * Ns);
 }
 
+/* The gathered operand of a GEMM (the column-parallel input, the row-parallel output
+ * gradient): under --bf16 every reader of it rounds it to bf16 (forward, dgrad and wgrad of a
+ * bf16 linear: gpt_model_create registers the weights whenever cfg->bf16), so it moves as
+ * bf16, half the bytes, with the same bits in the result. */
+static void gather_operand(const tp_linear *l, float *full, const float *shard, size_t shard_n) {
+    if (l->cfg->bf16)
+        tp_all_gather_bf16(full, shard, shard_n);
+    else
+        tp_all_gather(full, shard, shard_n);
+}
+
+/* The same with the overlap's ring, fn computing on each piece as it arrives. */
+static void ring_gather_operand(const tp_linear *l, const float *shard, int Ns, int C,
+                                tp_rows_fn fn, rows_job *j) {
+    if (l->cfg->bf16)
+        tp_ring_allgather_compute_bf16(l->gathered, shard, Ns, C, l->pieces, fn, j);
+    else
+        tp_ring_allgather_compute(l->gathered, shard, Ns, C, l->pieces, fn, j);
+}
+
 /* ---- column-parallel ---- */
 
 void column_parallel_linear_forward(const tp_linear *l, float *out, const float *in_local,
@@ -105,10 +125,10 @@ void column_parallel_linear_forward(const tp_linear *l, float *out, const float 
     int Ns = tc_tokens_local(c, N);
     rows_job j = {out, l->gathered, w, b, C, OC, 0, 1};
     if (l->overlap_ag) {
-        tp_ring_allgather_compute(l->gathered, in_local, Ns, C, l->pieces, forward_rows, &j);
+        ring_gather_operand(l, in_local, Ns, C, forward_rows, &j);
         return;
     }
-    tp_all_gather(l->gathered, in_local, (size_t)Ns * C); /* gather_from_sp */
+    gather_operand(l, l->gathered, in_local, (size_t)Ns * C); /* gather_from_sp */
     plain_rows(l, Ns, forward_rows, &j);
 }
 
@@ -127,9 +147,10 @@ void column_parallel_linear_backward(const tp_linear *l, float *din_local, float
     /* the gathered input, for wgrad: under the dgrad GEMM when overlapping */
     int ag = -1;
     if (l->bulk_dgrad || l->rs_dgrad)
-        ag = tp_bulk_allgather_start(l->gathered, in_local, shard);
+        ag = l->cfg->bf16 ? tp_bulk_allgather_start_bf16(l->gathered, in_local, shard)
+                          : tp_bulk_allgather_start(l->gathered, in_local, shard);
     else
-        tp_all_gather(l->gathered, in_local, shard);
+        gather_operand(l, l->gathered, in_local, shard);
 
     /* dgrad into partial[N, C] piece by piece, reduce-scattered into din_local */
     rows_job j = {l->partial, dout, w, NULL, OC, C, 1, 1};
@@ -148,7 +169,7 @@ void column_parallel_linear_backward(const tp_linear *l, float *din_local, float
         else
             tp_reduce_scatter(din_local, l->partial, shard);
     }
-    if (dw) wgrad_tiled(dw, dout, l->gathered, N, C, OC, rs >= 0);
+    if (dw) wgrad_tiled(dw, dout, l->gathered, w, N, C, OC, rs >= 0);
     if (db) linear_backward(NULL, NULL, db, dout, NULL, NULL, N, 0, OC);
     if (rs >= 0) tp_bulk_wait(rs);
 }
@@ -188,9 +209,9 @@ void row_parallel_linear_backward(const tp_linear *l, float *din, float *dw, flo
     /* dgrad per piece of the output gradient (as it arrives, when overlapping) */
     rows_job j = {din, l->gathered, w, NULL, C, K, 0, 1};
     if (l->overlap_ag) {
-        tp_ring_allgather_compute(l->gathered, dout_local, Ns, C, l->pieces, dgrad_rows, &j);
+        ring_gather_operand(l, dout_local, Ns, C, dgrad_rows, &j);
     } else {
-        tp_all_gather(l->gathered, dout_local, (size_t)Ns * C);
+        gather_operand(l, l->gathered, dout_local, (size_t)Ns * C);
         plain_rows(l, Ns, dgrad_rows, &j);
     }
     linear_backward(NULL, dw, NULL, l->gathered, in, w, N, K, C);
