@@ -48,7 +48,8 @@ typedef struct {
 
     /* ---- per layer ---- */
     double per_layer[TM_NUM_ROWS];         /* the paper's Table 2 at this model's shapes */
-    double per_layer_megadlm[TM_NUM_ROWS]; /* megadlm's fp32 tensors, partitioned the same way */
+    double per_layer_megadlm[TM_NUM_ROWS]; /* megadlm's tensors (fp32, or 16-bit under --bf16 /
+                                             --fp16), partitioned the same way */
     double per_layer_activation_bytes;     /* the chosen layout and recompute mode, paper's
                                             * convention: mean over the first stage's layers */
     double per_layer_saved_bytes_megadlm;  /* the same at megadlm's fp32 (activation_memory.c) */

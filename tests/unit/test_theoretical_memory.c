@@ -168,6 +168,43 @@ static void test_paper_models(void) {
     }
 }
 
+/* --bf16 on the paper's four models: Megatron's weight+optimizer bytes stay 18 per parameter
+ * of the most loaded shard (its formula counts mixed precision), and megadlm's own per-layer
+ * activations, written out here from docs/MEMORY.md (everything a layer keeps in 2 bytes but
+ * the two LayerNorms' mean and rstd, 4 bytes each: R = 8sbh + 16sb for the layer input, ln1,
+ * res1, ln2 and the statistics; S = 24sbh for Q, K, V, the context, fc1 and the activation
+ * output; A = 2as^2b for the probabilities), meet or beat every row of the paper's Table 2 at
+ * 2 bytes (which also counts 1-byte dropout masks megadlm regenerates). */
+static void test_paper_models_bf16(void) {
+    const double s = 2048, b = 1;
+    for (int i = 0; i < NMODELS; i++) {
+        const paper_model *pm = &MODELS[i];
+        double h = pm->h, a = pm->heads, t = pm->t;
+        char line[1024];
+        paper_line(line, sizeof(line), pm, "--sequence-parallel --recompute-activations --bf16");
+        megadlm_args args;
+        CHECK(setup(&args, line) == 0);
+        theoretical_memory m;
+        theoretical_memory_compute(&args, &m);
+        double sbh = s * b * h, R = 8 * sbh + 16 * s * b, S = 24 * sbh, A = 2 * a * s * s * b;
+        double rows[TM_NUM_ROWS] = {R + S + A,       R + (S + A) / t, (R + S + A) / t,
+                                    R + S / t,       (R + S) / t,     2 * sbh};
+        int beaten = 0;
+        for (int r = 0; r < TM_NUM_ROWS; r++) {
+            CHECK_CLOSE(m.per_layer_megadlm[r], rows[r], 1e-12, 0);
+            CHECK(m.per_layer_megadlm[r] <= m.per_layer[r]);
+            beaten += m.per_layer_megadlm[r] < m.per_layer[r];
+        }
+        CHECK(beaten == TM_NUM_ROWS - 1); /* full recompute: the 2sbh input, as the paper's */
+        CHECK_CLOSE(m.weight_and_optimizer_bytes, 18 * m.parameters_most_loaded_shard, 1e-12, 0);
+        printf("%-5s --bf16: megadlm / paper per layer, SP + selective %.3f, no parallelism %.3f\n",
+               pm->name, m.per_layer_megadlm[TM_TENSOR_SEQUENCE_SELECTIVE] /
+                             m.per_layer[TM_TENSOR_SEQUENCE_SELECTIVE],
+               m.per_layer_megadlm[TM_NO_PARALLELISM] / m.per_layer[TM_NO_PARALLELISM]);
+        args_free(&args);
+    }
+}
+
 /* ---- Megatron's formula beyond GPT-3 shapes ---- */
 
 static void test_megatron_parameters(void) {
@@ -392,6 +429,7 @@ static void test_megadlm_rows(void) {
 
 int main(void) {
     test_paper_models();
+    test_paper_models_bf16();
     test_megatron_parameters();
     test_layouts();
     test_megadlm_rows();
