@@ -20,10 +20,11 @@
 #    fp16 (half the fp32 run's bytes), of gradients in fp32;
 #  - a forced overflow (--initial-loss-scale 2^25: test_fp16_train.sh shows from the model why
 #    the first iterations overflow and checks one process's sequence against Megatron's rules):
-#    every layout skips exactly the iterations one process skips and logs the same loss scales
-#    and counts, and its last checkpoint's grad_scaler state (state.json, saved once) is one
-#    process's; a PP 2 run resumed mid-way (the scaler restored on every rank) gives the
-#    uninterrupted run's bits and loss scales;
+#    every TP / PP layout skips exactly the iterations one process skips and logs the same
+#    loss scales and counts, and its last checkpoint's grad_scaler state (state.json, saved
+#    once) is one process's; DP 2 (alone and in TP 2 x PP 2 x DP 2) from half the first scale
+#    does so with half the scales (why: below); a PP 2 run resumed mid-way (the scaler
+#    restored on every rank) gives the uninterrupted run's bits and loss scales;
 #  - an overflow on one pipeline stage alone: from a checkpoint whose layer 0 MLP is rescaled
 #    (fc2 x 1000, fc1 / 1000: about the same forward values, fc1's output gradient 1000 times
 #    larger; untied embeddings, so nothing of stage 0's gradients reaches stage 1) only stage 0's
