@@ -212,6 +212,16 @@ static int first_nonfinite_rank(const trainer *tr, double local_loss) {
     return first < ps->world_size ? first : ps->world_rank; /* only NaN from a reduction */
 }
 
+/* Megatron's found_inf: all-reduced with MAX over the model-parallel group (TP x PP), since
+ * each rank checks only its own shard and stage and an overflow need not reach every rank's
+ * gradients (one stage's may overflow alone); every rank then skips and updates its scaler
+ * alike. Data-parallel ranks hold the same reduced gradients, so their flags already agree. */
+static int model_parallel_found_inf(int local) {
+    float f = local ? 1.0f : 0.0f;
+    tp_all_reduce_max(&f, 1);
+    return parallel_sum_double(PARALLEL_GROUP_PP, f) > 0.0;
+}
+
 /* One iteration: the schedule's forward/backward over the micro-batches (gradient
  * accumulation), gradient reductions, clipping, AdamW. Megatron's loss: the mean over
  * micro-batches of each micro-batch's token-averaged loss. Megatron's NaN policy: a loss or a
@@ -232,13 +242,14 @@ static int train_step(trainer *tr, float *loss_out, float *grad_norm_out, int *b
     double loss_sum = forward_backward(tr->pipe, tr->num_microbatches, &steps);
     watchdog_progress("reducing gradients and stepping the optimizer");
     finalize_model_grads(tr->ddp, ps, tr->model->spec.tied_embedding);
-    /* Megatron's MixedPrecisionOptimizer.prepare_grads: unscale, found_inf, update the scaler
-     * (one process: the flat buffer is every gradient; parallel layouts are refused). A
-     * found_inf makes the norm below non-finite: the step is skipped (or the job stops when
-     * --check-for-nan-in-loss-and-grad is on, as Megatron's gradient check does). */
+    /* Megatron's MixedPrecisionOptimizer.prepare_grads: unscale this rank's gradients,
+     * found_inf over the model-parallel group, update the scaler (the same decision on every
+     * rank). A found_inf makes the norm below non-finite: the step is skipped (or the job stops
+     * when --check-for-nan-in-loss-and-grad is on, as Megatron's gradient check does). */
     tr->overflow = 0;
     if (tr->scaling) {
-        tr->overflow = grad_scaler_unscale(ps->grad, ps->numel, grad_scaler_inv_scale(&tr->scaler));
+        int local = grad_scaler_unscale(ps->grad, ps->numel, grad_scaler_inv_scale(&tr->scaler));
+        tr->overflow = model_parallel_found_inf(local);
         grad_scaler_update(&tr->scaler, tr->overflow);
     }
     float norm = tr->dopt ? dist_opt_grad_norm(tr->dopt) : optimizer_grad_norm(ps);
@@ -797,13 +808,13 @@ static int setup_half(const megadlm_args *a) {
                "moments, norm statistics, softmax, cross-entropy and the loss; embedding, norm "
                "and bias parameters are read from the fp32 main copy\n", f, f, f, f);
     log_printf("> %s\n", gemm_half_describe(k));
-    if (k == HALF_BF16) p2p_set_bf16_activations(1);
-    if (k == HALF_BF16 && (a->tensor_model_parallel_size > 1 || a->pipeline_model_parallel_size > 1 ||
-        a->data_parallel_size > 1)) /* docs/ARCHITECTURE.md, "Mixed precision" */
-        log_printf("> bf16 communication: tensor-parallel reductions and data-parallel gradient "
+    p2p_set_half_activations(k);
+    if (a->tensor_model_parallel_size > 1 || a->pipeline_model_parallel_size > 1 ||
+        a->data_parallel_size > 1) /* docs/ARCHITECTURE.md, "Mixed precision" */
+        log_printf("> %s communication: tensor-parallel reductions and data-parallel gradient "
                    "all-reduces in fp32; sequence parallelism's all-gathers of GEMM operands in "
-                   "bf16 (exact: their readers round to bf16); pipeline transfers: activations "
-                   "in bf16 (bf16 values), gradients in fp32\n");
+                   "%s (exact: their readers round to %s); pipeline transfers: activations "
+                   "in %s (%s values), gradients in fp32\n", f, f, f, f, f);
     return 0;
 }
 
@@ -862,7 +873,7 @@ static void trainer_free(trainer *tr) {
             (k < 2 || tr->data[k] != tr->data[0]))
             gpt_data_free(tr->data[k]);
     pipeline_stores_free(tr->pipe); /* NULL when setup failed before they were made */
-    p2p_set_bf16_activations(0);
+    p2p_set_half_activations(HALF_NONE);
     if (tr->a->log_memory) log_dp_communication(tr);
     dist_opt_free(tr->dopt);
     ddp_free(tr->ddp); /* waits for parameter gathers in flight */

@@ -377,6 +377,33 @@ static void test_refused_flags(void) {
 
 /* Megatron's parallel rules (arguments.py validate_args, TransformerConfig, the parallel
  * linear layers' divisions); BASE: 2 layers, h 64, 4 heads, ffn 256, seq 32, micro 2. */
+/* The world as mpirun gives it to train: TP (+ SP), PP and DP take flag (--bf16: fp32
+ * gradient reduction forced on; --fp16: not), the distributed optimizer is refused by name. */
+static void check_half_layouts(const char *flag) {
+    static const char *const layouts[] = {"--tensor-model-parallel-size 2",
+                                          "--tensor-model-parallel-size 2 --sequence-parallel",
+                                          "--pipeline-model-parallel-size 2", "",
+                                          "--use-distributed-optimizer"};
+    int bf16 = strcmp(flag, "--bf16") == 0;
+    megadlm_args a;
+    for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
+        char line[512], want[160];
+        snprintf(line, sizeof line, BASE " %s %s", flag, layouts[i]);
+        snprintf(want, sizeof want, "%s with --use-distributed-optimizer: not supported yet", flag);
+        int refused = strstr(layouts[i], "distributed") != NULL;
+        int rc = parse_line(&a, line);
+        CHECK(rc == 0);
+        a.world_size = refused ? 1 : 2;
+        if (rc == 0) rc = args_validate(&a, ERR, sizeof ERR);
+        if (refused)
+            CHECK(rc == -1 && strcmp(ERR, want) == 0);
+        else
+            CHECK(rc == 0 && a.accumulate_allreduce_grads_in_fp32 == bf16);
+        if (rc != (refused ? -1 : 0)) fprintf(stderr, "  %s -> '%s'\n", line, ERR);
+        args_free(&a);
+    }
+}
+
 /* --bf16: Megatron's rules (it sets accumulate_allreduce_grads_in_fp32; not with --fp16), the
  * parallel layouts accepted, the distributed optimizer refused by name. */
 static void test_bf16_flag(void) {
@@ -390,28 +417,7 @@ static void test_bf16_flag(void) {
     CHECK(run_line(&a, BASE " --bf16 --fp16") == -1 &&
           strcmp(ERR, "--fp16 and --bf16 exclude each other (one parameter type)") == 0);
     args_free(&a);
-    /* the world as mpirun gives it to train: TP, PP and DP take --bf16 (fp32 gradient
-     * reduction forced on), the distributed optimizer is refused by name */
-    static const char *const layouts[] = {"--tensor-model-parallel-size 2",
-                                          "--tensor-model-parallel-size 2 --sequence-parallel",
-                                          "--pipeline-model-parallel-size 2", "",
-                                          "--use-distributed-optimizer"};
-    for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
-        char line[512];
-        snprintf(line, sizeof line, BASE " --bf16 %s", layouts[i]);
-        int refused = strstr(layouts[i], "distributed") != NULL;
-        int rc = parse_line(&a, line);
-        CHECK(rc == 0);
-        a.world_size = refused ? 1 : 2;
-        if (rc == 0) rc = args_validate(&a, ERR, sizeof ERR);
-        if (refused)
-            CHECK(rc == -1 &&
-                  strcmp(ERR, "--bf16 with --use-distributed-optimizer: not supported yet") == 0);
-        else
-            CHECK(rc == 0 && a.accumulate_allreduce_grads_in_fp32);
-        if (rc != (refused ? -1 : 0)) fprintf(stderr, "  %s -> '%s'\n", line, ERR);
-        args_free(&a);
-    }
+    check_half_layouts("--bf16");
 }
 
 /* --fp16 and the loss scaler's flags: Megatron's defaults (arguments.py: --initial-loss-scale
@@ -467,24 +473,7 @@ static void test_fp16_flag(void) {
                "--loss-scale-window must be a positive whole number", NULL, NULL);
     EXPECT_ERR(BASE " --fp16 --loss-scale-window 0",
                "--loss-scale-window must be a positive whole number", NULL, NULL);
-    static const char *const layouts[][2] = {
-        {"--tensor-model-parallel-size 2", "--tensor-model-parallel-size > 1"},
-        {"--pipeline-model-parallel-size 2", "--pipeline-model-parallel-size > 1"},
-        {"", "data parallelism (world size > 1)"},
-        {"--use-distributed-optimizer", "--use-distributed-optimizer"},
-    };
-    for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
-        char line[512], want[160];
-        snprintf(line, sizeof line, BASE " --fp16 %s", layouts[i][0]);
-        snprintf(want, sizeof want, "--fp16 with %s: not supported yet", layouts[i][1]);
-        int rc = parse_line(&a, line);
-        CHECK(rc == 0);
-        a.world_size = i == 3 ? 1 : 2;
-        if (rc == 0) rc = args_validate(&a, ERR, sizeof ERR);
-        CHECK(rc == -1 && strcmp(ERR, want) == 0);
-        if (rc != -1 || strcmp(ERR, want)) fprintf(stderr, "  %s -> '%s'\n", line, ERR);
-        args_free(&a);
-    }
+    check_half_layouts("--fp16");
     /* generate and convert: a mixed-precision run's arguments made an fp32 run's */
     EXPECT_OK(&a, BASE " --fp16 --initial-loss-scale 65536 --hysteresis 4");
     args_fp32(&a);

@@ -109,12 +109,21 @@ void half_to_f32_2d(half_kind kind, float *dst, size_t ld_dst, const uint16_t *s
  * block's bf16 values begin (byte 2n + 2 (i + B), not below it while i + B <= n), so nothing
  * is overwritten before it is read. */
 #define WIDEN_BLOCK 1024
-void bf16_widen_staged(float *x, size_t n) {
-    const unsigned char *stage = (const unsigned char *)x + n * sizeof(bf16);
-    bf16 block[WIDEN_BLOCK];
+static void widen_staged(float *x, size_t n,
+                         void (*widen)(float *restrict, const uint16_t *restrict, size_t)) {
+    const unsigned char *stage = (const unsigned char *)x + n * sizeof(uint16_t);
+    uint16_t block[WIDEN_BLOCK];
     for (size_t i = 0; i < n; i += WIDEN_BLOCK) {
         size_t k = n - i < WIDEN_BLOCK ? n - i : WIDEN_BLOCK;
-        memcpy(block, stage + i * sizeof(bf16), k * sizeof(bf16));
-        bf16_to_f32_serial(x + i, block, k);
+        memcpy(block, stage + i * sizeof(uint16_t), k * sizeof(uint16_t));
+        widen(x + i, block, k);
     }
+}
+
+void bf16_widen_staged(float *x, size_t n) { widen_staged(x, n, bf16_to_f32_serial); }
+
+void half_widen_staged(half_kind kind, float *x, size_t n) {
+    if (kind == HALF_BF16) widen_staged(x, n, bf16_to_f32_serial);
+    else if (kind == HALF_FP16) widen_staged(x, n, fp16_to_f32_serial);
+    else no_format("half_widen_staged");
 }

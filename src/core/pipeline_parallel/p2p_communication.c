@@ -7,46 +7,47 @@
 
 enum { TAG_FORWARD = 1, TAG_BACKWARD = 2 };
 
-/* --bf16: activations (tag TAG_FORWARD) move as bf16. A receive lands in the upper half of its
- * fp32 buffer and is widened in place when complete; a send goes from one bf16 copy, which the
- * schedules never need twice at once (one forward send in flight at most). */
+/* --bf16 / --fp16: activations (tag TAG_FORWARD) move in the run's 16-bit format. A receive
+ * lands in the upper half of its fp32 buffer and is widened in place when complete; a send goes
+ * from one 16-bit copy, which the schedules never need twice at once (one forward send in
+ * flight at most). */
 static struct {
-    int on;
-    bf16 *send;
+    half_kind on; /* HALF_NONE: fp32 transfers */
+    uint16_t *send;
     size_t n;
     int busy;
 } g_b16;
 
-void p2p_set_bf16_activations(int on) {
-    g_b16.on = on;
-    if (on || g_b16.busy) return;
+void p2p_set_half_activations(half_kind kind) {
+    g_b16.on = kind;
+    if (kind != HALF_NONE || g_b16.busy) return;
     mem_free(g_b16.send); /* off: the send copy goes */
     g_b16.send = NULL;
     g_b16.n = 0;
 }
 
-/* The bf16 copy of a forward send (or the send itself, as fp32). */
+/* The 16-bit copy of a forward send (or the send itself, as fp32). */
 static const void *send_buffer(const float *send, int tag, size_t n, MPI_Datatype *type) {
     *type = MPI_FLOAT;
     if (!g_b16.on || tag != TAG_FORWARD) return send;
-    if (g_b16.busy) die(1, "internal error: two bf16 pipeline sends in flight");
+    if (g_b16.busy) die(1, "internal error: two 16-bit pipeline sends in flight");
     if (n > g_b16.n) {
         mem_free(g_b16.send);
-        g_b16.send = mem_alloc(MEM_WORKSPACE, n * sizeof(bf16), "bf16 pipeline send");
+        g_b16.send = mem_alloc(MEM_WORKSPACE, n * sizeof(uint16_t), "16-bit pipeline send");
         g_b16.n = n;
     }
-    bf16_from_f32(g_b16.send, send, n);
+    half_from_f32(g_b16.on, g_b16.send, send, n);
     g_b16.busy = 1;
     *type = MPI_UINT16_T;
     return g_b16.send;
 }
 
-/* Where a receive lands: the upper half of recv for a bf16 one. */
+/* Where a receive lands: the upper half of recv for a 16-bit one. */
 static void *recv_buffer(float *recv, int tag, size_t n, MPI_Datatype *type) {
     *type = MPI_FLOAT;
     if (!g_b16.on || tag != TAG_FORWARD) return recv;
     *type = MPI_UINT16_T;
-    return (bf16 *)recv + n;
+    return (uint16_t *)recv + n;
 }
 
 static double g_wait_seconds; /* time spent blocked in transfers: the pipeline bubble */
@@ -84,7 +85,7 @@ static void exchange(const float *send, int to, int send_tag, float *recv, int f
     double t0 = MPI_Wtime();
     MPI_Waitall(k, req, MPI_STATUSES_IGNORE);
     g_wait_seconds += MPI_Wtime() - t0;
-    if (got) bf16_widen_staged(recv, n);
+    if (got) half_widen_staged(g_b16.on, recv, n);
     if (sent) g_b16.busy = 0;
 }
 
@@ -93,7 +94,7 @@ void p2p_ring_start(const float *send_next, float *recv_prev, const float *send_
     h->n = 0;
     h->widen = NULL;
     h->widen_n = 0;
-    h->sent_bf16 = 0;
+    h->sent_half = 0;
     const parallel_state *ps = parallel_get();
     if (!ps->mpi || ps->pp_size == 1) return;
     int p = ps->pp_size, next = (ps->pp_rank + 1) % p, prev = (ps->pp_rank + p - 1) % p;
@@ -108,7 +109,7 @@ void p2p_ring_start(const float *send_next, float *recv_prev, const float *send_
     if (send_next) {
         const void *buf = send_buffer(send_next, TAG_FORWARD, n, &type);
         MPI_Isend(buf, (int)n, type, next, TAG_FORWARD, ps->pp, &r[h->n++]);
-        h->sent_bf16 = type == MPI_UINT16_T;
+        h->sent_half = type == MPI_UINT16_T;
         count_send(TAG_FORWARD, n, type);
     }
     if (send_prev) {
@@ -123,10 +124,10 @@ void p2p_ring_wait(p2p_pending *h) {
     MPI_Waitall(h->n, h->req, MPI_STATUSES_IGNORE);
     g_wait_seconds += MPI_Wtime() - t0;
     h->n = 0;
-    if (h->widen) bf16_widen_staged(h->widen, h->widen_n);
-    if (h->sent_bf16) g_b16.busy = 0;
+    if (h->widen) half_widen_staged(g_b16.on, h->widen, h->widen_n);
+    if (h->sent_half) g_b16.busy = 0;
     h->widen = NULL;
-    h->sent_bf16 = 0;
+    h->sent_half = 0;
 }
 
 void p2p_exchange_ring(const float *send_next, float *recv_prev, const float *send_prev,

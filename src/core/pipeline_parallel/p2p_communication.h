@@ -8,6 +8,8 @@
 
 #include <stddef.h>
 
+#include "core/kernels/bf16.h"
+
 #include "core/parallel_state.h"
 
 void p2p_recv_forward(float *input, size_t n);
@@ -31,19 +33,21 @@ void p2p_exchange_ring(const float *send_next, float *recv_prev, const float *se
 typedef struct {
     MPI_Request req[4];
     int n;
-    float *widen;   /* --bf16: the activation received as bf16, widened by p2p_ring_wait */
+    float *widen;   /* --bf16 / --fp16: the activation received in 16 bits, widened by
+                       p2p_ring_wait */
     size_t widen_n;
-    int sent_bf16;  /* --bf16: an activation sent from the bf16 copy */
+    int sent_half;  /* --bf16 / --fp16: an activation sent from the 16-bit copy */
 } p2p_pending;
 void p2p_ring_start(const float *send_next, float *recv_prev, const float *send_prev,
                     float *recv_next, size_t n, p2p_pending *h);
 /* Completes what p2p_ring_start posted (nothing if nothing is pending). */
 void p2p_ring_wait(p2p_pending *h);
 
-/* --bf16: the activations sent forward move as bf16, half the bytes (the receiver widens them
- * in place). Exact because they are bf16 values: the residual stream, rounded after every
- * residual add (a stage's output is its last layer's). Gradients stay fp32. */
-void p2p_set_bf16_activations(int on); /* 0 also frees the bf16 send copy */
+/* --bf16 / --fp16 (kind): the activations sent forward move in that format, half the bytes (the
+ * receiver widens them in place). Exact because they are values of that format: the residual
+ * stream, rounded after every residual add (a stage's output is its last layer's). Gradients
+ * stay fp32. HALF_NONE: fp32 transfers, and the 16-bit send copy is freed. */
+void p2p_set_half_activations(half_kind kind);
 
 /* Seconds this rank has spent waiting for its transfers to complete (its share of the pipeline
  * bubble plus transfer time), since the start. */

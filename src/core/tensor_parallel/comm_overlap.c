@@ -24,7 +24,7 @@ typedef struct {
     int after, done;
     int state; /* 0 waiting, 1 posted, 2 complete */
     MPI_Request req;
-    MPI_Datatype type; /* MPI_FLOAT, or MPI_UINT16_T for bf16 (--bf16 all-gathers) */
+    MPI_Datatype type; /* MPI_FLOAT, or MPI_UINT16_T for bf16 / fp16 (16-bit all-gathers) */
 } ov_op;
 
 #define MAX_OPS 1024
@@ -60,12 +60,12 @@ static struct {
        .work = PTHREAD_COND_INITIALIZER,
        .changed = PTHREAD_COND_INITIALIZER};
 
-/* The ring's bf16 staging buffer (--bf16): the pieces travel and arrive here, and each is
- * widened into the fp32 gathered rows when it has arrived. Not the gathered buffer's upper half
- * (as the plain and bulk all-gathers stage): pieces arrive in ring order, and widening one would
- * overwrite others still in flight. Grown on demand, category workspace. */
+/* The ring's 16-bit staging buffer (--bf16, --fp16): the pieces travel and arrive here, and
+ * each is widened into the fp32 gathered rows when it has arrived. Not the gathered buffer's
+ * upper half (as the plain and bulk all-gathers stage): pieces arrive in ring order, and
+ * widening one would overwrite others still in flight. Grown on demand, category workspace. */
 static struct {
-    bf16 *buf;
+    uint16_t *buf;
     size_t n;
 } g_stage;
 
@@ -297,30 +297,32 @@ void tp_for_each_piece(int t, int Ns, int pieces, tp_rows_fn fn, void *user) {
         }
 }
 
-static bf16 *ring_stage(size_t n) {
+static uint16_t *ring_stage(size_t n) {
     if (n > g_stage.n) {
         mem_free(g_stage.buf);
-        g_stage.buf = mem_alloc(MEM_WORKSPACE, n * sizeof(bf16), "bf16 ring all-gather staging");
+        g_stage.buf = mem_alloc(MEM_WORKSPACE, n * sizeof(uint16_t),
+                                "16-bit ring all-gather staging");
         g_stage.n = n;
     }
     return g_stage.buf;
 }
 
-/* The ring all-gather of tp_ring_allgather_compute; with stage (bf16, t * Ns * C elements) the
- * shards travel as bf16 and each arrived piece is widened into gathered before fn reads it. */
+/* The ring all-gather of tp_ring_allgather_compute; with stage (kind's 16-bit values, t * Ns *
+ * C elements) the shards travel in that format and each arrived piece is widened into gathered
+ * before fn reads it. */
 static void ring_allgather(float *gathered, const float *local, int Ns, int C, int pieces,
-                           tp_rows_fn fn, void *user, bf16 *stage) {
+                           tp_rows_fn fn, void *user, half_kind kind, uint16_t *stage) {
     int t = g.size, r = g.rank, left = (r + t - 1) % t, right = (r + 1) % t;
     size_t row = (size_t)C;
     pieces = tp_pieces(Ns, pieces);
     if (gathered + r * Ns * row != local)
         memcpy(gathered + r * Ns * row, local, (size_t)Ns * row * sizeof(float));
     MPI_Datatype type = stage ? MPI_UINT16_T : MPI_FLOAT;
-    size_t esize = stage ? sizeof(bf16) : sizeof(float);
+    size_t esize = stage ? sizeof(uint16_t) : sizeof(float);
     char *wire = stage ? (char *)stage : (char *)gathered; /* where pieces travel from and to */
     if (stage) {
-        bf16_from_f32(stage + r * Ns * row, local, (size_t)Ns * row);
-        tp_comm_note_all_gather_bf16((size_t)Ns * C);
+        half_from_f32(kind, stage + r * Ns * row, local, (size_t)Ns * row);
+        tp_comm_note_all_gather_half((size_t)Ns * C);
     } else {
         tp_comm_note_all_gather((size_t)Ns * C);
     }
@@ -358,7 +360,7 @@ static void ring_allgather(float *gathered, const float *local, int Ns, int C, i
             tp_piece_rows(Ns, pieces, i, &lo, &n);
             wait_flag(got0 + (k - 1) * pieces + i);
             size_t at = ((size_t)from * Ns + lo) * row;
-            if (stage) bf16_to_f32(gathered + at, stage + at, (size_t)n * row);
+            if (stage) half_to_f32(kind, gathered + at, stage + at, (size_t)n * row);
             fn(user, from * Ns + lo, n);
         }
     }
@@ -367,13 +369,13 @@ static void ring_allgather(float *gathered, const float *local, int Ns, int C, i
 
 void tp_ring_allgather_compute(float *gathered, const float *local, int Ns, int C, int pieces,
                                tp_rows_fn fn, void *user) {
-    ring_allgather(gathered, local, Ns, C, pieces, fn, user, NULL);
+    ring_allgather(gathered, local, Ns, C, pieces, fn, user, HALF_NONE, NULL);
 }
 
-void tp_ring_allgather_compute_bf16(float *gathered, const float *local, int Ns, int C,
-                                    int pieces, tp_rows_fn fn, void *user) {
-    bf16 *stage = ring_stage((size_t)g.size * Ns * C);
-    ring_allgather(gathered, local, Ns, C, pieces, fn, user, stage);
+void tp_ring_allgather_compute_half(half_kind kind, float *gathered, const float *local, int Ns,
+                                    int C, int pieces, tp_rows_fn fn, void *user) {
+    uint16_t *stage = ring_stage((size_t)g.size * Ns * C);
+    ring_allgather(gathered, local, Ns, C, pieces, fn, user, kind, stage);
 }
 
 void tp_compute_ring_reduce_scatter(float *out_local, float *partial, float *recv, int Ns, int C,
@@ -436,12 +438,13 @@ void tp_compute_ring_reduce_scatter(float *out_local, float *partial, float *rec
 #define MAX_BULK 8
 typedef struct {
     int first, end;
-    float *widen;        /* bf16 all-gather: the gathered buffer, bf16 staged in its upper half */
+    float *widen;        /* 16-bit all-gather: the gathered buffer, staged in its upper half */
     size_t widen_n;
     float *local;        /* reduce-scatter: the result */
     const float *own;    /* reduce-scatter: this rank's partial of its own chunk */
     const float *recv;   /* reduce-scatter: the other ranks' partials, t - 1 chunks */
     size_t shard_n;
+    half_kind kind;      /* 16-bit all-gather: the staged values' format */
 } bulk_op;
 static bulk_op g_bulk[MAX_BULK];
 
@@ -465,12 +468,13 @@ int tp_bulk_allgather_start(float *gathered, const float *local, size_t shard_n)
     return h;
 }
 
-/* In place in the upper half of gathered (as tp_all_gather_bf16), widened by tp_bulk_wait. */
-int tp_bulk_allgather_start_bf16(float *gathered, const float *local, size_t shard_n) {
+/* In place in the upper half of gathered (as tp_all_gather_half), widened by tp_bulk_wait. */
+int tp_bulk_allgather_start_half(half_kind kind, float *gathered, const float *local,
+                                 size_t shard_n) {
     size_t n = shard_n * (size_t)g.size;
-    bf16 *stage = (bf16 *)gathered + n;
-    bf16_from_f32(stage + (size_t)g.rank * shard_n, local, shard_n);
-    tp_comm_note_all_gather_bf16(shard_n);
+    uint16_t *stage = (uint16_t *)gathered + n;
+    half_from_f32(kind, stage + (size_t)g.rank * shard_n, local, shard_n);
+    tp_comm_note_all_gather_half(shard_n);
     g.stats.bulk_all_gathers++;
     begin_call();
     int h = bulk_slot();
@@ -480,6 +484,7 @@ int tp_bulk_allgather_start_bf16(float *gathered, const float *local, size_t sha
     g_bulk[h].end = g_bulk[h].first + 1;
     g_bulk[h].widen = gathered;
     g_bulk[h].widen_n = n;
+    g_bulk[h].kind = kind;
     start_ops();
     return h;
 }
@@ -495,7 +500,8 @@ int tp_bulk_reduce_scatter_start(float *local, const float *full, float *recv, s
     g.stats.bulk_reduce_scatters++;
     begin_call();
     int h = bulk_slot(), tag = tags(1);
-    g_bulk[h] = (bulk_op){g.nops, 0, NULL, 0, local, full + (size_t)r * shard_n, recv, shard_n};
+    g_bulk[h] = (bulk_op){g.nops, 0, NULL, 0, local, full + (size_t)r * shard_n, recv, shard_n,
+                          HALF_NONE};
     for (int k = 1; k < t; k++) {
         int from = (r - k + t) % t, to = (r + k) % t;
         add_op(MPI_FLOAT, OP_RECV, from, tag, (int)shard_n, NULL, recv + (size_t)(k - 1) * shard_n,
@@ -510,7 +516,7 @@ int tp_bulk_reduce_scatter_start(float *local, const float *full, float *recv, s
 
 void tp_bulk_wait(int h) {
     end_call(g_bulk[h].first, g_bulk[h].end);
-    if (g_bulk[h].widen) bf16_widen_staged(g_bulk[h].widen, g_bulk[h].widen_n);
+    if (g_bulk[h].widen) half_widen_staged(g_bulk[h].kind, g_bulk[h].widen, g_bulk[h].widen_n);
     if (g_bulk[h].local) {
         float *out = g_bulk[h].local;
         const float *own = g_bulk[h].own, *recv = g_bulk[h].recv;

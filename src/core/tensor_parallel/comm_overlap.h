@@ -33,6 +33,8 @@
 
 #include <stddef.h>
 
+#include "core/kernels/bf16.h"
+
 typedef enum { TP_PROGRESS_TEST = 0, TP_PROGRESS_THREAD } tp_progress_mode;
 
 /* Sets up the engine on the TP group (collective over it; call after the groups exist). Returns
@@ -65,11 +67,12 @@ void tp_for_each_piece(int t, int Ns, int pieces, tp_rows_fn fn, void *user);
  * piece as it arrives. */
 void tp_ring_allgather_compute(float *gathered, const float *local, int Ns, int C, int pieces,
                                tp_rows_fn fn, void *user);
-/* The same with the shards moved as bf16 (--bf16, half the bytes): gathered then holds every
- * other rank's rows rounded to bf16 (exact for a GEMM operand that its readers round anyway).
- * The pieces travel through a bf16 staging buffer of t * Ns * C (category workspace). */
-void tp_ring_allgather_compute_bf16(float *gathered, const float *local, int Ns, int C,
-                                    int pieces, tp_rows_fn fn, void *user);
+/* The same with the shards moved in the 16-bit format `kind` (--bf16, --fp16: half the bytes):
+ * gathered then holds every other rank's rows rounded to it (exact for a GEMM operand that its
+ * readers round anyway). The pieces travel through a 16-bit staging buffer of t * Ns * C
+ * (category workspace). */
+void tp_ring_allgather_compute_half(half_kind kind, float *gathered, const float *local, int Ns,
+                                    int C, int pieces, tp_rows_fn fn, void *user);
 /* fn writes rows [row0, row0 + rows) of this rank's partial[t * Ns, C]; out_local[Ns, C] = the
  * sum over ranks of their partial's rows r * Ns .. of this rank r. Chunks are computed in ring
  * order (the chunk of rank r - 1 first, this rank's own last), each piece sent when computed.
@@ -82,8 +85,10 @@ void tp_compute_ring_reduce_scatter(float *out_local, float *partial, float *rec
  * reduce-scatter's partials arrive in recv ((t - 1) * shard_n floats of scratch) and are summed
  * into local by tp_bulk_wait. */
 int tp_bulk_allgather_start(float *gathered, const float *local, size_t shard_n);
-/* ... with bf16 on the wire, staged in gathered's upper half and widened by tp_bulk_wait */
-int tp_bulk_allgather_start_bf16(float *gathered, const float *local, size_t shard_n);
+/* ... with bf16 or fp16 (kind) on the wire, staged in gathered's upper half and widened by
+ * tp_bulk_wait */
+int tp_bulk_allgather_start_half(half_kind kind, float *gathered, const float *local,
+                                 size_t shard_n);
 int tp_bulk_reduce_scatter_start(float *local, const float *full, float *recv, size_t shard_n);
 void tp_bulk_wait(int handle);
 

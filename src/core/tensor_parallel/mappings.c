@@ -48,9 +48,9 @@ void tp_comm_note_all_gather(size_t shard_n) {
     observe(TP_COMM_ALL_GATHER, shard_n);
 }
 
-void tp_comm_note_all_gather_bf16(size_t shard_n) {
+void tp_comm_note_all_gather_half(size_t shard_n) {
     g_stats.all_gather_calls++;
-    g_stats.all_gather_bytes += (double)shard_n * parallel_get()->tp_size * sizeof(bf16);
+    g_stats.all_gather_bytes += (double)shard_n * parallel_get()->tp_size * sizeof(uint16_t);
     observe(TP_COMM_ALL_GATHER, shard_n);
 }
 
@@ -90,7 +90,7 @@ void tp_all_gather(float *full, const float *shard, size_t shard_n) {
     count_all_gather(shard_n);
 }
 
-void tp_all_gather_bf16(float *full, const float *shard, size_t shard_n) {
+void tp_all_gather_half(half_kind kind, float *full, const float *shard, size_t shard_n) {
     const parallel_state *ps = parallel_get();
     if (!tp_active() || g_ip.replace) { /* one rank, or the benchmark's copies: exact as fp32 */
         tp_all_gather(full, shard, shard_n);
@@ -98,12 +98,12 @@ void tp_all_gather_bf16(float *full, const float *shard, size_t shard_n) {
     }
     observe(TP_COMM_ALL_GATHER, shard_n);
     size_t n = shard_n * (size_t)ps->tp_size;
-    bf16 *stage = (bf16 *)full + n; /* the upper half of full's bytes */
-    bf16_from_f32(stage + (size_t)ps->tp_rank * shard_n, shard, shard_n);
+    uint16_t *stage = (uint16_t *)full + n; /* the upper half of full's bytes */
+    half_from_f32(kind, stage + (size_t)ps->tp_rank * shard_n, shard, shard_n);
     MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, stage, (int)shard_n, MPI_UINT16_T, ps->tp);
-    bf16_widen_staged(full, n);
+    half_widen_staged(kind, full, n);
     g_stats.all_gather_calls++;
-    g_stats.all_gather_bytes += (double)n * sizeof(bf16);
+    g_stats.all_gather_bytes += (double)n * sizeof(uint16_t);
 }
 
 void tp_reduce_scatter(float *shard, const float *full, size_t shard_n) {

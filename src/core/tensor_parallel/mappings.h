@@ -16,6 +16,8 @@
 
 #include <stddef.h>
 
+#include "core/kernels/bf16.h"
+
 /* all-reduce (sum) in place over the TP group: reduce_from_tp forward, copy_to_tp backward */
 void tp_all_reduce_sum(float *x, size_t n);
 /* all-reduce (sum) of one double over the TP group (gradient-norm partial sums) */
@@ -25,11 +27,11 @@ void tp_all_reduce_max(float *x, size_t n);
 /* full[t * shard_n] = concatenation of every rank's shard (gather_from_sp forward,
  * reduce_scatter_to_sp backward) */
 void tp_all_gather(float *full, const float *shard, size_t shard_n);
-/* tp_all_gather with bf16 on the wire (half the bytes): every shard rounded to bf16, full
- * holds the rounded values (as floats). Exact for a tensor whose every reader rounds it to bf16
- * first (--bf16: the gathered operands of the linears' GEMMs). full must not overlap shard: its
- * upper half stages the bf16 values. */
-void tp_all_gather_bf16(float *full, const float *shard, size_t shard_n);
+/* tp_all_gather with the 16-bit format `kind` (bf16 or fp16) on the wire (half the bytes):
+ * every shard rounded to it, full holds the rounded values (as floats). Exact for a tensor
+ * whose every reader rounds it to that format first (--bf16, --fp16: the gathered operands of
+ * the linears' GEMMs). full must not overlap shard: its upper half stages the 16-bit values. */
+void tp_all_gather_half(half_kind kind, float *full, const float *shard, size_t shard_n);
 /* shard[shard_n] = rank r's block of the sum over ranks of full[t * shard_n]
  * (reduce_scatter_to_sp forward, gather_from_sp backward) */
 void tp_reduce_scatter(float *shard, const float *full, size_t shard_n);
@@ -44,8 +46,8 @@ void tp_comm_reset_stats(void);
  * reduce-scatter of shard_n floats per rank. */
 void tp_comm_note_all_gather(size_t shard_n);
 void tp_comm_note_reduce_scatter(size_t shard_n);
-/* an all-gather of shard_n values per rank moved as bf16 (2 bytes each) */
-void tp_comm_note_all_gather_bf16(size_t shard_n);
+/* an all-gather of shard_n values per rank moved as bf16 or fp16 (2 bytes each) */
+void tp_comm_note_all_gather_half(size_t shard_n);
 
 /* Benchmark instrumentation (tests/tools/tp_overlap_bench.c, which replaces communication by
  * local copies and records the collectives of an iteration to replay them without compute);

@@ -94,12 +94,12 @@ static void plain_rows(const tp_linear *l, int Ns, tp_rows_fn fn, rows_job *j) {
 }
 
 /* The gathered operand of a GEMM (the column-parallel input, the row-parallel output
- * gradient): under --bf16 every reader of it rounds it to bf16 (forward, dgrad and wgrad of a
- * bf16 linear: gpt_model_create registers the weights whenever cfg->bf16), so it moves as
- * bf16, half the bytes, with the same bits in the result. */
+ * gradient): under --bf16 / --fp16 every reader of it rounds it to the run's format (forward,
+ * dgrad and wgrad of a 16-bit linear: gpt_model_create registers the weights whenever
+ * tc_half), so it moves in that format, half the bytes, with the same bits in the result. */
 static void gather_operand(const tp_linear *l, float *full, const float *shard, size_t shard_n) {
-    if (l->cfg->bf16)
-        tp_all_gather_bf16(full, shard, shard_n);
+    if (tc_half(l->cfg) != HALF_NONE)
+        tp_all_gather_half(tc_half(l->cfg), full, shard, shard_n);
     else
         tp_all_gather(full, shard, shard_n);
 }
@@ -107,8 +107,9 @@ static void gather_operand(const tp_linear *l, float *full, const float *shard, 
 /* The same with the overlap's ring, fn computing on each piece as it arrives. */
 static void ring_gather_operand(const tp_linear *l, const float *shard, int Ns, int C,
                                 tp_rows_fn fn, rows_job *j) {
-    if (l->cfg->bf16)
-        tp_ring_allgather_compute_bf16(l->gathered, shard, Ns, C, l->pieces, fn, j);
+    if (tc_half(l->cfg) != HALF_NONE)
+        tp_ring_allgather_compute_half(tc_half(l->cfg), l->gathered, shard, Ns, C, l->pieces, fn,
+                                       j);
     else
         tp_ring_allgather_compute(l->gathered, shard, Ns, C, l->pieces, fn, j);
 }
@@ -147,8 +148,9 @@ void column_parallel_linear_backward(const tp_linear *l, float *din_local, float
     /* the gathered input, for wgrad: under the dgrad GEMM when overlapping */
     int ag = -1;
     if (l->bulk_dgrad || l->rs_dgrad)
-        ag = l->cfg->bf16 ? tp_bulk_allgather_start_bf16(l->gathered, in_local, shard)
-                          : tp_bulk_allgather_start(l->gathered, in_local, shard);
+        ag = tc_half(c) != HALF_NONE
+                 ? tp_bulk_allgather_start_half(tc_half(c), l->gathered, in_local, shard)
+                 : tp_bulk_allgather_start(l->gathered, in_local, shard);
     else
         gather_operand(l, l->gathered, in_local, shard);
 
