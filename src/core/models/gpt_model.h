@@ -34,6 +34,14 @@ typedef struct gpt_model {
 
     float *wte, *wpe, *lnf_w, *lnf_b, *out_w;     /* parameters (wpe/lnf_b/out_w may be NULL) */
     float *g_wte, *g_wpe, *g_lnf_w, *g_lnf_b, *g_out_w; /* their gradients */
+    /* --bf16 / --fp16: the model reads only its 16-bit parameters. The word embedding and the
+     * output layer (GEMM weights) from the 16-bit copy (wte and out_w are then NULL); the
+     * tensors the kernels read in fp32 (norms, biases, learned positions: wpe, lnf_w, lnf_b
+     * and the layers' like them) from `widened`, their 16-bit values widened (category
+     * workspace), refreshed by gpt_model_params_widen. */
+    const uint16_t *wte16, *out_w16;
+    float *widened;
+    size_t *widened_at; /* [params.count]: tensor i's offset in widened; SIZE_MAX: a GEMM weight */
     transformer_block block;
 
     /* workspaces for up to max_batch x seq_length tokens (N; Ns of them outside TP regions) */
@@ -79,6 +87,10 @@ void gpt_model_init_params(gpt_model *m, uint64_t seed);
  * after anything writes params.data: init (done there), a checkpoint load, the optimizer step.
  * No-op in fp32. */
 void gpt_model_params_to_bf16(gpt_model *m);
+/* --bf16 / --fp16: refreshes the widened fp32 values of the tensors in [begin, end) of the flat
+ * buffer from the 16-bit copy; call after anything writes the copy there (a parameter
+ * all-gather). gpt_model_params_to_bf16 does it for everything. No-op in fp32. */
+void gpt_model_params_widen(gpt_model *m, size_t begin, size_t end);
 /* The widest row a linear of this config reads or writes (input or output features): the bf16
  * operand workspace's row width. */
 int gpt_model_linear_max_width(const transformer_config *c);
