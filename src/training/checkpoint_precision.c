@@ -29,9 +29,11 @@ int ckpt_precision_of_dtype(st_dtype dt, ckpt_precision *p) {
 }
 
 const void *ckpt_model_params(const param_set *ps, ckpt_precision p) {
-    /* the 16-bit copy is data_bf16 (--bf16); an fp16 run's copy will be named here */
-    return p == CKPT_FP32 ? (const void *)ps->data : p == CKPT_BF16 ? (const void *)ps->data_bf16
-                                                                   : NULL;
+    /* the 16-bit copy is data_bf16 (--bf16); an fp16 run's copy will be named here (an fp16
+     * run saves its fp32 main parameters as the F32 model file: dist_ckpt_precision) */
+    return p == CKPT_FP32   ? (const void *)param_set_fp32(ps)
+           : p == CKPT_BF16 ? (const void *)ps->data_bf16
+                            : NULL;
 }
 
 void ckpt_file_groups(int optimizer, ckpt_precision p, int *first, int *end) {

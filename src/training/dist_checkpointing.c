@@ -228,7 +228,7 @@ static int write_run(void *user, size_t whole_at, size_t local_at, size_t n) {
  * precision, the moments, or the fp32 main parameters. */
 static const char *group_buffer(int g, const layout *L, const param_set *local) {
     const void *bufs[CKPT_GROUPS] = {ckpt_model_params(local, L->prec), local->exp_avg,
-                                     local->exp_avg_sq, local->data};
+                                     local->exp_avg_sq, param_set_fp32(local)};
     return bufs[g];
 }
 
@@ -669,7 +669,8 @@ static int read_slices(load_src *S, const layout *L, param_set *local, dist_opt 
     for (int i = 0; i < local->count && rc == 0; i++) {
         param_tensor *t = &local->tensors[i];
         int k = (int)t->init_stream;
-        float *bufs[CKPT_GROUPS] = {local->data, local->exp_avg, local->exp_avg_sq, local->data};
+        float *fp32 = param_set_fp32(local);
+        float *bufs[CKPT_GROUPS] = {fp32, local->exp_avg, local->exp_avg_sq, fp32};
         for (int b = 0; b < S->ngroups && rc == 0; b++) {
             if ((b == CKPT_GROUP_PARAMS || b == CKPT_GROUP_MAIN) && b != S->params_group)
                 continue;

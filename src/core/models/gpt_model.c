@@ -106,7 +106,7 @@ static void build_params(gpt_model *m) {
     if (tc_half(c)) { /* the model's 16-bit parameters; the fp32 main ones are the optimizer's */
         ps->data_bf16 = mem_alloc(MEM_PARAMS, ps->numel * sizeof(uint16_t),
                                   c->fp16 ? "fp16 parameters" : "bf16 parameters");
-        ps->data = mem_alloc_floats(bw ? MEM_OPTIMIZER : MEM_PARAMS, ps->numel,
+        ps->main = mem_alloc_floats(bw ? MEM_OPTIMIZER : MEM_PARAMS, ps->numel,
                                     "fp32 main parameters");
     } else {
         ps->data = mem_alloc_floats(MEM_PARAMS, ps->numel, "parameters");
@@ -181,6 +181,7 @@ void gpt_model_free(gpt_model *m) {
     mem_free(m->widened);
     free(m->widened_at);
     mem_free(ps->data);
+    mem_free(ps->main);
     mem_free(ps->grad);
     mem_free(ps->exp_avg);
     mem_free(ps->exp_avg_sq);
@@ -202,7 +203,8 @@ int gpt_model_linear_max_width(const transformer_config *c) {
 
 void gpt_model_params_to_bf16(gpt_model *m) {
     if (!m->params.data_bf16) return;
-    half_from_f32(tc_half(&m->cfg), m->params.data_bf16, m->params.data, m->params.numel);
+    if (m->params.main)
+        half_from_f32(tc_half(&m->cfg), m->params.data_bf16, m->params.main, m->params.numel);
     gpt_model_params_widen(m, 0, m->params.numel);
 }
 
@@ -220,25 +222,41 @@ void gpt_model_params_widen(gpt_model *m, size_t begin, size_t end) {
     }
 }
 
+/* Tensor t's initial values into d (its numel floats). */
+static void init_tensor(const gpt_model *m, const param_tensor *t, float *d, uint64_t seed) {
+    if (t->init_std > 0.0f && t->tp_split == TP_SPLIT_NONE) {
+        philox_fill_normal(d, t->numel, t->init_std, seed, t->init_stream);
+    } else if (t->init_std > 0.0f) {
+        /* a TP slice gets the values the whole tensor has there */
+        size_t len = t->numel / (size_t)t->shape[0];
+        for (int64_t r = 0; r < t->shape[0]; r++)
+            philox_fill_normal_range(d + (size_t)r * len,
+                                     tp_shard_row_start(t, m->cfg.tp_rank, tc_tp(&m->cfg), r),
+                                     len, t->init_std, seed, t->init_stream);
+    } else {
+        for (size_t k = 0; k < t->numel; k++) d[k] = t->init_value;
+    }
+}
+
+/* Under --bf16 / --fp16 the values are rounded into the 16-bit parameters and the fp32 main
+ * ones are those widened, as Megatron's optimizers make their main parameters from the model's
+ * (`param.detach().clone().float()`): the same whether the main parameters are whole here or
+ * sharded by the distributed optimizer (which widens its pieces of the copy). */
 void gpt_model_init_params(gpt_model *m, uint64_t seed) {
     param_set *ps = &m->params;
+    half_kind k = tc_half(&m->cfg);
     for (int i = 0; i < ps->count; i++) {
         const param_tensor *t = &ps->tensors[i];
-        float *d = ps->data + t->offset;
-        if (t->init_std > 0.0f && t->tp_split == TP_SPLIT_NONE) {
-            philox_fill_normal(d, t->numel, t->init_std, seed, t->init_stream);
-        } else if (t->init_std > 0.0f) {
-            /* a TP slice gets the values the whole tensor has there */
-            size_t len = t->numel / (size_t)t->shape[0];
-            for (int64_t r = 0; r < t->shape[0]; r++)
-                philox_fill_normal_range(d + (size_t)r * len,
-                                         tp_shard_row_start(t, m->cfg.tp_rank, tc_tp(&m->cfg), r),
-                                         len, t->init_std, seed, t->init_stream);
-        } else {
-            for (size_t k = 0; k < t->numel; k++) d[k] = t->init_value;
+        float *d = ps->data ? ps->data + t->offset : ps->main ? ps->main + t->offset
+                 : xmalloc(t->numel * sizeof(float), "initial parameter values");
+        init_tensor(m, t, d, seed);
+        if (k != HALF_NONE) {
+            half_from_f32(k, ps->data_bf16 + t->offset, d, t->numel);
+            if (ps->main) half_to_f32(k, ps->main + t->offset, ps->data_bf16 + t->offset, t->numel);
         }
+        if (!ps->data && !ps->main) free(d);
     }
-    gpt_model_params_to_bf16(m);
+    gpt_model_params_widen(m, 0, ps->numel);
 }
 
 /* ---- forward / backward ----

@@ -82,10 +82,11 @@ void gpt_model_free(gpt_model *m);
  * index, element index). */
 void gpt_model_init_params(gpt_model *m, uint64_t seed);
 
-/* --bf16 / --fp16: rounds the fp32 main parameters into the model's 16-bit copy
- * (params.data_bf16, in the run's format: bf16 or fp16), which the linears' GEMMs read. Call
- * after anything writes params.data: init (done there), a checkpoint load, the optimizer step.
- * No-op in fp32. */
+/* --bf16 / --fp16: rounds the fp32 main parameters (params.main, when the model holds them
+ * whole) into the model's 16-bit copy (params.data_bf16, in the run's format: bf16 or fp16),
+ * which the model reads, and refreshes the widened values (gpt_model_params_widen). Call after
+ * anything writes params.main: a checkpoint load, the optimizer step (init does it). No-op in
+ * fp32. */
 void gpt_model_params_to_bf16(gpt_model *m);
 /* --bf16 / --fp16: refreshes the widened fp32 values of the tensors in [begin, end) of the flat
  * buffer from the 16-bit copy; call after anything writes the copy there (a parameter
