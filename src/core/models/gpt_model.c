@@ -106,8 +106,10 @@ static void build_params(gpt_model *m) {
     if (tc_half(c)) { /* the model's 16-bit parameters; the fp32 main ones are the optimizer's */
         ps->data_bf16 = mem_alloc(MEM_PARAMS, ps->numel * sizeof(uint16_t),
                                   c->fp16 ? "fp16 parameters" : "bf16 parameters");
-        ps->main = mem_alloc_floats(bw ? MEM_OPTIMIZER : MEM_PARAMS, ps->numel,
-                                    "fp32 main parameters");
+        if (m->kind != GPT_MODEL_TRAINING_SHARDED_OPTIMIZER) /* else the shard is the
+                                                               * distributed optimizer's */
+            ps->main = mem_alloc_floats(bw ? MEM_OPTIMIZER : MEM_PARAMS, ps->numel,
+                                        "fp32 main parameters");
     } else {
         ps->data = mem_alloc_floats(MEM_PARAMS, ps->numel, "parameters");
     }

@@ -22,8 +22,9 @@
 typedef enum {
     GPT_MODEL_FORWARD_ONLY,  /* parameters and forward workspaces (generation, evaluation) */
     GPT_MODEL_TRAINING,      /* also gradients, AdamW's moments and backward workspaces */
-    GPT_MODEL_TRAINING_SHARDED_OPTIMIZER /* training without the moments: the distributed
-                                          * optimizer holds its shard of them */
+    GPT_MODEL_TRAINING_SHARDED_OPTIMIZER /* training without the moments (and under --bf16
+                                          * without the fp32 main parameters): the
+                                          * distributed optimizer holds its shard of them */
 } gpt_model_kind;
 
 typedef struct gpt_model {
