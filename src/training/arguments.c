@@ -1342,16 +1342,15 @@ static int validate_precision(megadlm_args *a, char *err, size_t errlen) {
      * fp32" */
     if (a->bf16) a->accumulate_allreduce_grads_in_fp32 = 1;
     /* --bf16 takes TP, SP, PP, DP and the distributed optimizer (which shards the fp32 main
-     * parameters: Megatron's 6 + 12/DP bytes per parameter), but not yet its overlapped
-     * parameter all-gather (the model's widened fp32 values would have to be refreshed per
-     * gathered bucket). --fp16 trains in one process so far. */
-    const char *what = a->overlap_param_gather ? "--overlap-param-gather" : NULL;
+     * parameters: Megatron's 6 + 12/DP bytes per parameter). --fp16 trains in one process so
+     * far. */
+    const char *what = NULL;
     if (a->fp16)
         what = a->tensor_model_parallel_size > 1     ? "--tensor-model-parallel-size > 1"
                : a->pipeline_model_parallel_size > 1 ? "--pipeline-model-parallel-size > 1"
                : a->data_parallel_size > 1           ? "data parallelism (world size > 1)"
                : a->use_distributed_optimizer        ? "--use-distributed-optimizer"
-                                                     : what;
+                                                     : NULL;
     if (what)
         return fail(err, errlen, "%s with %s: not supported yet", a->bf16 ? "--bf16" : "--fp16",
                     what);

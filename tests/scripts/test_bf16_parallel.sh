@@ -38,7 +38,8 @@
 #    same bytes: two ranks' sums are the same in either reduction (a + b), so the checkpoints are
 #    byte-identical (losses, main parameters, moments); a run resumed at iteration 3 under the
 #    distributed optimizer, one saved with it and resumed without it, and one saved without it
-#    and resumed with it all give those bytes too.
+#    and resumed with it all give those bytes too, and so does --overlap-param-gather (the
+#    gathered bf16 copy widened per range under the next forward).
 set -euo pipefail
 rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
 export OMP_NUM_THREADS=1
@@ -163,6 +164,10 @@ for f in gpt2 llama; do
   resume "$f-dopt-resume" "${DOPT[@]}" -- "${DOPT[@]}"
   resume "$f-dopt-to-plain" "${DOPT[@]}" -- "${NODOPT[@]}"
   resume "$f-plain-to-dopt" "${NODOPT[@]}" -- "${DOPT[@]}"
+  train "$f-dp2-pgather" 2 "${DOPT[@]}" --overlap-param-gather --log-memory &&
+    grep -Eq 'parameter all-gathers started [1-9][0-9]* \| completed in forward [1-9]' "$f-dp2-pgather.log" &&
+    { same_ckpt "$f-dp2" "$f-dp2-pgather" || say_fail "$f: --overlap-param-gather differs from DP 2"; } ||
+    say_fail "$f: --overlap-param-gather did not run or overlap"
   echo "$f: distributed optimizer: bytes, DP 2's bits, resume and loads across it checked"
   check "$f-tp2sp-pp2-dp2" 8 "${TP[@]}" --sequence-parallel --pipeline-model-parallel-size 2 \
       --ddp-bucket-size 2000 --overlap-grad-reduce

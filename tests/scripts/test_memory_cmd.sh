@@ -95,7 +95,7 @@ invalid=(
   "--recompute-granularity full"
   "--global-batch-size 3"
   "--num-attention-heads 5"
-  "--bf16 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather"
+  "--fp16 --use-distributed-optimizer"
 )
 for flags in "${invalid[@]}"; do
   # shellcheck disable=SC2086

@@ -27,7 +27,11 @@ static void grads_done(gpt_model *m, size_t begin, size_t end) {
     if (m->grads_done) m->grads_done(m->grads_done_user, begin, end);
 }
 static void params_needed(gpt_model *m, size_t begin, size_t end) {
-    if (m->params_needed) m->params_needed(m->params_needed_user, begin, end);
+    if (!m->params_needed) return;
+    m->params_needed(m->params_needed_user, begin, end);
+    /* --bf16 with an overlapped all-gather of the 16-bit copy: the range is complete now, its
+     * widened values are refreshed here (the step could not: the copy was in flight) */
+    gpt_model_params_widen(m, begin, end);
 }
 /* The embedding's range is [0, layer_begin[0]), the head's (final norm, untied output layer)
  * [layer_begin[L], numel); a tied output layer is the embedding. */

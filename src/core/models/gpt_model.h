@@ -66,7 +66,8 @@ typedef struct gpt_model {
     void *grads_done_user;
     /* Called during forward before the parameters of [begin, end) are read (the embedding,
      * each layer, the head), e.g. to wait for an all-gather of the distributed optimizer
-     * (--overlap-param-gather); NULL = none. */
+     * (--overlap-param-gather); NULL = none. Under --bf16 the model then widens the range's
+     * fp32-read values from the (now gathered) 16-bit copy. */
     void (*params_needed)(void *user, size_t begin, size_t end);
     void *params_needed_user;
 } gpt_model;
