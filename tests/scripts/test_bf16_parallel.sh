@@ -39,7 +39,8 @@
 #    byte-identical (losses, main parameters, moments); a run resumed at iteration 3 under the
 #    distributed optimizer, one saved with it and resumed without it, and one saved without it
 #    and resumed with it all give those bytes too, and so does --overlap-param-gather (the
-#    gathered bf16 copy widened per range under the next forward).
+#    gathered bf16 copy widened per range under the next forward); PP 2 x DP 2 likewise gives
+#    the bytes of PP 2 x DP 2 without it.
 set -euo pipefail
 rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
 export OMP_NUM_THREADS=1
@@ -168,6 +169,14 @@ for f in gpt2 llama; do
     grep -Eq 'parameter all-gathers started [1-9][0-9]* \| completed in forward [1-9]' "$f-dp2-pgather.log" &&
     { same_ckpt "$f-dp2" "$f-dp2-pgather" || say_fail "$f: --overlap-param-gather differs from DP 2"; } ||
     say_fail "$f: --overlap-param-gather did not run or overlap"
+  # PP 2 x DP 2 (GPT-2: the last stage's copy of the tied embedding has its own pieces): the
+  # bytes per rank, and the run without the distributed optimizer's checkpoint byte for byte
+  PPDP=("${ONE[@]}" --pipeline-model-parallel-size 2)
+  train "$f-pp2-dp2" 4 "${PPDP[@]}" &&
+    train "$f-pp2-dp2-dopt" 4 "${PPDP[@]}" --use-distributed-optimizer --log-memory &&
+    { memory_equal "$f-pp2-dp2-dopt.log" 4; dopt_bytes "$f-pp2-dp2-dopt.log" 2 || fail=1
+      same_ckpt "$f-pp2-dp2" "$f-pp2-dp2-dopt" ||
+        say_fail "$f: PP 2 x DP 2 with the distributed optimizer differs from without"; }
   echo "$f: distributed optimizer: bytes, DP 2's bits, resume and loads across it checked"
   check "$f-tp2sp-pp2-dp2" 8 "${TP[@]}" --sequence-parallel --pipeline-model-parallel-size 2 \
       --ddp-bucket-size 2000 --overlap-grad-reduce
