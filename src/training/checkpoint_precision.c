@@ -29,9 +29,8 @@ int ckpt_precision_of_dtype(st_dtype dt, ckpt_precision *p) {
 }
 
 const void *ckpt_model_params(const param_set *ps, ckpt_precision p) {
-    /* the 16-bit copy is data_bf16 (--bf16); an fp16 run's copy will be named here */
-    return p == CKPT_FP32 ? (const void *)ps->data : p == CKPT_BF16 ? (const void *)ps->data_bf16
-                                                                   : NULL;
+    /* the 16-bit copy (data_bf16) holds the run's format: bf16 under --bf16, fp16 under --fp16 */
+    return p == CKPT_FP32 ? (const void *)param_set_fp32(ps) : (const void *)ps->data_bf16;
 }
 
 void ckpt_file_groups(int optimizer, ckpt_precision p, int *first, int *end) {

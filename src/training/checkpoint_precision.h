@@ -9,9 +9,9 @@
 #include "core/tensor/tensor.h"
 
 /* What a checkpoint's parameters are: the run's precision (transformer_config.bf16).
- * CKPT_FP32: model.safetensors holds the F32 parameters (params.data). CKPT_BF16 (CKPT_FP16):
- * it holds the model's 16-bit parameters (params.data_bf16), and the optimizer file holds the
- * fp32 main parameters (params.data) as "optimizer.fp32_param.<name>", as Megatron's
+ * CKPT_FP32: model.safetensors holds the F32 parameters (param_set_fp32: params.data, or an
+ * --fp16 run's params.main). CKPT_BF16 (CKPT_FP16): it holds the model's 16-bit parameters
+ * (params.data_bf16), and the optimizer file holds the fp32 main parameters (params.main) as "optimizer.fp32_param.<name>", as Megatron's
  * Float16OptimizerWithFloat16Params keeps fp32_from_fp16_params ("optimizer.state.fp32_param"
  * in its distributed checkpoints). Zero (the default of a zeroed ckpt_state) is FP32. */
 typedef enum { CKPT_FP32 = 0, CKPT_BF16, CKPT_FP16 } ckpt_precision;

@@ -214,7 +214,7 @@ static int write_tensor_file(const char *path, const param_set *ps, const void *
 }
 
 static int check_param_set(const param_set *ps, int with_optimizer, char *err, size_t errlen) {
-    if (!ps || ps->count < 0 || (ps->count > 0 && (!ps->tensors || !ps->data))) {
+    if (!ps || ps->count < 0 || (ps->count > 0 && (!ps->tensors || !param_set_fp32(ps)))) {
         err_set(err, errlen, "checkpoint: parameter set has no tensors or no data");
         return -1;
     }
@@ -453,7 +453,7 @@ int refuse_nonfinite(char *err, size_t errlen) {
 
 int ckpt_check_finite(const param_set *ps, int with_optimizer, char *err, size_t errlen) {
     const char *kinds[3] = {"parameter", "optimizer state exp_avg of", "optimizer state exp_avg_sq of"};
-    const float *bufs[3] = {ps->data, with_optimizer ? ps->exp_avg : NULL,
+    const float *bufs[3] = {param_set_fp32(ps), with_optimizer ? ps->exp_avg : NULL,
                             with_optimizer ? ps->exp_avg_sq : NULL};
     for (int b = 0; b < 3; b++) {
         for (int i = 0; bufs[b] && i < ps->count; i++) {
@@ -470,9 +470,10 @@ int ckpt_check_finite(const param_set *ps, int with_optimizer, char *err, size_t
         const param_tensor *t = &ps->tensors[i];
         for (size_t k = 0; k < t->numel; k++) {
             if ((ps->data_bf16[t->offset + k] & 0x7f80u) != 0x7f80u) continue;
+            const float *main = param_set_fp32(ps);
             err_set(err, errlen, "the bf16 copy of parameter %s holds a non-finite value at "
                     "element %zu (%g rounds out of bf16's range)", t->name, k,
-                    ps->data[t->offset + k]);
+                    main ? main[t->offset + k] : (double)INFINITY);
             return -1;
         }
     }
@@ -488,7 +489,7 @@ int ckpt_save(const char *dir, const param_set *ps, const ckpt_state *st, int wi
     }
     if (check_param_set(ps, with_optimizer, err, errlen)) return -1;
     const void *bufs[CKPT_GROUPS] = {ckpt_model_params(ps, st->precision), ps->exp_avg,
-                                     ps->exp_avg_sq, ps->data};
+                                     ps->exp_avg_sq, param_set_fp32(ps)};
     if (ps->count > 0 && !bufs[CKPT_GROUP_PARAMS]) {
         err_set(err, errlen, "%s: a %s checkpoint, but the parameter set has no %s copy", dir,
                 ckpt_precision_name(st->precision), ckpt_precision_name(st->precision));
@@ -803,7 +804,7 @@ int ckpt_load_tensors(const char *dir, int iteration, param_set *ps, int with_op
     int src = from_main ? CKPT_GROUP_MAIN : CKPT_GROUP_PARAMS;
     for (int i = 0; i < n; i++) {
         const param_tensor *t = &ps->tensors[i];
-        if (st_read_f32(&files[src ? 1 : 0], ents[src * n + i], ps->data + t->offset, err,
+        if (st_read_f32(&files[src ? 1 : 0], ents[src * n + i], param_set_fp32(ps) + t->offset, err,
                         errlen))
             goto done;
         if (with_optimizer &&

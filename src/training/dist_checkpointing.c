@@ -25,7 +25,7 @@ static char g_note[512];
 const char *dist_ckpt_last_conversion(void) { return g_note; }
 
 ckpt_precision dist_ckpt_precision(const transformer_config *cfg) {
-    return cfg->bf16 ? CKPT_BF16 : CKPT_FP32;
+    return cfg->bf16 ? CKPT_BF16 : cfg->fp16 ? CKPT_FP16 : CKPT_FP32;
 }
 
 /* ---- crc32 of a tensor written (or read) in slices by several ranks ----
@@ -228,13 +228,24 @@ static int write_run(void *user, size_t whole_at, size_t local_at, size_t n) {
  * precision, the moments, or the fp32 main parameters. */
 static const char *group_buffer(int g, const layout *L, const param_set *local) {
     const void *bufs[CKPT_GROUPS] = {ckpt_model_params(local, L->prec), local->exp_avg,
-                                     local->exp_avg_sq, local->data};
+                                     local->exp_avg_sq, param_set_fp32(local)};
     return bufs[g];
 }
 
-/* Are group g's tensors the distributed optimizer's pieces (rather than whole slices)? */
-static int dopt_group(int g, const dist_opt *dopt) {
-    return dopt && (g == CKPT_GROUP_EXP_AVG || g == CKPT_GROUP_EXP_AVG_SQ);
+/* Are group g's tensors the distributed optimizer's pieces (rather than whole slices)? The
+ * moments, and under --bf16 (dopt->main) the fp32 main parameters, which a load also fills
+ * from the model file's parameters when it takes them (an F32 file, or no optimizer state);
+ * the 16-bit copy is saved as whole slices (gathered) and made from the pieces after a load. */
+static int dopt_group(int g, const dist_opt *dopt, int loading) {
+    if (!dopt) return 0;
+    if (g == CKPT_GROUP_EXP_AVG || g == CKPT_GROUP_EXP_AVG_SQ) return 1;
+    return dopt->main && (g == CKPT_GROUP_MAIN || (loading && g == CKPT_GROUP_PARAMS));
+}
+
+/* The distributed optimizer's buffer of group g (one of dopt_group's). */
+static float *dopt_state(int g, const dist_opt *dopt) {
+    return g == CKPT_GROUP_EXP_AVG ? dopt->exp_avg : g == CKPT_GROUP_EXP_AVG_SQ ? dopt->exp_avg_sq
+                                                                              : dopt->main;
 }
 
 /* Writes this rank's whole slices of group g's tensors. */
@@ -257,12 +268,13 @@ static int write_replicas(int g, const layout *L, const param_set *local, uint32
     return 0;
 }
 
-/* Writes this rank's pieces of the distributed optimizer's moments of group g. */
+/* Writes this rank's pieces of the distributed optimizer's group g (a moment, or the fp32 main
+ * parameters). */
 static int write_pieces(int g, const layout *L, const param_set *local, const dist_opt *dopt,
                         uint32_t *gs, write_ctx *c) {
     const parallel_state *ps = parallel_get();
     int n = L->whole.count;
-    const float *state = g == CKPT_GROUP_EXP_AVG ? dopt->exp_avg : dopt->exp_avg_sq;
+    const float *state = dopt_state(g, dopt);
     for (int s = 0; s < dopt->num_segments; s++) {
         const dist_opt_segment *sg = &dopt->segs[s];
         const param_tensor *t = &local->tensors[sg->tensor];
@@ -289,7 +301,7 @@ static int write_slices(int f, int fd, const char *path, const layout *L, const 
     for (int g = g0; g < g1; g++) {
         write_ctx c = {.fd = fd, .path = path, .err = err, .errlen = errlen,
                        .es = st_dtype_size(ckpt_group_dtype(g, L->prec))};
-        if (dopt_group(g, dopt) ? write_pieces(g, L, local, dopt, gs, &c)
+        if (dopt_group(g, dopt, 0) ? write_pieces(g, L, local, dopt, gs, &c)
                                 : write_replicas(g, L, local, gs, &c))
             return -1;
     }
@@ -302,7 +314,7 @@ static int writes_into(int f, const layout *L, const param_set *local, const dis
     int g0, g1, replicas = 0;
     ckpt_file_groups(f, L->prec, &g0, &g1);
     for (int g = g0; g < g1; g++) {
-        if (!dopt_group(g, dopt)) {
+        if (!dopt_group(g, dopt, 0)) {
             replicas = 1;
             continue;
         }
@@ -348,12 +360,13 @@ static int check_finite(const param_set *local, const dist_opt *dopt, int with_o
                         char *err, size_t errlen) {
     if (ckpt_check_finite(local, with_optimizer && !dopt, err, errlen))
         return refuse_nonfinite(err, errlen);
-    if (!with_optimizer || !dopt) return 0;
-    const float *m[2] = {dopt->exp_avg, dopt->exp_avg_sq};
-    for (int b = 0; b < 2; b++)
-        if (ckpt_first_nonfinite(m[b], dopt->shard_numel) < dopt->shard_numel) {
+    if (!dopt) return 0;
+    const float *m[3] = {dopt->main, dopt->exp_avg, dopt->exp_avg_sq};
+    const char *names[3] = {"fp32 main parameters", "exp_avg", "exp_avg_sq"};
+    for (int b = 0; b < (with_optimizer ? 3 : 1); b++) /* main parameters (always), moments */
+        if (m[b] && ckpt_first_nonfinite(m[b], dopt->shard_numel) < dopt->shard_numel) {
             err_set(err, errlen, "the distributed optimizer's %s on rank %d holds a non-finite "
-                    "value", b ? "exp_avg_sq" : "exp_avg", parallel_get()->world_rank);
+                    "value", names[b], parallel_get()->world_rank);
             return refuse_nonfinite(err, errlen);
         }
     return 0;
@@ -550,14 +563,14 @@ static int crc_run(void *user, size_t whole_at, size_t local_at, size_t n) {
 static int for_each_part(int kf, int n, const param_tensor *t, int ti, float *data_dst,
                          const dist_opt *dopt, int only_owned, run_fn fn, read_ctx *c) {
     const parallel_state *ps = parallel_get();
-    if (!dopt_group(kf / n, dopt)) {
+    if (!dopt_group(kf / n, dopt, 1)) {
         if (only_owned && !owns_replica(t, ps)) return 0;
         c->dst = data_dst;
         c->e0 = 0;
         return for_each_run(t, ps->tp_rank, ps->tp_size, 0, t->numel, fn, c);
     }
     if (only_owned && !tp_owner(t, ps)) return 0;
-    float *state = kf / n == CKPT_GROUP_EXP_AVG ? dopt->exp_avg : dopt->exp_avg_sq;
+    float *state = dopt_state(kf / n, dopt);
     for (int s = 0; s < dopt->num_segments; s++) {
         const dist_opt_segment *sg = &dopt->segs[s];
         if (sg->tensor != ti) continue;
@@ -669,7 +682,8 @@ static int read_slices(load_src *S, const layout *L, param_set *local, dist_opt 
     for (int i = 0; i < local->count && rc == 0; i++) {
         param_tensor *t = &local->tensors[i];
         int k = (int)t->init_stream;
-        float *bufs[CKPT_GROUPS] = {local->data, local->exp_avg, local->exp_avg_sq, local->data};
+        float *fp32 = param_set_fp32(local);
+        float *bufs[CKPT_GROUPS] = {fp32, local->exp_avg, local->exp_avg_sq, fp32};
         for (int b = 0; b < S->ngroups && rc == 0; b++) {
             if ((b == CKPT_GROUP_PARAMS || b == CKPT_GROUP_MAIN) && b != S->params_group)
                 continue;

@@ -45,11 +45,12 @@
  *
  * Precision (checkpoint_precision.h): the files are in the run's (dist_ckpt_precision): under
  * --bf16 model.safetensors holds local->data_bf16 as BF16 and the optimizer file also the fp32
- * main parameters local->data ("optimizer.fp32_param.<name>", written and read as the
+ * main parameters local->main ("optimizer.fp32_param.<name>", written and read as the
  * parameters are: whole slices, by the data-parallel replica 0). A load takes the precision
- * from the files: with the optimizer state and a 16-bit model file, local->data gets the fp32
- * main parameters; otherwise the model file's values (16-bit ones widened exactly). The
- * caller rounds a 16-bit copy from local->data afterwards (gpt_model_params_to_bf16);
+ * from the files: with the optimizer state and a 16-bit model file, local->main gets the fp32
+ * main parameters; otherwise the model file's values (16-bit ones widened exactly) go to the
+ * fp32 parameters (param_set_fp32: data, or main under --bf16 / --fp16). The caller rounds
+ * the 16-bit copy from them afterwards (gpt_model_params_to_bf16);
  * dist_ckpt_last_conversion says what was converted. */
 int dist_ckpt_save(const char *dir, const transformer_config *cfg, const param_set *local,
                    const dist_opt *dopt, const ckpt_state *st, int with_optimizer, char *err,

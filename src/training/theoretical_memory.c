@@ -269,11 +269,12 @@ theoretical_megadlm_bytes theoretical_megadlm_rank(const megadlm_args *a, int pp
     const int half = a->bf16 || a->fp16;
     r.parameters = half ? 2 * n : 4 * n;
     r.gradients = 4 * n;
-    /* exp_avg, exp_avg_sq; the distributed optimizer holds ceil(n / DP) of each on every rank
-     * (its pieces of the buckets, core/optimizer/distrib_optimizer.h) */
+    /* exp_avg, exp_avg_sq (and the fp32 main parameters in 16-bit runs); the distributed
+     * optimizer holds ceil(n / DP) of each on every rank (its pieces of the buckets,
+     * core/optimizer/distrib_optimizer.h): Megatron's 6 + 12/DP bytes per parameter */
     size_t dp = a->data_parallel_size > 0 ? (size_t)a->data_parallel_size : 1;
-    r.optimizer = a->use_distributed_optimizer ? 8 * ((n + dp - 1) / dp) : 8 * n;
-    if (half) r.optimizer += 4 * n; /* fp32 main parameters (not sharded yet) */
+    size_t state = half ? 12 : 8;
+    r.optimizer = a->use_distributed_optimizer ? state * ((n + dp - 1) / dp) : state * n;
     /* every micro-batch in flight has its own store (pipeline schedules): the stage's layers
      * (one model chunk's with interleaving), the block output, and on the last stage the head
      * (every store there: any may hold the last chunk); with per-micro-batch partial

@@ -276,7 +276,10 @@ static int train_step(trainer *tr, float *loss_out, float *grad_norm_out, int *b
     } else {
         optimizer_step(ps, &tr->oc, lr, tr->optimizer_steps);
     }
-    gpt_model_params_to_bf16(tr->model); /* --bf16 / --fp16: the updated main parameters */
+    /* --bf16 / --fp16: the updated main parameters (the distributed optimizer rounded its
+     * pieces and gathered the copy; with --overlap-param-gather the gather is in flight and
+     * the next forward widens each range as it completes: gpt_model.h's params_needed) */
+    if (!(tr->dopt && tr->a->overlap_param_gather)) gpt_model_params_to_bf16(tr->model);
     return 1;
 }
 
@@ -670,7 +673,7 @@ static void setup_data_parallel(trainer *tr) {
         m->grads_done_user = tr->ddp;
     }
     if (a->use_distributed_optimizer) {
-        tr->dopt = dist_opt_create(&m->params, tr->ddp);
+        tr->dopt = dist_opt_create(&m->params, tr->ddp, tc_half(&m->cfg));
         if (a->overlap_param_gather) {
             m->params_needed = ddp_params_needed;
             m->params_needed_user = tr->ddp;
@@ -797,24 +800,25 @@ static int setup_half(const megadlm_args *a) {
         fprintf(stderr, "error: --%s: %s\n", f, err);
         return -1;
     }
-    log_printf("> %s: parameters of the linears' GEMMs (2 bytes each, a copy rounded from the "
-               "fp32 main parameters after every optimizer step); GEMM operands of linear_qkv, "
+    log_printf("> %s: the model's parameters (2 bytes each, a copy rounded from the fp32 main "
+               "parameters after every optimizer step; norm, bias and position parameters read "
+               "as their %s values widened); GEMM operands of linear_qkv, "
                "linear_proj, linear_fc1, linear_fc2 and the output layer rounded to %s, fp32 "
                "sums; linear_qkv and linear_fc1 outputs, q/k norm and RoPE outputs, attention "
                "scores, probabilities and dropped probabilities and the residual stream rounded "
                "to %s; saved for backward in %s: layer inputs, norm outputs, qkv, attention "
                "probabilities and context, residual after attention, fc1, activation output. "
                "fp32: main parameters, gradients (accumulated and reduced in fp32), Adam "
-               "moments, norm statistics, softmax, cross-entropy and the loss; embedding, norm "
-               "and bias parameters are read from the fp32 main copy\n", f, f, f, f);
+               "moments, norm statistics, softmax, cross-entropy and the loss\n", f, f, f, f, f);
     log_printf("> %s\n", gemm_half_describe(k));
     p2p_set_half_activations(k);
     if (a->tensor_model_parallel_size > 1 || a->pipeline_model_parallel_size > 1 ||
         a->data_parallel_size > 1) /* docs/ARCHITECTURE.md, "Mixed precision" */
         log_printf("> %s communication: tensor-parallel reductions and data-parallel gradient "
-                   "all-reduces in fp32; sequence parallelism's all-gathers of GEMM operands in "
+                   "all-reduces (reduce-scatters) in fp32; the distributed optimizer's parameter "
+                   "all-gathers in %s; sequence parallelism's all-gathers of GEMM operands in "
                    "%s (exact: their readers round to %s); pipeline transfers: activations "
-                   "in %s (%s values), gradients in fp32\n", f, f, f, f, f);
+                   "in %s (%s values), gradients in fp32\n", f, f, f, f, f, f);
     return 0;
 }
 
@@ -925,6 +929,11 @@ int pretrain(megadlm_args *a) {
     setup_data_parallel(&tr);
     setup_loss_scaler(&tr); /* before a load, which may restore its state */
     if (a->load[0] && load(&tr) != 0) goto done;
+    if (a->load[0] && tr.dopt && tr.dopt->main) { /* --bf16: each rank loaded its pieces */
+        dist_opt_main_to_copy(tr.dopt);
+        ddp_start_param_sync(tr.ddp);
+        ddp_finish_param_sync(tr.ddp);
+    }
     gpt_model_params_to_bf16(tr.model); /* --bf16 / --fp16: from the loaded (or initial) ones */
     if (setup_half(a) != 0) goto done;
     if (build_data(&tr) != 0) goto done;

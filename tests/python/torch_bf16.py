@@ -7,8 +7,11 @@
      rounds the output gradient (dgrad: dout16 @ w16; wgrad: dout16^T @ x16); linear_qkv's and
      linear_fc1's outputs, the q/k norm's and RoPE's, the attention's scaled scores and
      probabilities, the embedding's and each residual add's are rounded to bf16 where they are
-     made (backward passes their gradients through); everything else fp32. The loss must agree to 1e-4 relative, each parameter's gradient to 2e-2 of its norm
-     (the sums' order differs, so an element's bf16 rounding may flip by one ulp);
+     made (backward passes their gradients through); every parameter (norm weights and biases,
+     linear biases, the position embedding too) is its bf16 value, as megadlm's model reads
+     only its 16-bit parameters (Megatron's are all bf16); everything else fp32. The loss must
+     agree to 1e-4 relative, each parameter's gradient to 2e-2 of its norm (the sums' order
+     differs, so an element's bf16 rounding may flip by one ulp);
   2. PyTorch's own bf16 mixed precision, torch.autocast(cpu, bfloat16) over the fp32 model
      (linears and matmuls in bf16, bf16 outputs): the loss must agree to 1e-2 relative.
 
@@ -158,8 +161,11 @@ def main(argv):
     ours = tg.read_safetensors(os.path.join(dump, "grads.safetensors"))
     our_loss = float(ours["loss"])
 
-    def fresh():
-        return {n: weights[n].float().clone().requires_grad_(True) for n in shapes}
+    def fresh(rounded=False):
+        # the model file holds the 16-bit parameters; rounding again states what the emulation
+        # reads (every parameter in the run's format) whatever the file's dtype
+        return {n: (r16(weights[n].float()) if rounded else weights[n].float()).clone()
+                .requires_grad_(True) for n in shapes}
 
     # 1. megadlm's rounding points
     real = tg.linear, tg.F.linear, tg.self_attention, tg.mlp, tg.gpt_loss
@@ -167,7 +173,7 @@ def main(argv):
     tg.F.linear = bf16_linear  # the output layer (gpt_loss calls F.linear)
     tg.self_attention, tg.mlp = self_attention, mlp
     try:
-        P = fresh()
+        P = fresh(rounded=True)
         loss = gpt_loss(c, P, tokens, labels, loss_mask)
         loss.backward()
     finally:

@@ -30,7 +30,17 @@
 #  - the linears' all-gathers under SP move bf16 (about half the fp32 run's all-gather bytes),
 #    with and without the overlap; pipeline transfers of activations too (half the bytes,
 #    gradients fp32);
-#  - generate reads the TP 2 --bf16 checkpoint.
+#  - generate reads the TP 2 --bf16 checkpoint;
+#  - the distributed optimizer (Megatron's 6 + 12/DP bytes per parameter) at DP 2 and TP 2 x DP 2:
+#    the layouts' checks above, and on every rank parameters 2n, gradients 4n and optimizer state
+#    12 ceil(n/DP) bytes (bf16 parameters; fp32 gradients; fp32 main parameters and two moments
+#    sharded), n the rank's parameter count the log prints; at DP 2 the run without it gives the
+#    same bytes: two ranks' sums are the same in either reduction (a + b), so the checkpoints are
+#    byte-identical (losses, main parameters, moments); a run resumed at iteration 3 under the
+#    distributed optimizer, one saved with it and resumed without it, and one saved without it
+#    and resumed with it all give those bytes too, and so does --overlap-param-gather (the
+#    gathered bf16 copy widened per range under the next forward); PP 2 x DP 2 likewise gives
+#    the bytes of PP 2 x DP 2 without it.
 set -euo pipefail
 rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
 export OMP_NUM_THREADS=1
@@ -69,6 +79,27 @@ memory_equal() { # memory_equal LOG NP: the four predicted rows on every rank, e
   [ "$rows" = $((4 * $2)) ] && [ "$bad" = 0 ] ||
     { say_fail "$1: --log-memory rows $rows (want $((4 * $2))), $bad not equal"; grep 'predicted' "$1" | head -8; }
 }
+dopt_bytes() { # dopt_bytes LOG DP: per rank parameters 2n, gradients 4n, optimizer 12 ceil(n/DP)
+  python3 - "$1" "$2" <<'EOF'
+import re, sys
+log, dp = open(sys.argv[1]).read(), int(sys.argv[2])
+counts = {int(x) for x in re.findall(r'model parallel rank \(\d+, \d+\): (\d+)', log)}
+rows = {}
+for r, cat, m in re.findall(r'\[Rank (\d+)\] memory (parameters|gradients|optimizer state) '
+                            r'\(bytes\) \| predicted \d+ \| measured (\d+)', log):
+    rows.setdefault(int(r), {})[cat] = int(m)
+bad = []
+for r, b in sorted(rows.items()):
+    n = b.get('parameters', 0) // 2
+    want = {'parameters': 2 * n, 'gradients': 4 * n, 'optimizer state': 12 * -(-n // dp)}
+    if n not in counts or b != want:
+        bad.append(f'rank {r}: {b}, want {want} (parameter counts {sorted(counts)})')
+if not rows or bad:
+    print('FAILED: ' + sys.argv[1] + ': ' + '; '.join(bad or ['no memory rows']))
+    sys.exit(1)
+print(f'  {sys.argv[1]}: {len(rows)} ranks: 2n + 4n + 12 ceil(n/{dp}) bytes, n in {sorted(counts)}')
+EOF
+}
 train() { # train NAME NP flags...
   local name=$1 np=$2; shift 2
   "${MPIRUN[@]}" -np "$np" "$MEGADLM" train "${common[@]}" "${extra[@]}" --bf16 --save "$name" "$@" \
@@ -82,7 +113,7 @@ check() { # check NAME NP flags...: losses, first loss, memory
   l1=$(first "$name.log"); r32=$(first "$f-ref32.log"); r16=$(first "$f-ref16.log")
   python3 -c 'import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); sys.exit(0 if abs(a-b)<=1e-2*abs(a) else 1)' \
       "$r32" "$l1" || say_fail "$name: first loss $l1, one-process fp32 $r32"
-  case "$name" in "$f-pp2"|"$f-vpp2"|"$f-dp2")
+  case "$name" in "$f-pp2"|"$f-vpp2"|"$f-dp2"|"$f-dp2-dopt")
     [ "$l1" = "$r16" ] || say_fail "$name: first loss $l1, one-process bf16 $r16" ;; esac
   [ "$(losses "$name.log")" != "$(losses "$f-ref32.log")" ] || say_fail "$name: the fp32 run's losses"
   memory_equal "$name.log" "$np"
@@ -115,6 +146,38 @@ for f in gpt2 llama; do
     say_fail "$f: pipeline transfers bf16 activations ${a16:-none} gradients ${g16:-none}, fp32 ${a32:-none} ${g32:-none}"
   echo "$f: PP 2 in iteration 1: stage 0 sent activations of $a16 bytes under --bf16 ($a32 in fp32), stage 1 gradients of $g16 ($g32)"
   check "$f-dp2" 2 "${ONE[@]}" --ddp-bucket-size 2000 --overlap-grad-reduce
+  # the distributed optimizer: its bytes, and DP 2's bits (see the header)
+  DOPT=("${ONE[@]}" --ddp-bucket-size 2000 --overlap-grad-reduce --use-distributed-optimizer)
+  check "$f-dp2-dopt" 2 "${DOPT[@]}" && dopt_bytes "$f-dp2-dopt.log" 2 || fail=1
+  same_ckpt "$f-dp2" "$f-dp2-dopt" || say_fail "$f: DP 2 with the distributed optimizer differs from without"
+  check "$f-tp2-dp2-dopt" 4 "${TP[@]}" --ddp-bucket-size 2000 --use-distributed-optimizer &&
+    dopt_bytes "$f-tp2-dp2-dopt.log" 2 || fail=1
+  resume() { # resume NAME FLAGS3 -- FLAGS5: 3 iterations with FLAGS3, then to 5 with FLAGS5
+    local name=$1 a=() b=(); shift
+    while [ "$1" != -- ]; do a+=("$1"); shift; done; shift; b=("$@")
+    train "$name" 2 "${a[@]}" --exit-interval 3 &&
+      train "$name" 2 "${b[@]}" --load "$name" &&
+      grep -q "successfully loaded checkpoint" "$name.log" &&
+      { same_ckpt "$f-dp2" "$name" || say_fail "$name: differs from the uninterrupted DP 2 run"; } ||
+      say_fail "$name: did not run or load"
+  }
+  NODOPT=("${ONE[@]}" --ddp-bucket-size 2000 --overlap-grad-reduce)
+  resume "$f-dopt-resume" "${DOPT[@]}" -- "${DOPT[@]}"
+  resume "$f-dopt-to-plain" "${DOPT[@]}" -- "${NODOPT[@]}"
+  resume "$f-plain-to-dopt" "${NODOPT[@]}" -- "${DOPT[@]}"
+  train "$f-dp2-pgather" 2 "${DOPT[@]}" --overlap-param-gather --log-memory &&
+    grep -Eq 'parameter all-gathers started [1-9][0-9]* \| completed in forward [1-9]' "$f-dp2-pgather.log" &&
+    { same_ckpt "$f-dp2" "$f-dp2-pgather" || say_fail "$f: --overlap-param-gather differs from DP 2"; } ||
+    say_fail "$f: --overlap-param-gather did not run or overlap"
+  # PP 2 x DP 2 (GPT-2: the last stage's copy of the tied embedding has its own pieces): the
+  # bytes per rank, and the run without the distributed optimizer's checkpoint byte for byte
+  PPDP=("${ONE[@]}" --pipeline-model-parallel-size 2)
+  train "$f-pp2-dp2" 4 "${PPDP[@]}" &&
+    train "$f-pp2-dp2-dopt" 4 "${PPDP[@]}" --use-distributed-optimizer --log-memory &&
+    { memory_equal "$f-pp2-dp2-dopt.log" 4; dopt_bytes "$f-pp2-dp2-dopt.log" 2 || fail=1
+      same_ckpt "$f-pp2-dp2" "$f-pp2-dp2-dopt" ||
+        say_fail "$f: PP 2 x DP 2 with the distributed optimizer differs from without"; }
+  echo "$f: distributed optimizer: bytes, DP 2's bits, resume and loads across it checked"
   check "$f-tp2sp-pp2-dp2" 8 "${TP[@]}" --sequence-parallel --pipeline-model-parallel-size 2 \
       --ddp-bucket-size 2000 --overlap-grad-reduce
 

@@ -29,24 +29,18 @@ llama=(--normalization RMSNorm --position-embedding-type rope --swiglu --group-q
        --untie-embeddings-and-output-weights)
 
 # ---- validation -------------------------------------------------------------------------------
-# TP (+ SP), PP and DP take --bf16 (test_bf16_parallel runs them); the distributed optimizer is
-# refused by name, by train and memory
-out=$("$MEGADLM" memory "${common[@]}" --bf16 --use-distributed-optimizer 2>&1) &&
-  say_fail "memory --bf16 --use-distributed-optimizer accepted"
-grep -qF -- "--bf16 with --use-distributed-optimizer: not supported yet" <<<"$out" ||
-  say_fail "memory --bf16 --use-distributed-optimizer: $out"
-out=$("$MEGADLM" train "${common[@]}" --bf16 --use-distributed-optimizer 2>&1) &&
-  say_fail "train --bf16 --use-distributed-optimizer accepted"
-grep -qF -- "--bf16 with --use-distributed-optimizer: not supported yet" <<<"$out" ||
-  say_fail "train --bf16 --use-distributed-optimizer: $out"
+# TP (+ SP), PP, DP and the distributed optimizer (its overlapped parameter all-gather too) take
+# --bf16 (test_bf16_parallel runs them)
 for flags in "--tensor-model-parallel-size 2 --sequence-parallel" "--pipeline-model-parallel-size 3" \
-             "--world-size 2" "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 3 --world-size 12"; do
+             "--world-size 2" "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 3 --world-size 12" \
+             "--world-size 2 --use-distributed-optimizer" \
+             "--world-size 2 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather"; do
   # shellcheck disable=SC2086
   out=$("$MEGADLM" memory "${common[@]}" --bf16 $flags 2>&1) || say_fail "memory --bf16 $flags: $out"
 done
 out=$("$MEGADLM" train "${common[@]}" --bf16 --fp16 2>&1) && say_fail "--bf16 --fp16 accepted"
 grep -qF -- "--fp16 and --bf16 exclude each other" <<<"$out" || say_fail "--bf16 --fp16: $out"
-echo "validation: the distributed optimizer refused by name, TP, PP and DP accepted"
+echo "validation: TP, PP, DP and the distributed optimizer accepted"
 
 # ---- memory, loss, log ------------------------------------------------------------------------
 row() { grep -o "memory $2 (bytes) | predicted [0-9]* | measured [0-9]* | difference -*[0-9]*" "$1"; }

@@ -95,9 +95,12 @@ for family in gpt2 llama; do
   l16=$(grep -o 'lm loss: [0-9.E+-]*' "$log" | head -1 | awk '{print $3}')
   python3 -c 'import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); sys.exit(0 if abs(a-b)<=1e-2*abs(a) else 1)' "$l32" "$l16" ||
     say_fail "$family: first loss fp32 $l32, fp16 $l16"
-  lbf=$(grep -o 'lm loss: [0-9.E+-]*' "$family-bf16.log" | head -1 | awk '{print $3}')
-  [ "$l16" != "$l32" ] && [ "$l16" != "$lbf" ] ||
-    say_fail "$family: --fp16's first loss $l16 is the fp32 ($l32) or bf16 ($lbf) run's"
+  # not secretly the fp32 or the bf16 run: its losses differ from theirs. All three iterations'
+  # (the log's 7 digits can meet at the first, fp16 being 8 times finer than bf16: llama's does)
+  losses() { grep -o 'lm loss: [0-9.E+-]*' "$1" | awk '{print $3}' | tr '\n' ' '; }
+  s16=$(losses "$log"); s32=$(losses "$family-fp32.log"); sbf=$(losses "$family-bf16.log")
+  [ "$(wc -w <<<"$s16")" = 3 ] && [ "$s16" != "$s32" ] && [ "$s16" != "$sbf" ] ||
+    say_fail "$family: --fp16's losses $s16 are the fp32 ($s32) or bf16 ($sbf) run's"
   # the grad norm is the unscaled gradients' (4096 times larger otherwise)
   n32=$(grep -o 'grad norm: [0-9.]*' "$family-fp32.log" | head -1 | awk '{print $3}')
   n16=$(grep -o 'grad norm: [0-9.]*' "$log" | head -1 | awk '{print $3}')
@@ -146,6 +149,16 @@ def tensors(path):
     b = open(path, "rb").read()
     n = struct.unpack("<Q", b[:8])[0]
     return b[8 + n:]
+
+def moments(path):
+    """The bytes of the Adam moments (optimizer.exp_avg*) of an optimizer file; the file also
+    holds the fp32 main parameters (optimizer.fp32_param.*), which are not zero at the start."""
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    head, data = json.loads(b[8:8 + n]), b[8 + n:]
+    return b"".join(data[t["data_offsets"][0]:t["data_offsets"][1]]
+                    for k, t in sorted(head.items(), key=lambda kv: kv[0])
+                    if k.startswith("optimizer.exp_avg"))
 
 bad = []
 L = lines(log)
@@ -196,7 +209,8 @@ for l in L:
     if gs.get("scale") != scale or gs.get("growth_tracker") != growth or gs.get("hysteresis_tracker") != hyst:
         bad.append("iteration %d: state.json grad_scaler %s, the replay %s %d %d" % (i, gs, scale, growth, hyst))
     model, opt = tensors(d + "/model.safetensors"), tensors(d + "/optimizer.safetensors")
-    if i == 1 and (not skip or opt.count(0) != len(opt)):
+    mom = moments(d + "/optimizer.safetensors")
+    if i == 1 and (not skip or not mom or mom.count(0) != len(mom)):
         bad.append("iteration 1: moments not zero after a skipped step")
     if i > 1:
         pd = "%s/iter_%07d" % (ckpt, i - 1)
@@ -216,6 +230,23 @@ for b in bad:
     print("FAILED:", b)
 print("overflow run: skips %s, scales %s, %d growth(s), %d steps" % ("".join(map(str, skips)), [l["scale"] for l in L], grew, steps))
 sys.exit(1 if bad else 0)
+PY
+
+# ---- the checkpoint's formats: model.safetensors in F16 (the model's fp16 parameters), the fp32
+# main parameters in the optimizer file (optimizer.fp32_param.*), as under --bf16 in BF16
+last=$(cat seq/latest_checkpointed_iteration.txt)
+python3 - "seq/iter_$(printf %07d "$last")" <<'PY' || say_fail "fp16 checkpoint formats"
+import json, struct, sys
+def header(path):
+    b = open(path, "rb").read()
+    return {k: v for k, v in json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]]).items() if k != "__metadata__"}
+m, o = header(sys.argv[1] + "/model.safetensors"), header(sys.argv[1] + "/optimizer.safetensors")
+st = json.load(open(sys.argv[1] + "/state.json"))
+bad = [k for k, t in m.items() if t["dtype"] != "F16"]
+main = [k for k in o if k.startswith("optimizer.fp32_param.")]
+ok = m and not bad and len(main) == len(m) and all(o[k]["dtype"] == "F32" for k in main) and st.get("params_dtype") == "float16"
+print("fp16 checkpoint: %d F16 tensors, %d fp32 main parameters, params_dtype %s" % (len(m) - len(bad), len(main), st.get("params_dtype")))
+sys.exit(0 if ok else 1)
 PY
 
 # ---- constant loss scale ------------------------------------------------------------------------

@@ -95,7 +95,7 @@ invalid=(
   "--recompute-granularity full"
   "--global-batch-size 3"
   "--num-attention-heads 5"
-  "--bf16 --use-distributed-optimizer"
+  "--fp16 --use-distributed-optimizer"
 )
 for flags in "${invalid[@]}"; do
   # shellcheck disable=SC2086
@@ -190,6 +190,24 @@ if command -v mpirun > /dev/null; then
     cat ranks/1/rank.*/stdout > pp.log
     check_log pp.log 2 "$layout"
     echo "$layout: predicted == measured on both ranks"
+  done
+  # DP 2 with the distributed optimizer, fp32 and --bf16 (Megatron's 6 + 12/DP): train's rows,
+  # and memory's prediction for the same flags is the same bytes
+  for layout in "--use-distributed-optimizer" "--use-distributed-optimizer --bf16"; do
+    rm -rf ranks
+    # shellcheck disable=SC2086
+    OMP_NUM_THREADS=1 "${MPIRUN[@]}" "$MEGADLM" train "${common[@]}" $layout \
+        > dp.log 2>&1 || { say_fail "$layout: train"; tail -3 dp.log; continue; }
+    cat ranks/1/rank.*/stdout > dp.log
+    check_log dp.log 2 "DP 2 $layout"
+    # shellcheck disable=SC2086
+    pred=$("$MEGADLM" memory "${common[@]}" $layout --world-size 2 --json |
+           python3 -c 'import json,sys; b=json.load(sys.stdin)["megadlm_train_bytes"]; print(*(int(b[k]) for k in ("parameters", "gradients", "optimizer")))')
+    meas=$(for c in parameters gradients "optimizer state"; do
+             grep -o "\[Rank 0\] memory $c (bytes) | predicted [0-9]* | measured [0-9]*" dp.log | awk '{print $NF}'; done | xargs)
+    [ -n "$pred" ] && [ "$pred" = "$meas" ] ||
+      say_fail "DP 2 $layout: memory predicts '$pred' (parameters, gradients, optimizer), train measured '$meas'"
+    echo "DP 2 $layout: predicted == measured on both ranks, memory's bytes $pred"
   done
 else
   echo "mpirun not found: tensor-parallel and pipeline layouts not checked"

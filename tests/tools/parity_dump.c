@@ -281,7 +281,7 @@ int main(int argc, char **argv) {
             {.name = "clip_coeffs", .dtype = ST_F32, .ndim = 1, .shape = &n, .data = coeffs},
         };
         snprintf(path, sizeof path, "%s/train.safetensors", out);
-        if (write_named(path, ps, ps->data, d, 4)) return 1;
+        if (write_named(path, ps, param_set_fp32(ps), d, 4)) return 1;
     }
     activation_store_free(store);
     gpt_model_free(m);

@@ -141,7 +141,7 @@ static void test_pieces(void) {
                         total += ddp_piece_numel(d, b);
                     }
                     CHECK(total == ps.numel / dp || total == (ps.numel + dp - 1) / dp);
-                    dist_opt *o = dist_opt_create(&ps, d);
+                    dist_opt *o = dist_opt_create(&ps, d, HALF_NONE);
                     CHECK(o->shard_numel == (ps.numel + dp - 1) / dp);
                     size_t seg_total = 0;
                     for (int s = 0; s < o->num_segments; s++) {
@@ -212,7 +212,7 @@ static void test_dp1_equals_adamw(void) {
     for (size_t i = 0; i < p.numel; i++) p.data[i] = q.data[i] = rnd();
     ddp_config c = {.overlap_grad_reduce = 1, .use_distributed_optimizer = 1, .bucket_size = 40};
     ddp *d = ddp_create_layout(&q, &c, 1, 0, 1, 0);
-    dist_opt *o = dist_opt_create(&q, d);
+    dist_opt *o = dist_opt_create(&q, d, HALF_NONE);
     optimizer_config oc = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
     int same = 1;
     for (int step = 1; step <= 4; step++) {

@@ -230,16 +230,16 @@ static void test_linear(void) {
                  to_double(b, OC),
                  to_double(R, N * OC),
                  dalloc(N * OC)};
-    linear_forward(out, inp, w, b, N, C, OC);
+    linear_forward(out, inp, linear_w32(w), b, N, C, OC);
     linear_ref(c.out, c.inp, c.w, c.b, N, C, OC);
     check_fwd("linear", out, c.out, N * OC);
-    linear_forward(out, inp, w, NULL, N, C, OC);
+    linear_forward(out, inp, linear_w32(w), NULL, N, C, OC);
     linear_ref(c.out, c.inp, c.w, NULL, N, C, OC);
     check_fwd("linear (no bias)", out, c.out, N * OC);
 
     gbuf di = gb_new(N * C), dw = gb_new(OC * C), db = gb_new(OC);
     for (int rep = 0; rep < 2; rep++) {
-        linear_backward(di.g, dw.g, db.g, R, inp, w, N, C, OC);
+        linear_backward(di.g, dw.g, db.g, R, inp, linear_w32(w), N, C, OC);
         if (rep == 0) {
             gb_snap(&di);
             gb_snap(&dw);
@@ -253,7 +253,7 @@ static void test_linear(void) {
     gb_check("linear dbias", &db, nb);
     /* NULL dinp / dbias: dweight still accumulates the same amount */
     float *dw2 = fcopy(dw.g0, OC * C);
-    linear_backward(NULL, dw2, NULL, R, inp, w, N, C, OC);
+    linear_backward(NULL, dw2, NULL, R, inp, linear_w32(w), N, C, OC);
     CHECK(memcmp(dw2, dw.g1, OC * C * sizeof(float)) == 0);
     free(dw2);
     gb_free(&di);

@@ -1,16 +1,17 @@
-/* The linear layer's 16-bit path (--bf16 / --fp16, core/kernels/linear.h): a weight inside the
- * registered parameter buffer multiplies in the registered format (weight from the 16-bit copy,
- * activation operand rounded to it) with fp32 sums; forward, dgrad and wgrad are checked against
+/* The linear layer's 16-bit path (--bf16 / --fp16, core/kernels/linear.h): a weight given by its
+ * 16-bit copy multiplies in the format linear_half_setup named (the weight's 16-bit values,
+ * activation operand rounded to that format) with fp32 sums; forward, dgrad and wgrad are checked against
  * double sums of the operands rounded to that format (rounding to the other one misses the
  * bound by far) within fp32's summation bound, in one chunk and in chunks of 2 rows, on both
  * bf16 GEMM paths that run here and on fp16 (wgrad also in tiles of the weight's rows,
- * linear_backward_wgrad_rows); repeated calls give the same bits; a weight
- * outside the buffer (or no registration) takes the fp32 path unchanged. */
+ * linear_backward_wgrad_rows); repeated calls give the same bits; an fp32 weight (with the
+ * setup or without it) takes the fp32 path unchanged. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/kernels/bf16.h"
+#include "core/kernels/embedding.h"
 #include "core/kernels/gemm.h"
 #include "core/kernels/linear.h"
 #include "core/random/philox.h"
@@ -36,7 +37,8 @@ static int within(const float *got, const double *want, const double *mag, int n
 }
 
 static void run(int max_width, const char *what) {
-    /* the parameter buffer: weight [OC, C], then bias [OC]; one fp32 weight outside it */
+    /* the parameter buffer: weight [OC, C], then bias [OC]; its 16-bit copy; one fp32 copy of the
+     * weight */
     size_t numel = (size_t)OC * C + OC;
     float *par = malloc(numel * sizeof(float)), *wout = malloc((size_t)OC * C * sizeof(float));
     uint16_t *par16 = malloc(numel * sizeof(uint16_t));
@@ -47,18 +49,20 @@ static void run(int max_width, const char *what) {
     memcpy(wout, par, (size_t)OC * C * sizeof(float));
     half_from_f32(g_kind, par16, par, numel);
     const float *w = par, *b = par + (size_t)OC * C;
+    /* the 16-bit weight only: the path must not read fp32 values */
+    const linear_weight w16 = {NULL, par16};
 
-    linear_half_setup(g_kind, par, par16, numel, N, max_width);
+    linear_half_setup(g_kind, N, max_width);
     float out[N * OC], out2[N * OC], din[N * C], dw[OC * C], din2[N * C], dw2[OC * C];
-    linear_forward(out, inp, w, b, N, C, OC);
-    linear_forward(out2, inp, w, b, N, C, OC);
+    linear_forward(out, inp, w16, b, N, C, OC);
+    linear_forward(out2, inp, w16, b, N, C, OC);
     CHECK(memcmp(out, out2, sizeof out) == 0);
     memset(din, 0, sizeof din);
     memset(dw, 0, sizeof dw);
-    linear_backward(din, dw, NULL, dout, inp, w, N, C, OC);
+    linear_backward(din, dw, NULL, dout, inp, w16, N, C, OC);
     memset(din2, 0, sizeof din2);
     memset(dw2, 0, sizeof dw2);
-    linear_backward(din2, dw2, NULL, dout, inp, w, N, C, OC);
+    linear_backward(din2, dw2, NULL, dout, inp, w16, N, C, OC);
     CHECK(memcmp(din, din2, sizeof din) == 0 && memcmp(dw, dw2, sizeof dw) == 0);
 
     /* references: double sums of the operands rounded to the format */
@@ -106,38 +110,60 @@ static void run(int max_width, const char *what) {
     float dwt[OC * C], dw1[OC * C];
     memset(dwt, 0, sizeof dwt);
     for (int o = 0; o < OC; o += 5)
-        linear_backward_wgrad_rows(dwt, dout, inp, w, N, C, OC, o, OC - o < 5 ? OC - o : 5);
+        linear_backward_wgrad_rows(dwt, dout, inp, w16, N, C, OC, o, OC - o < 5 ? OC - o : 5);
     int bt = within(dwt, wdw, mdw, OC * C, N);
     printf("%s: wgrad in tiles of 5 rows: %d outside the bound\n", what, bt);
     CHECK(bt == 0);
     memset(dw1, 0, sizeof dw1);
-    linear_backward_wgrad_rows(dw1, dout, inp, w, N, C, OC, 0, OC);
+    linear_backward_wgrad_rows(dw1, dout, inp, w16, N, C, OC, 0, OC);
     CHECK(memcmp(dw1, dw, sizeof dw) == 0);
     /* not the fp32 result: the operands were rounded */
-    linear_bf16_setup(NULL, NULL, 0, 0, 0);
+    linear_half_setup(HALF_NONE, 0, 0);
     float f32[N * OC];
-    linear_forward(f32, inp, w, b, N, C, OC);
+    linear_forward(f32, inp, linear_w32(w), b, N, C, OC);
     CHECK(memcmp(f32, out, sizeof f32) != 0);
 
-    /* a weight outside the registered buffer: the fp32 path, bit for bit */
-    linear_half_setup(g_kind, par, par16, numel, N, max_width);
+    /* an fp32 weight with the setup on: the fp32 path, bit for bit */
+    linear_half_setup(g_kind, N, max_width);
     float o1[N * OC];
-    linear_forward(o1, inp, wout, b, N, C, OC);
+    linear_forward(o1, inp, linear_w32(wout), b, N, C, OC);
     CHECK(memcmp(o1, f32, sizeof o1) == 0);
     /* and its wgrad tiles: the fp32 GEMM on the tile, as linear_backward's with one tile */
     float dwf[OC * C], dwf1[OC * C];
     memset(dwf, 0, sizeof dwf);
     memset(dwf1, 0, sizeof dwf1);
-    linear_backward(NULL, dwf, NULL, dout, inp, wout, N, C, OC);
-    linear_backward_wgrad_rows(dwf1, dout, inp, wout, N, C, OC, 0, OC);
+    linear_backward(NULL, dwf, NULL, dout, inp, linear_w32(wout), N, C, OC);
+    linear_backward_wgrad_rows(dwf1, dout, inp, linear_w32(wout), N, C, OC, 0, OC);
     CHECK(memcmp(dwf, dwf1, sizeof dwf) == 0);
     CHECK(memcmp(dwf, dw, sizeof dwf) != 0);
-    linear_bf16_setup(NULL, NULL, 0, 0, 0);
+    linear_half_setup(HALF_NONE, 0, 0);
     free(par);
     free(wout);
     free(par16);
     free(inp);
     free(dout);
+}
+
+/* The 16-bit word-embedding lookup (the model's word embedding under --bf16 / --fp16): each
+ * row's 16-bit values widened, plus the position row in fp32 */
+static void embedding_half(void) {
+    enum { V = 5, T = 3, E = 6, P = 4 };
+    float wte[V * E], wpe[P * E], out[2 * T * E];
+    uint16_t wte16[V * E];
+    int tokens[2 * T] = {4, 0, 2, 2, 1, 3};
+    philox_fill_normal(wte, V * E, 1.0f, 2, 0);
+    philox_fill_normal(wpe, P * E, 1.0f, 2, 1);
+    half_from_f32(g_kind, wte16, wte, V * E);
+    embedding_forward_half(out, tokens, g_kind, wte16, wpe, 2, T, E, 1);
+    int bad = 0;
+    for (int bt = 0; bt < 2 * T; bt++)
+        for (int i = 0; i < E; i++)
+            bad += out[bt * E + i] != r16(wte[tokens[bt] * E + i]) + wpe[(1 + bt % T) * E + i];
+    embedding_forward_half(out, tokens, g_kind, wte16, NULL, 2, T, E, 0);
+    for (int bt = 0; bt < 2 * T; bt++)
+        for (int i = 0; i < E; i++) bad += out[bt * E + i] != r16(wte[tokens[bt] * E + i]);
+    printf("%s embedding lookup: %d elements off\n", half_kind_name(g_kind), bad);
+    CHECK(bad == 0);
 }
 
 int main(void) {
@@ -146,6 +172,7 @@ int main(void) {
     const gemm_bf16_path ids[] = {GEMM_BF16_ONEDNN, GEMM_BF16_FALLBACK};
     CHECK(gemm_bf16_init(err, sizeof err) == 0);
     g_kind = HALF_BF16;
+    embedding_half();
     for (int p = 0; p < 2; p++) {
         if (gemm_bf16_use(ids[p], err, sizeof err) != 0) {
             printf("%s: not available here (%s)\n", paths[p], err);
@@ -164,5 +191,6 @@ int main(void) {
     CHECK(gemm_half_init(HALF_FP16, err, sizeof err) == 0);
     run(OC > C ? OC : C, "fp16, one chunk");
     run((int)(LINEAR_BF16_WS_ELEMS / 4), "fp16, chunks of 2 rows");
+    embedding_half();
     TEST_DONE();
 }

@@ -268,6 +268,24 @@ static void test_layouts(void) {
         CHECK(t.optimizer == 8 * ((n + 3) / 4));
     }
     args_free(&a);
+    /* the same under --bf16: Megatron's 6 + 12/DP, which megadlm allocates: bf16 parameters,
+     * fp32 gradients whole, the fp32 main parameters and the two moments of ceil(n/4); and
+     * without the distributed optimizer 2 + 4 + 12 */
+    snprintf(line, sizeof(line), "%s --tensor-model-parallel-size 2 --world-size 8 --bf16 "
+                                 "--use-distributed-optimizer", g);
+    CHECK(setup(&a, line) == 0);
+    theoretical_memory_compute(&a, &m);
+    CHECK_CLOSE(m.bytes_per_parameter, 9.0, 0, 0);
+    {
+        theoretical_megadlm_bytes t = theoretical_megadlm(&a);
+        size_t n = theoretical_megadlm_parameter_count(&a);
+        CHECK(t.parameters == 2 * n && t.gradients == 4 * n);
+        CHECK(t.optimizer == 12 * ((n + 3) / 4));
+        a.use_distributed_optimizer = 0;
+        t = theoretical_megadlm(&a);
+        CHECK(t.parameters == 2 * n && t.gradients == 4 * n && t.optimizer == 12 * n);
+    }
+    args_free(&a);
 
     /* PP 4, 2 micro-batches per iteration: 1F1B holds min(m, p) = 2 */
     snprintf(line, sizeof(line), "%s --pipeline-model-parallel-size 4 --global-batch-size 4", g);

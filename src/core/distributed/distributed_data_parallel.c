@@ -218,21 +218,27 @@ void ddp_finish_grad_sync(ddp *d) {
 
 /* ---- the parameter all-gather (distributed optimizer) ---- */
 
-static void gather_bucket(ddp *d, float *buf, int b, int nonblocking) {
+/* In place on the parameters the model reads: params.data (fp32, MPI_FLOAT) or, under
+ * --bf16, the 16-bit copy (2-byte elements: the optimizer rounded its pieces into it), with
+ * the same element counts and displacements. */
+static void gather_bucket(ddp *d, int b, int nonblocking) {
     const ddp_bucket *bk = &d->buckets[b];
+    int half = d->ps->data_bf16 != NULL;
+    void *at = half ? (void *)(d->ps->data_bf16 + bk->begin) : (void *)(d->ps->data + bk->begin);
+    MPI_Datatype type = half ? MPI_UINT16_T : MPI_FLOAT;
     if (nonblocking)
-        MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf + bk->begin, bk->counts,
-                        bk->displs, MPI_FLOAT, d->comm, &d->param_reqs[b]);
+        MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, at, bk->counts, bk->displs, type,
+                        d->comm, &d->param_reqs[b]);
     else
-        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf + bk->begin, bk->counts,
-                       bk->displs, MPI_FLOAT, d->comm);
+        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, at, bk->counts, bk->displs, type,
+                       d->comm);
 }
 
 void ddp_start_param_sync(ddp *d) {
     if (!d->cfg.use_distributed_optimizer || d->dp_size == 1) return;
     /* forward order: the last bucket holds the embedding */
     for (int b = d->num_buckets - 1; b >= 0; b--) {
-        gather_bucket(d, d->ps->data, b, d->cfg.overlap_param_gather);
+        gather_bucket(d, b, d->cfg.overlap_param_gather);
         if (d->cfg.overlap_param_gather) d->stats.gathers_started++;
     }
 }

@@ -38,9 +38,9 @@
  *
  * Parameter all-gather (Megatron's start_param_sync / finish_param_sync of its buckets): with
  * the distributed optimizer each rank updates only its pieces, and ddp_start_param_sync
- * all-gathers every bucket's pieces of the parameters in place, in forward order (the last
- * bucket, the embedding's, first). Blocking, or with --overlap-param-gather started
- * nonblocking after the step: the model's params_needed hook (ddp_params_needed) waits, before
+ * all-gathers every bucket's pieces of the parameters in place (the 16-bit copy under --bf16),
+ * in forward order (the last bucket, the embedding's, first). Blocking, or with
+ * --overlap-param-gather started nonblocking after the step: the model's params_needed hook (ddp_params_needed) waits, before
  * the embedding, each layer and the head run forward, for the buckets holding their
  * parameters and makes progress on the others, so the gathers of later layers run under the
  * forward of earlier ones. Anything else that reads the parameters (checkpoints) calls

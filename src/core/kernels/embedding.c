@@ -3,6 +3,8 @@
 
 #include <stddef.h>
 
+#include "core/kernels/bf16.h"
+
 /* out[B,T,C] = wte[tokens[b,t], :] + (wpe ? wpe[pos_offset + t, :] : 0) */
 void embedding_forward(float *out, const int *tokens, const float *wte, const float *wpe, int B,
                        int T, int C, int pos_offset) {
@@ -18,6 +20,23 @@ void embedding_forward(float *out, const int *tokens, const float *wte, const fl
         } else {
             for (int i = 0; i < C; i++)
                 o[i] = e[i];
+        }
+    }
+}
+
+/* The same from a 16-bit table (--bf16 / --fp16: the model's word embedding is its 16-bit
+ * parameter): each row widened to fp32, then the position row added as above. */
+void embedding_forward_half(float *out, const int *tokens, half_kind kind, const uint16_t *wte16,
+                            const float *wpe, int B, int T, int C, int pos_offset) {
+#pragma omp parallel for schedule(static)
+    for (int bt = 0; bt < B * T; bt++) {
+        const int t = bt % T;
+        float *o = out + (size_t)bt * C;
+        half_to_f32(kind, o, wte16 + (size_t)tokens[bt] * C, (size_t)C);
+        if (wpe) {
+            const float *p = wpe + (size_t)(pos_offset + t) * C;
+            for (int i = 0; i < C; i++)
+                o[i] = o[i] + p[i];
         }
     }
 }

@@ -9,13 +9,9 @@
 #include <omp.h>
 #include <stddef.h>
 
-/* --bf16 / --fp16: the registered parameter buffer, its 16-bit copy, and the operand
- * workspace */
+/* --bf16 / --fp16: the format and the operand workspace */
 static struct {
     half_kind kind;
-    const float *main;
-    const uint16_t *copy;
-    size_t numel;
     uint16_t *ws;
     int rows, width; /* chunk rows; the widest row */
 } g_lb;
@@ -31,36 +27,32 @@ size_t linear_bf16_workspace_bytes(int max_rows, int max_width) {
     return (size_t)chunk_rows(max_rows, max_width) * 2 * (size_t)max_width * sizeof(uint16_t);
 }
 
-void linear_half_setup(half_kind kind, const float *main, const uint16_t *copy, size_t numel,
-                       int max_rows, int max_width) {
+void linear_half_setup(half_kind kind, int max_rows, int max_width) {
     if (g_lb.ws) mem_free(g_lb.ws);
-    if (main && kind == HALF_NONE) die(1, "internal error: linear_half_setup without a format");
-    g_lb.kind = main ? kind : HALF_NONE;
-    g_lb.main = main;
-    g_lb.copy = copy;
-    g_lb.numel = main ? numel : 0;
+    g_lb.kind = kind;
     g_lb.ws = NULL;
-    if (!main) return;
+    if (kind == HALF_NONE) return;
     g_lb.rows = chunk_rows(max_rows, max_width);
     g_lb.width = max_width;
     g_lb.ws = mem_alloc(MEM_WORKSPACE, linear_bf16_workspace_bytes(max_rows, max_width),
                         "16-bit linear operands");
 }
 
-void linear_bf16_setup(const float *main, const uint16_t *copy, size_t numel, int max_rows,
-                       int max_width) {
-    linear_half_setup(HALF_BF16, main, copy, numel, max_rows, max_width);
+void linear_bf16_setup(int max_rows, int max_width) {
+    linear_half_setup(HALF_BF16, max_rows, max_width);
 }
 
-/* The weight's 16-bit copy, or NULL: not a registered parameter (fp32 path) */
-static const uint16_t *half_weight(const float *w, int C, int OC) {
-    if (!g_lb.main || !w || w < g_lb.main || w >= g_lb.main + g_lb.numel) return NULL;
+/* The weight's 16-bit values, or NULL: an fp32 weight (fp32 path) */
+static const uint16_t *half_weight(linear_weight w, int C, int OC) {
+    if (!w.h16) return NULL;
+    if (g_lb.kind == HALF_NONE)
+        die(1, "internal error: a 16-bit linear weight without linear_half_setup");
     if (C > g_lb.width || OC > g_lb.width)
         die(1, "internal error: %s linear of width %d x %d over the workspace's %d",
             half_kind_name(g_lb.kind), OC, C, g_lb.width);
     if (omp_in_parallel())
         die(1, "internal error: %s linear inside a parallel region", half_kind_name(g_lb.kind));
-    return g_lb.copy + (w - g_lb.main);
+    return w.h16;
 }
 
 static void forward_half(float *out, const float *inp, const uint16_t *w16, int N, int C,
@@ -112,7 +104,7 @@ static void wgrad_rows_half(float *dweight, const float *dout, const float *inp,
 }
 
 void linear_backward_wgrad_rows(float *dweight, const float *dout, const float *inp,
-                                const float *weight, int N, int C, int OC, int o0, int n) {
+                                linear_weight weight, int N, int C, int OC, int o0, int n) {
     const uint16_t *w16 = half_weight(weight, C, OC);
     if (w16)
         wgrad_rows_half(dweight, dout, inp, N, C, OC, o0, n);
@@ -122,13 +114,13 @@ void linear_backward_wgrad_rows(float *dweight, const float *dout, const float *
 }
 
 /* out[N,OC] = inp[N,C] @ weight[OC,C]^T + bias[OC] */
-void linear_forward(float *out, const float *inp, const float *weight, const float *bias, int N,
+void linear_forward(float *out, const float *inp, linear_weight weight, const float *bias, int N,
                     int C, int OC) {
     const uint16_t *w16 = half_weight(weight, C, OC);
     if (w16)
         forward_half(out, inp, w16, N, C, OC);
     else
-        gemm((gemm_dims){N, OC, C}, 1.0f, gemm_n(inp, C), gemm_t(weight, C), 0.0f,
+        gemm((gemm_dims){N, OC, C}, 1.0f, gemm_n(inp, C), gemm_t(weight.f32, C), 0.0f,
              gemm_o(out, OC));
     if (bias) bias_add_forward(out, bias, N, OC);
 }
@@ -150,7 +142,7 @@ void bias_add_forward(float *out, const float *bias, int N, int OC) {
  * dweight[OC,C] += dout[N,OC]^T @ inp[N,C]
  * dbias[OC] += sum over n of dout[n,:] */
 void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                     const float *weight, int N, int C, int OC) {
+                     linear_weight weight, int N, int C, int OC) {
     const uint16_t *w16 = (dinp || dweight) ? half_weight(weight, C, OC) : NULL;
     if (w16) {
         backward_half(dinp, dweight, dout, inp, w16, N, C, OC);
@@ -158,7 +150,7 @@ void linear_backward(float *dinp, float *dweight, float *dbias, const float *dou
         dweight = NULL;
     }
     if (dinp)
-        gemm((gemm_dims){N, C, OC}, 1.0f, gemm_n(dout, OC), gemm_n(weight, C), 1.0f,
+        gemm((gemm_dims){N, C, OC}, 1.0f, gemm_n(dout, OC), gemm_n(weight.f32, C), 1.0f,
              gemm_o(dinp, C));
     if (dweight)
         gemm((gemm_dims){OC, C, N}, 1.0f, gemm_t(dout, OC), gemm_n(inp, C), 1.0f,

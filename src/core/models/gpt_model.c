@@ -27,7 +27,11 @@ static void grads_done(gpt_model *m, size_t begin, size_t end) {
     if (m->grads_done) m->grads_done(m->grads_done_user, begin, end);
 }
 static void params_needed(gpt_model *m, size_t begin, size_t end) {
-    if (m->params_needed) m->params_needed(m->params_needed_user, begin, end);
+    if (!m->params_needed) return;
+    m->params_needed(m->params_needed_user, begin, end);
+    /* --bf16 with an overlapped all-gather of the 16-bit copy: the range is complete now, its
+     * widened values are refreshed here (the step could not: the copy was in flight) */
+    gpt_model_params_widen(m, begin, end);
 }
 /* The embedding's range is [0, layer_begin[0]), the head's (final norm, untied output layer)
  * [layer_begin[L], numel); a tied output layer is the embedding. */
@@ -56,6 +60,43 @@ static float **part_slot(gpt_model *m, gpt_param_part part, int grad) {
     return NULL;
 }
 
+/* --bf16 / --fp16: the fp32 buffer of the widened 16-bit values of every tensor but the GEMM
+ * weights (norms, biases, q/k norms, learned positions), which the kernels read in fp32;
+ * widened_at[i] is tensor i's offset there (SIZE_MAX: a GEMM weight, read in 16 bits). Derived
+ * values, not state: category workspace. */
+static void widened_alloc(gpt_model *m) {
+    const param_set *ps = &m->params;
+    m->widened_at = xcalloc((size_t)ps->count, sizeof(size_t), "widened parameter offsets");
+    size_t n = 0;
+    for (int i = 0; i < ps->count; i++) {
+        m->widened_at[i] = m->spec.place[i].gemm ? SIZE_MAX : n;
+        if (!m->spec.place[i].gemm) n += ps->tensors[i].numel;
+    }
+    m->widened = mem_alloc_floats(MEM_WORKSPACE, n ? n : 1, "widened 16-bit parameters");
+}
+
+/* Points the model (or its layer's weights) at tensor i's values, and at its gradient: fp32
+ * runs read params.data; 16-bit ones a GEMM weight's 16-bit copy (its fp32 pointer stays NULL)
+ * and every other tensor's widened values. l: the rank's layer holding it, or -1. */
+static void place_tensor(gpt_model *m, int i, int l, int bw) {
+    const gpt_param_place *pl = &m->spec.place[i];
+    const param_set *ps = &m->params;
+    size_t o = ps->tensors[i].offset;
+    const uint16_t *h16 = ps->data_bf16 && pl->gemm ? ps->data_bf16 + o : NULL;
+    float *f32 = !ps->data_bf16 ? ps->data + o : h16 ? NULL : m->widened + m->widened_at[i];
+    if (pl->part == GPT_PARAM_LAYER) {
+        char *w = (char *)&m->block.w_all[l];
+        *(float **)(w + pl->field) = f32;
+        if (h16) *(const uint16_t **)(w + pl->field16) = h16;
+        if (bw) *(float **)((char *)&m->block.g_all[l] + pl->field) = ps->grad + o;
+        return;
+    }
+    *part_slot(m, pl->part, 0) = f32;
+    if (pl->part == GPT_PARAM_WORD_EMBEDDING) m->wte16 = h16;
+    if (pl->part == GPT_PARAM_OUTPUT_LAYER) m->out_w16 = h16;
+    if (bw) *part_slot(m, pl->part, 1) = ps->grad + o;
+}
+
 /* The rank's parameters as gpt_spec_rank describes them, over flat buffers (gradients and
  * AdamW's moments as the model's kind asks); every weight pointer of the model and of its
  * layers points into them through its tensor's place. */
@@ -69,8 +110,10 @@ static void build_params(gpt_model *m) {
     if (tc_half(c)) { /* the model's 16-bit parameters; the fp32 main ones are the optimizer's */
         ps->data_bf16 = mem_alloc(MEM_PARAMS, ps->numel * sizeof(uint16_t),
                                   c->fp16 ? "fp16 parameters" : "bf16 parameters");
-        ps->data = mem_alloc_floats(bw ? MEM_OPTIMIZER : MEM_PARAMS, ps->numel,
-                                    "fp32 main parameters");
+        if (m->kind != GPT_MODEL_TRAINING_SHARDED_OPTIMIZER) /* else the shard is the
+                                                               * distributed optimizer's */
+            ps->main = mem_alloc_floats(bw ? MEM_OPTIMIZER : MEM_PARAMS, ps->numel,
+                                        "fp32 main parameters");
     } else {
         ps->data = mem_alloc_floats(MEM_PARAMS, ps->numel, "parameters");
     }
@@ -81,19 +124,14 @@ static void build_params(gpt_model *m) {
             ps->exp_avg_sq = mem_alloc_floats(MEM_OPTIMIZER, ps->numel, "adam exp_avg_sq");
         }
     }
+    if (tc_half(c)) widened_alloc(m);
     for (int l = 0; l < sp->num_layers; l++)
-        for (int i = sp->layer_first[l]; i < sp->layer_first[l + 1]; i++) {
-            size_t field = sp->place[i].field, o = ps->tensors[i].offset;
-            *(float **)((char *)&m->block.w_all[l] + field) = ps->data + o;
-            if (bw) *(float **)((char *)&m->block.g_all[l] + field) = ps->grad + o;
-        }
-    for (int i = 0; i < ps->count; i++) {
-        if (sp->place[i].part == GPT_PARAM_LAYER) continue;
-        *part_slot(m, sp->place[i].part, 0) = ps->data + ps->tensors[i].offset;
-        if (bw) *part_slot(m, sp->place[i].part, 1) = ps->grad + ps->tensors[i].offset;
-    }
+        for (int i = sp->layer_first[l]; i < sp->layer_first[l + 1]; i++) place_tensor(m, i, l, bw);
+    for (int i = 0; i < ps->count; i++)
+        if (sp->place[i].part != GPT_PARAM_LAYER) place_tensor(m, i, -1, bw);
     if (!c->untie_embeddings_and_output_weights && tc_first_rank(c)) {
         m->out_w = m->wte; /* tied: the output layer reads the word embedding */
+        m->out_w16 = m->wte16;
         m->g_out_w = m->g_wte;
     }
     m->block.layer_grads_done = layer_grads_done;
@@ -135,9 +173,8 @@ gpt_model *gpt_model_create(const transformer_config *cfg, int max_batch, gpt_mo
         m->rope_sin = mem_alloc_floats(MEM_OTHER, c->seq_length * half, "rope sin");
         rope_tables(m->rope_cos, m->rope_sin, c->seq_length, c->rot_dim, c->rotary_base, 0);
     }
-    if (tc_half(c)) /* the linears read their weights from the 16-bit copy */
-        linear_half_setup(tc_half(c), m->params.data, m->params.data_bf16, m->params.numel,
-                          (int)N, gpt_model_linear_max_width(c));
+    if (tc_half(c)) /* the linears' operand workspace; the model passes the 16-bit weights */
+        linear_half_setup(tc_half(c), (int)N, gpt_model_linear_max_width(c));
     return m;
 }
 
@@ -145,9 +182,12 @@ void gpt_model_free(gpt_model *m) {
     if (!m) return;
     transformer_block_free(&m->block);
     param_set *ps = &m->params;
-    if (ps->data_bf16) linear_half_setup(HALF_NONE, NULL, NULL, 0, 0, 0);
+    if (ps->data_bf16) linear_half_setup(HALF_NONE, 0, 0);
     mem_free(ps->data_bf16);
+    mem_free(m->widened);
+    free(m->widened_at);
     mem_free(ps->data);
+    mem_free(ps->main);
     mem_free(ps->grad);
     mem_free(ps->exp_avg);
     mem_free(ps->exp_avg_sq);
@@ -168,29 +208,61 @@ int gpt_model_linear_max_width(const transformer_config *c) {
 }
 
 void gpt_model_params_to_bf16(gpt_model *m) {
-    if (m->params.data_bf16)
-        half_from_f32(tc_half(&m->cfg), m->params.data_bf16, m->params.data, m->params.numel);
+    if (!m->params.data_bf16) return;
+    if (m->params.main)
+        half_from_f32(tc_half(&m->cfg), m->params.data_bf16, m->params.main, m->params.numel);
+    gpt_model_params_widen(m, 0, m->params.numel);
 }
 
-void gpt_model_init_params(gpt_model *m, uint64_t seed) {
-    param_set *ps = &m->params;
+void gpt_model_params_widen(gpt_model *m, size_t begin, size_t end) {
+    const param_set *ps = &m->params;
+    if (!ps->data_bf16) return;
     for (int i = 0; i < ps->count; i++) {
         const param_tensor *t = &ps->tensors[i];
-        float *d = ps->data + t->offset;
-        if (t->init_std > 0.0f && t->tp_split == TP_SPLIT_NONE) {
-            philox_fill_normal(d, t->numel, t->init_std, seed, t->init_stream);
-        } else if (t->init_std > 0.0f) {
-            /* a TP slice gets the values the whole tensor has there */
-            size_t len = t->numel / (size_t)t->shape[0];
-            for (int64_t r = 0; r < t->shape[0]; r++)
-                philox_fill_normal_range(d + (size_t)r * len,
-                                         tp_shard_row_start(t, m->cfg.tp_rank, tc_tp(&m->cfg), r),
-                                         len, t->init_std, seed, t->init_stream);
-        } else {
-            for (size_t k = 0; k < t->numel; k++) d[k] = t->init_value;
-        }
+        if (m->widened_at[i] == SIZE_MAX || t->offset + t->numel <= begin || t->offset >= end)
+            continue;
+        size_t b = t->offset > begin ? t->offset : begin;
+        size_t e = t->offset + t->numel < end ? t->offset + t->numel : end;
+        half_to_f32(tc_half(&m->cfg), m->widened + m->widened_at[i] + (b - t->offset),
+                    ps->data_bf16 + b, e - b);
     }
-    gpt_model_params_to_bf16(m);
+}
+
+/* Tensor t's initial values into d (its numel floats). */
+static void init_tensor(const gpt_model *m, const param_tensor *t, float *d, uint64_t seed) {
+    if (t->init_std > 0.0f && t->tp_split == TP_SPLIT_NONE) {
+        philox_fill_normal(d, t->numel, t->init_std, seed, t->init_stream);
+    } else if (t->init_std > 0.0f) {
+        /* a TP slice gets the values the whole tensor has there */
+        size_t len = t->numel / (size_t)t->shape[0];
+        for (int64_t r = 0; r < t->shape[0]; r++)
+            philox_fill_normal_range(d + (size_t)r * len,
+                                     tp_shard_row_start(t, m->cfg.tp_rank, tc_tp(&m->cfg), r),
+                                     len, t->init_std, seed, t->init_stream);
+    } else {
+        for (size_t k = 0; k < t->numel; k++) d[k] = t->init_value;
+    }
+}
+
+/* Under --bf16 / --fp16 the values are rounded into the 16-bit parameters and the fp32 main
+ * ones are those widened, as Megatron's optimizers make their main parameters from the model's
+ * (`param.detach().clone().float()`): the same whether the main parameters are whole here or
+ * sharded by the distributed optimizer (which widens its pieces of the copy). */
+void gpt_model_init_params(gpt_model *m, uint64_t seed) {
+    param_set *ps = &m->params;
+    half_kind k = tc_half(&m->cfg);
+    for (int i = 0; i < ps->count; i++) {
+        const param_tensor *t = &ps->tensors[i];
+        float *d = ps->data ? ps->data + t->offset : ps->main ? ps->main + t->offset
+                 : xmalloc(t->numel * sizeof(float), "initial parameter values");
+        init_tensor(m, t, d, seed);
+        if (k != HALF_NONE) {
+            half_from_f32(k, ps->data_bf16 + t->offset, d, t->numel);
+            if (ps->main) half_to_f32(k, ps->main + t->offset, ps->data_bf16 + t->offset, t->numel);
+        }
+        if (!ps->data && !ps->main) free(d);
+    }
+    gpt_model_params_widen(m, 0, ps->numel);
 }
 
 /* ---- forward / backward ----
@@ -200,6 +272,7 @@ void gpt_model_init_params(gpt_model *m, uint64_t seed) {
 /* The word (+ position) embedding: vocab-parallel under tensor parallelism. */
 static vocab_parallel_embedding embedding_of(gpt_model *m) {
     return (vocab_parallel_embedding){.cfg = &m->cfg, .wte = m->wte, .wpe = m->wpe,
+                                      .wte16 = m->wte16, .kind = tc_half(&m->cfg),
                                       .dwte = m->g_wte, .dwpe = m->g_wpe,
                                       .partial = m->emb_partial};
 }
@@ -256,6 +329,11 @@ static void embedding_forward_into(gpt_model *m, activation_store *s) {
     half_round_f32(tc_half(c), h0, (size_t)Ns * c->hidden_size);
 }
 
+/* The output layer's weight (the word embedding when tied): fp32, or its 16-bit copy. */
+static linear_weight output_weight(const gpt_model *m) {
+    return (linear_weight){m->out_w, m->out_w16};
+}
+
 /* Last stage: final norm on the token shard, gathered for the vocab-parallel output layer. */
 static void head_forward(gpt_model *m, activation_store *s) {
     const transformer_config *c = &s->cfg;
@@ -263,7 +341,7 @@ static void head_forward(gpt_model *m, activation_store *s) {
     params_needed(m, head_begin(m), m->params.numel);
     norm_forward(c, s->lnf, s->lnf_mean, s->lnf_rstd, s->output, m->lnf_w, m->lnf_b, Ns);
     tp_linear out = tp_linear_make(c, TP_LINEAR_OUTPUT, m->block.ws.gathered, NULL, NULL);
-    column_parallel_linear_forward(&out, s->logits, s->lnf, m->out_w, NULL, N, C, V);
+    column_parallel_linear_forward(&out, s->logits, s->lnf, output_weight(m), NULL, N, C, V);
 }
 
 /* Cross-entropy (vocab-parallel under TP) and the weighted mean of the per-token losses. */
@@ -321,8 +399,8 @@ static void head_backward(gpt_model *m, activation_store *s, float loss_scale) {
     float *dln = tc_sp(c) ? m->block.ws.dln : m->demb;
     tp_linear out = tp_linear_make(c, TP_LINEAR_OUTPUT, m->block.ws.gathered, m->demb,
                                    m->block.ws.recv);
-    column_parallel_linear_backward(&out, dln, m->g_out_w, NULL, s->logits, s->lnf, m->out_w, N,
-                                    C, V);
+    column_parallel_linear_backward(&out, dln, m->g_out_w, NULL, s->logits, s->lnf,
+                                    output_weight(m), N, C, V);
     memset(s->grad, 0, NsC * sizeof(float));
     norm_backward(c, s->grad, m->g_lnf_w, m->g_lnf_b, dln, s->output, m->lnf_w, s->lnf_mean,
                   s->lnf_rstd, Ns);

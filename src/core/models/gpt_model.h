@@ -22,8 +22,9 @@
 typedef enum {
     GPT_MODEL_FORWARD_ONLY,  /* parameters and forward workspaces (generation, evaluation) */
     GPT_MODEL_TRAINING,      /* also gradients, AdamW's moments and backward workspaces */
-    GPT_MODEL_TRAINING_SHARDED_OPTIMIZER /* training without the moments: the distributed
-                                          * optimizer holds its shard of them */
+    GPT_MODEL_TRAINING_SHARDED_OPTIMIZER /* training without the moments (and under --bf16
+                                          * without the fp32 main parameters): the
+                                          * distributed optimizer holds its shard of them */
 } gpt_model_kind;
 
 typedef struct gpt_model {
@@ -34,6 +35,14 @@ typedef struct gpt_model {
 
     float *wte, *wpe, *lnf_w, *lnf_b, *out_w;     /* parameters (wpe/lnf_b/out_w may be NULL) */
     float *g_wte, *g_wpe, *g_lnf_w, *g_lnf_b, *g_out_w; /* their gradients */
+    /* --bf16 / --fp16: the model reads only its 16-bit parameters. The word embedding and the
+     * output layer (GEMM weights) from the 16-bit copy (wte and out_w are then NULL); the
+     * tensors the kernels read in fp32 (norms, biases, learned positions: wpe, lnf_w, lnf_b
+     * and the layers' like them) from `widened`, their 16-bit values widened (category
+     * workspace), refreshed by gpt_model_params_widen. */
+    const uint16_t *wte16, *out_w16;
+    float *widened;
+    size_t *widened_at; /* [params.count]: tensor i's offset in widened; SIZE_MAX: a GEMM weight */
     transformer_block block;
 
     /* workspaces for up to max_batch x seq_length tokens (N; Ns of them outside TP regions) */
@@ -57,7 +66,8 @@ typedef struct gpt_model {
     void *grads_done_user;
     /* Called during forward before the parameters of [begin, end) are read (the embedding,
      * each layer, the head), e.g. to wait for an all-gather of the distributed optimizer
-     * (--overlap-param-gather); NULL = none. */
+     * (--overlap-param-gather); NULL = none. Under --bf16 the model then widens the range's
+     * fp32-read values from the (now gathered) 16-bit copy. */
     void (*params_needed)(void *user, size_t begin, size_t end);
     void *params_needed_user;
 } gpt_model;
@@ -74,11 +84,16 @@ void gpt_model_free(gpt_model *m);
  * index, element index). */
 void gpt_model_init_params(gpt_model *m, uint64_t seed);
 
-/* --bf16 / --fp16: rounds the fp32 main parameters into the model's 16-bit copy
- * (params.data_bf16, in the run's format: bf16 or fp16), which the linears' GEMMs read. Call
- * after anything writes params.data: init (done there), a checkpoint load, the optimizer step.
- * No-op in fp32. */
+/* --bf16 / --fp16: rounds the fp32 main parameters (params.main, when the model holds them
+ * whole) into the model's 16-bit copy (params.data_bf16, in the run's format: bf16 or fp16),
+ * which the model reads, and refreshes the widened values (gpt_model_params_widen). Call after
+ * anything writes params.main: a checkpoint load, the optimizer step (init does it). No-op in
+ * fp32. */
 void gpt_model_params_to_bf16(gpt_model *m);
+/* --bf16 / --fp16: refreshes the widened fp32 values of the tensors in [begin, end) of the flat
+ * buffer from the 16-bit copy; call after anything writes the copy there (a parameter
+ * all-gather). gpt_model_params_to_bf16 does it for everything. No-op in fp32. */
+void gpt_model_params_widen(gpt_model *m, size_t begin, size_t end);
 /* The widest row a linear of this config reads or writes (input or output features): the bf16
  * operand workspace's row width. */
 int gpt_model_linear_max_width(const transformer_config *c);

@@ -69,7 +69,8 @@ static void vector(builder *b, gpt_param_place pl, const char *name, int64_t n, 
 }
 
 static gpt_param_place part(gpt_param_part p, int split) {
-    return (gpt_param_place){.part = p, .layer = -1, .split = split};
+    int gemm = p == GPT_PARAM_WORD_EMBEDDING || p == GPT_PARAM_OUTPUT_LAYER;
+    return (gpt_param_place){.part = p, .layer = -1, .split = split, .gemm = gemm};
 }
 
 static void describe_embedding(builder *b, const transformer_config *c) {
@@ -97,9 +98,13 @@ static void describe_layer(builder *b, const transformer_config *c, int l) {
 #define AT(f, how) \
     ((gpt_param_place){.part = GPT_PARAM_LAYER, .layer = l, .field = offsetof(layer_weights, f), \
                        .split = (how)})
+#define GEMM_AT(f, how) \
+    ((gpt_param_place){.part = GPT_PARAM_LAYER, .layer = l,                                   \
+                       .field = offsetof(layer_weights, f##_w), .split = (how), .gemm = 1,    \
+                       .field16 = offsetof(layer_weights, f##_w16)})
     vector(b, AT(ln1_w, TP_SPLIT_NONE), NAME("input_layernorm.weight"), C, 1.0f);
     if (ln) vector(b, AT(ln1_b, TP_SPLIT_NONE), NAME("input_layernorm.bias"), C, 0.0f);
-    matrix(b, AT(qkv_w, TP_SPLIT_ROWS), NAME("self_attention.linear_qkv.weight"), QKV, C, std);
+    matrix(b, GEMM_AT(qkv, TP_SPLIT_ROWS), NAME("self_attention.linear_qkv.weight"), QKV, C, std);
     if (bias) vector(b, AT(qkv_b, TP_SPLIT_ROWS), NAME("self_attention.linear_qkv.bias"), QKV, 0.0f);
     if (c->qk_layernorm) {
         /* shared by every head, used on this rank's heads only: always partial under TP */
@@ -118,16 +123,18 @@ static void describe_layer(builder *b, const transformer_config *c, int l) {
             vector(b, pl, NAME(qk[i].suffix), HS, qk[i].is_bias ? 0.0f : 1.0f);
         }
     }
-    matrix(b, AT(proj_w, TP_SPLIT_COLS), NAME("self_attention.linear_proj.weight"), C, CTX, out_std);
+    matrix(b, GEMM_AT(proj, TP_SPLIT_COLS), NAME("self_attention.linear_proj.weight"), C, CTX,
+           out_std);
     if (bias) vector(b, AT(proj_b, TP_SPLIT_NONE), NAME("self_attention.linear_proj.bias"), C, 0.0f);
     vector(b, AT(ln2_w, TP_SPLIT_NONE), NAME("pre_mlp_layernorm.weight"), C, 1.0f);
     if (ln) vector(b, AT(ln2_b, TP_SPLIT_NONE), NAME("pre_mlp_layernorm.bias"), C, 0.0f);
-    matrix(b, AT(fc1_w, fc1_split), NAME("mlp.linear_fc1.weight"), FC1, C, std);
+    matrix(b, GEMM_AT(fc1, fc1_split), NAME("mlp.linear_fc1.weight"), FC1, C, std);
     if (bias) vector(b, AT(fc1_b, fc1_split), NAME("mlp.linear_fc1.bias"), FC1, 0.0f);
-    matrix(b, AT(fc2_w, TP_SPLIT_COLS), NAME("mlp.linear_fc2.weight"), C, F, out_std);
+    matrix(b, GEMM_AT(fc2, TP_SPLIT_COLS), NAME("mlp.linear_fc2.weight"), C, F, out_std);
     if (bias) vector(b, AT(fc2_b, TP_SPLIT_NONE), NAME("mlp.linear_fc2.bias"), C, 0.0f);
 #undef NAME
 #undef AT
+#undef GEMM_AT
 }
 
 /* Final norm and an untied output layer. */

@@ -44,6 +44,12 @@ typedef struct {
     size_t field;       /* GPT_PARAM_LAYER: offsetof(layer_weights, the tensor's pointer) */
     int split;          /* TP_SPLIT_*: the partition under TP, whatever this spec's TP size */
     gpt_grad_kind grad; /* partial gradients (summed across TP after backward) */
+    /* A GEMM weight (linear_qkv, linear_proj, linear_fc1, linear_fc2, the word embedding and the
+     * output layer): under --bf16 / --fp16 the model reads it from the 16-bit copy (a layer's
+     * through field16: offsetof(layer_weights, its *_w16 pointer)); every other tensor through
+     * an fp32 buffer of widened 16-bit values (gpt_model.h) */
+    int gemm;
+    size_t field16;
 } gpt_param_place;
 
 typedef struct {

@@ -11,7 +11,26 @@
 #include "core/util/alloc.h"
 #include "core/util/die.h"
 
-dist_opt *dist_opt_create(param_set *ps, ddp *d) {
+/* --bf16: the main parameters of the pieces, from the model's 16-bit copy widened (Megatron:
+ * `shard_model_param.clone().float()`), as gpt_model_init_params makes whole main parameters */
+static void main_create(dist_opt *o, half_kind kind) {
+    if (!o->ps->data_bf16) die(1, "internal error: a 16-bit distributed optimizer without a copy");
+    o->kind = kind;
+    o->main = mem_alloc_floats(MEM_OPTIMIZER, o->shard_numel, "fp32 main parameters (shard)");
+    for (int s = 0; s < o->num_segments; s++) {
+        const dist_opt_segment *sg = &o->segs[s];
+        half_to_f32(kind, o->main + sg->state, o->ps->data_bf16 + sg->begin, sg->numel);
+    }
+}
+
+void dist_opt_main_to_copy(dist_opt *o) {
+    for (int s = 0; o->main && s < o->num_segments; s++) {
+        const dist_opt_segment *sg = &o->segs[s];
+        half_from_f32(o->kind, o->ps->data_bf16 + sg->begin, o->main + sg->state, sg->numel);
+    }
+}
+
+dist_opt *dist_opt_create(param_set *ps, ddp *d, half_kind kind) {
     dist_opt *o = xcalloc(1, sizeof(dist_opt), "distributed optimizer");
     o->ps = ps;
     o->ddp = d;
@@ -41,6 +60,7 @@ dist_opt *dist_opt_create(param_set *ps, ddp *d) {
     if (state > o->shard_numel)
         die(1, "internal error: distributed optimizer shard of %zu > %zu elements",
                        state, o->shard_numel);
+    if (kind != HALF_NONE) main_create(o, kind);
     return o;
 }
 
@@ -48,6 +68,7 @@ void dist_opt_free(dist_opt *o) {
     if (!o) return;
     mem_free(o->exp_avg);
     mem_free(o->exp_avg_sq);
+    mem_free(o->main);
     free(o->segs);
     free(o);
 }
@@ -81,7 +102,9 @@ void dist_opt_step(dist_opt *o, const optimizer_config *oc, float lr, int step) 
         const param_tensor *t = &ps->tensors[sg->tensor];
         adamw_hparams h = {lr, oc->beta1, oc->beta2, oc->eps,
                            t->weight_decay ? oc->weight_decay : 0.0f, step};
-        adamw_update(ps->data + sg->begin, ps->grad + sg->begin, o->exp_avg + sg->state,
-                     o->exp_avg_sq + sg->state, sg->numel, h);
+        float *p = o->main ? o->main + sg->state : ps->data + sg->begin;
+        adamw_update(p, ps->grad + sg->begin, o->exp_avg + sg->state, o->exp_avg_sq + sg->state,
+                     sg->numel, h);
     }
+    dist_opt_main_to_copy(o);
 }

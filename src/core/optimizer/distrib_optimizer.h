@@ -12,22 +12,26 @@
  *   ddp_start_param_sync    all-gather of every piece to every rank (in place; the bucket
  *                           code's, as Megatron's param_and_grad_buffer)
  *
- * megadlm trains in fp32, so the parameters themselves are the "main" parameters: there is no
- * separate fp32 copy to shard (Megatron's 6 + 12/DP bytes per parameter with bf16 becomes
- * 4 + 4 + 8/DP here: parameters, gradients, the two moments).
+ * In fp32 the parameters themselves are the "main" parameters: there is no separate fp32 copy
+ * to shard (4 + 4 + 8/DP bytes per parameter: parameters, gradients, the two moments). Under
+ * --bf16 the optimizer also keeps the fp32 main parameters of its pieces (`main`, beside the
+ * moments: Megatron's 6 + 12/DP bytes: bf16 parameters, fp32 gradients, sharded fp32 main
+ * parameters and moments); the step updates them, rounds them into the model's bf16 copy at
+ * their offsets, and the all-gather moves the bf16 copy (2-byte elements).
  *
  * --overlap-param-gather: the all-gathers start nonblocking after the step and complete under
  * the next forward (core/distributed/distributed_data_parallel.h).
  *
  * Checkpoints stay unsharded without gathering: training/dist_checkpointing writes each rank's
- * pieces (segs, exp_avg, exp_avg_sq) at their places in the whole tensors and reads back only
- * those. */
+ * pieces (segs, exp_avg, exp_avg_sq, and under --bf16 main) at their places in the whole
+ * tensors and reads back only those. */
 #ifndef MEGADLM_CORE_OPTIMIZER_DISTRIB_OPTIMIZER_H
 #define MEGADLM_CORE_OPTIMIZER_DISTRIB_OPTIMIZER_H
 
 #include <stddef.h>
 
 #include "core/distributed/distributed_data_parallel.h"
+#include "core/kernels/bf16.h"
 #include "core/optimizer/optimizer.h"
 #include "core/tensor/tensor.h"
 
@@ -42,18 +46,28 @@ typedef struct {
     ddp *ddp;                  /* the buckets and pieces */
     size_t shard_numel;        /* ceil(N / DP): state elements allocated on every rank */
     float *exp_avg, *exp_avg_sq; /* [shard_numel] MEM_OPTIMIZER */
+    float *main;               /* [shard_numel] MEM_OPTIMIZER under --bf16: the fp32 main
+                                * parameters of the pieces; NULL in fp32 (ps->data is main) */
+    half_kind kind;            /* the 16-bit format of ps->data_bf16, HALF_NONE in fp32 */
     int num_segments;
     dist_opt_segment *segs;    /* this rank's pieces, split at tensor boundaries */
 } dist_opt;
 
 /* ps must have been created without optimizer state (the model's sharded-state kind); the
- * state starts at zero. d must use the distributed optimizer (reduce-scatter). */
-dist_opt *dist_opt_create(param_set *ps, ddp *d);
+ * moments start at zero. d must use the distributed optimizer (reduce-scatter). kind: the
+ * format of ps->data_bf16 (--bf16), whose values widened are the main parameters' start (call
+ * after the copy is initialised), or HALF_NONE (fp32). */
+dist_opt *dist_opt_create(param_set *ps, ddp *d, half_kind kind);
+/* Under --bf16: rounds the main parameters of the pieces into the 16-bit copy at their
+ * offsets (after a load wrote them); ddp_start_param_sync then gives every rank the others'.
+ * No-op in fp32. */
+void dist_opt_main_to_copy(dist_opt *o);
 void dist_opt_free(dist_opt *o);
 
 float dist_opt_grad_norm(dist_opt *o);
 void dist_opt_clip_grads(dist_opt *o, float grad_norm, float clip_grad);
-/* AdamW on this rank's pieces; ddp_start_param_sync then gives every rank the others'. */
+/* AdamW on this rank's pieces (under --bf16 on their main parameters, then rounded into the
+ * copy); ddp_start_param_sync then gives every rank the others'. */
 void dist_opt_step(dist_opt *o, const optimizer_config *oc, float lr, int step);
 
 #endif

@@ -56,7 +56,7 @@ void optimizer_step(param_set *ps, const optimizer_config *oc, float lr, int ste
         size_t o = t->offset;
         adamw_hparams h = {lr, oc->beta1, oc->beta2, oc->eps,
                            t->weight_decay ? oc->weight_decay : 0.0f, step};
-        adamw_update(ps->data + o, ps->grad + o, ps->exp_avg + o, ps->exp_avg_sq + o, t->numel, h);
+        adamw_update(param_set_fp32(ps) + o, ps->grad + o, ps->exp_avg + o, ps->exp_avg_sq + o, t->numel, h);
     }
 }
 

@@ -42,15 +42,23 @@ typedef struct {
     int count;
     param_tensor *tensors;
     size_t numel;     /* total floats */
-    float *data;      /* [numel] MEM_PARAMS; under --bf16 / --fp16 the fp32 main parameters,
-                         MEM_OPTIMIZER (Megatron's optimizer keeps them) */
+    float *data;      /* [numel] MEM_PARAMS: the fp32 parameters (fp32 runs; the optimizer steps
+                         them: they are their own main parameters); NULL under --bf16 / --fp16 */
     uint16_t *data_bf16; /* [numel] --bf16 / --fp16 only: the model's 16-bit parameters in the
-                            run's format (bf16, or fp16 with --fp16; MEM_PARAMS), rounded from
-                            data (gpt_model_params_to_bf16); NULL otherwise */
+                            run's format (bf16, or fp16 with --fp16; MEM_PARAMS), the only ones
+                            the model reads; rounded from main after every step (or, with the
+                            distributed optimizer, from its shard, then all-gathered) */
+    float *main;      /* [numel] --bf16 / --fp16 only: the fp32 main parameters, MEM_OPTIMIZER
+                         (Megatron's optimizer keeps them); NULL in fp32 runs and with the
+                         distributed optimizer (which keeps its shard of them) */
     float *grad;      /* [numel] MEM_GRADS */
     float *exp_avg;   /* [numel] MEM_OPTIMIZER (AdamW first moment) */
     float *exp_avg_sq;/* [numel] MEM_OPTIMIZER (AdamW second moment) */
 } param_set;
+
+/* The fp32 parameters an optimizer steps and a checkpoint stores as fp32: params.data in fp32
+ * runs, the main parameters under --bf16 / --fp16; NULL where neither is held whole. */
+static inline float *param_set_fp32(const param_set *ps) { return ps->main ? ps->main : ps->data; }
 
 /* Index of the tensor with this name, or -1. */
 int param_set_find(const param_set *ps, const char *name);

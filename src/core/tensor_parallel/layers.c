@@ -42,15 +42,17 @@ void tp_shard_copy(float *local, float *whole, const param_tensor *t, int rank, 
 }
 
 /* out[n, :] = wte_local[tokens[n] - vocab_start, :] for tokens this rank owns, else 0.
- * tokens[N], wte_local[Vl, C], out[N, C]. */
-static void vocab_lookup(float *out, const int *tokens, const float *wte_local, int vocab_start,
-                         int Vl, int N, int C) {
+ * tokens[N], wte_local[Vl, C] (e->wte, or e->wte16 widened), out[N, C]. */
+static void vocab_lookup(const vocab_parallel_embedding *e, float *out, const int *tokens,
+                         int vocab_start, int Vl, int N, int C) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         int v = tokens[n] - vocab_start;
         float *o = out + (size_t)n * C;
-        if (v >= 0 && v < Vl)
-            memcpy(o, wte_local + (size_t)v * C, C * sizeof(float));
+        if (v >= 0 && v < Vl && e->wte16)
+            half_to_f32(e->kind, o, e->wte16 + (size_t)v * C, (size_t)C);
+        else if (v >= 0 && v < Vl)
+            memcpy(o, e->wte + (size_t)v * C, C * sizeof(float));
         else
             memset(o, 0, C * sizeof(float));
     }
@@ -110,12 +112,17 @@ void vocab_parallel_embedding_forward(const vocab_parallel_embedding *e, float *
                                       const int *tokens, int B, int T) {
     const transformer_config *c = e->cfg;
     int N = B * T, Ns = tc_tokens_local(c, N), C = c->hidden_size;
+    if (tc_tp(c) == 1 && e->wte16) {
+        embedding_forward_half(out, tokens, e->kind, e->wte16, e->wpe, B, T, C,
+                               c->position_offset);
+        return;
+    }
     if (tc_tp(c) == 1) {
         embedding_forward(out, tokens, e->wte, e->wpe, B, T, C, c->position_offset);
         return;
     }
     int Vl = tc_vocab_local(c);
-    vocab_lookup(e->partial, tokens, e->wte, c->tp_rank * Vl, Vl, N, C);
+    vocab_lookup(e, e->partial, tokens, c->tp_rank * Vl, Vl, N, C);
     if (tc_sp(c)) {
         tp_reduce_scatter(out, e->partial, (size_t)Ns * C);
     } else {

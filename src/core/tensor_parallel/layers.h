@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/kernels/bf16.h"
 #include "core/tensor/tensor.h"
 #include "core/transformer/transformer_config.h"
 
@@ -30,7 +31,10 @@ void tp_shard_copy(float *local, float *whole, const param_tensor *t, int rank, 
  * plain lookup (core/kernels/embedding.h). */
 typedef struct {
     const transformer_config *cfg;
-    const float *wte; /* [V/t, C] this rank's vocabulary rows */
+    const float *wte; /* [V/t, C] this rank's vocabulary rows (fp32 runs) */
+    const uint16_t *wte16; /* --bf16 / --fp16: the same rows in 16 bits (kind), widened on lookup;
+                            * wte is then NULL */
+    half_kind kind;
     const float *wpe; /* [max_position_embeddings, C] learned positions, or NULL (RoPE) */
     float *dwte, *dwpe; /* their gradients (backward; dwpe NULL without positions) */
     float *partial;   /* [N, C] workspace: the lookup before its reduction (TP only) */

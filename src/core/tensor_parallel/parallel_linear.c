@@ -36,7 +36,8 @@ tp_linear tp_linear_make(const transformer_config *c, tp_linear_name name, float
 typedef struct {
     float *out;       /* forward: out[N, OC]; dgrad: din[N, K] */
     const float *in;  /* forward: in[N, C]; dgrad: dout[N, OC] */
-    const float *w, *b;
+    linear_weight w;
+    const float *b;
     int in_w, out_w;  /* row widths of in and out */
     int zero_first;   /* dgrad rows start from zero (the plain form's memset) */
     int under_comm;   /* transfers are in flight: tile for test-mode progress */
@@ -72,7 +73,7 @@ static void dgrad_rows(void *user, int row0, int rows) {
  * tiled over the rows of dw (another decomposition: a BLAS may then give other last bits).
  * Through linear.c, so that under --bf16 the tiles take w's bf16 path like every other GEMM
  * of a linear (bf16-rounded dout and in, fp32 sums into the fp32 gradient). */
-static void wgrad_tiled(float *dw, const float *dout, const float *in, const float *w, int N,
+static void wgrad_tiled(float *dw, const float *dout, const float *in, linear_weight w, int N,
                         int C, int OC, int under_comm) {
     int tile = under_comm ? tp_overlap_tile_rows(OC) : OC;
     for (int o = 0; o < OC; o += tile) {
@@ -95,8 +96,8 @@ static void plain_rows(const tp_linear *l, int Ns, tp_rows_fn fn, rows_job *j) {
 
 /* The gathered operand of a GEMM (the column-parallel input, the row-parallel output
  * gradient): under --bf16 / --fp16 every reader of it rounds it to the run's format (forward,
- * dgrad and wgrad of a 16-bit linear: gpt_model_create registers the weights whenever
- * tc_half), so it moves in that format, half the bytes, with the same bits in the result. */
+ * dgrad and wgrad of a 16-bit linear: the model passes its 16-bit weights whenever tc_half),
+ * so it moves in that format, half the bytes, with the same bits in the result. */
 static void gather_operand(const tp_linear *l, float *full, const float *shard, size_t shard_n) {
     if (tc_half(l->cfg) != HALF_NONE)
         tp_all_gather_half(tc_half(l->cfg), full, shard, shard_n);
@@ -117,7 +118,7 @@ static void ring_gather_operand(const tp_linear *l, const float *shard, int Ns, 
 /* ---- column-parallel ---- */
 
 void column_parallel_linear_forward(const tp_linear *l, float *out, const float *in_local,
-                                    const float *w, const float *b, int N, int C, int OC) {
+                                    linear_weight w, const float *b, int N, int C, int OC) {
     const transformer_config *c = l->cfg;
     if (!tc_sp(c)) { /* copy_to_tp: identity forward */
         linear_forward(out, in_local, w, b, N, C, OC);
@@ -134,7 +135,7 @@ void column_parallel_linear_forward(const tp_linear *l, float *out, const float 
 }
 
 void column_parallel_linear_backward(const tp_linear *l, float *din_local, float *dw, float *db,
-                                     const float *dout, const float *in_local, const float *w,
+                                     const float *dout, const float *in_local, linear_weight w,
                                      int N, int C, int OC) {
     const transformer_config *c = l->cfg;
     if (!tc_sp(c)) { /* copy_to_tp backward: all-reduce of the input gradient */
@@ -172,14 +173,14 @@ void column_parallel_linear_backward(const tp_linear *l, float *din_local, float
             tp_reduce_scatter(din_local, l->partial, shard);
     }
     if (dw) wgrad_tiled(dw, dout, l->gathered, w, N, C, OC, rs >= 0);
-    if (db) linear_backward(NULL, NULL, db, dout, NULL, NULL, N, 0, OC);
+    if (db) linear_backward(NULL, NULL, db, dout, NULL, (linear_weight){0}, N, 0, OC);
     if (rs >= 0) tp_bulk_wait(rs);
 }
 
 /* ---- row-parallel ---- */
 
 void row_parallel_linear_forward(const tp_linear *l, float *out_local, const float *in,
-                                 const float *w, const float *b, int N, int K, int C) {
+                                 linear_weight w, const float *b, int N, int K, int C) {
     const transformer_config *c = l->cfg;
     int Ns = tc_tokens_local(c, N);
     if (!tc_sp(c)) { /* reduce_from_tp: all-reduce */
@@ -199,11 +200,11 @@ void row_parallel_linear_forward(const tp_linear *l, float *out_local, const flo
 }
 
 void row_parallel_linear_backward(const tp_linear *l, float *din, float *dw, float *db,
-                                  const float *dout_local, const float *in, const float *w, int N,
+                                  const float *dout_local, const float *in, linear_weight w, int N,
                                   int K, int C) {
     const transformer_config *c = l->cfg;
     int Ns = tc_tokens_local(c, N);
-    if (db) linear_backward(NULL, NULL, db, dout_local, NULL, NULL, Ns, 0, C);
+    if (db) linear_backward(NULL, NULL, db, dout_local, NULL, (linear_weight){0}, Ns, 0, C);
     if (!tc_sp(c)) {
         linear_backward(din, dw, NULL, dout_local, in, w, N, K, C);
         return;

@@ -23,6 +23,7 @@
 #ifndef MEGADLM_CORE_TENSOR_PARALLEL_PARALLEL_LINEAR_H
 #define MEGADLM_CORE_TENSOR_PARALLEL_PARALLEL_LINEAR_H
 
+#include "core/kernels/linear.h"
 #include "core/transformer/transformer_config.h"
 
 /* The output layer is column-parallel like linear_qkv and linear_fc1 and overlaps like them;
@@ -49,21 +50,22 @@ typedef struct {
  * (none when the overlap engine is not running or the communication is local-only). */
 tp_linear tp_linear_make(const transformer_config *c, tp_linear_name name, float *gathered,
                          float *partial, float *recv);
+/* w: the weight's fp32 values or its 16-bit copy (linear.h). */
 /* out[N, OC] = gather(in_local) @ w^T + b (b may be NULL) */
 void column_parallel_linear_forward(const tp_linear *l, float *out, const float *in_local,
-                                    const float *w, const float *b, int N, int C, int OC);
+                                    linear_weight w, const float *b, int N, int C, int OC);
 /* din_local[Ns, C] = the TP-summed gradient w.r.t. in_local (overwritten);
  * dw += dout^T @ gather(in_local); db += column sums of dout (dw, db may be NULL) */
 void column_parallel_linear_backward(const tp_linear *l, float *din_local, float *dw, float *db,
-                                     const float *dout, const float *in_local, const float *w,
+                                     const float *dout, const float *in_local, linear_weight w,
                                      int N, int C, int OC);
 /* out_local[Ns, C] = reduce(in @ w^T) + b */
 void row_parallel_linear_forward(const tp_linear *l, float *out_local, const float *in,
-                                 const float *w, const float *b, int N, int K, int C);
+                                 linear_weight w, const float *b, int N, int K, int C);
 /* din[N, K] += gather(dout_local) @ w; dw += gather(dout_local)^T @ in; db += column sums of
  * dout_local */
 void row_parallel_linear_backward(const tp_linear *l, float *din, float *dw, float *db,
-                                  const float *dout_local, const float *in, const float *w, int N,
+                                  const float *dout_local, const float *in, linear_weight w, int N,
                                   int K, int C);
 
 #endif

@@ -51,7 +51,8 @@ void self_attention_forward(const layer_ctx *ctx, int layer_index, const layer_w
      * it); otherwise RoPE rotates it in place and only the rotated copy is kept. */
     float *proj_out = c->qk_layernorm ? s->qkv_raw : s->qkv;
     tp_linear qkv = tp_linear_make(c, TP_LINEAR_QKV, ws->gathered, NULL, NULL);
-    column_parallel_linear_forward(&qkv, proj_out, in_local, w->qkv_w, w->qkv_b, N, C, QKV);
+    column_parallel_linear_forward(&qkv, proj_out, in_local, LAYER_LINEAR_W(w, qkv), w->qkv_b,
+                                   N, C, QKV);
     /* --bf16 (--fp16): linear_qkv's output, the q/k norm's and RoPE's are bf16 (fp16) tensors
      * (Megatron's), rounded where they are made and read as rounded by forward and backward */
     size_t nqkv = (size_t)N * QKV;
@@ -70,7 +71,8 @@ void self_attention_forward(const layer_ctx *ctx, int layer_index, const layer_w
     attention_forward(s->ctx, saved_probs(s), s->qkv, qkv_shape(ctx),
                       core_attention_opts(ctx, layer_index), ws->attn);
     tp_linear proj = tp_linear_make(c, TP_LINEAR_PROJ, NULL, ws->branch_full, ws->recv);
-    row_parallel_linear_forward(&proj, out_local, s->ctx, w->proj_w, w->proj_b, N, NH * HS, C);
+    row_parallel_linear_forward(&proj, out_local, s->ctx, LAYER_LINEAR_W(w, proj), w->proj_b, N,
+                                NH * HS, C);
 }
 
 void self_attention_backward(const layer_ctx *ctx, int layer_index, const layer_weights *w,
@@ -83,7 +85,7 @@ void self_attention_backward(const layer_ctx *ctx, int layer_index, const layer_
     memset(ws->dctx, 0, (size_t)N * NH * HS * sizeof(float));
     tp_linear proj = tp_linear_make(c, TP_LINEAR_PROJ, ws->branch_full, NULL, NULL);
     row_parallel_linear_backward(&proj, ws->dctx, g->proj_w, g->proj_b, dout_local, s->ctx,
-                                 w->proj_w, N, NH * HS, C);
+                                 LAYER_LINEAR_W(w, proj), N, NH * HS, C);
 
     memset(ws->dqkv, 0, (size_t)N * QKV * sizeof(float));
     attention_backward(ws->dqkv, ws->dctx, s->qkv, saved_probs(s), qkv_shape(ctx),
@@ -101,5 +103,5 @@ void self_attention_backward(const layer_ctx *ctx, int layer_index, const layer_
     }
     tp_linear qkv = tp_linear_make(c, TP_LINEAR_QKV, ws->gathered, ws->dln_full, ws->recv);
     column_parallel_linear_backward(&qkv, din_local, g->qkv_w, g->qkv_b, dproj, in_local,
-                                    w->qkv_w, N, C, QKV);
+                                    LAYER_LINEAR_W(w, qkv), N, C, QKV);
 }

@@ -12,7 +12,8 @@ void mlp_forward(const layer_ctx *ctx, const layer_weights *w, layer_saved *s,
     const transformer_config *c = ctx->cfg;
     int N = ctx->B * ctx->T, C = c->hidden_size, F = tc_ffn_local(c), FC1 = tc_fc1_width_local(c);
     tp_linear fc1 = tp_linear_make(c, TP_LINEAR_FC1, ws->gathered, NULL, NULL);
-    column_parallel_linear_forward(&fc1, s->fc1, in_local, w->fc1_w, w->fc1_b, N, C, FC1);
+    column_parallel_linear_forward(&fc1, s->fc1, in_local, LAYER_LINEAR_W(w, fc1), w->fc1_b, N, C,
+                                   FC1);
     /* --bf16 (--fp16): linear_fc1's output is a 16-bit tensor (Megatron's), rounded here, read as
      * rounded by the activation's forward and backward */
     half_round_f32(tc_half(c), s->fc1, (size_t)N * FC1);
@@ -21,7 +22,7 @@ void mlp_forward(const layer_ctx *ctx, const layer_weights *w, layer_saved *s,
     else
         gelu_forward(s->act, s->fc1, (size_t)N * F, c->gelu);
     tp_linear fc2 = tp_linear_make(c, TP_LINEAR_FC2, NULL, ws->branch_full, ws->recv);
-    row_parallel_linear_forward(&fc2, out_local, s->act, w->fc2_w, w->fc2_b, N, F, C);
+    row_parallel_linear_forward(&fc2, out_local, s->act, LAYER_LINEAR_W(w, fc2), w->fc2_b, N, F, C);
 }
 
 void mlp_backward(const layer_ctx *ctx, const layer_weights *w, const layer_weights *g,
@@ -31,8 +32,8 @@ void mlp_backward(const layer_ctx *ctx, const layer_weights *w, const layer_weig
     int N = ctx->B * ctx->T, C = c->hidden_size, F = tc_ffn_local(c), FC1 = tc_fc1_width_local(c);
     memset(ws->dact, 0, (size_t)N * F * sizeof(float));
     tp_linear fc2 = tp_linear_make(c, TP_LINEAR_FC2, ws->branch_full, NULL, NULL);
-    row_parallel_linear_backward(&fc2, ws->dact, g->fc2_w, g->fc2_b, dout_local, s->act, w->fc2_w,
-                                 N, F, C);
+    row_parallel_linear_backward(&fc2, ws->dact, g->fc2_w, g->fc2_b, dout_local, s->act,
+                                 LAYER_LINEAR_W(w, fc2), N, F, C);
     memset(ws->dfc1, 0, (size_t)N * FC1 * sizeof(float));
     if (c->swiglu)
         swiglu_backward(ws->dfc1, ws->dact, s->fc1, N, F);
@@ -40,5 +41,5 @@ void mlp_backward(const layer_ctx *ctx, const layer_weights *w, const layer_weig
         gelu_backward(ws->dfc1, ws->dact, s->fc1, (size_t)N * F, c->gelu);
     tp_linear fc1 = tp_linear_make(c, TP_LINEAR_FC1, ws->gathered, ws->dln_full, ws->recv);
     column_parallel_linear_backward(&fc1, din_local, g->fc1_w, g->fc1_b, ws->dfc1, in_local,
-                                    w->fc1_w, N, C, FC1);
+                                    LAYER_LINEAR_W(w, fc1), N, C, FC1);
 }

@@ -13,13 +13,17 @@
 
 #include "core/kernels/attention.h"
 #include "core/kernels/dropout.h"
+#include "core/kernels/linear.h"
 #include "core/tensor/memory.h"
 #include "core/transformer/layer_saved.h"
 #include "core/transformer/transformer_config.h"
 
 /* Pointers into a param_set's data (or grad) buffer; NULL where the config has no such tensor
  * (biases without --add-bias-linear, LayerNorm biases with RMSNorm, q/k norms without
- * --qk-layernorm). */
+ * --qk-layernorm). Under --bf16 / --fp16 a layer's weights are the model's 16-bit parameters:
+ * the four GEMM weights by their *_w16 pointers into the 16-bit copy (their fp32 pointers are
+ * NULL), the other tensors by fp32 pointers into the model's buffer of their widened values
+ * (gpt_model.h); the *_w16 pointers of a gradient's layer_weights are NULL. */
 typedef struct {
     float *ln1_w, *ln1_b;                   /* input_layernorm [C] */
     float *qkv_w, *qkv_b;                   /* self_attention.linear_qkv [QKV, C], [QKV] */
@@ -28,7 +32,10 @@ typedef struct {
     float *ln2_w, *ln2_b;                   /* pre_mlp_layernorm [C] */
     float *fc1_w, *fc1_b;                   /* mlp.linear_fc1 [FC1, C], [FC1] */
     float *fc2_w, *fc2_b;                   /* mlp.linear_fc2 [C, F], [C] */
+    const uint16_t *qkv_w16, *proj_w16, *fc1_w16, *fc2_w16; /* --bf16 / --fp16 */
 } layer_weights;
+/* A layer's GEMM weight as the linears take it, e.g. LAYER_LINEAR_W(w, qkv). */
+#define LAYER_LINEAR_W(w, name) ((linear_weight){(w)->name##_w, (w)->name##_w16})
 
 /* What one layer keeps for backward: layer_saved, generated from the table of saved tensors in
  * layer_saved.h (docs/MEMORY.md). */
