@@ -18,13 +18,14 @@
  * oneDNN alike).
  *
  * Built by CMake (target bf16_gemm_bench, not built by default); bench/bench_bf16_gemm.sh runs it.
- * Usage: bf16_gemm_bench [seconds=1]
+ * Usage: bf16_gemm_bench [seconds=1] [only]   (only: measure the shapes whose name contains it)
  * Output: which path auto picks, then per shape `name layout M N K sgemm_ms` and for each path
  * `path_ms ratio` (ratio = gemm_bf16 time / sgemm time), then the geometric mean of the ratios. */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "bench_util.h"
@@ -44,6 +45,7 @@ static bf16 *to_bf16(const float *x, size_t n) {
 
 int main(int argc, char **argv) {
     const double seconds = argc > 1 ? atof(argv[1]) : 1.0;
+    const char *only = argc > 2 ? argv[2] : "";
     const gemm_case cases[] = {
         {"qkv.fwd", 0, 1, 1024, 2304, 768, 0.0f},   {"fc1.fwd", 0, 1, 1024, 3072, 768, 0.0f},
         {"fc2.fwd", 0, 1, 1024, 768, 3072, 0.0f},   {"head.fwd", 0, 1, 1024, 50304, 768, 0.0f},
@@ -83,8 +85,11 @@ int main(int argc, char **argv) {
     for (int p = 0; p < npaths; p++) printf(" %11s_ms %6s", names[p], "ratio");
     printf("\n");
     double logsum[2] = {0, 0};
+    int measured = 0;
     for (int c = 0; c < ncases; c++) {
         const gemm_case *g = &cases[c];
+        if (!strstr(g->name, only)) continue;
+        measured++;
         /* op(A) is [M,K], op(B) is [K,N]; stored A is [K,M] when transposed, B is [N,K]. */
         const int lda = g->ta ? g->M : g->K, ldb = g->tb ? g->K : g->N;
         const size_t na = (size_t)g->M * g->K, nb = (size_t)g->K * g->N, nc = (size_t)g->M * g->N;
@@ -123,7 +128,7 @@ int main(int argc, char **argv) {
         free(B16);
     }
     printf("%-13s %-3s %5s %6s %5s %9s", "geomean", "", "", "", "", "");
-    for (int p = 0; p < npaths; p++) printf(" %14s %6.3f", "", exp(logsum[p] / ncases));
+    for (int p = 0; p < npaths; p++) printf(" %14s %6.3f", "", exp(logsum[p] / (measured ? measured : 1)));
     printf("\n");
     return 0;
 }
