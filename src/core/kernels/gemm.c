@@ -65,17 +65,10 @@ const char *gemm_blas_kernels(void) { return openblas_get_corename(); }
  * leaves tiles of TILE_MN rows or columns (all of GPT-2 124M's layer products do): few, large
  * sgemm calls, C written once, few conversions (each a parallel region when large). Products
  * too large for that go in K steps of at least TILE_K, sized from the whole workspace (not the
- * thread's slice), so that the order of the sums does not depend on the team size; so do the
- * tiles of the thin case below. */
+ * thread's slice), so that the order of the sums does not depend on the team size. */
 #define WS_FLOATS ((size_t)8 << 20)
 #define TILE_K 256
 #define TILE_MN 2048
-/* Against a thin other operand (fewer than THIN rows or columns: the linear layer's 166-row
- * chunks) each widened element takes part in few flops, so writing it to memory and reading it
- * back costs about as much as the product: such a tile is kept to TILE_CACHE floats (1 MiB), so
- * that sgemm reads it from the cache the conversion just wrote it to. */
-#define THIN 512
-#define TILE_CACHE ((size_t)256 << 10)
 
 static struct {
     int ready;            /* gemm_bf16_init ran */
@@ -146,20 +139,6 @@ static int plan_k(size_t plan, int M, int N, int K) {
     return balanced(K, min_sz(kb, (size_t)K));
 }
 
-/* Shrinks a tile [kb, xb] (x: the other extent, of X) to TILE_CACHE floats: the larger extent
- * first (for a wide X, the K steps would re-read C), down to at least 64. */
-static void fit_cache(int K, int X, int *kb, int *xb) {
-    if ((size_t)*kb * (size_t)*xb <= TILE_CACHE) return;
-    int *big = *xb >= *kb ? xb : kb, *other = big == xb ? kb : xb;
-    const int n = big == xb ? X : K;
-    size_t cap = TILE_CACHE / (size_t)*other;
-    *big = balanced(n, cap < 64 ? 64 : cap);
-    if ((size_t)*kb * (size_t)*xb <= TILE_CACHE) return;
-    const int m = big == xb ? K : X;
-    cap = TILE_CACHE / (size_t)*big;
-    *other = balanced(m, cap < 64 ? 64 : cap);
-}
-
 /* The tile extents for a call with `floats` of workspace (`plan`: see plan_k). */
 static void plan_tiles(size_t plan, size_t floats, int M, int N, int K, int *mb, int *nb,
                        int *kb) {
@@ -179,8 +158,6 @@ static void plan_tiles(size_t plan, size_t floats, int M, int N, int K, int *mb,
         *mb = balanced(M, cap / 2);
         *nb = balanced(N, cap / 2);
     }
-    if (M < THIN) fit_cache(K, N, kb, nb);
-    if (N < THIN) fit_cache(K, M, kb, mb);
 }
 
 /* The stored block of rows [r0, r0 + rows) and columns [c0, c0 + cols) of X, to fp32 (dense). */
