@@ -66,7 +66,7 @@ const char *gemm_blas_kernels(void) { return openblas_get_corename(); }
  * sgemm calls, C written once, few conversions (each a parallel region when large). Products
  * too large for that go in K steps of at least TILE_K, sized from the whole workspace (not the
  * thread's slice), so that the order of the sums does not depend on the team size (unless the
- * slice holds less than 2 x TILE_K floats: a team of thousands of threads). */
+ * slice holds less than two rows of a K step: teams of hundreds of threads). */
 #define WS_FLOATS ((size_t)8 << 20)
 #define TILE_K 256
 #define TILE_MN 2048
