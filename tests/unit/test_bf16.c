@@ -389,8 +389,9 @@ static void test_gemm_path(const char *path) {
 }
 
 static void test_fallback_tiles(void) {
-    /* the workspace limited so that tiles split M, N and K (K steps of 256): at 512 floats,
-     * kb = 256 and mb + nb = 2; at 4096, 16; at 256 * 300, 300 (M, N one tile when small) */
+    /* the workspace limited so that tiles split M, N and K (K steps of at least 256, balanced:
+     * 600 = 3 x 200, 513 = 3 x 171; M and N share the rest): at 512 floats, mb + nb = 2; at
+     * 4096, about 20; at 256 * 300, whole K where it fits and M, N one tile when small */
     static const size_t limits[] = {512, 4096, 256 * 300};
     for (size_t l = 0; l < sizeof limits / sizeof limits[0]; l++) {
         gemm_bf16_limit_workspace(limits[l]);

@@ -58,12 +58,18 @@ const char *gemm_blas_kernels(void) { return openblas_get_corename(); }
 
 /* ======================================================================== bf16 operands */
 
-/* The fallback's workspace: WS_FLOATS floats (8 MiB), allocated once. A call from serial code
+/* The fallback's workspace: WS_FLOATS floats (32 MiB), allocated once. A call from serial code
  * uses all of it; a call from inside a parallel region uses its thread's 1/team-size slice.
- * Tiles: K in steps of at most TILE_K; the M and N extents of one A and one B tile share the
- * rest (op(A) tile [mb, kb] and op(B) tile [kb, nb], (mb + nb) * kb floats). */
-#define WS_FLOATS ((size_t)2 << 20)
+ * Each operand is widened once per call where the workspace holds it (op(A) [mb, kb] and op(B)
+ * [kb, nb] tiles, (mb + nb) * kb floats), and each product runs over the whole K where that
+ * leaves tiles of TILE_MN rows or columns (all of GPT-2 124M's layer products do): few, large
+ * sgemm calls, C written once, few conversions (each a parallel region when large). Products
+ * too large for that go in K steps of at least TILE_K, sized from the whole workspace (not the
+ * thread's slice), so that the order of the sums does not depend on the team size (unless the
+ * slice holds less than two rows of a K step: teams of hundreds of threads). */
+#define WS_FLOATS ((size_t)8 << 20)
 #define TILE_K 256
+#define TILE_MN 2048
 
 static struct {
     int ready;            /* gemm_bf16_init ran */
@@ -116,22 +122,42 @@ static int onednn_runs(void) {
 }
 #endif
 
-/* The tile extents for a call with `floats` of workspace. */
-static void plan_tiles(size_t floats, int M, int N, int K, int *mb, int *nb, int *kb) {
-    *kb = K < TILE_K ? K : TILE_K;
+static size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
+
+/* n split into the fewest tiles of at most `cap`, all of nearly equal size (no thin last tile). */
+static int balanced(int n, size_t cap) {
+    const size_t tiles = ((size_t)n + cap - 1) / cap;
+    return (int)(((size_t)n + tiles - 1) / tiles);
+}
+
+/* The K step: all of K where the plan's workspace holds op(A) and op(B) tiles of TILE_MN rows
+ * and columns (or all of M, N when smaller) over the whole K, else the most it holds, at least
+ * TILE_K. It depends on the shape and `plan` only (the whole workspace, or the tests' limit). */
+static int plan_k(size_t plan, int M, int N, int K) {
+    const size_t mn = min_sz((size_t)M, TILE_MN) + min_sz((size_t)N, TILE_MN);
+    size_t kb = (size_t)K;
+    if (mn * kb > plan) kb = plan / mn > TILE_K ? plan / mn : TILE_K;
+    return balanced(K, min_sz(kb, (size_t)K));
+}
+
+/* The tile extents for a call with `floats` of workspace (`plan`: see plan_k). */
+static void plan_tiles(size_t plan, size_t floats, int M, int N, int K, int *mb, int *nb,
+                       int *kb) {
+    *kb = plan_k(plan, M, N, K);
     if (floats < 2 * (size_t)*kb) *kb = (int)(floats / 2); /* a slice of a huge team */
-    const size_t cap = floats / (size_t)*kb; /* mb + nb, at least 2 */
+    const size_t cap = floats / (size_t)*kb;                /* mb + nb, at least 2 */
     if ((size_t)M + (size_t)N <= cap) {
         *mb = M;
         *nb = N;
     } else if ((size_t)M <= cap / 2) {
         *mb = M;
-        *nb = (int)(cap - (size_t)M);
+        *nb = balanced(N, cap - (size_t)M);
     } else if ((size_t)N <= cap / 2) {
         *nb = N;
-        *mb = (int)(cap - (size_t)N);
+        *mb = balanced(M, cap - (size_t)N);
     } else {
-        *mb = *nb = (int)(cap / 2);
+        *mb = balanced(M, cap / 2);
+        *nb = balanced(N, cap / 2);
     }
 }
 
@@ -142,7 +168,24 @@ static void tile_to_f32(half_kind kind, float *dst, gemm_in_half X, int r0, int 
                    (size_t)rows, (size_t)cols);
 }
 
-/* The fallback: operands of format `kind` converted tile by tile, sgemm per tile. */
+/* op(A)'s tile rows [m0, m0 + m), K [k0, k0 + k), to fp32 at `at` (stored [m, k] or [k, m]). */
+static void widen_a(half_kind kind, float *at, gemm_in_half A, int m0, int k0, int m, int k) {
+    if (A.trans)
+        tile_to_f32(kind, at, A, k0, m0, k, m);
+    else
+        tile_to_f32(kind, at, A, m0, k0, m, k);
+}
+
+/* op(B)'s tile K [k0, k0 + k), columns [n0, n0 + n), to fp32 (stored [k, n] or [n, k]). */
+static void widen_b(half_kind kind, float *bt, gemm_in_half B, int k0, int n0, int k, int n) {
+    if (B.trans)
+        tile_to_f32(kind, bt, B, n0, k0, n, k);
+    else
+        tile_to_f32(kind, bt, B, k0, n0, k, n);
+}
+
+/* The fallback: operands of format `kind` widened tile by tile, sgemm per tile. An op(A) tile
+ * that spans all of M is widened once per K step, not once per op(B) tile. */
 static void gemm_tiles(half_kind kind, gemm_dims d, float alpha, gemm_in_half A, gemm_in_half B,
                        float beta, gemm_out C) {
     float *ws = g_bf16.ws;
@@ -152,25 +195,20 @@ static void gemm_tiles(half_kind kind, gemm_dims d, float alpha, gemm_in_half A,
         floats = WS_FLOATS / (size_t)team;
         ws += (size_t)me * floats;
     }
+    const size_t plan = g_bf16.limit ? g_bf16.limit : WS_FLOATS;
     if (g_bf16.limit && g_bf16.limit < floats) floats = g_bf16.limit;
     int mb, nb, kb;
-    plan_tiles(floats, d.M, d.N, d.K, &mb, &nb, &kb);
-    for (int n0 = 0; n0 < d.N; n0 += nb) {
-        const int n = d.N - n0 < nb ? d.N - n0 : nb;
-        for (int k0 = 0; k0 < d.K; k0 += kb) {
-            const int k = d.K - k0 < kb ? d.K - k0 : kb;
-            float *bt = ws + (size_t)mb * kb; /* op(B) tile [k, n]: stored [k, n] or [n, k] */
-            if (B.trans)
-                tile_to_f32(kind, bt, B, n0, k0, n, k);
-            else
-                tile_to_f32(kind, bt, B, k0, n0, k, n);
+    plan_tiles(plan, floats, d.M, d.N, d.K, &mb, &nb, &kb);
+    float *at = ws, *bt = ws + (size_t)mb * kb;
+    for (int k0 = 0; k0 < d.K; k0 += kb) {
+        const int k = d.K - k0 < kb ? d.K - k0 : kb;
+        if (mb == d.M) widen_a(kind, at, A, 0, k0, d.M, k);
+        for (int n0 = 0; n0 < d.N; n0 += nb) {
+            const int n = d.N - n0 < nb ? d.N - n0 : nb;
+            widen_b(kind, bt, B, k0, n0, k, n);
             for (int m0 = 0; m0 < d.M; m0 += mb) {
                 const int m = d.M - m0 < mb ? d.M - m0 : mb;
-                float *at = ws; /* op(A) tile [m, k]: stored [m, k] or [k, m] */
-                if (A.trans)
-                    tile_to_f32(kind, at, A, k0, m0, k, m);
-                else
-                    tile_to_f32(kind, at, A, m0, k0, m, k);
+                if (mb != d.M) widen_a(kind, at, A, m0, k0, m, k);
                 cblas_sgemm(CblasRowMajor, A.trans ? CblasTrans : CblasNoTrans,
                             B.trans ? CblasTrans : CblasNoTrans, m, n, k, alpha, at,
                             A.trans ? m : k, bt, B.trans ? k : n, k0 == 0 ? beta : 1.0f,

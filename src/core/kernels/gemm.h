@@ -43,9 +43,10 @@ void gemm(gemm_dims d, float alpha, gemm_in A, gemm_in B, float beta, gemm_out C
  * Two implementations, chosen at run time (never by the compiler's -march):
  *   oneDNN    libdnnl's dnnl_gemm_bf16bf16f32, on CPUs whose bf16 instructions oneDNN uses
  *             (AVX512_BF16, AMX: it reports them, AMX only once the OS has granted it);
- *   fallback  tiles of A and B converted to fp32 into a fixed workspace, then cblas_sgemm per
- *             tile (K in steps: the result is OpenBLAS's sgemm of the converted values up to
- *             the order of the fp32 sums).
+ *   fallback  A and B widened to fp32 into a fixed workspace (each once per call where it
+ *             fits, in tiles otherwise), then cblas_sgemm per tile, over the whole K where
+ *             the workspace allows (else K steps that depend on the shape only): the result
+ *             is OpenBLAS's sgemm of the widened values up to the order of the fp32 sums.
  * (Debian's OpenBLAS 0.3.21 is built without BUILD_BFLOAT16: it exports no cblas_sbgemm, only
  * its internal support_avx512_bf16 probe, so OpenBLAS cannot be the bf16 path.)
  * The environment variable MEGADLM_BF16_GEMM = auto (default) | onednn | fallback forces one.
