@@ -51,8 +51,8 @@ expect_error "between 1 and the 1 layers of a model chunk" train "${base[@]}" --
     --recompute-granularity full --recompute-method uniform --recompute-num-layers 2
 expect_error "--world-size: only for \`megadlm memory\`" train "${base[@]}" --world-size 2
 expect_error "--recompute-granularity" train "${base[@]}" --recompute-granularity full
-expect_error "--bf16 with --use-distributed-optimizer: not supported yet" train "${base[@]}" \
-    --bf16 --use-distributed-optimizer
+expect_error "--fp16 with --use-distributed-optimizer: not supported yet" train "${base[@]}" \
+    --fp16 --use-distributed-optimizer
 expect_error "--tensor-model-parallel-size" train "${base[@]}" --tensor-model-parallel-size 2
 expect_error "--lr" train "${base[@]}" --lr abc
 expect_error "unknown command" frobnicate

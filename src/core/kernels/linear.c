@@ -13,7 +13,8 @@
 static struct {
     half_kind kind;
     uint16_t *ws;
-    int rows, width; /* chunk rows; the widest row */
+    size_t elems;        /* the workspace's 16-bit values */
+    int max_rows, width; /* the most rows a call has; the widest row */
 } g_lb;
 
 static int chunk_rows(int max_rows, int max_width) {
@@ -32,14 +33,27 @@ void linear_half_setup(half_kind kind, int max_rows, int max_width) {
     g_lb.kind = kind;
     g_lb.ws = NULL;
     if (kind == HALF_NONE) return;
-    g_lb.rows = chunk_rows(max_rows, max_width);
+    g_lb.max_rows = max_rows;
     g_lb.width = max_width;
+    g_lb.elems = linear_bf16_workspace_bytes(max_rows, max_width) / sizeof(uint16_t);
     g_lb.ws = mem_alloc(MEM_WORKSPACE, linear_bf16_workspace_bytes(max_rows, max_width),
                         "16-bit linear operands");
 }
 
 void linear_bf16_setup(int max_rows, int max_width) {
     linear_half_setup(HALF_BF16, max_rows, max_width);
+}
+
+/* Rows per chunk of a linear of C inputs and OC outputs: as many as the workspace holds of
+ * both rounded operands (backward: the output gradient [rows, OC] and the input [rows, C]),
+ * so only the widest linears (the output layer) run in chunks and the others in one GEMM over
+ * all rows (the GEMM libraries are faster on more rows; the fallback widens the weight once per
+ * call). A function of the shapes alone: the same call always runs the same chunks, hence the
+ * same bits (recomputation). */
+static int chunk_rows_for(int C, int OC) {
+    size_t r = g_lb.elems / ((size_t)C + (size_t)OC);
+    if (r < 1) r = 1;
+    return (size_t)g_lb.max_rows < r ? g_lb.max_rows : (int)r;
 }
 
 /* The weight's 16-bit values, or NULL: an fp32 weight (fp32 path) */
@@ -58,9 +72,10 @@ static const uint16_t *half_weight(linear_weight w, int C, int OC) {
 static void forward_half(float *out, const float *inp, const uint16_t *w16, int N, int C,
                          int OC) {
     const half_kind k = g_lb.kind;
+    const int rows = chunk_rows_for(C, OC);
     uint16_t *in16 = g_lb.ws;
-    for (int r = 0; r < N; r += g_lb.rows) {
-        int n = N - r < g_lb.rows ? N - r : g_lb.rows;
+    for (int r = 0; r < N; r += rows) {
+        int n = N - r < rows ? N - r : rows;
         half_from_f32(k, in16, inp + (size_t)r * C, (size_t)n * C);
         gemm_half(k, (gemm_dims){n, OC, C}, 1.0f, gemm_n_half(in16, C), gemm_t_half(w16, C), 0.0f,
                   gemm_o(out + (size_t)r * OC, OC));
@@ -70,9 +85,10 @@ static void forward_half(float *out, const float *inp, const uint16_t *w16, int 
 static void backward_half(float *dinp, float *dweight, const float *dout, const float *inp,
                           const uint16_t *w16, int N, int C, int OC) {
     const half_kind k = g_lb.kind;
-    uint16_t *dout16 = g_lb.ws, *in16 = g_lb.ws + (size_t)g_lb.rows * g_lb.width;
-    for (int r = 0; r < N; r += g_lb.rows) {
-        int n = N - r < g_lb.rows ? N - r : g_lb.rows;
+    const int rows = chunk_rows_for(C, OC);
+    uint16_t *dout16 = g_lb.ws, *in16 = g_lb.ws + (size_t)rows * OC;
+    for (int r = 0; r < N; r += rows) {
+        int n = N - r < rows ? N - r : rows;
         half_from_f32(k, dout16, dout + (size_t)r * OC, (size_t)n * OC);
         if (dinp)
             gemm_half(k, (gemm_dims){n, C, OC}, 1.0f, gemm_n_half(dout16, OC), gemm_n_half(w16, C),
@@ -92,9 +108,10 @@ static void backward_half(float *dinp, float *dweight, const float *dout, const 
 static void wgrad_rows_half(float *dweight, const float *dout, const float *inp, int N, int C,
                             int OC, int o0, int n) {
     const half_kind k = g_lb.kind;
-    uint16_t *dout16 = g_lb.ws, *in16 = g_lb.ws + (size_t)g_lb.rows * g_lb.width;
-    for (int r = 0; r < N; r += g_lb.rows) {
-        int rows = N - r < g_lb.rows ? N - r : g_lb.rows;
+    const int chunk = chunk_rows_for(C, OC); /* backward_half's chunks */
+    uint16_t *dout16 = g_lb.ws, *in16 = g_lb.ws + (size_t)chunk * OC;
+    for (int r = 0; r < N; r += chunk) {
+        int rows = N - r < chunk ? N - r : chunk;
         for (int i = 0; i < rows; i++)
             half_from_f32(k, dout16 + (size_t)i * n, dout + (size_t)(r + i) * OC + o0, (size_t)n);
         half_from_f32(k, in16, inp + (size_t)r * C, (size_t)rows * C);
