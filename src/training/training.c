@@ -279,7 +279,10 @@ static int train_step(trainer *tr, float *loss_out, float *grad_norm_out, int *b
     /* --bf16 / --fp16: the updated main parameters (the distributed optimizer rounded its
      * pieces and gathered the copy; with --overlap-param-gather the gather is in flight and
      * the next forward widens each range as it completes: gpt_model.h's params_needed) */
-    if (!(tr->dopt && tr->a->overlap_param_gather)) gpt_model_params_to_bf16(tr->model);
+    if (tr->dopt && tr->a->overlap_param_gather)
+        gpt_model_params_gathering(tr->model);
+    else
+        gpt_model_params_to_bf16(tr->model);
     return 1;
 }
 

@@ -29,9 +29,16 @@ static void grads_done(gpt_model *m, size_t begin, size_t end) {
 static void params_needed(gpt_model *m, size_t begin, size_t end) {
     if (!m->params_needed) return;
     m->params_needed(m->params_needed_user, begin, end);
-    /* --bf16 with an overlapped all-gather of the 16-bit copy: the range is complete now, its
-     * widened values are refreshed here (the step could not: the copy was in flight) */
-    gpt_model_params_widen(m, begin, end);
+    /* --bf16 with an overlapped all-gather of the 16-bit copy: the range is complete now; the
+     * tensors in it still pending are widened here, once per gather (the step could not: the
+     * copy was in flight) */
+    const param_set *ps = &m->params;
+    if (!m->widen_pending) return;
+    for (int i = 0; i < ps->count; i++) {
+        const param_tensor *t = &ps->tensors[i];
+        if (m->widen_pending[i] && t->offset >= begin && t->offset + t->numel <= end)
+            gpt_model_params_widen(m, t->offset, t->offset + t->numel);
+    }
 }
 /* The embedding's range is [0, layer_begin[0]), the head's (final norm, untied output layer)
  * [layer_begin[L], numel); a tied output layer is the embedding. */
@@ -73,6 +80,7 @@ static void widened_alloc(gpt_model *m) {
         if (!m->spec.place[i].gemm) n += ps->tensors[i].numel;
     }
     m->widened = mem_alloc_floats(MEM_WORKSPACE, n ? n : 1, "widened 16-bit parameters");
+    m->widen_pending = xcalloc((size_t)ps->count, 1, "widen pending flags");
 }
 
 /* Points the model (or its layer's weights) at tensor i's values, and at its gradient: fp32
@@ -186,6 +194,7 @@ void gpt_model_free(gpt_model *m) {
     mem_free(ps->data_bf16);
     mem_free(m->widened);
     free(m->widened_at);
+    free(m->widen_pending);
     mem_free(ps->data);
     mem_free(ps->main);
     mem_free(ps->grad);
@@ -214,6 +223,10 @@ void gpt_model_params_to_bf16(gpt_model *m) {
     gpt_model_params_widen(m, 0, m->params.numel);
 }
 
+void gpt_model_params_gathering(gpt_model *m) {
+    if (m->widen_pending) memset(m->widen_pending, 1, (size_t)m->params.count);
+}
+
 void gpt_model_params_widen(gpt_model *m, size_t begin, size_t end) {
     const param_set *ps = &m->params;
     if (!ps->data_bf16) return;
@@ -225,6 +238,7 @@ void gpt_model_params_widen(gpt_model *m, size_t begin, size_t end) {
         size_t e = t->offset + t->numel < end ? t->offset + t->numel : end;
         half_to_f32(tc_half(&m->cfg), m->widened + m->widened_at[i] + (b - t->offset),
                     ps->data_bf16 + b, e - b);
+        if (b == t->offset && e == t->offset + t->numel) m->widen_pending[i] = 0;
     }
 }
 

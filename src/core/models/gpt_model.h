@@ -43,6 +43,8 @@ typedef struct gpt_model {
     const uint16_t *wte16, *out_w16;
     float *widened;
     size_t *widened_at; /* [params.count]: tensor i's offset in widened; SIZE_MAX: a GEMM weight */
+    unsigned char *widen_pending; /* [params.count] an overlapped all-gather rewrote tensor i's
+                                     16-bit values since it was last widened */
     transformer_block block;
 
     /* workspaces for up to max_batch x seq_length tokens (N; Ns of them outside TP regions) */
@@ -94,6 +96,10 @@ void gpt_model_params_to_bf16(gpt_model *m);
  * buffer from the 16-bit copy; call after anything writes the copy there (a parameter
  * all-gather). gpt_model_params_to_bf16 does it for everything. No-op in fp32. */
 void gpt_model_params_widen(gpt_model *m, size_t begin, size_t end);
+/* --bf16 / --fp16 with --overlap-param-gather: the 16-bit copy is being all-gathered after the
+ * step; each tensor's widened values are refreshed once, by the first forward whose
+ * params_needed hook has completed the gather of its range (not on every micro-batch). */
+void gpt_model_params_gathering(gpt_model *m);
 /* The widest row a linear of this config reads or writes (input or output features): the bf16
  * operand workspace's row width. */
 int gpt_model_linear_max_width(const transformer_config *c);
