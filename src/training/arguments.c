@@ -157,10 +157,16 @@ enum opt_kind {
     K_DATA,      /* --data-path W1 P1 W2 P2 ... */
     K_DATA_STR,  /* --train-data-path etc.: the same words, kept as one string */
     K_HELP,      /* --help */
+    K_HELP_MD,   /* --help-markdown: the tables of docs/FLAGS.md */
     K_LATER,     /* a flag of a later feature: refused */
 };
 
 enum opt_group { G_MODEL, G_DATA, G_TRAIN, G_LOG, G_RECOMPUTE, G_PAR, G_LATER, G_COUNT };
+
+/* the names docs/FLAGS.md.in places each group's table by ({{flags:KEY}}) */
+static const char *const GROUP_KEYS[G_COUNT] = {
+    "model", "data", "training", "logging", "recompute", "parallel", "refused",
+};
 
 static const char *const GROUP_TITLES[G_COUNT] = {
     "model", "data and tokenizer", "training (batch, optimizer, learning rate)",
@@ -311,6 +317,55 @@ static void print_help_to(const char *command, FILE *out) {
         }
     }
     fprintf(out, "\n  %-44s %s\n", "-h, --help", "Print this help and exit.");
+    fprintf(out, "  %-44s %s\n", "--help-markdown",
+            "Print the flag tables of docs/FLAGS.md (scripts/flags_doc.sh) and exit.");
+}
+
+/* Writes s into a Markdown table cell: '|' escaped (it would end the cell). */
+static void md_cell(FILE *out, const char *s) {
+    for (; *s; s++) {
+        if (*s == '|') fputc('\\', out);
+        fputc(*s, out);
+    }
+}
+
+/* --help-markdown: each group's table, after a line "@@flags:KEY@@" that
+ * scripts/flags_doc.sh replaces the template's {{flags:KEY}} line with. The same rows as
+ * --help, so docs/FLAGS.md cannot drift from arguments.def. */
+static void print_help_markdown(FILE *out) {
+    megadlm_args d;
+    args_defaults(&d);
+    for (int g = 0; g < G_COUNT; g++) {
+        fprintf(out, "@@flags:%s@@\n", GROUP_KEYS[g]);
+        if (g == G_LATER) {
+            int first = 1;
+            for (int i = 0; i < NUM_OPTIONS; i++) {
+                if (OPTIONS[i].group != g) continue;
+                fprintf(out, "%s`--%s`", first ? "" : ", ", OPTIONS[i].name);
+                first = 0;
+            }
+            fprintf(out, "\n");
+            continue;
+        }
+        fprintf(out, "| flag | default | meaning |\n| --- | --- | --- |\n");
+        for (int i = 0; i < NUM_OPTIONS; i++) {
+            const opt_def *o = &OPTIONS[i];
+            if (o->group != g) continue;
+            char def[128];
+            format_default(o, &d, def, sizeof(def));
+            fprintf(out, "| `--");
+            md_cell(out, o->name);
+            if (o->metavar) {
+                fputc(' ', out);
+                md_cell(out, o->metavar);
+            }
+            fprintf(out, "` | ");
+            md_cell(out, def[0] ? def : "\"\"");
+            fprintf(out, " | ");
+            md_cell(out, o->help);
+            fprintf(out, " |\n");
+        }
+    }
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -493,7 +548,8 @@ int args_parse(megadlm_args *a, int argc, char **argv, char *err, size_t errlen)
     for (int i = 0; i < NUM_OPTIONS; i++) {
         const opt_def *o = &OPTIONS[i];
         longopts[i].name = o->name;
-        longopts[i].has_arg = (o->kind == K_TRUE || o->kind == K_FALSE || o->kind == K_HELP)
+        longopts[i].has_arg = (o->kind == K_TRUE || o->kind == K_FALSE || o->kind == K_HELP ||
+                               o->kind == K_HELP_MD)
                                   ? no_argument
                               : o->kind == K_LATER ? optional_argument
                                                    : required_argument;
@@ -566,6 +622,11 @@ int args_parse(megadlm_args *a, int argc, char **argv, char *err, size_t errlen)
                         "mpirun)", cmd);
         if (o->kind == K_HELP) {
             args_print_help(cmd, stdout);
+            return 1;
+        }
+        if (o->kind == K_HELP_MD) {
+            print_help_markdown(stdout);
+            fflush(stdout);
             return 1;
         }
         /* "--lr --seed 1": the next flag is not a value (argparse: "expected one argument") */
@@ -1349,6 +1410,40 @@ static int validate_precision(megadlm_args *a, char *err, size_t errlen) {
     return 0;
 }
 
+/* MegaDLMs' launch lines: the precision-aware optimizer's dtypes, the distributed optimizer's
+ * instances and the rerun mode (Megatron's choices; the ones megadlm does not compute are
+ * refused by name rather than accepted and ignored). */
+static int validate_launch_extras(megadlm_args *a, char *err, size_t errlen) {
+    static const struct {
+        const char *flag;
+        size_t off;
+        const char *const later[4]; /* Megatron's other choices */
+    } DTYPES[] = {
+        {"--main-params-dtype", offsetof(megadlm_args, main_params_dtype), {"fp16", NULL}},
+        {"--main-grads-dtype", offsetof(megadlm_args, main_grads_dtype), {"bf16", NULL}},
+        {"--exp-avg-dtype", offsetof(megadlm_args, exp_avg_dtype), {"fp16", "fp8", NULL}},
+        {"--exp-avg-sq-dtype", offsetof(megadlm_args, exp_avg_sq_dtype), {"fp16", "fp8", NULL}},
+    };
+    for (size_t i = 0; i < sizeof DTYPES / sizeof DTYPES[0]; i++) {
+        const char *v = (const char *)a + DTYPES[i].off;
+        if (!strcmp(v, "fp32")) continue;
+        if (one_of(v, DTYPES[i].later))
+            return fail(err, errlen, "%s %s: not supported yet (megadlm's optimizer keeps fp32 "
+                        "main parameters, gradients and moments: fp32 only)", DTYPES[i].flag, v);
+        return fail(err, errlen, "%s '%s': expected fp32", DTYPES[i].flag, v);
+    }
+    if (a->num_distributed_optimizer_instances > 1)
+        return fail(err, errlen, "--num-distributed-optimizer-instances %d: not supported yet "
+                    "(1 only: the distributed optimizer shards over all data-parallel ranks)",
+                    a->num_distributed_optimizer_instances);
+    static const char *const RERUN[] = {"disabled", "validate_results", "report_stats",
+                                        "report_determinism_stats", NULL};
+    if (!one_of(a->rerun_mode, RERUN))
+        return fail(err, errlen, "--rerun-mode '%s': expected disabled, validate_results or "
+                    "report_stats", a->rerun_mode);
+    return 0;
+}
+
 /* The arguments of an fp32 run: --bf16, --fp16 and the loss scaler's flags back to their
  * defaults. */
 void args_fp32(megadlm_args *a) {
@@ -1374,7 +1469,7 @@ int args_validate(megadlm_args *a, char *err, size_t errlen) {
         validate_recompute(a, err, errlen) || validate_world(a, err, errlen) ||
         validate_precision(a, err, errlen) ||
         validate_batch(a, err, errlen) || validate_optimizer(a, err, errlen) ||
-        validate_logging(a, err, errlen))
+        validate_logging(a, err, errlen) || validate_launch_extras(a, err, errlen))
         return -1;
     return args_check_sizes(a, err, errlen);
 }

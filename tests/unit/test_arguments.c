@@ -1103,7 +1103,7 @@ static void test_json(void) {
     CHECK(strstr(ERR, "data_weights") != NULL);
     CHECK(c.num_data_paths == 1 && strcmp(c.data_paths[0], "/only") == 0);
     cJSON_Delete(j);
-    j = cJSON_Parse("{\"normalization\": \"LayerNormLayerNormLayerNorm\"}");
+    j = cJSON_Parse("{\"normalization\": \"LayerNormLayerNormLayerNormLayerNorm\"}");
     CHECK(args_from_json(&c, j, ERR, sizeof(ERR)) == -1);
     CHECK(strstr(ERR, "normalization") != NULL);
     cJSON_Delete(j);
@@ -1235,6 +1235,103 @@ static void test_difflm_flags(void) {
                "--difflm-varilen-prob", NULL, NULL);
 }
 
+/* Every value Megatron/MegaDLMs accepts for a string flag fits its field: the choices below
+ * are copied from their argparse definitions and enums (arguments.py, custom_args/difflm.py,
+ * AttnMaskType, the tokenizer list, RerunMode), the longest of each flag. Parsing stores them
+ * (validation may still refuse a choice megadlm does not compute, by name); only a value that
+ * is really too long gets "value longer than". */
+static void test_string_flag_sizes(void) {
+    static const char *const LONGEST[][2] = {
+        {"attention-mask-type", "causal_bottom_right"},
+        {"attention-mask-type", "padding_causal_bottom_right"},
+        {"attention-mask-type", "block_causal"},
+        {"normalization", "RMSNorm"},
+        {"optimizer", "dist_muon"},
+        {"lr-decay-style", "constant"},
+        {"lr-wsd-decay-style", "exponential"},
+        {"recompute-granularity", "selective"},
+        {"recompute-method", "uniform"},
+        {"tp-comm-overlap-progress", "thread"},
+        {"position-embedding-type", "learned_absolute"},
+        {"model-running-mode", "difflm-noshift"},
+        {"tokenizer-type", "GPTSentencePieceTokenizer"},
+        {"tokenizer-type", "NullMultimodalTokenizer"},
+        {"rerun-mode", "report_determinism_stats"},
+        {"main-params-dtype", "fp32"},
+    };
+    for (size_t i = 0; i < sizeof LONGEST / sizeof LONGEST[0]; i++) {
+        char line[1024];
+        megadlm_args a;
+        snprintf(line, sizeof line, BASE " --%s %s", LONGEST[i][0], LONGEST[i][1]);
+        int rc = parse_line(&a, line);
+        CHECK(rc == 0);
+        if (rc) fprintf(stderr, "  --%s %s: '%s'\n", LONGEST[i][0], LONGEST[i][1], ERR);
+        args_free(&a);
+    }
+    megadlm_args a;
+    CHECK(parse_line(&a, BASE " --attention-mask-type causal_bottom_right") == 0);
+    CHECK(strcmp(a.attention_mask_type, "causal_bottom_right") == 0);
+    args_free(&a);
+    /* Megatron's choice megadlm lacks: refused by name, not by length */
+    EXPECT_ERR(BASE " --lr-decay-style inverse-square-root", "inverse-square-root",
+               "not supported yet", NULL);
+    /* a value that is really too long: 40 characters into a 32-byte field */
+    EXPECT_ERR(BASE " --attention-mask-type causal_bottom_right_causal_bottom_righ",
+               "--attention-mask-type: value longer than 31 characters", NULL, NULL);
+    EXPECT_ERR(BASE " --normalization RMSNormRMSNormRMSNormRMSNormRMSNorm",
+               "--normalization: value longer than 31 characters", NULL, NULL);
+}
+
+/* The flags of MegaDLMs' launch lines (examples/dlm_training/dlm_pretrain_1.7b.sh): accepted
+ * with Megatron's values, their lower-precision or multi-instance choices refused by name. */
+static void test_launch_line_flags(void) {
+    megadlm_args a;
+    EXPECT_OK(&a, BASE);
+    CHECK(a.bias_dropout_fusion == 1 && a.bias_swiglu_fusion == 1 && a.masked_softmax_fusion == 1);
+    CHECK(a.apply_rope_fusion == 1 && a.gradient_accumulation_fusion == 1);
+    CHECK(a.no_persist_layer_norm == 0 && a.num_distributed_optimizer_instances == 1);
+    CHECK(strcmp(a.rerun_mode, "disabled") == 0 && a.data_cache_path[0] == 0);
+    CHECK(strcmp(a.exp_avg_sq_dtype, "fp32") == 0 && a.use_precision_aware_optimizer == 0);
+    args_free(&a);
+    EXPECT_OK(&a, BASE " --no-bias-dropout-fusion --no-bias-swiglu-fusion --no-bias-gelu-fusion "
+                       "--no-masked-softmax-fusion --no-rope-fusion "
+                       "--no-gradient-accumulation-fusion --no-persist-layer-norm");
+    CHECK(a.bias_dropout_fusion == 0 && a.bias_swiglu_fusion == 0 && a.bias_gelu_fusion == 0);
+    CHECK(a.masked_softmax_fusion == 0 && a.apply_rope_fusion == 0);
+    CHECK(a.gradient_accumulation_fusion == 0 && a.no_persist_layer_norm == 1);
+    args_free(&a);
+    EXPECT_OK(&a, BASE " --use-precision-aware-optimizer --main-params-dtype=fp32 "
+                       "--main-grads-dtype=fp32 --exp-avg-dtype=fp32 --exp-avg-sq-dtype=fp32 "
+                       "--accumulate-allreduce-grads-in-fp32 --distributed-timeout-minutes 60");
+    CHECK(a.use_precision_aware_optimizer == 1 && a.accumulate_allreduce_grads_in_fp32 == 1);
+    CHECK(a.distributed_timeout_minutes == 60.0f);
+    args_free(&a);
+    EXPECT_ERR(BASE " --main-params-dtype fp16", "--main-params-dtype fp16", "not supported yet", NULL);
+    EXPECT_ERR(BASE " --main-grads-dtype bf16", "--main-grads-dtype bf16", "not supported yet", NULL);
+    EXPECT_ERR(BASE " --exp-avg-dtype fp8", "--exp-avg-dtype fp8", "not supported yet", NULL);
+    EXPECT_ERR(BASE " --exp-avg-sq-dtype fp16", "--exp-avg-sq-dtype fp16", "not supported yet", NULL);
+    EXPECT_ERR(BASE " --exp-avg-dtype fp64", "--exp-avg-dtype 'fp64'", "expected fp32", NULL);
+    EXPECT_OK(&a, BASE " --num-distributed-optimizer-instances 1");
+    args_free(&a);
+    EXPECT_ERR(BASE " --num-distributed-optimizer-instances 2",
+               "--num-distributed-optimizer-instances 2", "not supported yet", NULL);
+    EXPECT_ERR(BASE " --num-distributed-optimizer-instances 0",
+               "--num-distributed-optimizer-instances", "positive", NULL);
+    static const char *const MODES[] = {"disabled", "validate_results", "report_stats",
+                                        "report_determinism_stats"};
+    for (int i = 0; i < 4; i++) {
+        char line[512];
+        snprintf(line, sizeof line, BASE " --rerun-mode %s", MODES[i]);
+        EXPECT_OK(&a, line);
+        CHECK(strcmp(a.rerun_mode, MODES[i]) == 0);
+        args_free(&a);
+    }
+    EXPECT_ERR(BASE " --rerun-mode always", "--rerun-mode 'always'", "validate_results", NULL);
+    EXPECT_OK(&a, BASE " --data-cache-path cache/dir");
+    CHECK(strcmp(a.data_cache_path, "cache/dir") == 0);
+    args_free(&a);
+}
+
 /* --use-rotary-position-embeddings: Megatron's legacy form of --position-embedding-type rope
  * (validate_args sets the type to rope, whatever --position-embedding-type said). */
 static void test_legacy_rope_flag(void) {
@@ -1291,5 +1388,7 @@ int main(void) {
     test_json();
     test_recompute();
     test_difflm_flags();
+    test_string_flag_sizes();
+    test_launch_line_flags();
     TEST_DONE();
 }
