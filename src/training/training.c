@@ -30,6 +30,7 @@
 #include "core/tensor_parallel/comm_overlap.h"
 #include "core/tensor_parallel/mappings.h"
 #include "training/model_provider.h"
+#include "training/rerun.h"
 #include "training/theoretical_memory.h"
 #include "training/tokenizer/tokenizer.h"
 #include "core/util/alloc.h"
@@ -77,6 +78,7 @@ typedef struct {
     int overflow;        /* the last iteration's scaled gradients were not finite: skipped, and
                             no grad norm (Megatron's optimizer.step returns None) */
     int advanced;        /* an iteration of this process took a step: the log has a loss */
+    rerun_state rerun;   /* --rerun-mode */
     uint64_t consumed_train_samples;
     int32_t *sample;   /* [seq_length + 1] */
     int difflm;        /* --model-running-mode difflm-noshift */
@@ -222,14 +224,10 @@ static int model_parallel_found_inf(int local) {
     return parallel_sum_double(PARALLEL_GROUP_PP, f) > 0.0;
 }
 
-/* One iteration: the schedule's forward/backward over the micro-batches (gradient
- * accumulation), gradient reductions, clipping, AdamW. Megatron's loss: the mean over
- * micro-batches of each micro-batch's token-averaged loss. Megatron's NaN policy: a loss or a
- * reduced gradient norm that is not finite stops the job (--check-for-nan-in-loss-and-grad,
- * the default; *bad_rank_out = the first rank that saw it) or skips the step, leaving
- * parameters, optimizer state and the lr schedule as they were. Returns 1 when the step was
- * taken, 0 when it was not. */
-static int train_step(trainer *tr, float *loss_out, float *grad_norm_out, int *bad_rank_out) {
+/* One forward/backward of the iteration over its micro-batches and the gradient reductions:
+ * the loss, the gradient norm and the loss scaler's found_inf (its update is the caller's, so
+ * that a re-run does not update it twice). *loss_sum: this rank's sum before the reductions. */
+static void compute_step(trainer *tr, rerun_result *r, double *loss_sum) {
     megadlm_args *a = tr->a;
     param_set *ps = &tr->model->params;
     memset(ps->grad, 0, ps->numel * sizeof(float));
@@ -239,22 +237,69 @@ static int train_step(trainer *tr, float *loss_out, float *grad_norm_out, int *b
                             .backward_step = backward_step,
                             .partial_checkpoints =
                                 a->num_microbatches_with_partial_activation_checkpoints};
-    double loss_sum = forward_backward(tr->pipe, tr->num_microbatches, &steps);
+    *loss_sum = forward_backward(tr->pipe, tr->num_microbatches, &steps);
     watchdog_progress("reducing gradients and stepping the optimizer");
     finalize_model_grads(tr->ddp, ps, tr->model->spec.tied_embedding);
     /* Megatron's MixedPrecisionOptimizer.prepare_grads: unscale this rank's gradients,
-     * found_inf over the model-parallel group, update the scaler (the same decision on every
-     * rank). A found_inf makes the norm below non-finite: the step is skipped (or the job stops
-     * when --check-for-nan-in-loss-and-grad is on, as Megatron's gradient check does). */
-    tr->overflow = 0;
+     * found_inf over the model-parallel group (the same decision on every rank). A found_inf
+     * makes the norm below non-finite: the step is skipped (or the job stops when
+     * --check-for-nan-in-loss-and-grad is on, as Megatron's gradient check does). */
+    r->overflow = 0;
     if (tr->scaling) {
         int local = grad_scaler_unscale(ps->grad, ps->numel, grad_scaler_inv_scale(&tr->scaler));
-        tr->overflow = model_parallel_found_inf(local);
-        grad_scaler_update(&tr->scaler, tr->overflow);
+        r->overflow = model_parallel_found_inf(local);
     }
     float norm = tr->dopt ? dist_opt_grad_norm(tr->dopt) : optimizer_grad_norm(ps);
-    if (tr->overflow) norm = NAN; /* even if the squares' sum lost the infinity */
-    *loss_out = global_mean_loss(tr, loss_sum);
+    if (r->overflow) norm = NAN; /* even if the squares' sum lost the infinity */
+    r->norm = norm;
+    r->loss = global_mean_loss(tr, *loss_sum);
+}
+
+/* --rerun-mode: the iteration's result after validation (validate_results: a rejected result
+ * re-run; report_stats: every result re-run and counted). Returns -1 when a rejected result is
+ * reproducible (persistent: the job stops), else 0. */
+static int compute_validated_step(trainer *tr, rerun_result *r, double *loss_sum) {
+    int iteration = tr->iteration + 1;
+    compute_step(tr, r, loss_sum);
+    rerun_inject(&tr->rerun, iteration, 0, r);
+    if (tr->rerun.mode == RERUN_DISABLED) return 0;
+    int rejected = rerun_rejected(&tr->rerun, r);
+    if (tr->rerun.mode == RERUN_VALIDATE_RESULTS && !rejected) return 0;
+    if (rejected)
+        log_printf("Unexpected result at iteration #%d (lm loss %g, grad norm %g; "
+                   "message='found NaN or infinity in the loss or the gradient norm')\n"
+                   "Need to rerun step to check reproducibility of initial result\n",
+                   iteration, (double)r->loss, (double)r->norm);
+    rerun_result again;
+    double again_sum;
+    compute_step(tr, &again, &again_sum); /* the same samples, iteration and random keys */
+    rerun_inject(&tr->rerun, iteration, 1, &again);
+    if (tr->rerun.mode == RERUN_REPORT_STATS)
+        rerun_count(&tr->rerun, r, &again);
+    else if (rerun_judge(iteration, r, &again))
+        return -1;
+    *r = again; /* the gradients in the buffers are the re-run's */
+    *loss_sum = again_sum;
+    return 0;
+}
+
+/* One iteration: the schedule's forward/backward over the micro-batches (gradient
+ * accumulation), gradient reductions, clipping, AdamW. Megatron's loss: the mean over
+ * micro-batches of each micro-batch's token-averaged loss. Megatron's NaN policy: a loss or a
+ * reduced gradient norm that is not finite stops the job (--check-for-nan-in-loss-and-grad,
+ * the default; *bad_rank_out = the first rank that saw it) or skips the step, leaving
+ * parameters, optimizer state and the lr schedule as they were. Returns 1 when the step was
+ * taken, 0 when it was not, -1 when --rerun-mode validate_results found a persistent error. */
+static int train_step(trainer *tr, float *loss_out, float *grad_norm_out, int *bad_rank_out) {
+    megadlm_args *a = tr->a;
+    param_set *ps = &tr->model->params;
+    rerun_result r;
+    double loss_sum;
+    if (compute_validated_step(tr, &r, &loss_sum) != 0) return -1;
+    tr->overflow = r.overflow;
+    if (tr->scaling) grad_scaler_update(&tr->scaler, tr->overflow);
+    float norm = r.norm;
+    *loss_out = r.loss;
     *grad_norm_out = norm;
     *bad_rank_out = -1;
     if (!isfinite(*loss_out) || !isfinite(norm)) {
@@ -956,6 +1001,10 @@ int pretrain(megadlm_args *a) {
     tr.lm = mem_alloc_floats(MEM_OTHER, a->seq_length, "sequence loss mask");
     tr.difflm = !strcmp(a->model_running_mode, "difflm-noshift");
 
+    if (rerun_setup(&tr.rerun, a->rerun_mode, err, sizeof err) != 0) {
+        fprintf(stderr, "error: %s\n", err);
+        goto done;
+    }
     watchdog_start(a->distributed_timeout_minutes);
     log_printf("training ...\n");
     fflush(stdout);
@@ -968,6 +1017,10 @@ int pretrain(megadlm_args *a) {
         double t_step = now_seconds();
         int stepped = train_step(&tr, &loss, &norm, &bad_rank);
         tr.train_seconds += now_seconds() - t_step;
+        if (stepped < 0) { /* --rerun-mode validate_results: a persistent error */
+            status = RERUN_EXIT_FAILED_VALIDATION;
+            goto done;
+        }
         if (!stepped && a->check_for_nan_in_loss_and_grad) {
             report_nonfinite(tr.iteration + 1, loss, norm, bad_rank);
             goto done;
@@ -998,6 +1051,7 @@ int pretrain(megadlm_args *a) {
             log_counts c = {.iters = iters_acc, .advanced = advanced_acc,
                             .skipped = skipped_acc, .nan = nan_acc};
             training_log(&tr, now_seconds() - t_log, &c, loss_acc, next_lr, norm);
+            rerun_report(&tr.rerun, tr.iteration);
             t_log = now_seconds();
             loss_acc = 0.0;
             iters_acc = advanced_acc = skipped_acc = nan_acc = 0;

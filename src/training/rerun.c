@@ -1,0 +1,120 @@
+#include "training/rerun.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/parallel_state.h"
+
+/* 1 when any rank of the world passes a non-zero flag */
+static int world_any(int local) {
+    const parallel_state *ps = parallel_get();
+    int any = local != 0;
+    if (ps->mpi && ps->world_size > 1)
+        MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    return any;
+}
+
+/* the rank that writes the training log (Megatron's print_rank_last) */
+static int is_log_rank(void) {
+    const parallel_state *ps = parallel_get();
+    return ps->world_rank == ps->world_size - 1;
+}
+
+int rerun_setup(rerun_state *rs, const char *mode, char *err, size_t errlen) {
+    memset(rs, 0, sizeof *rs);
+    rs->mode = !strcmp(mode, "validate_results") ? RERUN_VALIDATE_RESULTS
+               : (!strcmp(mode, "report_stats") || !strcmp(mode, "report_determinism_stats"))
+                   ? RERUN_REPORT_STATS
+                   : RERUN_DISABLED;
+    const char *f = getenv("MEGADLM_RERUN_FAULT");
+    if (f && *f) {
+        char *end;
+        long it = strtol(f, &end, 10);
+        if (it <= 0 || it > 1000000000L || (*end && strcmp(end, ":persistent") != 0)) {
+            snprintf(err, errlen, "MEGADLM_RERUN_FAULT='%s': expected ITER or ITER:persistent "
+                     "(ITER >= 1)", f);
+            return -1;
+        }
+        rs->fault_iteration = (int)it;
+        rs->fault_persistent = *end != 0;
+    }
+    if (rs->mode == RERUN_VALIDATE_RESULTS && is_log_rank()) printf("Result validation enabled\n");
+    if (rs->mode == RERUN_REPORT_STATS && is_log_rank())
+        printf("RerunStateMachine initialized in mode report_determinism_stats: every iteration "
+               "runs twice\n");
+    return 0;
+}
+
+void rerun_inject(const rerun_state *rs, int iteration, int run, rerun_result *r) {
+    if (rs->fault_iteration != iteration || (run > 0 && !rs->fault_persistent)) return;
+    r->norm = NAN;
+    r->overflow = 0;
+}
+
+/* Megatron's rejection: a NaN or infinite loss; here also a non-finite gradient norm that the
+ * loss scaler did not ask for (megadlm checks the reduced norm where Megatron's DDP checks the
+ * gradients themselves) */
+static int rejected_locally(const rerun_result *r) {
+    return !isfinite(r->loss) || (!isfinite(r->norm) && !r->overflow);
+}
+
+int rerun_rejected(const rerun_state *rs, const rerun_result *r) {
+    if (rs->mode != RERUN_VALIDATE_RESULTS) return 0;
+    return world_any(rejected_locally(r));
+}
+
+static int same_bits(float a, float b) { return memcmp(&a, &b, sizeof a) == 0; }
+
+static int same_result(const rerun_result *a, const rerun_result *b) {
+    return same_bits(a->loss, b->loss) && same_bits(a->norm, b->norm) &&
+           a->overflow == b->overflow;
+}
+
+int rerun_judge(int iteration, const rerun_result *first, const rerun_result *again) {
+    int differs = world_any(!same_result(first, again));
+    /* the value Megatron's message shows: the rejected one */
+    int loss_bad = !isfinite(first->loss);
+    float was = loss_bad ? first->loss : first->norm, now = loss_bad ? again->loss : again->norm;
+    char host[256] = "?";
+    gethostname(host, sizeof host - 1);
+    if (differs) {
+        if (is_log_rank())
+            printf("First rerun: unexpected result is not reproducible within the tolerance "
+                   "(%g != %g)\n", (double)now, (double)was);
+        fprintf(stderr, "Rank %d, node %s: Possible transient error! (iteration %d: the re-run's "
+                "result is used)\n", parallel_world_rank(), host, iteration);
+        fflush(stderr);
+        return 0;
+    }
+    if (is_log_rank())
+        printf("First rerun: unexpected result is reproducible within the tolerance (%g = %g). "
+               "No other device to re-run on: a persistent error\n", (double)now, (double)was);
+    fprintf(stderr, "Rank %d, node %s: Possible persistent error! (iteration %d: %s is %g on "
+            "both runs); exiting with code %d\n", parallel_world_rank(), host, iteration,
+            loss_bad ? "lm loss" : "grad norm", (double)was, RERUN_EXIT_FAILED_VALIDATION);
+    fflush(stderr);
+    return 1;
+}
+
+void rerun_count(rerun_state *rs, const rerun_result *first, const rerun_result *again) {
+    rs->reruns++;
+    if (!world_any(!same_result(first, again))) return;
+    rs->differed++;
+    double d = fabs((double)first->loss - (double)again->loss);
+    double rel = first->loss != 0.0f ? d / fabs((double)first->loss) : d;
+    if (!(rel <= rs->max_rel_diff)) rs->max_rel_diff = rel; /* NaN counts as the largest */
+}
+
+void rerun_report(rerun_state *rs, int iteration) {
+    if (rs->mode != RERUN_REPORT_STATS) return;
+    if (is_log_rank())
+        printf(" rerun stats at iteration %d: %ld of %ld iterations gave other bits when re-run "
+               "(largest relative loss difference %g)\n",
+               iteration, rs->differed, rs->reruns, rs->max_rel_diff);
+    rs->reruns = rs->differed = 0;
+    rs->max_rel_diff = 0.0;
+}
