@@ -1441,6 +1441,9 @@ static int validate_launch_extras(megadlm_args *a, char *err, size_t errlen) {
     if (!one_of(a->rerun_mode, RERUN))
         return fail(err, errlen, "--rerun-mode '%s': expected disabled, validate_results or "
                     "report_stats", a->rerun_mode);
+    if (a->check_for_spiky_loss && strcmp(a->rerun_mode, "validate_results") != 0)
+        return fail(err, errlen, "--check-for-spiky-loss needs --rerun-mode validate_results "
+                    "(Megatron validates results only in that mode)");
     return 0;
 }
 

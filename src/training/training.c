@@ -264,21 +264,27 @@ static int compute_validated_step(trainer *tr, rerun_result *r, double *loss_sum
     rerun_inject(&tr->rerun, iteration, 0, r);
     if (tr->rerun.mode == RERUN_DISABLED) return 0;
     int rejected = rerun_rejected(&tr->rerun, r);
-    if (tr->rerun.mode == RERUN_VALIDATE_RESULTS && !rejected) return 0;
+    if (tr->rerun.mode == RERUN_VALIDATE_RESULTS && !rejected) {
+        rerun_accept(&tr->rerun, r);
+        return 0;
+    }
     if (rejected)
         log_printf("Unexpected result at iteration #%d (lm loss %g, grad norm %g; "
-                   "message='found NaN or infinity in the loss or the gradient norm')\n"
+                   "message='%s')\n"
                    "Need to rerun step to check reproducibility of initial result\n",
-                   iteration, (double)r->loss, (double)r->norm);
+                   iteration, (double)r->loss, (double)r->norm,
+                   (rejected & RERUN_REJECT_NAN) ? "found NaN or infinity in the loss or the "
+                                                   "gradient norm" : "Spiky loss");
     rerun_result again;
     double again_sum;
     compute_step(tr, &again, &again_sum); /* the same samples, iteration and random keys */
     rerun_inject(&tr->rerun, iteration, 1, &again);
     if (tr->rerun.mode == RERUN_REPORT_STATS)
         rerun_count(&tr->rerun, r, &again);
-    else if (rerun_judge(iteration, r, &again))
+    else if (rerun_judge(iteration, rejected, r, &again))
         return -1;
     *r = again; /* the gradients in the buffers are the re-run's */
+    rerun_accept(&tr->rerun, r);
     *loss_sum = again_sum;
     return 0;
 }
@@ -1001,7 +1007,8 @@ int pretrain(megadlm_args *a) {
     tr.lm = mem_alloc_floats(MEM_OTHER, a->seq_length, "sequence loss mask");
     tr.difflm = !strcmp(a->model_running_mode, "difflm-noshift");
 
-    if (rerun_setup(&tr.rerun, a->rerun_mode, err, sizeof err) != 0) {
+    if (rerun_setup(&tr.rerun, a->rerun_mode, a->check_for_nan_in_loss_and_grad,
+                    a->check_for_spiky_loss, err, sizeof err) != 0) {
         fprintf(stderr, "error: %s\n", err);
         goto done;
     }

@@ -47,6 +47,22 @@ rc=$?
 [ $rc = 1 ] && grep -q "iteration 3: grad norm is nan" disabled.log \
     || { echo "FAILED: without --rerun-mode the fault must stop the job (exit $rc)"; tail -3 disabled.log; fail=1; }
 
+# --check-for-spiky-loss: a loss 10x the true one once is a transient spike (re-run, same
+# checkpoint as the clean run); every time, a reproducible spike: no error, the run goes on
+spiky=(--rerun-mode validate_results --check-for-spiky-loss)
+MEGADLM_RERUN_FAULT=4:spike "$MEGADLM" train "${common[@]}" "${spiky[@]}" --save spike > spike.log 2>&1 \
+    || { echo "FAILED: transient spike"; tail -3 spike.log; fail=1; }
+grep -q "message='Spiky loss'" spike.log && grep -q "Possible transient error" spike.log \
+    || { echo "FAILED: transient spike not re-run"; fail=1; }
+same_ckpt clean spike
+MEGADLM_RERUN_FAULT=4:spike:persistent "$MEGADLM" train "${common[@]}" "${spiky[@]}" --save spikep > spikep.log 2>&1 \
+    || { echo "FAILED: a reproducible spike stopped the job"; tail -3 spikep.log; fail=1; }
+grep -q "a spiky loss, not an error" spikep.log || { echo "FAILED: reproducible spike not reported"; fail=1; }
+same_ckpt clean spikep
+# the clean run's losses are no spikes (else the spike checks above would test nothing)
+"$MEGADLM" train "${common[@]}" "${spiky[@]}" > nospike.log 2>&1
+grep -q "Spiky loss" nospike.log && { echo "FAILED: the clean run has a spiky loss"; fail=1; }
+
 MEGADLM_RERUN_FAULT=x "$MEGADLM" train "${common[@]}" --rerun-mode validate_results > badenv.log 2>&1 \
     && { echo "FAILED: MEGADLM_RERUN_FAULT=x accepted"; fail=1; }
 grep -q "MEGADLM_RERUN_FAULT='x'" badenv.log || { echo "FAILED: bad hook value not named"; fail=1; }

@@ -1327,6 +1327,11 @@ static void test_launch_line_flags(void) {
         args_free(&a);
     }
     EXPECT_ERR(BASE " --rerun-mode always", "--rerun-mode 'always'", "validate_results", NULL);
+    EXPECT_OK(&a, BASE " --rerun-mode validate_results --check-for-spiky-loss");
+    CHECK(a.check_for_spiky_loss == 1);
+    args_free(&a);
+    EXPECT_ERR(BASE " --check-for-spiky-loss", "--check-for-spiky-loss",
+               "--rerun-mode validate_results", NULL);
     EXPECT_OK(&a, BASE " --data-cache-path cache/dir");
     CHECK(strcmp(a.data_cache_path, "cache/dir") == 0);
     args_free(&a);
