@@ -575,8 +575,13 @@ static int build_data(trainer *tr) {
         .num_samples = {(uint64_t)a->train_iters * gbs,
                         (uint64_t)(a->train_iters / a->eval_interval + 1) * a->eval_iters * gbs,
                         (uint64_t)a->eval_iters * gbs},
+        .cache_dir = a->data_cache_path,
+        .cache_log = g_log_rank ? stdout : NULL,
     };
     log_printf("> building train, validation, and test datasets ...\n");
+    if (a->data_cache_path[0] && a->mock_data)
+        log_printf(" > --data-cache-path %s: mock data has no indices to cache\n",
+                   a->data_cache_path);
     char err[1024];
     if (!a->train_data_path[0]) { /* one source split by --split */
         gpt_data *d = gpt_data_build(&dc, err, sizeof(err));

@@ -22,6 +22,9 @@ Run with Debian's /usr/bin/python3 (needs numpy only):
   indices DUMPDIR SPLIT SEQ SEED N0,N1,N2 plain|weighted ARGS...
                                       build Megatron's splits/blends and compare every
                                       index and the first samples with megadlm's dump
+  cache-check CACHEDIR PREFIX SPLIT SEQ SEED N0,N1,N2
+                                      numpy.load the .npy files --data-cache-path wrote for
+                                      one prefix and compare them with Megatron's indices
 """
 import json
 import math
@@ -542,6 +545,38 @@ def cmd_indices(args):
     return 1 if bad else 0
 
 
+def cmd_cache_check(args):
+    """The document/sample/shuffle index files of each built split (one set per split in
+    CACHEDIR) against GPTDataset's arrays."""
+    import glob
+    cachedir, prefix, split_str, seq, seed, ns = args[:6]
+    sizes = [int(x) for x in ns.split(",")]
+    built = build([prefix], None, split_str, sizes, int(seq), int(seed))
+    bad = 0
+    for i, name in enumerate(["train", "valid", "test"]):
+        ds = built[i][0]
+        files = {w: glob.glob(os.path.join(cachedir, "*-GPTDataset-%s-%s.npy" % (name, w)))
+                 for w in ("document_index", "sample_index", "shuffle_index")}
+        if ds is None:
+            continue
+        for what, ref in (("document_index", ds.document_index),
+                          ("sample_index", ds.sample_index),
+                          ("shuffle_index", ds.shuffle_index)):
+            if len(files[what]) != 1:
+                print("FAILED: %s %s: expected one cached file, found %s" % (name, what,
+                                                                            files[what]))
+                bad = 1
+                continue
+            got = numpy.load(files[what][0])
+            if got.shape != ref.shape or not numpy.array_equal(got, ref):
+                print("FAILED: %s %s: %s differs from Megatron's (shape %s vs %s)" % (
+                    name, what, files[what][0], got.shape, ref.shape))
+                bad = 1
+        if not bad:
+            print("%s: cached indices equal Megatron's (%d samples)" % (name, len(ds)))
+    return bad
+
+
 def main(argv):
     cmd = argv[1] if len(argv) > 1 else ""
     if cmd == "write":
@@ -564,6 +599,8 @@ def main(argv):
         return cmd_check_decode(argv[2], argv[3], argv[4], int(argv[5]))
     if cmd == "indices":
         return cmd_indices(argv[2:])
+    if cmd == "cache-check":
+        return cmd_cache_check(argv[2:])
     print(__doc__)
     return 2
 

@@ -31,6 +31,7 @@
 
 #include "core/datasets/gpt_data_debug.h"
 #include "core/datasets/gpt_dataset.h"
+#include "core/datasets/index_cache.h"
 #include "core/datasets/indexed_dataset.h"
 #include "core/tensor/memory.h"
 #include "core/util/error.h"
@@ -86,6 +87,24 @@ void gpt_data_free(gpt_data *d) {
     free(d);
 }
 
+/* The indices of split s of ds: built, or with --data-cache-path read from the cache (and
+ * written there when missing). */
+static int build_indices(const gpt_data_config *cfg, int s, const indexed_dataset *ds,
+                         const int64_t beg[3], const int64_t end[3], uint64_t num_samples,
+                         gpt_indices *ix, char *err, size_t errlen) {
+    if (!cfg->cache_dir || !cfg->cache_dir[0])
+        return gpt_indices_build(ds->sequence_lengths, beg[s], end[s], num_samples,
+                                 cfg->seq_length, (uint32_t)cfg->seed, 1, ix, err, errlen);
+    uint64_t tokens = 0;
+    for (uint64_t i = 0; i < ds->sequence_count; i++) tokens += (uint64_t)ds->sequence_lengths[i];
+    index_cache_key key = {.dir = cfg->cache_dir, .prefix = ds->prefix, .split = SPLIT_NAMES[s],
+                           .sequence_count = ds->sequence_count, .token_count = tokens,
+                           .doc_beg = beg[s], .doc_end = end[s], .num_samples = num_samples,
+                           .seq_length = cfg->seq_length, .seed = (uint32_t)cfg->seed,
+                           .log = cfg->cache_log};
+    return index_cache_indices(&key, ds->sequence_lengths, ix, err, errlen);
+}
+
 /* Builds component k of split s over prefix k's split range. */
 static int build_mid(gpt_data *d, const gpt_data_config *cfg, int s, mid_ds *m,
                      indexed_dataset *ds, const int64_t beg[3], const int64_t end[3],
@@ -94,8 +113,11 @@ static int build_mid(gpt_data *d, const gpt_data_config *cfg, int s, mid_ds *m,
     m->beg = beg[s];
     m->end = end[s];
     char e2[512];
-    if (gpt_indices_build(ds->sequence_lengths, beg[s], end[s], num_samples, cfg->seq_length,
-                          (uint32_t)cfg->seed, 1, &m->ix, e2, sizeof e2) != 0) {
+    if (build_indices(cfg, s, ds, beg, end, num_samples, &m->ix, e2, sizeof e2) != 0) {
+        if (!strncmp(e2, "--data-cache-path", 17)) { /* the cache's own error */
+            err_set(err, errlen, "%s", e2);
+            return -1;
+        }
         err_set(err, errlen,
                "--split: the %s split of %s (sequences [%" PRId64 ", %" PRId64 ") of %" PRIu64
                " with --split %s): %s",

@@ -15,6 +15,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 enum { SPLIT_TRAIN = 0, SPLIT_VALID = 1, SPLIT_TEST = 2 };
 
@@ -29,6 +30,8 @@ typedef struct {
     int vocab_size;         /* tokenizer vocab size incl. eod (mock data draws ids < this) */
     int eod;                /* end-of-document id */
     uint64_t num_samples[3]; /* samples wanted per split (train, valid, test); 0 = none */
+    const char *cache_dir;  /* --data-cache-path: indices cached there (NULL or "": not) */
+    FILE *cache_log;        /* where the cache's load/build lines go (NULL: nowhere) */
 } gpt_data_config;
 
 typedef struct gpt_data gpt_data;

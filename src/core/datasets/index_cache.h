@@ -1,0 +1,46 @@
+/* --data-cache-path: Megatron's dataset index cache (megatron/core/datasets/gpt_dataset.py,
+ * _build_document_sample_shuffle_indices with path_to_cache). A GPTDataset's document, sample
+ * and shuffle indices are written to DIR as NumPy .npy files named by a hash of the dataset's
+ * configuration,
+ *     DIR/<hash>-GPTDataset-<split>-document_index.npy   int32 [documents x epochs]
+ *     DIR/<hash>-GPTDataset-<split>-sample_index.npy     int64 [samples + 1, 2]
+ *     DIR/<hash>-GPTDataset-<split>-shuffle_index.npy    int64 [samples]
+ *     DIR/<hash>-GPTDataset-<split>-description.txt      the configuration, then the counts
+ * and read back instead of built when the description matches. <hash> is the FNV-1a 64-bit
+ * hash of the description (Megatron: the MD5 of its JSON description; the files are not
+ * interchangeable with Megatron's). The description holds what the indices depend on: the
+ * dataset prefix, its sequence count and token total (so a rewritten dataset is not matched by
+ * its name alone, which Megatron does), the split's sequence range, the samples asked for, the
+ * seed and the sequence length.
+ *
+ * Files are written to a temporary name and renamed, so ranks that build the same indices at
+ * once never read a half-written file. A cached file that cannot be read back as the indices
+ * it should hold (bad header, shape, size or values) is reported and rebuilt. */
+#ifndef MEGADLM_CORE_DATASETS_INDEX_CACHE_H
+#define MEGADLM_CORE_DATASETS_INDEX_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core/datasets/gpt_dataset.h"
+
+typedef struct {
+    const char *dir;    /* --data-cache-path */
+    const char *prefix; /* the indexed dataset */
+    const char *split;  /* "train", "valid", "test" */
+    uint64_t sequence_count, token_count;
+    int64_t doc_beg, doc_end;
+    uint64_t num_samples;
+    int seq_length;
+    uint32_t seed;
+    FILE *log; /* where the load/build lines go (NULL: nowhere) */
+} index_cache_key;
+
+/* The indices of `key` from the cache, else built with gpt_indices_build(sizes, ...) and
+ * written to the cache. 0, or -1 with a message (a build error, or a cache directory that
+ * cannot be created or written, naming it). */
+int index_cache_indices(const index_cache_key *key, const int32_t *sizes, gpt_indices *out,
+                        char *err, size_t errlen);
+
+#endif
