@@ -4,11 +4,11 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/tensor/memory.h"
 #include "core/util/error.h"
+#include "core/util/io.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the .npy files are written as little-endian ('<i4', '<i8')"
@@ -31,31 +31,12 @@ static void describe(const index_cache_key *k, char *buf, size_t n) {
              k->num_samples, k->seed, k->seq_length);
 }
 
-/* mkdir -p */
+/* mkdir -p (io.h), its error naming the flag */
 static int make_dirs(const char *dir, char *err, size_t errlen) {
-    char p[4096];
-    if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p) {
-        err_set(err, errlen, "--data-cache-path %s: path too long", dir);
-        return -1;
-    }
-    for (char *s = p + 1;; s++) {
-        int end = *s == 0;
-        if (*s == '/' || end) {
-            *s = 0;
-            if (mkdir(p, 0777) != 0 && errno != EEXIST) {
-                err_set(err, errlen, "--data-cache-path: cannot create %s: %s", p, strerror(errno));
-                return -1;
-            }
-            if (end) break;
-            *s = '/';
-        }
-    }
-    struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        err_set(err, errlen, "--data-cache-path %s: not a directory", dir);
-        return -1;
-    }
-    return 0;
+    char why[1024];
+    if (io_mkdir_p(dir, 0, why, sizeof why) == 0) return 0;
+    err_set(err, errlen, "--data-cache-path %s: %s", dir, why);
+    return -1;
 }
 
 /* ---- .npy files (NumPy format 1.0, C order) ---- */
