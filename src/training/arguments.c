@@ -1432,10 +1432,14 @@ static int validate_launch_extras(megadlm_args *a, char *err, size_t errlen) {
                         "main parameters, gradients and moments: fp32 only)", DTYPES[i].flag, v);
         return fail(err, errlen, "%s '%s': expected fp32", DTYPES[i].flag, v);
     }
-    if (a->num_distributed_optimizer_instances > 1)
-        return fail(err, errlen, "--num-distributed-optimizer-instances %d: not supported yet "
-                    "(1 only: the distributed optimizer shards over all data-parallel ranks)",
-                    a->num_distributed_optimizer_instances);
+    /* Megatron's validate_args: instances need the distributed optimizer and divide DP */
+    int n = a->num_distributed_optimizer_instances;
+    if (n > 1 && !a->use_distributed_optimizer)
+        return fail(err, errlen, "--num-distributed-optimizer-instances %d needs "
+                    "--use-distributed-optimizer", n);
+    if (n > 1 && a->data_parallel_size % n != 0)
+        return fail(err, errlen, "--num-distributed-optimizer-instances %d does not divide the "
+                    "data-parallel size %d", n, a->data_parallel_size);
     static const char *const RERUN[] = {"disabled", "validate_results", "report_stats",
                                         "report_determinism_stats", NULL};
     if (!one_of(a->rerun_mode, RERUN))

@@ -242,6 +242,10 @@ static int dopt_group(int g, const dist_opt *dopt, int loading) {
     return dopt->main && (g == CKPT_GROUP_MAIN || (loading && g == CKPT_GROUP_PARAMS));
 }
 
+/* With several distributed optimizer instances each holds the same state: the first one's
+ * ranks write it (and count it in the crc32 shares), the others only read. */
+static int dopt_writes(const dist_opt *dopt) { return dopt->ddp->instance == 0; }
+
 /* The distributed optimizer's buffer of group g (one of dopt_group's). */
 static float *dopt_state(int g, const dist_opt *dopt) {
     return g == CKPT_GROUP_EXP_AVG ? dopt->exp_avg : g == CKPT_GROUP_EXP_AVG_SQ ? dopt->exp_avg_sq
@@ -275,6 +279,7 @@ static int write_pieces(int g, const layout *L, const param_set *local, const di
     const parallel_state *ps = parallel_get();
     int n = L->whole.count;
     const float *state = dopt_state(g, dopt);
+    if (!dopt_writes(dopt)) return 0;
     for (int s = 0; s < dopt->num_segments; s++) {
         const dist_opt_segment *sg = &dopt->segs[s];
         const param_tensor *t = &local->tensors[sg->tensor];
@@ -318,7 +323,7 @@ static int writes_into(int f, const layout *L, const param_set *local, const dis
             replicas = 1;
             continue;
         }
-        for (int s = 0; s < dopt->num_segments; s++)
+        for (int s = 0; s < dopt->num_segments && dopt_writes(dopt); s++)
             if (tp_owner(&local->tensors[dopt->segs[s].tensor], ps)) return 1;
     }
     for (int k = 0; replicas && k < L->whole.count; k++)
@@ -569,7 +574,7 @@ static int for_each_part(int kf, int n, const param_tensor *t, int ti, float *da
         c->e0 = 0;
         return for_each_run(t, ps->tp_rank, ps->tp_size, 0, t->numel, fn, c);
     }
-    if (only_owned && !tp_owner(t, ps)) return 0;
+    if (only_owned && (!tp_owner(t, ps) || !dopt_writes(dopt))) return 0;
     float *state = dopt_state(kf / n, dopt);
     for (int s = 0; s < dopt->num_segments; s++) {
         const dist_opt_segment *sg = &dopt->segs[s];

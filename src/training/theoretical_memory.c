@@ -273,6 +273,10 @@ theoretical_megadlm_bytes theoretical_megadlm_rank(const megadlm_args *a, int pp
      * optimizer holds ceil(n / DP) of each on every rank (its pieces of the buckets,
      * core/optimizer/distrib_optimizer.h): Megatron's 6 + 12/DP bytes per parameter */
     size_t dp = a->data_parallel_size > 0 ? (size_t)a->data_parallel_size : 1;
+    /* --num-distributed-optimizer-instances N: each instance of DP/N ranks holds it all
+     * (Megatron's theoretical report above ignores instances: it keeps 6 + 12/DP) */
+    if (a->num_distributed_optimizer_instances > 1)
+        dp /= (size_t)a->num_distributed_optimizer_instances;
     size_t state = half ? 12 : 8;
     r.optimizer = a->use_distributed_optimizer ? state * ((n + dp - 1) / dp) : state * n;
     /* every micro-batch in flight has its own store (pipeline schedules): the stage's layers

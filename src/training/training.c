@@ -725,8 +725,14 @@ static void setup_data_parallel(trainer *tr) {
     ddp_config dc = {.overlap_grad_reduce = a->overlap_grad_reduce,
                      .use_distributed_optimizer = a->use_distributed_optimizer,
                      .overlap_param_gather = a->overlap_param_gather,
-                     .bucket_size = a->ddp_bucket_size};
+                     .bucket_size = a->ddp_bucket_size,
+                     .num_instances = a->num_distributed_optimizer_instances};
     tr->ddp = ddp_create(&m->params, &dc);
+    if (a->num_distributed_optimizer_instances > 1)
+        log_printf("> distributed optimizer: %d instances of %d data-parallel ranks, each a full "
+                   "copy of the optimizer state (gradients reduce-scattered within an instance, "
+                   "all-reduced across instances)\n",
+                   a->num_distributed_optimizer_instances, tr->ddp->dp_size);
     if (a->overlap_grad_reduce) {
         m->grads_done = ddp_grads_done;
         m->grads_done_user = tr->ddp;

@@ -1314,7 +1314,19 @@ static void test_launch_line_flags(void) {
     EXPECT_OK(&a, BASE " --num-distributed-optimizer-instances 1");
     args_free(&a);
     EXPECT_ERR(BASE " --num-distributed-optimizer-instances 2",
-               "--num-distributed-optimizer-instances 2", "not supported yet", NULL);
+               "--num-distributed-optimizer-instances 2", "--use-distributed-optimizer", NULL);
+    EXPECT_ERR(BASE " --num-distributed-optimizer-instances 2 --use-distributed-optimizer",
+               "--num-distributed-optimizer-instances 2", "data-parallel size 1", NULL);
+    for (int n = 1; n <= 4; n++) { /* world 4 = DP 4: N must divide it */
+        char line[512];
+        snprintf(line, sizeof line, BASE " --use-distributed-optimizer "
+                 "--num-distributed-optimizer-instances %d", n);
+        CHECK(parse_line(&a, line) == 0);
+        a.world_size = 4;
+        int rc = args_validate(&a, ERR, sizeof(ERR));
+        CHECK(n == 3 ? rc == -1 && strstr(ERR, "does not divide the data-parallel size 4") : rc == 0);
+        args_free(&a);
+    }
     EXPECT_ERR(BASE " --num-distributed-optimizer-instances 0",
                "--num-distributed-optimizer-instances", "positive", NULL);
     static const char *const MODES[] = {"disabled", "validate_results", "report_stats",

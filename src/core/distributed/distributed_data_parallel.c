@@ -50,8 +50,28 @@ static void split_bucket(ddp *d, ddp_bucket *b, int *rot) {
 
 ddp *ddp_create(param_set *ps, const ddp_config *cfg) {
     const parallel_state *st = parallel_get();
-    ddp *d = ddp_create_layout(ps, cfg, st->dp_size, st->dp_rank, st->pp_size, st->pp_rank);
-    d->comm = st->mpi ? st->dp : MPI_COMM_NULL;
+    int n = cfg->num_instances > 1 ? cfg->num_instances : 1;
+    if (st->dp_size % n != 0)
+        die(1, "internal error: %d distributed optimizer instances over %d DP ranks", n,
+            st->dp_size);
+    int intra = st->dp_size / n;
+    ddp_config c = *cfg;
+    /* Megatron's default bucket size counts the whole DP group */
+    if (c.overlap_grad_reduce && c.bucket_size <= 0) {
+        c.bucket_size = (int64_t)1000000 * st->dp_size;
+        if (c.bucket_size < 40000000) c.bucket_size = 40000000;
+    }
+    ddp *d = ddp_create_layout(ps, &c, intra, st->dp_rank % intra, st->pp_size, st->pp_rank);
+    d->cfg.bucket_size = cfg->bucket_size;
+    d->total_dp = st->dp_size;
+    d->instance = st->dp_rank / intra;
+    if (!st->mpi) return d;
+    if (n == 1) {
+        d->comm = st->dp;
+        return d;
+    }
+    MPI_Comm_split(st->dp, d->instance, st->dp_rank, &d->comm);
+    MPI_Comm_split(st->dp, st->dp_rank % intra, st->dp_rank, &d->inter);
     return d;
 }
 
@@ -62,8 +82,10 @@ ddp *ddp_create_layout(param_set *ps, const ddp_config *cfg, int dp_size, int dp
     d->ps = ps;
     d->dp_size = dp_size;
     d->dp_rank = dp_rank;
+    d->total_dp = dp_size;
     d->pp_size = pp_size;
     d->comm = MPI_COMM_NULL;
+    d->inter = MPI_COMM_NULL;
     /* Megatron: max(40000000, 1000000 * DP) unless given; no bucketing without overlap, nor on
      * pipeline stages after the first (their reduction is not on the critical path) */
     size_t deflt = (size_t)1000000 * (size_t)d->dp_size;
@@ -127,19 +149,23 @@ void ddp_free(ddp *d) {
     free(d->buckets);
     free(d->reqs);
     free(d->param_reqs);
+    if (d->inter != MPI_COMM_NULL) { /* the instance's communicators are the ddp's own */
+        MPI_Comm_free(&d->inter);
+        MPI_Comm_free(&d->comm);
+    }
     free(d);
 }
 
 void ddp_set_last_microbatch(ddp *d, int last) {
-    d->armed = last && d->cfg.overlap_grad_reduce && d->dp_size > 1;
+    d->armed = last && d->cfg.overlap_grad_reduce && d->total_dp > 1;
 }
 
-/* Scales bucket b by 1/DP and starts (overlap) or runs its reduction. */
+/* Scales bucket b by 1/DP and starts (overlap) or runs its reduction (within the instance). */
 static void start_bucket(ddp *d, int b, int nonblocking) {
     ddp_bucket *bk = &d->buckets[b];
     float *g = d->ps->grad + bk->begin;
     size_t n = bk->end - bk->begin;
-    const float inv = 1.0f / (float)d->dp_size;
+    const float inv = 1.0f / (float)d->total_dp;
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) g[i] *= inv;
     if (d->cfg.use_distributed_optimizer) {
@@ -192,7 +218,7 @@ void ddp_finish_grad_sync(ddp *d) {
     double t0 = now_seconds();
     d->armed = 0;
     d->stats.iterations++;
-    if (d->dp_size > 1) {
+    if (d->total_dp > 1) {
         /* without overlap: every bucket here, blocking, in backward order; with it: the ones
          * the hook did not start (none when every range was reported), then wait for all */
         for (int b = 0; b < d->num_buckets; b++)
@@ -208,6 +234,10 @@ void ddp_finish_grad_sync(ddp *d) {
                     memmove(g + ddp_piece_begin(d, b), g + d->buckets[b].begin,
                             ddp_piece_numel(d, b) * sizeof(float));
             }
+        if (d->inter != MPI_COMM_NULL) /* instances: each piece summed across them */
+            for (int b = 0; b < d->num_buckets; b++)
+                MPI_Allreduce(MPI_IN_PLACE, d->ps->grad + ddp_piece_begin(d, b),
+                              (int)ddp_piece_numel(d, b), MPI_FLOAT, MPI_SUM, d->inter);
     }
     for (int b = 0; b < d->num_buckets; b++) {
         d->buckets[b].started = 0;
@@ -271,6 +301,12 @@ void ddp_finish_param_sync(ddp *d) {
             MPI_Wait(&d->param_reqs[b], MPI_STATUS_IGNORE);
             d->stats.gathers_completed_at_finish++;
         }
+}
+
+double ddp_sum_over_shards(const ddp *d, double x) {
+    if (d->comm != MPI_COMM_NULL && d->dp_size > 1)
+        MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, d->comm);
+    return x;
 }
 
 const ddp_stats *ddp_get_stats(const ddp *d) { return &d->stats; }

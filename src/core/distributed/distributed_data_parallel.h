@@ -36,6 +36,14 @@
  * the N in all (Megatron pads each bucket to a multiple of DP instead; the flat buffer here has
  * no padding). The optimizer allocates ceil(N/DP) elements of state on every rank.
  *
+ * Instances (--num-distributed-optimizer-instances N, Megatron's intra/inter partial data-
+ * parallel groups): the DP group's ranks form N instances of DP/N consecutive ranks each, and
+ * each instance holds a full copy of the optimizer state, sharded over its own ranks as above.
+ * A bucket is scaled by 1/DP, reduce-scattered within the instance, then each piece is
+ * all-reduced across the instances (between the ranks that hold the same piece), so every
+ * instance's pieces hold the average over all DP ranks; parameters are all-gathered within the
+ * instance. With N = 1 the instance is the DP group and nothing changes.
+ *
  * Parameter all-gather (Megatron's start_param_sync / finish_param_sync of its buckets): with
  * the distributed optimizer each rank updates only its pieces, and ddp_start_param_sync
  * all-gathers every bucket's pieces of the parameters in place (the 16-bit copy under --bf16),
@@ -60,6 +68,7 @@ typedef struct {
                                       parameters all-gathered after the step */
     int overlap_param_gather;      /* --overlap-param-gather: that all-gather under forward */
     int64_t bucket_size;           /* --ddp-bucket-size (elements); <= 0: Megatron's default */
+    int num_instances;             /* --num-distributed-optimizer-instances (<= 1: one) */
 } ddp_config;
 
 typedef struct {
@@ -88,9 +97,14 @@ typedef struct {
 typedef struct ddp {
     ddp_config cfg;
     param_set *ps;
-    int dp_size, dp_rank;
+    int dp_size, dp_rank;   /* the group the buckets are sharded over: the DP group, or with
+                               instances the rank's instance (DP / instances ranks) */
+    int total_dp;           /* the whole DP group's size (gradients are averaged over it) */
+    int instance;           /* which distributed optimizer instance the rank is in (0: first) */
     int pp_size;
-    MPI_Comm comm;          /* the DP group (MPI_COMM_NULL without MPI) */
+    MPI_Comm comm;          /* the DP group, or the instance (MPI_COMM_NULL without MPI) */
+    MPI_Comm inter;         /* with instances: the ranks holding the same pieces in every
+                               instance (MPI_COMM_NULL: one instance) */
     size_t bucket_size;     /* effective, in elements (SIZE_MAX: one bucket) */
     int num_buckets;
     ddp_bucket *buckets;    /* backward order: buckets[0] ends at ps->numel */
@@ -133,6 +147,10 @@ static inline size_t ddp_piece_begin(const ddp *d, int b) {
 static inline size_t ddp_piece_numel(const ddp *d, int b) {
     return (size_t)d->buckets[b].counts[d->dp_rank];
 }
+
+/* x summed over the ranks the buckets are sharded over (the DP group, or the rank's
+ * distributed optimizer instance): the distributed optimizer's norm of its pieces. */
+double ddp_sum_over_shards(const ddp *d, double x);
 
 const ddp_stats *ddp_get_stats(const ddp *d);
 

@@ -77,8 +77,9 @@ float dist_opt_grad_norm(dist_opt *o) {
     double local = 0.0;
     for (int s = 0; s < o->num_segments; s++)
         local += optimizer_grad_sumsq(o->ps, o->segs[s].begin, o->segs[s].begin + o->segs[s].numel);
-    /* the pieces of every DP rank, then every TP rank's and stage's tensors */
-    local = parallel_sum_double(PARALLEL_GROUP_DP, local);
+    /* the pieces of every rank of the instance (the DP group unless there are several
+     * instances, each holding all pieces), then every TP rank's and stage's tensors */
+    local = ddp_sum_over_shards(o->ddp, local);
     local = tp_all_reduce_sum_double(local);
     return (float)sqrt(parallel_sum_double(PARALLEL_GROUP_PP, local));
 }
