@@ -63,6 +63,14 @@ same_ckpt clean spikep
 "$MEGADLM" train "${common[@]}" "${spiky[@]}" > nospike.log 2>&1
 grep -q "Spiky loss" nospike.log && { echo "FAILED: the clean run has a spiky loss"; fail=1; }
 
+# Megatron validates NaN only under --check-for-nan-in-loss-and-grad: without it the faulty
+# iteration is skipped (counted), not re-run
+MEGADLM_RERUN_FAULT=3 "$MEGADLM" train "${common[@]}" --rerun-mode validate_results \
+    --no-check-for-nan-in-loss-and-grad > nocheck.log 2>&1 || { echo "FAILED: nocheck run"; fail=1; }
+grep -q "Need to rerun" nocheck.log && { echo "FAILED: re-run without --check-for-nan-in-loss-and-grad"; fail=1; }
+grep -q "iteration        3/.*number of skipped iterations:   1" nocheck.log \
+    || { echo "FAILED: iteration 3 not skipped without the NaN check"; fail=1; }
+
 MEGADLM_RERUN_FAULT=x "$MEGADLM" train "${common[@]}" --rerun-mode validate_results > badenv.log 2>&1 \
     && { echo "FAILED: MEGADLM_RERUN_FAULT=x accepted"; fail=1; }
 grep -q "MEGADLM_RERUN_FAULT='x'" badenv.log || { echo "FAILED: bad hook value not named"; fail=1; }
