@@ -164,9 +164,11 @@ enum opt_kind {
 enum opt_group { G_MODEL, G_DATA, G_TRAIN, G_LOG, G_RECOMPUTE, G_PAR, G_LATER, G_COUNT };
 
 /* the names docs/FLAGS.md.in places each group's table by ({{flags:KEY}}) */
-static const char *const GROUP_KEYS[G_COUNT] = {
+static const char *const GROUP_KEYS[] = {
     "model", "data", "training", "logging", "recompute", "parallel", "refused",
 };
+_Static_assert(sizeof GROUP_KEYS / sizeof GROUP_KEYS[0] == G_COUNT,
+               "a --help group needs its docs/FLAGS.md.in key");
 
 static const char *const GROUP_TITLES[G_COUNT] = {
     "model", "data and tokenizer", "training (batch, optimizer, learning rate)",
