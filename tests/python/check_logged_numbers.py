@@ -3,7 +3,10 @@
 megadlm:
   params-norm LOG CKPT_ITER_DIR   the last log line's "params norm" against the L2 norm of every
                                   tensor of the checkpoint's model.safetensors (read by hand,
-                                  NumPy), saved at that iteration
+                                  NumPy; F32 or BF16), saved at that iteration
+  num-zeros LOG CKPT_DIR          iteration 1's "num zeros" against the zeros of the first
+                                  step's Adam exp_avg in iter_0000001/optimizer.safetensors:
+                                  (1 - beta1) x the clipped gradient, zero where it is
   throughput LOG FLOPS WORLD      each "throughput per GPU (TFLOP/s/GPU)" against Megatron's
                                   formula FLOPS / (time per iteration x 1e12 x world), the time
                                   taken from the line's rounded milliseconds
@@ -19,22 +22,46 @@ import sys
 import numpy as np
 
 
-def params_norm(log, ckpt):
-    want = [float(m) for m in re.findall(r"params norm: ([0-9.]+)", open(log).read())][-1]
-    blob = open(f"{ckpt}/model.safetensors", "rb").read()
+def tensors(path):
+    """name -> float64 array of every tensor of a safetensors file (F32 or BF16)."""
+    blob = open(path, "rb").read()
     (n,) = struct.unpack("<Q", blob[:8])
     header = json.loads(blob[8:8 + n])
-    total = 0.0
+    out = {}
     for name, t in header.items():
         if name == "__metadata__":
             continue
-        assert t["dtype"] == "F32", (name, t["dtype"])
         a, b = t["data_offsets"]
-        x = np.frombuffer(blob[8 + n + a:8 + n + b], dtype="<f4").astype(np.float64)
-        total += float(np.dot(x, x))
+        raw = blob[8 + n + a:8 + n + b]
+        if t["dtype"] == "F32":
+            x = np.frombuffer(raw, dtype="<f4")
+        elif t["dtype"] == "BF16":  # the high half of a float32
+            x = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        else:
+            raise SystemExit(f"{path}: {name} is {t['dtype']}")
+        out[name] = x.astype(np.float64)
+    return out
+
+
+def params_norm(log, ckpt):
+    want = [float(m) for m in re.findall(r"params norm: ([0-9.]+)", open(log).read())][-1]
+    total = sum(float(np.dot(x, x)) for x in tensors(f"{ckpt}/model.safetensors").values())
     got = total ** 0.5
     print(f"params norm: log {want}, checkpoint {got:.6f}")
     return abs(got - want) <= 5e-4 + 1e-6 * got
+
+
+def num_zeros(log, ckpt):
+    m = re.search(r"^ iteration +1/.*? num zeros: ([0-9.]+) \|", open(log).read(), re.M)
+    if not m:
+        print("FAILED: no num zeros at iteration 1")
+        return False
+    want = float(m[1])
+    moments = {k: v for k, v in tensors(f"{ckpt}/iter_0000001/optimizer.safetensors").items()
+               if k.startswith("optimizer.exp_avg.")}
+    got = sum(int(np.count_nonzero(v == 0.0)) for v in moments.values())
+    print(f"num zeros: log {want}, first moments {got} (of {sum(v.size for v in moments.values())})")
+    return want == got and len(moments) > 0
 
 
 def throughput(log, flops, world):
@@ -85,6 +112,8 @@ if __name__ == "__main__":
     cmd, rest = sys.argv[1], sys.argv[2:]
     if cmd == "params-norm":
         good = params_norm(*rest)
+    elif cmd == "num-zeros":
+        good = num_zeros(*rest)
     elif cmd == "throughput":
         good = throughput(rest[0], float(rest[1]), int(rest[2]))
     else:

@@ -5,9 +5,11 @@
 #      --tensorboard-log-interval 2) read by tests/python/check_tensorboard.py: TFRecord framing
 #      and CRC-32Cs, "brain.Event:2", one file on the last rank only, and every tag, step and
 #      value equal to the numbers of megadlm's log lines (Megatron's training_log tags);
-#   2. the log line's params norm against the checkpoint's tensors, its throughput against
-#      Megatron's num_floating_point_operations formula, progress.txt's lines against Megatron's
-#      format and the operations and tokens of each saved iteration (also after a resume);
+#   2. the log line's params norm against the checkpoint's tensors, its num zeros against the
+#      first step's Adam moments (also --bf16 with the distributed optimizer), its throughput
+#      against Megatron's num_floating_point_operations formula, progress.txt's lines against
+#      Megatron's format and the operations and tokens of each saved iteration (also after a
+#      resume);
 #   3. the W&B flags: recorded in the checkpoint's arguments, a notice, Megatron's rules.
 set -uo pipefail
 : "${MEGADLM:?}" "${SRC:?}" "${WORK:?}"
@@ -70,17 +72,30 @@ fi
 # ---- 2. two ranks: PP 2 with the diffusion objective (its "real input length"), TP 2
 if run pp 2 "${model[@]}" --global-batch-size 8 --train-iters 4 --pipeline-model-parallel-size 2 \
        --model-running-mode difflm-noshift --mask-token 100 --difflm-varilen-prob 0.5 \
-       --tensorboard-dir tbpp "${all[@]}" --save ckpp; then
+       --tensorboard-dir tbpp "${all[@]}" --save ckpp --save-interval 1; then
   "${CHECK_TB[@]}" pp.log tbpp --full --difflm --world-size 2 || fail=1
   "${CHECK_NUM[@]}" params-norm pp.log ckpp/iter_0000004 || fail=1
+  "${CHECK_NUM[@]}" num-zeros pp.log ckpp || fail=1
   "${CHECK_NUM[@]}" throughput pp.log "$(flops 8)" 2 || fail=1
   "${CHECK_NUM[@]}" progress ckpp/progress.txt "$(flops 8)" 16 8 2 || fail=1
 fi
+# untied embeddings: the rows of the ids a batch lacks get no gradient (zeros to count)
 if run tp 2 "${model[@]}" --global-batch-size 4 --train-iters 4 --tensorboard-dir tbtp \
-       --tensorboard-queue-size 1 "${all[@]}" --tensorboard-queue-size 1 \
-       --tensor-model-parallel-size 2 --make-vocab-size-divisible-by 64 --save cktp; then
+       "${all[@]}" --tensorboard-queue-size 1 --untie-embeddings-and-output-weights \
+       --tensor-model-parallel-size 2 --make-vocab-size-divisible-by 64 --save cktp \
+       --save-interval 1; then
   "${CHECK_TB[@]}" tp.log tbtp --full --world-size 2 || fail=1
   "${CHECK_NUM[@]}" params-norm tp.log cktp/iter_0000004 || fail=1
+  "${CHECK_NUM[@]}" num-zeros tp.log cktp || fail=1
+fi
+# the distributed optimizer under --bf16 (zeros of each rank's pieces; the norm of the
+# gathered bf16 parameters)
+if run dopt 2 "${model[@]}" --global-batch-size 8 --train-iters 1 --bf16 \
+       --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather \
+       --untie-embeddings-and-output-weights --log-params-norm --log-num-zeros-in-grad \
+       --save ckdopt; then
+  "${CHECK_NUM[@]}" params-norm dopt.log ckdopt/iter_0000001 || fail=1
+  "${CHECK_NUM[@]}" num-zeros dopt.log ckdopt || fail=1
 fi
 # DP 2, the defaults but a TensorBoard interval of 2 and no loss scale
 if run dp 2 "${model[@]}" --global-batch-size 8 --train-iters 4 --tensorboard-dir tbdp \
