@@ -121,6 +121,29 @@ static void notices(const megadlm_args *a, int writes_tb) {
                "Megatron)\n");
 }
 
+/* Megatron's write_args_to_tensorboard: every argument as a text at the starting iteration,
+ * its value as str() gives it, which is what the arguments block prints (args_print: lines
+ * "  name ..... value"). */
+static void tensorboard_args(monitor *m, int iteration) {
+    char *buf = NULL, err[1200];
+    size_t len = 0;
+    FILE *mem = open_memstream(&buf, &len);
+    if (!mem) die(1, "--tensorboard-dir: out of memory");
+    args_print(m->a, mem);
+    fclose(mem);
+    for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+        char name[256];
+        int end = 0;
+        if (strncmp(line, "  ", 2) || sscanf(line + 2, "%255s%n", name, &end) != 1) continue;
+        const char *v = line + 2 + end;
+        if (strncmp(v, " .", 2)) continue;
+        v += strspn(v, " .");
+        if (tb_add_text(m->tb, name, v, iteration, err, sizeof err) != 0) die(1, "%s", err);
+    }
+    free(buf);
+    monitor_flush(m);
+}
+
 int monitor_open(monitor *m, const megadlm_args *a, int tb_rank, int log_rank, int world_rank,
                  int start_iteration, char *err, size_t errlen) {
     *m = (monitor){.a = a, .job_start = wall_seconds(),
@@ -129,6 +152,7 @@ int monitor_open(monitor *m, const megadlm_args *a, int tb_rank, int log_rank, i
     if (tb_rank && a->tensorboard_dir[0]) {
         m->tb = tb_writer_open(a->tensorboard_dir, a->tensorboard_queue_size, err, errlen);
         if (!m->tb) return -1;
+        tensorboard_args(m, start_iteration);
     }
     if (a->log_progress && a->save[0] && world_rank == 0) {
         char why[1024];

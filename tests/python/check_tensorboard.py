@@ -5,11 +5,13 @@ Reads the TFRecord framing itself (uint64 length, masked CRC-32C of it, data, ma
 of the data) with its own CRC-32C, parses each record as tensorflow.Event with Debian's
 python3-protobuf from a descriptor built here with the descriptor API (field numbers of
 TensorFlow's event.proto and summary.proto; not megadlm's .proto, not its C code), and checks
-the file name, the first event ("brain.Event:2"), and every (tag, step, value) against the
-numbers of megadlm's log lines (Megatron's training_log and evaluate_and_print_results tags).
+the file name, the first event ("brain.Event:2"), the arguments as add_text's text summaries
+(Megatron's write_args_to_tensorboard) against the log's arguments block, and every scalar's
+(tag, step, value) against the numbers of megadlm's log lines (Megatron's training_log and
+evaluate_and_print_results tags).
 
 usage: check_tensorboard.py LOG DIR [--full] [--difflm] [--tb-interval N] [--world-size N]
-                            [--no-loss-scale]
+                            [--no-loss-scale] [--start-iteration N]
 exit 0 when every check holds; prints what differs otherwise.
 """
 import argparse
@@ -42,12 +44,34 @@ def event_class():
     F = descriptor_pb2.FieldDescriptorProto
     fp = descriptor_pb2.FileDescriptorProto(name="tb_check_event.proto", package="tbcheck",
                                             syntax="proto3")
+    # tensor_shape.proto, tensor.proto (dtype as its enum's number: DT_STRING is 7)
+    shape = fp.message_type.add(name="TensorShapeProto")
+    dim = shape.nested_type.add(name="Dim")
+    dim.field.add(name="size", number=1, type=F.TYPE_INT64, label=F.LABEL_OPTIONAL)
+    shape.field.add(name="dim", number=2, type=F.TYPE_MESSAGE, label=F.LABEL_REPEATED,
+                    type_name=".tbcheck.TensorShapeProto.Dim")
+    tensor = fp.message_type.add(name="TensorProto")
+    tensor.field.add(name="dtype", number=1, type=F.TYPE_INT32, label=F.LABEL_OPTIONAL)
+    tensor.field.add(name="tensor_shape", number=2, type=F.TYPE_MESSAGE, label=F.LABEL_OPTIONAL,
+                     type_name=".tbcheck.TensorShapeProto")
+    tensor.field.add(name="string_val", number=8, type=F.TYPE_BYTES, label=F.LABEL_REPEATED)
+    # summary.proto
+    meta = fp.message_type.add(name="SummaryMetadata")
+    plugin = meta.nested_type.add(name="PluginData")
+    plugin.field.add(name="plugin_name", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    plugin.field.add(name="content", number=2, type=F.TYPE_BYTES, label=F.LABEL_OPTIONAL)
+    meta.field.add(name="plugin_data", number=1, type=F.TYPE_MESSAGE, label=F.LABEL_OPTIONAL,
+                   type_name=".tbcheck.SummaryMetadata.PluginData")
     summary = fp.message_type.add(name="Summary")
     value = summary.nested_type.add(name="Value")
     value.oneof_decl.add(name="value")
     value.field.add(name="tag", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
     value.field.add(name="simple_value", number=2, type=F.TYPE_FLOAT, label=F.LABEL_OPTIONAL,
                     oneof_index=0)
+    value.field.add(name="tensor", number=8, type=F.TYPE_MESSAGE, label=F.LABEL_OPTIONAL,
+                    type_name=".tbcheck.TensorProto", oneof_index=0)
+    value.field.add(name="metadata", number=9, type=F.TYPE_MESSAGE, label=F.LABEL_OPTIONAL,
+                    type_name=".tbcheck.SummaryMetadata")
     summary.field.add(name="value", number=1, type=F.TYPE_MESSAGE, label=F.LABEL_REPEATED,
                       type_name=".tbcheck.Summary.Value")
     ev = fp.message_type.add(name="Event")
@@ -133,6 +157,8 @@ def main():
     ap.add_argument("--difflm", action="store_true")
     ap.add_argument("--tb-interval", type=int, default=1)
     ap.add_argument("--world-size", type=int, default=1)
+    ap.add_argument("--start-iteration", type=int, default=0,
+                    help="the iteration the run resumed from (the step of the argument texts)")
     ap.add_argument("--no-loss-scale", action="store_true",
                     help="--no-log-loss-scale-to-tensorboard was given")
     o = ap.parse_args()
@@ -159,15 +185,37 @@ def main():
         if not (now - 86400 < e.wall_time <= now + 60):
             fail(f"wall_time {e.wall_time} is not about now")
             break
-    got = []  # (tag, step, value) in file order
+    got, texts = [], {}  # (tag, step, value) of the scalars in file order; tag -> (step, text)
     for e in events[1:]:
         if e.WhichOneof("what") != "summary" or len(e.summary.value) != 1:
-            fail(f"an event that is not one scalar: {e}")
+            fail(f"an event that is not one value: {e}")
             continue
         v = e.summary.value[0]
-        if v.WhichOneof("value") != "simple_value":
-            fail(f"{v.tag}: not a simple_value")
-        got.append((v.tag, e.step, v.simple_value))
+        if v.WhichOneof("value") == "tensor":  # add_text's
+            t = v.tensor
+            if (v.metadata.plugin_data.plugin_name != "text" or t.dtype != 7 or
+                    [d.size for d in t.tensor_shape.dim] != [1] or len(t.string_val) != 1 or
+                    not v.tag.endswith("/text_summary")):
+                fail(f"{v.tag}: not add_text's text summary: {v}")
+            texts[v.tag[:-len("/text_summary")]] = (e.step, t.string_val[0].decode())
+        elif v.WhichOneof("value") == "simple_value":
+            got.append((v.tag, e.step, v.simple_value))
+        else:
+            fail(f"{v.tag}: neither a scalar nor a text")
+    # Megatron's write_args_to_tensorboard: every argument of the log's arguments block, as
+    # str() prints it there, at the starting iteration
+    block = re.search(r"-+ arguments -+\n(.*?)\n-+ end of arguments", open(o.log).read(), re.S)
+    # (other ranks' lines may come between its lines under mpirun)
+    args = dict(m.groups() for m in re.finditer(r"^  (\S+) \.+ (.*)$", block[1], re.M)) \
+        if block else {}
+    if len(args) < 50:
+        fail(f"{o.log}: no arguments block")
+    if set(texts) != set(args):
+        fail(f"argument texts: missing {sorted(set(args) - set(texts))}, "
+             f"extra {sorted(set(texts) - set(args))}")
+    for k in set(texts) & set(args):
+        if texts[k] != (o.start_iteration, args[k]):
+            fail(f"argument {k}: file {texts[k]}, log {args[k]!r} at {o.start_iteration}")
 
     iters, evals = parse_log(o.log)
     if not iters:
@@ -231,7 +279,8 @@ def main():
                 ok = close(gv, wv, rel, abs_)
             if not ok:
                 fail(f"{tag!r} at step {step}: file {gv!r}, log {wv!r}")
-    print(f"{files[0]}: {len(records)} records, CRCs checked; {len(got)} scalars, "
+    print(f"{files[0]}: {len(records)} records, CRCs checked; {len(texts)} argument texts, "
+          f"{len(got)} scalars, "
           f"{len(set(t for t, _, _ in got))} tags, all equal to the log's numbers"
           if not failures else f"{len(failures)} failures")
 

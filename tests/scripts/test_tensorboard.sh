@@ -3,8 +3,9 @@
 # megadlm (Debian's /usr/bin/python3 with python3-protobuf and NumPy):
 #   1. event files (one process; PP 2 with the diffusion objective; TP 2; DP 2 with
 #      --tensorboard-log-interval 2) read by tests/python/check_tensorboard.py: TFRecord framing
-#      and CRC-32Cs, "brain.Event:2", one file on the last rank only, and every tag, step and
-#      value equal to the numbers of megadlm's log lines (Megatron's training_log tags);
+#      and CRC-32Cs, "brain.Event:2", one file on the last rank only, the arguments as text
+#      summaries equal to the log's arguments block, and every scalar's tag, step and value
+#      equal to the numbers of megadlm's log lines (Megatron's training_log tags);
 #   2. the log line's params norm against the checkpoint's tensors, its num zeros against the
 #      first step's Adam moments (also --bf16 with the distributed optimizer), its throughput
 #      against Megatron's num_floating_point_operations formula, progress.txt's lines against
@@ -34,11 +35,17 @@ wandb=(--wandb-project dlm --wandb-exp-name run1 --wandb-run-id run1 --wandb-sav
 # Megatron's num_floating_point_operations for this model (h 32, 2 layers, s 16, 4 heads, no
 # GQA, ffn 4h, padded vocabulary 128), by hand: 12 gbs s L h^2 ((1 + 1 + s/h) + 4 + V/(2Lh))
 flops() { awk -v b="$1" 'BEGIN { printf "%.1f", 12 * b * 16 * 2 * 32 * 32 * ((1 + 1 + 16/32) + 4 + 128 / (2 * 2 * 32)) }'; }
-run() { # run NAME NP ARGS...: the log in NAME.log
+# run NAME NP ARGS...: the log in NAME.log; under mpirun the last rank's stdout alone (Open
+# MPI's --output-filename: the ranks' lines mixed in one stream can be cut mid-line)
+run() {
   local name=$1 np=$2; shift 2
-  if [ "$np" = 1 ]; then "$MEGADLM" train "$@" > "$name.log" 2>&1
-  else "${MPIRUN[@]}" -np "$np" "$MEGADLM" train "$@" > "$name.log" 2>&1; fi ||
-    { echo "FAILED: $name did not run"; tail -5 "$name.log"; fail=1; return 1; }
+  if [ "$np" = 1 ]; then "$MEGADLM" train "$@" > "$name.log" 2>&1 ||
+      { echo "FAILED: $name did not run"; tail -5 "$name.log"; fail=1; return 1; }
+    return 0
+  fi
+  "${MPIRUN[@]}" -np "$np" --output-filename "$name.out" "$MEGADLM" train "$@" > "$name.all" 2>&1 ||
+    { echo "FAILED: $name did not run"; tail -5 "$name.all"; fail=1; return 1; }
+  cp "$name.out/1/rank.$((np - 1))/stdout" "$name.log"
 }
 
 # ---- 1. one process, every flag, checkpoints and progress.txt
@@ -62,7 +69,7 @@ PYEOF
   # resume to iteration 9: a second job in progress.txt, operations counted from iteration 0
   run resume 1 "${model[@]}" --global-batch-size 4 --train-iters 9 --tensorboard-dir tb1r \
       "${all[@]}" --load ck --save ck --save-interval 3 &&
-    { "${CHECK_TB[@]}" resume.log tb1r --full || fail=1; }
+    { "${CHECK_TB[@]}" resume.log tb1r --full --start-iteration 6 || fail=1; }
   [ "$(grep -c 'Starting job' ck/progress.txt)" = 2 ] ||
     { echo "FAILED: progress.txt does not hold two jobs"; cat ck/progress.txt; fail=1; }
   grep -q "Iteration: 9" ck/progress.txt || { echo "FAILED: no iteration 9 in progress.txt"; fail=1; }

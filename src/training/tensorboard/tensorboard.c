@@ -117,13 +117,10 @@ tb_writer *tb_writer_open(const char *dir, int queue_size, char *err, size_t err
     return w;
 }
 
-int tb_add_scalar(tb_writer *w, const char *tag, double value, int64_t step, char *err,
-                  size_t errlen) {
-    Tensorflow__Summary__Value v = TENSORFLOW__SUMMARY__VALUE__INIT;
-    v.tag = (char *)tag;
-    v.value_case = TENSORFLOW__SUMMARY__VALUE__VALUE_SIMPLE_VALUE;
-    v.simple_value = (float)value; /* simple_value is a float in summary.proto */
-    Tensorflow__Summary__Value *values[1] = {&v};
+/* Queues one event holding summary value v at step, and flushes when the queue is full. */
+static int add_value(tb_writer *w, Tensorflow__Summary__Value *v, int64_t step, char *err,
+                     size_t errlen) {
+    Tensorflow__Summary__Value *values[1] = {v};
     Tensorflow__Summary s = TENSORFLOW__SUMMARY__INIT;
     s.n_value = 1;
     s.value = values;
@@ -134,6 +131,46 @@ int tb_add_scalar(tb_writer *w, const char *tag, double value, int64_t step, cha
     ev.summary = &s;
     enqueue(w, &ev);
     return w->queued >= w->queue_size ? tb_flush(w, err, errlen) : 0;
+}
+
+int tb_add_scalar(tb_writer *w, const char *tag, double value, int64_t step, char *err,
+                  size_t errlen) {
+    Tensorflow__Summary__Value v = TENSORFLOW__SUMMARY__VALUE__INIT;
+    v.tag = (char *)tag;
+    v.value_case = TENSORFLOW__SUMMARY__VALUE__VALUE_SIMPLE_VALUE;
+    v.simple_value = (float)value; /* simple_value is a float in summary.proto */
+    return add_value(w, &v, step, err, errlen);
+}
+
+int tb_add_text(tb_writer *w, const char *tag, const char *text, int64_t step, char *err,
+                size_t errlen) {
+    /* torch.utils.tensorboard's add_text: tag + "/text_summary", the text plugin's metadata
+     * (its content, TextPluginData with version 0, encodes to no bytes), a DT_STRING tensor
+     * of shape [1] */
+    char full[512];
+    snprintf(full, sizeof full, "%s/text_summary", tag);
+    Tensorflow__SummaryMetadata__PluginData plugin = TENSORFLOW__SUMMARY_METADATA__PLUGIN_DATA__INIT;
+    plugin.plugin_name = "text";
+    Tensorflow__SummaryMetadata meta = TENSORFLOW__SUMMARY_METADATA__INIT;
+    meta.plugin_data = &plugin;
+    Tensorflow__TensorShapeProto__Dim dim = TENSORFLOW__TENSOR_SHAPE_PROTO__DIM__INIT;
+    dim.size = 1;
+    Tensorflow__TensorShapeProto__Dim *dims[1] = {&dim};
+    Tensorflow__TensorShapeProto shape = TENSORFLOW__TENSOR_SHAPE_PROTO__INIT;
+    shape.n_dim = 1;
+    shape.dim = dims;
+    ProtobufCBinaryData str = {.len = strlen(text), .data = (uint8_t *)text};
+    Tensorflow__TensorProto tensor = TENSORFLOW__TENSOR_PROTO__INIT;
+    tensor.dtype = TENSORFLOW__DATA_TYPE__DT_STRING;
+    tensor.tensor_shape = &shape;
+    tensor.n_string_val = 1;
+    tensor.string_val = &str;
+    Tensorflow__Summary__Value v = TENSORFLOW__SUMMARY__VALUE__INIT;
+    v.tag = full;
+    v.metadata = &meta;
+    v.value_case = TENSORFLOW__SUMMARY__VALUE__VALUE_TENSOR;
+    v.tensor = &tensor;
+    return add_value(w, &v, step, err, errlen);
 }
 
 int tb_flush(tb_writer *w, char *err, size_t errlen) {

@@ -3,7 +3,7 @@
  *   uint64 length (little-endian) | uint32 masked CRC-32C of those 8 bytes |
  *   `length` bytes: one tensorflow.Event protobuf | uint32 masked CRC-32C of them
  * whose first Event carries file_version "brain.Event:2" and every later one a Summary with one
- * scalar (tag, simple_value) at a step. The protobufs are encoded by protobuf-c from
+ * value at a step: a scalar (tag, simple_value) or a text (add_text's string tensor). The protobufs are encoded by protobuf-c from
  * event.proto (the subset of TensorFlow's event.proto and summary.proto kept beside this file).
  *
  * Events are queued in memory (Megatron's --tensorboard-queue-size: pending events before an
@@ -26,6 +26,11 @@ tb_writer *tb_writer_open(const char *dir, int queue_size, char *err, size_t err
  * queue holds queue_size events. 0, or -1 with the file's error in err. */
 int tb_add_scalar(tb_writer *w, const char *tag, double value, int64_t step, char *err,
                   size_t errlen);
+
+/* Queues `text` as torch.utils.tensorboard's add_text(tag, text, step) does: tag
+ * "<tag>/text_summary", the text plugin's metadata, a DT_STRING tensor of shape [1]. */
+int tb_add_text(tb_writer *w, const char *tag, const char *text, int64_t step, char *err,
+                size_t errlen);
 
 /* Writes the queued events. 0, or -1 with "<path>: ..." in err. */
 int tb_flush(tb_writer *w, char *err, size_t errlen);
