@@ -76,6 +76,14 @@ PYEOF
   "${CHECK_NUM[@]}" progress ck/progress.txt "$(flops 4)" 16 4 1 || fail=1
 fi
 
+# --fp16 from a loss scale of 2^32: the first iterations overflow and are skipped (no grad norm
+# and no num zeros then, "skipped-iterations" written)
+if run fp16 1 "${model[@]}" --global-batch-size 4 --train-iters 6 --fp16 --tensorboard-dir tbfp16 \
+       "${all[@]}"; then
+  grep -q "number of skipped iterations:   1" fp16.log || { echo "FAILED: no skipped iteration"; fail=1; }
+  "${CHECK_TB[@]}" fp16.log tbfp16 --full || fail=1
+fi
+
 # ---- 2. two ranks: PP 2 with the diffusion objective (its "real input length"), TP 2
 if run pp 2 "${model[@]}" --global-batch-size 8 --train-iters 4 --pipeline-model-parallel-size 2 \
        --model-running-mode difflm-noshift --mask-token 100 --difflm-varilen-prob 0.5 \
