@@ -95,15 +95,20 @@ def fail(msg):
     failures.append(msg)
     print("FAILED:", msg)
 
-def read_records(path):
+def read_records(path, torn_tail_ok):
+    """The records' data; a last record cut short (a process killed while writing) is dropped
+    when torn_tail_ok, a failure otherwise."""
     data = open(path, "rb").read()
     pos, out = 0, []
     while pos < len(data):
-        if len(data) - pos < 12:
-            fail(f"{path}: {len(data) - pos} trailing bytes, not a record header")
-            break
         header = data[pos:pos + 8]
-        (length,) = struct.unpack("<Q", header)
+        length = struct.unpack("<Q", header)[0] if len(header) == 8 else 0
+        if len(data) - pos < 12 or pos + 16 + length > len(data):
+            if torn_tail_ok:
+                print(f"{path}: a torn last record of {len(data) - pos} bytes dropped")
+            else:
+                fail(f"{path}: {len(data) - pos} trailing bytes, not a whole record")
+            break
         (hcrc,) = struct.unpack("<I", data[pos + 8:pos + 12])
         if hcrc != masked(crc32c(header)):
             fail(f"{path}: record at {pos}: length CRC {hcrc:#x} != {masked(crc32c(header)):#x}")
@@ -123,7 +128,8 @@ def num(pattern, line):
 def parse_log(path):
     iters, evals, samples = [], [], 0
     for line in open(path, errors="replace"):
-        if line.startswith(" iteration ") and "consumed samples" in line:
+        if line.startswith(" iteration ") \
+                and "consumed samples" in line and line.rstrip().endswith("|"):  # whole lines
             it = int(re.search(r"iteration +(\d+)/", line).group(1))
             samples = int(num(r"consumed samples: +(\d+)", line))
             iters.append(dict(
@@ -159,6 +165,8 @@ def main():
     ap.add_argument("--difflm", action="store_true")
     ap.add_argument("--tb-interval", type=int, default=1)
     ap.add_argument("--world-size", type=int, default=1)
+    ap.add_argument("--killed", action="store_true",
+                    help="the run was killed: the file holds a prefix of what the log says")
     ap.add_argument("--start-iteration", type=int, default=0,
                     help="the iteration the run resumed from (the step of the argument texts)")
     ap.add_argument("--no-loss-scale", action="store_true",
@@ -173,7 +181,7 @@ def main():
         if not files:
             return
     Event = event_class()
-    records = read_records(os.path.join(o.dir, files[0]))
+    records = read_records(os.path.join(o.dir, files[0]), o.killed)
     events = []
     for r in records:
         e = Event()
@@ -277,6 +285,20 @@ def main():
     wantkey = {}
     for w in want:
         wantkey.setdefault((w[0], w[1]), []).append(w)
+    if o.killed:  # what was flushed before the kill: the first n iterations, n >= 2
+        steps = sorted(step for tag, step, _ in got if tag == "lm loss")
+        if len(steps) < 2 or steps != list(range(1, len(steps) + 1)):
+            fail(f"killed run: lm loss at steps {steps}, expected 1..n, n >= 2")
+        gbs = int(iters[0]["gbs"])
+        def after(k, it):  # the key's step is past iteration `it`
+            return k[1] > (it * gbs if k[0].endswith(" vs samples") else it)
+        last = steps[-1] if steps else 0
+        for k in list(wantkey):  # what came after the last flush is not in the file (the
+            if k not in bykey and after(k, last - 1):  # last iteration's may be torn)
+                del wantkey[k]
+        for k in list(bykey):  # a full queue may have flushed an iteration not yet logged
+            if k not in wantkey and after(k, iters[-1]["it"]):
+                del bykey[k]
     for k in sorted(set(bykey) | set(wantkey), key=str):
         g, w = bykey.get(k, []), wantkey.get(k, [])
         if len(g) != len(w):

@@ -5,7 +5,9 @@
 #      --tensorboard-log-interval 2) read by tests/python/check_tensorboard.py: TFRecord framing
 #      and CRC-32Cs, "brain.Event:2", one file on the last rank only, the arguments as text
 #      summaries equal to the log's arguments block, and every scalar's tag, step and value
-#      equal to the numbers of megadlm's log lines (Megatron's training_log tags);
+#      equal to the numbers of megadlm's log lines (Megatron's training_log tags); an --fp16
+#      run's skipped iterations; a run killed with SIGKILL while training leaves a file whose
+#      records all read back;
 #   2. the log line's params norm against the checkpoint's tensors, its num zeros against the
 #      first step's Adam moments (also --bf16 with the distributed optimizer), its throughput
 #      against Megatron's num_floating_point_operations formula, progress.txt's lines against
@@ -83,6 +85,17 @@ if run fp16 1 "${model[@]}" --global-batch-size 4 --train-iters 6 --fp16 --tenso
   grep -q "number of skipped iterations:   1" fp16.log || { echo "FAILED: no skipped iteration"; fail=1; }
   "${CHECK_TB[@]}" fp16.log tbfp16 --full || fail=1
 fi
+
+# a run killed (SIGKILL) while it trains: every record flushed at its log lines is readable
+"$MEGADLM" train "${model[@]}" --global-batch-size 4 --train-iters 1000000 --eval-iters 0 \
+    --tensorboard-dir tbkill > kill.log 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do # until the file holds the arguments and a few iterations (60 s at most)
+  [ "$(cat tbkill/events.out.tfevents.* 2>/dev/null | wc -c)" -gt 16000 ] && break
+  sleep 0.1
+done
+kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+"${CHECK_TB[@]}" kill.log tbkill --killed || fail=1
 
 # ---- 2. two ranks: PP 2 with the diffusion objective (its "real input length"), TP 2
 if run pp 2 "${model[@]}" --global-batch-size 8 --train-iters 4 --pipeline-model-parallel-size 2 \
