@@ -111,6 +111,12 @@ static void notices(const megadlm_args *a, int writes_tb) {
                a->wandb_project, a->wandb_exp_name, a->wandb_run_id[0] ? ", id " : "",
                a->wandb_run_id, a->tensorboard_dir[0] ? " of " : " (none: no --tensorboard-dir)",
                a->tensorboard_dir);
+    else if (a->wandb_exp_name[0] || a->wandb_run_id[0] || a->wandb_save_dir[0] ||
+             a->wandb_tags[0] || a->wandb_group[0] || a->wandb_notes[0] ||
+             a->wandb_resume_from[0] || strcmp(a->wandb_mode, "online") ||
+             strcmp(a->wandb_resume, "auto"))
+        printf("> W&B: --wandb-* flags without --wandb-project are recorded in the checkpoint's "
+               "arguments only (Megatron starts no W&B run without a project)\n");
     if (!a->tensorboard_dir[0] &&
         (a->log_timers_to_tensorboard || a->log_validation_ppl_to_tensorboard ||
          a->log_memory_to_tensorboard || a->log_world_size_to_tensorboard))

@@ -151,5 +151,8 @@ run warn 1 "${model[@]}" --global-batch-size 4 --train-iters 1 --log-progress \
   { grep -q "WARNING: --log-progress without --save" warn.log &&
     grep -q "WARNING: --log-\*-to-tensorboard without --tensorboard-dir" warn.log ||
     { echo "FAILED: no warning for flags without effect"; fail=1; }; }
+run wandb 1 "${model[@]}" --global-batch-size 4 --train-iters 1 --wandb-exp-name x &&
+  { grep -q "^> W&B: --wandb-\* flags without --wandb-project are recorded" wandb.log ||
+    { echo "FAILED: no notice for W&B flags without a project"; fail=1; }; }
 [ "$fail" = 0 ] && echo "PASSED"
 exit "$fail"
