@@ -150,16 +150,10 @@ static void tensorboard_args(monitor *m, int iteration) {
     monitor_flush(m);
 }
 
-int monitor_open(monitor *m, const megadlm_args *a, int tb_rank, int log_rank, int world_rank,
-                 int start_iteration, char *err, size_t errlen) {
-    *m = (monitor){.a = a, .job_start = wall_seconds(),
-                   .flops_at_start = monitor_flops(a, start_iteration)};
-    if (log_rank) notices(a, tb_rank && a->tensorboard_dir[0]);
-    if (tb_rank && a->tensorboard_dir[0]) {
-        m->tb = tb_writer_open(a->tensorboard_dir, a->tensorboard_queue_size, err, errlen);
-        if (!m->tb) return -1;
-        tensorboard_args(m, start_iteration);
-    }
+int monitor_open(monitor *m, const megadlm_args *a, int log_rank, int world_rank, char *err,
+                 size_t errlen) {
+    *m = (monitor){.a = a, .job_start = wall_seconds()};
+    if (log_rank) notices(a, a->tensorboard_dir[0] != 0);
     if (a->log_progress && a->save[0] && world_rank == 0) {
         char why[1024];
         if (io_mkdir_p(a->save, 0, why, sizeof why) != 0) {
@@ -169,6 +163,16 @@ int monitor_open(monitor *m, const megadlm_args *a, int tb_rank, int log_rank, i
         m->progress = 1;
         progress_append(m, "Starting job");
     }
+    return 0;
+}
+
+int monitor_start(monitor *m, int tb_rank, int start_iteration, char *err, size_t errlen) {
+    const megadlm_args *a = m->a;
+    m->flops_at_start = monitor_flops(a, start_iteration);
+    if (!tb_rank || !a->tensorboard_dir[0]) return 0;
+    m->tb = tb_writer_open(a->tensorboard_dir, a->tensorboard_queue_size, err, errlen);
+    if (!m->tb) return -1;
+    tensorboard_args(m, start_iteration);
     return 0;
 }
 

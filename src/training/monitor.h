@@ -21,11 +21,15 @@ typedef struct {
                                iteration's) */
 } monitor;
 
-/* Opens what this rank writes (tb_rank: the last rank) and appends "Starting job" to
- * progress.txt; prints the notices (tensorboard, W&B, flags without effect) on the log rank.
- * start_iteration: the iteration the run resumes from (0: a fresh run). 0, or -1 with err. */
-int monitor_open(monitor *m, const megadlm_args *a, int tb_rank, int log_rank, int world_rank,
-                 int start_iteration, char *err, size_t errlen);
+/* At the start of the job (Megatron's pretrain): the job's start time; "Starting job" in
+ * progress.txt (world rank 0); the notices (tensorboard, W&B, flags without effect) on the log
+ * rank, which writes TensorBoard. 0, or -1 with err. */
+int monitor_open(monitor *m, const megadlm_args *a, int log_rank, int world_rank, char *err,
+                 size_t errlen);
+
+/* When training starts (Megatron's train), from start_iteration (the loaded one, 0 for a fresh
+ * run): on tb_rank, the event file and the arguments as texts. 0, or -1 with err. */
+int monitor_start(monitor *m, int tb_rank, int start_iteration, char *err, size_t errlen);
 
 /* TensorBoard: `value` under `tag` at `step` (nothing on ranks without the writer). A write
  * that fails ends the job, naming the file. */

@@ -1038,6 +1038,8 @@ int pretrain(megadlm_args *a) {
     const parallel_state *pst = parallel_get();
     g_log_rank = pst->world_rank == pst->world_size - 1;
     if (g_log_rank) args_print(a, stdout);
+    if (monitor_open(&tr.mon, a, g_log_rank, pst->world_rank, err, sizeof err) != 0)
+        die(2, "%s", err);
     log_threads();
     if (a->tp_comm_overlap) setup_tp_comm_overlap(a);
     transformer_config cfg = model_config_from_args(a);
@@ -1081,8 +1083,7 @@ int pretrain(megadlm_args *a) {
     tr.lm = mem_alloc_floats(MEM_OTHER, a->seq_length, "sequence loss mask");
     tr.difflm = !strcmp(a->model_running_mode, "difflm-noshift");
 
-    if (monitor_open(&tr.mon, a, g_log_rank, g_log_rank, pst->world_rank, tr.iteration, err,
-                     sizeof err) != 0)
+    if (monitor_start(&tr.mon, g_log_rank, tr.iteration, err, sizeof err) != 0)
         die(2, "%s", err); /* every rank stops: the others would wait for this one */
     watchdog_start(a->distributed_timeout_minutes);
     log_printf("training ...\n");
