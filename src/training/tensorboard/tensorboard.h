@@ -41,7 +41,4 @@ int tb_writer_close(tb_writer *w, char *err, size_t errlen);
 /* The event file's path. */
 const char *tb_writer_path(const tb_writer *w);
 
-/* One TFRecord framing `n` bytes of data, written to out (n + 16 bytes). */
-void tb_frame_record(const void *data, size_t n, unsigned char *out);
-
 #endif
