@@ -69,7 +69,7 @@ OMP_NUM_THREADS=$THREADS "$BUILD/megadlm" train \
   --max-position-embeddings 1024 --micro-batch-size $B --global-batch-size $B \
   --mock-data --tokenizer-type NullTokenizer --vocab-size $((VOCAB - 1)) \
   --train-iters $((WARMUP + ITERS)) --lr 6e-4 --hidden-dropout 0 --attention-dropout 0 \
-  --log-interval 1 --eval-iters 0 >"$OUT/megadlm.log" 2>&1 || {
+  --log-interval 1 --log-throughput --eval-iters 0 >"$OUT/megadlm.log" 2>&1 || {
   tail -20 "$OUT/megadlm.log" >&2; die "megadlm train failed (log: $OUT/megadlm.log)"; }
 grep -o 'elapsed time per iteration (ms): [0-9.]*' "$OUT/megadlm.log" | awk '{ print $NF }' \
   >"$OUT/megadlm.ms"

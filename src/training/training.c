@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/datasets/gpt_data.h"
 #include "core/distributed/data_parallel.h"
@@ -23,6 +24,8 @@
 #include "training/checkpointing.h"
 #include "training/watchdog.h"
 #include "training/difflm.h"
+#include "training/log_stats.h"
+#include "training/monitor.h"
 #include "training/dist_checkpointing.h"
 #include "core/kernels/gemm.h"
 #include "core/parallel_state.h"
@@ -86,6 +89,9 @@ typedef struct {
     int32_t *tokens;   /* [micro_batch_size * seq_length] */
     int32_t *labels;
     float *loss_mask;
+    monitor mon;          /* TensorBoard, progress.txt (training/monitor.h) */
+    double real_len_acc;  /* difflm: sum over the log interval's advanced iterations of each
+                             one's mean input length (MegaDLMs' "real input length") */
 } trainer;
 
 /* Reads sample `index` of `split` into tr->sample. An id outside the vocabulary ends every
@@ -350,15 +356,46 @@ static float evaluate(trainer *tr, int split, uint64_t first) {
     return a->eval_iters ? (float)(sum / a->eval_iters) : 0.0f;
 }
 
-static void print_eval(const char *what, int iteration, float loss) {
-    char line[256];
-    int n = snprintf(line, sizeof(line),
-                     " %s loss at iteration %d | lm loss value: %.6E | lm loss PPL: %.6E | ", what,
-                     iteration, loss, exp(fmin(loss, 20.0)));
-    char dashes[256];
+/* MegaDLMs' "real input length" of the micro-batches this rank ran in one iteration: the mean
+ * over them of the length the model saw (difflm: cut by --difflm-varilen-prob in training, then
+ * unshifted; seq-length - 1 in evaluation), Megatron's legacy mean over micro-batches of a
+ * reported value that is not a (sum, count) pair. */
+static double real_input_length(const trainer *tr, uint32_t iteration, int training) {
+    const megadlm_args *a = tr->a;
+    float varilen = training && !tr->model->cfg.causal ? a->difflm_varilen_prob : 0.0f;
+    double sum = 0.0;
+    for (int k = 0; k < tr->num_microbatches; k++)
+        sum += difflm_length(a->seed, iteration, (uint32_t)(k * tr->dp_size + tr->dp_rank),
+                             a->seq_length, varilen) - 1;
+    return sum / tr->num_microbatches;
+}
+
+/* Megatron's evaluate_and_print_results for each reported key: "<key> value" and "<key> PPL"
+ * in the line; "<key> validation" (and its ppl with --log-validation-ppl-to-tensorboard) in
+ * TensorBoard at the iteration and at the consumed samples (the test split too, as Megatron). */
+static void eval_key(trainer *tr, char *line, size_t cap, int *n, const char *key, double value) {
+    double ppl = exp(fmin(value, 20.0));
+    *n += snprintf(line + *n, cap - *n, "%s value: %.6E | %s PPL: %.6E | ", key, value, key, ppl);
+    char tag[96];
+    snprintf(tag, sizeof tag, "%s validation", key);
+    monitor_scalar_pair(&tr->mon, tag, value, tr->iteration, tr->consumed_train_samples);
+    if (tr->a->log_validation_ppl_to_tensorboard) {
+        snprintf(tag, sizeof tag, "%s validation ppl", key);
+        monitor_scalar_pair(&tr->mon, tag, ppl, tr->iteration, tr->consumed_train_samples);
+    }
+}
+
+static void print_eval(trainer *tr, const char *what, int iteration, float loss) {
+    char line[512];
+    int n = snprintf(line, sizeof(line), " %s loss at iteration %d | ", what, iteration);
+    eval_key(tr, line, sizeof line, &n, "lm loss", loss);
+    if (tr->difflm) eval_key(tr, line, sizeof line, &n, "real input length",
+                             real_input_length(tr, 0, 0));
+    char dashes[520]; /* one longer than the line, as Megatron's */
     memset(dashes, '-', n + 1);
     dashes[n + 1] = '\0';
     log_printf("%s\n%s\n%s\n", dashes, line, dashes);
+    monitor_flush(&tr->mon);
     fflush(stdout);
 }
 
@@ -407,6 +444,7 @@ static int save(trainer *tr) {
     }
     log_printf("  successfully saved checkpoint from iteration %7d to %s [ t %.1f ms ]\n",
            tr->iteration, a->save, (now_seconds() - t0) * 1000.0);
+    monitor_progress_saved(&tr->mon, tr->iteration, tr->consumed_train_samples);
     fflush(stdout);
     return 0;
 }
@@ -610,29 +648,115 @@ typedef struct {
     int iters, advanced, skipped, nan;
 } log_counts;
 
+/* The optional numbers of one iteration (training/log_stats.h; NAN or < 0: not computed). */
+typedef struct {
+    double params_norm; /* --log-params-norm */
+    double num_zeros;   /* --log-num-zeros-in-grad, not after a skipped step (Megatron: None) */
+} log_extras;
+
+/* Megatron's num_floating_point_operations per iteration over the time of one and the world
+ * (on CPUs: per rank), in TFLOP/s. */
+static double throughput_tflops(const megadlm_args *a, double per_iter_s) {
+    return model_flops_per_iteration(a, a->global_batch_size) /
+           (per_iter_s * 1e12 * a->world_size);
+}
+
 static void training_log(trainer *tr, double elapsed_s, const log_counts *c, double loss_sum,
-                         float lr, float grad_norm) {
+                         float lr, float grad_norm, const log_extras *x) {
     megadlm_args *a = tr->a;
     double per_iter = elapsed_s / c->iters;
-    double tflops = model_flops_per_iteration(a, a->global_batch_size) /
-                    (per_iter * 1e12 * a->world_size);
-    /* Megatron prints the loss scale after this iteration's update (1.0 without a scaler) and
-     * no grad norm after an overflow (its optimizer step returned None) */
-    char norm[48] = "", loss[48] = "";
+    double tflops = throughput_tflops(a, per_iter);
+    /* Megatron's optional fields: throughput (--log-throughput; 3 decimals, not Megatron's 1,
+     * since a CPU rank's TFLOP/s are below 0.1), grad norm (not after an overflow: its
+     * optimizer step returned None), num zeros, params norm; the loss scale is the one after
+     * this iteration's update (1.0 without a scaler) */
+    char thr[80] = "", norm[48] = "", zeros[48] = "", pnorm[48] = "", loss[96] = "";
+    if (a->log_throughput)
+        snprintf(thr, sizeof thr, " throughput per GPU (TFLOP/s/GPU): %.3f |", tflops);
     if (!tr->overflow) snprintf(norm, sizeof norm, " grad norm: %.3f |", grad_norm);
-    /* Megatron averages the loss over the iterations that took a step; its sum starts with the
-     * first such iteration of the process (until then the line has no loss) */
-    if (tr->advanced)
-        snprintf(loss, sizeof loss, " lm loss: %.6E |",
-                 loss_sum / (c->advanced > 1 ? c->advanced : 1));
+    if (x->num_zeros >= 0.0) snprintf(zeros, sizeof zeros, " num zeros: %.1f |", x->num_zeros);
+    if (!isnan(x->params_norm))
+        snprintf(pnorm, sizeof pnorm, " params norm: %.3f |", x->params_norm);
+    /* Megatron averages the reported values over the iterations that took a step; their sums
+     * start with the first such iteration of the process (until then the line has no loss);
+     * a zero average is left out */
+    if (tr->advanced) {
+        int n = c->advanced > 1 ? c->advanced : 1;
+        int k = snprintf(loss, sizeof loss, " lm loss: %.6E |", loss_sum / n);
+        if (tr->difflm && tr->real_len_acc > 0.0)
+            snprintf(loss + k, sizeof loss - k, " real input length: %.6E |",
+                     tr->real_len_acc / n);
+    }
     log_printf(" iteration %8d/%8d | consumed samples: %12llu | elapsed time per iteration (ms): "
-           "%.1f | throughput per GPU (TFLOP/s/GPU): %.3f | learning rate: %.6E | global batch "
-           "size: %5d |%s loss scale: %.1f |%s number of skipped "
+           "%.1f |%s learning rate: %.6E | global batch "
+           "size: %5d |%s loss scale: %.1f |%s%s%s number of skipped "
            "iterations: %3d | number of nan iterations: %3d |\n",
            tr->iteration, a->train_iters, (unsigned long long)tr->consumed_train_samples,
-           per_iter * 1000.0, tflops, lr, a->global_batch_size, loss,
-           tr->scaling ? (double)tr->scaler.scale : 1.0, norm, c->skipped, c->nan);
+           per_iter * 1000.0, thr, lr, a->global_batch_size, loss,
+           tr->scaling ? (double)tr->scaler.scale : 1.0, norm, zeros, pnorm, c->skipped, c->nan);
+    /* Megatron: with --log-timers-to-tensorboard, the iteration's time and the throughput */
+    if (a->log_timers_to_tensorboard) {
+        monitor_scalar(&tr->mon, "iteration-time", per_iter, tr->iteration);
+        if (a->log_throughput) monitor_scalar(&tr->mon, "throughput", tflops, tr->iteration);
+    }
+    monitor_flush(&tr->mon);
     fflush(stdout);
+}
+
+/* One iteration's values for TensorBoard (Megatron's training_log at
+ * --tensorboard-log-interval): the loss of this iteration, not the log line's average. */
+typedef struct {
+    float loss, lr, grad_norm;
+    double real_len; /* difflm */
+    int skipped;     /* skipped iterations since the last log line */
+} tb_values;
+
+/* Megatron's resident/allocated/count of torch.cuda.memory_stats on CPUs: the process's
+ * resident set and megadlm's tracked allocator (the writing rank's). */
+static void tensorboard_memory(trainer *tr) {
+    long pages = 0, resident = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f) {
+        if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+        fclose(f);
+    }
+    monitor_scalar(&tr->mon, "mem-reserved-bytes", (double)resident * sysconf(_SC_PAGESIZE),
+                   tr->iteration);
+    monitor_scalar(&tr->mon, "mem-allocated-bytes", (double)mem_total_current(), tr->iteration);
+    monitor_scalar(&tr->mon, "mem-allocated-count", (double)mem_live_count(), tr->iteration);
+}
+
+static void tensorboard_iteration(trainer *tr, const tb_values *v, const log_extras *x) {
+    const megadlm_args *a = tr->a;
+    monitor *m = &tr->mon;
+    int64_t it = tr->iteration, samples = (int64_t)tr->consumed_train_samples;
+    monitor_scalar_pair(m, "learning-rate", v->lr, it, samples);
+    if (v->skipped > 0) monitor_scalar(m, "skipped-iterations", v->skipped, it);
+    monitor_scalar_pair(m, "batch-size", a->global_batch_size, it, samples);
+    monitor_scalar_pair(m, "lm loss", v->loss, it, samples);
+    if (tr->difflm) monitor_scalar_pair(m, "real input length", v->real_len, it, samples);
+    if (a->log_loss_scale_to_tensorboard)
+        monitor_scalar_pair(m, "loss-scale", tr->scaling ? tr->scaler.scale : 1.0, it, samples);
+    if (a->log_world_size_to_tensorboard)
+        monitor_scalar_pair(m, "world-size", a->world_size, it, samples);
+    if (!tr->overflow) monitor_scalar_pair(m, "grad-norm", v->grad_norm, it, samples);
+    if (x->num_zeros >= 0.0) monitor_scalar_pair(m, "num-zeros", x->num_zeros, it, samples);
+    if (!isnan(x->params_norm)) monitor_scalar_pair(m, "params-norm", x->params_norm, it, samples);
+    if (a->log_memory_to_tensorboard) tensorboard_memory(tr);
+}
+
+/* --log-params-norm and --log-num-zeros-in-grad at an iteration that logs (collective: every
+ * rank computes them at the same iterations). */
+static log_extras compute_extras(trainer *tr, int stepped) {
+    const megadlm_args *a = tr->a;
+    log_extras x = {.params_norm = NAN, .num_zeros = -1.0};
+    if (a->log_num_zeros_in_grad && stepped)
+        x.num_zeros = log_num_zeros_in_grad(&tr->model->params, tr->dopt);
+    if (a->log_params_norm) {
+        if (tr->dopt) ddp_finish_param_sync(tr->ddp); /* the gathered parameters complete */
+        x.params_norm = log_params_norm(tr->model);
+    }
+    return x;
 }
 
 /* --check-for-nan-in-loss-and-grad: every rank says why the job stops. */
@@ -932,6 +1056,7 @@ static void setup_tp_comm_overlap(const megadlm_args *a) {
  * engine's summary. */
 static void trainer_free(trainer *tr) {
     watchdog_stop();
+    monitor_close(&tr->mon); /* the event file flushed, also when the run failed */
     mem_free(tr->sample);
     mem_free(tr->tokens);
     mem_free(tr->labels);
@@ -975,6 +1100,8 @@ int pretrain(megadlm_args *a) {
     const parallel_state *pst = parallel_get();
     g_log_rank = pst->world_rank == pst->world_size - 1;
     if (g_log_rank) args_print(a, stdout);
+    if (monitor_open(&tr.mon, a, g_log_rank, pst->world_rank, err, sizeof err) != 0)
+        die(2, "%s", err);
     log_threads();
     if (a->tp_comm_overlap) setup_tp_comm_overlap(a);
     transformer_config cfg = model_config_from_args(a);
@@ -1023,6 +1150,8 @@ int pretrain(megadlm_args *a) {
         fprintf(stderr, "error: %s\n", err);
         goto done;
     }
+    if (monitor_start(&tr.mon, g_log_rank, tr.iteration, err, sizeof err) != 0)
+        die(2, "%s", err); /* every rank stops: the others would wait for this one */
     watchdog_start(a->distributed_timeout_minutes);
     log_printf("training ...\n");
     fflush(stdout);
@@ -1046,8 +1175,10 @@ int pretrain(megadlm_args *a) {
         tr.iteration++;
         tr.consumed_train_samples += a->global_batch_size;
         iters_acc++;
+        double real_len = tr.difflm ? real_input_length(&tr, (uint32_t)(tr.iteration - 1), 1) : 0;
         if (stepped) {
             loss_acc += loss;
+            tr.real_len_acc += real_len;
             advanced_acc++;
             tr.advanced = 1;
         } else { /* Megatron's counts: skipped; nan when the loss is not finite */
@@ -1063,22 +1194,32 @@ int pretrain(megadlm_args *a) {
             log_dp_communication(&tr);
             memory_reported = 1;
         }
-        if (tr.iteration % a->log_interval == 0) {
-            /* Megatron logs the learning rate the next step will use. */
-            float next_lr = (float)lr_scheduler_get(&tr.sched, scheduler_samples(&tr));
+        int log_now = tr.iteration % a->log_interval == 0;
+        int tb_now = a->tensorboard_dir[0] && tr.iteration % a->tensorboard_log_interval == 0;
+        log_extras extras = {.params_norm = NAN, .num_zeros = -1.0};
+        if (log_now || tb_now) extras = compute_extras(&tr, stepped);
+        /* Megatron logs the learning rate the next step will use. */
+        float next_lr = (float)lr_scheduler_get(&tr.sched, scheduler_samples(&tr));
+        if (tb_now) {
+            tb_values v = {.loss = loss, .lr = next_lr, .grad_norm = norm, .real_len = real_len,
+                           .skipped = skipped_acc};
+            tensorboard_iteration(&tr, &v, &extras);
+        }
+        if (log_now) {
             log_counts c = {.iters = iters_acc, .advanced = advanced_acc,
                             .skipped = skipped_acc, .nan = nan_acc};
-            training_log(&tr, now_seconds() - t_log, &c, loss_acc, next_lr, norm);
+            training_log(&tr, now_seconds() - t_log, &c, loss_acc, next_lr, norm, &extras);
             rerun_report(&tr.rerun, tr.iteration);
             t_log = now_seconds();
             loss_acc = 0.0;
+            tr.real_len_acc = 0.0;
             iters_acc = advanced_acc = skipped_acc = nan_acc = 0;
         }
         if (a->eval_iters > 0 && tr.iteration % a->eval_interval == 0 &&
             gpt_data_num_samples(tr.data[SPLIT_VALID], SPLIT_VALID) > 0) {
             uint64_t first = (uint64_t)(tr.iteration / a->eval_interval - 1) * a->eval_iters *
                              a->global_batch_size;
-            print_eval("validation", tr.iteration, evaluate(&tr, SPLIT_VALID, first));
+            print_eval(&tr, "validation", tr.iteration, evaluate(&tr, SPLIT_VALID, first));
             t_log = now_seconds(); /* evaluation time is not training time */
         }
         if (a->save[0] && a->save_interval > 0 && tr.iteration % a->save_interval == 0) {
@@ -1098,12 +1239,12 @@ int pretrain(megadlm_args *a) {
     if (a->save[0] && saved_at != tr.iteration && save(&tr) != 0) goto done;
     if (a->eval_iters > 0) {
         if (gpt_data_num_samples(tr.data[SPLIT_VALID], SPLIT_VALID) > 0)
-            print_eval("validation", tr.iteration,
+            print_eval(&tr, "validation", tr.iteration,
                        evaluate(&tr, SPLIT_VALID,
                                 (uint64_t)(tr.iteration / a->eval_interval) * a->eval_iters *
                                     a->global_batch_size));
         if (gpt_data_num_samples(tr.data[SPLIT_TEST], SPLIT_TEST) > 0)
-            print_eval("test", tr.iteration, evaluate(&tr, SPLIT_TEST, 0));
+            print_eval(&tr, "test", tr.iteration, evaluate(&tr, SPLIT_TEST, 0));
     }
     status = 0;
 done:

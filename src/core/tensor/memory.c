@@ -19,7 +19,7 @@ static size_t g_current[MEM_NUM_CATEGORIES];
 static size_t g_peak[MEM_NUM_CATEGORIES];
 static size_t g_phase_peak[MEM_NUM_CATEGORIES]; /* since mem_phase_start */
 static size_t g_total_current, g_total_peak;
-static unsigned long g_count;
+static unsigned long g_count, g_live;
 
 static const char *g_names[MEM_NUM_CATEGORIES] = {
     "parameters", "gradients", "optimizer state", "saved activations", "workspace", "other"};
@@ -43,6 +43,7 @@ void *mem_alloc(mem_category cat, size_t bytes, const char *what) {
     g_total_current += bytes;
     if (g_total_current > g_total_peak) g_total_peak = g_total_current;
     g_count++;
+    g_live++;
     return (char *)block + MEM_ALIGN;
 }
 
@@ -58,6 +59,7 @@ void mem_free(void *p) {
     mem_header *h = (mem_header *)((char *)p - MEM_ALIGN);
     g_current[h->cat] -= h->bytes;
     g_total_current -= h->bytes;
+    g_live--;
     free(h);
 }
 
@@ -68,6 +70,7 @@ size_t mem_phase_peak(mem_category cat) { return g_phase_peak[cat]; }
 size_t mem_total_current(void) { return g_total_current; }
 size_t mem_total_peak(void) { return g_total_peak; }
 unsigned long mem_alloc_count(void) { return g_count; }
+unsigned long mem_live_count(void) { return g_live; }
 
 size_t mem_peak_rss(void) {
     struct rusage ru;

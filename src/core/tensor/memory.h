@@ -39,6 +39,7 @@ size_t mem_phase_peak(mem_category cat);
 size_t mem_total_current(void);
 size_t mem_total_peak(void);
 unsigned long mem_alloc_count(void); /* number of mem_alloc calls so far */
+unsigned long mem_live_count(void);  /* blocks allocated and not yet freed */
 const char *mem_category_name(mem_category cat);
 
 /* Prints one line per category (current and peak bytes) and the process's peak RSS. */

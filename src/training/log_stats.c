@@ -1,0 +1,82 @@
+#include "training/log_stats.h"
+
+#include <math.h>
+
+#include "core/kernels/bf16.h"
+#include "core/parallel_state.h"
+#include "core/tensor_parallel/mappings.h"
+
+/* Megatron's filters: a TP duplicate counts on TP rank 0 only; the shared embedding copy never. */
+static int counted(const param_tensor *t, int tp_rank) {
+    return !((t->tp_duplicate && tp_rank != 0) || t->pp_shared_copy);
+}
+
+static double sumsq_f32(const float *x, size_t n) {
+    double s = 0.0;
+#pragma omp parallel for reduction(+ : s) schedule(static)
+    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return s;
+}
+
+/* Sum of squares of a 16-bit tensor, widened in blocks (no full fp32 copy). */
+static double sumsq_half(half_kind kind, const uint16_t *x, size_t n) {
+    enum { BLOCK = 4096 };
+    float buf[BLOCK];
+    double s = 0.0;
+    for (size_t i = 0; i < n; i += BLOCK) {
+        size_t k = n - i < BLOCK ? n - i : BLOCK;
+        half_to_f32(kind, buf, x + i, k);
+        s += sumsq_f32(buf, k);
+    }
+    return s;
+}
+
+double log_params_norm(const gpt_model *m) {
+    const param_set *ps = &m->params;
+    int tp_rank = parallel_get()->tp_rank;
+    half_kind kind = tc_half(&m->cfg);
+    double local = 0.0;
+    for (int i = 0; i < ps->count; i++) {
+        const param_tensor *t = &ps->tensors[i];
+        if (!counted(t, tp_rank)) continue;
+        local += ps->data_bf16 ? sumsq_half(kind, ps->data_bf16 + t->offset, t->numel)
+                               : sumsq_f32(ps->data + t->offset, t->numel);
+    }
+    /* every data-parallel replica holds the same parameters: the model-parallel ranks only */
+    local = tp_all_reduce_sum_double(local);
+    return sqrt(parallel_sum_double(PARALLEL_GROUP_PP, local));
+}
+
+static double zeros(const float *g, size_t n) {
+    size_t z = 0;
+#pragma omp parallel for reduction(+ : z) schedule(static)
+    for (size_t i = 0; i < n; i++) z += g[i] == 0.0f;
+    return (double)z;
+}
+
+/* Zeros of the counted tensors within [begin, end) of the flat gradient. */
+static double zeros_in(const param_set *ps, size_t begin, size_t end, int tp_rank) {
+    double z = 0.0;
+    for (int i = 0; i < ps->count; i++) {
+        const param_tensor *t = &ps->tensors[i];
+        size_t lo = t->offset > begin ? t->offset : begin;
+        size_t hi = t->offset + t->numel < end ? t->offset + t->numel : end;
+        if (lo < hi && counted(t, tp_rank)) z += zeros(ps->grad + lo, hi - lo);
+    }
+    return z;
+}
+
+double log_num_zeros_in_grad(const param_set *ps, const dist_opt *dopt) {
+    int tp_rank = parallel_get()->tp_rank;
+    double local = 0.0;
+    if (dopt) { /* each rank's pieces hold its share of the reduced gradient */
+        for (int s = 0; s < dopt->num_segments; s++)
+            local += zeros_in(ps, dopt->segs[s].begin, dopt->segs[s].begin + dopt->segs[s].numel,
+                              tp_rank);
+        local = parallel_sum_double(PARALLEL_GROUP_DP, local);
+    } else {
+        local = zeros_in(ps, 0, ps->numel, tp_rank);
+    }
+    local = tp_all_reduce_sum_double(local);
+    return parallel_sum_double(PARALLEL_GROUP_PP, local);
+}
