@@ -179,8 +179,8 @@ static int take_arg(megadlm_args *a, const cJSON *saved, const char *name, int f
         rc = args_from_json(a, one, err, errlen);
         cJSON_Delete(one);
         if (rc == 0 && verbose) {
-            char *text = cJSON_PrintUnformatted(v);
-            printf("Setting %s to %s from checkpoint\n", name, text);
+            char *text = cJSON_IsString(v) ? NULL : cJSON_PrintUnformatted(v);
+            printf("Setting %s to %s from checkpoint\n", name, text ? text : v->valuestring);
             free(text);
         }
     } else if (!v && verbose) {
