@@ -356,6 +356,7 @@ static ckpt_state save_state(const trainer *tr) {
     if (a->ckpt_convert_format[0]) { /* the converted checkpoint's args describe the run */
         cJSON_ReplaceItemInObject(st.args, "ckpt_convert_format", cJSON_CreateString(""));
         cJSON_ReplaceItemInObject(st.args, "ckpt_convert_save", cJSON_CreateString(""));
+        cJSON_ReplaceItemInObject(st.args, "async_save", cJSON_CreateFalse()); /* not used */
     }
     return st;
 }

@@ -157,5 +157,22 @@ refused convert-zarr "--ckpt-convert-format zarr" "${common[@]}" --load straight
 refused convert-nosave "--ckpt-convert-format torch needs --ckpt-convert-save DIR" \
   "${common[@]}" --load straight --ckpt-convert-format torch
 
+# --- flags that need another one: refused by name rather than ignored ---
+refused async-nosave "--async-save needs --save DIR" "${common[@]}" --async-save
+refused np-notype "--non-persistent-save-interval 2 needs --save DIR and --non-persistent-ckpt-type global" \
+  "${common[@]}" --save x --non-persistent-save-interval 2
+refused np-dir-notype "--non-persistent-global-ckpt-dir needs --non-persistent-ckpt-type global" \
+  "${common[@]}" --save x --non-persistent-global-ckpt-dir y
+refused useargs-noload "--use-checkpoint-args needs --load DIR" "${common[@]}" --use-checkpoint-args
+refused missing-noload "--exit-on-missing-checkpoint needs --load DIR" "${common[@]}" \
+  --exit-on-missing-checkpoint
+refused convert-save-only "--ckpt-convert-save needs --ckpt-convert-format" "${common[@]}" \
+  --load straight --ckpt-convert-save z
+refused steps-nosave "--checkpoint-steps needs --save DIR" "${common[@]}" --checkpoint-steps 2
+# Megatron's other name of --save-interval
+train "${common[@]}" --seed 5 --save psi --persistent-save-interval 3 > psi.log 2>&1
+[ "$(ls -d psi/iter_* | xargs -n1 basename | tr '\n' ' ')" = "iter_0000003 iter_0000006 iter_0000008 " ] ||
+  FAIL "--persistent-save-interval 3 saved $(ls psi)"
+
 [ $fail = 0 ] && echo "checkpoint flags: all as Megatron's / MegaDLMs'"
 exit $fail
