@@ -1351,7 +1351,10 @@ static int validate_checkpointing(megadlm_args *a, char *err, size_t errlen) {
     }
     if (a->non_persistent_save_interval < 0)
         return fail(err, errlen, "--non-persistent-save-interval must be positive");
-    if (a->non_persistent_save_interval > 0 && (!a->save[0] || !np[0]))
+    /* (convert mode does not train: MegaDLMs' conversion line drops the type and keeps the
+     * interval) */
+    if (a->non_persistent_save_interval > 0 && !a->ckpt_convert_format[0] &&
+        (!a->save[0] || !np[0]))
         return fail(err, errlen, "--non-persistent-save-interval %d needs --save DIR and "
                     "--non-persistent-ckpt-type global", a->non_persistent_save_interval);
     if (a->non_persistent_global_ckpt_dir[0] && !np[0])

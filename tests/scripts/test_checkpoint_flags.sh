@@ -135,8 +135,9 @@ grep -q "Setting num_layers to 2 from checkpoint" useargs.log &&
 diff -q <(losses straight.log | tail -4) <(losses useargs.log) > /dev/null ||
   FAIL "--use-checkpoint-args resume differs from the uninterrupted run"
 
-# --- convert mode, MegaDLMs' line: 2 ranks (TP 2), model only, into DIR/torch ---
-conv=(--no-load-optim --no-save-optim --no-save-rng --no-load-rng --ckpt-convert-format torch
+# --- convert mode, MegaDLMs' line: 2 ranks (TP 2), model only, into DIR/torch; the line keeps
+# the training flags (--non-persistent-save-interval without its type among them) ---
+conv=(--non-persistent-save-interval 16 --no-load-optim --no-save-optim --no-save-rng --no-load-rng --ckpt-convert-format torch
       --ckpt-convert-save converted/ckptstep_4 --ckpt-step 4)
 mpirun --allow-run-as-root --oversubscribe -np 2 "$MEGADLM" train "${common[@]}" --seed 5 \
   --tensor-model-parallel-size 2 --save straight --load straight "${conv[@]}" > convert.log 2>&1 ||
