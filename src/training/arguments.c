@@ -1323,6 +1323,14 @@ int args_checkpoint_step(const megadlm_args *a, int iteration) {
     return 0;
 }
 
+/* Are x and y the same directory name, trailing slashes aside? */
+static int same_dir(const char *x, const char *y) {
+    size_t nx = strlen(x), ny = strlen(y);
+    while (nx > 1 && x[nx - 1] == '/') nx--;
+    while (ny > 1 && y[ny - 1] == '/') ny--;
+    return nx == ny && !strncmp(x, y, nx);
+}
+
 /* A checkpoint format megadlm cannot write, named by the flag that asked for it. */
 static int refuse_ckpt_format(const char *flag, const char *fmt, char *err, size_t errlen) {
     if (!strcmp(fmt, "torch"))
@@ -1360,6 +1368,11 @@ static int validate_checkpointing(megadlm_args *a, char *err, size_t errlen) {
     if (a->non_persistent_global_ckpt_dir[0] && !np[0])
         return fail(err, errlen, "--non-persistent-global-ckpt-dir needs "
                     "--non-persistent-ckpt-type global");
+    /* only the latest non-persistent iteration is kept: never in --save itself */
+    if (np[0] && a->save[0] && same_dir(a->non_persistent_global_ckpt_dir, a->save))
+        return fail(err, errlen, "--non-persistent-global-ckpt-dir %s is --save: its older "
+                    "checkpoints would be removed; use another directory",
+                    a->non_persistent_global_ckpt_dir);
     int max_step;
     if (parse_checkpoint_steps(a->checkpoint_steps, &max_step, err, errlen)) return -1;
     if (max_step > 0 && !a->save[0])

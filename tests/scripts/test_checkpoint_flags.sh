@@ -123,6 +123,8 @@ grep -q "non-persistent checkpoints are older than persistent checkpoint" np3.lo
   FAIL "a newer persistent checkpoint was not preferred"
 refused np-local "--non-persistent-ckpt-type local: not supported" "${common[@]}" --save x \
   --non-persistent-ckpt-type local --non-persistent-save-interval 2
+refused np-in-save "--non-persistent-global-ckpt-dir np/ is --save" "${common[@]}" --save np \
+  --non-persistent-ckpt-type global --non-persistent-global-ckpt-dir np/
 refused np-in-memory "--non-persistent-ckpt-type in_memory: not supported" "${common[@]}" \
   --save x --non-persistent-ckpt-type in_memory
 
