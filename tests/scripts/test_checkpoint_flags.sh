@@ -77,6 +77,13 @@ diff -q <(losses rng-noload.log) <(losses rng-absent.log) > /dev/null ||
   FAIL "--no-load-rng differs from a checkpoint saved with --no-save-rng"
 diff -q <(losses rng-load.log) <(losses rng-noload.log) > /dev/null &&
   FAIL "loading the RNG state changed nothing"
+# a malformed rng_state is refused, naming the file
+cp -r straight badrng
+python3 -c "
+import json; p='badrng/iter_0000004/state.json'; s=json.load(open(p)); s['rng_state']={'seed': 5}
+json.dump(s, open(p, 'w'))"
+refused badrng 'badrng/iter_0000004/state.json: expected "rng_state" to be {"seed": "<unsigned integer>"}' \
+  "${common[@]}" --seed 5 --load badrng --ckpt-step 4
 # with the same --seed, loading the RNG state is the plain exact resume
 train "${common[@]}" --seed 5 --load straight --ckpt-step 4 > rng-same.log 2>&1
 diff -q <(losses straight.log | tail -4) <(losses rng-same.log) > /dev/null ||
@@ -121,6 +128,13 @@ train "${common[@]}" --seed 5 --load np --non-persistent-ckpt-type global > np3.
 grep -q "non-persistent checkpoints are older than persistent checkpoint" np3.log &&
   grep -q "successfully loaded checkpoint from np .* at iteration 8" np3.log ||
   FAIL "a newer persistent checkpoint was not preferred"
+# a tie goes to the non-persistent checkpoint (Megatron: non-persistent iteration >= persistent)
+mkdir -p tie/non_persistent
+cp -r straight/$(iter 6) tie/; printf 6 > tie/latest_checkpointed_iteration.txt
+cp -r straight/$(iter 6) tie/non_persistent/; printf 6 > tie/non_persistent/latest_checkpointed_iteration.txt
+train "${common[@]}" --seed 5 --load tie --non-persistent-ckpt-type global > tie.log 2>&1
+grep -q "successfully loaded checkpoint from tie/non_persistent .* at iteration 6" tie.log ||
+  FAIL "a tie did not go to the non-persistent checkpoint"
 refused np-local "--non-persistent-ckpt-type local: not supported" "${common[@]}" --save x \
   --non-persistent-ckpt-type local --non-persistent-save-interval 2
 refused np-in-save "--non-persistent-global-ckpt-dir np/ is --save" "${common[@]}" --save np \
