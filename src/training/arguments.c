@@ -1369,6 +1369,116 @@ static int validate_logging(megadlm_args *a, char *err, size_t errlen) {
     return validate_monitoring(a, err, errlen);
 }
 
+/* --checkpoint-steps "a,b,c": MegaDLMs' int(step) for each non-empty item. 0 when every item
+ * is a positive integer (*max: the largest, 0 for none), else -1 naming the item. */
+static int parse_checkpoint_steps(const char *list, int *max, char *err, size_t errlen) {
+    *max = 0;
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        if (n > 0) {
+            char item[32];
+            char *end;
+            long v = n < sizeof item ? (memcpy(item, p, n), item[n] = 0, strtol(item, &end, 10))
+                                     : -1;
+            if (n >= sizeof item || *end || end == item || v <= 0 || v > INT_MAX)
+                return fail(err, errlen, "--checkpoint-steps %s: expected comma-separated "
+                            "positive iteration numbers, found \"%.*s\"", list, (int)n, p);
+            if (v > *max) *max = (int)v;
+        }
+        p += n + (e ? 1 : 0);
+    }
+    return 0;
+}
+
+int args_checkpoint_step(const megadlm_args *a, int iteration) {
+    for (const char *p = a->checkpoint_steps; *p;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end != p && v == iteration) return 1;
+        const char *e = strchr(p, ',');
+        if (!e) break;
+        p = e + 1;
+    }
+    return 0;
+}
+
+/* Are x and y the same directory name, trailing slashes aside? */
+static int same_dir(const char *x, const char *y) {
+    size_t nx = strlen(x), ny = strlen(y);
+    while (nx > 1 && x[nx - 1] == '/') nx--;
+    while (ny > 1 && y[ny - 1] == '/') ny--;
+    return nx == ny && !strncmp(x, y, nx);
+}
+
+/* A checkpoint format megadlm cannot write, named by the flag that asked for it. */
+static int refuse_ckpt_format(const char *flag, const char *fmt, char *err, size_t errlen) {
+    if (!strcmp(fmt, "torch"))
+        return fail(err, errlen, "%s torch: megadlm does not write PyTorch pickles (torch.save "
+                    "of a state dict); use torch_dist (megadlm's own layout-independent "
+                    "safetensors checkpoint), and `megadlm convert --to hf` for PyTorch tools",
+                    flag);
+    if (!strcmp(fmt, "zarr"))
+        return fail(err, errlen, "%s zarr: megadlm does not write zarr arrays (deprecated in "
+                    "Megatron); use torch_dist (megadlm's own safetensors checkpoint)", flag);
+    return fail(err, errlen, "%s %s: expected torch_dist (or Megatron's torch, zarr, which "
+                "megadlm refuses)", flag, fmt);
+}
+
+/* Megatron's checkpointing group (docs/CHECKPOINT.md): formats, non-persistent checkpoints,
+ * convert mode, and the flags that only mean something with --save or --load. */
+static int validate_checkpointing(megadlm_args *a, char *err, size_t errlen) {
+    if (strcmp(a->ckpt_format, "torch_dist"))
+        return refuse_ckpt_format("--ckpt-format", a->ckpt_format, err, errlen);
+    const char *np = a->non_persistent_ckpt_type;
+    if (np[0] && strcmp(np, "global")) {
+        if (!strcmp(np, "local") || !strcmp(np, "in_memory"))
+            return fail(err, errlen, "--non-persistent-ckpt-type %s: not supported (Megatron "
+                        "does not implement it either); use global", np);
+        return fail(err, errlen, "--non-persistent-ckpt-type %s: expected global", np);
+    }
+    if (a->non_persistent_save_interval < 0)
+        return fail(err, errlen, "--non-persistent-save-interval must be positive");
+    /* (convert mode does not train: MegaDLMs' conversion line drops the type and keeps the
+     * interval) */
+    if (a->non_persistent_save_interval > 0 && !a->ckpt_convert_format[0] &&
+        (!a->save[0] || !np[0]))
+        return fail(err, errlen, "--non-persistent-save-interval %d needs --save DIR and "
+                    "--non-persistent-ckpt-type global", a->non_persistent_save_interval);
+    if (a->non_persistent_global_ckpt_dir[0] && !np[0])
+        return fail(err, errlen, "--non-persistent-global-ckpt-dir needs "
+                    "--non-persistent-ckpt-type global");
+    /* only the latest non-persistent iteration is kept: never in --save itself */
+    if (np[0] && a->save[0] && same_dir(a->non_persistent_global_ckpt_dir, a->save))
+        return fail(err, errlen, "--non-persistent-global-ckpt-dir %s is --save: its older "
+                    "checkpoints would be removed; use another directory",
+                    a->non_persistent_global_ckpt_dir);
+    int max_step;
+    if (parse_checkpoint_steps(a->checkpoint_steps, &max_step, err, errlen)) return -1;
+    if (max_step > 0 && !a->save[0])
+        return fail(err, errlen, "--checkpoint-steps needs --save DIR");
+    if (a->async_save && !a->save[0] && !a->ckpt_convert_format[0])
+        return fail(err, errlen, "--async-save needs --save DIR");
+    const char *needs_load = a->ckpt_step >= 0                ? "--ckpt-step"
+                             : a->exit_on_missing_checkpoint ? "--exit-on-missing-checkpoint"
+                             : a->use_checkpoint_args        ? "--use-checkpoint-args"
+                             : a->ckpt_convert_format[0]     ? "--ckpt-convert-format"
+                                                             : NULL;
+    if (needs_load && !a->load[0]) return fail(err, errlen, "%s needs --load DIR", needs_load);
+    if (a->ckpt_convert_format[0]) {
+        if (strcmp(a->ckpt_convert_format, "torch") && strcmp(a->ckpt_convert_format, "torch_dist"))
+            return refuse_ckpt_format("--ckpt-convert-format", a->ckpt_convert_format, err,
+                                      errlen);
+        if (!a->ckpt_convert_save[0])
+            return fail(err, errlen, "--ckpt-convert-format %s needs --ckpt-convert-save DIR",
+                        a->ckpt_convert_format);
+    } else if (a->ckpt_convert_save[0]) {
+        return fail(err, errlen, "--ckpt-convert-save needs --ckpt-convert-format torch or "
+                    "torch_dist");
+    }
+    return 0;
+}
+
 /* The loss scaler's flags (Megatron's get_megatron_optimizer: --loss-scale gives a constant
  * scaler under --fp16 or --bf16, --fp16 without it a dynamic one; DynamicGradScaler's asserts).
  * A flag the run's scaler does not read is refused rather than ignored. */
@@ -1495,7 +1605,8 @@ int args_validate(megadlm_args *a, char *err, size_t errlen) {
         validate_recompute(a, err, errlen) || validate_world(a, err, errlen) ||
         validate_precision(a, err, errlen) ||
         validate_batch(a, err, errlen) || validate_optimizer(a, err, errlen) ||
-        validate_logging(a, err, errlen) || validate_launch_extras(a, err, errlen))
+        validate_logging(a, err, errlen) || validate_launch_extras(a, err, errlen) ||
+        validate_checkpointing(a, err, errlen))
         return -1;
     return args_check_sizes(a, err, errlen);
 }

@@ -60,6 +60,9 @@ int args_from_json(megadlm_args *a, const cJSON *obj, char *err, size_t errlen);
 
 void args_free(megadlm_args *a); /* frees data_paths */
 
+/* Is iteration one of --checkpoint-steps (validated by args_validate)? */
+int args_checkpoint_step(const megadlm_args *a, int iteration);
+
 /* Makes the arguments an fp32 run's: --bf16, --fp16 and the loss scaler's flags back to their
  * defaults (generate and convert read a mixed-precision checkpoint's fp32 main parameters). */
 void args_fp32(megadlm_args *a);

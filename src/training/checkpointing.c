@@ -341,6 +341,8 @@ int ckpt_commit(ckpt_txn *x, const ckpt_state *st, char *err, size_t errlen) {
                               st->args ? cJSON_Duplicate(st->args, 1) : cJSON_CreateObject());
         if (st->grad_scaler)
             cJSON_AddItemToObject(root, "grad_scaler", cJSON_Duplicate(st->grad_scaler, 1));
+        if (st->rng_state)
+            cJSON_AddItemToObject(root, "rng_state", cJSON_Duplicate(st->rng_state, 1));
         cJSON_AddNumberToObject(root, "format_version", CKPT_FORMAT_VERSION);
         char *text = cJSON_Print(root);
         cJSON_Delete(root);
@@ -603,8 +605,10 @@ void ckpt_state_free(ckpt_state *st) {
     if (!st) return;
     cJSON_Delete(st->args);
     cJSON_Delete(st->grad_scaler);
+    cJSON_Delete(st->rng_state);
     st->args = NULL;
     st->grad_scaler = NULL;
+    st->rng_state = NULL;
 }
 
 int ckpt_load_state(const char *dir, int iteration, ckpt_state *st, char *err, size_t errlen) {
@@ -669,6 +673,7 @@ int ckpt_load_state(const char *dir, int iteration, ckpt_state *st, char *err, s
         st->args = cJSON_IsObject(args) ? cJSON_DetachItemFromObjectCaseSensitive(root, "args")
                                         : NULL;
         st->grad_scaler = cJSON_DetachItemFromObjectCaseSensitive(root, "grad_scaler");
+        st->rng_state = cJSON_DetachItemFromObjectCaseSensitive(root, "rng_state");
         rc = 0;
     }
     cJSON_Delete(root);

@@ -32,6 +32,9 @@ typedef struct {
     cJSON *args; /* owned by the caller on save; on load, owned by the state (ckpt_state_free) */
     cJSON *grad_scaler; /* the loss scaler's state (--fp16, Megatron's optimizer state keeps it),
                            or NULL: none; owned as args */
+    cJSON *rng_state;   /* {"seed": S}: the key of the counter-based dropout and masking streams
+                           (Megatron's rng_state), or NULL: saved with --no-save-rng; owned as
+                           args */
 } ckpt_state;
 
 /* Writes the parameters in st->precision (a 16-bit precision needs ps's copy in it);

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #include "core/parallel_state.h"
 #include "core/tensor/memory.h"
 #include "core/tensor_parallel/layers.h"
+#include "core/util/die.h"
 #include "core/util/error.h"
 #include "core/util/io.h"
 
@@ -377,125 +379,288 @@ static int check_finite(const param_set *local, const dist_opt *dopt, int with_o
     return 0;
 }
 
-int dist_ckpt_save(const char *dir, const transformer_config *cfg, const param_set *local,
-                   const dist_opt *dopt, const ckpt_state *st, int with_optimizer, char *err,
-                   size_t errlen) {
+/* ---- a save in three phases (collective begin, each rank's write, collective finish), so
+ * that --async-save can run the write in a background thread ---- */
+
+struct dist_ckpt_pending {
+    layout L;
+    ckpt_txn x;          /* rank 0's transaction (the temporary directory on every rank) */
+    int fds[2];          /* rank 0's open files */
+    ckpt_state state;    /* state.json (owned copies of the JSON parts) */
+    const param_set *local; /* the slices to write: the live ones, or the snapshot's */
+    const dist_opt *dopt;
+    param_set snap;      /* --async-save: a copy of the state at the save point */
+    dist_opt snap_dopt;
+    uint32_t *g;         /* crc shares of every file tensor */
+    size_t other0;       /* MEM_OTHER at the start (the stats' buffer peak) */
+    int rc;              /* the write's status, its message in err */
+    char err[1024];
+    pthread_t thread;
+    int threaded;
+    int done;            /* the write has returned (atomic) */
+    char dir[PATH_MAX];  /* the checkpoint directory */
+    int hold_until_iteration; /* test hook (MEGADLM_TEST_ASYNC_SAVE_HOLD), -1 none */
+    char hold_path[PATH_MAX];
+};
+
+static void pending_free(dist_ckpt_pending *p) {
+    if (!p) return;
+    mem_free(p->g);
+    layout_free(&p->L);
+    ckpt_state_free(&p->state);
+    mem_free(p->snap.data);
+    mem_free(p->snap.data_bf16);
+    mem_free(p->snap.main);
+    mem_free(p->snap.exp_avg);
+    mem_free(p->snap.exp_avg_sq);
+    mem_free(p->snap_dopt.exp_avg);
+    mem_free(p->snap_dopt.exp_avg_sq);
+    mem_free(p->snap_dopt.main);
+    free(p);
+}
+
+/* Phase 1 (collective): checks, the layout, rank 0's temporary directory and files at their
+ * final size. NULL (every rank) on failure, with the lowest failing rank's message. */
+static dist_ckpt_pending *save_begin(const char *dir, const transformer_config *cfg,
+                                     const param_set *local, const dist_opt *dopt,
+                                     const ckpt_state *st, int with_optimizer, char *err,
+                                     size_t errlen) {
     const parallel_state *ps = parallel_get();
     int root = ps->world_rank == 0, rc = 0;
-    size_t other0 = mem_current(MEM_OTHER);
-    layout L;
-    rc = io_begin(&L, dir, st->iteration, cfg, local, dopt, with_optimizer, 1, err, errlen);
+    dist_ckpt_pending *p = calloc(1, sizeof *p);
+    if (!p) die(1, "out of memory (checkpoint save)");
+    p->other0 = mem_current(MEM_OTHER);
+    p->fds[0] = p->fds[1] = -1;
+    p->local = local;
+    p->dopt = dopt;
+    p->hold_until_iteration = -1;
+    snprintf(p->dir, sizeof p->dir, "%s", dir);
+    layout *L = &p->L;
+    rc = io_begin(L, dir, st->iteration, cfg, local, dopt, with_optimizer, 1, err, errlen);
     if (rc == 0) rc = check_finite(local, dopt, with_optimizer, err, errlen);
     if (agree(rc, err, errlen)) {
-        layout_free(&L);
-        return -1;
+        layout_free(L); /* (io_begin frees it on its own failures) */
+        free(p);
+        return NULL;
     }
-    int n = L.whole.count, nk = L.ngroups * n; /* file tensors */
-    g_stats.file_bytes = L.size[0] + (L.nfiles > 1 ? L.size[1] : 0);
-    ckpt_state state = *st; /* state.json records the precision the files are in */
-    state.precision = L.prec;
-
-    /* rank 0: the temporary directory and the files at their final size */
-    ckpt_txn x;
-    memset(&x, 0, sizeof x);
-    int fds[2] = {-1, -1};
+    g_stats.file_bytes = L->size[0] + (L->nfiles > 1 ? L->size[1] : 0);
+    p->state = *st; /* state.json records the precision the files are in */
+    p->state.precision = L->prec;
+    p->state.args = st->args ? cJSON_Duplicate(st->args, 1) : NULL;
+    p->state.grad_scaler = st->grad_scaler ? cJSON_Duplicate(st->grad_scaler, 1) : NULL;
+    p->state.rng_state = st->rng_state ? cJSON_Duplicate(st->rng_state, 1) : NULL;
     char path[PATH_MAX + 64];
     if (root) {
-        rc = ckpt_begin(&x, dir, st->iteration, err, errlen);
-        for (int f = 0; f < L.nfiles && rc == 0; f++) {
-            file_path(path, sizeof path, x.tmp_dir, f);
+        rc = ckpt_begin(&p->x, dir, st->iteration, err, errlen);
+        for (int f = 0; f < L->nfiles && rc == 0; f++) {
+            file_path(path, sizeof path, p->x.tmp_dir, f);
             if ((rc = ckpt_stage_hook(f ? "optimizer" : "model", path, err, errlen))) break;
-            fds[f] = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-            if (fds[f] < 0) {
+            p->fds[f] = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+            if (p->fds[f] < 0) {
                 err_set(err, errlen, "%s: cannot create: %s", path, strerror(errno));
                 rc = -1;
-            } else if (ftruncate(fds[f], (off_t)L.size[f]) != 0) {
+            } else if (ftruncate(p->fds[f], (off_t)L->size[f]) != 0) {
                 err_set(err, errlen, "%s: cannot extend to %llu bytes: %s", path,
-                        (unsigned long long)L.size[f], strerror(errno));
+                        (unsigned long long)L->size[f], strerror(errno));
                 rc = -1;
             }
         }
     }
-    if (agree(rc, err, errlen)) goto fail;
+    if (agree(rc, err, errlen)) {
+        dist_ckpt_pending_discard(p);
+        return NULL;
+    }
     if (ps->mpi && ps->world_size > 1)
-        MPI_Bcast(x.tmp_dir, (int)sizeof x.tmp_dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+        MPI_Bcast(p->x.tmp_dir, (int)sizeof p->x.tmp_dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+    p->g = mem_alloc(MEM_OTHER, ((size_t)L->ngroups * L->whole.count + 1) * sizeof(uint32_t),
+                     "checkpoint crc32 shares");
+    return p;
+}
 
-    /* every rank: its slices, straight from its buffers, and their crc shares */
-    uint32_t *g = mem_alloc(MEM_OTHER, ((size_t)nk + 1) * sizeof(uint32_t),
-                            "checkpoint crc32 shares");
-    for (int f = 0; f < L.nfiles && rc == 0; f++) {
-        if (!writes_into(f, &L, local, dopt)) continue;
-        file_path(path, sizeof path, x.tmp_dir, f);
-        int fd = fds[f];
+/* MEGADLM_TEST_ASYNC_SAVE_HOLD="N:PATH" (tests only): the background write of iteration N
+ * waits, its slices written but not yet synced, until PATH exists, so that a test can kill the
+ * job while a save is in flight without depending on timing. */
+static void test_hold(const dist_ckpt_pending *p) {
+    if (p->hold_until_iteration != p->state.iteration) return;
+    while (access(p->hold_path, F_OK) != 0) usleep(10000);
+}
+
+/* Phase 2 (this rank only, no communication): its slices, their crc shares, fsync. */
+static void save_write(dist_ckpt_pending *p) {
+    const parallel_state *ps = parallel_get();
+    int root = ps->world_rank == 0, rc = 0;
+    char path[PATH_MAX + 64];
+    for (int f = 0; f < p->L.nfiles && rc == 0; f++) {
+        if (!writes_into(f, &p->L, p->local, p->dopt)) continue;
+        file_path(path, sizeof path, p->x.tmp_dir, f);
+        int fd = p->fds[f];
         if (!root && (fd = open(path, O_WRONLY | O_CLOEXEC)) < 0) {
-            err_set(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+            err_set(p->err, sizeof p->err, "%s: cannot open: %s", path, strerror(errno));
             rc = -1;
             break;
         }
-        rc = write_slices(f, fd, path, &L, local, dopt, g, err, errlen);
-        if (!root) {
-            rc = io_fsync_close(fd, path, rc, err, errlen);
-        }
+        rc = write_slices(f, fd, path, &p->L, p->local, p->dopt, p->g, p->err, sizeof p->err);
+        if (p->threaded) test_hold(p);
+        if (!root) rc = io_fsync_close(fd, path, rc, p->err, sizeof p->err);
     }
-    if (agree(rc, err, errlen)) {
-        mem_free(g);
-        goto fail;
-    }
+    p->rc = rc;
+    __atomic_store_n(&p->done, 1, __ATOMIC_RELEASE);
+}
 
-    /* rank 0: the whole tensors' crc32s into the headers, then fsync */
+static void *save_thread(void *arg) {
+    save_write(arg);
+    return NULL;
+}
+
+/* Phase 3 (collective): the crc32s into rank 0's headers, fsync, the commit (state.json,
+ * rename into place, tracker). Frees p. */
+static int save_finish(dist_ckpt_pending *p, char *err, size_t errlen) {
+    const parallel_state *ps = parallel_get();
+    int root = ps->world_rank == 0, rc = p->rc;
+    if (p->threaded) pthread_join(p->thread, NULL);
+    p->threaded = 0;
+    if (rc) err_set(err, errlen, "%s", p->err);
+    if (agree(rc, err, errlen)) {
+        dist_ckpt_pending_discard(p);
+        return -1;
+    }
+    layout *L = &p->L;
+    int n = L->whole.count, nk = L->ngroups * n;
+    uint32_t *g = p->g;
+    char path[PATH_MAX + 64];
     if (ps->mpi && ps->world_size > 1)
         MPI_Reduce(root ? MPI_IN_PLACE : g, g, nk, MPI_UINT32_T, MPI_BXOR, 0, MPI_COMM_WORLD);
     if (root) {
-        for (int kf = 0; kf < nk; kf++) g[kf] = crc_final(g[kf], kf_bytes(&L, kf));
-        for (int f = 0; f < L.nfiles && rc == 0; f++) {
-            file_path(path, sizeof path, x.tmp_dir, f);
+        for (int kf = 0; kf < nk; kf++) g[kf] = crc_final(g[kf], kf_bytes(L, kf));
+        for (int f = 0; f < L->nfiles && rc == 0; f++) {
+            file_path(path, sizeof path, p->x.tmp_dir, f);
             int g0, g1;
-            ckpt_file_groups(f, L.prec, &g0, &g1);
+            ckpt_file_groups(f, L->prec, &g0, &g1);
             uint8_t *header = NULL;
             uint64_t header_bytes = 0;
-            rc = ckpt_file_header(path, &L.whole, f, L.prec, g + (size_t)g0 * n, &header,
+            rc = ckpt_file_header(path, &L->whole, f, L->prec, g + (size_t)g0 * n, &header,
                                   &header_bytes, NULL, NULL, err, errlen);
-            if (rc == 0 && header_bytes != L.header_bytes[f]) {
+            if (rc == 0 && header_bytes != L->header_bytes[f]) {
                 err_set(err, errlen, "%s: internal error: the header changed length", path);
                 rc = -1;
             }
-            if (rc == 0 && io_pwrite_all(fds[f], header, header_bytes, 0) != 0) {
+            if (rc == 0 && io_pwrite_all(p->fds[f], header, header_bytes, 0) != 0) {
                 err_set(err, errlen, "%s: writing the header: %s", path, strerror(errno));
                 rc = -1;
             }
             free(header);
-            if (rc == 0 && fsync(fds[f]) != 0) {
+            if (rc == 0 && fsync(p->fds[f]) != 0) {
                 err_set(err, errlen, "%s: fsync failed: %s", path, strerror(errno));
                 rc = -1;
             }
         }
         for (int f = 0; f < 2; f++) {
-            if (fds[f] >= 0 && close(fds[f]) != 0 && rc == 0) {
+            if (p->fds[f] >= 0 && close(p->fds[f]) != 0 && rc == 0) {
                 err_set(err, errlen, "%s: close failed: %s", path, strerror(errno));
                 rc = -1;
             }
-            fds[f] = -1;
+            p->fds[f] = -1;
         }
         if (rc == 0) {
-            rc = ckpt_commit(&x, &state, err, errlen); /* cleans up after itself */
-            x.tmp_dir[0] = 0;
+            rc = ckpt_commit(&p->x, &p->state, err, errlen); /* cleans up after itself */
+            p->x.tmp_dir[0] = 0;
         }
     }
-    mem_free(g);
-    if (agree(rc, err, errlen)) goto fail;
-    layout_free(&L);
-    g_stats.buffer_peak = mem_phase_peak(MEM_OTHER) - other0;
-    return 0;
-
-fail:
-    if (root) {
-        for (int f = 0; f < 2; f++)
-            if (fds[f] >= 0) close(fds[f]);
-        ckpt_abort(&x);
+    if (agree(rc, err, errlen)) {
+        dist_ckpt_pending_discard(p);
+        return -1;
     }
-    layout_free(&L);
-    g_stats.buffer_peak = mem_phase_peak(MEM_OTHER) - other0;
-    return -1;
+    g_stats.buffer_peak = mem_phase_peak(MEM_OTHER) - p->other0;
+    pending_free(p);
+    return 0;
+}
+
+void dist_ckpt_pending_discard(dist_ckpt_pending *p) {
+    if (!p) return;
+    if (p->threaded) pthread_join(p->thread, NULL);
+    for (int f = 0; f < 2; f++)
+        if (p->fds[f] >= 0) close(p->fds[f]);
+    if (parallel_get()->world_rank == 0) ckpt_abort(&p->x);
+    g_stats.buffer_peak = mem_phase_peak(MEM_OTHER) - p->other0;
+    pending_free(p);
+}
+
+int dist_ckpt_save(const char *dir, const transformer_config *cfg, const param_set *local,
+                   const dist_opt *dopt, const ckpt_state *st, int with_optimizer, char *err,
+                   size_t errlen) {
+    dist_ckpt_pending *p = save_begin(dir, cfg, local, dopt, st, with_optimizer, err, errlen);
+    if (!p) return -1;
+    save_write(p);
+    return save_finish(p, err, errlen);
+}
+
+/* A copy of n elements of size es at src (NULL stays NULL), tracked as checkpoint memory. */
+static void *snapshot(const void *src, size_t n, size_t es, const char *what) {
+    if (!src) return NULL;
+    void *d = mem_alloc(MEM_OTHER, n * es + 1, what);
+    memcpy(d, src, n * es);
+    return d;
+}
+
+/* The async save's copy of what the write reads: this rank's parameters (fp32, 16-bit, main),
+ * moments, and the distributed optimizer's pieces; the tensor lists are shared (they do not
+ * change while training). */
+static void take_snapshot(dist_ckpt_pending *p, const param_set *local, const dist_opt *dopt) {
+    size_t n = local->numel;
+    p->snap = *local;
+    p->snap.grad = NULL;
+    p->snap.data = snapshot(local->data, n, sizeof(float), "async checkpoint: parameters");
+    p->snap.data_bf16 = snapshot(local->data_bf16, n, sizeof(uint16_t),
+                                 "async checkpoint: 16-bit parameters");
+    p->snap.main = snapshot(local->main, n, sizeof(float), "async checkpoint: main parameters");
+    p->snap.exp_avg = snapshot(local->exp_avg, n, sizeof(float), "async checkpoint: exp_avg");
+    p->snap.exp_avg_sq = snapshot(local->exp_avg_sq, n, sizeof(float),
+                                  "async checkpoint: exp_avg_sq");
+    p->local = &p->snap;
+    if (!dopt) return;
+    size_t s = dopt->shard_numel;
+    p->snap_dopt = *dopt;
+    p->snap_dopt.ps = &p->snap;
+    p->snap_dopt.exp_avg = snapshot(dopt->exp_avg, s, sizeof(float), "async checkpoint: exp_avg");
+    p->snap_dopt.exp_avg_sq = snapshot(dopt->exp_avg_sq, s, sizeof(float),
+                                       "async checkpoint: exp_avg_sq");
+    p->snap_dopt.main = snapshot(dopt->main, s, sizeof(float),
+                                 "async checkpoint: main parameters");
+    p->dopt = &p->snap_dopt;
+}
+
+int dist_ckpt_save_async(const char *dir, const transformer_config *cfg, const param_set *local,
+                         const dist_opt *dopt, const ckpt_state *st, int with_optimizer,
+                         dist_ckpt_pending **out, char *err, size_t errlen) {
+    *out = NULL;
+    dist_ckpt_pending *p = save_begin(dir, cfg, local, dopt, st, with_optimizer, err, errlen);
+    if (!p) return -1;
+    take_snapshot(p, local, dopt);
+    const char *hold = getenv("MEGADLM_TEST_ASYNC_SAVE_HOLD");
+    if (hold && sscanf(hold, "%d:", &p->hold_until_iteration) == 1 && strchr(hold, ':'))
+        snprintf(p->hold_path, sizeof p->hold_path, "%s", strchr(hold, ':') + 1);
+    p->threaded = 1;
+    if (pthread_create(&p->thread, NULL, save_thread, p) != 0) {
+        p->threaded = 0; /* no thread: write now, as a synchronous save */
+        save_write(p);
+    }
+    *out = p;
+    return 0;
+}
+
+int dist_ckpt_pending_done(const dist_ckpt_pending *p) {
+    const parallel_state *ps = parallel_get();
+    int mine = __atomic_load_n(&p->done, __ATOMIC_ACQUIRE), all = mine;
+    if (ps->mpi && ps->world_size > 1)
+        MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return all;
+}
+
+int dist_ckpt_pending_iteration(const dist_ckpt_pending *p) { return p->state.iteration; }
+const char *dist_ckpt_pending_dir(const dist_ckpt_pending *p) { return p->dir; }
+
+int dist_ckpt_finish(dist_ckpt_pending *p, char *err, size_t errlen) {
+    return save_finish(p, err, errlen);
 }
 
 /* ---- loading ---- */

@@ -59,6 +59,28 @@ int dist_ckpt_load_tensors(const char *dir, int iteration, const transformer_con
                            param_set *local, dist_opt *dopt, int with_optimizer, char *err,
                            size_t errlen);
 
+/* --async-save (Megatron's async save, on CPUs): the collective start of dist_ckpt_save (checks,
+ * layout, rank 0's temporary directory and files), then a copy of this rank's slices (its
+ * parameters, moments, the distributed optimizer's pieces: the state at the save point) that a
+ * background thread writes while training goes on; nothing of the checkpoint is visible (no
+ * tracker, no iter_NNNNNNN) until dist_ckpt_finish, collective, joins the writers, writes the
+ * headers and commits with the atomic protocol. The files are byte for byte dist_ckpt_save's.
+ * *out: the save in flight. 0, or -1 (every rank) with the message. */
+typedef struct dist_ckpt_pending dist_ckpt_pending;
+int dist_ckpt_save_async(const char *dir, const transformer_config *cfg, const param_set *local,
+                         const dist_opt *dopt, const ckpt_state *st, int with_optimizer,
+                         dist_ckpt_pending **out, char *err, size_t errlen);
+/* Collective: 1 when every rank's writer has finished (dist_ckpt_finish will not wait). */
+int dist_ckpt_pending_done(const dist_ckpt_pending *p);
+/* Collective: completes the save (waiting for this rank's writer) and frees p. 0, or -1 with
+ * the lowest failing rank's message; the temporary files are removed, the tracker untouched. */
+int dist_ckpt_finish(dist_ckpt_pending *p, char *err, size_t errlen);
+/* Not collective: waits for this rank's writer and drops the save (after an error elsewhere);
+ * rank 0 removes the temporary directory. NULL: nothing. */
+void dist_ckpt_pending_discard(dist_ckpt_pending *p);
+int dist_ckpt_pending_iteration(const dist_ckpt_pending *p);
+const char *dist_ckpt_pending_dir(const dist_ckpt_pending *p); /* the checkpoint directory */
+
 /* What the last save or load did on this rank (--log-memory prints it). */
 typedef struct {
     uint64_t file_bytes;  /* the checkpoint's tensor files (model + optimizer), in all */

@@ -1,5 +1,6 @@
 #include "training/training.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -21,6 +22,7 @@
 #include "core/tensor/memory.h"
 #include "core/transformer/activation_memory.h"
 #include "tools/tools.h"
+#include "training/checkpoint_policy.h"
 #include "training/checkpointing.h"
 #include "training/watchdog.h"
 #include "training/difflm.h"
@@ -72,6 +74,10 @@ typedef struct {
     int num_unchecked;    /* stores that keep everything (partial recompute) */
     ddp *ddp;             /* data-parallel gradient reduction (buckets) */
     dist_opt *dopt;       /* --use-distributed-optimizer (NULL: plain AdamW) */
+    dist_ckpt_pending *pending; /* --async-save: the checkpoint being written, or NULL */
+    int pending_non_persistent; /* it goes to the non-persistent directory */
+    uint64_t pending_consumed;  /* its consumed samples (progress.txt when it completes) */
+    int loaded;                 /* a checkpoint was loaded */
     int dp_rank, dp_size;
     int iteration;
     int optimizer_steps; /* steps taken (AdamW's step count): iterations less skipped ones;
@@ -83,6 +89,8 @@ typedef struct {
     int advanced;        /* an iteration of this process took a step: the log has a loss */
     rerun_state rerun;   /* --rerun-mode */
     uint64_t consumed_train_samples;
+    uint64_t rng_seed; /* the key of the dropout and masking streams: --seed, or the
+                          checkpoint's rng_state (Megatron's RNG state) */
     int32_t *sample;   /* [seq_length + 1] */
     int difflm;        /* --model-running-mode difflm-noshift */
     float *lm;         /* [seq_length] one sequence's loss mask (difflm) */
@@ -142,7 +150,7 @@ static float get_difflm_batch(trainer *tr, int split, uint64_t first, int L) {
             tr->lm[j] = (a->eod_mask_loss && tr->sample[j] == eod) ? 0.0f : 1.0f;
             denominator += tr->lm[j];
         }
-        difflm_mask_sequence(tr->sample, tr->lm, L, a->mask_token, a->seed, first + b,
+        difflm_mask_sequence(tr->sample, tr->lm, L, a->mask_token, tr->rng_seed, first + b,
                              tr->tokens + (size_t)b * L, tr->labels + (size_t)b * L,
                              tr->loss_mask + (size_t)b * L);
     }
@@ -156,14 +164,14 @@ static float forward_step(void *user, int k, activation_store *store) {
     const megadlm_args *a = tr->a;
     uint32_t global_mb = (uint32_t)(k * tr->dp_size + tr->dp_rank);
     uint64_t first = sc->first + (uint64_t)global_mb * a->micro_batch_size;
-    gpt_step step = {.seed = a->seed,
+    gpt_step step = {.seed = tr->rng_seed,
                      .iteration = sc->training ? (uint32_t)tr->iteration : 0,
                      .microbatch = sc->training ? global_mb : 0,
                      .training = sc->training};
     if (tr->difflm) {
         /* variable length: training only, with bidirectional attention (as MegaDLMs) */
         float varilen = sc->training && !tr->model->cfg.causal ? a->difflm_varilen_prob : 0.0f;
-        int L = difflm_length(a->seed, (uint32_t)tr->iteration, global_mb, a->seq_length,
+        int L = difflm_length(tr->rng_seed, (uint32_t)tr->iteration, global_mb, a->seq_length,
                               varilen) - 1;
         gpt_batch b = {.tokens = tr->tokens, .labels = tr->labels, .loss_mask = tr->loss_mask,
                        .denominator = get_difflm_batch(tr, sc->split, first, L),
@@ -419,34 +427,107 @@ static void log_checkpoint_io(const trainer *tr, const char *what, const char *v
     fflush(stdout);
 }
 
-static int save(trainer *tr) {
-    megadlm_args *a = tr->a;
-    watchdog_progress("saving a checkpoint");
-    char err[1024];
+/* The state.json of a save now: counters, arguments, the loss scaler's state and, unless
+ * --no-save-rng, the RNG state (the streams' key). */
+static ckpt_state save_state(const trainer *tr) {
+    const megadlm_args *a = tr->a;
     ckpt_state st = {.iteration = tr->iteration,
                      .consumed_train_samples = tr->consumed_train_samples,
                      .optimizer_step = tr->optimizer_steps,
                      .args = args_to_json(a),
                      .grad_scaler = tr->scaling ? grad_scaler_to_json(&tr->scaler) : NULL};
+    if (!a->no_save_rng) {
+        st.rng_state = cJSON_CreateObject();
+        char seed[32];
+        snprintf(seed, sizeof seed, "%llu", (unsigned long long)tr->rng_seed);
+        cJSON_AddStringToObject(st.rng_state, "seed", seed); /* a u64: exact as a string */
+    }
+    if (a->ckpt_convert_format[0]) { /* the converted checkpoint's args describe the run */
+        cJSON_ReplaceItemInObject(st.args, "ckpt_convert_format", cJSON_CreateString(""));
+        cJSON_ReplaceItemInObject(st.args, "ckpt_convert_save", cJSON_CreateString(""));
+        cJSON_ReplaceItemInObject(st.args, "async_save", cJSON_CreateFalse()); /* not used */
+    }
+    return st;
+}
+
+/* Completes the pending --async-save write, if any: waits for this rank's writer (blocking) or,
+ * not blocking, only when every rank's writer is done (Megatron's maybe_finalize_async_save).
+ * Collective. 0, or -1 on a failed save (reported). */
+static int finish_async_save(trainer *tr, int blocking) {
+    if (!tr->pending) return 0;
+    if (!blocking && !dist_ckpt_pending_done(tr->pending)) return 0;
+    char err[1024], dir[PATH_MAX];
+    int it = dist_ckpt_pending_iteration(tr->pending);
+    snprintf(dir, sizeof dir, "%s", dist_ckpt_pending_dir(tr->pending));
+    int non_persistent = tr->pending_non_persistent;
+    double t0 = now_seconds();
+    int rc = dist_ckpt_finish(tr->pending, err, sizeof err);
+    tr->pending = NULL;
+    uint64_t consumed = tr->pending_consumed;
+    if (rc != 0) {
+        fprintf(stderr, "[rank %d] error: saving the checkpoint of iteration %d to %s: %s\n",
+                parallel_world_rank(), it, dir, err);
+        return -1;
+    }
+    if (non_persistent && parallel_world_rank() == 0) ckpt_remove_other_iterations(dir, it);
+    if (tr->a->log_memory) log_checkpoint_io(tr, "save", "written");
+    log_printf("  successfully saved checkpoint from iteration %7d to %s [ async, finalized in "
+               "t %.1f ms ]\n", it, dir, (now_seconds() - t0) * 1000.0);
+    monitor_progress_saved(&tr->mon, it, consumed);
+    return 0;
+}
+
+/* Saves the state after this iteration into dir (--save, its non-persistent directory, or
+ * the convert mode's): with --async-save a background write finalized later. */
+static int save_to(trainer *tr, const char *dir, int non_persistent) {
+    megadlm_args *a = tr->a;
+    watchdog_progress("saving a checkpoint");
+    if (finish_async_save(tr, 1) != 0) return -1; /* one save at a time, as Megatron */
+    char err[1024];
+    ckpt_state st = save_state(tr);
     double t0 = now_seconds();
     /* every rank writes its own slices (the distributed optimizer: its own pieces of the
      * moments) of the gathered parameters */
     if (tr->dopt) ddp_finish_param_sync(tr->ddp);
-    int rc = dist_ckpt_save(a->save, &tr->model->cfg, &tr->model->params, tr->dopt, &st, 1, err,
-                            sizeof(err));
-    if (a->log_memory) log_checkpoint_io(tr, "save", "written");
-    cJSON_Delete(st.args);
-    cJSON_Delete(st.grad_scaler);
+    int with_optimizer = !a->no_save_optim, rc;
+    if (a->async_save && !a->ckpt_convert_format[0]) {
+        rc = dist_ckpt_save_async(dir, &tr->model->cfg, &tr->model->params, tr->dopt, &st,
+                                  with_optimizer, &tr->pending, err, sizeof err);
+        tr->pending_non_persistent = non_persistent;
+        tr->pending_consumed = tr->consumed_train_samples;
+    } else {
+        rc = dist_ckpt_save(dir, &tr->model->cfg, &tr->model->params, tr->dopt, &st,
+                            with_optimizer, err, sizeof(err));
+    }
+    ckpt_state_free(&st);
     if (rc != 0) {
         fprintf(stderr, "[rank %d] error: saving the checkpoint of iteration %d to %s: %s\n",
-                parallel_world_rank(), tr->iteration, a->save, err);
+                parallel_world_rank(), tr->iteration, dir, err);
         return -1;
     }
+    if (tr->pending) {
+        log_printf("  saving checkpoint from iteration %7d to %s in the background (async) "
+                   "[ t %.1f ms ]\n", tr->iteration, dir, (now_seconds() - t0) * 1000.0);
+        return 0;
+    }
+    if (a->log_memory) log_checkpoint_io(tr, "save", "written");
+    if (non_persistent && parallel_world_rank() == 0)
+        ckpt_remove_other_iterations(dir, tr->iteration);
     log_printf("  successfully saved checkpoint from iteration %7d to %s [ t %.1f ms ]\n",
-           tr->iteration, a->save, (now_seconds() - t0) * 1000.0);
+           tr->iteration, dir, (now_seconds() - t0) * 1000.0);
     monitor_progress_saved(&tr->mon, tr->iteration, tr->consumed_train_samples);
     fflush(stdout);
     return 0;
+}
+
+static int save(trainer *tr) { return save_to(tr, tr->a->save, 0); }
+
+/* A non-persistent save (--non-persistent-save-interval): into the non-persistent directory
+ * of --save, older ones removed once it is complete. */
+static int save_non_persistent(trainer *tr) {
+    char dir[PATH_MAX];
+    ckpt_non_persistent_dir(tr->a, tr->a->save, dir, sizeof dir);
+    return save_to(tr, dir, 1);
 }
 
 /* The model flags a checkpoint fixes: resuming with different values is refused. */
@@ -461,7 +542,7 @@ static int check_checkpoint_args(const megadlm_args *a, const cJSON *saved, cons
         const cJSON *y = cJSON_GetObjectItemCaseSensitive(saved, k_model_flags[i]);
         if (!x || !y || cJSON_Compare(x, y, 1)) continue;
         char *xs = cJSON_PrintUnformatted(x), *ys = cJSON_PrintUnformatted(y);
-        snprintf(err, errlen, "--load %s: the checkpoint was saved with %s = %s, this run has %s",
+        snprintf(err, errlen, "--load %.600s: the checkpoint was saved with %s = %s, this run has %s",
                  dir, k_model_flags[i], ys, xs);
         free(xs);
         free(ys);
@@ -474,9 +555,9 @@ static int check_checkpoint_args(const megadlm_args *a, const cJSON *saved, cons
 
 /* Reads this rank's slices of the tensors and, unless --no-load-optim or --finetune, of the
  * optimizer state (the distributed optimizer: the moments of its own pieces only). */
-static int load_tensors(trainer *tr, int it, char *err, size_t errlen) {
+static int load_tensors(trainer *tr, const char *dir, int it, char *err, size_t errlen) {
     int with_optimizer = !tr->a->no_load_optim && !tr->a->finetune;
-    int rc = dist_ckpt_load_tensors(tr->a->load, it, &tr->model->cfg, &tr->model->params,
+    int rc = dist_ckpt_load_tensors(dir, it, &tr->model->cfg, &tr->model->params,
                                     tr->dopt, with_optimizer, err, errlen);
     if (tr->a->log_memory) log_checkpoint_io(tr, "load", "read");
     return rc;
@@ -485,7 +566,8 @@ static int load_tensors(trainer *tr, int it, char *err, size_t errlen) {
 /* The dynamic loss scaler's state from a checkpoint's (Megatron's optimizer load_state_dict:
  * a checkpoint without one, e.g. from a --bf16 or fp32 run, leaves the scaler as the flags set
  * it up; one this run has no use for is not loaded, with a warning). */
-static int load_grad_scaler(trainer *tr, const cJSON *saved, int it, char *err, size_t errlen) {
+static int load_grad_scaler(trainer *tr, const cJSON *saved, const char *dir, int it, char *err,
+                            size_t errlen) {
     if (!saved || !tr->scaling || !tr->scaler.dynamic) {
         if (saved)
             log_printf(" WARNING: the checkpoint holds a loss scaler's state; this run scales "
@@ -497,26 +579,56 @@ static int load_grad_scaler(trainer *tr, const cJSON *saved, int it, char *err, 
     }
     char why[256];
     if (grad_scaler_from_json(&tr->scaler, saved, why, sizeof why) == 0) return 0;
-    snprintf(err, errlen, "%s/iter_%07d/state.json: %s", tr->a->load, it, why);
+    snprintf(err, errlen, "%.600s/iter_%07d/state.json: %s", dir, it, why);
     return -1;
 }
 
-/* Loads the latest checkpoint of --load if there is one. 0 ok (or nothing to load), -1 error. */
+/* Megatron's RNG state: unless --no-load-rng or --finetune, the streams continue with the
+ * checkpoint's key (absent: saved with --no-save-rng, --seed's). */
+static int load_rng(trainer *tr, const cJSON *rng, const char *dir, int it, char *err,
+                    size_t errlen) {
+    if (!rng || tr->a->no_load_rng || tr->a->finetune) return 0;
+    const cJSON *seed = cJSON_GetObjectItemCaseSensitive(rng, "seed");
+    char *end = NULL;
+    unsigned long long v = cJSON_IsString(seed) ? strtoull(seed->valuestring, &end, 10) : 0;
+    if (!end || end == seed->valuestring || *end || seed->valuestring[0] == '-') {
+        snprintf(err, errlen, "%.600s/iter_%07d/state.json: expected \"rng_state\" to be "
+                 "{\"seed\": \"<unsigned integer>\"}", dir, it);
+        return -1;
+    }
+    if (v != tr->rng_seed)
+        log_printf(" > loading checkpoint: the RNG state's seed %llu (dropout and masking) "
+                   "replaces --seed %llu (--no-load-rng keeps --seed)\n", v,
+                   (unsigned long long)tr->rng_seed);
+    tr->rng_seed = v;
+    return 0;
+}
+
+/* Loads the checkpoint ckpt_select picks (the latest of --load, a newer non-persistent one,
+ * or --ckpt-step's). 0 ok (or nothing to load), 1 nothing to load under
+ * --exit-on-missing-checkpoint, -1 error. */
 static int load(trainer *tr) {
     megadlm_args *a = tr->a;
     char err[1024];
-    int it;
-    int rc = ckpt_read_latest(a->load, &it, err, sizeof(err));
+    ckpt_choice ch;
+    int rc = ckpt_select(a, &ch, g_log_rank, err, sizeof err);
     if (rc == 1) {
         log_printf(" WARNING: could not find the metadata file %s/latest_checkpointed_iteration.txt\n"
                "    will not load any checkpoints and will start from random\n",
                a->load);
+        if (a->exit_on_missing_checkpoint) {
+            log_printf(">> '--exit-on-missing-checkpoint' set ... exiting. <<\n");
+            return 1;
+        }
         return 0;
     }
+    const char *dir = ch.dir;
+    int it = ch.iteration;
     ckpt_state st = {0};
-    if (rc < 0 || ckpt_load_state(a->load, it, &st, err, sizeof(err)) != 0 ||
-        check_checkpoint_args(a, st.args, a->load, err, sizeof(err)) != 0 ||
-        load_tensors(tr, it, err, sizeof(err)) != 0) {
+    if (rc < 0 || ckpt_load_state(dir, it, &st, err, sizeof(err)) != 0 ||
+        check_checkpoint_args(a, st.args, dir, err, sizeof(err)) != 0 ||
+        load_rng(tr, st.rng_state, dir, it, err, sizeof err) != 0 ||
+        load_tensors(tr, dir, it, err, sizeof(err)) != 0) {
         fprintf(stderr, "error: loading checkpoint: %s\n", err);
         ckpt_state_free(&st);
         return -1;
@@ -529,16 +641,17 @@ static int load(trainer *tr) {
         tr->consumed_train_samples = st.consumed_train_samples;
     }
     tr->optimizer_steps = a->no_load_optim || a->finetune ? 0 : st.optimizer_step;
-    rc = load_grad_scaler(tr, st.grad_scaler, it, err, sizeof err);
+    rc = load_grad_scaler(tr, st.grad_scaler, dir, it, err, sizeof err);
     ckpt_state_free(&st);
     if (rc != 0) {
         fprintf(stderr, "error: loading checkpoint: %s\n", err);
         return -1;
     }
     if (dist_ckpt_last_conversion()[0]) log_printf("%s\n", dist_ckpt_last_conversion());
+    tr->loaded = 1;
     const parallel_state *pst = parallel_get(); /* the logging rank's, as Megatron's line */
     log_printf("  successfully loaded checkpoint from %s [ t %d/%d, p %d/%d ] at iteration %d\n",
-               a->load, pst->tp_rank + 1, pst->tp_size, pst->pp_rank + 1, pst->pp_size,
+               dir, pst->tp_rank + 1, pst->tp_size, pst->pp_rank + 1, pst->pp_size,
                tr->iteration);
     return 0;
 }
@@ -1069,6 +1182,8 @@ static void trainer_free(trainer *tr) {
     pipeline_stores_free(tr->pipe); /* NULL when setup failed before they were made */
     p2p_set_half_activations(HALF_NONE);
     if (tr->a->log_memory) log_dp_communication(tr);
+    dist_ckpt_pending_discard(tr->pending); /* after an error: joined, not committed */
+    tr->pending = NULL;
     dist_opt_free(tr->dopt);
     ddp_free(tr->ddp); /* waits for parameter gathers in flight */
     gpt_model_free(tr->model);
@@ -1081,6 +1196,32 @@ static void trainer_free(trainer *tr) {
                    os->bulk_reduce_scatters);
     }
     tp_overlap_finalize();
+}
+
+/* Megatron's --ckpt-convert-format: the loaded checkpoint written again, into
+ * --ckpt-convert-save/FMT, in megadlm's format (the only one it writes: `torch`, which Megatron
+ * writes as PyTorch pickles, gets it too, so that `megadlm convert --to hf` and MegaDLMs'
+ * .../ckptstep_N/torch layout find a checkpoint there); without training. */
+static int convert_checkpoint(trainer *tr) {
+    megadlm_args *a = tr->a;
+    if (!tr->loaded) {
+        fprintf(stderr, "error: --ckpt-convert-format %s: no checkpoint in --load %s to "
+                "convert\n", a->ckpt_convert_format, a->load);
+        return 1;
+    }
+    char dir[PATH_MAX];
+    if (snprintf(dir, sizeof dir, "%s/%s", a->ckpt_convert_save, a->ckpt_convert_format) >=
+        (int)sizeof dir) {
+        fprintf(stderr, "error: --ckpt-convert-save %s: path too long\n", a->ckpt_convert_save);
+        return 1;
+    }
+    if (save_to(tr, dir, 0) != 0) return 1;
+    log_printf("> converted checkpoint: torch_dist -> %s: iteration %d of %s written to %s in "
+               "megadlm's format (safetensors; %s, %s)\n", a->ckpt_convert_format,
+               tr->iteration, a->load, dir,
+               a->no_save_optim ? "model only, no optimizer state" : "with the optimizer state",
+               a->no_save_rng ? "no RNG state" : "with the RNG state");
+    return 0;
 }
 
 int pretrain(megadlm_args *a) {
@@ -1120,13 +1261,22 @@ int pretrain(megadlm_args *a) {
     gpt_model_init_params(tr.model, a->seed);
     setup_data_parallel(&tr);
     setup_loss_scaler(&tr); /* before a load, which may restore its state */
-    if (a->load[0] && load(&tr) != 0) goto done;
+    tr.rng_seed = a->seed;
+    int loaded = 0;
+    if (a->load[0] && (loaded = load(&tr)) != 0) {
+        if (loaded == 1) status = 0; /* --exit-on-missing-checkpoint: Megatron's sys.exit() */
+        goto done;
+    }
     if (a->load[0] && tr.dopt && tr.dopt->main) { /* --bf16: each rank loaded its pieces */
         dist_opt_main_to_copy(tr.dopt);
         ddp_start_param_sync(tr.ddp);
         ddp_finish_param_sync(tr.ddp);
     }
     gpt_model_params_to_bf16(tr.model); /* --bf16 / --fp16: from the loaded (or initial) ones */
+    if (a->ckpt_convert_format[0]) { /* convert mode: save what was loaded and stop */
+        status = convert_checkpoint(&tr);
+        goto done;
+    }
     if (setup_half(a) != 0) goto done;
     if (build_data(&tr) != 0) goto done;
     setup_optimizer(&tr);
@@ -1161,6 +1311,7 @@ int pretrain(megadlm_args *a) {
     while (tr.iteration < a->train_iters) {
         float loss, norm;
         int bad_rank;
+        if (finish_async_save(&tr, 0) != 0) goto done;
         double t_step = now_seconds();
         int stepped = train_step(&tr, &loss, &norm, &bad_rank);
         tr.train_seconds += now_seconds() - t_step;
@@ -1222,14 +1373,22 @@ int pretrain(megadlm_args *a) {
             print_eval(&tr, "validation", tr.iteration, evaluate(&tr, SPLIT_VALID, first));
             t_log = now_seconds(); /* evaluation time is not training time */
         }
-        if (a->save[0] && a->save_interval > 0 && tr.iteration % a->save_interval == 0) {
+        /* Megatron: persistent (--save-interval, MegaDLMs' --checkpoint-steps) before
+         * non-persistent, one save per iteration */
+        if (a->save[0] && ((a->save_interval > 0 && tr.iteration % a->save_interval == 0) ||
+                           args_checkpoint_step(a, tr.iteration))) {
             if (save(&tr) != 0) goto done;
             saved_at = tr.iteration;
+            t_log = now_seconds();
+        } else if (a->save[0] && a->non_persistent_save_interval > 0 &&
+                   tr.iteration % a->non_persistent_save_interval == 0) {
+            if (save_non_persistent(&tr) != 0) goto done;
             t_log = now_seconds();
         }
         if (a->exit_interval > 0 && tr.iteration % a->exit_interval == 0) {
             /* Megatron's --exit-interval: save (if saving) and stop, skipping final evaluation */
             if (a->save[0] && saved_at != tr.iteration && save(&tr) != 0) goto done;
+            if (finish_async_save(&tr, 1) != 0) goto done;
             log_printf("exiting program at iteration %d\n", tr.iteration);
             status = 0;
             goto done;
@@ -1237,6 +1396,7 @@ int pretrain(megadlm_args *a) {
     }
     log_pipeline_bubble(&tr);
     if (a->save[0] && saved_at != tr.iteration && save(&tr) != 0) goto done;
+    if (finish_async_save(&tr, 1) != 0) goto done; /* the job ends with its checkpoint */
     if (a->eval_iters > 0) {
         if (gpt_data_num_samples(tr.data[SPLIT_VALID], SPLIT_VALID) > 0)
             print_eval(&tr, "validation", tr.iteration,
@@ -1263,6 +1423,10 @@ int train_main(int argc, char **argv) {
     int rc = args_parse(&a, argc, argv, err, sizeof(err));
     if (rc == 1) return 0;
     if (rc == 0) a.world_size = parallel_world_size(); /* train's world is mpirun's */
+    /* Megatron's load_args_from_checkpoint comes before validate_args */
+    if (rc == 0 && a.use_checkpoint_args && a.load[0] &&
+        ckpt_apply_checkpoint_args(&a, parallel_world_rank() == 0, err, sizeof err) != 0)
+        rc = -1;
     /* Every rank validates the same arguments, so every rank fails together, each saying why,
      * and all exit cleanly (no rank is left waiting in a collective). */
     if (rc < 0 || args_validate(&a, err, sizeof(err)) != 0 ||
