@@ -235,22 +235,21 @@ static int copy_tokenizer(const char *out, const megadlm_args *a) {
  * counting every tensor of its intermediate state dict: ours plus one rotary inv_freq
  * (head_dim / 2 values) per layer. Then huggingface_hub's split_state_dict_into_shards in
  * state_dict order: a tensor above the limit alone in a shard; otherwise a new shard starts when
- * the tensor would take the current one over the limit. shard_of[i] gets tensor i's shard;
- * returns the number of shards. */
-static int plan_shards(const transformer_config *c, const out_set *o, size_t elem_bytes,
-                       int num_output_shards, int *shard_of) {
-    uint64_t count = (uint64_t)c->num_layers * (uint64_t)(c->kv_channels / 2);
-    for (int i = 0; i < o->n; i++)
-        count += (uint64_t)o->shapes[i][0] * (uint64_t)(o->shapes[i][1] ? o->shapes[i][1] : 1);
+ * the tensor would take the current one over the limit. */
+int difflm_plan_shards(int n, const int64_t (*shapes)[2], uint64_t inv_freq_values,
+                       size_t elem_bytes, int num_output_shards, int *shard_of) {
+    uint64_t count = inv_freq_values;
+    for (int i = 0; i < n; i++)
+        count += (uint64_t)shapes[i][0] * (uint64_t)(shapes[i][1] ? shapes[i][1] : 1);
     const uint64_t max = count * 2 / (uint64_t)(num_output_shards > 2 ? num_output_shards - 1 : 1);
     /* group[i]: the shard tensor i joins, numbered as created; pos[g]: where shard g lands in
      * hub's shard_list (an oversized tensor's shard is appended at once, the one being filled
      * when it is closed) */
-    int *group = malloc((size_t)o->n * sizeof *group), *pos = malloc((size_t)(o->n + 1) * sizeof *pos);
+    int *group = malloc((size_t)n * sizeof *group), *pos = malloc((size_t)(n + 1) * sizeof *pos);
     int groups = 0, current = -1, appended = 0;
     uint64_t current_size = 0;
-    for (int i = 0; i < o->n; i++) {
-        uint64_t sz = (uint64_t)o->shapes[i][0] * (uint64_t)(o->shapes[i][1] ? o->shapes[i][1] : 1) * elem_bytes;
+    for (int i = 0; i < n; i++) {
+        uint64_t sz = (uint64_t)shapes[i][0] * (uint64_t)(shapes[i][1] ? shapes[i][1] : 1) * elem_bytes;
         if (sz > max) {
             group[i] = groups;
             pos[groups++] = appended++;
@@ -268,7 +267,7 @@ static int plan_shards(const transformer_config *c, const out_set *o, size_t ele
         current_size += sz;
     }
     if (current >= 0) pos[current] = appended++;
-    for (int i = 0; i < o->n; i++) shard_of[i] = pos[group[i]];
+    for (int i = 0; i < n; i++) shard_of[i] = pos[group[i]];
     free(group);
     free(pos);
     return appended;
@@ -319,7 +318,9 @@ int difflm_write_export(const char *out, const transformer_config *c, const mega
                                    .ndim = o->shapes[i][1] ? 2 : 1, .shape = o->shapes[i],
                                    .from_f32 = o->bufs[i]};
     int *shard_of = malloc((size_t)o->n * sizeof *shard_of);
-    const int shards = plan_shards(c, o, st_dtype_size(dt), num_output_shards, shard_of);
+    const uint64_t inv_freq = (uint64_t)c->num_layers * (uint64_t)(c->kv_channels / 2);
+    const int shards = difflm_plan_shards(o->n, (const int64_t(*)[2])o->shapes, inv_freq,
+                                          st_dtype_size(dt), num_output_shards, shard_of);
     int rc = write_shards(out, o, shard_of, shards, dt);
     free(shard_of);
     const int eos = rc == 0 ? eod_id(a) : -1;

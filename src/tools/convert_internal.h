@@ -4,6 +4,7 @@
 #ifndef MEGADLM_TOOLS_CONVERT_INTERNAL_H
 #define MEGADLM_TOOLS_CONVERT_INTERNAL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include <cjson/cJSON.h>
@@ -61,6 +62,12 @@ void difflm_to_hf_tensors(const transformer_config *c, const param_set *ps, out_
  * 0, or -1 with a message on stderr. */
 int difflm_write_export(const char *out, const transformer_config *c, const megadlm_args *a,
                         ckpt_precision p, out_set *o, int num_output_shards);
+/* The split of save_pretrained(max_shard_size = param_count * 2 // max(1, num_output_shards - 1))
+ * over n tensors of shapes [d0] / [d0, d1] (d1 0) in state_dict order, elem_bytes each value;
+ * param_count adds inv_freq_values (MegaDLMs' intermediate state dict holds one rotary
+ * inv_freq per layer). shard_of[i] gets tensor i's shard (0-based); returns the shard count. */
+int difflm_plan_shards(int n, const int64_t (*shapes)[2], uint64_t inv_freq_values,
+                       size_t elem_bytes, int num_output_shards, int *shard_of);
 /* Opens IN/model.safetensors, or the shards of IN/model.safetensors.index.json. */
 int hf_shards_open(const char *in, hf_shards *s, char *err, size_t errlen);
 void hf_shards_close(hf_shards *s);
