@@ -341,6 +341,12 @@ static int to_hf(const char *dir, const char *out, int num_output_shards) {
                         "SwiGLU, no biases)\n", dir, why);
         return 1;
     }
+    if (f != FAM_DIFFLM && num_output_shards != 1) {
+        fprintf(stderr, "error: convert --to hf %s: --num-output-shards: only the DiffLM export "
+                        "(masked-diffusion models) is sharded; this model is written as one "
+                        "model.safetensors\n", dir);
+        return 1;
+    }
     gpt_spec spec;
     param_set ps;
     whole_params_alloc(&c, 0, &spec, &ps);
@@ -362,13 +368,6 @@ static int to_hf(const char *dir, const char *out, int num_output_shards) {
             fprintf(stderr, "[converted %s iteration %d to %s (DiffLM, %s, vocab_size %d = the padded "
                             "vocabulary)]\n", dir, it, out, ckpt_precision_name(prec), c.padded_vocab_size);
         return rc ? 1 : 0;
-    }
-    if (num_output_shards != 1) {
-        fprintf(stderr, "error: convert --to hf %s: --num-output-shards: only the DiffLM export "
-                        "(masked-diffusion models) is sharded; this model is written as one "
-                        "model.safetensors\n", dir);
-        out_free(&o);
-        return 1;
     }
     for (int i = 0; i < o.n; i++) {
         int ndim = o.shapes[i][1] ? 2 : 1;
@@ -653,7 +652,7 @@ static int difflm_tied(const cJSON *j, const hf_shards *sh) {
     if (jtrue(j, "tie_word_embeddings")) return 1;
     const st_entry *e = hf_find(sh, "model.embed_tokens.weight", NULL),
                    *l = hf_find(sh, "lm_head.weight", NULL);
-    if (!e || !l) return !l;
+    if (!e || !l) return 0; /* read as untied: the missing tensor is then named */
     return e->dtype == l->dtype && e->ndim == l->ndim && e->numel == l->numel &&
            !memcmp(e->shape, l->shape, sizeof e->shape) &&
            !memcmp(e->data, l->data, e->numel * st_dtype_size(e->dtype));

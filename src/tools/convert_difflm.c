@@ -399,6 +399,10 @@ int hf_shards_open(const char *in, hf_shards *s, char *err, size_t errlen) {
         s->n++;
     }
     cJSON_Delete(j);
+    if (rc == 0 && s->n == 0) {
+        snprintf(err, errlen, "%s/model.safetensors.index.json: the weight_map names no file", in);
+        rc = -1;
+    }
     if (rc != 0) hf_shards_close(s);
     return rc;
 }

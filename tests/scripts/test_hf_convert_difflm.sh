@@ -100,6 +100,21 @@ grep -q '"untie_embeddings_and_output_weights":[[:space:]]*false' bf16.back/iter
     || bad "bf16: the tied model came back untied"
 run tp2 F32 256 4 "groups=2 head_dim=24" "${MPIRUN[@]}" -np 2 "$MEGADLM" train "${DLM[@]}" "${GQA[@]}" \
     --tensor-model-parallel-size 2
+# a config.json as MegaDLMs' converter leaves it (its template's constants: eos 0, sliding_window
+# 4096, max_window_layers 28, initializer_range 0.02, transformers_version; indent 2) reads the same
+mkdir -p megadlms && cp fp32.hf/*.safetensors fp32.hf/*.index.json megadlms/
+"$PY" - fp32.hf/config.json megadlms/config.json <<'EOF'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c.update({"eos_token_id": 0, "sliding_window": 4096, "max_window_layers": 28, "initializer_range": 0.02,
+          "rope_theta": 10000.0, "attention_dropout": 0.0, "transformers_version": "4.51.3"})
+json.dump(c, open(sys.argv[2], "w"), indent=2, sort_keys=True)
+EOF
+"$MEGADLM" convert --from hf megadlms megadlms.back --vocab-size 50 --make-vocab-size-divisible-by 128 2> megadlms.log \
+    || { bad "--from hf of MegaDLMs' config.json"; cat megadlms.log; }
+"$PY" "$CHECK" same fp32.ckpt/iter_0000003/model.safetensors megadlms.back/iter_0000000/model.safetensors \
+    || bad "MegaDLMs' config.json: the tensors differ"
+
 # the imported checkpoint trains on
 "$MEGADLM" train "${DLM[@]}" "${GQA[@]}" --train-iters 2 --load fp32.back --save fp32.more > fp32.more.log 2>&1 \
     || { bad "train --load the imported checkpoint"; tail -5 fp32.more.log; }
