@@ -40,10 +40,13 @@ const char *difflm_misfit(const transformer_config *c, const megadlm_args *a) {
     return NULL;
 }
 
-/* q, k, v of layer l cut out of the grouped linear_qkv rows. A qkv bias (--add-qkv-bias;
- * MegaDLMs' converter has the q/k/v_proj.bias lines commented out, and DiffLM's modeling code
- * builds the projections with bias=False) would be one more tensor per part here. */
-static void qkv_out(const transformer_config *c, const float *W, int l, out_set *o) {
+/* q, k, v of layer l cut out of the grouped linear_qkv rows W, and out of its bias B when there
+ * is one: MegaDLMs' convert_wqkv / convert_wqkv_bias. B is NULL today: DiffLM's modeling code
+ * builds the projections with bias=False, and MegaDLMs' script and converter have
+ * --add-qkv-bias and the q/k/v_proj.bias lines commented out; a qkv bias is the second tensor
+ * per part here (with a modeling file that has bias=True). */
+static void qkv_out(const transformer_config *c, const float *W, const float *B, int l,
+                    out_set *o) {
     static const char *const proj[3] = {"q_proj", "k_proj", "v_proj"};
     const int h = c->hidden_size, d = c->kv_channels;
     char name[160];
@@ -55,6 +58,11 @@ static void qkv_out(const transformer_config *c, const float *W, int l, out_set 
             for (int r = 0; r < d; r++)
                 memcpy(t + ((size_t)hd * d + r) * h,
                        W + (size_t)convert_qkv_row(c, part, hd, r) * h, (size_t)h * sizeof(float));
+        if (!B) continue;
+        snprintf(name, sizeof name, "model.layers.%d.self_attn.%s.bias", l, proj[part]);
+        float *b = out_add(o, name, 1, (int64_t)heads * d, 0);
+        for (int hd = 0; hd < heads; hd++)
+            for (int r = 0; r < d; r++) b[(size_t)hd * d + r] = B[convert_qkv_row(c, part, hd, r)];
     }
 }
 
@@ -77,7 +85,8 @@ void difflm_to_hf_tensors(const transformer_config *c, const param_set *ps, out_
     for (int l = 0; l < c->num_layers; l++) {
 #define MG(suffix) (snprintf(mg, sizeof mg, "decoder.layers.%d.%s", l, suffix), mg)
 #define HF(suffix) (snprintf(hf, sizeof hf, "model.layers.%d.%s", l, suffix), hf)
-        qkv_out(c, ps->data + ps->tensors[param_set_find(ps, MG("self_attention.linear_qkv.weight"))].offset, l, o);
+        qkv_out(c, ps->data + ps->tensors[param_set_find(ps, MG("self_attention.linear_qkv.weight"))].offset,
+                NULL, l, o);
         copy_out(o, ps, HF("self_attn.o_proj.weight"), MG("self_attention.linear_proj.weight"), 2, h, (int64_t)a * d);
         copy_out(o, ps, HF("self_attn.q_norm.weight"), MG("self_attention.q_layernorm.weight"), 1, d, 0);
         copy_out(o, ps, HF("self_attn.k_norm.weight"), MG("self_attention.k_layernorm.weight"), 1, d, 0);

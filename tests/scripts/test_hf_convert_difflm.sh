@@ -115,6 +115,13 @@ EOF
 "$PY" "$CHECK" same fp32.ckpt/iter_0000003/model.safetensors megadlms.back/iter_0000000/model.safetensors \
     || bad "MegaDLMs' config.json: the tensors differ"
 
+# the imported checkpoint samples as the original (LLaDA's sampler, the same weights bit for bit)
+gen=(--prompt "1 2 3" --gen-length 8 --steps 8 --block-length 4)
+"$MEGADLM" generate --load fp32.ckpt "${gen[@]}" > fp32.gen.txt 2> fp32.gen.log || { bad "generate fp32.ckpt"; cat fp32.gen.log; }
+"$MEGADLM" generate --load fp32.back "${gen[@]}" > fp32.back.gen.txt 2> fp32.back.gen.log \
+    || { bad "generate --load the imported checkpoint"; cat fp32.back.gen.log; }
+cmp -s fp32.gen.txt fp32.back.gen.txt || bad "the imported checkpoint samples differently"
+
 # the imported checkpoint trains on
 "$MEGADLM" train "${DLM[@]}" "${GQA[@]}" --train-iters 2 --load fp32.back --save fp32.more > fp32.more.log 2>&1 \
     || { bad "train --load the imported checkpoint"; tail -5 fp32.more.log; }
