@@ -279,7 +279,7 @@ static cJSON *hf_config(const transformer_config *c, const megadlm_args *a, hf_f
 
 /* ------------------------------------------------------------------ --to hf */
 
-static int to_hf(const char *dir, const char *out, int num_output_shards) {
+static int to_hf(const char *dir, const char *out, const difflm_export_opts *eo) {
     char err[1024];
     int it;
     int rc = ckpt_read_latest(dir, &it, err, sizeof err);
@@ -341,10 +341,11 @@ static int to_hf(const char *dir, const char *out, int num_output_shards) {
                         "SwiGLU, no biases)\n", dir, why);
         return 1;
     }
-    if (f != FAM_DIFFLM && num_output_shards != 1) {
-        fprintf(stderr, "error: convert --to hf %s: --num-output-shards: only the DiffLM export "
-                        "(masked-diffusion models) is sharded; this model is written as one "
-                        "model.safetensors\n", dir);
+    if (f != FAM_DIFFLM && (eo->num_output_shards != 1 || eo->code_dir)) {
+        fprintf(stderr, "error: convert --to hf %s: %s: only the DiffLM export (masked-diffusion "
+                        "models) takes it; this model is written as one model.safetensors for "
+                        "transformers' own classes\n", dir,
+                eo->code_dir ? "--hf-code-dir" : "--num-output-shards");
         return 1;
     }
     gpt_spec spec;
@@ -362,7 +363,7 @@ static int to_hf(const char *dir, const char *out, int num_output_shards) {
     if (f == FAM_DIFFLM) {
         rc = io_mkdir_p(out, 0, err, sizeof err);
         if (rc != 0) fprintf(stderr, "error: convert --to hf: %s\n", err);
-        else rc = difflm_write_export(out, &c, &a, prec, &o, num_output_shards);
+        else rc = difflm_write_export(out, &c, &a, prec, &o, eo);
         out_free(&o);
         if (rc == 0)
             fprintf(stderr, "[converted %s iteration %d to %s (DiffLM, %s, vocab_size %d = the padded "
@@ -814,7 +815,7 @@ static int from_hf_shards(const char *in, cJSON *j, hf_family f, const hf_shards
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: megadlm convert --to hf DIR OUT [--num-output-shards N]\n"
+            "usage: megadlm convert --to hf DIR OUT [--num-output-shards N] [--hf-code-dir DIR]\n"
             "       megadlm convert --from hf IN OUT [flags]\n\n"
             "  --to hf DIR OUT       the latest checkpoint of DIR -> OUT/config.json and\n"
             "                        OUT/model.safetensors (GPT2LMHeadModel, LlamaForCausalLM or\n"
@@ -825,6 +826,9 @@ static void usage(FILE *out) {
             "  --num-output-shards N DiffLM: split the weights as MegaDLMs' converter's\n"
             "                        --num_output_shards N (model-0000i-of-0000M.safetensors +\n"
             "                        model.safetensors.index.json; default 1)\n"
+            "  --hf-code-dir DIR     DiffLM: copy DIR's *.py files into OUT (MegaDLMs'\n"
+            "                        tools/weights_conversion/hf_configs/gptneox_1.7b_dlm:\n"
+            "                        configuration_dlm.py, modeling_dlm.py, which auto_map names)\n"
             "  --from hf IN OUT      IN/config.json + IN/model.safetensors (or the shards of\n"
             "                        model.safetensors.index.json) -> megadlm checkpoint\n"
             "                        OUT (iteration 0)\n"
@@ -839,6 +843,7 @@ int convert_main(int argc, char **argv) {
     from_opts op = {0};
     const char *to = NULL, *from = NULL;
     int shards = 0; /* --num-output-shards, 0: not given */
+    const char *code_dir = NULL;
     static const struct option opts[] = {
         {"to", required_argument, 0, 't'},
         {"from", required_argument, 0, 'f'},
@@ -846,6 +851,7 @@ int convert_main(int argc, char **argv) {
         {"make-vocab-size-divisible-by", required_argument, 0, 'D'},
         {"seq-length", required_argument, 0, 'S'},
         {"num-output-shards", required_argument, 0, 'N'},
+        {"hf-code-dir", required_argument, 0, 'C'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     optind = 1;
@@ -869,6 +875,7 @@ int convert_main(int argc, char **argv) {
         case 't': to = optarg; break;
         case 'f': from = optarg; break;
         case 'D': case 'S': case 'N': break;
+        case 'C': code_dir = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -883,11 +890,12 @@ int convert_main(int argc, char **argv) {
         fprintf(stderr, "error: convert: format '%s': expected hf\n", fmt);
         return 2;
     }
-    if (from && shards) {
-        fprintf(stderr, "error: convert: --num-output-shards is a flag of --to hf (--from hf reads "
-                        "the shards model.safetensors.index.json names)\n");
+    if (from && (shards || code_dir)) {
+        fprintf(stderr, "error: convert: %s is a flag of --to hf (--from hf reads the weights "
+                        "and config.json alone)\n", shards ? "--num-output-shards" : "--hf-code-dir");
         return 2;
     }
-    return to ? to_hf(argv[optind], argv[optind + 1], shards ? shards : 1)
+    const difflm_export_opts eo = {.num_output_shards = shards ? shards : 1, .code_dir = code_dir};
+    return to ? to_hf(argv[optind], argv[optind + 1], &eo)
               : from_hf(argv[optind], argv[optind + 1], &op);
 }

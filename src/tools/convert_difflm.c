@@ -9,8 +9,10 @@
  *                               split as save_pretrained(max_shard_size=...) splits them
  *   tokenizer.json (+ tokenizer_config.json, special_tokens_map.json when present)
  *
- * The Python modeling code (configuration_dlm.py, modeling_dlm.py) is not written: config.json's
- * auto_map names it, and it is copied from MegaDLMs next to the export (docs/CHECKPOINT.md). */
+ * The Python modeling code (configuration_dlm.py, modeling_dlm.py) is not part of megadlm:
+ * config.json's auto_map names it, and --hf-code-dir copies it from a MegaDLMs checkout
+ * (docs/CHECKPOINT.md). */
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -319,8 +321,42 @@ static int write_shards(const char *out, const out_set *o, const int *shard_of, 
     return rc;
 }
 
+/* --hf-code-dir: the *.py files of DIR (MegaDLMs' hf_configs/gptneox_1.7b_dlm:
+ * configuration_dlm.py, modeling_dlm.py), as the converter copies its model_dir_path's files
+ * (its config.json and generation_config.json are written here instead). Returns the number
+ * copied, or -1. */
+static int copy_code(const char *out, const char *code_dir) {
+    DIR *d = opendir(code_dir);
+    if (!d) {
+        fprintf(stderr, "error: convert --to hf: --hf-code-dir %s: %s\n", code_dir, strerror(errno));
+        return -1;
+    }
+    char from[PATH_MAX + 256], to[PATH_MAX + 256];
+    struct dirent *e;
+    int n = 0;
+    while ((e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        struct stat sb;
+        snprintf(from, sizeof from, "%s/%s", code_dir, e->d_name);
+        if (len < 4 || strcmp(e->d_name + len - 3, ".py") || stat(from, &sb) || !S_ISREG(sb.st_mode))
+            continue;
+        snprintf(to, sizeof to, "%s/%s", out, e->d_name);
+        if (copy_file(from, to) != 0) {
+            closedir(d);
+            return -1;
+        }
+        n++;
+    }
+    closedir(d);
+    if (n == 0)
+        fprintf(stderr, "error: convert --to hf: --hf-code-dir %s: no .py file (expected MegaDLMs' "
+                        "configuration_dlm.py and modeling_dlm.py)\n", code_dir);
+    return n ? n : -1;
+}
+
 int difflm_write_export(const char *out, const transformer_config *c, const megadlm_args *a,
-                        ckpt_precision p, out_set *o, int num_output_shards) {
+                        ckpt_precision p, out_set *o, const difflm_export_opts *eo) {
+    const int num_output_shards = eo->num_output_shards;
     const st_dtype dt = ckpt_precision_dtype(p);
     for (int i = 0; i < o->n; i++)
         o->d[i] = (st_tensor_desc){.name = o->names[i], .dtype = dt,
@@ -340,10 +376,11 @@ int difflm_write_export(const char *out, const transformer_config *c, const mega
     }
     if (rc == 0) rc = write_generation_config(out, eos);
     if (rc == 0) rc = copy_tokenizer(out, a);
-    if (rc == 0)
+    if (rc == 0 && eo->code_dir) rc = copy_code(out, eo->code_dir) < 0 ? -1 : 0;
+    if (rc == 0 && !eo->code_dir)
         fprintf(stderr, "[DiffLM export: %d weight file%s; copy configuration_dlm.py and "
                         "modeling_dlm.py from MegaDLMs' tools/weights_conversion/hf_configs/"
-                        "gptneox_1.7b_dlm into %s for trust_remote_code]\n",
+                        "gptneox_1.7b_dlm into %s for trust_remote_code (or give --hf-code-dir)]\n",
                 shards, shards == 1 ? "" : "s", out);
     return rc;
 }

@@ -58,10 +58,15 @@ const char *difflm_misfit(const transformer_config *c, const megadlm_args *a);
 void difflm_to_hf_tensors(const transformer_config *c, const param_set *ps, out_set *o);
 /* Writes OUT/config.json, generation_config.json, the weights (model.safetensors, or
  * model-0000i-of-0000N.safetensors + model.safetensors.index.json as transformers'
- * save_pretrained shards them for MegaDLMs' --num_output_shards) and the tokenizer files.
+ * save_pretrained shards them for MegaDLMs' --num_output_shards), the tokenizer files and the
+ * Python files of --hf-code-dir.
  * 0, or -1 with a message on stderr. */
+typedef struct {
+    int num_output_shards; /* --num-output-shards (1: one model.safetensors) */
+    const char *code_dir;  /* --hf-code-dir: its *.py files copied into OUT, or NULL */
+} difflm_export_opts;
 int difflm_write_export(const char *out, const transformer_config *c, const megadlm_args *a,
-                        ckpt_precision p, out_set *o, int num_output_shards);
+                        ckpt_precision p, out_set *o, const difflm_export_opts *eo);
 /* The split of save_pretrained(max_shard_size = param_count * 2 // max(1, num_output_shards - 1))
  * over n tensors of shapes [d0] / [d0, d1] (d1 0) in state_dict order, elem_bytes each value;
  * param_count adds inv_freq_values (MegaDLMs' intermediate state dict holds one rotary

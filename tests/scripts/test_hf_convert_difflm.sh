@@ -16,8 +16,8 @@
 #       imported checkpoint gives the original's logits bit for bit;
 #   (d) a HuggingFaceTokenizer run's export carries its tokenizer.json and tokenizer_config.json
 #       and the tokenizer's end-of-document id as eos_token_id;
-#   (e) refusals: no --qk-layernorm, --num-output-shards on a GPT export or with --from hf, a
-#       missing shard.
+#   (e) --hf-code-dir copies the modeling .py files; refusals: no --qk-layernorm,
+#       --num-output-shards / --hf-code-dir on a GPT export or with --from hf, a missing shard.
 # Environment (set by CTest): MEGADLM, SRC, BUILD, WORK.
 set -euo pipefail
 
@@ -145,6 +145,14 @@ else
         tok.hf/config.json tok.hf/generation_config.json || bad "eos_token_id is not the tokenizer's <|endoftext|> 50256"
 fi
 
+# --hf-code-dir: its .py files (stand-ins for MegaDLMs' configuration_dlm.py / modeling_dlm.py)
+# land next to the weights; its config.json does not replace ours
+mkdir -p code && echo "# configuration stand-in" > code/configuration_dlm.py
+echo "# modeling stand-in" > code/modeling_dlm.py && echo '{}' > code/config.json
+"$MEGADLM" convert --to hf fp32.ckpt code.hf --hf-code-dir code 2> code.log || { bad "--hf-code-dir"; cat code.log; }
+for f in configuration_dlm.py modeling_dlm.py; do cmp -s "code/$f" "code.hf/$f" || bad "--hf-code-dir: $f not copied"; done
+cmp -s fp32.hf/config.json code.hf/config.json || bad "--hf-code-dir: config.json changed"
+
 # (e) refusals name what does not fit
 echo "== refusals"
 expect_fail() { # expect_fail <substring> <command...>
@@ -162,6 +170,9 @@ expect_fail "--qk-layernorm" "$MEGADLM" convert --to hf noqk noqk.hf
     --eval-iters 0 --train-iters 1 --save gpt > gpt.log 2>&1
 expect_fail "--num-output-shards" "$MEGADLM" convert --to hf gpt gpt.hf --num-output-shards 2
 expect_fail "--num-output-shards" "$MEGADLM" convert --from hf fp32.hf x --num-output-shards 2
+expect_fail "--hf-code-dir" "$MEGADLM" convert --to hf gpt gpt.hf --hf-code-dir code
+mkdir -p nocode
+expect_fail "no .py file" "$MEGADLM" convert --to hf fp32.ckpt nocode.hf --hf-code-dir nocode
 mkdir -p holed && cp fp32.hf/* holed/
 last=$(cd holed && ls model-*-of-*.safetensors | tail -1)
 rm "holed/$last"
