@@ -36,7 +36,8 @@ SINGLE=(test_generate test_train_resume test_validation test_preprocess test_spl
         test_safetensors_python)
 # script tests under mpirun
 MULTI=(test_tensor_parallel_checkpoint test_tensor_parallel_errors test_data_parallel
-       test_difflm_train test_checkpoint_layouts test_checkpoint_flags test_async_save)
+       test_difflm_train test_checkpoint_layouts test_checkpoint_flags test_async_save
+       test_hf_convert_difflm)
 
 t0=$(date +%s)
 mkdir -p "$BUILD"

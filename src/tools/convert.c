@@ -8,6 +8,9 @@
  *   megadlm convert --from hf IN OUT     IN/config.json + IN/model.safetensors -> a megadlm
  *                                        checkpoint OUT/iter_0000000 (zero AdamW moments)
  *
+ * Masked-diffusion models (difflm-noshift) go to and come from MegaDLMs' DiffLM layout
+ * (convert_difflm.c), sharded or not.
+ *
  * Only models whose every part exists in the target architecture are converted; anything else
  * is refused with a message naming what does not fit. The vocabulary is the padded one: HF's
  * vocab_size is megadlm's padded_vocab_size (the padding rows are kept). */
@@ -27,6 +30,7 @@
 #include "core/tensor/safetensors.h"
 #include "core/util/io.h"
 #include "core/util/parse.h"
+#include "tools/convert_internal.h"
 #include "tools/json_fields.h"
 #include "tools/tools.h"
 #include "training/arguments.h"
@@ -35,12 +39,11 @@
 #include "training/theoretical_memory.h"
 #include "training/tokenizer/tokenizer.h"
 
-typedef enum { FAM_NONE = 0, FAM_GPT2, FAM_LLAMA, FAM_QWEN3 } hf_family;
+typedef enum { FAM_NONE = 0, FAM_GPT2, FAM_LLAMA, FAM_QWEN3, FAM_DIFFLM } hf_family;
 
 /* ------------------------------------------------------------------ helpers */
 
-/* Shortest decimal that reads back as the same float (1e-05, not 9.99999974737875e-06). */
-static double nice_float(float f) {
+double nice_float(float f) {
     char buf[64];
     for (int p = 1; p <= 9; p++) {
         snprintf(buf, sizeof buf, "%.*g", p, (double)f);
@@ -49,16 +52,7 @@ static double nice_float(float f) {
     return (double)f;
 }
 
-/* Output tensors: names and buffers owned here. */
-typedef struct {
-    int n, cap;
-    st_tensor_desc *d;
-    char **names;
-    float **bufs;
-    int64_t (*shapes)[2];
-} out_set;
-
-static float *out_add(out_set *o, const char *name, int ndim, int64_t d0, int64_t d1) {
+float *out_add(out_set *o, const char *name, int ndim, int64_t d0, int64_t d1) {
     if (o->n == o->cap) {
         o->cap = o->cap ? 2 * o->cap : 64;
         o->d = realloc(o->d, o->cap * sizeof *o->d);
@@ -75,7 +69,7 @@ static float *out_add(out_set *o, const char *name, int ndim, int64_t d0, int64_
     return o->bufs[i];
 }
 
-static void out_free(out_set *o) {
+void out_free(out_set *o) {
     for (int i = 0; i < o->n; i++) {
         free(o->names[i]);
         free(o->bufs[i]);
@@ -90,7 +84,7 @@ static void out_free(out_set *o) {
 
 /* Row of megadlm's grouped linear_qkv (qkv_layout.h) for (part 0 q / 1 k / 2 v, head within
  * its kind, channel r): Hugging Face keeps q, k and v as three separate matrices. */
-static int64_t qkv_row(const transformer_config *c, int part, int head, int r) {
+int64_t convert_qkv_row(const transformer_config *c, int part, int head, int r) {
     const qkv_layout l = tc_qkv_layout(c);
     size_t off = part == 0   ? qkv_query_offset(l, head)
                  : part == 1 ? qkv_key_offset(l, head)
@@ -176,7 +170,7 @@ static void to_hf_tensors(const transformer_config *c, const param_set *ps, hf_f
             float *cb = out_add(o, name, 1, 3 * h, 0);
             for (int col = 0; col < 3 * h; col++) {
                 int part = col / h, within = col % h;
-                int64_t row = qkv_row(c, part, within / d, within % d);
+                int64_t row = convert_qkv_row(c, part, within / d, within % d);
                 cb[col] = B[row];
                 for (int i = 0; i < h; i++) cw[(size_t)i * 3 * h + col] = W[(size_t)row * h + i];
             }
@@ -212,7 +206,7 @@ static void to_hf_tensors(const transformer_config *c, const param_set *ps, hf_f
             float *t = out_add(o, name, 2, (int64_t)heads * d, h);
             for (int hd = 0; hd < heads; hd++)
                 for (int r = 0; r < d; r++)
-                    COPY(t + ((size_t)hd * d + r) * h, W + (size_t)qkv_row(c, part, hd, r) * h, h);
+                    COPY(t + ((size_t)hd * d + r) * h, W + (size_t)convert_qkv_row(c, part, hd, r) * h, h);
         }
         snprintf(name, sizeof name, "model.layers.%d.self_attn.o_proj.weight", l);
         COPY(out_add(o, name, 2, h, (int64_t)a * d), P("%s.%d.self_attention.linear_proj.weight", pre, l), (size_t)h * a * d);
@@ -285,7 +279,7 @@ static cJSON *hf_config(const transformer_config *c, const megadlm_args *a, hf_f
 
 /* ------------------------------------------------------------------ --to hf */
 
-static int to_hf(const char *dir, const char *out) {
+static int to_hf(const char *dir, const char *out, const difflm_export_opts *eo) {
     char err[1024];
     int it;
     int rc = ckpt_read_latest(dir, &it, err, sizeof err);
@@ -328,16 +322,30 @@ static int to_hf(const char *dir, const char *out) {
         return 1;
     }
     transformer_config c = model_config_from_args(&a);
-    hf_family f = (c.rope || c.normalization == NORM_RMSNORM)
+    hf_family f = difflm_is_model(&c, &a) ? FAM_DIFFLM
+                  : (c.rope || c.normalization == NORM_RMSNORM)
                       ? (c.qk_layernorm ? FAM_QWEN3 : FAM_LLAMA)
                       : FAM_GPT2;
-    const char *why = misfit(&c, &a, f);
+    const char *why = f == FAM_DIFFLM ? difflm_misfit(&c, &a) : misfit(&c, &a, f);
+    if (why && f == FAM_DIFFLM) {
+        fprintf(stderr, "error: convert --to hf %s: a masked-diffusion model exports as MegaDLMs' "
+                        "DiffLM, which does not fit this model: %s (DiffLM needs RMSNorm, full "
+                        "RoPE, SwiGLU, no biases, --qk-layernorm and --mask-token)\n", dir, why);
+        return 1;
+    }
     if (why) {
         fprintf(stderr, "error: convert --to hf %s: no Hugging Face architecture fits this model: "
                         "%s (GPT2LMHeadModel needs LayerNorm, learned positions, tanh GELU, "
                         "biases, tied embeddings, multi-head attention with kv_channels * heads "
                         "== hidden; LlamaForCausalLM / Qwen3ForCausalLM need RMSNorm, full RoPE, "
                         "SwiGLU, no biases)\n", dir, why);
+        return 1;
+    }
+    if (f != FAM_DIFFLM && (eo->num_output_shards != 1 || eo->code_dir)) {
+        fprintf(stderr, "error: convert --to hf %s: %s: only the DiffLM export (masked-diffusion "
+                        "models) takes it; this model is written as one model.safetensors for "
+                        "transformers' own classes\n", dir,
+                eo->code_dir ? "--hf-code-dir" : "--num-output-shards");
         return 1;
     }
     gpt_spec spec;
@@ -349,8 +357,19 @@ static int to_hf(const char *dir, const char *out) {
         return 1;
     }
     out_set o = {0};
-    to_hf_tensors(&c, &ps, f, &o);
+    if (f == FAM_DIFFLM) difflm_to_hf_tensors(&c, &ps, &o);
+    else to_hf_tensors(&c, &ps, f, &o);
     whole_params_free(&spec, &ps);
+    if (f == FAM_DIFFLM) {
+        rc = io_mkdir_p(out, 0, err, sizeof err);
+        if (rc != 0) fprintf(stderr, "error: convert --to hf: %s\n", err);
+        else rc = difflm_write_export(out, &c, &a, prec, &o, eo);
+        out_free(&o);
+        if (rc == 0)
+            fprintf(stderr, "[converted %s iteration %d to %s (DiffLM, %s, vocab_size %d = the padded "
+                            "vocabulary)]\n", dir, it, out, ckpt_precision_name(prec), c.padded_vocab_size);
+        return rc ? 1 : 0;
+    }
     for (int i = 0; i < o.n; i++) {
         int ndim = o.shapes[i][1] ? 2 : 1;
         /* 16-bit values widened and rounded back: the checkpoint's bits */
@@ -453,11 +472,23 @@ static cJSON *read_json(const char *path, char *err, size_t errlen) {
     return j;
 }
 
-/* Reads HF tensor `name` of shape [d0(, d1)] into out (F32/F16/BF16). */
-static int hf_read(const st_file *sf, const char *name, int ndim, int64_t d0, int64_t d1, float *out) {
-    const st_entry *e = st_find(sf, name);
+const st_entry *hf_find(const hf_shards *s, const char *name, const st_file **which) {
+    for (int i = 0; i < s->n; i++) {
+        const st_entry *e = st_find(&s->f[i], name);
+        if (e) {
+            if (which) *which = &s->f[i];
+            return e;
+        }
+    }
+    return NULL;
+}
+
+int hf_read(const hf_shards *s, const char *name, int ndim, int64_t d0, int64_t d1, float *out) {
+    const st_file *sf = NULL;
+    const st_entry *e = hf_find(s, name, &sf);
     if (!e) {
-        fprintf(stderr, "error: convert --from hf: %s: tensor %s: missing\n", sf->path, name);
+        fprintf(stderr, "error: convert --from hf: %s%s: tensor %s: missing\n", s->f[0].path,
+                s->n > 1 ? " (and the other shards)" : "", name);
         return -1;
     }
     if (e->ndim != ndim || e->shape[0] != d0 || (ndim == 2 && e->shape[1] != d1)) {
@@ -475,7 +506,7 @@ static int hf_read(const st_file *sf, const char *name, int ndim, int64_t d0, in
     return 0;
 }
 
-static int from_hf_tensors(const transformer_config *c, param_set *ps, hf_family f, const st_file *sf) {
+static int from_hf_tensors(const transformer_config *c, param_set *ps, hf_family f, const hf_shards *sf) {
     const int h = c->hidden_size, d = c->kv_channels, a = c->num_attention_heads,
               g = c->num_query_groups, F = c->ffn_hidden_size, V = c->padded_vocab_size;
     char name[160], src[160];
@@ -507,7 +538,7 @@ static int from_hf_tensors(const transformer_config *c, param_set *ps, hf_family
             R(name, 1, 3 * h, 0, tmpb);
             for (int col = 0; col < 3 * h; col++) {
                 int part = col / h, within = col % h;
-                int64_t row = qkv_row(c, part, within / d, within % d);
+                int64_t row = convert_qkv_row(c, part, within / d, within % d);
                 B[row] = tmpb[col];
                 for (int i = 0; i < h; i++) W[(size_t)row * h + i] = tmp[(size_t)i * 3 * h + col];
             }
@@ -544,7 +575,7 @@ static int from_hf_tensors(const transformer_config *c, param_set *ps, hf_family
             R(name, 2, (int64_t)heads * d, h, tmp);
             for (int hd = 0; hd < heads; hd++)
                 for (int r = 0; r < d; r++)
-                    memcpy(W + (size_t)qkv_row(c, part, hd, r) * h, tmp + ((size_t)hd * d + r) * h, h * sizeof(float));
+                    memcpy(W + (size_t)convert_qkv_row(c, part, hd, r) * h, tmp + ((size_t)hd * d + r) * h, h * sizeof(float));
         }
         snprintf(name, sizeof name, "model.layers.%d.self_attn.o_proj.weight", l);
         R(name, 2, h, (int64_t)a * d, P("%s.%d.self_attention.linear_proj.weight", pre, l));
@@ -579,8 +610,12 @@ done:
 #undef COPY
 }
 
+static int from_hf_shards(const char *in, cJSON *j, hf_family f, const hf_shards *sh,
+                          const char *out, const from_opts *op);
+
 static int from_hf(const char *in, const char *out, const from_opts *op) {
     char path[1200], err[1024];
+    int rc;
     snprintf(path, sizeof path, "%s/config.json", in);
     cJSON *j = read_json(path, err, sizeof err);
     if (!j) {
@@ -590,12 +625,59 @@ static int from_hf(const char *in, const char *out, const from_opts *op) {
     const char *mt = jstr(j, "model_type");
     hf_family f = !mt ? FAM_NONE : !strcmp(mt, "gpt2") ? FAM_GPT2 : !strcmp(mt, "llama") ? FAM_LLAMA
                                  : !strcmp(mt, "qwen3") ? FAM_QWEN3 : FAM_NONE;
+    /* MegaDLMs' DiffLM: no model_type (DLMConfig has none), architectures ["DiffLM"] */
+    const cJSON *arch = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "architectures"), 0);
+    if (f == FAM_NONE && cJSON_IsString(arch) && !strcmp(arch->valuestring, "DiffLM")) f = FAM_DIFFLM;
     if (f == FAM_NONE) {
-        fprintf(stderr, "error: convert --from hf: %s: model_type %s%s%s: expected gpt2, llama or qwen3\n",
+        fprintf(stderr, "error: convert --from hf: %s: model_type %s%s%s: expected gpt2, llama or qwen3 "
+                        "(or architectures [\"DiffLM\"], MegaDLMs' export)\n",
                 path, mt ? "\"" : "", mt ? mt : "missing", mt ? "\"" : "");
         cJSON_Delete(j);
         return 1;
     }
+    hf_shards sh;
+    if (hf_shards_open(in, &sh, err, sizeof err) != 0) {
+        fprintf(stderr, "error: convert --from hf: %s\n", err);
+        cJSON_Delete(j);
+        return 1;
+    }
+    rc = from_hf_shards(in, j, f, &sh, out, op);
+    hf_shards_close(&sh);
+    return rc;
+}
+
+/* MegaDLMs' DiffLM export always holds lm_head.weight (tie_word_embeddings false); a tied
+ * megadlm model's export holds the embedding there, so lm_head bit for bit equal to
+ * embed_tokens reads back as a tied model. */
+static int difflm_tied(const cJSON *j, const hf_shards *sh) {
+    if (jtrue(j, "tie_word_embeddings")) return 1;
+    const st_entry *e = hf_find(sh, "model.embed_tokens.weight", NULL),
+                   *l = hf_find(sh, "lm_head.weight", NULL);
+    if (!e || !l) return 0; /* read as untied: the missing tensor is then named */
+    return e->dtype == l->dtype && e->ndim == l->ndim && e->numel == l->numel &&
+           !memcmp(e->shape, l->shape, sizeof e->shape) &&
+           !memcmp(e->data, l->data, e->numel * st_dtype_size(e->dtype));
+}
+
+/* The model part of a DiffLM config.json (the Llama keys read by the caller). */
+static const char *difflm_from_config(const cJSON *j, const hf_shards *sh, const char *path,
+                                      megadlm_args *a, int *rc) {
+    snprintf(a->model_running_mode, sizeof a->model_running_mode, "difflm-noshift");
+    const char *mask = jstr(j, "attn_mask_type");
+    /* DLMConfig's default is bidirectional; anything else makes DLMAttention causal */
+    snprintf(a->attention_mask_type, sizeof a->attention_mask_type, "%s",
+             !mask || !strcmp(mask, "bidirectional") ? "no_mask" : "causal");
+    if (jint(j, "mask_token_id", &a->mask_token, path, 1)) *rc = -1;
+    a->qk_layernorm = 1; /* DLMAttention always has q_norm / k_norm */
+    a->untie_embeddings_and_output_weights = !difflm_tied(j, sh);
+    if (jtrue(j, "use_mrope")) return "use_mrope (megadlm's RoPE is one-dimensional)";
+    return NULL;
+}
+
+static int from_hf_shards(const char *in, cJSON *j, hf_family f, const hf_shards *sh,
+                          const char *out, const from_opts *op) {
+    char path[1200], err[1024];
+    snprintf(path, sizeof path, "%s/config.json", in);
     megadlm_args a;
     args_defaults(&a);
     int V = 0, rc = 0;
@@ -657,6 +739,10 @@ static int from_hf(const char *in, const char *out, const from_opts *op) {
         if (rs && !cJSON_IsNull(rs)) why = "rope_scaling (megadlm's RoPE is unscaled)";
         if (jtrue(j, "use_sliding_window")) why = "use_sliding_window (megadlm's attention is full)";
         if (!jnum(j, "partial_rotary_factor", &x) && x != 1.0) why = "partial_rotary_factor != 1";
+        if (f == FAM_DIFFLM) {
+            const char *w = difflm_from_config(j, sh, path, &a, &rc);
+            if (w) why = w;
+        }
     }
     if (!jnum(j, "initializer_range", &x)) a.init_method_std = (float)x;
     cJSON_Delete(j);
@@ -694,23 +780,22 @@ static int from_hf(const char *in, const char *out, const from_opts *op) {
         return 1;
     }
     transformer_config c = model_config_from_args(&a);
-    snprintf(path, sizeof path, "%s/model.safetensors", in);
-    if (ckpt_check_file_holds(path, theoretical_megadlm_parameter_count(&a), err, sizeof err)) {
-        fprintf(stderr, "error: convert --from hf %s: config.json: %s\n", in, err);
+    /* the files hold at least 2 bytes a parameter the config describes (checked before the
+     * allocation, the config may not match the tensors) */
+    uint64_t bytes = 0;
+    for (int i = 0; i < sh->n; i++) bytes += sh->f[i].map_len;
+    const size_t numel = theoretical_megadlm_parameter_count(&a);
+    if (bytes / 2 < numel) {
+        fprintf(stderr, "error: convert --from hf %s: config.json: the weight files hold %llu bytes, "
+                        "too few for the %zu parameters the config describes: the configuration "
+                        "does not match the tensors\n", in, (unsigned long long)bytes, numel);
         args_free(&a);
-        return 1;
-    }
-    st_file sf;
-    if (st_open(path, &sf, err, sizeof err) != 0) {
-        fprintf(stderr, "error: convert --from hf: %s (a sharded checkpoint, model.safetensors.index.json, "
-                        "is not supported)\n", err);
         return 1;
     }
     gpt_spec spec;
     param_set ps;
     whole_params_alloc(&c, 1, &spec, &ps); /* the moments stay zero */
-    rc = from_hf_tensors(&c, &ps, f, &sf);
-    st_close(&sf);
+    rc = from_hf_tensors(&c, &ps, f, sh);
     if (rc == 0) {
         ckpt_state st = {.iteration = 0, .consumed_train_samples = 0, .optimizer_step = 0,
                          .args = args_to_json(&a)};
@@ -719,7 +804,7 @@ static int from_hf(const char *in, const char *out, const from_opts *op) {
         if (rc != 0) fprintf(stderr, "error: convert --from hf: %s\n", err);
         else
             fprintf(stderr, "[converted %s (%s) to the megadlm checkpoint %s iteration 0]\n", in,
-                    f == FAM_GPT2 ? "gpt2" : f == FAM_LLAMA ? "llama" : "qwen3", out);
+                    f == FAM_GPT2 ? "gpt2" : f == FAM_LLAMA ? "llama" : f == FAM_QWEN3 ? "qwen3" : "DiffLM", out);
     }
     whole_params_free(&spec, &ps);
     args_free(&a);
@@ -730,12 +815,22 @@ static int from_hf(const char *in, const char *out, const from_opts *op) {
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: megadlm convert --to hf DIR OUT\n"
+            "usage: megadlm convert --to hf DIR OUT [--num-output-shards N] [--hf-code-dir DIR]\n"
             "       megadlm convert --from hf IN OUT [flags]\n\n"
             "  --to hf DIR OUT       the latest checkpoint of DIR -> OUT/config.json and\n"
             "                        OUT/model.safetensors (GPT2LMHeadModel, LlamaForCausalLM or\n"
-            "                        Qwen3ForCausalLM; vocab_size = the padded vocabulary)\n"
-            "  --from hf IN OUT      IN/config.json + IN/model.safetensors -> megadlm checkpoint\n"
+            "                        Qwen3ForCausalLM; vocab_size = the padded vocabulary);\n"
+            "                        masked-diffusion models (difflm-noshift) as MegaDLMs'\n"
+            "                        DiffLM: config.json (auto_map), generation_config.json,\n"
+            "                        the weights, the HuggingFaceTokenizer's tokenizer.json\n"
+            "  --num-output-shards N DiffLM: split the weights as MegaDLMs' converter's\n"
+            "                        --num_output_shards N (model-0000i-of-0000M.safetensors +\n"
+            "                        model.safetensors.index.json; default 1)\n"
+            "  --hf-code-dir DIR     DiffLM: copy DIR's *.py files into OUT (MegaDLMs'\n"
+            "                        tools/weights_conversion/hf_configs/gptneox_1.7b_dlm:\n"
+            "                        configuration_dlm.py, modeling_dlm.py, which auto_map names)\n"
+            "  --from hf IN OUT      IN/config.json + IN/model.safetensors (or the shards of\n"
+            "                        model.safetensors.index.json) -> megadlm checkpoint\n"
             "                        OUT (iteration 0)\n"
             "flags of --from hf (the tokenizer the checkpoint's args name):\n" TOKENIZER_OPTIONS_HELP
             "                          (default: NullTokenizer with --vocab-size HF vocab_size - 1,\n"
@@ -747,12 +842,16 @@ static void usage(FILE *out) {
 int convert_main(int argc, char **argv) {
     from_opts op = {0};
     const char *to = NULL, *from = NULL;
+    int shards = 0; /* --num-output-shards, 0: not given */
+    const char *code_dir = NULL;
     static const struct option opts[] = {
         {"to", required_argument, 0, 't'},
         {"from", required_argument, 0, 'f'},
         TOKENIZER_LONG_OPTIONS,
         {"make-vocab-size-divisible-by", required_argument, 0, 'D'},
         {"seq-length", required_argument, 0, 'S'},
+        {"num-output-shards", required_argument, 0, 'N'},
+        {"hf-code-dir", required_argument, 0, 'C'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     optind = 1;
@@ -762,10 +861,10 @@ int convert_main(int argc, char **argv) {
         int tflag = tokenizer_option(&op.tok, ch, optarg, err, sizeof err);
         if (tflag > 0) continue;
         /* the same check of numbers as train's flags (positive integers) */
-        if (tflag == 0 && (ch == 'D' || ch == 'S') &&
-            parse_int(optarg, 1, ch == 'D' ? &op.divisible_by : &op.seq_length) != 0) {
+        if (tflag == 0 && (ch == 'D' || ch == 'S' || ch == 'N') &&
+            parse_int(optarg, 1, ch == 'D' ? &op.divisible_by : ch == 'S' ? &op.seq_length : &shards) != 0) {
             snprintf(err, sizeof err, "--%s: expected a positive integer, found '%s'",
-                     ch == 'D' ? "make-vocab-size-divisible-by" : "seq-length", optarg);
+                     ch == 'D' ? "make-vocab-size-divisible-by" : ch == 'S' ? "seq-length" : "num-output-shards", optarg);
             tflag = -1;
         }
         if (tflag < 0) {
@@ -775,7 +874,8 @@ int convert_main(int argc, char **argv) {
         switch (ch) {
         case 't': to = optarg; break;
         case 'f': from = optarg; break;
-        case 'D': case 'S': break;
+        case 'D': case 'S': case 'N': break;
+        case 'C': code_dir = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -790,6 +890,12 @@ int convert_main(int argc, char **argv) {
         fprintf(stderr, "error: convert: format '%s': expected hf\n", fmt);
         return 2;
     }
-    return to ? to_hf(argv[optind], argv[optind + 1])
+    if (from && (shards || code_dir)) {
+        fprintf(stderr, "error: convert: %s is a flag of --to hf (--from hf reads the weights "
+                        "and config.json alone)\n", shards ? "--num-output-shards" : "--hf-code-dir");
+        return 2;
+    }
+    const difflm_export_opts eo = {.num_output_shards = shards ? shards : 1, .code_dir = code_dir};
+    return to ? to_hf(argv[optind], argv[optind + 1], &eo)
               : from_hf(argv[optind], argv[optind + 1], &op);
 }

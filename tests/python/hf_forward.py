@@ -1,13 +1,17 @@
 """Independent PyTorch forward of the Hugging Face architectures, written from transformers'
 definitions (models/gpt2/modeling_gpt2.py, models/llama/modeling_llama.py,
-models/qwen3/modeling_qwen3.py), on the files `megadlm convert --to hf` wrote.
+models/qwen3/modeling_qwen3.py; MegaDLMs' DiffLM from its
+tools/weights_conversion/hf_configs/gptneox_1.7b_dlm/modeling_dlm.py), on the files `megadlm convert --to hf` wrote.
 
     hf_forward.py forward HF_DIR LOGITS.safetensors [--perturb]
-        reads HF_DIR/config.json and HF_DIR/model.safetensors by Hugging Face names, runs the
+        reads HF_DIR/config.json and HF_DIR/model.safetensors (or the shards of
+        model.safetensors.index.json) by Hugging Face names, runs the
         architecture config.json names (float64) on the tokens of LOGITS.safetensors
         (tests/tools/hf_logits.c) and compares with megadlm's logits there: max |diff| /
         max |megadlm| must be <= 1e-5. --perturb adds 1e-2 to one weight first (the check must
-        then fail).
+        then fail). --tol=X replaces 1e-5 (the bf16 forward's rounding).
+    hf_forward.py same-values A.safetensors B.safetensors
+        the same names and shapes and equal values (F32 against BF16: widened exactly).
     hf_forward.py same A.safetensors B.safetensors
         the two files hold the same tensor names, shapes, dtypes and bytes (headers may differ).
 
@@ -35,13 +39,42 @@ def read_st(path):
 
 def load(path):
     header, buf = read_st(path)
-    dt = {"F32": "<f4", "I32": "<i4", "F16": "<f2"}
+    dt = {"F32": "<f4", "I32": "<i4", "F16": "<f2", "BF16": "<u2"}
     out = {}
     for name, info in header.items():
         b, e = info["data_offsets"]
         a = np.frombuffer(buf[b:e], dtype=dt[info["dtype"]]).reshape(info["shape"])
+        if info["dtype"] == "BF16":  # the upper 16 bits of a float32
+            a = (a.astype(np.uint32) << 16).view(np.float32)
         out[name] = torch.from_numpy(a.astype(np.float64) if a.dtype.kind == "f" else a.astype(np.int64))
     return out
+
+
+def load_dir(hf_dir):
+    """model.safetensors, or every shard model.safetensors.index.json names."""
+    index = f"{hf_dir}/model.safetensors.index.json"
+    try:
+        files = sorted(set(json.load(open(index))["weight_map"].values()))
+    except FileNotFoundError:
+        files = ["model.safetensors"]
+    W = {}
+    for f in files:
+        W.update(load(f"{hf_dir}/{f}"))
+    return W
+
+
+def same_values(a_path, b_path):
+    """The same names and shapes, and every value equal (a BF16 file against the F32 file it
+    was widened into: the F32 values are exactly the BF16 ones)."""
+    A, B = load(a_path), load(b_path)
+    if sorted(A) != sorted(B):
+        print(f"FAIL: tensor names differ: {sorted(set(A) ^ set(B))}")
+        return 1
+    bad = [n for n in A if A[n].shape != B[n].shape or not torch.equal(A[n], B[n])]
+    for n in bad:
+        print(f"FAIL: {n}: the values differ")
+    print(f"{len(A)} tensors, {len(bad)} differ in value")
+    return 1 if bad else 0
 
 
 def same(a_path, b_path):
@@ -134,7 +167,11 @@ def repeat_kv(x, n_rep):  # [B, G, T, D] -> [B, G*n_rep, T, D]
     return x[:, :, None].expand(B, G, n_rep, T, D).reshape(B, G * n_rep, T, D)
 
 
-def llama_forward(cfg, W, ids, qwen3):
+def full_attention(q, k, v, scale):  # DiffLM with attn_mask_type "bidirectional": no mask
+    return torch.matmul(torch.softmax(torch.matmul(q, k.transpose(-1, -2)) * scale, dim=-1), v)
+
+
+def llama_forward(cfg, W, ids, qwen3, bidirectional=False):
     h, nh = cfg["hidden_size"], cfg["num_attention_heads"]
     ng = cfg.get("num_key_value_heads", nh)
     d = cfg.get("head_dim") or h // nh
@@ -157,7 +194,8 @@ def llama_forward(cfg, W, ids, qwen3):
         q = q * cos + rotate_half(q) * sin  # apply_rotary_pos_emb
         k = k * cos + rotate_half(k) * sin
         k, v = repeat_kv(k, nh // ng), repeat_kv(v, nh // ng)
-        o = causal_attention(q, k, v, d ** -0.5).transpose(1, 2).reshape(B, T, nh * d)
+        attend = full_attention if bidirectional else causal_attention
+        o = attend(q, k, v, d ** -0.5).transpose(1, 2).reshape(B, T, nh * d)
         x = r + o @ W[p + "self_attn.o_proj.weight"].T
         r = x
         y = rms_norm(x, W[p + "post_attention_layernorm.weight"], eps)
@@ -169,9 +207,9 @@ def llama_forward(cfg, W, ids, qwen3):
     return x @ head.T
 
 
-def forward(hf_dir, logits_path, perturb):
+def forward(hf_dir, logits_path, perturb, tol=TOL):
     cfg = json.load(open(f"{hf_dir}/config.json"))
-    W = load(f"{hf_dir}/model.safetensors")
+    W = load_dir(hf_dir)
     ref = load(logits_path)
     ids, want = ref["tokens"], ref["logits"]
     arch = cfg["architectures"][0]
@@ -183,6 +221,12 @@ def forward(hf_dir, logits_path, perturb):
         if arch == "GPT2LMHeadModel":
             assert cfg["model_type"] == "gpt2"
             got = gpt2_forward(cfg, W, ids)
+        elif arch == "DiffLM":
+            # MegaDLMs' modeling_dlm.py: Qwen3-style attention (q_norm / k_norm over head_dim
+            # before RoPE), causal only when attn_mask_type is not "bidirectional", lm_head
+            # always read (tie_word_embeddings false in its export)
+            assert "model_type" not in cfg and not cfg["tie_word_embeddings"]
+            got = llama_forward(cfg, W, ids, True, cfg.get("attn_mask_type", "bidirectional") == "bidirectional")
         elif arch in ("LlamaForCausalLM", "Qwen3ForCausalLM"):
             assert cfg["model_type"] == ("llama" if arch == "LlamaForCausalLM" else "qwen3")
             got = llama_forward(cfg, W, ids, arch == "Qwen3ForCausalLM")
@@ -191,12 +235,15 @@ def forward(hf_dir, logits_path, perturb):
             return 1
     assert got.shape == want.shape, (got.shape, want.shape)
     rel = ((got - want).abs().max() / want.abs().max()).item()
-    print(f"{arch}: logits {tuple(want.shape)}, max rel error {rel:.3e} (tolerance {TOL:g})")
-    return 0 if rel <= TOL else 1
+    print(f"{arch}: logits {tuple(want.shape)}, max rel error {rel:.3e} (tolerance {tol:g})")
+    return 0 if rel <= tol else 1
 
 
 if __name__ == "__main__":
     torch.set_num_threads(2)
     if sys.argv[1] == "same":
         sys.exit(same(sys.argv[2], sys.argv[3]))
-    sys.exit(forward(sys.argv[2], sys.argv[3], "--perturb" in sys.argv[4:]))
+    if sys.argv[1] == "same-values":
+        sys.exit(same_values(sys.argv[2], sys.argv[3]))
+    tol = [float(a.split("=", 1)[1]) for a in sys.argv[4:] if a.startswith("--tol=")]
+    sys.exit(forward(sys.argv[2], sys.argv[3], "--perturb" in sys.argv[4:], tol[0] if tol else TOL))
