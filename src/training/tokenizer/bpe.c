@@ -141,9 +141,12 @@ typedef struct {
 } split_step;
 
 typedef struct {
-    char *content;
+    char *content; /* as given (what decode prints) */
     size_t len;
-    int id, lstrip, rstrip;
+    char *match; /* what is searched for: content, NFC'd when normalized and the model is NFC */
+    size_t mlen;
+    int id;
+    bpe_added_flags f;
 } added_token;
 
 /* Merge cache: piece bytes -> ids, sharded so that preprocess's threads rarely wait. A shard
@@ -181,6 +184,8 @@ struct bpe_model {
     int first_by_byte[256][2]; /* range [lo, hi) of `sorted` whose content starts with a byte */
     int *sorted;               /* added tokens sorted by first byte, then longest first */
     int nfc, ignore_merges;
+    int lossy;              /* a byte that never occurs in UTF-8 has no token: decode lossily */
+    pcre2_code *word_re;    /* single_word's word character (NULL: no single_word token) */
     int byte_cp[256];  /* bytes_to_unicode */
     int cp_byte[324];  /* its inverse (-1: not a byte-level character) */
     cache_shard cache[CACHE_SHARDS];
@@ -262,7 +267,8 @@ void bpe_free(bpe_model *m) {
     free(m->rank_pair);
     for (int i = 0; i < m->nsteps; i++) pcre2_code_free(m->steps[i].re);
     free(m->steps);
-    for (int i = 0; i < m->nadded; i++) free(m->added[i].content);
+    for (int i = 0; i < m->nadded; i++) free(m->added[i].content), free(m->added[i].match);
+    pcre2_code_free(m->word_re);
     free(m->added);
     free(m->sorted);
     for (int s = 0; s < CACHE_SHARDS; s++) {
@@ -471,8 +477,8 @@ int bpe_add_split(bpe_model *m, const char *pattern, int literal, int prefix_spa
     return 0;
 }
 
-int bpe_add_special(bpe_model *m, const char *content, size_t len, int id, int lstrip, int rstrip,
-                    char *err, size_t errlen) {
+int bpe_add_special(bpe_model *m, const char *content, size_t len, int id,
+                    const bpe_added_flags *f, char *err, size_t errlen) {
     if (len == 0) {
         err_set(err, errlen, "added token %d has empty content", id);
         return -1;
@@ -506,11 +512,15 @@ int bpe_add_special(bpe_model *m, const char *content, size_t len, int id, int l
     added_token *na = realloc(m->added, (size_t)(m->nadded + 1) * sizeof *na);
     if (!na) goto oom;
     m->added = na;
-    char *c = malloc(len + 1);
-    if (!c) goto oom;
+    char *c = malloc(len + 1), *mc = malloc(len + 1);
+    if (!c || !mc) {
+        free(c), free(mc);
+        goto oom;
+    }
     memcpy(c, content, len);
     c[len] = 0;
-    m->added[m->nadded++] = (added_token){c, len, id, lstrip, rstrip};
+    memcpy(mc, content, len + 1);
+    m->added[m->nadded++] = (added_token){c, len, mc, len, id, *f};
     if (id > m->max_id) m->max_id = id;
     return 0;
 oom:
@@ -525,10 +535,58 @@ static const bpe_model *g_sort_model;
 static int cmp_added(const void *x, const void *y) {
     const added_token *a = &g_sort_model->added[*(const int *)x],
                       *b = &g_sort_model->added[*(const int *)y];
-    unsigned char ca = (unsigned char)a->content[0], cb = (unsigned char)b->content[0];
+    unsigned char ca = (unsigned char)a->match[0], cb = (unsigned char)b->match[0];
     if (ca != cb) return ca < cb ? -1 : 1;
-    if (a->len != b->len) return a->len > b->len ? -1 : 1;
+    if (a->mlen != b->mlen) return a->mlen > b->mlen ? -1 : 1;
     return *(const int *)x - *(const int *)y;
+}
+
+/* Bytes that no valid UTF-8 holds: overlong leads and leads above U+10FFFF. */
+static int never_in_utf8(int b) { return b == 0xC0 || b == 0xC1 || b >= 0xF5; }
+
+/* Normalized added tokens are searched for in normalized text, so their content is normalized
+ * as well (HF's AddedVocabulary normalizes them when it builds its matcher). */
+static int normalize_added(bpe_model *m) {
+    for (int i = 0; i < m->nadded && m->nfc; i++) {
+        added_token *t = &m->added[i];
+        char *norm;
+        size_t nlen;
+        int c;
+        if (!t->f.normalized || utf8_valid_len((const unsigned char *)t->match, t->mlen, &c) == 0)
+            continue;
+        int r = unicode_nfc(t->match, t->mlen, &norm, &nlen);
+        if (r < 0) return -1;
+        if (r > 0) {
+            char *nm = realloc(norm, nlen + 1);
+            if (!nm) {
+                free(norm);
+                return -1;
+            }
+            nm[nlen] = 0;
+            free(t->match);
+            t->match = nm;
+            t->mlen = nlen;
+        }
+    }
+    return 0;
+}
+
+/* Rust regex's \w, which HF's single_word tests on the characters around a match. */
+static const char WORD_CLASS[] = "[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}]";
+
+static int compile_word_re(bpe_model *m, char *err, size_t errlen) {
+    int any = 0;
+    for (int i = 0; i < m->nadded; i++) any |= m->added[i].f.single_word;
+    if (!any) return 0;
+    int ec;
+    PCRE2_SIZE eo;
+    m->word_re = pcre2_compile((PCRE2_SPTR)WORD_CLASS, PCRE2_ZERO_TERMINATED,
+                               PCRE2_UTF | PCRE2_UCP | PCRE2_ANCHORED, &ec, &eo, NULL);
+    if (!m->word_re) {
+        err_set(err, errlen, "cannot compile the word-character class of single_word (%d)", ec);
+        return -1;
+    }
+    return 0;
 }
 
 int bpe_finish(bpe_model *m, char *err, size_t errlen) {
@@ -536,6 +594,10 @@ int bpe_finish(bpe_model *m, char *err, size_t errlen) {
         char s[4];
         size_t k = unicode_utf8_put(s, (uint32_t)m->byte_cp[b]);
         m->byte_id[b] = bpe_vocab_id(m, s, k);
+        if (m->byte_id[b] < 0 && never_in_utf8(b)) {
+            m->lossy = 1;
+            continue;
+        }
         if (m->byte_id[b] < 0) {
             err_set(err, errlen,
                    "the vocabulary has no token for byte 0x%02X ('%.*s'): not a byte-level BPE "
@@ -544,6 +606,11 @@ int bpe_finish(bpe_model *m, char *err, size_t errlen) {
             return -1;
         }
     }
+    if (normalize_added(m)) {
+        err_set(err, errlen, "out of memory");
+        return -1;
+    }
+    if (compile_word_re(m, err, errlen)) return -1;
     if (m->merges.cap == 0 && mmap_grow(&m->merges)) {
         err_set(err, errlen, "out of memory");
         return -1;
@@ -558,7 +625,7 @@ int bpe_finish(bpe_model *m, char *err, size_t errlen) {
     qsort(m->sorted, (size_t)m->nadded, sizeof(int), cmp_added);
     for (int b = 0; b < 256; b++) m->first_by_byte[b][0] = m->first_by_byte[b][1] = 0;
     for (int i = 0; i < m->nadded; i++) {
-        unsigned char b = (unsigned char)m->added[m->sorted[i]].content[0];
+        unsigned char b = (unsigned char)m->added[m->sorted[i]].match[0];
         if (m->first_by_byte[b][1] == 0) m->first_by_byte[b][0] = i;
         m->first_by_byte[b][1] = i + 1;
     }
@@ -566,6 +633,14 @@ int bpe_finish(bpe_model *m, char *err, size_t errlen) {
 }
 
 int bpe_vocab_size(const bpe_model *m) { return m->max_id + 1; }
+
+int bpe_hf_added_id(const bpe_model *m, const char *content, size_t len) {
+    int v = bpe_vocab_id(m, content, len), n = (int)m->vocab.count, top = -1;
+    if (v >= 0) return v;
+    for (int i = 0; i < m->nadded; i++)
+        if (m->added[i].id > top) top = m->added[i].id;
+    return top < 0 ? n : top >= n || n == 0 ? top + 1 : n;
+}
 
 int bpe_added_id(const bpe_model *m, const char *content) {
     size_t len = strlen(content);
@@ -801,39 +876,30 @@ static int split_piece(const split_step *st, span piece, pcre2_match_data *md, s
     return 0;
 }
 
-/* Pre-tokenizes and merges one run of valid UTF-8. */
-static int encode_valid(const bpe_model *m, const char *text, size_t len, pcre2_match_data *md,
-                        ivec *out, owned *own) {
-    if (m->nfc) {
-        char *norm;
-        size_t nlen;
-        int r = unicode_nfc(text, len, &norm, &nlen);
-        if (r < 0) return -1;
-        if (r > 0) { /* changed */
-            char **nv = grow_array(own->v, &own->cap, own->n + 1, sizeof *nv, 16);
-            if (!nv) {
-                free(norm);
-                return -1;
-            }
-            own->v = nv;
-            own->v[own->n++] = norm;
-            text = norm;
-            len = nlen;
-        }
-    }
+/* State of one encode call. */
+typedef struct {
+    const bpe_model *m;
+    pcre2_match_data *md;
+    ivec out;
+    owned own; /* normalized and decoded copies of the text */
+} enc_state;
+
+/* Pre-tokenizes and merges one run of valid (already normalized) UTF-8. */
+static int encode_valid(enc_state *st, const char *text, size_t len) {
+    const bpe_model *m = st->m;
     spans a = {0}, b = {0};
     int rc = 0;
     if (spans_push(&a, text, len)) rc = -1;
     for (int s = 0; s < m->nsteps && rc == 0; s++) {
         b.n = 0;
         for (size_t i = 0; i < a.n && rc == 0; i++)
-            rc = split_piece(&m->steps[s], a.v[i], md, &b, own);
+            rc = split_piece(&m->steps[s], a.v[i], st->md, &b, &st->own);
         spans t = a;
         a = b;
         b = t;
     }
     for (size_t i = 0; i < a.n && rc == 0; i++)
-        rc = bpe_piece(m, (const unsigned char *)a.v[i].p, a.v[i].n, out);
+        rc = bpe_piece(m, (const unsigned char *)a.v[i].p, a.v[i].n, &st->out);
     free(a.v);
     free(b.v);
     return rc;
@@ -841,8 +907,7 @@ static int encode_valid(const bpe_model *m, const char *text, size_t len, pcre2_
 
 /* Text between added tokens: valid UTF-8 runs go through encode_valid, invalid bytes are
  * pieces of one byte. */
-static int encode_text(const bpe_model *m, const char *text, size_t len, pcre2_match_data *md,
-                       ivec *out, owned *own) {
+static int encode_text(enc_state *st, const char *text, size_t len) {
     size_t i = 0;
     while (i < len) {
         size_t j = i;
@@ -850,11 +915,69 @@ static int encode_text(const bpe_model *m, const char *text, size_t len, pcre2_m
         size_t k;
         while (j < len && (k = utf8_valid_len((const unsigned char *)text + j, len - j, &c)))
             j += k;
-        if (j > i && encode_valid(m, text + i, j - i, md, out, own)) return -1;
-        if (j < len && ivec_push(out, m->byte_id[(unsigned char)text[j]])) return -1;
+        if (j > i && encode_valid(st, text + i, j - i)) return -1;
+        if (j < len && ivec_push(&st->out, st->m->byte_id[(unsigned char)text[j]])) return -1;
         i = j + 1;
     }
     return 0;
+}
+
+/* Takes ownership of a malloc'd buffer for the rest of the call (freed on failure too). */
+static int own_buffer(owned *o, char *b) {
+    char **nv = grow_array(o->v, &o->cap, o->n + 1, sizeof *nv, 16);
+    if (!nv) {
+        free(b);
+        return -1;
+    }
+    o->v = nv;
+    o->v[o->n++] = b;
+    return 0;
+}
+
+/* NFC of text (each valid run; invalid bytes stay as they are) when the model normalizes:
+ * *out is text itself or a buffer owned by st. */
+static int normalize(enc_state *st, const char *text, size_t len, const char **out,
+                     size_t *outlen) {
+    *out = text;
+    *outlen = len;
+    if (!st->m->nfc) return 0;
+    char *buf = NULL;
+    size_t o = 0, cap = 0, i = 0;
+    int changed = 0;
+    while (i < len) {
+        size_t j = i, k;
+        int c;
+        while (j < len && (k = utf8_valid_len((const unsigned char *)text + j, len - j, &c)))
+            j += k;
+        char *norm = NULL;
+        size_t nlen = j - i;
+        int r = j > i ? unicode_nfc(text + i, j - i, &norm, &nlen) : 0;
+        if (r < 0) goto oom;
+        changed |= r;
+        size_t need = o + nlen + (j < len);
+        char *nb = need > cap ? grow_array(buf, &cap, need, 1, len + 16) : buf;
+        if (!nb) {
+            free(norm);
+            goto oom;
+        }
+        buf = nb;
+        memcpy(buf + o, r ? norm : text + i, nlen);
+        o += nlen;
+        free(norm);
+        if (j < len) buf[o++] = text[j];
+        i = j + 1;
+    }
+    if (!changed) {
+        free(buf);
+        return 0;
+    }
+    if (own_buffer(&st->own, buf)) return -1;
+    *out = buf;
+    *outlen = o;
+    return 0;
+oom:
+    free(buf);
+    return -1;
 }
 
 /* White_Space character ending right before text[end] (start of it in *start), or 0. */
@@ -871,49 +994,140 @@ static int ws_before(const char *text, size_t lo, size_t end, size_t *start) {
     return 0;
 }
 
-int bpe_encode(const bpe_model *m, const char *text, size_t len, int32_t **ids, size_t *n,
-               size_t *cap) {
-    ivec out = {*ids, *n, *cap};
-    owned own = {0};
-    pcre2_match_data *md = pcre2_match_data_create(4, NULL);
-    int rc = md ? 0 : -1;
+/* Is the character at p (n bytes left; before: the one ending at p) a word character? */
+static int word_char(enc_state *st, const char *text, size_t len, size_t pos, int before) {
+    size_t s = pos, k = 0;
+    int c;
+    if (before) {
+        for (size_t t = 1; t <= 4 && t <= pos && !k; t++)
+            if (utf8_valid_len((const unsigned char *)text + pos - t, t, &c) == t) s = pos - t, k = t;
+    } else if (pos < len) {
+        k = utf8_valid_len((const unsigned char *)text + pos, len - pos, &c);
+    }
+    if (!k) return 0; /* start or end of the text, or an invalid byte */
+    return pcre2_match(st->m->word_re, (PCRE2_SPTR)text + s, k, 0, PCRE2_NO_UTF_CHECK, st->md,
+                       NULL) > 0;
+}
+
+/* The added token of the given kind (normalized or not) that starts at text[i], the longest
+ * one; -1 if none. */
+static int added_at(const bpe_model *m, const char *text, size_t len, size_t i, int normalized) {
+    unsigned char b = (unsigned char)text[i];
+    for (int k = m->first_by_byte[b][0]; k < m->first_by_byte[b][1]; k++) {
+        const added_token *t = &m->added[m->sorted[k]];
+        if (t->f.normalized == normalized && t->mlen <= len - i &&
+            memcmp(text + i, t->match, t->mlen) == 0)
+            return m->sorted[k];
+    }
+    return -1;
+}
+
+static int encode_stage(enc_state *st, const char *text, size_t len, int normalized);
+
+/* The text between two matches of one stage: the non-normalized stage hands it, normalized,
+ * to the normalized stage; that one hands it to the pre-tokenizer. */
+static int encode_gap(enc_state *st, const char *text, size_t len, int normalized) {
+    if (normalized) return encode_text(st, text, len);
+    const char *norm;
+    size_t nlen;
+    if (normalize(st, text, len, &norm, &nlen)) return -1;
+    return encode_stage(st, norm, nlen, 1);
+}
+
+/* HF's AddedVocabulary::find_matches on one sentence: leftmost-longest matches of the tokens
+ * of one kind, a single_word match with a word character next to it skipped (the search goes
+ * on after it), lstrip/rstrip widening the match over White_Space. */
+static int encode_stage(enc_state *st, const char *text, size_t len, int normalized) {
+    const bpe_model *m = st->m;
     size_t seg = 0, i = 0; /* text[seg, i) not yet encoded */
-    while (rc == 0 && i < len && m->nadded) {
-        unsigned char b = (unsigned char)text[i];
-        int hit = -1;
-        for (int k = m->first_by_byte[b][0]; k < m->first_by_byte[b][1]; k++) {
-            const added_token *t = &m->added[m->sorted[k]];
-            if (t->len <= len - i && memcmp(text + i, t->content, t->len) == 0) {
-                hit = m->sorted[k];
-                break; /* longest first */
-            }
-        }
+    while (i < len && m->nadded) {
+        int hit = added_at(m, text, len, i, normalized);
         if (hit < 0) {
             i++;
             continue;
         }
         const added_token *t = &m->added[hit];
-        size_t s = i, e = i + t->len, ws;
-        if (t->lstrip)
+        size_t s = i, e = i + t->mlen, ws;
+        if (t->f.single_word &&
+            (word_char(st, text, len, s, 1) || word_char(st, text, len, e, 0))) {
+            i = e;
+            continue;
+        }
+        if (t->f.lstrip)
             while (s > seg && ws_before(text, seg, s, &ws)) s = ws;
-        if (t->rstrip) {
+        if (t->f.rstrip) {
             int c;
             size_t k;
             while (e < len && (k = utf8_valid_len((const unsigned char *)text + e, len - e, &c)) &&
                    is_white_space(c))
                 e += k;
         }
-        if (s > seg) rc = encode_text(m, text + seg, s - seg, md, &out, &own);
-        if (rc == 0) rc = ivec_push(&out, t->id);
+        if (s > seg && encode_gap(st, text + seg, s - seg, normalized)) return -1;
+        if (ivec_push(&st->out, t->id)) return -1;
         seg = i = e;
     }
-    if (rc == 0 && seg < len) rc = encode_text(m, text + seg, len - seg, md, &out, &own);
-    for (size_t k = 0; k < own.n; k++) free(own.v[k]);
-    free(own.v);
-    pcre2_match_data_free(md);
-    *ids = out.v;
-    *n = out.n;
-    *cap = out.cap;
+    return seg < len ? encode_gap(st, text + seg, len - seg, normalized) : 0;
+}
+
+/* Length of the maximal ill-formed subsequence at s (Unicode 3.9, "U+FFFD substitution of
+ * maximal subparts", which Rust's from_utf8_lossy, Python and WHATWG's decoder follow). */
+static size_t utf8_bad_len(const unsigned char *s, size_t n) {
+    unsigned c = s[0], lo = 0x80, hi = 0xBF;
+    size_t need;
+    if (c >= 0xC2 && c <= 0xDF) need = 1;
+    else if (c == 0xE0) need = 2, lo = 0xA0;
+    else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) need = 2;
+    else if (c == 0xED) need = 2, hi = 0x9F;
+    else if (c == 0xF0) need = 3, lo = 0x90;
+    else if (c >= 0xF1 && c <= 0xF3) need = 3;
+    else if (c == 0xF4) need = 3, hi = 0x8F;
+    else return 1;
+    size_t k = 1;
+    while (k <= need && k < n && s[k] >= lo && s[k] <= hi) k++, lo = 0x80, hi = 0xBF;
+    return k;
+}
+
+/* text with every maximal ill-formed subsequence replaced by U+FFFD (*out is text itself when
+ * it is valid UTF-8). */
+static int decode_lossy(enc_state *st, const char *text, size_t len, const char **out,
+                        size_t *outlen) {
+    *out = text;
+    *outlen = len;
+    size_t i = 0, o = 0;
+    int c;
+    char *buf = NULL;
+    while (i < len) {
+        size_t k = utf8_valid_len((const unsigned char *)text + i, len - i, &c);
+        if (k) {
+            if (buf) memcpy(buf + o, text + i, k);
+            i += k, o += k;
+            continue;
+        }
+        if (!buf) { /* each bad byte becomes at most 3 bytes */
+            buf = malloc(3 * len);
+            if (!buf || own_buffer(&st->own, buf)) return -1;
+            memcpy(buf, text, i);
+        }
+        memcpy(buf + o, "\xEF\xBF\xBD", 3);
+        o += 3;
+        i += utf8_bad_len((const unsigned char *)text + i, len - i);
+    }
+    if (buf) *out = buf, *outlen = o;
+    return 0;
+}
+
+int bpe_encode(const bpe_model *m, const char *text, size_t len, int32_t **ids, size_t *n,
+               size_t *cap) {
+    enc_state st = {m, pcre2_match_data_create(4, NULL), {*ids, *n, *cap}, {0}};
+    int rc = st.md ? 0 : -1;
+    if (rc == 0 && m->lossy) rc = decode_lossy(&st, text, len, &text, &len);
+    if (rc == 0) rc = encode_stage(&st, text, len, 0);
+    for (size_t k = 0; k < st.own.n; k++) free(st.own.v[k]);
+    free(st.own.v);
+    pcre2_match_data_free(st.md);
+    *ids = st.out.v;
+    *n = st.out.n;
+    *cap = st.out.cap;
     return rc;
 }
 

@@ -21,6 +21,7 @@ struct tokenizer {
     int kind;
     int vocab_size; /* including eod */
     int eod;
+    int bos, pad, mask; /* HuggingFaceTokenizer's, -1 when none */
     bpe_model *bpe; /* GPT2BPETokenizer, HuggingFaceTokenizer */
 };
 
@@ -35,10 +36,12 @@ tokenizer *tokenizer_create_opts(const tokenizer_options *o, char *err, size_t e
     int vocab_size = o->vocab_size;
     if (type && (strcmp(type, "GPT2BPETokenizer") == 0 ||
                  strcmp(type, "HuggingFaceTokenizer") == 0)) {
-        int is_gpt2 = type[0] == 'G', eod = -1;
+        int is_gpt2 = type[0] == 'G';
+        hf_special_ids sp = {-1, -1, -1, -1, -1};
         char e2[1024];
-        bpe_model *m = is_gpt2 ? gpt2_bpe_load(o->vocab_file, o->merge_file, &eod, e2, sizeof e2)
-                               : hf_tokenizer_load(o->tokenizer_model, &eod, e2, sizeof e2);
+        bpe_model *m = is_gpt2
+                           ? gpt2_bpe_load(o->vocab_file, o->merge_file, &sp.eod, e2, sizeof e2)
+                           : hf_tokenizer_load(o->tokenizer_model, &sp, e2, sizeof e2);
         if (!m) {
             err_set(err, errlen, "%s", e2);
             return NULL;
@@ -51,7 +54,10 @@ tokenizer *tokenizer_create_opts(const tokenizer_options *o, char *err, size_t e
         }
         t->kind = is_gpt2 ? TOK_GPT2 : TOK_HF;
         t->bpe = m;
-        t->eod = eod;
+        t->eod = sp.eod;
+        t->bos = sp.bos;
+        t->pad = sp.pad;
+        t->mask = sp.mask;
         t->vocab_size = bpe_vocab_size(m);
         return t;
     }
@@ -79,6 +85,7 @@ tokenizer *tokenizer_create_opts(const tokenizer_options *o, char *err, size_t e
         return NULL;
     }
     t->kind = kind;
+    t->bos = t->pad = t->mask = -1;
     if (kind == TOK_BYTELEVEL) {
         t->vocab_size = 257;
         t->eod = 256;
@@ -98,6 +105,9 @@ void tokenizer_free(tokenizer *tok) {
 const char *tokenizer_type(const tokenizer *tok) { return KIND_NAMES[tok->kind]; }
 int tokenizer_vocab_size(const tokenizer *tok) { return tok->vocab_size; }
 int tokenizer_eod(const tokenizer *tok) { return tok->eod; }
+int tokenizer_bos(const tokenizer *tok) { return tok->bos; }
+int tokenizer_pad(const tokenizer *tok) { return tok->pad; }
+int tokenizer_mask(const tokenizer *tok) { return tok->mask; }
 
 int tokenizer_encode(const tokenizer *tok, const char *text, size_t len, int32_t **ids,
                      size_t *n, char *err, size_t errlen) {
