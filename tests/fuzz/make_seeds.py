@@ -203,6 +203,8 @@ put("hf_tokenizer_dir", "add-bos", tok_dir(neox, dict(config, add_bos_token=True
 put("hf_tokenizer_dir", "bad-config", tok_dir(neox, {"eos_token": 5,
                                                      "added_tokens_decoder": {"x": 1}}, None, {"a": -1}))
 put("hf_tokenizer_dir", "empty", b"")
+put("hf_tokenizer_dir", "decoder-list", tok_dir(neox, dict(config, added_tokens_decoder=[1, "a"]),
+                                                None, None))
 
 # ---- preprocess: JSONL lines (keys text and title), also read as .txt with NullTokenizer ids
 put("preprocess_jsonl", "lines.jsonl",

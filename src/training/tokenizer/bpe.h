@@ -2,10 +2,15 @@
  * (hf_tokenizer.c). Private to src/training/tokenizer/.
  *
  * encode(text):
- *   1. added tokens (HF only) are matched first, leftmost-longest, on the raw text;
+ *   0. a vocabulary without tokens for the bytes UTF-8 never holds (GPT-NeoX) first decodes
+ *      text that is not UTF-8 lossily (U+FFFD), the string HF would be handed;
+ *   1. added tokens (HF only) are matched first, leftmost-longest: those with normalized
+ *      false on the text, those with normalized true on the NFC of the text between them
+ *      (bpe_add_special);
  *   2. the text between them is cut into maximal runs of valid UTF-8; an invalid byte is a
  *      piece of its own (GPT-2 and HF need decoded text; this keeps encode lossless);
- *   3. a valid run is normalized (NFC, HF only) and pre-tokenized by the regex steps in order
+ *   3. a valid run (normalized in step 1 when HF's normalizer is NFC) is pre-tokenized by
+ *      the regex steps in order
  *      (each step splits every piece of the previous one; matches and the gaps between them
  *      are both pieces: HF's "Isolated"). `\s`/`\S` in a pattern mean Unicode White_Space, as
  *      in Python's `regex` module (GPT-2, Megatron) and Oniguruma (HF tokenizers);

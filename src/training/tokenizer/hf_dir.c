@@ -134,6 +134,8 @@ static int add_missing(dir_ctx *d, bpe_model *m, const char *file, const char *c
 static int add_config_tokens(dir_ctx *d, bpe_model *m) {
     const cJSON *dec = cJSON_GetObjectItemCaseSensitive(d->config, "added_tokens_decoder");
     const cJSON *it;
+    if (dec && !cJSON_IsNull(dec) && !cJSON_IsObject(dec))
+        return dfail(d, "tokenizer_config.json", "added_tokens_decoder: not an object");
     cJSON_ArrayForEach(it, dec) {
         char *end;
         long id = strtol(it->string, &end, 10);
