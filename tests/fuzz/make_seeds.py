@@ -175,6 +175,28 @@ sp = hfj.convert(dict(encoder), list(merges), "neox")
 sp["model"]["byte_fallback"] = True
 sp["pre_tokenizer"] = None
 put("hf_tokenizer", "byte-fallback.json", json.dumps(sp, ensure_ascii=False))
+# SentencePiece style, Llama 2's shape: byte fallback, U+2581 for spaces, no pre-tokenizer
+spv = {"<unk>": 0, "<s>": 1, "</s>": 2}
+spv.update({"<0x%02X>" % b: 3 + b for b in range(256)})
+for t in ["\u2581", "t", "h", "e", "a", "n", "d", "\u2581t", "\u2581th", "\u2581the", "an", "and"]:
+    spv.setdefault(t, len(spv))
+llama = {"version": "1.0", "added_tokens": [hfj.added(0, "<unk>"), hfj.added(1, "<s>"),
+                                             hfj.added(2, "</s>")],
+         "normalizer": {"type": "Sequence", "normalizers": [
+             {"type": "Prepend", "prepend": "\u2581"},
+             {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
+         "pre_tokenizer": None, "post_processor": None,
+         "decoder": {"type": "Sequence", "decoders": [
+             {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+             {"type": "ByteFallback"}, {"type": "Fuse"},
+             {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+         "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>",
+                   "continuing_subword_prefix": None, "end_of_word_suffix": None,
+                   "fuse_unk": True, "byte_fallback": True, "ignore_merges": False, "vocab": spv,
+                   "merges": [["\u2581", "t"], ["\u2581t", "h"], ["\u2581th", "e"], ["a", "n"],
+                              ["an", "d"]]}}
+put("hf_tokenizer", "llama-shape.json", json.dumps(llama, ensure_ascii=False).encode() + SEP +
+    "the and <s>thee\u00e9 \u4e2d  \U0001F600</s>".encode() + b" \xff\xc3")
 
 # ---- HF tokenizer directory: tokenizer.json, tokenizer_config.json, special_tokens_map.json,
 # added_tokens.json (an empty part: the file is absent), text
@@ -203,6 +225,8 @@ put("hf_tokenizer_dir", "add-bos", tok_dir(neox, dict(config, add_bos_token=True
 put("hf_tokenizer_dir", "bad-config", tok_dir(neox, {"eos_token": 5,
                                                      "added_tokens_decoder": {"x": 1}}, None, {"a": -1}))
 put("hf_tokenizer_dir", "empty", b"")
+put("hf_tokenizer_dir", "llama-shape", tok_dir(llama, {"add_bos_token": True, "bos_token": "<s>",
+                                                       "eos_token": "</s>"}, None, None, "the x"))
 put("hf_tokenizer_dir", "decoder-list", tok_dir(neox, dict(config, added_tokens_decoder=[1, "a"]),
                                                 None, None))
 

@@ -11,10 +11,16 @@
   flags TOKENIZER.json      the tokenizer.json with added tokens that exercise HF's matching:
                      single_word, lstrip, rstrip, normalized (matched after NFC) and not
   flags-text SEED LINES     lines for the tokens of `flags`
-  byte-fallback TOKENIZER.json   the tokenizer.json turned SentencePiece-style (byte_fallback,
-                     Metaspace-like normalizer, no pre-tokenizer), as Llama 2's: refused
+  byte-fallback TOKENIZER.json   the tokenizer.json half turned SentencePiece-style
+                     (byte_fallback, Llama 2's normalizer, no pre-tokenizer, but still its
+                     ByteLevel decoder): refused, only Llama 2's exact shape is read
   specials DIR       "eos bos pad mask" token strings of a directory as transformers reads them
                      (special_tokens_map.json over tokenizer_config.json), one per line
+  sp-dir KJV.jsonl OUT   a SentencePiece-style tokenizer directory shaped like Llama 2's
+                     (byte_fallback with <0x00>..<0xFF>, U+2581 for spaces, no pre-tokenizer,
+                     add_bos_token): its characters and 300 merges learned here, greedily, on
+                     the first KJV chapters plus the words above; <s> <unk> </s> and
+                     <|mask_token|> <|pad_token|> as Llama 2 has them
 """
 import json
 import os
@@ -136,6 +142,71 @@ def specials(d):
         print(vals[k])
 
 
+def sp_dir(kjv, out):
+    text = " ".join(json.loads(l)["text"] for l in open(kjv, encoding="utf-8").readlines()[:20])
+    text += " " + " ".join(WORDS * 20)
+    words = {}
+    for w in text.split(" "):
+        if w:
+            k = tuple("\u2581" + w)
+            words[k] = words.get(k, 0) + 1
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for b in range(256):
+        vocab["<0x%02X>" % b] = len(vocab)
+    for c in sorted(set(c for w in words for c in w)):
+        vocab.setdefault(c, len(vocab))
+    merges = []
+    words = [[list(w), n] for w, n in words.items()]
+    for _ in range(300):
+        counts = {}
+        for w, n in words:
+            for p in zip(w, w[1:]):
+                counts[p] = counts.get(p, 0) + n
+        if not counts:
+            break
+        best = max(counts, key=lambda p: (counts[p], p))
+        merges.append(list(best))
+        vocab.setdefault(best[0] + best[1], len(vocab))
+        for wn in words:
+            w, i = wn[0], 0
+            while i < len(w) - 1:
+                if (w[i], w[i + 1]) == best:
+                    w[i:i + 2] = [best[0] + best[1]]
+                i += 1
+    n = len(vocab)
+    added_list = [added(0, "<unk>", True), added(1, "<s>", True), added(2, "</s>", True),
+                  added(n, "<|mask_token|>", True), added(n + 1, "<|pad_token|>", True)]
+    tok = {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added_list,
+        "normalizer": {"type": "Sequence", "normalizers": [
+            {"type": "Prepend", "prepend": "\u2581"},
+            {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
+        "pre_tokenizer": None,
+        "post_processor": {"type": "TemplateProcessing",
+                           "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                                      {"Sequence": {"id": "A", "type_id": 0}}],
+                           "pair": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                                    {"Sequence": {"id": "A", "type_id": 0}},
+                                    {"SpecialToken": {"id": "<s>", "type_id": 1}},
+                                    {"Sequence": {"id": "B", "type_id": 1}}],
+                           "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}},
+        "decoder": {"type": "Sequence", "decoders": [
+            {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+            {"type": "ByteFallback"}, {"type": "Fuse"},
+            {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+        "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>",
+                  "continuing_subword_prefix": None, "end_of_word_suffix": None,
+                  "fuse_unk": True, "byte_fallback": True, "ignore_merges": False,
+                  "vocab": vocab, "merges": merges}}
+    os.makedirs(out, exist_ok=True)
+    json.dump(tok, open(os.path.join(out, "tokenizer.json"), "w", encoding="utf-8"),
+              ensure_ascii=False)
+    config = {"add_bos_token": True, "add_eos_token": False, "bos_token": "<s>",
+              "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<|pad_token|>",
+              "mask_token": "<|mask_token|>", "tokenizer_class": "LlamaTokenizer"}
+    json.dump(config, open(os.path.join(out, "tokenizer_config.json"), "w"))
+
+
 def main():
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "special-text":
@@ -150,6 +221,8 @@ def main():
         byte_fallback(args[0])
     elif cmd == "specials":
         specials(args[0])
+    elif cmd == "sp-dir":
+        sp_dir(args[0], args[1])
     else:
         sys.exit(__doc__)
 

@@ -15,8 +15,12 @@
 #     eod/bos/pad/mask: the library's ids of the eos/bos/pad/mask tokens that
 #     special_tokens_map.json / tokenizer_config.json name (read here by Python);
 #   - GPT-2's directory without tokenizer.json (vocab.json + merges.txt) gives the same ids;
-#   - refusals: a SentencePiece-style tokenizer.json (Llama 2's), a directory without model
-#     files, add_bos_token true.
+#   - a SentencePiece-style directory shaped like MegaDLMs' llama2_tokenizer (byte_fallback,
+#     U+2581, add_bos_token; built by tests/python/hf_tokenizer_dirs.py, since Llama 2's files
+#     are not in the repository): the library's ids with its BOS, and its decode;
+#   - add_bos_token true on GPT-NeoX's directory starts every line with its bos (0);
+#   - refusals: a byte_fallback tokenizer.json that is not shaped like Llama 2's, a directory
+#     without model files, add_eos_token true.
 # Needs `make test-deps` (npm ci in tests/node).
 set -uo pipefail
 : "${MEGADLM:?}" "${SRC:?}" "${WORK:?}"
@@ -95,18 +99,38 @@ head -20000 gpt2.ids > part.ref
 hf gpt2_nojson < part.txt > part.ids || die "gpt2 vocab.json + merges.txt refused"
 same "gpt2 from vocab.json + merges.txt" part.ref part.ids
 
+# ---- SentencePiece style (Llama 2's shape): BOS first, as the library's post-processor adds it
+$H sp-dir "$SRC/data/kjv.jsonl" spdir || die "sp-dir"
+head -30000 text.txt > sptext.txt; cat bad.txt >> sptext.txt
+$NODE encode spdir/tokenizer.json sptext.txt | sed 's/^/1 /; s/ $//' > sp.ref || die "node sp"
+hf spdir < sptext.txt > sp.ids || die "megadlm sp"
+same "SentencePiece-style directory (byte fallback, BOS)" sp.ref sp.ids
+$NODE decode spdir/tokenizer.json sp.ids 2 > sp.dec.ref || die "node sp decode"
+hf spdir --decode < sp.ids > sp.dec
+same "SentencePiece-style decode" sp.dec.ref sp.dec
+hf spdir --special-ids > sp.special
+grep -qx "vocab [0-9]* eod 2 bos 1 pad [0-9]* mask [0-9]*" sp.special || die "sp special ids: $(cat sp.special)"
+
+# ---- add_bos_token true: bos (GPT-NeoX: <|endoftext|>, 0) first
+mkdir -p bos && cp "$TD/gptneox_tokenizer"/* bos/
+sed -i 's/"add_bos_token": false/"add_bos_token": true/' bos/tokenizer_config.json
+head -2000 text.txt > bostext.txt
+sed 's/^/0 /; s/ $//' <(head -2000 gptneox.ids) > bos.ref
+hf bos < bostext.txt > bos.ids || die "add_bos_token true refused"
+same "add_bos_token true" bos.ref bos.ids
+
 # ---- refusals
 expect_error() {  # path message
   local o; o=$(echo x | hf "$1" 2>&1) && die "$1 accepted"
   grep -qF -- "$2" <<<"$o" && echo "refused: $o" || die "$1: expected '$2', got: $o"
 }
 $H byte-fallback "$TD/gptneox_tokenizer/tokenizer.json" > sp.json
-expect_error sp.json "sp.json: model.byte_fallback: true: a SentencePiece-style BPE (Llama 2 style"
+expect_error sp.json "sp.json: decoder: with model.byte_fallback true (SentencePiece-style BPE) only Llama 2's is supported"
 mkdir -p empty
 expect_error empty "--tokenizer-model empty: a Hugging Face tokenizer directory needs tokenizer.json, or vocab.json and merges.txt"
-mkdir -p bos && cp "$TD/gptneox_tokenizer"/* bos/
-sed -i 's/"add_bos_token": false/"add_bos_token": true/' bos/tokenizer_config.json
-expect_error bos "--tokenizer-model bos/tokenizer_config.json: add_bos_token true is not supported"
+mkdir -p eos && cp "$TD/gptneox_tokenizer"/* eos/
+sed -i 's/"add_eos_token": false/"add_eos_token": true/' eos/tokenizer_config.json
+expect_error eos "--tokenizer-model eos/tokenizer_config.json: add_eos_token true is not supported"
 
 [ $fail -eq 0 ] && echo "test_hf_tokenizer_dirs: all checks passed"
 exit $fail

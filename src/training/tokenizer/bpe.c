@@ -3,6 +3,7 @@
 #include "training/tokenizer/bpe.h"
 
 #include <pcre2.h>
+#include <ctype.h>
 #include <pthread.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -185,6 +186,7 @@ struct bpe_model {
     int *sorted;               /* added tokens sorted by first byte, then longest first */
     int nfc, ignore_merges;
     int lossy;              /* a byte that never occurs in UTF-8 has no token: decode lossily */
+    int sp;                 /* SentencePiece-style BPE (Llama 2): see bpe_set_sentencepiece */
     pcre2_code *word_re;    /* single_word's word character (NULL: no single_word token) */
     int byte_cp[256];  /* bytes_to_unicode */
     int cp_byte[324];  /* its inverse (-1: not a byte-level character) */
@@ -331,6 +333,32 @@ static char *byte_level_decode(const bpe_model *m, const char *tok, size_t len, 
     return out;
 }
 
+/* The text of a SentencePiece-style token: <0xNN> is that byte, U+2581 ('\u2581') a space (HF's
+ * decoders Replace and ByteFallback). */
+static char *sp_decode(const char *tok, size_t len, size_t *outlen) {
+    char *out = malloc(len + 1);
+    if (!out) return NULL;
+    unsigned b;
+    char tail;
+    if (len == 6 && sscanf(tok, "<0x%2X%c", &b, &tail) == 2 && tail == '>' &&
+        isxdigit((unsigned char)tok[3]) && isxdigit((unsigned char)tok[4])) {
+        out[0] = (char)b;
+        *outlen = 1;
+        return out;
+    }
+    size_t o = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (i + 3 <= len && memcmp(tok + i, "\xE2\x96\x81", 3) == 0) {
+            out[o++] = ' ';
+            i += 2;
+        } else {
+            out[o++] = tok[i];
+        }
+    }
+    *outlen = o;
+    return out;
+}
+
 int bpe_add_vocab(bpe_model *m, const char *tok, size_t len, int id, char *err, size_t errlen) {
     if (id < 0) {
         err_set(err, errlen, "token '%.*s' has a negative id %d", (int)(len > 60 ? 60 : len), tok,
@@ -349,7 +377,8 @@ int bpe_add_vocab(bpe_model *m, const char *tok, size_t len, int id, char *err, 
         err_set(err, errlen, "token '%.*s' is listed twice", (int)(len > 60 ? 60 : len), tok);
         return -1;
     }
-    m->id_str[id] = byte_level_decode(m, tok, len, &m->id_len[id]);
+    m->id_str[id] = m->sp ? sp_decode(tok, len, &m->id_len[id])
+                          : byte_level_decode(m, tok, len, &m->id_len[id]);
     if (!m->id_str[id]) goto oom;
     if (id > m->max_id) m->max_id = id;
     return 0;
@@ -529,6 +558,8 @@ oom:
 }
 
 void bpe_set_nfc(bpe_model *m, int on) { m->nfc = on; }
+void bpe_set_sentencepiece(bpe_model *m) { m->sp = m->lossy = 1; }
+int bpe_is_sentencepiece(const bpe_model *m) { return m->sp; }
 void bpe_set_ignore_merges(bpe_model *m, int on) { m->ignore_merges = on; }
 
 static const bpe_model *g_sort_model;
@@ -589,8 +620,23 @@ static int compile_word_re(bpe_model *m, char *err, size_t errlen) {
     return 0;
 }
 
-int bpe_finish(bpe_model *m, char *err, size_t errlen) {
+/* SentencePiece style: the byte symbols are the 256 tokens <0x00>..<0xFF>. */
+static int sp_bytes(bpe_model *m, char *err, size_t errlen) {
     for (int b = 0; b < 256; b++) {
+        char s[8];
+        snprintf(s, sizeof s, "<0x%02X>", b);
+        m->byte_id[b] = bpe_vocab_id(m, s, 6);
+        if (m->byte_id[b] < 0) {
+            err_set(err, errlen, "byte_fallback: the vocabulary has no token '%s'", s);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int bpe_finish(bpe_model *m, char *err, size_t errlen) {
+    if (m->sp && sp_bytes(m, err, errlen)) return -1;
+    for (int b = 0; b < 256 && !m->sp; b++) {
         char s[4];
         size_t k = unicode_utf8_put(s, (uint32_t)m->byte_cp[b]);
         m->byte_id[b] = bpe_vocab_id(m, s, k);
@@ -697,7 +743,27 @@ static uint64_t heap_pop(uint64_t *h, size_t *n) {
     return top;
 }
 
-/* GPT-2's bpe() on one piece, by ids: node i starts as byte i; a merge keeps the left node.
+/* SentencePiece-style BPE's first symbols (HF's BPE with byte_fallback): each character is its
+ * vocabulary token, or when it has none the <0xNN> tokens of its bytes. Returns the count. */
+static size_t sp_symbols(const bpe_model *m, const unsigned char *s, size_t n, int32_t *id) {
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        int c;
+        size_t l = utf8_valid_len(s + i, n - i, &c);
+        int v = l ? bpe_vocab_id(m, (const char *)s + i, l) : -1;
+        if (!l) l = 1; /* not reached: the text is decoded lossily first */
+        if (v >= 0) {
+            id[k++] = v;
+        } else {
+            for (size_t j = 0; j < l; j++) id[k++] = m->byte_id[s[i + j]];
+        }
+        i += l;
+    }
+    return k;
+}
+
+/* GPT-2's bpe() on one piece, by ids: node i starts as byte i (SentencePiece style: as
+ * sp_symbols); a merge keeps the left node.
  * The heap holds (rank << 32 | left node) for adjacent pairs that have a rank; stale entries
  * are skipped when popped. All entries of the lowest rank are taken at once and merged left to
  * right, which is encoder.py's "merge every occurrence of the best bigram" (a merge never
@@ -718,9 +784,13 @@ static int bpe_merge(const bpe_model *m, const unsigned char *s, size_t n, ivec 
             return -1;
         }
     }
-    size_t hn = 0;
+    size_t hn = 0, nbytes = n;
+    if (m->sp) {
+        n = sp_symbols(m, s, n, id);
+    } else {
+        for (size_t i = 0; i < n; i++) id[i] = m->byte_id[s[i]];
+    }
     for (size_t i = 0; i < n; i++) {
-        id[i] = m->byte_id[s[i]];
         nx[i] = i + 1 < n ? (int32_t)(i + 1) : -1;
         pv[i] = (int32_t)i - 1;
     }
@@ -759,14 +829,14 @@ static int bpe_merge(const bpe_model *m, const unsigned char *s, size_t n, ivec 
     int rc = 0;
     for (int32_t i = 0; i >= 0; i = nx[i])
         if (ivec_push(out, id[i])) rc = -1;
-    if (n > 128) free(id), free(nx), free(pv), free(heap), free(batch);
+    if (nbytes > 128) free(id), free(nx), free(pv), free(heap), free(batch);
     return rc;
 }
 
 static int bpe_piece(const bpe_model *m, const unsigned char *s, size_t n, ivec *out) {
     if (n == 0) return 0;
-    if (n == 1) return ivec_push(out, m->byte_id[s[0]]);
-    if (m->ignore_merges) { /* HF: a piece that is a vocabulary token is taken whole */
+    if (n == 1 && !m->sp) return ivec_push(out, m->byte_id[s[0]]);
+    if (m->ignore_merges && !m->sp) { /* HF: a piece that is a vocabulary token is taken whole */
         char stack[1024];
         char *bl = 2 * n <= sizeof stack ? stack : malloc(2 * n);
         if (!bl) return -1;
@@ -934,12 +1004,37 @@ static int own_buffer(owned *o, char *b) {
     return 0;
 }
 
+/* Llama 2's normalizer: Prepend U+2581 (to a non-empty text), then Replace ' ' by U+2581. */
+static int sp_normalize(enc_state *st, const char *text, size_t len, const char **out,
+                        size_t *outlen) {
+    if (len == 0) return 0;
+    size_t spaces = 0;
+    for (size_t i = 0; i < len; i++) spaces += text[i] == ' ';
+    char *buf = malloc(len + 2 * spaces + 3);
+    if (!buf || own_buffer(&st->own, buf)) return -1;
+    size_t o = 0;
+    memcpy(buf, "\xE2\x96\x81", 3);
+    o = 3;
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] == ' ') {
+            memcpy(buf + o, "\xE2\x96\x81", 3);
+            o += 3;
+        } else {
+            buf[o++] = text[i];
+        }
+    }
+    *out = buf;
+    *outlen = o;
+    return 0;
+}
+
 /* NFC of text (each valid run; invalid bytes stay as they are) when the model normalizes:
  * *out is text itself or a buffer owned by st. */
 static int normalize(enc_state *st, const char *text, size_t len, const char **out,
                      size_t *outlen) {
     *out = text;
     *outlen = len;
+    if (st->m->sp) return sp_normalize(st, text, len, out, outlen);
     if (!st->m->nfc) return 0;
     char *buf = NULL;
     size_t o = 0, cap = 0, i = 0;

@@ -64,6 +64,14 @@ typedef struct {
 int bpe_add_special(bpe_model *m, const char *content, size_t len, int id,
                     const bpe_added_flags *f, char *err, size_t errlen);
 void bpe_set_nfc(bpe_model *m, int on);           /* HF normalizer NFC */
+/* SentencePiece-style BPE (HF's BPE with byte_fallback, Llama 2), set before the vocabulary is
+ * added: the text between added tokens gets U+2581 in front and for every ' ' (Llama 2's
+ * Prepend + Replace normalizer) and is one piece (no pre-tokenizer); its first symbols are its
+ * characters, a character without a token its <0xNN> byte tokens; merges as for byte-level
+ * BPE. Decoding maps <0xNN> to the byte and U+2581 to ' ' (the caller strips the first
+ * space). Text that is not UTF-8 is decoded lossily first. */
+void bpe_set_sentencepiece(bpe_model *m);
+int bpe_is_sentencepiece(const bpe_model *m);
 void bpe_set_ignore_merges(bpe_model *m, int on); /* HF BPE ignore_merges */
 /* Finishes loading: the 256 byte symbols must be in the vocabulary, except the 13 bytes that
  * never occur in UTF-8 (0xC0, 0xC1, 0xF5..0xFF; GPT-NeoX's vocabulary lacks them). Without
@@ -99,6 +107,7 @@ bpe_model *gpt2_bpe_load(const char *vocab_file, const char *merge_file, int *eo
  * _HuggingFaceTokenizer.eod, the tokenizer's eos_token_id. */
 typedef struct {
     int eod, bos, pad, mask, unk;
+    int add_bos; /* tokenizer_config.json's add_bos_token: every encoding starts with bos */
 } hf_special_ids;
 /* path: a tokenizer directory (tokenizer.json or vocab.json + merges.txt, with
  * tokenizer_config.json, special_tokens_map.json, added_tokens.json) or a tokenizer.json. */

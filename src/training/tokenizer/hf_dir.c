@@ -13,8 +13,9 @@
  * added_tokens.json's: normalized unless special), and every special token is an added token
  * (transformers adds them all), at the id HF's add_tokens gives (bpe_hf_added_id).
  * Megatron's eod is eos_token_id: the id of eos_token, which must exist. bos/pad/mask/unk are
- * the ids of those tokens (-1 when not set). add_bos_token / add_eos_token true are refused:
- * encoding here never adds tokens (--append-eod appends the end of document). */
+ * the ids of those tokens (-1 when not set). add_bos_token true starts every encoding with
+ * bos, as transformers' fast tokenizers (and so Megatron's tokenize()) do; add_eos_token true
+ * is refused (--append-eod appends the end of document). */
 #include <cjson/cJSON.h>
 #include <limits.h>
 #include <math.h>
@@ -205,14 +206,17 @@ static bpe_model *load_model_files(dir_ctx *d) {
     return gpt2_bpe_load_files(flag, p, q, cJSON_IsTrue(aps), d->err, d->errlen);
 }
 
-static int refuse_added_bos_eos(dir_ctx *d) {
-    static const char *const keys[] = {"add_bos_token", "add_eos_token"};
-    for (int k = 0; k < 2; k++)
-        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(d->config, keys[k])))
-            return dfail(d, "tokenizer_config.json",
-                         "%s true is not supported (encoding never adds BOS/EOS tokens; "
-                         "--append-eod appends the end of document)",
-                         keys[k]);
+/* add_bos_token true: every encoding starts with bos (transformers' post-processor, which
+ * Megatron's tokenize() runs); add_eos_token true is refused (--append-eod appends the end of
+ * document). */
+static int bos_eos(dir_ctx *d, hf_special_ids *ids) {
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(d->config, "add_eos_token")))
+        return dfail(d, "tokenizer_config.json",
+                     "add_eos_token true is not supported (encoding adds no EOS token; "
+                     "--append-eod appends the end of document)");
+    ids->add_bos = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(d->config, "add_bos_token"));
+    if (ids->add_bos && ids->bos < 0)
+        return dfail(d, "tokenizer_config.json", "add_bos_token true without a bos_token");
     return 0;
 }
 
@@ -226,8 +230,7 @@ bpe_model *hf_dir_load(const char *dir, hf_special_ids *ids, char *err, size_t e
         read_specials(&d, d.config, "tokenizer_config.json") ||
         read_specials(&d, d.map, "special_tokens_map.json"))
         goto bad;
-    if (!(m = load_model_files(&d)) || refuse_added_bos_eos(&d) || add_config_tokens(&d, m))
-        goto bad;
+    if (!(m = load_model_files(&d)) || add_config_tokens(&d, m)) goto bad;
     if (bpe_finish(m, e2, sizeof e2)) {
         dfail(&d, exists(dir, "tokenizer.json") ? "tokenizer.json" : "vocab.json", "%s", e2);
         goto bad;
@@ -237,6 +240,7 @@ bpe_model *hf_dir_load(const char *dir, hf_special_ids *ids, char *err, size_t e
     ids->unk = token_id(m, d.special[2]);
     ids->pad = token_id(m, d.special[4]);
     ids->mask = token_id(m, d.special[6]);
+    if (bos_eos(&d, ids)) goto bad;
     if (ids->eod < 0) {
         dfail(&d, NULL, "no eos_token in tokenizer_config.json or special_tokens_map.json "
                         "(Megatron's end of document is the tokenizer's eos_token_id)");

@@ -1,12 +1,14 @@
 /* HuggingFaceTokenizer: byte-level BPE models described by a Hugging Face tokenizer.json
- * (GPT-2, GPT-NeoX, Qwen2, Llama-3 style); a tokenizer directory around it is hf_dir.c's.
+ * (GPT-2, GPT-NeoX, Qwen2, Llama-3 style), and SentencePiece-style BPE in Llama 2's exact shape
+ * (sp_shape, bpe_set_sentencepiece); a tokenizer directory around it is hf_dir.c's.
  * What is read (anything else is refused with a message naming the file and the field):
  *   model          {"type": "BPE", "vocab": {...}, "merges": ["a b", ...] or [["a", "b"], ...],
  *                   "ignore_merges"}; dropout must be null, continuing_subword_prefix and
  *                   end_of_word_suffix empty; unk_token / fuse_unk have no effect (every byte
- *                   that valid UTF-8 can hold has a token); byte_fallback true (SentencePiece
- *                   style, Llama 2) is refused.
- *   normalizer     null, NFC, or a Sequence of those.
+ *                   that valid UTF-8 can hold has a token); byte_fallback true: Llama 2's
+ *                   SentencePiece style, whose normalizer, pre_tokenizer and decoder must be
+ *                   exactly Llama 2's (SP_PARTS).
+ *   normalizer     null, NFC, or a Sequence of those (byte-level).
  *   pre_tokenizer  ByteLevel {add_prefix_space, use_regex} (GPT-2's regex), or a Sequence of
  *                  Split {pattern: {"Regex"|"String"}, behavior "Isolated", invert false}
  *                  steps ending with ByteLevel.
@@ -240,6 +242,33 @@ static int load_added(ctx *c, bpe_model *m, const cJSON *added, int *first_speci
     return 0;
 }
 
+/* The parts of a SentencePiece-style tokenizer.json, exactly as Llama 2's (any other
+ * normalizer, pre-tokenizer or decoder with byte_fallback is refused). */
+static const char *const SP_PARTS[][2] = {
+    {"normalizer", "{\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Prepend\", "
+                   "\"prepend\": \"\u2581\"}, {\"type\": \"Replace\", \"pattern\": {\"String\": "
+                   "\" \"}, \"content\": \"\u2581\"}]}"},
+    {"pre_tokenizer", "null"},
+    {"decoder", "{\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Replace\", \"pattern\": "
+                "{\"String\": \"\u2581\"}, \"content\": \" \"}, {\"type\": \"ByteFallback\"}, "
+                "{\"type\": \"Fuse\"}, {\"type\": \"Strip\", \"content\": \" \", \"start\": 1, "
+                "\"stop\": 0}]}"}};
+
+static int sp_shape(ctx *c, const cJSON *root) {
+    for (int i = 0; i < 3; i++) {
+        cJSON *want = cJSON_Parse(SP_PARTS[i][1]);
+        const cJSON *got = cJSON_GetObjectItemCaseSensitive(root, SP_PARTS[i][0]);
+        int same = want && (got ? cJSON_Compare(got, want, 1) : cJSON_IsNull(want));
+        cJSON_Delete(want);
+        if (!same)
+            return fail(c, SP_PARTS[i][0],
+                        "with model.byte_fallback true (SentencePiece-style BPE) only Llama 2's "
+                        "is supported: %s",
+                        SP_PARTS[i][1]);
+    }
+    return 0;
+}
+
 /* Reads and parses a JSON file; NULL with "--tokenizer-model PATH: ..." in c->err. */
 static cJSON *read_json(ctx *c, const char *path) {
     size_t len;
@@ -261,10 +290,12 @@ static int load_json(ctx *c, bpe_model *m, int *first_special) {
         fail(c, NULL, "not a JSON object (a Hugging Face tokenizer.json)");
         goto done;
     }
-    if (get_bool(model, "byte_fallback", 0) == 1) { /* before the normalizer refuses Prepend */
-        fail(c, "model.byte_fallback", "true: a SentencePiece-style BPE (Llama 2 style: '\u2581' "
-                                       "for spaces, <0xNN> byte tokens) is not supported, only "
-                                       "byte-level BPE (GPT-2, GPT-NeoX style)");
+    if (get_bool(model, "byte_fallback", 0) == 1) { /* SentencePiece style: Llama 2's shape */
+        if (sp_shape(c, root)) goto done;
+        bpe_set_sentencepiece(m);
+        if (load_model(c, m, model)) goto done;
+        rc = load_added(c, m, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"),
+                        first_special);
         goto done;
     }
     if (load_model(c, m, model) ||
@@ -330,7 +361,7 @@ bad:
 
 bpe_model *hf_tokenizer_load(const char *path, hf_special_ids *ids, char *err, size_t errlen) {
     ctx c = {path, err, errlen};
-    *ids = (hf_special_ids){-1, -1, -1, -1, -1};
+    *ids = (hf_special_ids){-1, -1, -1, -1, -1, 0};
     if (!path || !path[0]) {
         snprintf(err, errlen, "--tokenizer-type HuggingFaceTokenizer needs --tokenizer-model "
                               "(a tokenizer directory or a tokenizer.json)");

@@ -22,6 +22,8 @@ struct tokenizer {
     int vocab_size; /* including eod */
     int eod;
     int bos, pad, mask; /* HuggingFaceTokenizer's, -1 when none */
+    int add_bos;        /* every encoding starts with bos (add_bos_token) */
+    int strip_space;    /* decoding drops one leading space (SentencePiece style's Strip) */
     bpe_model *bpe; /* GPT2BPETokenizer, HuggingFaceTokenizer */
 };
 
@@ -37,7 +39,7 @@ tokenizer *tokenizer_create_opts(const tokenizer_options *o, char *err, size_t e
     if (type && (strcmp(type, "GPT2BPETokenizer") == 0 ||
                  strcmp(type, "HuggingFaceTokenizer") == 0)) {
         int is_gpt2 = type[0] == 'G';
-        hf_special_ids sp = {-1, -1, -1, -1, -1};
+        hf_special_ids sp = {-1, -1, -1, -1, -1, 0};
         char e2[1024];
         bpe_model *m = is_gpt2
                            ? gpt2_bpe_load(o->vocab_file, o->merge_file, &sp.eod, e2, sizeof e2)
@@ -58,6 +60,8 @@ tokenizer *tokenizer_create_opts(const tokenizer_options *o, char *err, size_t e
         t->bos = sp.bos;
         t->pad = sp.pad;
         t->mask = sp.mask;
+        t->add_bos = sp.add_bos;
+        t->strip_space = bpe_is_sentencepiece(m);
         t->vocab_size = bpe_vocab_size(m);
         return t;
     }
@@ -115,7 +119,11 @@ int tokenizer_encode(const tokenizer *tok, const char *text, size_t len, int32_t
     *n = 0;
     if (tok->bpe) {
         size_t cap = 0;
-        if (bpe_encode(tok->bpe, text, len, ids, n, &cap) != 0) {
+        if (tok->add_bos) { /* transformers' post-processor of add_bos_token */
+            *ids = malloc(64 * sizeof(int32_t));
+            if (*ids) (*ids)[(*n)++] = tok->bos, cap = 64;
+        }
+        if ((tok->add_bos && !*ids) || bpe_encode(tok->bpe, text, len, ids, n, &cap) != 0) {
             free(*ids);
             *ids = NULL;
             *n = 0;
@@ -209,6 +217,7 @@ char *tokenizer_decode_len(const tokenizer *tok, const int32_t *ids, size_t n, s
             memcpy(s + o, b, l);
             o += l;
         }
+        if (tok->strip_space && o > 0 && s[0] == ' ') memmove(s, s + 1, o--);
         s[o] = 0;
         if (len) *len = o;
         return s;

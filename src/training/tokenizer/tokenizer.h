@@ -6,9 +6,9 @@
  *   GPT2BPETokenizer      GPT-2's byte-level BPE from --vocab-file (vocab.json) and
  *                         --merge-file (merges.txt); end of document '<|endoftext|>'
  *                         (gpt2_bpe.c).
- *   HuggingFaceTokenizer  byte-level BPE of a Hugging Face tokenizer directory or tokenizer.json
- *                         (--tokenizer-model): GPT-2, GPT-NeoX, Qwen2 style (hf_tokenizer.c,
- *                         hf_dir.c).
+ *   HuggingFaceTokenizer  BPE of a Hugging Face tokenizer directory or tokenizer.json
+ *                         (--tokenizer-model): byte-level (GPT-2, GPT-NeoX, Qwen2 style) or
+ *                         Llama 2's SentencePiece style (hf_tokenizer.c, hf_dir.c).
  * The two BPE tokenizers share the engine of bpe.c; docs/DATA.md describes them. */
 #ifndef MEGADLM_TRAINING_TOKENIZER_H
 #define MEGADLM_TRAINING_TOKENIZER_H
