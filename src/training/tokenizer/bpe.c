@@ -577,15 +577,35 @@ static int never_in_utf8(int b) { return b == 0xC0 || b == 0xC1 || b >= 0xF5; }
 
 /* Normalized added tokens are searched for in normalized text, so their content is normalized
  * as well (HF's AddedVocabulary normalizes them when it builds its matcher). */
+static int utf8_all_valid(const char *s, size_t n) {
+    int c;
+    for (size_t i = 0, k; i < n; i += k)
+        if (!(k = utf8_valid_len((const unsigned char *)s + i, n - i, &c))) return 0;
+    return 1;
+}
+
+/* Llama 2's normalizer on a token's content: U+2581 in front and for every ' '. */
+static char *sp_normalized(const char *s, size_t n, size_t *outn) {
+    char *out = malloc(3 * n + 4), *o = out;
+    if (!out) return NULL;
+    memcpy(o, "\xE2\x96\x81", 3), o += 3;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == ' ') memcpy(o, "\xE2\x96\x81", 3), o += 3;
+        else *o++ = s[i];
+    }
+    *o = 0;
+    *outn = (size_t)(o - out);
+    return out;
+}
+
 static int normalize_added(bpe_model *m) {
-    for (int i = 0; i < m->nadded && m->nfc; i++) {
+    for (int i = 0; i < m->nadded && (m->nfc || m->sp); i++) {
         added_token *t = &m->added[i];
-        char *norm;
+        char *norm = NULL;
         size_t nlen;
-        int c;
-        if (!t->f.normalized || utf8_valid_len((const unsigned char *)t->match, t->mlen, &c) == 0)
-            continue;
-        int r = unicode_nfc(t->match, t->mlen, &norm, &nlen);
+        if (!t->f.normalized || !utf8_all_valid(t->match, t->mlen)) continue;
+        int r = m->sp ? ((norm = sp_normalized(t->match, t->mlen, &nlen)) ? 1 : -1)
+                      : unicode_nfc(t->match, t->mlen, &norm, &nlen);
         if (r < 0) return -1;
         if (r > 0) {
             char *nm = realloc(norm, nlen + 1);
