@@ -20,7 +20,8 @@
                      (byte_fallback with <0x00>..<0xFF>, U+2581 for spaces, no pre-tokenizer,
                      add_bos_token): its characters and 300 merges learned here, greedily, on
                      the first KJV chapters plus the words above; <s> <unk> </s> and
-                     <|mask_token|> <|pad_token|> as Llama 2 has them
+                     <|mask_token|> <|pad_token|> as Llama 2 has them, and added tokens matched
+                     after normalization ("God", "the earth") or single_word + lstrip
 """
 import json
 import os
@@ -175,7 +176,9 @@ def sp_dir(kjv, out):
                 i += 1
     n = len(vocab)
     added_list = [added(0, "<unk>", True), added(1, "<s>", True), added(2, "</s>", True),
-                  added(n, "<|mask_token|>", True), added(n + 1, "<|pad_token|>", True)]
+                  added(n, "<|mask_token|>", True), added(n + 1, "<|pad_token|>", True),
+                  added(n + 2, "God", normalized=True), added(n + 3, "the earth", normalized=True),
+                  added(n + 4, "said", single_word=True, lstrip=True)]
     tok = {
         "version": "1.0", "truncation": None, "padding": None, "added_tokens": added_list,
         "normalizer": {"type": "Sequence", "normalizers": [

@@ -147,6 +147,7 @@ typedef struct {
     char *match; /* what is searched for: content, NFC'd when normalized and the model is NFC */
     size_t mlen;
     int id;
+    int own_str; /* id_str[id] is this token's (not a vocabulary entry's) */
     bpe_added_flags f;
 } added_token;
 
@@ -518,6 +519,7 @@ int bpe_add_special(bpe_model *m, const char *content, size_t len, int id,
     }
     if (check_index("added token", content, len, id, err, errlen)) return -1;
     if (ensure_id(m, id)) goto oom;
+    int own = !m->id_str[id];
     if (m->id_str[id]) { /* already in the vocabulary: it must be the same string */
         const smap_slot *s = smap_find(&m->vocab, content, len);
         if (!s || s->id != id) {
@@ -549,7 +551,7 @@ int bpe_add_special(bpe_model *m, const char *content, size_t len, int id,
     memcpy(c, content, len);
     c[len] = 0;
     memcpy(mc, content, len + 1);
-    m->added[m->nadded++] = (added_token){c, len, mc, len, id, *f};
+    m->added[m->nadded++] = (added_token){c, len, mc, len, id, own, *f};
     if (id > m->max_id) m->max_id = id;
     return 0;
 oom:
@@ -596,6 +598,24 @@ static char *sp_normalized(const char *s, size_t n, size_t *outn) {
     *o = 0;
     *outn = (size_t)(o - out);
     return out;
+}
+
+/* What decoding prints for an added token that is no vocabulary entry: its (normalized)
+ * content through the model's decoder, as HF decodes it (ByteLevel: a content made only of
+ * byte-level characters becomes those bytes; SentencePiece style: U+2581 is a space). */
+static int decode_added(bpe_model *m) {
+    for (int i = 0; i < m->nadded; i++) {
+        added_token *t = &m->added[i];
+        if (!t->own_str) continue;
+        const char *c = t->f.normalized ? t->match : t->content;
+        size_t n = t->f.normalized ? t->mlen : t->len, outn;
+        char *d = m->sp ? sp_decode(c, n, &outn) : byte_level_decode(m, c, n, &outn);
+        if (!d) return -1;
+        free(m->id_str[t->id]);
+        m->id_str[t->id] = d;
+        m->id_len[t->id] = outn;
+    }
+    return 0;
 }
 
 static int normalize_added(bpe_model *m) {
@@ -672,7 +692,7 @@ int bpe_finish(bpe_model *m, char *err, size_t errlen) {
             return -1;
         }
     }
-    if (normalize_added(m)) {
+    if (normalize_added(m) || decode_added(m)) {
         err_set(err, errlen, "out of memory");
         return -1;
     }
