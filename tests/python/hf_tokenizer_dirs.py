@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Helpers of tests/scripts/test_hf_tokenizer_dirs.sh (standard library only).
+"""Inputs of tests/scripts/test_hf_tokenizer_dirs.sh (standard library only).
 
   special-text SEED LINES TOKENIZER_DIR...  lines that put the added tokens of the directories
                      (their tokenizer.json added_tokens and special_tokens_map.json), pieces
