@@ -217,7 +217,7 @@ char *tokenizer_decode_len(const tokenizer *tok, const int32_t *ids, size_t n, s
             memcpy(s + o, b, l);
             o += l;
         }
-        if (tok->strip_space && o > 0 && s[0] == ' ') memmove(s, s + 1, o--);
+        if (tok->strip_space && o > 0 && s[0] == ' ') memmove(s, s + 1, --o);
         s[o] = 0;
         if (len) *len = o;
         return s;

@@ -78,7 +78,9 @@ int tokenizer_bos(const tokenizer *tok);
 int tokenizer_pad(const tokenizer *tok);
 int tokenizer_mask(const tokenizer *tok);
 
-/* Encodes len bytes of text. *ids is malloc'd (caller frees), *n its length. 0 on success,
+/* Encodes len bytes of text (a HuggingFaceTokenizer directory whose tokenizer_config.json sets
+ * add_bos_token puts its bos first, as Megatron's tokenize() gets it from transformers).
+ * *ids is malloc'd (caller frees), *n its length. 0 on success,
  * -1 with a message in err (e.g. NullTokenizer: "token 'x' at byte 12 is not an integer"). */
 int tokenizer_encode(const tokenizer *tok, const char *text, size_t len, int32_t **ids,
                      size_t *n, char *err, size_t errlen);
