@@ -10,7 +10,7 @@
 #                                       any fails
 #
 # Targets: indexed_dataset safetensors checkpoint_state gpt2_tokenizer hf_tokenizer
-# preprocess_jsonl hf_config. Builds them in $FUZZ_BUILD (default build-fuzz) with clang-14,
+# hf_tokenizer_dir preprocess_jsonl hf_config. Builds them in $FUZZ_BUILD (default build-fuzz) with clang-14,
 # -DMEGADLM_FUZZ=ON -DMEGADLM_SANITIZE=address,undefined (scripts/install-deps.sh --fuzz installs
 # clang). New corpus entries and crash artifacts go to $FUZZ_OUT/NAME/ (default
 # ${TMPDIR:-/tmp}/megadlm-fuzz-out), never into the source tree unless --merge. A crash, leak,
@@ -23,8 +23,8 @@ SRC=$PWD
 BUILD=${FUZZ_BUILD:-build-fuzz}
 OUT=${FUZZ_OUT:-${TMPDIR:-/tmp}/megadlm-fuzz-out}
 NICE=${FUZZ_NICE:-10}
-ALL=(indexed_dataset safetensors checkpoint_state gpt2_tokenizer hf_tokenizer preprocess_jsonl
-     hf_config)
+ALL=(indexed_dataset safetensors checkpoint_state gpt2_tokenizer hf_tokenizer hf_tokenizer_dir
+     preprocess_jsonl hf_config)
 
 mode=fuzz
 case "${1:-}" in

@@ -7,7 +7,7 @@
  * space-separated, one output line per input line (an empty line gives an empty line).
  * --append-eod adds the end-of-document id to every line. Decoding: every line of
  * whitespace-separated ids is printed as text followed by '\n' (end-of-document ids are
- * dropped). */
+ * dropped). --special-ids prints the tokenizer's vocabulary size and special ids instead. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -30,6 +30,8 @@ static void usage(FILE *out) {
             "                          flags named for it)\n"
             "  --decode                ids -> text\n"
             "  --append-eod            append the end-of-document id to every encoded line\n"
+            "  --special-ids           print 'vocab V eod E bos B pad P mask M' (-1: none; bos,\n"
+            "                          pad, mask: a HuggingFaceTokenizer directory's) and exit\n"
             "  --help                  print this help\n");
 }
 
@@ -103,10 +105,11 @@ static int decode_line(const tokenizer *tok, line_io *io, size_t lineno) {
 
 int tokenize_main(int argc, char **argv) {
     tokenizer_options o = {0};
-    int decode = 0, append_eod = 0;
+    int decode = 0, append_eod = 0, special_ids = 0;
     static const struct option opts[] = {
         TOKENIZER_LONG_OPTIONS,          {"decode", no_argument, 0, 'd'},
-        {"append-eod", no_argument, 0, 'e'}, {"help", no_argument, 0, 'h'},
+        {"append-eod", no_argument, 0, 'e'}, {"special-ids", no_argument, 0, 's'},
+        {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
@@ -122,6 +125,7 @@ int tokenize_main(int argc, char **argv) {
         switch (c) {
         case 'd': decode = 1; break;
         case 'e': append_eod = 1; break;
+        case 's': special_ids = 1; break;
         case 'h': usage(stdout); return 0;
         case ':':
             fprintf(stderr, "error: %s: missing value (see megadlm tokenize --help)\n",
@@ -150,6 +154,12 @@ int tokenize_main(int argc, char **argv) {
     if (!tok) {
         fprintf(stderr, "error: %s\n", err);
         return 1;
+    }
+    if (special_ids) {
+        printf("vocab %d eod %d bos %d pad %d mask %d\n", tokenizer_vocab_size(tok),
+               tokenizer_eod(tok), tokenizer_bos(tok), tokenizer_pad(tok), tokenizer_mask(tok));
+        tokenizer_free(tok);
+        return 0;
     }
     line_io io = {0};
     int rc = 0;

@@ -700,7 +700,7 @@ static int validate_tokenizer_files(megadlm_args *a, int *tok_vocab, char *err, 
     if (!gpt2 && !a->tokenizer_model[0])
         return fail(err, errlen,
                     "--tokenizer-type HuggingFaceTokenizer needs --tokenizer-model "
-                    "(tokenizer.json)");
+                    "(a tokenizer directory or a tokenizer.json)");
     struct tok_file {
         const char *flag;
         char *path;

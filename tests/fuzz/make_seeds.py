@@ -157,6 +157,79 @@ for style in ("gpt2", "pairs", "neox", "qwen2", "bad-normalizer", "bad-pre", "ba
 put("hf_tokenizer", "gpt2-text", json.dumps(hfj.convert(dict(encoder), list(merges), "gpt2")).encode()
     + SEP + "<|endoftext|>  God  said\n\n\u0041\u030a \u212b".encode())
 
+# added-token flags (normalized tokens matched after NFC, single_word, lstrip, rstrip)
+flags_tok = hfj.convert(dict(encoder), list(merges), "neox")
+flags_tok["added_tokens"] = [hfj.added(n - 1, "<|endoftext|>")] + [
+    dict(hfj.added(n + k, c, special=False), **f) for k, (c, f) in enumerate([
+        ("<w>", {"single_word": True}), ("[L]", {"lstrip": True}), ("[R]", {"rstrip": True}),
+        ("cafe\u0301", {"normalized": True}), ("the", {"normalized": True, "single_word": True})])]
+put("hf_tokenizer", "flags.json", json.dumps(flags_tok, ensure_ascii=False).encode() + SEP +
+    "the<w> <w> [L]  [R]  x caf\u00e9 cafe\u0301 theme the_ th\u00e9 \u212b".encode())
+# no tokens for the bytes UTF-8 never holds (GPT-NeoX): invalid text is decoded lossily
+lossy = hfj.convert(dict(encoder), list(merges), "neox")
+for b in [0xC0, 0xC1] + list(range(0xF5, 0x100)):
+    lossy["model"]["vocab"].pop(b2u[b], None)
+put("hf_tokenizer", "no-invalid-bytes.json", json.dumps(lossy, ensure_ascii=False).encode() + SEP +
+    b"ok \xc0\x80 \xff\xfe \xed\xa0\x80 \xe2\x82 \xf0\x9f\x98 \xf4\x90\x80\x80 end")
+sp = hfj.convert(dict(encoder), list(merges), "neox")
+sp["model"]["byte_fallback"] = True
+sp["pre_tokenizer"] = None
+put("hf_tokenizer", "byte-fallback.json", json.dumps(sp, ensure_ascii=False))
+# SentencePiece style, Llama 2's shape: byte fallback, U+2581 for spaces, no pre-tokenizer
+spv = {"<unk>": 0, "<s>": 1, "</s>": 2}
+spv.update({"<0x%02X>" % b: 3 + b for b in range(256)})
+for t in ["\u2581", "t", "h", "e", "a", "n", "d", "\u2581t", "\u2581th", "\u2581the", "an", "and"]:
+    spv.setdefault(t, len(spv))
+llama = {"version": "1.0", "added_tokens": [hfj.added(0, "<unk>"), hfj.added(1, "<s>"),
+                                             hfj.added(2, "</s>")],
+         "normalizer": {"type": "Sequence", "normalizers": [
+             {"type": "Prepend", "prepend": "\u2581"},
+             {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
+         "pre_tokenizer": None, "post_processor": None,
+         "decoder": {"type": "Sequence", "decoders": [
+             {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+             {"type": "ByteFallback"}, {"type": "Fuse"},
+             {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+         "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>",
+                   "continuing_subword_prefix": None, "end_of_word_suffix": None,
+                   "fuse_unk": True, "byte_fallback": True, "ignore_merges": False, "vocab": spv,
+                   "merges": [["\u2581", "t"], ["\u2581t", "h"], ["\u2581th", "e"], ["a", "n"],
+                              ["an", "d"]]}}
+put("hf_tokenizer", "llama-shape.json", json.dumps(llama, ensure_ascii=False).encode() + SEP +
+    "the and <s>thee\u00e9 \u4e2d  \U0001F600</s>".encode() + b" \xff\xc3")
+
+# ---- HF tokenizer directory: tokenizer.json, tokenizer_config.json, special_tokens_map.json,
+# added_tokens.json (an empty part: the file is absent), text
+def tok_dir(tok, config, tmap, added, text=""):
+    parts = [json.dumps(x, ensure_ascii=False).encode() if x is not None else b""
+             for x in (tok, config, tmap, added)]
+    return SEP.join(parts) + (SEP + text.encode() if text else b"")
+
+
+neox = hfj.convert(dict(encoder), list(merges), "neox")
+neox["added_tokens"] = [hfj.added(n - 1, "<|endoftext|>")]
+mask = {"content": "<|mask_token|>", "lstrip": False, "normalized": False, "rstrip": False,
+        "single_word": False}
+config = {"add_bos_token": False, "add_eos_token": False, "bos_token": "<|endoftext|>",
+          "eos_token": "<|endoftext|>", "pad_token": "<|pad_token|>", "mask_token": "<|mask_token|>",
+          "additional_special_tokens": ["<|x0|>"],
+          "added_tokens_decoder": {str(n): dict(mask, special=True),
+                                   str(n + 1): dict(mask, content="  ", normalized=True)}}
+tmap = {"eos_token": {"content": "<|endoftext|>"}, "mask_token": mask,
+        "pad_token": "<|pad_token|>", "additional_special_tokens": [dict(mask, content="<|x0|>")]}
+put("hf_tokenizer_dir", "neox-style", tok_dir(neox, config, tmap, {"<|pad_token|>": n + 2},
+                                              "God  said<|mask_token|>  <|x0|><|pad_token|>"))
+put("hf_tokenizer_dir", "tokenizer-json-only", tok_dir(neox, None, None, None))
+put("hf_tokenizer_dir", "no-eos", tok_dir(neox, {"pad_token": "<|endoftext|>"}, None, None))
+put("hf_tokenizer_dir", "add-bos", tok_dir(neox, dict(config, add_bos_token=True), None, None))
+put("hf_tokenizer_dir", "bad-config", tok_dir(neox, {"eos_token": 5,
+                                                     "added_tokens_decoder": {"x": 1}}, None, {"a": -1}))
+put("hf_tokenizer_dir", "empty", b"")
+put("hf_tokenizer_dir", "llama-shape", tok_dir(llama, {"add_bos_token": True, "bos_token": "<s>",
+                                                       "eos_token": "</s>"}, None, None, "the x"))
+put("hf_tokenizer_dir", "decoder-list", tok_dir(neox, dict(config, added_tokens_decoder=[1, "a"]),
+                                                None, None))
+
 # ---- preprocess: JSONL lines (keys text and title), also read as .txt with NullTokenizer ids
 put("preprocess_jsonl", "lines.jsonl",
     '{"text": "In the beginning God created the heaven and the earth.", "title": "Genesis"}\n'

@@ -71,7 +71,7 @@ expect_error "bad.bpe:3: expected two tokens 'a b', found 3" \
   --tokenizer-type GPT2BPETokenizer --vocab-file "$ENC/encoder.json" --merge-file bad.bpe
 o=$(echo "15496 50257" | "$MEGADLM" tokenize "${G[@]}" --decode 2>&1) && die "decode of 50257 succeeded"
 grep -qF "stdin:1: '50257' is not a token id in [0, 50257)" <<<"$o" || die "decode range error: $o"
-"$MEGADLM" tokenize --help | grep -q -- "--tokenizer-model FILE" || die "tokenize --help"
+"$MEGADLM" tokenize --help | grep -q -- "--tokenizer-model PATH" || die "tokenize --help"
 
 # ---- preprocess: the same ids, independent of --workers
 head -c 400000 text.txt | grep -v '^[[:space:]]*$' | "$PY" -c '

@@ -23,7 +23,7 @@ die() { echo "FAILED: $*"; fail=1; }
 H="$PY $SRC/tests/python/hf_tokenizer_json.py"
 G=(--tokenizer-type GPT2BPETokenizer --vocab-file "$ENC/encoder.json" --merge-file "$ENC/vocab.bpe")
 hf() { "$MEGADLM" tokenize --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$@"; }
-for s in gpt2 pairs neox qwen2 bad-normalizer bad-model bad-pre bad-single-word bad-merge; do
+for s in gpt2 pairs neox qwen2 bad-normalizer bad-model bad-pre bad-merge; do
   $H convert "$ENC/encoder.json" "$ENC/vocab.bpe" $s > $s.json || die "convert $s"
 done
 
@@ -99,7 +99,6 @@ expect_error() {  # file message
 expect_error bad-normalizer.json "normalizer.normalizers[1]: type 'NFKC' is not supported"
 expect_error bad-model.json "model.type: 'Unigram' is not supported"
 expect_error bad-pre.json "pre_tokenizer: type 'Metaspace' is not supported"
-expect_error bad-single-word.json "added_tokens[1]: '<mask>': single_word true is not supported"
 expect_error bad-merge.json "model.merges: entry 10: token 'zzzzqqq' is not in the vocabulary"
 o=$(echo x | "$MEGADLM" tokenize --tokenizer-type HuggingFaceTokenizer 2>&1) && die "no --tokenizer-model accepted"
 grep -qF "HuggingFaceTokenizer needs --tokenizer-model" <<<"$o" || die "missing --tokenizer-model: $o"

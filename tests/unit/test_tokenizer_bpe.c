@@ -1,11 +1,13 @@
 /* The byte-level BPE tokenizers on small hand-made files with hand-checked ids:
  * GPT2BPETokenizer (vocab.json + merges.txt), HuggingFaceTokenizer (a tokenizer.json with a
- * Qwen2-style Split pattern, NFC and added tokens), NFC itself, invalid UTF-8, the flags'
- * validation (padded vocabulary, absolute paths) and the refusals. The comparisons against
- * real GPT-2 files are the script tests test_gpt2_tokenizer.sh and test_hf_tokenizer.sh. */
+ * Qwen2-style Split pattern, NFC and added tokens; a vocabulary without the bytes UTF-8 never
+ * holds; a tokenizer directory), NFC itself, invalid UTF-8, the flags' validation (padded
+ * vocabulary, absolute paths) and the refusals. The comparisons against real GPT-2 files are
+ * the script tests test_gpt2_tokenizer.sh and test_hf_tokenizer.sh. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "test_util.h"
@@ -225,16 +227,18 @@ static void test_hf(void) {
         fprintf(stderr, "  %s\n", err);
         return;
     }
-    CHECK(tokenizer_vocab_size(t) == 304 && tokenizer_eod(t) == 301);
+    /* The file names ids 300..303; Hugging Face's AddedVocabulary gives new added tokens the ids
+     * after the 263 vocabulary entries in file order, whatever the file says: 263..266. */
+    CHECK(tokenizer_vocab_size(t) == 267 && tokenizer_eod(t) == 264);
     ENC(t, "$he", 262);                       /* Qwen2: "$he" is one piece -> the merge */
     ENC(t, "hello hello", 259, 32, 259);
     ENC(t, "IT'S", 'I', 'T', '\'', 'S');      /* (?i:'s): "IT", "'S" */
     ENC(t, "a12", 'a', '1', '2');             /* digits one by one */
     ENC(t, "he\r\n\r\nhe", 257, '\r', '\n', '\r', '\n', 257);
-    ENC(t, "hello<|im_end|>aa", 259, 300, 261);
-    ENC(t, "aa  <sep>  aa", 261, 302, 261);   /* lstrip and rstrip take the spaces */
-    ENC(t, "aa<sep>>aa", 261, 303, 261);      /* longest added token first */
-    ENC(t, "<|endoftext|><|endoftext|>", 301, 301);
+    ENC(t, "hello<|im_end|>aa", 259, 263, 261);
+    ENC(t, "aa  <sep>  aa", 261, 265, 261);   /* lstrip and rstrip take the spaces */
+    ENC(t, "aa<sep>>aa", 261, 266, 261);      /* longest added token first */
+    ENC(t, "<|endoftext|><|endoftext|>", 264, 264);
     ENC(t, "he\xcc\x81", 'h', 0xc3, 0xa9);    /* NFC: e + U+0301 -> U+00E9 (C3 A9) */
     tokenizer_free(t);
 
@@ -312,6 +316,79 @@ static int nfc_is(const char *in, const char *want) {
     return ok;
 }
 
+/* A byte-level vocabulary without the 13 bytes UTF-8 never holds (GPT-NeoX's), ids given in
+ * byte order without holes: byte b (< 0xF5) has id LID(b); skip: one more byte left out. */
+#define LID(b) ((b) - ((b) > 0xC1 ? 2 : 0))
+static void write_lossy(const char *name, int skip, const char *added) {
+    char *j = malloc(1 << 16), c[8];
+    size_t o = (size_t)sprintf(j, "{\"added_tokens\": [%s], \"pre_tokenizer\": {\"type\": "
+                                  "\"ByteLevel\", \"add_prefix_space\": false}, \"model\": {\"type\": \"BPE\", \"vocab\": {",
+                               added);
+    for (int b = 0, id = 0; b < 0xF5; b++) {
+        if (b == 0xC0 || b == 0xC1 || b == skip) continue;
+        json_char(b, c);
+        o += (size_t)sprintf(j + o, "%s\"%s\": %d", id ? ", " : "", c, id);
+        id++;
+    }
+    sprintf(j + o, "}, \"merges\": []}}");
+    write_file(name, j);
+    free(j);
+}
+
+/* Missing byte tokens: text that is not UTF-8 is first decoded with U+FFFD (EF BF BD) per
+ * maximal ill-formed subsequence (Unicode 3.9), as Hugging Face would be handed it. A
+ * directory: eod is eos_token (special_tokens_map.json over tokenizer_config.json), special
+ * tokens missing from the files become added tokens at the next ids. */
+static void test_hf_lossy_dir(void) {
+    char p[512];
+    write_lossy("lossy.json", -1, "{\"id\": 243, \"content\": \"<|endoftext|>\", \"special\": true}");
+    path(p, sizeof p, "lossy.json");
+    tokenizer_options o = {.type = "HuggingFaceTokenizer", .tokenizer_model = p};
+    tokenizer *t = tokenizer_create_opts(&o, err, sizeof err);
+    CHECK(t != NULL);
+    if (!t) {
+        fprintf(stderr, "  %s\n", err);
+        return;
+    }
+#define FFFD LID(0xEF), LID(0xBF), LID(0xBD)
+    ENC(t, "a\xff" "b", 'a', FFFD, 'b');
+    ENC(t, "\xc0\x80", FFFD, FFFD);           /* C0 never starts a sequence: two */
+    ENC(t, "x\xe2\x82", 'x', FFFD);             /* truncated: one */
+    ENC(t, "\xf0\x9f\x98!", FFFD, '!');         /* one piece with the '!' */
+    ENC(t, "\xed\xa0\x80", FFFD, FFFD, FFFD);    /* a surrogate: ED, A0, 80 */
+    ENC(t, "\xf4\x90\x80\x80", FFFD, FFFD, FFFD, FFFD); /* above U+10FFFF */
+    ENC(t, "\xc3\xa9", LID(0xC3), LID(0xA9));   /* valid text is untouched */
+    tokenizer_free(t);
+    write_lossy("nobyteA.json", 'A', "");
+    path(p, sizeof p, "nobyteA.json");
+    CHECK(!tokenizer_create_opts(&o, err, sizeof err) && strstr(err, "no token for byte 0x41"));
+
+    char d[512];
+    path(d, sizeof d, "tokdir");
+    CHECK(mkdir(d, 0755) == 0);
+    write_lossy("tokdir/tokenizer.json", -1,
+                "{\"id\": 243, \"content\": \"<m>\", \"special\": true}");
+    write_file("tokdir/tokenizer_config.json",
+               "{\"eos_token\": \"<e>\", \"bos_token\": {\"content\": \"<b>\"}, "
+               "\"pad_token\": \"a\", \"mask_token\": \"<m>\", \"add_bos_token\": false}");
+    write_file("tokdir/special_tokens_map.json", "{\"eos_token\": \"<E>\"}");
+    o.tokenizer_model = d;
+    t = tokenizer_create_opts(&o, err, sizeof err);
+    CHECK(t != NULL);
+    if (!t) {
+        fprintf(stderr, "  %s\n", err);
+        return;
+    }
+    /* 243 vocabulary entries; <m> 243; then bos <b> 244, eos <E> 245 in transformers' order */
+    CHECK(tokenizer_eod(t) == 245 && tokenizer_bos(t) == 244 && tokenizer_pad(t) == 'a' &&
+          tokenizer_mask(t) == 243 && tokenizer_vocab_size(t) == 246);
+    ENC(t, "x<E><b><e>", 'x', 245, 244, '<', 'e', '>');
+    tokenizer_free(t);
+    write_file("tokdir/special_tokens_map.json", "{\"eos_token\": null}");
+    write_file("tokdir/tokenizer_config.json", "{\"bos_token\": \"<b>\"}");
+    CHECK(!tokenizer_create_opts(&o, err, sizeof err) && strstr(err, "no eos_token"));
+}
+
 static void test_nfc(void) {
     CHECK(nfc_is("plain ascii", "plain ascii"));
     CHECK(nfc_is("e\xcc\x81", "\xc3\xa9"));                     /* e + acute -> é */
@@ -370,6 +447,7 @@ int main(void) {
     write_gpt2_files();
     test_gpt2();
     test_hf();
+    test_hf_lossy_dir();
     test_nfc();
     test_args();
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

@@ -3,6 +3,7 @@
 #include "training/tokenizer/bpe.h"
 
 #include <pcre2.h>
+#include <ctype.h>
 #include <pthread.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -141,9 +142,13 @@ typedef struct {
 } split_step;
 
 typedef struct {
-    char *content;
+    char *content; /* as given (what decode prints) */
     size_t len;
-    int id, lstrip, rstrip;
+    char *match; /* what is searched for: content, NFC'd when normalized and the model is NFC */
+    size_t mlen;
+    int id;
+    int own_str; /* id_str[id] is this token's (not a vocabulary entry's) */
+    bpe_added_flags f;
 } added_token;
 
 /* Merge cache: piece bytes -> ids, sharded so that preprocess's threads rarely wait. A shard
@@ -181,6 +186,9 @@ struct bpe_model {
     int first_by_byte[256][2]; /* range [lo, hi) of `sorted` whose content starts with a byte */
     int *sorted;               /* added tokens sorted by first byte, then longest first */
     int nfc, ignore_merges;
+    int lossy;              /* a byte that never occurs in UTF-8 has no token: decode lossily */
+    int sp;                 /* SentencePiece-style BPE (Llama 2): see bpe_set_sentencepiece */
+    pcre2_code *word_re;    /* single_word's word character (NULL: no single_word token) */
     int byte_cp[256];  /* bytes_to_unicode */
     int cp_byte[324];  /* its inverse (-1: not a byte-level character) */
     cache_shard cache[CACHE_SHARDS];
@@ -262,7 +270,8 @@ void bpe_free(bpe_model *m) {
     free(m->rank_pair);
     for (int i = 0; i < m->nsteps; i++) pcre2_code_free(m->steps[i].re);
     free(m->steps);
-    for (int i = 0; i < m->nadded; i++) free(m->added[i].content);
+    for (int i = 0; i < m->nadded; i++) free(m->added[i].content), free(m->added[i].match);
+    pcre2_code_free(m->word_re);
     free(m->added);
     free(m->sorted);
     for (int s = 0; s < CACHE_SHARDS; s++) {
@@ -325,6 +334,32 @@ static char *byte_level_decode(const bpe_model *m, const char *tok, size_t len, 
     return out;
 }
 
+/* The text of a SentencePiece-style token: <0xNN> is that byte, U+2581 ('\u2581') a space (HF's
+ * decoders Replace and ByteFallback). */
+static char *sp_decode(const char *tok, size_t len, size_t *outlen) {
+    char *out = malloc(len + 1);
+    if (!out) return NULL;
+    unsigned b;
+    char tail;
+    if (len == 6 && sscanf(tok, "<0x%2X%c", &b, &tail) == 2 && tail == '>' &&
+        isxdigit((unsigned char)tok[3]) && isxdigit((unsigned char)tok[4])) {
+        out[0] = (char)b;
+        *outlen = 1;
+        return out;
+    }
+    size_t o = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (i + 3 <= len && memcmp(tok + i, "\xE2\x96\x81", 3) == 0) {
+            out[o++] = ' ';
+            i += 2;
+        } else {
+            out[o++] = tok[i];
+        }
+    }
+    *outlen = o;
+    return out;
+}
+
 int bpe_add_vocab(bpe_model *m, const char *tok, size_t len, int id, char *err, size_t errlen) {
     if (id < 0) {
         err_set(err, errlen, "token '%.*s' has a negative id %d", (int)(len > 60 ? 60 : len), tok,
@@ -343,7 +378,8 @@ int bpe_add_vocab(bpe_model *m, const char *tok, size_t len, int id, char *err, 
         err_set(err, errlen, "token '%.*s' is listed twice", (int)(len > 60 ? 60 : len), tok);
         return -1;
     }
-    m->id_str[id] = byte_level_decode(m, tok, len, &m->id_len[id]);
+    m->id_str[id] = m->sp ? sp_decode(tok, len, &m->id_len[id])
+                          : byte_level_decode(m, tok, len, &m->id_len[id]);
     if (!m->id_str[id]) goto oom;
     if (id > m->max_id) m->max_id = id;
     return 0;
@@ -471,8 +507,8 @@ int bpe_add_split(bpe_model *m, const char *pattern, int literal, int prefix_spa
     return 0;
 }
 
-int bpe_add_special(bpe_model *m, const char *content, size_t len, int id, int lstrip, int rstrip,
-                    char *err, size_t errlen) {
+int bpe_add_special(bpe_model *m, const char *content, size_t len, int id,
+                    const bpe_added_flags *f, char *err, size_t errlen) {
     if (len == 0) {
         err_set(err, errlen, "added token %d has empty content", id);
         return -1;
@@ -483,6 +519,7 @@ int bpe_add_special(bpe_model *m, const char *content, size_t len, int id, int l
     }
     if (check_index("added token", content, len, id, err, errlen)) return -1;
     if (ensure_id(m, id)) goto oom;
+    int own = !m->id_str[id];
     if (m->id_str[id]) { /* already in the vocabulary: it must be the same string */
         const smap_slot *s = smap_find(&m->vocab, content, len);
         if (!s || s->id != id) {
@@ -506,11 +543,15 @@ int bpe_add_special(bpe_model *m, const char *content, size_t len, int id, int l
     added_token *na = realloc(m->added, (size_t)(m->nadded + 1) * sizeof *na);
     if (!na) goto oom;
     m->added = na;
-    char *c = malloc(len + 1);
-    if (!c) goto oom;
+    char *c = malloc(len + 1), *mc = malloc(len + 1);
+    if (!c || !mc) {
+        free(c), free(mc);
+        goto oom;
+    }
     memcpy(c, content, len);
     c[len] = 0;
-    m->added[m->nadded++] = (added_token){c, len, id, lstrip, rstrip};
+    memcpy(mc, content, len + 1);
+    m->added[m->nadded++] = (added_token){c, len, mc, len, id, own, *f};
     if (id > m->max_id) m->max_id = id;
     return 0;
 oom:
@@ -519,23 +560,130 @@ oom:
 }
 
 void bpe_set_nfc(bpe_model *m, int on) { m->nfc = on; }
+void bpe_set_sentencepiece(bpe_model *m) { m->sp = m->lossy = 1; }
+int bpe_is_sentencepiece(const bpe_model *m) { return m->sp; }
 void bpe_set_ignore_merges(bpe_model *m, int on) { m->ignore_merges = on; }
 
 static const bpe_model *g_sort_model;
 static int cmp_added(const void *x, const void *y) {
     const added_token *a = &g_sort_model->added[*(const int *)x],
                       *b = &g_sort_model->added[*(const int *)y];
-    unsigned char ca = (unsigned char)a->content[0], cb = (unsigned char)b->content[0];
+    unsigned char ca = (unsigned char)a->match[0], cb = (unsigned char)b->match[0];
     if (ca != cb) return ca < cb ? -1 : 1;
-    if (a->len != b->len) return a->len > b->len ? -1 : 1;
+    if (a->mlen != b->mlen) return a->mlen > b->mlen ? -1 : 1;
     return *(const int *)x - *(const int *)y;
 }
 
-int bpe_finish(bpe_model *m, char *err, size_t errlen) {
+/* Bytes that no valid UTF-8 holds: overlong leads and leads above U+10FFFF. */
+static int never_in_utf8(int b) { return b == 0xC0 || b == 0xC1 || b >= 0xF5; }
+
+/* Normalized added tokens are searched for in normalized text, so their content is normalized
+ * as well (HF's AddedVocabulary normalizes them when it builds its matcher). */
+static int utf8_all_valid(const char *s, size_t n) {
+    int c;
+    for (size_t i = 0, k; i < n; i += k)
+        if (!(k = utf8_valid_len((const unsigned char *)s + i, n - i, &c))) return 0;
+    return 1;
+}
+
+/* Llama 2's normalizer on a token's content: U+2581 in front and for every ' '. */
+static char *sp_normalized(const char *s, size_t n, size_t *outn) {
+    char *out = malloc(3 * n + 4), *o = out;
+    if (!out) return NULL;
+    memcpy(o, "\xE2\x96\x81", 3), o += 3;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == ' ') memcpy(o, "\xE2\x96\x81", 3), o += 3;
+        else *o++ = s[i];
+    }
+    *o = 0;
+    *outn = (size_t)(o - out);
+    return out;
+}
+
+/* What decoding prints for an added token that is no vocabulary entry: its (normalized)
+ * content through the model's decoder, as HF decodes it (ByteLevel: a content made only of
+ * byte-level characters becomes those bytes; SentencePiece style: U+2581 is a space). */
+static int decode_added(bpe_model *m) {
+    for (int i = 0; i < m->nadded; i++) {
+        added_token *t = &m->added[i];
+        if (!t->own_str) continue;
+        const char *c = t->f.normalized ? t->match : t->content;
+        size_t n = t->f.normalized ? t->mlen : t->len, outn;
+        char *d = m->sp ? sp_decode(c, n, &outn) : byte_level_decode(m, c, n, &outn);
+        if (!d) return -1;
+        free(m->id_str[t->id]);
+        m->id_str[t->id] = d;
+        m->id_len[t->id] = outn;
+    }
+    return 0;
+}
+
+static int normalize_added(bpe_model *m) {
+    for (int i = 0; i < m->nadded && (m->nfc || m->sp); i++) {
+        added_token *t = &m->added[i];
+        char *norm = NULL;
+        size_t nlen;
+        if (!t->f.normalized || !utf8_all_valid(t->match, t->mlen)) continue;
+        int r = m->sp ? ((norm = sp_normalized(t->match, t->mlen, &nlen)) ? 1 : -1)
+                      : unicode_nfc(t->match, t->mlen, &norm, &nlen);
+        if (r < 0) return -1;
+        if (r > 0) {
+            char *nm = realloc(norm, nlen + 1);
+            if (!nm) {
+                free(norm);
+                return -1;
+            }
+            nm[nlen] = 0;
+            free(t->match);
+            t->match = nm;
+            t->mlen = nlen;
+        }
+    }
+    return 0;
+}
+
+/* Rust regex's \w, which HF's single_word tests on the characters around a match. */
+static const char WORD_CLASS[] = "[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}]";
+
+static int compile_word_re(bpe_model *m, char *err, size_t errlen) {
+    int any = 0;
+    for (int i = 0; i < m->nadded; i++) any |= m->added[i].f.single_word;
+    if (!any) return 0;
+    int ec;
+    PCRE2_SIZE eo;
+    m->word_re = pcre2_compile((PCRE2_SPTR)WORD_CLASS, PCRE2_ZERO_TERMINATED,
+                               PCRE2_UTF | PCRE2_UCP | PCRE2_ANCHORED, &ec, &eo, NULL);
+    if (!m->word_re) {
+        err_set(err, errlen, "cannot compile the word-character class of single_word (%d)", ec);
+        return -1;
+    }
+    return 0;
+}
+
+/* SentencePiece style: the byte symbols are the 256 tokens <0x00>..<0xFF>. */
+static int sp_bytes(bpe_model *m, char *err, size_t errlen) {
     for (int b = 0; b < 256; b++) {
+        char s[8];
+        snprintf(s, sizeof s, "<0x%02X>", b);
+        m->byte_id[b] = bpe_vocab_id(m, s, 6);
+        if (m->byte_id[b] < 0) {
+            err_set(err, errlen, "byte_fallback: the vocabulary has no token '%s'", s);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int bpe_finish(bpe_model *m, char *err, size_t errlen) {
+    if (m->sp && sp_bytes(m, err, errlen)) return -1;
+    for (int b = 0; b < 256 && !m->sp; b++) {
         char s[4];
         size_t k = unicode_utf8_put(s, (uint32_t)m->byte_cp[b]);
         m->byte_id[b] = bpe_vocab_id(m, s, k);
+        if (m->byte_id[b] < 0 && never_in_utf8(b)) {
+            m->lossy = 1;
+            continue;
+        }
         if (m->byte_id[b] < 0) {
             err_set(err, errlen,
                    "the vocabulary has no token for byte 0x%02X ('%.*s'): not a byte-level BPE "
@@ -544,6 +692,11 @@ int bpe_finish(bpe_model *m, char *err, size_t errlen) {
             return -1;
         }
     }
+    if (normalize_added(m) || decode_added(m)) {
+        err_set(err, errlen, "out of memory");
+        return -1;
+    }
+    if (compile_word_re(m, err, errlen)) return -1;
     if (m->merges.cap == 0 && mmap_grow(&m->merges)) {
         err_set(err, errlen, "out of memory");
         return -1;
@@ -558,7 +711,7 @@ int bpe_finish(bpe_model *m, char *err, size_t errlen) {
     qsort(m->sorted, (size_t)m->nadded, sizeof(int), cmp_added);
     for (int b = 0; b < 256; b++) m->first_by_byte[b][0] = m->first_by_byte[b][1] = 0;
     for (int i = 0; i < m->nadded; i++) {
-        unsigned char b = (unsigned char)m->added[m->sorted[i]].content[0];
+        unsigned char b = (unsigned char)m->added[m->sorted[i]].match[0];
         if (m->first_by_byte[b][1] == 0) m->first_by_byte[b][0] = i;
         m->first_by_byte[b][1] = i + 1;
     }
@@ -566,6 +719,14 @@ int bpe_finish(bpe_model *m, char *err, size_t errlen) {
 }
 
 int bpe_vocab_size(const bpe_model *m) { return m->max_id + 1; }
+
+int bpe_hf_added_id(const bpe_model *m, const char *content, size_t len) {
+    int v = bpe_vocab_id(m, content, len), n = (int)m->vocab.count, top = -1;
+    if (v >= 0) return v;
+    for (int i = 0; i < m->nadded; i++)
+        if (m->added[i].id > top) top = m->added[i].id;
+    return top < 0 ? n : top >= n || n == 0 ? top + 1 : n;
+}
 
 int bpe_added_id(const bpe_model *m, const char *content) {
     size_t len = strlen(content);
@@ -622,7 +783,27 @@ static uint64_t heap_pop(uint64_t *h, size_t *n) {
     return top;
 }
 
-/* GPT-2's bpe() on one piece, by ids: node i starts as byte i; a merge keeps the left node.
+/* SentencePiece-style BPE's first symbols (HF's BPE with byte_fallback): each character is its
+ * vocabulary token, or when it has none the <0xNN> tokens of its bytes. Returns the count. */
+static size_t sp_symbols(const bpe_model *m, const unsigned char *s, size_t n, int32_t *id) {
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        int c;
+        size_t l = utf8_valid_len(s + i, n - i, &c);
+        int v = l ? bpe_vocab_id(m, (const char *)s + i, l) : -1;
+        if (!l) l = 1; /* not reached: the text is decoded lossily first */
+        if (v >= 0) {
+            id[k++] = v;
+        } else {
+            for (size_t j = 0; j < l; j++) id[k++] = m->byte_id[s[i + j]];
+        }
+        i += l;
+    }
+    return k;
+}
+
+/* GPT-2's bpe() on one piece, by ids: node i starts as byte i (SentencePiece style: as
+ * sp_symbols); a merge keeps the left node.
  * The heap holds (rank << 32 | left node) for adjacent pairs that have a rank; stale entries
  * are skipped when popped. All entries of the lowest rank are taken at once and merged left to
  * right, which is encoder.py's "merge every occurrence of the best bigram" (a merge never
@@ -643,9 +824,13 @@ static int bpe_merge(const bpe_model *m, const unsigned char *s, size_t n, ivec 
             return -1;
         }
     }
-    size_t hn = 0;
+    size_t hn = 0, nbytes = n;
+    if (m->sp) {
+        n = sp_symbols(m, s, n, id);
+    } else {
+        for (size_t i = 0; i < n; i++) id[i] = m->byte_id[s[i]];
+    }
     for (size_t i = 0; i < n; i++) {
-        id[i] = m->byte_id[s[i]];
         nx[i] = i + 1 < n ? (int32_t)(i + 1) : -1;
         pv[i] = (int32_t)i - 1;
     }
@@ -684,14 +869,14 @@ static int bpe_merge(const bpe_model *m, const unsigned char *s, size_t n, ivec 
     int rc = 0;
     for (int32_t i = 0; i >= 0; i = nx[i])
         if (ivec_push(out, id[i])) rc = -1;
-    if (n > 128) free(id), free(nx), free(pv), free(heap), free(batch);
+    if (nbytes > 128) free(id), free(nx), free(pv), free(heap), free(batch);
     return rc;
 }
 
 static int bpe_piece(const bpe_model *m, const unsigned char *s, size_t n, ivec *out) {
     if (n == 0) return 0;
-    if (n == 1) return ivec_push(out, m->byte_id[s[0]]);
-    if (m->ignore_merges) { /* HF: a piece that is a vocabulary token is taken whole */
+    if (n == 1 && !m->sp) return ivec_push(out, m->byte_id[s[0]]);
+    if (m->ignore_merges && !m->sp) { /* HF: a piece that is a vocabulary token is taken whole */
         char stack[1024];
         char *bl = 2 * n <= sizeof stack ? stack : malloc(2 * n);
         if (!bl) return -1;
@@ -801,39 +986,30 @@ static int split_piece(const split_step *st, span piece, pcre2_match_data *md, s
     return 0;
 }
 
-/* Pre-tokenizes and merges one run of valid UTF-8. */
-static int encode_valid(const bpe_model *m, const char *text, size_t len, pcre2_match_data *md,
-                        ivec *out, owned *own) {
-    if (m->nfc) {
-        char *norm;
-        size_t nlen;
-        int r = unicode_nfc(text, len, &norm, &nlen);
-        if (r < 0) return -1;
-        if (r > 0) { /* changed */
-            char **nv = grow_array(own->v, &own->cap, own->n + 1, sizeof *nv, 16);
-            if (!nv) {
-                free(norm);
-                return -1;
-            }
-            own->v = nv;
-            own->v[own->n++] = norm;
-            text = norm;
-            len = nlen;
-        }
-    }
+/* State of one encode call. */
+typedef struct {
+    const bpe_model *m;
+    pcre2_match_data *md;
+    ivec out;
+    owned own; /* normalized and decoded copies of the text */
+} enc_state;
+
+/* Pre-tokenizes and merges one run of valid (already normalized) UTF-8. */
+static int encode_valid(enc_state *st, const char *text, size_t len) {
+    const bpe_model *m = st->m;
     spans a = {0}, b = {0};
     int rc = 0;
     if (spans_push(&a, text, len)) rc = -1;
     for (int s = 0; s < m->nsteps && rc == 0; s++) {
         b.n = 0;
         for (size_t i = 0; i < a.n && rc == 0; i++)
-            rc = split_piece(&m->steps[s], a.v[i], md, &b, own);
+            rc = split_piece(&m->steps[s], a.v[i], st->md, &b, &st->own);
         spans t = a;
         a = b;
         b = t;
     }
     for (size_t i = 0; i < a.n && rc == 0; i++)
-        rc = bpe_piece(m, (const unsigned char *)a.v[i].p, a.v[i].n, out);
+        rc = bpe_piece(m, (const unsigned char *)a.v[i].p, a.v[i].n, &st->out);
     free(a.v);
     free(b.v);
     return rc;
@@ -841,8 +1017,7 @@ static int encode_valid(const bpe_model *m, const char *text, size_t len, pcre2_
 
 /* Text between added tokens: valid UTF-8 runs go through encode_valid, invalid bytes are
  * pieces of one byte. */
-static int encode_text(const bpe_model *m, const char *text, size_t len, pcre2_match_data *md,
-                       ivec *out, owned *own) {
+static int encode_text(enc_state *st, const char *text, size_t len) {
     size_t i = 0;
     while (i < len) {
         size_t j = i;
@@ -850,11 +1025,94 @@ static int encode_text(const bpe_model *m, const char *text, size_t len, pcre2_m
         size_t k;
         while (j < len && (k = utf8_valid_len((const unsigned char *)text + j, len - j, &c)))
             j += k;
-        if (j > i && encode_valid(m, text + i, j - i, md, out, own)) return -1;
-        if (j < len && ivec_push(out, m->byte_id[(unsigned char)text[j]])) return -1;
+        if (j > i && encode_valid(st, text + i, j - i)) return -1;
+        if (j < len && ivec_push(&st->out, st->m->byte_id[(unsigned char)text[j]])) return -1;
         i = j + 1;
     }
     return 0;
+}
+
+/* Takes ownership of a malloc'd buffer for the rest of the call (freed on failure too). */
+static int own_buffer(owned *o, char *b) {
+    char **nv = grow_array(o->v, &o->cap, o->n + 1, sizeof *nv, 16);
+    if (!nv) {
+        free(b);
+        return -1;
+    }
+    o->v = nv;
+    o->v[o->n++] = b;
+    return 0;
+}
+
+/* Llama 2's normalizer: Prepend U+2581 (to a non-empty text), then Replace ' ' by U+2581. */
+static int sp_normalize(enc_state *st, const char *text, size_t len, const char **out,
+                        size_t *outlen) {
+    if (len == 0) return 0;
+    size_t spaces = 0;
+    for (size_t i = 0; i < len; i++) spaces += text[i] == ' ';
+    char *buf = malloc(len + 2 * spaces + 3);
+    if (!buf || own_buffer(&st->own, buf)) return -1;
+    size_t o = 0;
+    memcpy(buf, "\xE2\x96\x81", 3);
+    o = 3;
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] == ' ') {
+            memcpy(buf + o, "\xE2\x96\x81", 3);
+            o += 3;
+        } else {
+            buf[o++] = text[i];
+        }
+    }
+    *out = buf;
+    *outlen = o;
+    return 0;
+}
+
+/* NFC of text (each valid run; invalid bytes stay as they are) when the model normalizes:
+ * *out is text itself or a buffer owned by st. */
+static int normalize(enc_state *st, const char *text, size_t len, const char **out,
+                     size_t *outlen) {
+    *out = text;
+    *outlen = len;
+    if (st->m->sp) return sp_normalize(st, text, len, out, outlen);
+    if (!st->m->nfc) return 0;
+    char *buf = NULL;
+    size_t o = 0, cap = 0, i = 0;
+    int changed = 0;
+    while (i < len) {
+        size_t j = i, k;
+        int c;
+        while (j < len && (k = utf8_valid_len((const unsigned char *)text + j, len - j, &c)))
+            j += k;
+        char *norm = NULL;
+        size_t nlen = j - i;
+        int r = j > i ? unicode_nfc(text + i, j - i, &norm, &nlen) : 0;
+        if (r < 0) goto oom;
+        changed |= r;
+        size_t need = o + nlen + (j < len);
+        char *nb = need > cap ? grow_array(buf, &cap, need, 1, len + 16) : buf;
+        if (!nb) {
+            free(norm);
+            goto oom;
+        }
+        buf = nb;
+        memcpy(buf + o, r ? norm : text + i, nlen);
+        o += nlen;
+        free(norm);
+        if (j < len) buf[o++] = text[j];
+        i = j + 1;
+    }
+    if (!changed) {
+        free(buf);
+        return 0;
+    }
+    if (own_buffer(&st->own, buf)) return -1;
+    *out = buf;
+    *outlen = o;
+    return 0;
+oom:
+    free(buf);
+    return -1;
 }
 
 /* White_Space character ending right before text[end] (start of it in *start), or 0. */
@@ -871,49 +1129,140 @@ static int ws_before(const char *text, size_t lo, size_t end, size_t *start) {
     return 0;
 }
 
-int bpe_encode(const bpe_model *m, const char *text, size_t len, int32_t **ids, size_t *n,
-               size_t *cap) {
-    ivec out = {*ids, *n, *cap};
-    owned own = {0};
-    pcre2_match_data *md = pcre2_match_data_create(4, NULL);
-    int rc = md ? 0 : -1;
+/* Is the character at p (n bytes left; before: the one ending at p) a word character? */
+static int word_char(enc_state *st, const char *text, size_t len, size_t pos, int before) {
+    size_t s = pos, k = 0;
+    int c;
+    if (before) {
+        for (size_t t = 1; t <= 4 && t <= pos && !k; t++)
+            if (utf8_valid_len((const unsigned char *)text + pos - t, t, &c) == t) s = pos - t, k = t;
+    } else if (pos < len) {
+        k = utf8_valid_len((const unsigned char *)text + pos, len - pos, &c);
+    }
+    if (!k) return 0; /* start or end of the text, or an invalid byte */
+    return pcre2_match(st->m->word_re, (PCRE2_SPTR)text + s, k, 0, PCRE2_NO_UTF_CHECK, st->md,
+                       NULL) > 0;
+}
+
+/* The added token of the given kind (normalized or not) that starts at text[i], the longest
+ * one; -1 if none. */
+static int added_at(const bpe_model *m, const char *text, size_t len, size_t i, int normalized) {
+    unsigned char b = (unsigned char)text[i];
+    for (int k = m->first_by_byte[b][0]; k < m->first_by_byte[b][1]; k++) {
+        const added_token *t = &m->added[m->sorted[k]];
+        if (t->f.normalized == normalized && t->mlen <= len - i &&
+            memcmp(text + i, t->match, t->mlen) == 0)
+            return m->sorted[k];
+    }
+    return -1;
+}
+
+static int encode_stage(enc_state *st, const char *text, size_t len, int normalized);
+
+/* The text between two matches of one stage: the non-normalized stage hands it, normalized,
+ * to the normalized stage; that one hands it to the pre-tokenizer. */
+static int encode_gap(enc_state *st, const char *text, size_t len, int normalized) {
+    if (normalized) return encode_text(st, text, len);
+    const char *norm;
+    size_t nlen;
+    if (normalize(st, text, len, &norm, &nlen)) return -1;
+    return encode_stage(st, norm, nlen, 1);
+}
+
+/* HF's AddedVocabulary::find_matches on one sentence: leftmost-longest matches of the tokens
+ * of one kind, a single_word match with a word character next to it skipped (the search goes
+ * on after it), lstrip/rstrip widening the match over White_Space. */
+static int encode_stage(enc_state *st, const char *text, size_t len, int normalized) {
+    const bpe_model *m = st->m;
     size_t seg = 0, i = 0; /* text[seg, i) not yet encoded */
-    while (rc == 0 && i < len && m->nadded) {
-        unsigned char b = (unsigned char)text[i];
-        int hit = -1;
-        for (int k = m->first_by_byte[b][0]; k < m->first_by_byte[b][1]; k++) {
-            const added_token *t = &m->added[m->sorted[k]];
-            if (t->len <= len - i && memcmp(text + i, t->content, t->len) == 0) {
-                hit = m->sorted[k];
-                break; /* longest first */
-            }
-        }
+    while (i < len && m->nadded) {
+        int hit = added_at(m, text, len, i, normalized);
         if (hit < 0) {
             i++;
             continue;
         }
         const added_token *t = &m->added[hit];
-        size_t s = i, e = i + t->len, ws;
-        if (t->lstrip)
+        size_t s = i, e = i + t->mlen, ws;
+        if (t->f.single_word &&
+            (word_char(st, text, len, s, 1) || word_char(st, text, len, e, 0))) {
+            i = e;
+            continue;
+        }
+        if (t->f.lstrip)
             while (s > seg && ws_before(text, seg, s, &ws)) s = ws;
-        if (t->rstrip) {
+        if (t->f.rstrip) {
             int c;
             size_t k;
             while (e < len && (k = utf8_valid_len((const unsigned char *)text + e, len - e, &c)) &&
                    is_white_space(c))
                 e += k;
         }
-        if (s > seg) rc = encode_text(m, text + seg, s - seg, md, &out, &own);
-        if (rc == 0) rc = ivec_push(&out, t->id);
+        if (s > seg && encode_gap(st, text + seg, s - seg, normalized)) return -1;
+        if (ivec_push(&st->out, t->id)) return -1;
         seg = i = e;
     }
-    if (rc == 0 && seg < len) rc = encode_text(m, text + seg, len - seg, md, &out, &own);
-    for (size_t k = 0; k < own.n; k++) free(own.v[k]);
-    free(own.v);
-    pcre2_match_data_free(md);
-    *ids = out.v;
-    *n = out.n;
-    *cap = out.cap;
+    return seg < len ? encode_gap(st, text + seg, len - seg, normalized) : 0;
+}
+
+/* Length of the maximal ill-formed subsequence at s (Unicode 3.9, "U+FFFD substitution of
+ * maximal subparts", which Rust's from_utf8_lossy, Python and WHATWG's decoder follow). */
+static size_t utf8_bad_len(const unsigned char *s, size_t n) {
+    unsigned c = s[0], lo = 0x80, hi = 0xBF;
+    size_t need;
+    if (c >= 0xC2 && c <= 0xDF) need = 1;
+    else if (c == 0xE0) need = 2, lo = 0xA0;
+    else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) need = 2;
+    else if (c == 0xED) need = 2, hi = 0x9F;
+    else if (c == 0xF0) need = 3, lo = 0x90;
+    else if (c >= 0xF1 && c <= 0xF3) need = 3;
+    else if (c == 0xF4) need = 3, hi = 0x8F;
+    else return 1;
+    size_t k = 1;
+    while (k <= need && k < n && s[k] >= lo && s[k] <= hi) k++, lo = 0x80, hi = 0xBF;
+    return k;
+}
+
+/* text with every maximal ill-formed subsequence replaced by U+FFFD (*out is text itself when
+ * it is valid UTF-8). */
+static int decode_lossy(enc_state *st, const char *text, size_t len, const char **out,
+                        size_t *outlen) {
+    *out = text;
+    *outlen = len;
+    size_t i = 0, o = 0;
+    int c;
+    char *buf = NULL;
+    while (i < len) {
+        size_t k = utf8_valid_len((const unsigned char *)text + i, len - i, &c);
+        if (k) {
+            if (buf) memcpy(buf + o, text + i, k);
+            i += k, o += k;
+            continue;
+        }
+        if (!buf) { /* each bad byte becomes at most 3 bytes */
+            buf = malloc(3 * len);
+            if (!buf || own_buffer(&st->own, buf)) return -1;
+            memcpy(buf, text, i);
+        }
+        memcpy(buf + o, "\xEF\xBF\xBD", 3);
+        o += 3;
+        i += utf8_bad_len((const unsigned char *)text + i, len - i);
+    }
+    if (buf) *out = buf, *outlen = o;
+    return 0;
+}
+
+int bpe_encode(const bpe_model *m, const char *text, size_t len, int32_t **ids, size_t *n,
+               size_t *cap) {
+    enc_state st = {m, pcre2_match_data_create(4, NULL), {*ids, *n, *cap}, {0}};
+    int rc = st.md ? 0 : -1;
+    if (rc == 0 && m->lossy) rc = decode_lossy(&st, text, len, &text, &len);
+    if (rc == 0) rc = encode_stage(&st, text, len, 0);
+    for (size_t k = 0; k < st.own.n; k++) free(st.own.v[k]);
+    free(st.own.v);
+    pcre2_match_data_free(st.md);
+    *ids = st.out.v;
+    *n = st.out.n;
+    *cap = st.out.cap;
     return rc;
 }
 

@@ -88,6 +88,30 @@ static int load_merges(bpe_model *m, const char *path, char *err, size_t errlen)
     return rc;
 }
 
+/* flag: what messages start with; empty for GPT2BPETokenizer (its file flags name
+ * themselves), "--tokenizer-model DIR: " for a tokenizer directory. */
+bpe_model *gpt2_bpe_load_files(const char *flag, const char *vocab_file, const char *merge_file,
+                               int prefix_space, char *err, size_t errlen) {
+    bpe_model *m = bpe_new();
+    char e2[512], e3[1024];
+    if (!m) {
+        err_set(err, errlen, "out of memory");
+        return NULL;
+    }
+    if (load_vocab(m, vocab_file, e3, sizeof e3) || load_merges(m, merge_file, e3, sizeof e3)) {
+        err_set(err, errlen, "%s%s", flag, e3);
+        goto fail;
+    }
+    if (bpe_add_split(m, BPE_GPT2_PATTERN, 0, prefix_space, e2, sizeof e2)) {
+        err_set(err, errlen, "%s--vocab-file %s: %s", flag, vocab_file, e2);
+        goto fail;
+    }
+    return m;
+fail:
+    bpe_free(m);
+    return NULL;
+}
+
 bpe_model *gpt2_bpe_load(const char *vocab_file, const char *merge_file, int *eod, char *err,
                          size_t errlen) {
     if (!vocab_file || !vocab_file[0] || !merge_file || !merge_file[0]) {
@@ -95,27 +119,20 @@ bpe_model *gpt2_bpe_load(const char *vocab_file, const char *merge_file, int *eo
                             "and --merge-file (merges.txt)");
         return NULL;
     }
-    bpe_model *m = bpe_new();
+    bpe_model *m = gpt2_bpe_load_files("", vocab_file, merge_file, 0, err, errlen);
     char e2[512];
-    if (!m) {
-        err_set(err, errlen, "out of memory");
-        return NULL;
-    }
-    if (load_vocab(m, vocab_file, err, errlen) || load_merges(m, merge_file, err, errlen))
-        goto fail;
-    if (bpe_add_split(m, BPE_GPT2_PATTERN, 0, 0, e2, sizeof e2) ||
-        bpe_finish(m, e2, sizeof e2)) {
+    if (!m) return NULL;
+    if (bpe_finish(m, e2, sizeof e2)) {
         err_set(err, errlen, "--vocab-file %s: %s", vocab_file, e2);
-        goto fail;
+        bpe_free(m);
+        return NULL;
     }
     *eod = bpe_vocab_id(m, "<|endoftext|>", 13);
     if (*eod < 0) {
         err_set(err, errlen,
                "--vocab-file %s: no '<|endoftext|>' token (GPT-2's end of document)", vocab_file);
-        goto fail;
+        bpe_free(m);
+        return NULL;
     }
     return m;
-fail:
-    bpe_free(m);
-    return NULL;
 }

@@ -1,27 +1,32 @@
 /* HuggingFaceTokenizer: byte-level BPE models described by a Hugging Face tokenizer.json
- * (GPT-2, GPT-NeoX, Qwen2, Llama-3 style). What is read (anything else is refused with a
- * message naming the file and the field):
+ * (GPT-2, GPT-NeoX, Qwen2, Llama-3 style), and SentencePiece-style BPE in Llama 2's exact shape
+ * (sp_shape, bpe_set_sentencepiece); a tokenizer directory around it is hf_dir.c's.
+ * What is read (anything else is refused with a message naming the file and the field):
  *   model          {"type": "BPE", "vocab": {...}, "merges": ["a b", ...] or [["a", "b"], ...],
  *                   "ignore_merges"}; dropout must be null, continuing_subword_prefix and
- *                   end_of_word_suffix empty; unk_token / fuse_unk / byte_fallback have no
- *                   effect (every byte has a token).
- *   normalizer     null, NFC, or a Sequence of those.
+ *                   end_of_word_suffix empty; unk_token / fuse_unk have no effect (every byte
+ *                   that valid UTF-8 can hold has a token); byte_fallback true: Llama 2's
+ *                   SentencePiece style, whose normalizer, pre_tokenizer and decoder must be
+ *                   exactly Llama 2's (SP_PARTS).
+ *   normalizer     null, NFC, or a Sequence of those (byte-level).
  *   pre_tokenizer  ByteLevel {add_prefix_space, use_regex} (GPT-2's regex), or a Sequence of
  *                  Split {pattern: {"Regex"|"String"}, behavior "Isolated", invert false}
  *                  steps ending with ByteLevel.
- *   added_tokens   matched in the text before anything else (leftmost, longest first), with
- *                  lstrip / rstrip; single_word is refused; "normalized" is not used (they are
- *                  matched on the text as given).
+ *   added_tokens   matched as HF's AddedVocabulary does (bpe.h: normalized, lstrip, rstrip,
+ *                  single_word); their ids are the ones HF gives them (bpe_hf_added_id), which
+ *                  are the file's "id" in every tokenizer.json that HF itself wrote.
  *   decoder        null or ByteLevel.
  *   post_processor not applied: encoding never adds BOS/EOS tokens.
- * End of document: "<|endoftext|>" (an added token or a vocabulary entry) if there is one,
- * else the first added token with "special": true. */
+ * End of document of a lone tokenizer.json: "<|endoftext|>" (an added token or a vocabulary
+ * entry) if there is one, else the first added token with "special": true. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <sys/stat.h>
 
 #include "training/tokenizer/bpe.h"
 
@@ -194,6 +199,19 @@ static int load_pre(ctx *c, bpe_model *m, const cJSON *p, const char *field, voi
     return fail(c, field, "type '%s' is not supported (ByteLevel, Split, Sequence)", type);
 }
 
+int hf_added_flags(const cJSON *it, bpe_added_flags *f, int *special) {
+    f->lstrip = get_bool(it, "lstrip", 0);
+    f->rstrip = get_bool(it, "rstrip", 0);
+    f->single_word = get_bool(it, "single_word", 0);
+    *special = get_bool(it, "special", 0);
+    /* HF's AddedToken: normalized defaults to the opposite of special */
+    f->normalized = get_bool(it, "normalized", !(*special > 0));
+    return f->lstrip < 0 || f->rstrip < 0 || f->single_word < 0 || *special < 0 ||
+                   f->normalized < 0
+               ? -1
+               : 0;
+}
+
 static int load_added(ctx *c, bpe_model *m, const cJSON *added, int *first_special) {
     *first_special = -1;
     if (!added || cJSON_IsNull(added)) return 0;
@@ -209,84 +227,147 @@ static int load_added(ctx *c, bpe_model *m, const cJSON *added, int *first_speci
         if (!cJSON_IsNumber(id) || !(id->valuedouble >= 0 && id->valuedouble <= 2147483647.0) ||
             id->valuedouble != floor(id->valuedouble) || !cJSON_IsString(content))
             return fail(c, field, "needs an integer 'id' and a string 'content'");
-        int lstrip = get_bool(it, "lstrip", 0), rstrip = get_bool(it, "rstrip", 0);
-        int single = get_bool(it, "single_word", 0), special = get_bool(it, "special", 0);
-        if (lstrip < 0 || rstrip < 0 || single < 0 || special < 0)
-            return fail(c, field, "lstrip, rstrip, single_word and special must be booleans");
-        if (single)
-            return fail(c, field, "'%.60s': single_word true is not supported",
-                        content->valuestring);
-        if (bpe_add_special(m, content->valuestring, strlen(content->valuestring),
-                            (int)id->valuedouble, lstrip, rstrip, e2, sizeof e2))
+        bpe_added_flags f;
+        int special;
+        if (hf_added_flags(it, &f, &special))
+            return fail(c, field, "lstrip, rstrip, single_word, normalized and special must be "
+                                  "booleans");
+        const char *t = content->valuestring;
+        if (bpe_added_id(m, t) >= 0) continue; /* listed again: HF keeps the first */
+        int hid = bpe_hf_added_id(m, t, strlen(t));
+        if (bpe_add_special(m, t, strlen(t), hid, &f, e2, sizeof e2))
             return fail(c, field, "%s", e2);
-        if (special && *first_special < 0) *first_special = (int)id->valuedouble;
+        if (special && *first_special < 0) *first_special = hid;
     }
     return 0;
 }
 
-bpe_model *hf_tokenizer_load(const char *path, int *eod, char *err, size_t errlen) {
-    ctx c = {path, err, errlen};
-    if (!path || !path[0]) {
-        snprintf(err, errlen, "--tokenizer-type HuggingFaceTokenizer needs --tokenizer-model "
-                              "(a tokenizer.json)");
-        return NULL;
+/* The parts of a SentencePiece-style tokenizer.json, exactly as Llama 2's (any other
+ * normalizer, pre-tokenizer or decoder with byte_fallback is refused). */
+static const char *const SP_PARTS[][2] = {
+    {"normalizer", "{\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Prepend\", "
+                   "\"prepend\": \"\u2581\"}, {\"type\": \"Replace\", \"pattern\": {\"String\": "
+                   "\" \"}, \"content\": \"\u2581\"}]}"},
+    {"pre_tokenizer", "null"},
+    {"decoder", "{\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Replace\", \"pattern\": "
+                "{\"String\": \"\u2581\"}, \"content\": \" \"}, {\"type\": \"ByteFallback\"}, "
+                "{\"type\": \"Fuse\"}, {\"type\": \"Strip\", \"content\": \" \", \"start\": 1, "
+                "\"stop\": 0}]}"}};
+
+static int sp_shape(ctx *c, const cJSON *root) {
+    for (int i = 0; i < 3; i++) {
+        cJSON *want = cJSON_Parse(SP_PARTS[i][1]);
+        const cJSON *got = cJSON_GetObjectItemCaseSensitive(root, SP_PARTS[i][0]);
+        int same = want && (got ? cJSON_Compare(got, want, 1) : cJSON_IsNull(want));
+        cJSON_Delete(want);
+        if (!same)
+            return fail(c, SP_PARTS[i][0],
+                        "with model.byte_fallback true (SentencePiece-style BPE) only Llama 2's "
+                        "is supported: %s",
+                        SP_PARTS[i][1]);
     }
+    return 0;
+}
+
+/* Reads and parses a JSON file; NULL with "--tokenizer-model PATH: ..." in c->err. */
+static cJSON *read_json(ctx *c, const char *path) {
     size_t len;
-    char e2[512];
-    char *text = bpe_read_file("--tokenizer-model", path, &len, err, errlen);
+    char *text = bpe_read_file("--tokenizer-model", path, &len, c->err, c->errlen);
     if (!text) return NULL;
     cJSON *root = cJSON_ParseWithLength(text, len);
     free(text);
-    bpe_model *m = bpe_new();
-    int first_special = -1, saw_bytelevel = 0;
-    if (!m) {
-        snprintf(err, errlen, "out of memory");
-        cJSON_Delete(root);
-        return NULL;
-    }
+    if (!root) fail(c, NULL, "not a JSON object (a Hugging Face tokenizer.json)");
+    return root;
+}
+
+/* Everything of a tokenizer.json but the final bpe_finish (a directory adds tokens to it). */
+static int load_json(ctx *c, bpe_model *m, int *first_special) {
+    cJSON *root = read_json(c, c->path);
+    if (!root) return -1;
+    int saw_bytelevel = 0, rc = -1;
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     if (!cJSON_IsObject(root)) {
-        fail(&c, NULL, "not a JSON object (a Hugging Face tokenizer.json)");
-        goto bad;
+        fail(c, NULL, "not a JSON object (a Hugging Face tokenizer.json)");
+        goto done;
     }
-    if (load_model(&c, m, cJSON_GetObjectItemCaseSensitive(root, "model")) ||
-        load_normalizer(&c, m, cJSON_GetObjectItemCaseSensitive(root, "normalizer"),
-                        "normalizer", NULL))
-        goto bad;
+    if (get_bool(model, "byte_fallback", 0) == 1) { /* SentencePiece style: Llama 2's shape */
+        if (sp_shape(c, root)) goto done;
+        bpe_set_sentencepiece(m);
+        if (load_model(c, m, model)) goto done;
+        rc = load_added(c, m, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"),
+                        first_special);
+        goto done;
+    }
+    if (load_model(c, m, model) ||
+        load_normalizer(c, m, cJSON_GetObjectItemCaseSensitive(root, "normalizer"), "normalizer",
+                        NULL))
+        goto done;
     const cJSON *pre = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
     if (!pre || cJSON_IsNull(pre)) {
-        fail(&c, "pre_tokenizer", "null: not a byte-level BPE tokenizer (needs ByteLevel)");
-        goto bad;
+        fail(c, "pre_tokenizer", "null: not a byte-level BPE tokenizer (needs ByteLevel)");
+        goto done;
     }
-    if (load_pre(&c, m, pre, "pre_tokenizer", &saw_bytelevel)) goto bad;
+    if (load_pre(c, m, pre, "pre_tokenizer", &saw_bytelevel)) goto done;
     if (!saw_bytelevel) {
-        fail(&c, "pre_tokenizer", "no ByteLevel step: not a byte-level BPE tokenizer");
-        goto bad;
+        fail(c, "pre_tokenizer", "no ByteLevel step: not a byte-level BPE tokenizer");
+        goto done;
     }
     const cJSON *dec = cJSON_GetObjectItemCaseSensitive(root, "decoder");
     if (dec && !cJSON_IsNull(dec) && (!type_of(dec) || strcmp(type_of(dec), "ByteLevel") != 0)) {
-        fail(&c, "decoder", "type '%s' is not supported (ByteLevel)",
+        fail(c, "decoder", "type '%s' is not supported (ByteLevel)",
              type_of(dec) ? type_of(dec) : "?");
-        goto bad;
+        goto done;
     }
-    if (load_added(&c, m, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"),
-                   &first_special))
-        goto bad;
-    if (bpe_finish(m, e2, sizeof e2)) {
-        fail(&c, "model.vocab", "%s", e2);
-        goto bad;
+    rc = load_added(c, m, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), first_special);
+done:
+    cJSON_Delete(root);
+    return rc;
+}
+
+int hf_json_load(const char *path, bpe_model *m, int *first_special, char *err, size_t errlen) {
+    ctx c = {path, err, errlen};
+    return load_json(&c, m, first_special);
+}
+
+static int finish(ctx *c, bpe_model *m) {
+    char e2[512];
+    if (bpe_finish(m, e2, sizeof e2)) return fail(c, "model.vocab", "%s", e2);
+    return 0;
+}
+
+/* A single tokenizer.json: end of document "<|endoftext|>" (an added token or a vocabulary
+ * entry) if there is one, else the first special added token. */
+static bpe_model *load_file(ctx *c, hf_special_ids *ids) {
+    bpe_model *m = bpe_new();
+    int first_special = -1;
+    if (!m) {
+        snprintf(c->err, c->errlen, "out of memory");
+        return NULL;
     }
-    *eod = bpe_added_id(m, "<|endoftext|>");
-    if (*eod < 0) *eod = bpe_vocab_id(m, "<|endoftext|>", 13);
-    if (*eod < 0) *eod = first_special;
-    if (*eod < 0) {
-        fail(&c, "added_tokens",
+    if (load_json(c, m, &first_special) || finish(c, m)) goto bad;
+    ids->eod = bpe_added_id(m, "<|endoftext|>");
+    if (ids->eod < 0) ids->eod = bpe_vocab_id(m, "<|endoftext|>", 13);
+    if (ids->eod < 0) ids->eod = first_special;
+    if (ids->eod < 0) {
+        fail(c, "added_tokens",
              "no end-of-document token: neither '<|endoftext|>' nor a special added token");
         goto bad;
     }
-    cJSON_Delete(root);
     return m;
 bad:
-    cJSON_Delete(root);
     bpe_free(m);
     return NULL;
+}
+
+bpe_model *hf_tokenizer_load(const char *path, hf_special_ids *ids, char *err, size_t errlen) {
+    ctx c = {path, err, errlen};
+    *ids = (hf_special_ids){-1, -1, -1, -1, -1, 0};
+    if (!path || !path[0]) {
+        snprintf(err, errlen, "--tokenizer-type HuggingFaceTokenizer needs --tokenizer-model "
+                              "(a tokenizer directory or a tokenizer.json)");
+        return NULL;
+    }
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return hf_dir_load(path, ids, err, errlen);
+    return load_file(&c, ids);
 }

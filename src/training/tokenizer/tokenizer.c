@@ -21,6 +21,9 @@ struct tokenizer {
     int kind;
     int vocab_size; /* including eod */
     int eod;
+    int bos, pad, mask; /* HuggingFaceTokenizer's, -1 when none */
+    int add_bos;        /* every encoding starts with bos (add_bos_token) */
+    int strip_space;    /* decoding drops one leading space (SentencePiece style's Strip) */
     bpe_model *bpe; /* GPT2BPETokenizer, HuggingFaceTokenizer */
 };
 
@@ -35,10 +38,12 @@ tokenizer *tokenizer_create_opts(const tokenizer_options *o, char *err, size_t e
     int vocab_size = o->vocab_size;
     if (type && (strcmp(type, "GPT2BPETokenizer") == 0 ||
                  strcmp(type, "HuggingFaceTokenizer") == 0)) {
-        int is_gpt2 = type[0] == 'G', eod = -1;
+        int is_gpt2 = type[0] == 'G';
+        hf_special_ids sp = {-1, -1, -1, -1, -1, 0};
         char e2[1024];
-        bpe_model *m = is_gpt2 ? gpt2_bpe_load(o->vocab_file, o->merge_file, &eod, e2, sizeof e2)
-                               : hf_tokenizer_load(o->tokenizer_model, &eod, e2, sizeof e2);
+        bpe_model *m = is_gpt2
+                           ? gpt2_bpe_load(o->vocab_file, o->merge_file, &sp.eod, e2, sizeof e2)
+                           : hf_tokenizer_load(o->tokenizer_model, &sp, e2, sizeof e2);
         if (!m) {
             err_set(err, errlen, "%s", e2);
             return NULL;
@@ -51,7 +56,12 @@ tokenizer *tokenizer_create_opts(const tokenizer_options *o, char *err, size_t e
         }
         t->kind = is_gpt2 ? TOK_GPT2 : TOK_HF;
         t->bpe = m;
-        t->eod = eod;
+        t->eod = sp.eod;
+        t->bos = sp.bos;
+        t->pad = sp.pad;
+        t->mask = sp.mask;
+        t->add_bos = sp.add_bos;
+        t->strip_space = bpe_is_sentencepiece(m);
         t->vocab_size = bpe_vocab_size(m);
         return t;
     }
@@ -79,6 +89,7 @@ tokenizer *tokenizer_create_opts(const tokenizer_options *o, char *err, size_t e
         return NULL;
     }
     t->kind = kind;
+    t->bos = t->pad = t->mask = -1;
     if (kind == TOK_BYTELEVEL) {
         t->vocab_size = 257;
         t->eod = 256;
@@ -98,6 +109,9 @@ void tokenizer_free(tokenizer *tok) {
 const char *tokenizer_type(const tokenizer *tok) { return KIND_NAMES[tok->kind]; }
 int tokenizer_vocab_size(const tokenizer *tok) { return tok->vocab_size; }
 int tokenizer_eod(const tokenizer *tok) { return tok->eod; }
+int tokenizer_bos(const tokenizer *tok) { return tok->bos; }
+int tokenizer_pad(const tokenizer *tok) { return tok->pad; }
+int tokenizer_mask(const tokenizer *tok) { return tok->mask; }
 
 int tokenizer_encode(const tokenizer *tok, const char *text, size_t len, int32_t **ids,
                      size_t *n, char *err, size_t errlen) {
@@ -105,7 +119,11 @@ int tokenizer_encode(const tokenizer *tok, const char *text, size_t len, int32_t
     *n = 0;
     if (tok->bpe) {
         size_t cap = 0;
-        if (bpe_encode(tok->bpe, text, len, ids, n, &cap) != 0) {
+        if (tok->add_bos) { /* transformers' post-processor of add_bos_token */
+            *ids = malloc(64 * sizeof(int32_t));
+            if (*ids) (*ids)[(*n)++] = tok->bos, cap = 64;
+        }
+        if ((tok->add_bos && !*ids) || bpe_encode(tok->bpe, text, len, ids, n, &cap) != 0) {
             free(*ids);
             *ids = NULL;
             *n = 0;
@@ -199,6 +217,7 @@ char *tokenizer_decode_len(const tokenizer *tok, const int32_t *ids, size_t n, s
             memcpy(s + o, b, l);
             o += l;
         }
+        if (tok->strip_space && o > 0 && s[0] == ' ') memmove(s, s + 1, --o);
         s[o] = 0;
         if (len) *len = o;
         return s;

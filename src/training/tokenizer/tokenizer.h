@@ -6,8 +6,9 @@
  *   GPT2BPETokenizer      GPT-2's byte-level BPE from --vocab-file (vocab.json) and
  *                         --merge-file (merges.txt); end of document '<|endoftext|>'
  *                         (gpt2_bpe.c).
- *   HuggingFaceTokenizer  byte-level BPE described by a tokenizer.json (--tokenizer-model):
- *                         GPT-2, GPT-NeoX, Qwen2 style (hf_tokenizer.c).
+ *   HuggingFaceTokenizer  BPE of a Hugging Face tokenizer directory or tokenizer.json
+ *                         (--tokenizer-model): byte-level (GPT-2, GPT-NeoX, Qwen2 style) or
+ *                         Llama 2's SentencePiece style (hf_tokenizer.c, hf_dir.c).
  * The two BPE tokenizers share the engine of bpe.c; docs/DATA.md describes them. */
 #ifndef MEGADLM_TRAINING_TOKENIZER_H
 #define MEGADLM_TRAINING_TOKENIZER_H
@@ -23,7 +24,7 @@ typedef struct {
     int vocab_size;              /* --vocab-size (NullTokenizer only) */
     const char *vocab_file;      /* --vocab-file (GPT2BPETokenizer) */
     const char *merge_file;      /* --merge-file (GPT2BPETokenizer) */
-    const char *tokenizer_model; /* --tokenizer-model (HuggingFaceTokenizer) */
+    const char *tokenizer_model; /* --tokenizer-model (HuggingFaceTokenizer): dir or file */
 } tokenizer_options;
 
 /* The tokenizer flags, parsed the same way by every subcommand (train's table in arguments.c
@@ -51,7 +52,10 @@ enum {
     "  --vocab-size V          NullTokenizer: ids 0..V-1, end-of-document V\n"                     \
     "  --vocab-file FILE       GPT2BPETokenizer: vocab.json (encoder.json)\n"                      \
     "  --merge-file FILE       GPT2BPETokenizer: merges.txt (vocab.bpe)\n"                         \
-    "  --tokenizer-model FILE  HuggingFaceTokenizer: tokenizer.json\n"
+    "  --tokenizer-model PATH  HuggingFaceTokenizer: a Hugging Face tokenizer directory\n"      \
+    "                          (tokenizer.json or vocab.json + merges.txt, with\n"              \
+    "                          tokenizer_config.json, special_tokens_map.json) or a\n"          \
+    "                          tokenizer.json\n"
 /* getopt_long's option c with its argument: 1 when it is a tokenizer flag (stored in o, which
  * keeps pointing at arg), 0 when it is not one; -1 with "--vocab-size: expected a positive
  * integer, found '...'" in err. */
@@ -67,8 +71,16 @@ void tokenizer_free(tokenizer *tok);
 const char *tokenizer_type(const tokenizer *tok);
 int tokenizer_vocab_size(const tokenizer *tok); /* including the end-of-document id */
 int tokenizer_eod(const tokenizer *tok);
+/* The bos_token / pad_token / mask_token ids of a HuggingFaceTokenizer directory's
+ * tokenizer_config.json / special_tokens_map.json; -1 when not set (and for the other types).
+ * Megatron's _HuggingFaceTokenizer exposes only eod; these are for display and checks. */
+int tokenizer_bos(const tokenizer *tok);
+int tokenizer_pad(const tokenizer *tok);
+int tokenizer_mask(const tokenizer *tok);
 
-/* Encodes len bytes of text. *ids is malloc'd (caller frees), *n its length. 0 on success,
+/* Encodes len bytes of text (a HuggingFaceTokenizer directory whose tokenizer_config.json sets
+ * add_bos_token puts its bos first, as Megatron's tokenize() gets it from transformers).
+ * *ids is malloc'd (caller frees), *n its length. 0 on success,
  * -1 with a message in err (e.g. NullTokenizer: "token 'x' at byte 12 is not an integer"). */
 int tokenizer_encode(const tokenizer *tok, const char *text, size_t len, int32_t **ids,
                      size_t *n, char *err, size_t errlen);
