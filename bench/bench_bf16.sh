@@ -9,12 +9,13 @@
 #     bf16 / fp32 (the issue's targets: <= 0.7 with bf16 units, <= 1.1 without).
 #  2. accuracy (ACCURACY=1, default): the demo's GPT (4 layers, h 128, s 64) trained for ITERS_VAL
 #     (300) iterations on the bundled corpus (data/kjv.jsonl, GPT-2 BPE) in fp32 and under
-#     --bf16, same seed and data: the validation loss of each at the end, and their relative
-#     difference (the issue's target: within 2%).
+#     --bf16, same seed and data, for each seed of SEEDS: the validation loss of each at the
+#     end, and the relative difference of their means over the seeds (the issue's target:
+#     within 2%; one seed's difference is mostly run-to-run drift, see bench/README.md).
 #
 # usage: bash bench/bench_bf16.sh [BUILD=build]
 #   env: THREADS (default: all CPUs), ITERS=3 timed iterations per run after WARMUP=1, ROUNDS=2,
-#        ITERS_VAL=300, SPEED=1, ACCURACY=1, OPENBLAS_CORETYPE (default SkylakeX on an AVX-512 CPU:
+#        ITERS_VAL=300, SEEDS="1 2 3 4 5", SPEED=1, ACCURACY=1, OPENBLAS_CORETYPE (default SkylakeX on an AVX-512 CPU:
 #        OpenBLAS 0.3.21 does not know recent Intel CPUs and would run its SSE Prescott kernels)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -83,13 +84,23 @@ if [ "${ACCURACY:-1}" = 1 ]; then
          --clip-grad 1.0 --hidden-dropout 0.0 --attention-dropout 0.0
          "${BPE[@]}" --data-path "$OUT/kjv_bpe_text_document" --split 969,30,1
          --log-interval 50 --eval-interval "$ITERS_VAL" --eval-iters 20 --train-iters "$ITERS_VAL")
-  for p in fp32 bf16; do
-    pf=(); [ $p = bf16 ] && pf=(--bf16)
-    "$MEGADLM" train "${model[@]}" "${pf[@]}" > "$OUT/val-$p.log" 2>&1 ||
-      { tail -5 "$OUT/val-$p.log" >&2; echo "bench_bf16: accuracy run $p failed" >&2; exit 1; }
-  done
-  v32=$(grep -o 'validation loss at iteration [0-9]* | lm loss value: [0-9.E+-]*' "$OUT/val-fp32.log" | tail -1 | awk '{print $NF}')
-  v16=$(grep -o 'validation loss at iteration [0-9]* | lm loss value: [0-9.E+-]*' "$OUT/val-bf16.log" | tail -1 | awk '{print $NF}')
+  SEEDS=${SEEDS:-1 2 3 4 5}
+  val() { grep -o 'validation loss at iteration [0-9]* | lm loss value: [0-9.E+-]*' "$1" | tail -1 | awk '{print $NF}'; }
   echo "-- accuracy: the demo's GPT, $ITERS_VAL iterations on data/kjv.jsonl (GPT-2 BPE), validation loss over 20 batches"
-  awk -v a="$v32" -v b="$v16" 'BEGIN { printf "   fp32 %.4f | bf16 %.4f | bf16 / fp32 - 1 = %+.2f%% (target within 2%%)\n", a, b, 100 * (b / a - 1) }'
+  printf "   %-6s %10s %10s %14s\n" seed fp32 bf16 "bf16/fp32-1"
+  : > "$OUT/val.tsv"
+  for seed in $SEEDS; do
+    for p in fp32 bf16; do
+      pf=(--seed "$seed"); [ $p = bf16 ] && pf+=(--bf16)
+      "$MEGADLM" train "${model[@]}" "${pf[@]}" > "$OUT/val-$p-$seed.log" 2>&1 ||
+        { tail -5 "$OUT/val-$p-$seed.log" >&2; echo "bench_bf16: accuracy run $p seed $seed failed" >&2; exit 1; }
+    done
+    v32=$(val "$OUT/val-fp32-$seed.log"); v16=$(val "$OUT/val-bf16-$seed.log")
+    echo "$seed $v32 $v16" >> "$OUT/val.tsv"
+    awk -v s="$seed" -v a="$v32" -v b="$v16" 'BEGIN { printf "   %-6s %10.4f %10.4f %+13.2f%%\n", s, a, b, 100 * (b / a - 1) }'
+  done
+  # one seed's gap is mostly the drift of two numerically different runs (a different thread
+  # count or BLAS kernel set moves fp32 itself by a few percent here): the target is on the means
+  awk '{ a += $2; b += $3; n++; if (n == 1 || $2 < lo) lo = $2; if (n == 1 || $2 > hi) hi = $2 }
+       END { printf "   %-6s %10.4f %10.4f %+13.2f%%   (target: within 2%%; fp32 across seeds: %.4f to %.4f)\n", "mean", a / n, b / n, 100 * (b / a - 1), lo, hi }' "$OUT/val.tsv"
 fi
