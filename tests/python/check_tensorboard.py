@@ -11,7 +11,7 @@ the file name, the first event ("brain.Event:2"), the arguments as add_text's te
 evaluate_and_print_results tags).
 
 usage: check_tensorboard.py LOG DIR [--full] [--difflm] [--tb-interval N] [--world-size N]
-                            [--no-loss-scale] [--start-iteration N]
+                            [--no-loss-scale] [--no-world-size] [--start-iteration N]
 exit 0 when every check holds; prints what differs otherwise.
 """
 import argparse
@@ -169,6 +169,8 @@ def main():
                     help="the run was killed: the file holds a prefix of what the log says")
     ap.add_argument("--start-iteration", type=int, default=0,
                     help="the iteration the run resumed from (the step of the argument texts)")
+    ap.add_argument("--no-world-size", action="store_true",
+                    help="--full without --log-world-size-to-tensorboard (MegaDLMs' launch lines)")
     ap.add_argument("--no-loss-scale", action="store_true",
                     help="--no-log-loss-scale-to-tensorboard was given")
     o = ap.parse_args()
@@ -253,7 +255,7 @@ def main():
                 pair("real input length", ANY if skipped else r["real_len"], it, s, p6)
             if not o.no_loss_scale:
                 pair("loss-scale", r["scale"], it, s, 0, 0.05)
-            if o.full:
+            if o.full and not o.no_world_size:
                 pair("world-size", o.world_size, it, s, 0)
             if r["grad_norm"] is not None:  # none after an overflow
                 pair("grad-norm", r["grad_norm"], it, s, 1e-6, 5e-4)
