@@ -222,5 +222,23 @@ else
     echo "(ckpt_conversion.sh did not run or failed: see the failures above)"
 fi
 
+# ---- the shims refuse what they cannot map, naming it
+echo "== shims"
+refused() { # refused SUBSTRING COMMAND...
+    local want=$1 out; shift
+    if out=$("$@" 2>&1); then bad "'$*' succeeded"
+    elif ! grep -qF -- "$want" <<< "$out"; then bad "'$*': '$out' lacks '$want'"
+    else echo "refused as expected: $out"; fi
+}
+if [ -d "$C/ckptstep_6/torch" ]; then
+    conv=(python "$P/tools/weights_conversion/megatron_to_hf_te.py" --input_dir "$C/ckptstep_6/torch" --output_dir x)
+    refused "--rope_theta 1e6" "${conv[@]}" --untieembed --rope_theta 1e6
+    refused "--untieembed is missing" "${conv[@]}"
+    refused "--vocab_file" "${conv[@]}" --untieembed --vocab_file v.json
+fi
+refused "--nnodes 2" torchrun --nproc_per_node 2 --nnodes 2 pretrain_difflm.py --lr 1
+refused "pretrain_bert.py" torchrun --nproc_per_node 2 pretrain_bert.py --lr 1
+refused "nowhere does not exist" python tools/count_tokens.py --weighted-prefix "1.0 $WORK/nowhere/p"
+
 [ $fail = 0 ] || exit 1
 echo "PASS: MegaDLMs' launch lines train, save, resume, log and convert as written"
