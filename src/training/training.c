@@ -22,6 +22,7 @@
 #include "tools/tools.h"
 #include "training/checkpointing.h"
 #include "training/watchdog.h"
+#include "training/debug.h"
 #include "training/difflm.h"
 #include "training/dist_checkpointing.h"
 #include "core/kernels/gemm.h"
@@ -179,6 +180,10 @@ static void backward_step(void *user, int k, activation_store *store) {
     const trainer *tr = sc->tr;
     float seed = tr->scaling ? tr->scaler.scale / tr->num_microbatches
                              : 1.0f / tr->num_microbatches;
+    if (tr->model->detect_anomaly)
+        snprintf(tr->model->anomaly_where, sizeof tr->model->anomaly_where,
+                 "iteration %d, micro-batch %d of data-parallel rank %d", tr->iteration + 1, k,
+                 tr->dp_rank);
     gpt_model_backward(tr->model, store, seed);
 }
 
@@ -929,6 +934,7 @@ int pretrain(megadlm_args *a) {
     printf(" > number of parameters on (tensor, pipeline) model parallel rank (%d, %d): %zu\n",
            pst->tp_rank, pst->pp_rank, tr.model->params.numel);
     gpt_model_init_params(tr.model, a->seed);
+    tr.model->detect_anomaly = debug_detect_anomaly(a);
     setup_data_parallel(&tr);
     setup_loss_scaler(&tr); /* before a load, which may restore its state */
     if (a->load[0] && load(&tr) != 0) goto done;
@@ -956,6 +962,7 @@ int pretrain(megadlm_args *a) {
     tr.lm = mem_alloc_floats(MEM_OTHER, a->seq_length, "sequence loss mask");
     tr.difflm = !strcmp(a->model_running_mode, "difflm-noshift");
 
+    debug_wait_for_debugger(a, pst->world_rank); /* before the watchdog starts counting */
     watchdog_start(a->distributed_timeout_minutes);
     log_printf("training ...\n");
     fflush(stdout);

@@ -72,6 +72,14 @@ typedef struct gpt_model {
      * fp32-read values from the (now gathered) 16-bit copy. */
     void (*params_needed)(void *user, size_t begin, size_t end);
     void *params_needed_user;
+    /* --debug --detect-anomaly (torch.autograd.detect_anomaly's CPU meaning): backward checks
+     * each range's gradients and the residual-stream gradient it hands on for NaN/Inf and
+     * dies naming the first tensor where one appears and anomaly_where (set by the caller:
+     * which iteration and micro-batch) */
+    int detect_anomaly;
+    char anomaly_where[96];
+    const float *anomaly_dres; /* during backward: the store's residual-stream gradient */
+    size_t anomaly_dres_len;
 } gpt_model;
 
 /* Lays the parameters out (gpt_spec_rank), allocates them and what `kind` asks for, and the
