@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# MegaDLMs' running modes, masks and the rest of custom_args/difflm.py at the command line
+# (the numbers against PyTorch are test_torch_parity's: the *_no_mask / *_causal_bottom_right
+# families; --add-qkv-bias's: qwen2 there and test_gpt_model's finite differences):
+#   (1) --core-attn-implementation x --attention-backend: the same losses, bit for bit (one CPU
+#       kernel whatever the choice);
+#   (2) MegaDLMs' vanilla_forward runs causal_bottom_right whatever --attention-mask-type says:
+#       vanilla with no_mask / causal_bottom_right gives the bits of vanilla with causal;
+#       test-forward runs the mask given: with causal the bits of vanilla, with no_mask others;
+#   (3) difflm-noshift: causal_bottom_right and causal the same bits (one mask for
+#       self-attention), no_mask others;
+#   (4) --debug: --detect-anomaly checks (MegaDLMs' warning, the same losses), and does
+#       nothing without --debug; --turn-on-debugpy waits for a debugger (no iteration runs)
+#       only under --debug;
+#   (5) flags MegaDLMs reads nowhere (--non-special-vocab-size, --use-on-the-fly-eval,
+#       --cut-off-varlen-to-seqlen without packing) leave the losses alone; the refusals.
+set -uo pipefail
+rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+export OMP_NUM_THREADS=1
+base=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
+      --max-position-embeddings 16 --micro-batch-size 2 --global-batch-size 4 --train-iters 3
+      --lr 1e-3 --mock-data --vocab-size 50 --log-interval 1 --eval-iters 0 --seed 5)
+dlm=(--model-running-mode difflm-noshift --mask-token 50 --difflm-varilen-prob 0.5)
+losses() { grep -o 'lm loss: [^ ]*' "$1" | awk '{print $NF}'; }
+fail=0
+run() { # run NAME args...: train, losses into NAME.losses
+  local name=$1; shift
+  "$MEGADLM" train "${base[@]}" "$@" > "$name.log" 2>&1 ||
+    { echo "FAILED: $name did not run:"; tail -3 "$name.log"; fail=1; return; }
+  losses "$name.log" > "$name.losses"
+  [ "$(wc -l < "$name.losses")" = 3 ] || { echo "FAILED: $name logged no 3 losses"; fail=1; }
+}
+same() { # same A B what
+  if cmp -s "$1.losses" "$2.losses"; then echo "same bits: $3"
+  else echo "FAILED: $3: $(paste -d' ' "$1.losses" "$2.losses" | head -1)"; fail=1; fi
+}
+differ() {
+  if cmp -s "$1.losses" "$2.losses"; then echo "FAILED: $3: the same losses"; fail=1
+  else echo "different: $3"; fi
+}
+
+# (1)
+run dlm_ref "${dlm[@]}"
+for impl in TEDotProductAttention FlexAttention; do
+  for backend in flash fused unfused local auto; do
+    run "dlm_${impl}_$backend" "${dlm[@]}" --core-attn-implementation "$impl" \
+        --attention-backend "$backend"
+    same dlm_ref "dlm_${impl}_$backend" "--core-attn-implementation $impl --attention-backend $backend"
+  done
+done
+
+# (2)
+run ar_causal --attention-mask-type causal
+run ar_nomask --attention-mask-type no_mask
+run ar_cbr --attention-mask-type causal_bottom_right
+run tf_causal --model-running-mode test-forward --attention-mask-type causal
+run tf_nomask --model-running-mode test-forward --attention-mask-type no_mask
+same ar_causal ar_nomask "vanilla: no_mask runs causal (MegaDLMs' vanilla_forward)"
+same ar_causal ar_cbr "vanilla: causal_bottom_right"
+same ar_causal tf_causal "test-forward with causal = vanilla"
+differ ar_causal tf_nomask "test-forward with no_mask is bidirectional"
+
+# (3)
+run dlm_cbr "${dlm[@]}" --attention-mask-type causal_bottom_right
+run dlm_causal "${dlm[@]}" --attention-mask-type causal
+same dlm_cbr dlm_causal "difflm-noshift: causal_bottom_right = causal"
+differ dlm_ref dlm_causal "difflm-noshift: no_mask differs from causal"
+
+# (4)
+run anomaly "${dlm[@]}" --debug --detect-anomaly
+same dlm_ref anomaly "--debug --detect-anomaly"
+grep -q "WARNING: Detecting anomaly is turned on" anomaly.log ||
+  { echo "FAILED: --debug --detect-anomaly printed no warning"; fail=1; }
+run anomaly_off "${dlm[@]}" --detect-anomaly --turn-on-debugpy
+same dlm_ref anomaly_off "--detect-anomaly --turn-on-debugpy without --debug"
+grep -q "Detecting anomaly\|Waiting for debugger" anomaly_off.log &&
+  { echo "FAILED: --detect-anomaly / --turn-on-debugpy acted without --debug"; fail=1; }
+"$MEGADLM" train "${base[@]}" --debug --turn-on-debugpy > debugpy.log 2>&1 &
+pid=$!
+for _ in $(seq 1 100); do grep -q "Waiting for debugger" debugpy.log && break; sleep 0.1; done
+sleep 2
+if ! grep -q "Waiting for debugger attach: gdb -p $pid" debugpy.log; then
+  echo "FAILED: --debug --turn-on-debugpy printed no wait naming PID $pid:"; tail -3 debugpy.log
+  fail=1
+elif ! kill -0 "$pid" 2> /dev/null || grep -q "iteration " debugpy.log; then
+  echo "FAILED: --debug --turn-on-debugpy did not wait for a debugger"; fail=1
+else
+  echo "--debug --turn-on-debugpy: waiting for a debugger (PID $pid), no iteration run"
+fi
+kill "$pid" 2> /dev/null; wait "$pid" 2> /dev/null
+
+# (5)
+run unread "${dlm[@]}" --non-special-vocab-size 40 --use-on-the-fly-eval --cut-off-varlen-to-seqlen \
+    --base-model vanilla
+same dlm_ref unread "--non-special-vocab-size, --use-on-the-fly-eval, --cut-off-varlen-to-seqlen"
+expect() { # expect "message" args...
+  local want=$1; shift
+  local out; out=$("$MEGADLM" train "${base[@]}" "$@" 2>&1) && { echo "FAILED: $* succeeded"; fail=1; return; }
+  grep -qF -- "$want" <<<"$out" || { echo "FAILED: '$want' not in: $out" | head -3; fail=1; }
+}
+expect "--attention-mask-type block_causal" --attention-mask-type block_causal
+expect "--base-model Qwen_2: expected vanilla" --base-model Qwen_2
+expect "--core-attn-implementation SDPA" --core-attn-implementation SDPA
+expect "--attention-backend custom" --attention-backend custom
+expect "--gpt-block-return-loss-and-logits" --gpt-block-return-loss-and-logits
+expect "--model-running-mode difflm" --model-running-mode difflm
+expect "--non-special-vocab-size" --non-special-vocab-size 0
+
+[ $fail = 0 ] && echo PASS || { echo FAIL; exit 1; }
