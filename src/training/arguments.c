@@ -737,11 +737,8 @@ static int validate_difflm(megadlm_args *a, char *err, size_t errlen) {
         return fail(err, errlen, "--model-running-mode difflm-noshift needs --seq-length >= 2");
     int t = a->tensor_model_parallel_size > 1 ? a->tensor_model_parallel_size : 1;
     if (a->sequence_parallel && t > 1) {
-        /* the model sees seq-length - 1 tokens (or a random length with varilen) */
-        if (!strcmp(a->attention_mask_type, "no_mask") && a->difflm_varilen_prob > 0.0f)
-            return fail(err, errlen, "--sequence-parallel with --difflm-varilen-prob %g: random "
-                                     "lengths cannot be split across %d ranks (use 0)",
-                        a->difflm_varilen_prob, t);
+        /* the model sees seq-length - 1 tokens; a random length (varilen) is padded up to a
+         * multiple, whose keys are masked (training/difflm.h: difflm_padded_length) */
         if ((a->micro_batch_size * (a->seq_length - 1)) % t != 0)
             return fail(err, errlen, "--sequence-parallel with difflm-noshift: micro-batch x "
                                      "(--seq-length - 1) = %d tokens is not divisible by "
@@ -884,7 +881,9 @@ static int validate_parallel(megadlm_args *a, char *err, size_t errlen) {
         a->sequence_parallel = 0;
     }
     if (validate_tp_comm_overlap(a, t, err, errlen)) return -1;
-    if (a->sequence_parallel && a->seq_length % t != 0)
+    /* difflm-noshift's model sees seq-length - 1 tokens: validate_difflm checks those */
+    if (a->sequence_parallel && strcmp(a->model_running_mode, "difflm-noshift") != 0 &&
+        a->seq_length % t != 0)
         return fail(err, errlen,
                     "--sequence-parallel: --seq-length %d is not divisible by "
                     "--tensor-model-parallel-size %d (the sequence is split across its ranks)",

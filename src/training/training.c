@@ -124,8 +124,9 @@ typedef struct {
 } step_ctx;
 
 /* The masked-diffusion batch (training/difflm.h): L = R - 1 unshifted tokens per sequence
- * with masked positions replaced, labels, weights m/p * loss mask; returns sum(loss mask). */
-static float get_difflm_batch(trainer *tr, int split, uint64_t first, int L) {
+ * with masked positions replaced, labels, weights m/p * loss mask, in rows of Lp >= L tokens
+ * (positions L .. Lp-1 padding: --mask-token, weight 0); returns sum(loss mask). */
+static float get_difflm_batch(trainer *tr, int split, uint64_t first, int L, int Lp) {
     const megadlm_args *a = tr->a;
     int eod = tokenizer_eod(tr->tok);
     double denominator = 0.0;
@@ -135,11 +136,22 @@ static float get_difflm_batch(trainer *tr, int split, uint64_t first, int L) {
             tr->lm[j] = (a->eod_mask_loss && tr->sample[j] == eod) ? 0.0f : 1.0f;
             denominator += tr->lm[j];
         }
+        size_t row = (size_t)b * Lp;
         difflm_mask_sequence(tr->sample, tr->lm, L, a->mask_token, a->seed, first + b,
-                             tr->tokens + (size_t)b * L, tr->labels + (size_t)b * L,
-                             tr->loss_mask + (size_t)b * L);
+                             tr->tokens + row, tr->labels + row, tr->loss_mask + row);
+        for (int j = L; j < Lp; j++) {
+            tr->tokens[row + j] = tr->labels[row + j] = a->mask_token;
+            tr->loss_mask[row + j] = 0.0f;
+        }
     }
     return (float)denominator;
+}
+
+/* Ranks a micro-batch's tokens are split across outside the tensor-parallel regions: the
+ * tensor-parallel size under sequence parallelism, else 1. */
+static int sp_ranks(const trainer *tr) {
+    const transformer_config *c = &tr->model->cfg;
+    return tc_sp(c) ? tc_tp(c) : 1;
 }
 
 static float forward_step(void *user, int k, activation_store *store) {
@@ -158,9 +170,10 @@ static float forward_step(void *user, int k, activation_store *store) {
         float varilen = sc->training && !tr->model->cfg.causal ? a->difflm_varilen_prob : 0.0f;
         int L = difflm_length(a->seed, (uint32_t)tr->iteration, global_mb, a->seq_length,
                               varilen) - 1;
+        int Lp = difflm_padded_length(L, a->micro_batch_size, sp_ranks(tr));
         gpt_batch b = {.tokens = tr->tokens, .labels = tr->labels, .loss_mask = tr->loss_mask,
-                       .denominator = get_difflm_batch(tr, sc->split, first, L),
-                       .B = a->micro_batch_size, .T = L};
+                       .denominator = get_difflm_batch(tr, sc->split, first, L, Lp),
+                       .B = a->micro_batch_size, .T = Lp, .T_valid = L};
         return gpt_model_forward(tr->model, store, &b, step);
     }
     get_batch(tr, sc->split, first);

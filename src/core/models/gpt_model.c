@@ -362,6 +362,7 @@ static void begin_forward(gpt_model *m, activation_store *s, const gpt_batch *b,
     ctx->cfg = c;
     ctx->B = b->B;
     ctx->T = b->T;
+    ctx->T_valid = b->T_valid > 0 && b->T_valid < b->T ? b->T_valid : b->T;
     ctx->training = step.training;
     ctx->key = (dropout_key){.seed = step.seed, .iteration = step.iteration,
                              .microbatch = step.microbatch, .layer = 0, .site = 0};

@@ -127,6 +127,8 @@ typedef struct {
     const float *loss_mask; /* [B, T] per-token loss weights, or NULL: all 1 */
     float denominator;      /* <= 0: the sum of the weights (the token-averaged loss) */
     int B, T;
+    int T_valid;            /* > 0 and < T: positions from T_valid on are padding, their keys
+                               masked out (their loss weights must be 0); else none */
 } gpt_batch;
 
 /* Forward of b on the store s (B <= max_batch, T <= seq_length). Returns the loss on the
