@@ -13,7 +13,9 @@
 #       nothing without --debug; --turn-on-debugpy waits for a debugger (no iteration runs)
 #       only under --debug;
 #   (5) flags MegaDLMs reads nowhere (--non-special-vocab-size, --use-on-the-fly-eval,
-#       --cut-off-varlen-to-seqlen without packing) leave the losses alone; the refusals.
+#       --cut-off-varlen-to-seqlen without packing) leave the losses alone; the refusals;
+#   (6) --sequence-parallel / --tp-comm-overlap with variable-length batches = one process;
+#   (7) --add-qkv-bias: parameter count, TP / SP, checkpoints across layouts.
 set -uo pipefail
 rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
 export OMP_NUM_THREADS=1
@@ -128,5 +130,48 @@ for extra in "--sequence-parallel" "--sequence-parallel --tp-comm-overlap" \
     { d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > w) w = r; if (r > 1e-5) bad = 1; k++ }
     END { printf "%s, variable lengths: %d losses, worst rel %.3g\n", name, k, w; exit (bad || k != want || k < 7) }' || fail=1
 done
+
+# (7) --add-qkv-bias (Qwen2's QKV bias, here with --disable-bias-linear): the parameter count
+#     (hand-computed for base's model: 128 x 32 word + 16 x 32 position embeddings, per layer
+#     2 LayerNorms (128), linear_qkv 96 x 32 + its bias 96, linear_proj 32 x 32, fc1 128 x 32,
+#     fc2 32 x 128, then the final LayerNorm (64): 29696; 29504 without the bias), the losses
+#     of one process under TP 2 and TP 2 + SP (the bias split with linear_qkv's rows), and a
+#     checkpoint saved under TP 2 resumed by one process (the bias saved whole) continues as
+#     one process does; resuming it without --add-qkv-bias is refused
+count() { grep -o 'model parallel rank (0, 0): [0-9]*' "$1" | awk '{print $NF}'; }
+run qkvb --disable-bias-linear --add-qkv-bias
+run nob --disable-bias-linear
+[ "$(count qkvb.log)" = 29696 ] && [ "$(count nob.log)" = 29504 ] &&
+  echo "--add-qkv-bias: 29696 parameters (29504 without)" ||
+  { echo "FAILED: parameter counts $(count qkvb.log) / $(count nob.log), expected 29696 / 29504"; fail=1; }
+qb=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --group-query-attention
+    --num-query-groups 2 --swiglu --normalization RMSNorm --position-embedding-type rope
+    --disable-bias-linear --add-qkv-bias --seq-length 16 --max-position-embeddings 16
+    --micro-batch-size 2 --global-batch-size 4 --lr 3e-3 --lr-decay-iters 4 --mock-data
+    --vocab-size 50 --log-interval 1 --eval-iters 0 --hidden-dropout 0 --attention-dropout 0
+    --seed 9)
+compare() { # compare NAME REF OTHER [first line]
+  paste <(losses "$2" | tail -n +"${4:-1}") <(losses "$3") | awk -v name="$1" '
+    { d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > w) w = r; if (r > 1e-5) bad = 1; k++ }
+    END { printf "%s: %d losses, worst rel %.3g\n", name, k, w; exit (bad || k < 2) }' || fail=1
+}
+"$MEGADLM" train "${qb[@]}" --train-iters 4 --make-vocab-size-divisible-by 128 > qb_ref.log 2>&1 ||
+  { echo "FAILED: --add-qkv-bias one process"; tail -3 qb_ref.log; fail=1; }
+for extra in "" "--sequence-parallel"; do
+  mpirun --allow-run-as-root --oversubscribe -np 2 "$MEGADLM" train "${qb[@]}" --train-iters 4 \
+      --tensor-model-parallel-size 2 --make-vocab-size-divisible-by 64 $extra > qb_tp.log 2>&1 ||
+    { echo "FAILED: --add-qkv-bias TP 2 $extra"; tail -3 qb_tp.log; fail=1; }
+  compare "--add-qkv-bias TP 2 $extra" qb_ref.log qb_tp.log
+done
+mpirun --allow-run-as-root --oversubscribe -np 2 "$MEGADLM" train "${qb[@]}" --train-iters 2 \
+    --tensor-model-parallel-size 2 --make-vocab-size-divisible-by 64 --save qb_ckpt > qb_save.log 2>&1 ||
+  { echo "FAILED: --add-qkv-bias TP 2 save"; tail -3 qb_save.log; fail=1; }
+"$MEGADLM" train "${qb[@]}" --train-iters 4 --make-vocab-size-divisible-by 128 --load qb_ckpt \
+    > qb_load.log 2>&1 || { echo "FAILED: --add-qkv-bias resume"; tail -3 qb_load.log; fail=1; }
+[ "$(losses qb_load.log | wc -l)" = 2 ] || { echo "FAILED: the resumed run logged no 2 losses"; fail=1; }
+compare "--add-qkv-bias saved under TP 2, resumed by one process" qb_ref.log qb_load.log 3
+out=$("$MEGADLM" train "${qb[@]/--add-qkv-bias/}" --train-iters 4 --make-vocab-size-divisible-by 128 \
+      --load qb_ckpt 2>&1) && { echo "FAILED: resuming without --add-qkv-bias succeeded"; fail=1; }
+grep -q "add_qkv_bias" <<<"$out" || { echo "FAILED: the refusal names no add_qkv_bias: $out" | head -2; fail=1; }
 
 [ $fail = 0 ] && echo PASS || { echo FAIL; exit 1; }
