@@ -948,6 +948,7 @@ int pretrain(megadlm_args *a) {
            pst->tp_rank, pst->pp_rank, tr.model->params.numel);
     gpt_model_init_params(tr.model, a->seed);
     tr.model->detect_anomaly = debug_detect_anomaly(a);
+    tr.model->anomaly_nan_only = a->fp16 || a->loss_scale > 0.0f;
     setup_data_parallel(&tr);
     setup_loss_scaler(&tr); /* before a load, which may restore its state */
     if (a->load[0] && load(&tr) != 0) goto done;

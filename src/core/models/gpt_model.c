@@ -25,10 +25,10 @@
 
 /* The hooks (gpt_model.h) over ranges of the flat buffers: [begin, end) has received this
  * micro-batch's last gradient contribution / is about to be read by forward. */
-/* --detect-anomaly: the first non-finite element of x[0 .. n), or n. */
-static size_t first_nonfinite(const float *x, size_t n) {
+/* --detect-anomaly: the first non-finite (nan_only: NaN) element of x[0 .. n), or n. */
+static size_t first_nonfinite(const float *x, size_t n, int nan_only) {
     for (size_t i = 0; i < n; i++)
-        if (!isfinite(x[i])) return i;
+        if (nan_only ? isnan(x[i]) : !isfinite(x[i])) return i;
     return n;
 }
 
@@ -40,13 +40,13 @@ static void check_anomaly(const gpt_model *m, size_t begin, size_t end, const ch
     for (int i = 0; i < ps->count; i++) {
         const param_tensor *t = &ps->tensors[i];
         if (t->offset < begin || t->offset >= end) continue;
-        size_t k = first_nonfinite(ps->grad + t->offset, t->numel);
+        size_t k = first_nonfinite(ps->grad + t->offset, t->numel, m->anomaly_nan_only);
         if (k < t->numel)
             die(1, "--detect-anomaly: %s: the gradient of %s has a non-finite value (%g at "
                    "element %zu)", m->anomaly_where, t->name, ps->grad[t->offset + k], k);
     }
     if (!dres_of || !m->anomaly_dres) return;
-    size_t k = first_nonfinite(m->anomaly_dres, m->anomaly_dres_len);
+    size_t k = first_nonfinite(m->anomaly_dres, m->anomaly_dres_len, m->anomaly_nan_only);
     if (k < m->anomaly_dres_len)
         die(1, "--detect-anomaly: %s: the gradient w.r.t. %s has a non-finite value (%g at "
                "element %zu)", m->anomaly_where, dres_of, m->anomaly_dres[k], k);

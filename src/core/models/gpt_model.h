@@ -77,6 +77,8 @@ typedef struct gpt_model {
      * dies naming the first tensor where one appears and anomaly_where (set by the caller:
      * which iteration and micro-batch) */
     int detect_anomaly;
+    int anomaly_nan_only; /* with loss scaling: an Inf is an overflow, the scaler's business
+                             (torch's anomaly mode checks for NaN only) */
     char anomaly_where[96];
     const float *anomaly_dres; /* during backward: the store's residual-stream gradient */
     size_t anomaly_dres_len;
