@@ -9,7 +9,7 @@ set -euo pipefail
 
 build_pkgs=(build-essential cmake libopenblas-openmp-dev libdnnl-dev libcjson-dev zlib1g-dev libpcre2-dev libopenmpi-dev openmpi-bin)
 demo_pkgs=()
-test_pkgs=(python3-torch python3-numpy time)
+test_pkgs=(python3-torch python3-numpy time gdb)
 fuzz_pkgs=(clang-14 libclang-rt-14-dev libomp-14-dev)
 bench_pkgs=(python3-torch python3-numpy libopenblas0-openmp libopenblas0-pthread libjemalloc2)
 

@@ -6,6 +6,11 @@
 #include <time.h>
 #include <unistd.h>
 
+/* A debugger may set this to 1 to end the wait without staying attached (gdb: set
+ * {int}&megadlm_debugger_go = 1, then detach); global, so that its symbol is there without
+ * debug information. */
+volatile int megadlm_debugger_go = 0;
+
 /* The PID of the process tracing this one (0: none; -1: unknown, no /proc). */
 static long tracer_pid(void) {
     FILE *f = fopen("/proc/self/status", "r");
@@ -23,7 +28,8 @@ static long tracer_pid(void) {
 
 void debug_wait_for_debugger(const megadlm_args *a, int world_rank) {
     if (!a->debug || !a->turn_on_debugpy || world_rank != 0) return;
-    printf("Waiting for debugger attach: gdb -p %ld (--turn-on-debugpy) ...\n", (long)getpid());
+    printf("Waiting for debugger attach: gdb -p %ld (--turn-on-debugpy; then continue, or set "
+           "{int}&megadlm_debugger_go = 1 and detach) ...\n", (long)getpid());
     fflush(stdout);
     if (tracer_pid() < 0) {
         printf("warning: --turn-on-debugpy: no /proc/self/status to see a debugger; not "
@@ -31,8 +37,8 @@ void debug_wait_for_debugger(const megadlm_args *a, int world_rank) {
         return;
     }
     const struct timespec poll = {0, 100 * 1000 * 1000}; /* 0.1 s */
-    while (tracer_pid() == 0) nanosleep(&poll, NULL);
-    printf("debugger attached (PID %ld)\n", tracer_pid());
+    while (!megadlm_debugger_go && tracer_pid() == 0) nanosleep(&poll, NULL);
+    printf("debugger attached, training goes on\n");
     fflush(stdout);
 }
 

@@ -8,8 +8,9 @@
 
 /* --debug --turn-on-debugpy on world rank 0: MegaDLMs waits for a debugpy client on port
  * 5678; the CPU meaning is to wait for a native debugger: print the PID and block until a
- * tracer is attached (Linux: TracerPid in /proc/self/status), then go on. Other ranks wait
- * in their first collective, as MegaDLMs' do. */
+ * tracer is attached and lets it run (Linux: TracerPid in /proc/self/status) or sets
+ * megadlm_debugger_go, then go on. The trainer holds
+ * the other ranks in a barrier meanwhile (before the watchdog starts counting). */
 void debug_wait_for_debugger(const megadlm_args *a, int world_rank);
 
 /* --debug --detect-anomaly: whether backward checks its results (MegaDLMs' warning printed). */

@@ -976,7 +976,10 @@ int pretrain(megadlm_args *a) {
     tr.lm = mem_alloc_floats(MEM_OTHER, a->seq_length, "sequence loss mask");
     tr.difflm = !strcmp(a->model_running_mode, "difflm-noshift");
 
-    debug_wait_for_debugger(a, pst->world_rank); /* before the watchdog starts counting */
+    debug_wait_for_debugger(a, pst->world_rank);
+    /* the other ranks wait for rank 0 here, before their watchdogs start counting */
+    if (a->debug && a->turn_on_debugpy && pst->mpi && pst->world_size > 1)
+        MPI_Barrier(MPI_COMM_WORLD);
     watchdog_start(a->distributed_timeout_minutes);
     log_printf("training ...\n");
     fflush(stdout);

@@ -77,19 +77,37 @@ run anomaly_off "${dlm[@]}" --detect-anomaly --turn-on-debugpy
 same dlm_ref anomaly_off "--detect-anomaly --turn-on-debugpy without --debug"
 grep -q "Detecting anomaly\|Waiting for debugger" anomaly_off.log &&
   { echo "FAILED: --detect-anomaly / --turn-on-debugpy acted without --debug"; fail=1; }
-"$MEGADLM" train "${base[@]}" --debug --turn-on-debugpy > debugpy.log 2>&1 &
-pid=$!
-for _ in $(seq 1 100); do grep -q "Waiting for debugger" debugpy.log && break; sleep 0.1; done
+# under 2 ranks: rank 0 waits (naming its PID), rank 1 with it; gdb releases it
+mpirun --allow-run-as-root --oversubscribe -np 2 "$MEGADLM" train "${base[@]}" --debug \
+    --turn-on-debugpy > debugpy.log 2>&1 &
+mp=$!
+for _ in $(seq 1 300); do grep -q "Waiting for debugger" debugpy.log && break; sleep 0.1; done
 sleep 2
-if ! grep -q "Waiting for debugger attach: gdb -p $pid" debugpy.log; then
-  echo "FAILED: --debug --turn-on-debugpy printed no wait naming PID $pid:"; tail -3 debugpy.log
+pid=$(grep -o 'gdb -p [0-9]*' debugpy.log | awk '{print $3}')
+if [ -z "$pid" ]; then
+  echo "FAILED: --debug --turn-on-debugpy printed no wait naming a PID:"; tail -3 debugpy.log
   fail=1
-elif ! kill -0 "$pid" 2> /dev/null || grep -q "iteration " debugpy.log; then
+elif ! kill -0 "$mp" 2> /dev/null || grep -q "iteration " debugpy.log; then
   echo "FAILED: --debug --turn-on-debugpy did not wait for a debugger"; fail=1
 else
   echo "--debug --turn-on-debugpy: waiting for a debugger (PID $pid), no iteration run"
+  timeout 120 gdb -p "$pid" -batch -ex 'set {int}&megadlm_debugger_go = 1' -ex detach \
+      > gdb.log 2>&1 || { echo "FAILED: gdb did not run (scripts/install-deps.sh)"; fail=1; }
+  if grep -q "ptrace: Operation not permitted" gdb.log; then # a container without ptrace
+    echo "--turn-on-debugpy: ptrace is not permitted here, release by gdb not checked"
+    kill "$mp"
+  fi
 fi
-kill "$pid" 2> /dev/null; wait "$pid" 2> /dev/null
+for _ in $(seq 1 600); do kill -0 "$mp" 2> /dev/null || break; sleep 0.1; done
+if kill -0 "$mp" 2> /dev/null; then
+  echo "FAILED: the job did not go on after gdb"; kill "$mp"; fail=1
+elif ! grep -q "ptrace: Operation not permitted" gdb.log &&
+     [ "$(grep -c 'iteration ' debugpy.log)" != 3 ]; then
+  echo "FAILED: after gdb the job did not train:"; tail -3 debugpy.log; fail=1
+elif ! grep -q "ptrace: Operation not permitted" gdb.log; then
+  echo "--turn-on-debugpy: gdb released the wait, 3 iterations ran"
+fi
+wait "$mp" 2> /dev/null
 
 # (5)
 run unread "${dlm[@]}" --non-special-vocab-size 40 --use-on-the-fly-eval --cut-off-varlen-to-seqlen \
