@@ -23,8 +23,6 @@
 #include "core/util/alloc.h"
 #include "core/util/die.h"
 
-/* The hooks (gpt_model.h) over ranges of the flat buffers: [begin, end) has received this
- * micro-batch's last gradient contribution / is about to be read by forward. */
 /* --detect-anomaly: the first non-finite (nan_only: NaN) element of x[0 .. n), or n. */
 static size_t first_nonfinite(const float *x, size_t n, int nan_only) {
     for (size_t i = 0; i < n; i++)
@@ -52,6 +50,8 @@ static void check_anomaly(const gpt_model *m, size_t begin, size_t end, const ch
                "element %zu)", m->anomaly_where, dres_of, m->anomaly_dres[k], k);
 }
 
+/* The hooks (gpt_model.h) over ranges of the flat buffers: [begin, end) has received this
+ * micro-batch's last gradient contribution / is about to be read by forward. */
 static void grads_done(gpt_model *m, size_t begin, size_t end, const char *dres_of) {
     if (m->detect_anomaly) check_anomaly(m, begin, end, dres_of);
     if (m->grads_done) m->grads_done(m->grads_done_user, begin, end);
