@@ -9,8 +9,9 @@
 #       test-forward runs the mask given: with causal the bits of vanilla, with no_mask others;
 #   (3) difflm-noshift: causal_bottom_right and causal the same bits (one mask for
 #       self-attention), no_mask others;
-#   (4) --debug: --detect-anomaly checks (MegaDLMs' warning, the same losses), and does
-#       nothing without --debug; --turn-on-debugpy waits for a debugger (no iteration runs)
+#   (4) --debug: --detect-anomaly checks (MegaDLMs' warning, the same losses; after a step of
+#       lr 1e30 it stops in the next backward naming the tensor), and does nothing without
+#       --debug; --turn-on-debugpy waits for a debugger (no iteration runs)
 #       only under --debug;
 #   (5) flags MegaDLMs reads nowhere (--non-special-vocab-size, --use-on-the-fly-eval,
 #       --cut-off-varlen-to-seqlen without packing) leave the losses alone; the refusals;
@@ -108,6 +109,18 @@ elif ! grep -q "ptrace: Operation not permitted" gdb.log; then
   echo "--turn-on-debugpy: gdb released the wait, 3 iterations ran"
 fi
 wait "$mp" 2> /dev/null
+
+# a step of lr 1e30 makes the next backward non-finite: --debug --detect-anomaly stops in that
+# backward naming the tensor; without --debug the loss check stops after it, as before
+blow=(--lr 1e30 --clip-grad 0)
+out=$("$MEGADLM" train "${base[@]}" "${blow[@]}" --debug --detect-anomaly 2>&1) &&
+  { echo "FAILED: --detect-anomaly ran through a NaN"; fail=1; }
+grep -q -- "--detect-anomaly: iteration 2, micro-batch 0 .*the gradient of decoder\." <<<"$out" &&
+  echo "--detect-anomaly: $(grep -o 'iteration 2.*' <<<"$out" | head -1)" ||
+  { echo "FAILED: no anomaly report naming iteration 2 and a tensor: $(tail -2 <<<"$out")"; fail=1; }
+out=$("$MEGADLM" train "${base[@]}" "${blow[@]}" --detect-anomaly 2>&1)
+grep -q -- "--detect-anomaly:" <<<"$out" && { echo "FAILED: --detect-anomaly acted without --debug"; fail=1; }
+grep -q "iteration 2: lm loss is -\?nan" <<<"$out" || { echo "FAILED: no NaN-loss stop without --debug"; fail=1; }
 
 # (5)
 run unread "${dlm[@]}" --non-special-vocab-size 40 --use-on-the-fly-eval --cut-off-varlen-to-seqlen \
