@@ -11,7 +11,7 @@ set -euo pipefail
 build_pkgs=(build-essential cmake libopenblas-openmp-dev libdnnl-dev libcjson-dev zlib1g-dev libpcre2-dev libopenmpi-dev openmpi-bin
             libprotobuf-c-dev protobuf-c-compiler)
 demo_pkgs=()
-test_pkgs=(python3-torch python3-numpy time python3-protobuf)
+test_pkgs=(python3-torch python3-numpy time python3-protobuf gdb)
 fuzz_pkgs=(clang-14 libclang-rt-14-dev libomp-14-dev)
 bench_pkgs=(python3-torch python3-numpy libopenblas0-openmp libopenblas0-pthread libjemalloc2)
 

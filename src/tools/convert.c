@@ -118,6 +118,7 @@ static const char *misfit(const transformer_config *c, const megadlm_args *a, hf
         return "--rotary-percent != 1 (Llama/Qwen3 rotate the whole head)";
     if (!c->swiglu) return "a GELU MLP (Llama/Qwen3 use SwiGLU)";
     if (c->add_bias_linear) return "biases in the linear layers (Llama/Qwen3 have none)";
+    if (c->add_qkv_bias) return "--add-qkv-bias (Llama/Qwen3's attention has no bias)";
     return NULL;
 }
 

@@ -737,26 +737,58 @@ static const char *const MEGATRON_TOKENIZERS[] = {
     "GPTSentencePieceTokenizer", "HuggingFaceTokenizer", "Llama2Tokenizer", "TikTokenizer",
     "MultimodalTokenizer", "NullMultimodalTokenizer", "SFTTokenizer", NULL};
 
-/* MegaDLMs' masked-diffusion flags. */
-static int validate_difflm(megadlm_args *a, char *err, size_t errlen) {
-    int dlm = !strcmp(a->model_running_mode, "difflm-noshift");
-    if (!dlm && strcmp(a->model_running_mode, "vanilla") != 0)
-        return fail(err, errlen, "--model-running-mode %s: expected vanilla or difflm-noshift",
-                    a->model_running_mode);
+/* The rest of MegaDLMs' custom_args/difflm.py and Megatron's --attention-backend: choices
+ * that select among implementations giving the same numbers, and flags MegaDLMs reads
+ * nowhere. */
+static int validate_difflm_extras(megadlm_args *a, char *err, size_t errlen) {
+    static const char *const impls[] = {"TEDotProductAttention", "FlexAttention", NULL};
+    static const char *const backends[] = {"flash", "fused", "unfused", "local", "auto", NULL};
+    if (strcmp(a->base_model, "vanilla") != 0)
+        return fail(err, errlen, "--base-model %s: expected vanilla (MegaDLMs' only choice: "
+                                 "Megatron's GPT model)", a->base_model);
+    if (!one_of(a->core_attn_implementation, impls))
+        return fail(err, errlen, "--core-attn-implementation %s: expected TEDotProductAttention "
+                                 "or FlexAttention", a->core_attn_implementation);
+    if (!one_of(a->attention_backend, backends))
+        return fail(err, errlen, "--attention-backend %s: expected flash, fused, unfused, local "
+                                 "or auto%s", a->attention_backend,
+                    strcmp(a->attention_backend, "custom") ? ""
+                        : " (custom needs a Python attention module)");
+    if (a->gpt_block_return_loss_and_logits)
+        return fail(err, errlen, "--gpt-block-return-loss-and-logits: MegaDLMs uses it only in "
+                                 "its conversion check (its training step cannot take the "
+                                 "logits either), which megadlm does not have");
+    return 0;
+}
+
+/* MegaDLMs' running modes and masks (pretrain_difflm.py, models/difflm/gpt_model.py). */
+static int validate_difflm_mode(megadlm_args *a, int dlm, char *err, size_t errlen) {
+    static const char *const modes[] = {"vanilla", "difflm-noshift", "test-forward", NULL};
+    static const char *const masks[] = {"causal_bottom_right", "causal", "no_mask", NULL};
+    if (!one_of(a->model_running_mode, modes))
+        return fail(err, errlen, "--model-running-mode %s: expected vanilla, difflm-noshift or "
+                                 "test-forward", a->model_running_mode);
     if (!a->attention_mask_type[0])
         snprintf(a->attention_mask_type, sizeof(a->attention_mask_type), "%s",
                  dlm ? "no_mask" : "causal");
-    if (strcmp(a->attention_mask_type, "causal") != 0 && strcmp(a->attention_mask_type, "no_mask") != 0)
-        return fail(err, errlen, "--attention-mask-type %s: expected causal or no_mask",
-                    a->attention_mask_type);
-    if (!dlm && !strcmp(a->attention_mask_type, "no_mask"))
-        return fail(err, errlen, "--attention-mask-type no_mask needs --model-running-mode "
-                                 "difflm-noshift (an autoregressive model must not see ahead)");
-    if (!dlm) {
-        if (a->mask_token >= 0)
-            return fail(err, errlen, "--mask-token needs --model-running-mode difflm-noshift");
-        return 0;
-    }
+    if (!strcmp(a->attention_mask_type, "block_causal"))
+        return fail(err, errlen, "--attention-mask-type block_causal: MegaDLMs declares it "
+                                 "(\"conditional difflm attention\") but neither of its attention "
+                                 "implementations builds it (TransformerEngine rejects the mask "
+                                 "type, FlexAttention ignores it); use causal_bottom_right, "
+                                 "causal or no_mask");
+    if (!one_of(a->attention_mask_type, masks))
+        return fail(err, errlen, "--attention-mask-type %s: expected causal_bottom_right, causal "
+                                 "or no_mask", a->attention_mask_type);
+    return 0;
+}
+
+/* MegaDLMs' masked-diffusion flags. */
+static int validate_difflm(megadlm_args *a, char *err, size_t errlen) {
+    int dlm = !strcmp(a->model_running_mode, "difflm-noshift");
+    if (validate_difflm_mode(a, dlm, err, errlen) || validate_difflm_extras(a, err, errlen))
+        return -1;
+    if (!dlm) return 0; /* --mask-token: unused, as MegaDLMs (whose default is always set) */
     if (a->mask_token < 0)
         return fail(err, errlen, "--model-running-mode difflm-noshift needs --mask-token ID");
     if (a->padded_vocab_size > 0 && a->mask_token >= a->padded_vocab_size)
@@ -768,11 +800,8 @@ static int validate_difflm(megadlm_args *a, char *err, size_t errlen) {
         return fail(err, errlen, "--model-running-mode difflm-noshift needs --seq-length >= 2");
     int t = a->tensor_model_parallel_size > 1 ? a->tensor_model_parallel_size : 1;
     if (a->sequence_parallel && t > 1) {
-        /* the model sees seq-length - 1 tokens (or a random length with varilen) */
-        if (!strcmp(a->attention_mask_type, "no_mask") && a->difflm_varilen_prob > 0.0f)
-            return fail(err, errlen, "--sequence-parallel with --difflm-varilen-prob %g: random "
-                                     "lengths cannot be split across %d ranks (use 0)",
-                        a->difflm_varilen_prob, t);
+        /* the model sees seq-length - 1 tokens; a random length (varilen) is padded up to a
+         * multiple, whose keys are masked (training/difflm.h: difflm_padded_length) */
         if ((a->micro_batch_size * (a->seq_length - 1)) % t != 0)
             return fail(err, errlen, "--sequence-parallel with difflm-noshift: micro-batch x "
                                      "(--seq-length - 1) = %d tokens is not divisible by "
@@ -915,7 +944,9 @@ static int validate_parallel(megadlm_args *a, char *err, size_t errlen) {
         a->sequence_parallel = 0;
     }
     if (validate_tp_comm_overlap(a, t, err, errlen)) return -1;
-    if (a->sequence_parallel && a->seq_length % t != 0)
+    /* difflm-noshift's model sees seq-length - 1 tokens: validate_difflm checks those */
+    if (a->sequence_parallel && strcmp(a->model_running_mode, "difflm-noshift") != 0 &&
+        a->seq_length % t != 0)
         return fail(err, errlen,
                     "--sequence-parallel: --seq-length %d is not divisible by "
                     "--tensor-model-parallel-size %d (the sequence is split across its ranks)",

@@ -20,6 +20,12 @@ int difflm_length(uint64_t seed, uint32_t iteration, uint32_t global_microbatch,
     return 2 + (int)(r[1] % (uint32_t)(s - 1)); /* uniform in [2, s] */
 }
 
+int difflm_padded_length(int L, int B, int ranks) {
+    int Lp = L;
+    while (ranks > 1 && ((int64_t)B * Lp) % ranks != 0) Lp++;
+    return Lp;
+}
+
 int difflm_mask_sequence(const int32_t *sample, const float *lm, int L, int mask_token,
                          uint64_t seed, uint64_t sample_index, int32_t *noisy, int32_t *labels,
                          float *weights) {

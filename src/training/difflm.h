@@ -20,6 +20,13 @@
 int difflm_length(uint64_t seed, uint32_t iteration, uint32_t global_microbatch, int s,
                   float varilen_prob);
 
+/* Sequence parallelism splits a micro-batch's B x L tokens across `ranks`; a variable length
+ * L is padded up to the smallest Lp >= L with B x Lp divisible by ranks (the padding's keys
+ * are masked out, its loss weights 0: the numbers of the unpadded batch). L itself when
+ * ranks <= 1. With B x (seq-length - 1) divisible by ranks (args_validate), Lp <= seq-length
+ * - 1. */
+int difflm_padded_length(int L, int B, int ranks);
+
 /* One sequence: sample[R + 1 .. ] is unused; from sample[0 .. R] (R = L + 1 tokens used:
  * sample[1 .. L]) and its loss mask lm[0 .. L-1] (lm[j] for label sample[j + 1]) fills
  * noisy[L] (the model input), labels[L] (= sample[1 .. L]) and weights[L] (m_j / p * lm[j]).

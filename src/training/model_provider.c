@@ -18,8 +18,12 @@ transformer_config model_config_from_args(const megadlm_args *a) {
     c.gelu = (a->openai_gelu || a->bias_gelu_fusion) ? GELU_TANH : GELU_ERF;
     c.rope = strcmp(a->position_embedding_type, "rope") == 0;
     c.rot_dim = (int)(a->kv_channels * a->rotary_percent);
-    /* --attention-mask-type no_mask: bidirectional (masked diffusion) */
-    c.causal = strcmp(a->attention_mask_type, "no_mask") != 0;
+    /* MegaDLMs: vanilla runs causal_bottom_right whatever --attention-mask-type says
+     * (vanilla_forward); difflm-noshift and test-forward run the type given, where
+     * causal_bottom_right and causal are one mask for self-attention (queries and keys the same
+     * length) and no_mask is bidirectional */
+    c.causal = !strcmp(a->model_running_mode, "vanilla") ||
+               strcmp(a->attention_mask_type, "no_mask") != 0;
     /* difflm-noshift drops the first token and looks up learned positions from 1 (MegaDLMs'
      * unshift keeps position_ids[:, 1:]); RoPE starts at 0 either way */
     c.position_offset = !strcmp(a->model_running_mode, "difflm-noshift") && !c.rope ? 1 : 0;

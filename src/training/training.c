@@ -25,6 +25,7 @@
 #include "training/checkpoint_policy.h"
 #include "training/checkpointing.h"
 #include "training/watchdog.h"
+#include "training/debug.h"
 #include "training/difflm.h"
 #include "training/log_stats.h"
 #include "training/monitor.h"
@@ -139,8 +140,9 @@ typedef struct {
 } step_ctx;
 
 /* The masked-diffusion batch (training/difflm.h): L = R - 1 unshifted tokens per sequence
- * with masked positions replaced, labels, weights m/p * loss mask; returns sum(loss mask). */
-static float get_difflm_batch(trainer *tr, int split, uint64_t first, int L) {
+ * with masked positions replaced, labels, weights m/p * loss mask, in rows of Lp >= L tokens
+ * (positions L .. Lp-1 padding: --mask-token, weight 0); returns sum(loss mask). */
+static float get_difflm_batch(trainer *tr, int split, uint64_t first, int L, int Lp) {
     const megadlm_args *a = tr->a;
     int eod = tokenizer_eod(tr->tok);
     double denominator = 0.0;
@@ -150,11 +152,22 @@ static float get_difflm_batch(trainer *tr, int split, uint64_t first, int L) {
             tr->lm[j] = (a->eod_mask_loss && tr->sample[j] == eod) ? 0.0f : 1.0f;
             denominator += tr->lm[j];
         }
+        size_t row = (size_t)b * Lp;
         difflm_mask_sequence(tr->sample, tr->lm, L, a->mask_token, tr->rng_seed, first + b,
-                             tr->tokens + (size_t)b * L, tr->labels + (size_t)b * L,
-                             tr->loss_mask + (size_t)b * L);
+                             tr->tokens + row, tr->labels + row, tr->loss_mask + row);
+        for (int j = L; j < Lp; j++) {
+            tr->tokens[row + j] = tr->labels[row + j] = a->mask_token;
+            tr->loss_mask[row + j] = 0.0f;
+        }
     }
     return (float)denominator;
+}
+
+/* Ranks a micro-batch's tokens are split across outside the tensor-parallel regions: the
+ * tensor-parallel size under sequence parallelism, else 1. */
+static int sp_ranks(const trainer *tr) {
+    const transformer_config *c = &tr->model->cfg;
+    return tc_sp(c) ? tc_tp(c) : 1;
 }
 
 static float forward_step(void *user, int k, activation_store *store) {
@@ -173,9 +186,10 @@ static float forward_step(void *user, int k, activation_store *store) {
         float varilen = sc->training && !tr->model->cfg.causal ? a->difflm_varilen_prob : 0.0f;
         int L = difflm_length(tr->rng_seed, (uint32_t)tr->iteration, global_mb, a->seq_length,
                               varilen) - 1;
+        int Lp = difflm_padded_length(L, a->micro_batch_size, sp_ranks(tr));
         gpt_batch b = {.tokens = tr->tokens, .labels = tr->labels, .loss_mask = tr->loss_mask,
-                       .denominator = get_difflm_batch(tr, sc->split, first, L),
-                       .B = a->micro_batch_size, .T = L};
+                       .denominator = get_difflm_batch(tr, sc->split, first, L, Lp),
+                       .B = a->micro_batch_size, .T = Lp, .T_valid = L};
         return gpt_model_forward(tr->model, store, &b, step);
     }
     get_batch(tr, sc->split, first);
@@ -195,6 +209,10 @@ static void backward_step(void *user, int k, activation_store *store) {
     const trainer *tr = sc->tr;
     float seed = tr->scaling ? tr->scaler.scale / tr->num_microbatches
                              : 1.0f / tr->num_microbatches;
+    if (tr->model->detect_anomaly)
+        snprintf(tr->model->anomaly_where, sizeof tr->model->anomaly_where,
+                 "iteration %d, micro-batch %d of data-parallel rank %d", tr->iteration + 1, k,
+                 tr->dp_rank);
     gpt_model_backward(tr->model, store, seed);
 }
 
@@ -1259,6 +1277,8 @@ int pretrain(megadlm_args *a) {
     printf(" > number of parameters on (tensor, pipeline) model parallel rank (%d, %d): %zu\n",
            pst->tp_rank, pst->pp_rank, tr.model->params.numel);
     gpt_model_init_params(tr.model, a->seed);
+    tr.model->detect_anomaly = debug_detect_anomaly(a);
+    tr.model->anomaly_nan_only = a->fp16 || a->loss_scale > 0.0f;
     setup_data_parallel(&tr);
     setup_loss_scaler(&tr); /* before a load, which may restore its state */
     tr.rng_seed = a->seed;
@@ -1302,6 +1322,10 @@ int pretrain(megadlm_args *a) {
     }
     if (monitor_start(&tr.mon, g_log_rank, tr.iteration, err, sizeof err) != 0)
         die(2, "%s", err); /* every rank stops: the others would wait for this one */
+    debug_wait_for_debugger(a, pst->world_rank);
+    /* the other ranks wait for rank 0 here, before their watchdogs start counting */
+    if (a->debug && a->turn_on_debugpy && pst->mpi && pst->world_size > 1)
+        MPI_Barrier(MPI_COMM_WORLD);
     watchdog_start(a->distributed_timeout_minutes);
     log_printf("training ...\n");
     fflush(stdout);

@@ -52,7 +52,7 @@ base=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
       --max-position-embeddings 16 --micro-batch-size 2 --train-iters 2 --lr 1e-3 --mock-data
       --vocab-size 50 --eval-iters 0)
 expect "--mask-token" train "${base[@]}" --model-running-mode difflm-noshift
-expect "--attention-mask-type no_mask" train "${base[@]}" --attention-mask-type no_mask
+expect "--attention-mask-type block_causal" train "${base[@]}" --attention-mask-type block_causal
 expect "--mask-token 500" train "${base[@]}" --model-running-mode difflm-noshift --mask-token 500
 expect "--model-running-mode diffusion" train "${base[@]}" --model-running-mode diffusion
 expect "exceed the 16 tokens" generate --load dlm --prompt "1 2"

@@ -157,7 +157,7 @@ expect "generate, num_layers 1e8" 1 "too few for the 4998400012416 parameters" \
     timeout 20 "$MEGADLM" generate --load layers100000000 --prompt "1 2"
 rm -rf big_hf; cp -r small_hf big_hf
 sed -i 's/"n_layer":\t2,/"n_layer":\t100000000,/' big_hf/config.json
-expect "convert --from hf, n_layer 1e8" 1 "config.json: big_hf/model.safetensors holds" \
+expect "convert --from hf, n_layer 1e8" 1 "config.json: the weight files hold 452176 bytes, too few" \
     timeout 20 "$MEGADLM" convert --from hf big_hf out_hf
 expect "--micro-batch-size 2e9 (B x T overflows an int)" 1 \
     "--micro-batch-size 2000000000 x --seq-length 64 (tokens per micro-batch) is 128000000000" \

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Parity with PyTorch: for a small model of each family (gpt: GPT-2 style; llama: Llama/Qwen3
-# style with GQA, qk-layernorm and kv_channels != hidden/heads), the same weights (read from
-# the megadlm checkpoint) and the same batch give the same loss and gradients in an independent
+# style with GQA, qk-layernorm and kv_channels != hidden/heads; qwen2: Llama's with
+# --add-qkv-bias; each also with MegaDLMs' no_mask and causal_bottom_right attention masks),
+# the same weights (read from the megadlm checkpoint) and the same batch give the same loss and
+# gradients in an independent
 # PyTorch implementation (tests/python/torch_gpt.py), and the same parameters after 3 AdamW
 # steps with gradient clipping and Megatron's cosine schedule; under --bf16 the first
 # iteration's loss and gradients against PyTorch bf16 references, and under --fp16 against the
@@ -23,7 +25,11 @@ CHECK="$SRC/tests/python/torch_gpt.py"
 rm -rf "$WORK"
 mkdir -p "$WORK"
 
-for family in gpt llama; do
+# qwen2: --add-qkv-bias (a QKV bias without the other biases); _no_mask /
+# _causal_bottom_right: MegaDLMs' --attention-mask-type (as test-forward runs it), the torch
+# side building each mask from its definition
+for family in gpt llama qwen2 gpt_no_mask llama_no_mask qwen2_no_mask gpt_causal_bottom_right \
+              llama_causal_bottom_right; do
     echo "== $family"
     "$TOOL" "$family" "$WORK/$family"
     "$PY" "$CHECK" "$family" "$WORK/$family" || { echo "FAIL: $family differs from PyTorch"; exit 1; }

@@ -3,7 +3,10 @@
  * steps exactly as the trainer does (training.c train_step), and writes everything the
  * independent PyTorch implementation (tests/python/torch_gpt.py) compares against.
  *
- *   parity_dump FAMILY OUTDIR [bf16|fp16]   FAMILY = gpt | llama; bf16 / fp16: the model
+ *   parity_dump FAMILY OUTDIR [bf16|fp16]   FAMILY = gpt | llama | qwen2 (llama's with
+ *                                      --add-qkv-bias, no qk-layernorm), optionally with
+ *                                      _no_mask or _causal_bottom_right (the attention mask,
+ *                                      MegaDLMs' test-forward); bf16 / fp16: the model
  *                                      under --bf16 / --fp16 (tests/python/torch_bf16.py
  *                                      compares that one; no loss scaling here)
  *
@@ -35,6 +38,7 @@
 
 typedef struct {
     const char *family;
+    const char *mask_type; /* causal, causal_bottom_right or no_mask */
     transformer_config cfg;
     double rotary_percent;
     optimizer_config oc;
@@ -43,9 +47,28 @@ typedef struct {
     uint64_t seed;
 } parity_setup;
 
+/* A family name's attention-mask suffix (MegaDLMs' --attention-mask-type, as test-forward
+ * runs it: next-token labels with that mask): "_no_mask", "_causal_bottom_right" or none
+ * (causal). Cuts the suffix off `base`. */
+static const char *mask_suffix(const char *family, char *base, size_t size) {
+    static const char *const masks[] = {"no_mask", "causal_bottom_right"};
+    snprintf(base, size, "%s", family);
+    for (int i = 0; i < 2; i++) {
+        size_t n = strlen(base), k = strlen(masks[i]);
+        if (n > k + 1 && base[n - k - 1] == '_' && !strcmp(base + n - k, masks[i])) {
+            base[n - k - 1] = 0;
+            return masks[i];
+        }
+    }
+    return "causal";
+}
+
 static int make_setup(const char *family, parity_setup *s) {
     memset(s, 0, sizeof(*s));
     s->family = family;
+    char base[64];
+    s->mask_type = mask_suffix(family, base, sizeof base);
+    family = base;
     transformer_config *c = &s->cfg;
     c->num_layers = 2;
     c->hidden_size = 64;
@@ -55,7 +78,9 @@ static int make_setup(const char *family, parity_setup *s) {
     c->init_method_std = 0.05f;
     c->hidden_dropout = 0.0f;
     c->attention_dropout = 0.0f;
-    c->causal = 1;
+    /* MegaDLMs' masks for self-attention (queries and keys of one length): causal and
+     * causal_bottom_right are the same, no_mask is bidirectional */
+    c->causal = strcmp(s->mask_type, "no_mask") != 0;
     s->rotary_percent = 1.0;
     if (!strcmp(family, "gpt")) {
         /* GPT-2: LayerNorm, learned absolute positions, tanh GELU, biases, tied output */
@@ -70,7 +95,7 @@ static int make_setup(const char *family, parity_setup *s) {
         c->add_bias_linear = 1;
         c->rope = 0;
         c->untie_embeddings_and_output_weights = 0;
-    } else if (!strcmp(family, "llama")) {
+    } else if (!strcmp(family, "llama") || !strcmp(family, "qwen2")) {
         /* Llama/Qwen3: RMSNorm, RoPE, SwiGLU, GQA, qk-layernorm, no biases, untied output;
          * kv_channels 24 != hidden / heads = 16 */
         c->ffn_hidden_size = 128;
@@ -85,6 +110,10 @@ static int make_setup(const char *family, parity_setup *s) {
         c->rope = 1;
         c->rotary_base = 10000.0f;
         c->untie_embeddings_and_output_weights = 1;
+        if (!strcmp(family, "qwen2")) { /* Qwen2: a QKV bias, no qk-layernorm */
+            c->qk_layernorm = 0;
+            c->add_qkv_bias = 1;
+        }
     } else {
         return -1;
     }
@@ -122,6 +151,8 @@ static cJSON *setup_json(const parity_setup *s) {
     NUM("swiglu", c->swiglu);
     cJSON_AddStringToObject(j, "gelu", c->gelu == GELU_TANH ? "tanh" : "erf");
     NUM("add_bias_linear", c->add_bias_linear);
+    NUM("add_qkv_bias", c->add_qkv_bias);
+    cJSON_AddStringToObject(j, "attention_mask_type", s->mask_type);
     cJSON_AddStringToObject(j, "position_embedding_type", c->rope ? "rope" : "learned_absolute");
     NUM("rotary_base", c->rotary_base);
     NUM("rotary_percent", s->rotary_percent);
@@ -166,12 +197,14 @@ static int write_named(const char *path, const param_set *ps, const float *buf,
 
 int main(int argc, char **argv) {
     if (argc != 3 && !(argc == 4 && (!strcmp(argv[3], "bf16") || !strcmp(argv[3], "fp16")))) {
-        fprintf(stderr, "usage: %s gpt|llama OUTDIR [bf16|fp16]\n", argv[0]);
+        fprintf(stderr, "usage: %s gpt|llama|qwen2[_no_mask|_causal_bottom_right] OUTDIR "
+                        "[bf16|fp16]\n", argv[0]);
         return 2;
     }
     parity_setup s;
     if (make_setup(argv[1], &s)) {
-        fprintf(stderr, "parity_dump: unknown family '%s' (gpt|llama)\n", argv[1]);
+        fprintf(stderr, "parity_dump: unknown family '%s' (gpt|llama|qwen2, optionally with "
+                        "_no_mask or _causal_bottom_right)\n", argv[1]);
         return 2;
     }
     s.cfg.bf16 = argc == 4 && !strcmp(argv[3], "bf16");
@@ -185,6 +218,11 @@ int main(int argc, char **argv) {
     activation_store *store = activation_store_create(m, 1);
     gpt_model_init_params(m, s.seed);
     param_set *ps = &m->params;
+    /* biases start at zero; give the QKV bias values so that the forward adds something */
+    for (int i = 0; i < ps->count; i++)
+        if (strstr(ps->tensors[i].name, "linear_qkv.bias") && c->add_qkv_bias)
+            for (size_t k = 0; k < ps->tensors[i].numel; k++)
+                param_set_fp32(ps)[ps->tensors[i].offset + k] = 0.1f * sinf(0.7f * (float)k + (float)i);
 
     /* the initial weights, through the checkpoint writer */
     snprintf(path, sizeof path, "%s/ckpt", out);

@@ -1224,11 +1224,37 @@ static void test_difflm_flags(void) {
     args_free(&a);
     EXPECT_OK(&a, BASE " --model-running-mode difflm-noshift --mask-token 100 --attention-mask-type causal");
     args_free(&a);
-    EXPECT_ERR(BASE " --model-running-mode x", "--model-running-mode x", "difflm-noshift", NULL);
+    EXPECT_ERR(BASE " --model-running-mode x", "--model-running-mode x", "test-forward", NULL);
     EXPECT_ERR(BASE " --model-running-mode difflm-noshift", "--mask-token", NULL, NULL);
-    EXPECT_ERR(BASE " --attention-mask-type no_mask", "--attention-mask-type no_mask",
-               "--model-running-mode difflm-noshift", NULL);
-    EXPECT_ERR(BASE " --mask-token 3", "--mask-token", "difflm-noshift", NULL);
+    EXPECT_ERR(BASE " --attention-mask-type block_causal", "--attention-mask-type block_causal",
+               "causal_bottom_right", NULL);
+    EXPECT_ERR(BASE " --attention-mask-type top_left", "--attention-mask-type top_left", NULL, NULL);
+    EXPECT_ERR(BASE " --base-model Qwen_2", "--base-model Qwen_2", "vanilla", NULL);
+    EXPECT_ERR(BASE " --core-attn-implementation SDPA", "--core-attn-implementation SDPA", NULL,
+               NULL);
+    EXPECT_ERR(BASE " --attention-backend custom", "--attention-backend custom", NULL, NULL);
+    EXPECT_ERR(BASE " --gpt-block-return-loss-and-logits", "--gpt-block-return-loss-and-logits",
+               NULL, NULL);
+    /* which attention each mode runs (MegaDLMs: vanilla is causal whatever the type says;
+     * causal_bottom_right is causal for self-attention) */
+    const struct {
+        const char *flags;
+        int causal;
+    } attn[] = {{" --attention-mask-type no_mask", 1},
+                {" --model-running-mode test-forward --attention-mask-type no_mask", 0},
+                {" --model-running-mode test-forward --attention-mask-type causal_bottom_right", 1},
+                {" --model-running-mode difflm-noshift --mask-token 1", 0},
+                {" --model-running-mode difflm-noshift --mask-token 1 --attention-mask-type "
+                 "causal_bottom_right", 1},
+                {" --mask-token 3 --attention-mask-type causal --attention-backend flash "
+                 "--core-attn-implementation FlexAttention --base-model vanilla", 1}};
+    for (size_t i = 0; i < sizeof attn / sizeof attn[0]; i++) {
+        char line[512];
+        snprintf(line, sizeof line, "%s%s", BASE, attn[i].flags);
+        EXPECT_OK(&a, line);
+        CHECK(model_config_from_args(&a).causal == attn[i].causal);
+        args_free(&a);
+    }
     EXPECT_ERR(BASE " --model-running-mode difflm-noshift --mask-token 128", "--mask-token 128",
                NULL, NULL);
     EXPECT_ERR(BASE " --model-running-mode difflm-noshift --mask-token 1 --difflm-varilen-prob 2",

@@ -121,7 +121,20 @@ static void check_loss_and_attention(void) {
     gpt_model_free(m);
 }
 
+/* Sequence parallelism with a variable length: B x Lp divisible by the ranks, Lp the smallest
+ * such >= L (hand-computed). */
+static void check_padded_length(void) {
+    CHECK(difflm_padded_length(7, 3, 1) == 7);  /* no sequence parallelism */
+    CHECK(difflm_padded_length(7, 3, 2) == 8);  /* 21 -> 24 tokens */
+    CHECK(difflm_padded_length(8, 3, 2) == 8);
+    CHECK(difflm_padded_length(7, 2, 2) == 7);  /* 14 splits already */
+    CHECK(difflm_padded_length(5, 2, 4) == 6);  /* 10 -> 12 */
+    CHECK(difflm_padded_length(1, 1, 4) == 4);
+    CHECK(difflm_padded_length(9, 6, 4) == 10); /* 54 -> 60 */
+}
+
 int main(void) {
+    check_padded_length();
     check_forward_process();
     check_loss_and_attention();
     TEST_DONE();

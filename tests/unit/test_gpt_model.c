@@ -1,7 +1,10 @@
 /* Whole-model checks: finite differences of the loss w.r.t. sampled parameters (both model
  * families, dropout on), gradient-accumulation equivalence, determinism of the counter-based
  * dropout, and no allocation during training steps. */
+#include <math.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "core/models/gpt_model.h"
 #include "core/optimizer/optimizer.h"
@@ -45,6 +48,32 @@ static transformer_config llama_config(void) {
     c.rot_dim = 8; /* partial rotary */
     c.untie_embeddings_and_output_weights = 1;
     return c;
+}
+
+/* Qwen2 (--disable-bias-linear --add-qkv-bias): a bias on linear_qkv alone. */
+static transformer_config qwen2_config(void) {
+    transformer_config c = llama_config();
+    c.qk_layernorm = 0;
+    c.add_qkv_bias = 1;
+    return c;
+}
+
+/* --add-qkv-bias: linear_qkv.bias in every layer, no other linear bias. */
+static void check_qkv_bias_tensors(transformer_config c) {
+    gpt_model *m = gpt_model_create(&c, 1, GPT_MODEL_TRAINING);
+    int qkv = 0, other = 0;
+    for (int i = 0; i < m->params.count; i++) {
+        const param_tensor *t = &m->params.tensors[i];
+        if (strstr(t->name, "linear_qkv.bias")) {
+            qkv++;
+            CHECK(t->numel == (size_t)tc_qkv_width(&c));
+        } else if (strstr(t->name, "linear_") && strstr(t->name, ".bias")) {
+            other++;
+        }
+    }
+    printf("qwen2: %d linear_qkv biases, %d other linear biases\n", qkv, other);
+    CHECK(qkv == c.num_layers && other == 0);
+    gpt_model_free(m);
 }
 
 static void make_batch(int32_t *tok, int32_t *lab, float *mask, int N, int V, uint64_t seed) {
@@ -274,7 +303,63 @@ static void check_grads_done_hook(transformer_config c) {
     g_covered = g_calls = g_prev_begin = 0;
 }
 
+/* --debug --detect-anomaly: backward dies at the first non-finite gradient, naming the tensor
+ * (here layer 0's linear_fc2.weight, poisoned in the gradient buffer: the head's and layer
+ * 1's results are finite, so the check must get as far as layer 0); a clean backward passes.
+ * The dying run is a child forked before this process has started any thread (a forked
+ * child has none of its parent's threads): called first in main. */
+static void anomaly_run(transformer_config c, int poison) {
+    c.hidden_dropout = c.attention_dropout = 0.0f;
+    int B = 1, T = c.seq_length;
+    gpt_model *m = gpt_model_create(&c, B, GPT_MODEL_TRAINING);
+    activation_store *s = activation_store_create(m, 1);
+    gpt_model_init_params(m, 4);
+    m->detect_anomaly = 1;
+    snprintf(m->anomaly_where, sizeof m->anomaly_where, "iteration 7, micro-batch 0");
+    int32_t tok[16], lab[16];
+    float mask[16];
+    make_batch(tok, lab, mask, B * T, c.padded_vocab_size, 5);
+    gpt_step step = {.seed = 1, .iteration = 1, .training = 1};
+    memset(m->params.grad, 0, m->params.numel * sizeof(float));
+    for (int i = 0; i < m->params.count && poison; i++)
+        if (!strcmp(m->params.tensors[i].name, "decoder.layers.0.mlp.linear_fc2.weight"))
+            m->params.grad[m->params.tensors[i].offset + 3] = NAN;
+    forward(m, s, tok, lab, mask, B, T, step);
+    gpt_model_backward(m, s, 1.0f);
+    activation_store_free(s);
+    gpt_model_free(m);
+}
+
+static void check_detect_anomaly(transformer_config c) {
+    int pipefd[2];
+    CHECK(pipe(pipefd) == 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) { /* the child dies in backward, its stderr into the pipe */
+        dup2(pipefd[1], 2);
+        close(pipefd[0]);
+        anomaly_run(c, 1);
+        _exit(0);
+    }
+    close(pipefd[1]);
+    char msg[1024] = "";
+    size_t len = 0;
+    ssize_t r;
+    while (len < sizeof msg - 1 && (r = read(pipefd[0], msg + len, sizeof msg - 1 - len)) > 0)
+        len += (size_t)r;
+    msg[len] = 0;
+    close(pipefd[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    printf("detect-anomaly: child exit %d: %s", WIFEXITED(status) ? WEXITSTATUS(status) : -1, msg);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) != 0);
+    CHECK(strstr(msg, "--detect-anomaly: iteration 7, micro-batch 0") != NULL);
+    CHECK(strstr(msg, "decoder.layers.0.mlp.linear_fc2.weight") != NULL);
+    anomaly_run(c, 0); /* finite: must not die */
+}
+
 int main(void) {
+    check_detect_anomaly(llama_config()); /* first: it forks */
     check_grads_done_hook(gpt2_config());
     check_grads_done_hook(llama_config());
     check_saved_bytes(gpt2_config(), 3, "gpt2");
@@ -285,6 +370,11 @@ int main(void) {
     check_saved_bytes(with_fp16(llama_config()), 2, "llama");
     check_finite_differences(gpt2_config(), "gpt2");
     check_finite_differences(llama_config(), "llama");
+    check_qkv_bias_tensors(qwen2_config());
+    check_finite_differences(qwen2_config(), "qwen2 (--add-qkv-bias)");
+    transformer_config bidirectional = qwen2_config();
+    bidirectional.causal = 0; /* --attention-mask-type no_mask */
+    check_finite_differences(bidirectional, "qwen2 no_mask");
     check_grad_accumulation(gpt2_config(), "gpt2");
     check_grad_accumulation(llama_config(), "llama");
     check_determinism_and_no_alloc(gpt2_config());

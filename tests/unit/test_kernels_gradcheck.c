@@ -596,6 +596,7 @@ typedef struct {
     float p;
     dropout_key key;
     double *qkv, *R, *out, *probs;
+    int kv; /* keys j >= kv masked (padding); 0: none */
 } att_ctx;
 /* Naive attention: explicit scores, explicit mask, softmax, dropout via dropout_keep with the
  * global index ((b * NH + h) * T + i) * T + j, then P @ V. */
@@ -611,7 +612,7 @@ static void attention_ref(att_ctx *c) {
             for (int i = 0; i < T; i++) {
                 double mx = -INFINITY;
                 for (int j = 0; j < T; j++) {
-                    const int masked = c->causal && j > i;
+                    const int masked = (c->causal && j > i) || (c->kv > 0 && j >= c->kv);
                     double d = 0.0;
                     for (int e = 0; e < HS; e++)
                         d += c->qkv[(b * T + i) * C3 + qo + e] * c->qkv[(b * T + j) * C3 + ko + e];
@@ -647,9 +648,9 @@ static double att_loss(void *p) {
     attention_ref(c);
     return dot(c->out, c->R, (size_t)c->B * c->T * c->NH * c->HS);
 }
-static void test_attention(int B, int T, int NH, int NG, int HS, int causal, float p) {
-    printf("attention B=%d T=%d NH=%d NG=%d HS=%d causal=%d dropout=%.2f\n", B, T, NH, NG, HS,
-           causal, p);
+static void test_attention_kv(int B, int T, int NH, int NG, int HS, int causal, float p, int kv) {
+    printf("attention B=%d T=%d NH=%d NG=%d HS=%d causal=%d dropout=%.2f kv_len=%d\n", B, T, NH,
+           NG, HS, causal, p, kv);
     const int Q = NH / NG, C3 = NG * (Q + 2) * HS;
     const size_t nqkv = (size_t)B * T * C3, nout = (size_t)B * T * NH * HS,
                  nprobs = (size_t)B * NH * T * T;
@@ -663,7 +664,7 @@ static void test_attention(int B, int T, int NH, int NG, int HS, int causal, flo
     const int threads = omp_get_max_threads();
     const attention_workspace ws = {falloc(attention_workspace_floats(T, threads)), threads};
     const qkv_batch xb = {B, T, {NH, NG, HS}};
-    const attention_opts opts = {causal, p, key, {0, NH}, HALF_NONE};
+    const attention_opts opts = {causal, p, key, {0, NH}, HALF_NONE, kv};
     att_ctx c = {B,
                  T,
                  NH,
@@ -675,17 +676,19 @@ static void test_attention(int B, int T, int NH, int NG, int HS, int causal, flo
                  to_double(qkv, nqkv),
                  to_double(R, nout),
                  dalloc(nout),
-                 dalloc(nprobs)};
+                 dalloc(nprobs),
+                 kv};
     attention_forward(out, (attention_probs){probs, NULL}, qkv, xb, opts, ws);
     attention_ref(&c);
     check_fwd("attention out", out, c.out, nout);
     check_fwd("attention probs", probs, c.probs, nprobs);
     /* masked probabilities are exactly 0 */
     int mbad = 0;
-    for (int bh = 0; bh < B * NH && causal; bh++)
+    for (int bh = 0; bh < B * NH; bh++)
         for (int i = 0; i < T; i++)
-            for (int j = i + 1; j < T; j++)
-                mbad += probs[((size_t)bh * T + i) * T + j] != 0.0f;
+            for (int j = 0; j < T; j++)
+                if ((causal && j > i) || (kv > 0 && j >= kv))
+                    mbad += probs[((size_t)bh * T + i) * T + j] != 0.0f;
     CHECK(mbad == 0);
     /* probs == NULL (no saved probabilities) gives the same output */
     float *out2 = falloc(nout);
@@ -715,6 +718,10 @@ static void test_attention(int B, int T, int NH, int NG, int HS, int causal, flo
     free(c.out);
 }
 
+static void test_attention(int B, int T, int NH, int NG, int HS, int causal, float p) {
+    test_attention_kv(B, T, NH, NG, HS, causal, p, 0);
+}
+
 /* --bf16 attention (opts.bf16): Megatron's bf16 core attention rounds the scaled scores, the
  * probabilities and the dropped probabilities to bf16. Checked against a double-precision
  * reference that rounds at the same three places (scores and probabilities may differ by one
@@ -742,7 +749,7 @@ static void test_attention_bf16(int B, int T, int NH, int NG, int HS, int causal
     const int threads = omp_get_max_threads();
     const attention_workspace ws = {falloc(attention_workspace_floats(T, threads)), threads};
     const qkv_batch xb = {B, T, {NH, NG, HS}};
-    const attention_opts opts = {causal, p, key, {0, NH}, HALF_BF16};
+    const attention_opts opts = {causal, p, key, {0, NH}, HALF_BF16, 0};
     float *probs = falloc(nprobs), *out[3], *dq[3];
     bf16 *probs16 = calloc(nprobs, sizeof(bf16));
     const attention_probs keep[3] = {{probs, NULL}, {NULL, probs16}, {NULL, NULL}};
@@ -1203,6 +1210,12 @@ int main(void) {
     /* T > 64: crosses the causal row-block boundary; MQA (NG = 1) */
     test_attention(1, 70, 2, 1, 4, 1, 0.1f);
     test_attention(1, 70, 2, 1, 4, 0, 0.0f);
+    /* keys from kv_len on masked (a variable-length micro-batch padded for sequence
+     * parallelism): bidirectional and causal, with dropout, and across a 64-row block */
+    test_attention_kv(2, 7, 4, 2, 4, 0, 0.0f, 5);
+    test_attention_kv(2, 7, 4, 2, 4, 0, 0.2f, 4);
+    test_attention_kv(2, 7, 4, 2, 4, 1, 0.0f, 5);
+    test_attention_kv(1, 70, 2, 1, 4, 0, 0.1f, 66);
     test_attention_bf16(2, 7, 4, 2, 4, 1, 0.0f);
     test_attention_bf16(2, 9, 3, 3, 5, 0, 0.2f);
     test_attention_bf16(1, 70, 2, 1, 8, 1, 0.1f);

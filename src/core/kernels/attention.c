@@ -24,13 +24,19 @@
 
 #define ATT_BLOCK 64
 
+/* Keys row i attends to: j < row_len (causal: j <= i; keys from kv on are padding). */
+static inline int row_len(int i, int causal, int kv) {
+    const int L = causal ? i + 1 : kv;
+    return L < kv ? L : kv;
+}
+
 /* One head's attention probabilities: S[T,T] = scale * Q K^T (workspace), then
  * P[T,T] = row softmax of S over the unmasked keys, masked entries 0. P may alias S. The only
  * code that computes probabilities, so forward and the recomputation in backward (selective
  * recompute) produce the same bits. q, k: [T, HS] with row stride QKV_C. half (--bf16,
  * --fp16): S's and P's unmasked entries rounded to that format (attention.h). */
 static void head_probs(float *P, float *S, const float *q, const float *k, int T, int HS,
-                       int QKV_C, float scale, int causal, half_kind half) {
+                       int QKV_C, float scale, int causal, int kv, half_kind half) {
     /* S = scale * Q K^T  (causal: block [i0,i1) x [0,i1)) */
     for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
         const int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T;
@@ -40,7 +46,7 @@ static void head_probs(float *P, float *S, const float *q, const float *k, int T
     }
     /* P = softmax over the unmasked j < L (max-subtracted); masked entries 0. */
     for (int i = 0; i < T; i++) {
-        const int L = causal ? i + 1 : T;
+        const int L = row_len(i, causal, kv);
         float *s = S + (size_t)i * T;
         float *p = P + (size_t)i * T;
         if (half) half_round_f32(half, s, (size_t)L);
@@ -59,11 +65,12 @@ static void head_probs(float *P, float *S, const float *q, const float *k, int T
 /* One head's probabilities after attention dropout: P itself when p == 0, else Pd[T,T] =
  * dropout(P) with the mask of global elements first + i*T + j, masked entries 0 (rounded to
  * the 16-bit format with half). Forward and backward both call this, so they apply the same mask. */
-static const float *dropped_probs(float *Pd, const float *P, int T, int causal, float dropout_p,
-                                  dropout_key key, uint64_t first, half_kind half) {
+static const float *dropped_probs(float *Pd, const float *P, int T, int causal, int kv,
+                                  float dropout_p, dropout_key key, uint64_t first,
+                                  half_kind half) {
     if (dropout_p <= 0.0f) return P;
     for (int i = 0; i < T; i++) {
-        const int L = causal ? i + 1 : T;
+        const int L = row_len(i, causal, kv);
         float *pd = Pd + (size_t)i * T;
         dropout_forward(pd, P + (size_t)i * T, (size_t)L, dropout_p, key, first + (uint64_t)i * T);
         if (half) half_round_f32(half, pd, (size_t)L);
@@ -126,6 +133,7 @@ void attention_forward(float *out, attention_probs probs, const float *qkv, qkv_
     const qkv_layout lay = x.layout;
     const att_dims d = att_dims_of(x, o);
     const int B = x.B, T = x.T, NH = lay.NH, HS = lay.HS, causal = o.causal;
+    const int kv = o.kv_len > 0 && o.kv_len < T ? o.kv_len : T;
     const int QKV_C = d.QKV_C, OC = d.OC;
     const int blas_threads = gemm_serial_begin();
 #pragma omp parallel for schedule(static) num_threads(team_size(ws))
@@ -139,11 +147,11 @@ void attention_forward(float *out, attention_probs probs, const float *qkv, qkv_
         const float *v = k + HS;
         float *P = probs.f32 ? probs.f32 + (size_t)bh * d.TT : S;
 
-        head_probs(P, S, q, k, T, HS, QKV_C, d.scale, causal, o.half);
+        head_probs(P, S, q, k, T, HS, QKV_C, d.scale, causal, kv, o.half);
         if (probs.b16) half_from_f32(o.half, probs.b16 + (size_t)bh * d.TT, P, d.TT); /* exact */
         /* Dropout on the probabilities (the same mask is regenerated in backward). */
         const float *Pu =
-            dropped_probs(Pd, P, T, causal, o.dropout_p, d.key,
+            dropped_probs(Pd, P, T, causal, kv, o.dropout_p, d.key,
                           probs_index(0, b, o.heads.total, o.heads.first, h, T, 0), o.half);
         /* out_h = Pu @ V */
         for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
@@ -159,10 +167,10 @@ void attention_forward(float *out, attention_probs probs, const float *qkv, qkv_
 /* dS[T,T] = softmax backward of the (mask-applied) dP held in dS, row by row, in place:
  * dS = P * (dP - rowsum(P * dP)); zero the masked entries a causal block reads (j in [L, end
  * of the row's block)). first: the global dropout index of row 0 (add i * T for row i). */
-static void softmax_backward_rows(float *dS, const float *P, int T, int causal, float dropout_p,
-                                  dropout_key key, uint64_t first) {
+static void softmax_backward_rows(float *dS, const float *P, int T, int causal, int kv,
+                                  float dropout_p, dropout_key key, uint64_t first) {
     for (int i = 0; i < T; i++) {
-        const int L = causal ? i + 1 : T;
+        const int L = row_len(i, causal, kv);
         float *d = dS + (size_t)i * T;
         const float *p = P + (size_t)i * T;
         if (dropout_p > 0.0f)
@@ -172,12 +180,12 @@ static void softmax_backward_rows(float *dS, const float *P, int T, int causal, 
             dot += p[j] * d[j];
         for (int j = 0; j < L; j++)
             d[j] = p[j] * (d[j] - dot);
-        if (causal) {
-            const int end =
-                (i / ATT_BLOCK + 1) * ATT_BLOCK < T ? (i / ATT_BLOCK + 1) * ATT_BLOCK : T;
-            for (int j = L; j < end; j++)
-                d[j] = 0.0f;
-        }
+        /* causal: the GEMMs read up to the row's block end; with padding every column */
+        const int block_end =
+            (i / ATT_BLOCK + 1) * ATT_BLOCK < T ? (i / ATT_BLOCK + 1) * ATT_BLOCK : T;
+        const int end = causal ? block_end : T;
+        for (int j = L; j < end; j++)
+            d[j] = 0.0f;
     }
 }
 
@@ -192,6 +200,7 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv, attent
     const qkv_layout lay = x.layout;
     const att_dims d = att_dims_of(x, o);
     const int B = x.B, T = x.T, NH = lay.NH, NG = lay.NG, HS = lay.HS, causal = o.causal;
+    const int kv = o.kv_len > 0 && o.kv_len < T ? o.kv_len : T;
     const int Q = qkv_heads_per_group(lay);
     const int QKV_C = d.QKV_C, OC = d.OC;
     const int blas_threads = gemm_serial_begin();
@@ -214,13 +223,14 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv, attent
             if (probs.b16)
                 half_to_f32(o.half, Pr, probs.b16 + at, d.TT);
             else if (!probs.f32) /* selective recompute: the probabilities were not kept */
-                head_probs(Pr, Pr, q, k, T, HS, QKV_C, d.scale, causal, o.half);
+                head_probs(Pr, Pr, q, k, T, HS, QKV_C, d.scale, causal, kv, o.half);
             float *dq = dqkv_b + qkv_query_offset(lay, h);
             const float *dO = dout + (size_t)b * T * OC + (size_t)h * HS;
             const uint64_t first = probs_index(0, b, o.heads.total, o.heads.first, h, T, 0);
 
             /* Regenerate the dropped probabilities. */
-            const float *Pu = dropped_probs(Pd, P, T, causal, o.dropout_p, d.key, first, o.half);
+            const float *Pu =
+                dropped_probs(Pd, P, T, causal, kv, o.dropout_p, d.key, first, o.half);
             /* dV += Pu^T dO  (causal: key block [j0,j1) gets query rows i >= j0) */
             for (int j0 = 0; j0 < T; j0 += ATT_BLOCK) {
                 const int j1 = j0 + ATT_BLOCK < T ? j0 + ATT_BLOCK : T;
@@ -236,7 +246,7 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv, attent
                      gemm_n(dO + (size_t)i0 * OC, OC), gemm_t(v, QKV_C), 0.0f,
                      gemm_o(dS + (size_t)i0 * T, T));
             }
-            softmax_backward_rows(dS, P, T, causal, o.dropout_p, d.key, first);
+            softmax_backward_rows(dS, P, T, causal, kv, o.dropout_p, d.key, first);
             /* dQ += scale * dS K */
             for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
                 const int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T;

@@ -3,7 +3,9 @@
  * qkv is a packed QKV buffer [B, T, qkv_row_width] in Megatron's grouped layout (qkv_layout.h).
  * out[B,T,NH*HS] puts head h at columns h*HS .. h*HS+HS-1 (the input of linear_proj).
  * probs[B,NH,T,T] is the softmax output before dropout, saved for backward (masked entries 0).
- * scale = 1/sqrt(HS). causal != 0 masks key positions j > query position i.
+ * scale = 1/sqrt(HS). causal != 0 masks key positions j > query position i; kv_len masks the
+ * keys j >= kv_len for every query (a sequence padded to T: the padding's keys; the padded
+ * queries still get outputs, which nothing real reads).
  * Attention dropout uses key.site = DROPOUT_SITE_ATTENTION_PROBS; the global element index of
  * probs[b,h,i,j] is (b * heads.total + heads.first + h) * T * T + i * T + j, so a tensor-parallel
  * rank holding heads heads.first .. heads.first + NH - 1 of heads.total draws the same masks as a
@@ -44,6 +46,7 @@ typedef struct {
     head_range heads;
     half_kind half; /* --bf16 / --fp16: round scores, probabilities and dropped probabilities
                        to that format; HALF_NONE: fp32 */
+    int kv_len;     /* keys j >= kv_len masked for every query (padding); 0 or T: none */
 } attention_opts;
 
 /* The saved probabilities [B,NH,T,T]: fp32 (f32), or 16-bit storage in o.half's format (b16:

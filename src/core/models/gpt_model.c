@@ -2,6 +2,8 @@
  * (gpt_model.h). */
 #include "core/models/gpt_model.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,9 +23,37 @@
 #include "core/util/alloc.h"
 #include "core/util/die.h"
 
+/* --detect-anomaly: the first non-finite (nan_only: NaN) element of x[0 .. n), or n. */
+static size_t first_nonfinite(const float *x, size_t n, int nan_only) {
+    for (size_t i = 0; i < n; i++)
+        if (nan_only ? isnan(x[i]) : !isfinite(x[i])) return i;
+    return n;
+}
+
+/* The gradients of [begin, end) in tensor order, then the residual-stream gradient backward
+ * hands on (dres_of names what it is the gradient w.r.t.; NULL: none). Dies at the first
+ * NaN/Inf, as torch's anomaly mode raises at the first backward function returning one. */
+static void check_anomaly(const gpt_model *m, size_t begin, size_t end, const char *dres_of) {
+    const param_set *ps = &m->params;
+    for (int i = 0; i < ps->count; i++) {
+        const param_tensor *t = &ps->tensors[i];
+        if (t->offset < begin || t->offset >= end) continue;
+        size_t k = first_nonfinite(ps->grad + t->offset, t->numel, m->anomaly_nan_only);
+        if (k < t->numel)
+            die(1, "--detect-anomaly: %s: the gradient of %s has a non-finite value (%g at "
+                   "element %zu)", m->anomaly_where, t->name, ps->grad[t->offset + k], k);
+    }
+    if (!dres_of || !m->anomaly_dres) return;
+    size_t k = first_nonfinite(m->anomaly_dres, m->anomaly_dres_len, m->anomaly_nan_only);
+    if (k < m->anomaly_dres_len)
+        die(1, "--detect-anomaly: %s: the gradient w.r.t. %s has a non-finite value (%g at "
+               "element %zu)", m->anomaly_where, dres_of, m->anomaly_dres[k], k);
+}
+
 /* The hooks (gpt_model.h) over ranges of the flat buffers: [begin, end) has received this
  * micro-batch's last gradient contribution / is about to be read by forward. */
-static void grads_done(gpt_model *m, size_t begin, size_t end) {
+static void grads_done(gpt_model *m, size_t begin, size_t end, const char *dres_of) {
+    if (m->detect_anomaly) check_anomaly(m, begin, end, dres_of);
     if (m->grads_done) m->grads_done(m->grads_done_user, begin, end);
 }
 static void params_needed(gpt_model *m, size_t begin, size_t end) {
@@ -47,7 +77,19 @@ static size_t head_begin(const gpt_model *m) { return m->spec.layer_begin[m->spe
 /* Block callbacks: layer l (among the rank's layers) -> its range of the flat buffer. */
 static void layer_grads_done(void *user, int l) {
     gpt_model *m = user;
-    grads_done(m, m->spec.layer_begin[l], m->spec.layer_begin[l + 1]);
+    char what[PARAM_NAME_MAX + 16] = "a layer's input";
+    if (m->detect_anomaly) { /* "decoder.layers.N" of the layer's first tensor */
+        const param_set *ps = &m->params;
+        for (int i = 0; i < ps->count; i++)
+            if (ps->tensors[i].offset == m->spec.layer_begin[l]) {
+                const char *n = ps->tensors[i].name, *dot = strchr(n, '.');
+                if (dot) dot = strchr(dot + 1, '.');
+                if (dot) dot = strchr(dot + 1, '.');
+                snprintf(what, sizeof what, "the input of %.*s", dot ? (int)(dot - n) : 64, n);
+                break;
+            }
+    }
+    grads_done(m, m->spec.layer_begin[l], m->spec.layer_begin[l + 1], what);
 }
 static void layer_params_needed(void *user, int l) {
     gpt_model *m = user;
@@ -320,6 +362,7 @@ static void begin_forward(gpt_model *m, activation_store *s, const gpt_batch *b,
     ctx->cfg = c;
     ctx->B = b->B;
     ctx->T = b->T;
+    ctx->T_valid = b->T_valid > 0 && b->T_valid < b->T ? b->T_valid : b->T;
     ctx->training = step.training;
     ctx->key = (dropout_key){.seed = step.seed, .iteration = step.iteration,
                              .microbatch = step.microbatch, .layer = 0, .site = 0};
@@ -418,7 +461,7 @@ static void head_backward(gpt_model *m, activation_store *s, float loss_scale) {
     memset(s->grad, 0, NsC * sizeof(float));
     norm_backward(c, s->grad, m->g_lnf_w, m->g_lnf_b, dln, s->output, m->lnf_w, s->lnf_mean,
                   s->lnf_rstd, Ns);
-    grads_done(m, head_begin(m), m->params.numel);
+    grads_done(m, head_begin(m), m->params.numel, "the decoder's output (the head's backward)");
 }
 
 /* First stage: the embedding's backward from the gradient w.r.t. the block input. */
@@ -432,11 +475,13 @@ static void embedding_backward_from(gpt_model *m, activation_store *s) {
     dropout_backward(m->demb, s->grad, NsC, s->ctx.training ? c->hidden_dropout : 0.0f, ek, off);
     vocab_parallel_embedding emb = embedding_of(m);
     vocab_parallel_embedding_backward(&emb, m->demb, s->tokens, s->B, s->T);
-    grads_done(m, 0, m->spec.layer_begin[0]);
+    grads_done(m, 0, m->spec.layer_begin[0], NULL);
 }
 
 void gpt_model_backward(gpt_model *m, activation_store *s, float loss_scale) {
     const transformer_config *c = &s->cfg;
+    m->anomaly_dres = s->grad;
+    m->anomaly_dres_len = (size_t)tc_tokens_local(c, s->B * s->T) * c->hidden_size;
     if (tc_last_stage(c)) head_backward(m, s, loss_scale);
     /* else: the next stage's gradient was received into s->grad */
     transformer_block_backward(&m->block, &s->block, &s->ctx, s->grad);

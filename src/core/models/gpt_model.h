@@ -72,6 +72,16 @@ typedef struct gpt_model {
      * fp32-read values from the (now gathered) 16-bit copy. */
     void (*params_needed)(void *user, size_t begin, size_t end);
     void *params_needed_user;
+    /* --debug --detect-anomaly (torch.autograd.detect_anomaly's CPU meaning): backward checks
+     * each range's gradients and the residual-stream gradient it hands on for NaN/Inf and
+     * dies naming the first tensor where one appears and anomaly_where (set by the caller:
+     * which iteration and micro-batch) */
+    int detect_anomaly;
+    int anomaly_nan_only; /* with loss scaling: an Inf is an overflow, the scaler's business
+                             (torch's anomaly mode checks for NaN only) */
+    char anomaly_where[96];
+    const float *anomaly_dres; /* during backward: the store's residual-stream gradient */
+    size_t anomaly_dres_len;
 } gpt_model;
 
 /* Lays the parameters out (gpt_spec_rank), allocates them and what `kind` asks for, and the
@@ -119,6 +129,8 @@ typedef struct {
     const float *loss_mask; /* [B, T] per-token loss weights, or NULL: all 1 */
     float denominator;      /* <= 0: the sum of the weights (the token-averaged loss) */
     int B, T;
+    int T_valid;            /* > 0 and < T: positions from T_valid on are padding, their keys
+                               masked out (their loss weights must be 0); else none */
 } gpt_batch;
 
 /* Forward of b on the store s (B <= max_batch, T <= seq_length). Returns the loss on the

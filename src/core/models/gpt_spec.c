@@ -105,7 +105,9 @@ static void describe_layer(builder *b, const transformer_config *c, int l) {
     vector(b, AT(ln1_w, TP_SPLIT_NONE), NAME("input_layernorm.weight"), C, 1.0f);
     if (ln) vector(b, AT(ln1_b, TP_SPLIT_NONE), NAME("input_layernorm.bias"), C, 0.0f);
     matrix(b, GEMM_AT(qkv, TP_SPLIT_ROWS), NAME("self_attention.linear_qkv.weight"), QKV, C, std);
-    if (bias) vector(b, AT(qkv_b, TP_SPLIT_ROWS), NAME("self_attention.linear_qkv.bias"), QKV, 0.0f);
+    /* Megatron: bias=add_bias_linear or add_qkv_bias */
+    if (bias || c->add_qkv_bias)
+        vector(b, AT(qkv_b, TP_SPLIT_ROWS), NAME("self_attention.linear_qkv.bias"), QKV, 0.0f);
     if (c->qk_layernorm) {
         /* shared by every head, used on this rank's heads only: always partial under TP */
         const struct {

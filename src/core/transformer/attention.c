@@ -14,6 +14,7 @@
 static attention_opts core_attention_opts(const layer_ctx *ctx, int layer_index) {
     const transformer_config *c = ctx->cfg;
     attention_opts o = {.causal = c->causal,
+                        .kv_len = ctx->T_valid,
                         .dropout_p = ctx->training ? c->attention_dropout : 0.0f,
                         .key = ctx->key,
                         .heads = {c->tp_rank * tc_heads_local(c), c->num_attention_heads}};

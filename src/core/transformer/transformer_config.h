@@ -30,6 +30,7 @@ typedef struct {
     int swiglu;                 /* FC1 has 2F outputs: gate then up */
     gelu_kind gelu;             /* when !swiglu */
     int add_bias_linear;
+    int add_qkv_bias;           /* linear_qkv has a bias even without add_bias_linear */
     int rope;                   /* position_embedding_type == rope (else learned_absolute) */
     float rotary_base;
     int rot_dim;                /* kv_channels * rotary_percent */

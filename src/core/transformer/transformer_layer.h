@@ -63,6 +63,9 @@ typedef struct {
 typedef struct {
     const transformer_config *cfg;
     int B, T;               /* this micro-batch (<= the allocated maximum) */
+    int T_valid;            /* keys at positions >= T_valid are padding, masked out for every
+                               query (a variable-length micro-batch padded for sequence
+                               parallelism); T when none */
     int training;           /* dropout on */
     dropout_key key;        /* seed, iteration, micro-batch; layer and site are set per use */
     const float *rope_cos;  /* [T, rot_dim/2] (rope only) */
