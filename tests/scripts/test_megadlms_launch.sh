@@ -30,7 +30,7 @@ PY=/usr/bin/python3 # Debian's python3 with python3-torch and python3-protobuf
 [ -x "$BUILD/tests/hf_logits" ] || { echo "FAILED: $BUILD/tests/hf_logits not built (cmake --build $BUILD --target hf_logits)"; exit 1; }
 "$PY" -c 'import torch, google.protobuf' ||
     { echo "FAILED: $PY lacks torch or protobuf (scripts/install-deps.sh --test)"; exit 1; }
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK" || exit 1
 fail=0
 bad() { echo "FAILED: $*"; fail=1; }
 
