@@ -5,8 +5,8 @@
 # train, python tools/count_tokens.py and tools/weights_conversion/megatron_to_hf_te.py ->
 # megadlm, nvidia-smi), in a directory laid out as a MegaDLMs checkout (tokenizers under
 # megatron/training/tokenizer/, envs/.env):
-#   1. dlm_pretrain_1.7b.sh: count_tokens' numbers (the slice's documents), 9 iterations with
-#      finite losses, saves at its SAVE_INTERVAL 3, validation at its EVAL_INTERVAL 3, TensorBoard
+#   1. dlm_pretrain_1.7b.sh: count_tokens' numbers (the slices' documents, the .bin's tokens),
+#      9 iterations with finite losses, saves at its SAVE_INTERVAL 3, validation at its EVAL_INTERVAL 3, TensorBoard
 #      events that tests/python/check_tensorboard.py (an independent reader) finds equal to the
 #      log; run again: the script's own skip; interrupted after the save at 6 (the later save
 #      removed, as a run killed between saves leaves it): the script resumes from 6 and gives
@@ -20,6 +20,9 @@
 #      checkpoint's values, and an independent PyTorch DiffLM forward of it
 #      (tests/python/hf_forward.py) gives megadlm's logits -- the part of MegaDLMs'
 #      ckpt_conversion_validation.sh (Megatron's logits against the HF model's) that runs here.
+#   Also: outside their marked blocks the copies have the checksums of MegaDLMs' files
+#   (tests/megadlms/SHA256SUMS.megadlms), and the shims refuse what they cannot map, naming it.
+# A flag megadlm refuses fails the test with megadlm's message, which names the flag.
 # Environment (set by CTest): MEGADLM, SRC, BUILD, WORK.
 set -uo pipefail
 SRC=${SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
