@@ -1356,15 +1356,13 @@ static int validate_optimizer(megadlm_args *a, char *err, size_t errlen) {
         }
     }
     if (!strcmp(a->lr_decay_style, "WSD")) {
-        if (a->lr_wsd_decay_iters <= 0)
+        if (a->lr_wsd_decay_iters < 0)
             return fail(err, errlen, "--lr-decay-style WSD needs --lr-wsd-decay-iters");
         if (a->lr_wsd_decay_iters > a->lr_decay_iters)
             return fail(err, errlen,
                         "--lr-wsd-decay-iters %d is larger than --lr-decay-iters %d "
                         "(which defaults to --train-iters)",
                         a->lr_wsd_decay_iters, a->lr_decay_iters);
-    } else if (a->lr_wsd_decay_iters < 0) {
-        return fail(err, errlen, "--lr-wsd-decay-iters must be positive");
     }
     return 0;
 }
@@ -1726,7 +1724,7 @@ static void format_field(const megadlm_args *a, const field_def *f, char *buf, s
     const void *p = cfield_ptr(a, f->off);
     switch (f->type) {
     case T_INT:
-        if (f->none && *(const int *)p == 0)
+        if ((f->none == 1 && *(const int *)p == 0) || (f->none == 2 && *(const int *)p < 0))
             snprintf(buf, n, "None");
         else
             snprintf(buf, n, "%d", *(const int *)p);

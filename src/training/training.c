@@ -686,7 +686,7 @@ static void setup_optimizer(trainer *tr) {
     tr->sched = (lr_scheduler){.max_lr = a->lr, .min_lr = a->min_lr, .init_lr = 0.0,
                                .warmup_steps = warmup_iters * gbs,
                                .decay_steps = (int64_t)a->lr_decay_iters * gbs,
-                               .wsd_decay_steps = (int64_t)a->lr_wsd_decay_iters * gbs,
+                               .wsd_decay_steps = (int64_t)(a->lr_wsd_decay_iters > 0 ? a->lr_wsd_decay_iters : 0) * gbs,
                                .style = lr_decay_style_parse(a->lr_decay_style),
                                .wsd_style = lr_wsd_style_parse(a->lr_wsd_decay_style)};
 }

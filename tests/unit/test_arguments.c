@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "test_util.h"
+#include "core/optimizer/optimizer.h"
 #include "training/arguments.h"
 #include "training/model_provider.h"
 
@@ -121,7 +122,7 @@ static void test_defaults(void) {
     CHECK(a.lr_decay_iters == 0);
     CHECK(strcmp(a.lr_decay_style, "linear") == 0);
     CHECK(strcmp(a.lr_wsd_decay_style, "exponential") == 0);
-    CHECK(a.lr_wsd_decay_iters == 0);
+    CHECK(a.lr_wsd_decay_iters == -1); /* None */
     CHECK(a.adam_beta1 == 0.9f);
     CHECK(a.adam_beta2 == 0.999f);
     CHECK(a.adam_eps == 1e-8f);
@@ -861,6 +862,10 @@ static void test_derived(void) {
     /* WSD, fractions, rope that fits */
     EXPECT_OK(&a, BASE " --lr-decay-style WSD --lr-wsd-decay-iters 10 --lr-warmup-fraction 0.5");
     CHECK(a.lr_decay_iters == 10 && a.lr_wsd_decay_iters == 10);
+    /* 0 annealing iterations is valid in Megatron (MegaDLMs' test script passes
+     * TRAIN_ITERS / 10, 0 for short runs): the lr stays at its maximum until --lr-decay-iters */
+    EXPECT_OK(&a, BASE " --lr-decay-style WSD --lr-wsd-decay-iters 0");
+    CHECK(a.lr_wsd_decay_iters == 0);
     EXPECT_OK(&a, BASE " --position-embedding-type rope --rotary-percent 0.25");
     EXPECT_OK(&a, BASE " --position-embedding-type rope --seq-length 64");
     EXPECT_OK(&a, BASE " --save /tmp/x --save-interval 5 --split 1");
@@ -1413,7 +1418,22 @@ static void test_legacy_rope_flag(void) {
     free(h);
 }
 
+/* Megatron's OptimizerParamScheduler.get_lr for WSD, values worked by hand from its formula:
+ * warmup 10, decay 100 (in steps), max 1, min 0.1 */
+static void test_wsd_schedule(void) {
+    lr_scheduler s = {.max_lr = 1.0, .min_lr = 0.1, .warmup_steps = 10, .decay_steps = 100,
+                      .wsd_decay_steps = 0, .style = LR_WSD, .wsd_style = WSD_EXPONENTIAL};
+    CHECK(fabs(lr_scheduler_get(&s, 5) - 0.5) < 1e-12);    /* warmup: 1 x 5 / 10 */
+    CHECK(fabs(lr_scheduler_get(&s, 50) - 1.0) < 1e-12);   /* stable */
+    CHECK(fabs(lr_scheduler_get(&s, 100) - 1.0) < 1e-12);  /* no annealing steps */
+    CHECK(fabs(lr_scheduler_get(&s, 101) - 0.1) < 1e-12);  /* past decay: min */
+    s.wsd_decay_steps = 10; /* annealing from 90: r = 0.5, coeff 2 x 0.5^0.5 - 1 */
+    CHECK(fabs(lr_scheduler_get(&s, 95) - (0.1 + 0.9 * 0.41421356237309515)) < 1e-12);
+    CHECK(fabs(lr_scheduler_get(&s, 90) - 1.0) < 1e-12);
+}
+
 int main(void) {
+    test_wsd_schedule();
     test_ddp_flags();
     test_legacy_rope_flag();
     test_defaults();
