@@ -36,6 +36,10 @@ echo "== sample from the GPT =="
 "$MEGADLM" generate --load "$OUT/gpt" --prompt "And God said" --max-new-tokens 40 \
     --temperature 0.8 --top-k 20 --seed 7
 echo "== sample from the diffusion LM (LLaDA's sampler) =="
-# at temperature 0 a diffusion LM this young unmasks its most frequent token everywhere
-"$MEGADLM" generate --load "$OUT/dlm" --prompt "And God said" --gen-length 32 --steps 32 \
-    --temperature 0.8 --seed 7
+# A diffusion LM this young predicts the corpus' most frequent tokens (",", "the") at every
+# masked position; unmasking a whole block at once, the most confident of them (commas) win
+# everywhere. Blocks of one token (LLaDA's semi-autoregressive remasking, one token a step)
+# give each new token the words before it, and MegaDLMs' top-p filter keeps the draw at
+# temperature 0.7 off the long tail (README.md, "The demo's samples").
+dlm_sample=(--prompt "And God said" --gen-length 32 --steps 32 --block-length 1 --temperature 0.7 --top-p 0.9 --seed 7)
+"$MEGADLM" generate --load "$OUT/dlm" "${dlm_sample[@]}"

@@ -15,24 +15,57 @@ static double uniform01(uint64_t seed, uint32_t kind, uint32_t step, uint32_t po
     return ((double)(r[0] >> 8) + 0.5) / 16777216.0;
 }
 
-/* Best token at one position and its softmax probability (over ids < vocab). */
-static int predict(const float *logits, int vocab, int mask_token, float temperature,
-                   uint64_t seed, int step, int pos, float *prob) {
+static int cmp_desc(const void *x, const void *y) {
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a < b) - (a > b);
+}
+
+/* MegaDLMs' TopPLogitsWarper (before the temperature): the smallest probability kept, so that
+ * the tokens at or above it hold at least top_p of the mass (the token crossing it is kept).
+ * probs[vocab] are the softmax probabilities; scratch[vocab]. The mask token, which is never
+ * predicted here, is left out, so at least one other token is always kept. */
+static double top_p_threshold(const double *probs, int vocab, int mask_token, float top_p,
+                              double *scratch) {
+    int n = 0;
+    for (int v = 0; v < vocab; v++)
+        if (v != mask_token) scratch[n++] = probs[v];
+    qsort(scratch, (size_t)n, sizeof(double), cmp_desc);
+    double mass = 0.0, threshold = scratch[0];
+    for (int v = 0; v < n; v++) {
+        mass += scratch[v];
+        threshold = scratch[v];
+        if (mass >= top_p) break;
+    }
+    return threshold;
+}
+
+/* Best token at one position and its softmax probability (over ids < vocab). probs and
+ * scratch are [vocab] work space. */
+static int predict(const float *logits, const diffusion_sampling *ds, int step, int pos,
+                   double *probs, double *scratch, float *prob) {
+    const int vocab = ds->vocab;
     float mx = -INFINITY;
     for (int v = 0; v < vocab; v++) mx = fmaxf(mx, logits[v]);
-    double sum = 0.0, best_score = -INFINITY;
-    int best = 0;
+    double sum = 0.0;
+    for (int v = 0; v < vocab; v++) sum += probs[v] = exp((double)logits[v] - mx);
+    for (int v = 0; v < vocab; v++) probs[v] /= sum;
+    /* top-p filters only a draw (MegaDLMs applies it when temperature > 0) */
+    double keep = ds->temperature > 0.0f && ds->top_p > 0.0f && ds->top_p < 1.0f
+                      ? top_p_threshold(probs, vocab, ds->mask_token, ds->top_p, scratch)
+                      : 0.0;
+    double best_score = -INFINITY;
+    int best = -1;
     for (int v = 0; v < vocab; v++) {
-        double e = exp((double)logits[v] - mx);
-        sum += e;
-        if (v == mask_token) continue; /* never predict the mask itself */
+        if (v == ds->mask_token || probs[v] < keep) continue; /* never predict the mask */
         /* LLaDA's add_gumbel_noise: exp(logits) / (-log u)^temperature, argmax */
-        double score = temperature > 0.0f
-                           ? log(e) - temperature * log(-log(uniform01(seed, 1, step, pos * 65536u + v)))
+        double score = ds->temperature > 0.0f
+                           ? (double)logits[v] - mx -
+                                 ds->temperature *
+                                     log(-log(uniform01(ds->seed, 1, step, pos * 65536u + v)))
                            : (double)logits[v];
-        if (score > best_score) best_score = score, best = v;
+        if (best < 0 || score > best_score) best_score = score, best = v;
     }
-    *prob = (float)(exp((double)logits[best] - mx) / sum);
+    *prob = (float)probs[best];
     return best;
 }
 
@@ -54,6 +87,8 @@ int diffusion_generate(gpt_model *m, activation_store *st, int32_t *x, int promp
     for (int i = prompt_len; i < total; i++) x[i] = ds->mask_token;
     int *pred = malloc(total * sizeof(int));
     float *conf = malloc(total * sizeof(float));
+    double *probs = malloc((size_t)ds->vocab * sizeof(double)),
+           *scratch = malloc((size_t)ds->vocab * sizeof(double));
     gpt_step gs = {.seed = ds->seed, .training = 0};
     int step_id = 0;
     for (int b = 0; b < blocks; b++) {
@@ -69,8 +104,7 @@ int diffusion_generate(gpt_model *m, activation_store *st, int32_t *x, int promp
                 conf[i] = -INFINITY;
                 if (x[i] != ds->mask_token) continue;
                 float p;
-                pred[i] = predict(st->logits + (size_t)i * V, ds->vocab, ds->mask_token,
-                                  ds->temperature, ds->seed, step_id, i, &p);
+                pred[i] = predict(st->logits + (size_t)i * V, ds, step_id, i, probs, scratch, &p);
                 conf[i] = ds->low_confidence ? p
                                              : (float)uniform01(ds->seed, 2, step_id, (uint32_t)i);
                 candidates++;
@@ -89,5 +123,7 @@ int diffusion_generate(gpt_model *m, activation_store *st, int32_t *x, int promp
     }
     free(pred);
     free(conf);
+    free(probs);
+    free(scratch);
     return 0;
 }

@@ -5,7 +5,9 @@
  * to the first rounds): with low_confidence remasking the positions whose predicted token has
  * the highest probability, with random remasking random ones. Temperature 0 takes the argmax;
  * above 0 the prediction is the argmax of exp(logits) / (-log u)^temperature (Gumbel noise, u
- * from the counter-based RNG). The prompt is never changed. */
+ * from the counter-based RNG), among the tokens MegaDLMs' top-p filter keeps when top_p is in
+ * (0, 1) (its modeling_dlm.py generate: TopPLogitsWarper on the logits, then the temperature).
+ * The mask token is never predicted. The prompt is never changed. */
 #ifndef MEGADLM_TOOLS_DIFFUSION_SAMPLING_H
 #define MEGADLM_TOOLS_DIFFUSION_SAMPLING_H
 
@@ -17,6 +19,7 @@ typedef struct {
     int gen_length, steps, block_length;
     int low_confidence; /* 1: low_confidence remasking, 0: random */
     float temperature;
+    float top_p;        /* 0 = off; used only when temperature > 0 */
     uint64_t seed;
     int mask_token;
     int vocab;          /* ids >= vocab (padding) and the mask token are never predicted */

@@ -50,7 +50,9 @@ static void print_help(FILE *out) {
             "  --block-length N      tokens per block, generated left to right      (gen-length)\n"
             "  --remasking R         low_confidence or random                       (low_confidence)\n"
             "  --temperature T       0 = argmax, > 0 Gumbel noise                   (0)\n"
-            "  (--max-new-tokens, --top-k and --top-p are for autoregressive checkpoints)\n"
+            "  --top-p P             draw among the most likely tokens holding mass P\n"
+            "                        (MegaDLMs' filter; with --temperature > 0)    (0.0)\n"
+            "  (--max-new-tokens and --top-k are for autoregressive checkpoints)\n"
             "  --vocab-file F, --merge-file F, --tokenizer-model F\n"
             "                        tokenizer files instead of the checkpoint's (which are\n"
             "                        stored as absolute paths); they must give the same\n"
@@ -105,7 +107,7 @@ static int parse(generate_args *g, int argc, char **argv) {
             if (c == 'g') g->gen_length = (int)v;
             if (c == 'S') g->steps = (int)v;
             if (c == 'b') g->block_length = (int)v;
-            if (c == 'n' || c == 'k' || c == 'P') g->given_ar = 1;
+            if (c == 'n' || c == 'k') g->given_ar = 1;
             if (c == 'g' || c == 'S' || c == 'b') g->given_dlm = 1;
             break;
         }
@@ -211,7 +213,8 @@ static int generate_diffusion(gpt_model *m, activation_store *st, tokenizer *tok
     diffusion_sampling ds = {.gen_length = g->gen_length, .steps = g->steps,
                              .block_length = g->block_length,
                              .low_confidence = !strcmp(g->remasking, "low_confidence"),
-                             .temperature = g->temperature, .seed = g->seed,
+                             .temperature = g->temperature, .top_p = g->top_p,
+                             .seed = g->seed,
                              .mask_token = a->mask_token,
                              .vocab = vocab};
     char err[512];
@@ -345,9 +348,9 @@ int generate_main(int argc, char **argv) {
     }
     int diffusion = !strcmp(a.model_running_mode, "difflm-noshift");
     if (diffusion && g.given_ar) {
-        fprintf(stderr, "error: --load %s holds a masked-diffusion model: --max-new-tokens, "
-                        "--top-k and --top-p are for autoregressive models (use --gen-length, "
-                        "--steps, --block-length, --remasking)\n", g.load);
+        fprintf(stderr, "error: --load %s holds a masked-diffusion model: --max-new-tokens and "
+                        "--top-k are for autoregressive models (use --gen-length, --steps, "
+                        "--block-length, --remasking, --top-p)\n", g.load);
         tokenizer_free(tok);
         return 1;
     }
@@ -364,6 +367,12 @@ int generate_main(int argc, char **argv) {
         return 1;
     }
     if (diffusion && !g.given_temperature) g.temperature = 0.0f; /* LLaDA's default */
+    if (diffusion && g.top_p > 0.0f && g.temperature <= 0.0f) {
+        fprintf(stderr, "error: --top-p filters a draw: a masked-diffusion model needs "
+                        "--temperature > 0 with it (at 0 the argmax is taken)\n");
+        tokenizer_free(tok);
+        return 1;
+    }
     /* one process: whatever layout the checkpoint was trained with, its tensors are whole */
     a.tensor_model_parallel_size = 1;
     a.pipeline_model_parallel_size = 1;

@@ -2,7 +2,9 @@
 # Diffusion sampling (LLaDA's sampler) from a masked-diffusion model trained on mock data (runs of
 # consecutive ids): the prompt stays as given, the generated tokens continue the run closely
 # (mean distance to the true continuation <= 3) where an untrained model's do not (>= 6), the
-# same seed gives the same text, and flags of the other model family are refused.
+# same seed gives the same text, --top-p (MegaDLMs' filter) with a mass so small that only the
+# most likely token is kept turns a hot draw into the argmax, and flags of the other model
+# family are refused.
 set -uo pipefail
 rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
 train=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 17
@@ -40,10 +42,18 @@ a=$("$MEGADLM" generate --load trained --prompt "7 8" --gen-length 8 --steps 4 -
 b=$("$MEGADLM" generate --load trained --prompt "7 8" --gen-length 8 --steps 4 --block-length 4 --temperature 0.7 --seed 5 2>/dev/null)
 [ -n "$a" ] && [ "$a" = "$b" ] || { echo "FAILED: same seed, different text: '$a' vs '$b'"; fail=1; }
 
+# a draw at temperature 5 strays from the argmax; keeping only the top token brings it back
+gen() { "$MEGADLM" generate --load trained --prompt "10 11 12" --gen-length 8 --steps 8 \
+          --block-length 1 "$@" 2>/dev/null; }
+argmax=$(gen); hot=$(gen --temperature 5 --seed 3); top=$(gen --temperature 5 --top-p 1e-6 --seed 3)
+[ -n "$argmax" ] && [ "$top" = "$argmax" ] && [ "$hot" != "$argmax" ] ||
+  { echo "FAILED: --top-p 1e-6: argmax '$argmax', hot '$hot', top-p '$top'"; fail=1; }
+
 expect() { local want=$1; shift; local out
   out=$("$MEGADLM" generate "$@" 2>&1) && { echo "FAILED: generate $* succeeded"; fail=1; return; }
   grep -qF -- "$want" <<<"$out" || { echo "FAILED: '$want' not in '$out'"; fail=1; }; }
 expect "--top-k" --load trained --top-k 5
+expect "--top-p" --load trained --top-p 0.9
 expect "--steps" --load trained --gen-length 8 --steps 3 --block-length 4
 expect "--gen-length" --load trained --gen-length 20
 expect "--remasking" --load trained --remasking sometimes
