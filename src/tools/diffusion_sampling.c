@@ -54,6 +54,7 @@ int diffusion_generate(gpt_model *m, activation_store *st, int32_t *x, int promp
     for (int i = prompt_len; i < total; i++) x[i] = ds->mask_token;
     int *pred = malloc(total * sizeof(int));
     float *conf = malloc(total * sizeof(float));
+    uint8_t *rows = malloc(total); /* the positions whose logits a round reads */
     gpt_step gs = {.seed = ds->seed, .training = 0};
     int step_id = 0;
     for (int b = 0; b < blocks; b++) {
@@ -62,14 +63,18 @@ int diffusion_generate(gpt_model *m, activation_store *st, int32_t *x, int promp
         for (int s = 0; s < steps_per_block; s++, step_id++) {
             /* LLaDA's get_num_transfer_tokens: even split, remainder to the first steps */
             int quota = masked / steps_per_block + (s < masked % steps_per_block ? 1 : 0);
-            gpt_batch batch = {.tokens = x, .B = 1, .T = total};
+            for (int i = 0; i < total; i++)
+                rows[i] = i >= lo && i < hi && x[i] == ds->mask_token;
+            gpt_batch batch = {.tokens = x, .B = 1, .T = total,
+                               .logit_rows = ds->full_logits ? NULL : rows};
             gpt_model_forward(m, st, &batch, gs);
             int candidates = 0;
             for (int i = lo; i < hi; i++) {
                 conf[i] = -INFINITY;
                 if (x[i] != ds->mask_token) continue;
                 float p;
-                pred[i] = predict(st->logits + (size_t)i * V, ds->vocab, ds->mask_token,
+                size_t row = ds->full_logits ? (size_t)i : (size_t)candidates;
+                pred[i] = predict(st->logits + row * V, ds->vocab, ds->mask_token,
                                   ds->temperature, ds->seed, step_id, i, &p);
                 conf[i] = ds->low_confidence ? p
                                              : (float)uniform01(ds->seed, 2, step_id, (uint32_t)i);
@@ -89,5 +94,6 @@ int diffusion_generate(gpt_model *m, activation_store *st, int32_t *x, int promp
     }
     free(pred);
     free(conf);
+    free(rows);
     return 0;
 }

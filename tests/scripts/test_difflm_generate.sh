@@ -2,7 +2,9 @@
 # Diffusion sampling (LLaDA's sampler) from a masked-diffusion model trained on mock data (runs of
 # consecutive ids): the prompt stays as given, the generated tokens continue the run closely
 # (mean distance to the true continuation <= 3) where an untrained model's do not (>= 6), the
-# same seed gives the same text, and flags of the other model family are refused.
+# same seed gives the same text, logits for the block's still-masked positions only give the
+# tokens of logits for every position (--difflm-full-logits), and flags of the other model
+# family are refused.
 set -uo pipefail
 rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
 train=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 17
@@ -39,6 +41,22 @@ awk -v t="$dt" -v u="$du" 'BEGIN { exit !(t <= 3 && u >= 6) }' || { echo "FAILED
 a=$("$MEGADLM" generate --load trained --prompt "7 8" --gen-length 8 --steps 4 --block-length 4 --temperature 0.7 --seed 5 2>/dev/null)
 b=$("$MEGADLM" generate --load trained --prompt "7 8" --gen-length 8 --steps 4 --block-length 4 --temperature 0.7 --seed 5 2>/dev/null)
 [ -n "$a" ] && [ "$a" = "$b" ] || { echo "FAILED: same seed, different text: '$a' vs '$b'"; fail=1; }
+
+# logits for the block's still-masked positions only (the default) against every position
+# (--difflm-full-logits, LLaDA's): the same tokens, argmax and Gumbel, both remasking modes
+for opts in "--gen-length 8 --steps 8 --block-length 1" "--gen-length 12 --steps 6 --block-length 4" \
+            "--gen-length 12 --steps 12 --block-length 6 --temperature 0.7 --seed 5" \
+            "--gen-length 12 --steps 4 --block-length 12 --remasking random --seed 9"; do
+  for ck in trained untrained; do
+    # shellcheck disable=SC2086
+    a=$("$MEGADLM" generate --load $ck --prompt "3 4 5" $opts 2>/dev/null)
+    # shellcheck disable=SC2086
+    b=$("$MEGADLM" generate --load $ck --prompt "3 4 5" $opts --difflm-full-logits 2>/dev/null)
+    [ -n "$a" ] && [ "$a" = "$b" ] ||
+      { echo "FAILED: $ck $opts: masked-row logits '$a' vs every row '$b'"; fail=1; }
+  done
+done
+echo "masked-row logits: the same tokens as --difflm-full-logits"
 
 expect() { local want=$1; shift; local out
   out=$("$MEGADLM" generate "$@" 2>&1) && { echo "FAILED: generate $* succeeded"; fail=1; return; }

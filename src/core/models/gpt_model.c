@@ -427,7 +427,7 @@ static void scatter_weighted_rows(float *x, const float *mask, int N, int M, int
 
 /* The output layer's input rows [N, C]: the final norm output, all-gathered along tokens under
  * sequence parallelism (into the layer workspace, 16-bit under --bf16 as the linears'). */
-static const float *head_full_input(gpt_model *m, activation_store *s, int N) {
+static float *head_full_input(gpt_model *m, activation_store *s, int N) {
     const transformer_config *c = &s->cfg;
     if (!tc_sp(c)) return s->lnf;
     size_t shard = (size_t)tc_tokens_local(c, N) * c->hidden_size;
@@ -468,6 +468,19 @@ static float *head_rows_backward(gpt_model *m, activation_store *s) {
     return m->block.ws.dln;
 }
 
+/* Without labels (sampling): logits of the rows b->logit_rows marks only. No backward follows,
+ * so the rows are compacted in place in the output layer's input ([M, C] at its start). */
+static void head_marked_forward(gpt_model *m, activation_store *s, const gpt_batch *b) {
+    const transformer_config *c = &s->cfg;
+    int N = s->B * s->T, C = c->hidden_size, M = 0;
+    float *full = head_full_input(m, s, N);
+    for (int i = 0; i < N; i++)
+        if (b->logit_rows[i])
+            memmove(full + (size_t)M++ * C, full + (size_t)i * C, C * sizeof(float));
+    s->head_rows = M;
+    if (M) linear_forward(s->logits, full, output_weight(m), NULL, M, C, tc_vocab_local(c));
+}
+
 /* Last stage: final norm on the token shard, gathered for the vocab-parallel output layer. */
 static void head_forward(gpt_model *m, activation_store *s, const gpt_batch *b) {
     const transformer_config *c = &s->cfg;
@@ -477,6 +490,10 @@ static void head_forward(gpt_model *m, activation_store *s, const gpt_batch *b) 
     s->head_rows = -1;
     if (head_uses_rows(m, b)) {
         head_rows_forward(m, s, b);
+        return;
+    }
+    if (b->logit_rows && !b->labels) {
+        head_marked_forward(m, s, b);
         return;
     }
     tp_linear out = tp_linear_make(c, TP_LINEAR_OUTPUT, m->block.ws.gathered, NULL, NULL);

@@ -135,6 +135,8 @@ typedef struct {
                                nonzero loss weight go through the output layer and the
                                cross-entropy (masked diffusion; the same loss and gradients to
                                rounding: the others weigh 0); 0: every row */
+    const uint8_t *logit_rows; /* [B, T] without labels: only the rows marked nonzero get
+                               logits, in order (s->head_rows of them); NULL: every row */
 } gpt_batch;
 
 /* Forward of b on the store s (B <= max_batch, T <= seq_length). Returns the loss on the
