@@ -14,15 +14,22 @@
 # The logits buffer is still allocated at every row in both modes (docs: README.md, "Masked
 # diffusion"), so no memory ratio is printed.
 #
-# usage: bash bench/bench_difflm_logits.sh [BUILD=build]   env: ROUNDS=3 ITERS=3 WARMUP=1
+# usage: bash bench/bench_difflm_logits.sh [BUILD=build]
+#        env: ROUNDS=3 ITERS=3 WARMUP=1 PARTS="train sample" (either or both)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=$(cd "${1:-$ROOT/build}" && pwd)
-ROUNDS=${ROUNDS:-3} ITERS=${ITERS:-3} WARMUP=${WARMUP:-1}
+ROUNDS=${ROUNDS:-3} ITERS=${ITERS:-3} WARMUP=${WARMUP:-1} PARTS=${PARTS:-"train sample"}
 OUT=$BUILD/bench/difflm_logits
 rm -rf "$OUT"; mkdir -p "$OUT"
 M=$BUILD/megadlm
 [ -x "$M" ] || { echo "bench: $M not built (make build)" >&2; exit 1; }
+# OpenBLAS may not recognise a recent CPU and fall back to kernels without AVX2 (the log warns):
+# name the kernel set on AVX-512 CPUs, as bench_bf16.sh does
+flags=$(grep -m1 '^flags' /proc/cpuinfo || true)
+if [ -z "${OPENBLAS_CORETYPE:-}" ] && [[ $flags == *" avx512f "* && $flags == *" avx512bw "* ]]; then
+  export OPENBLAS_CORETYPE=SkylakeX
+fi
 
 dlm=(--model-running-mode difflm-noshift --mask-token 50257 --difflm-varilen-prob 0
      --mock-data --tokenizer-type NullTokenizer --vocab-size 50256 --lr 1e-4
@@ -38,6 +45,7 @@ iter_ms() { grep -o 'elapsed time per iteration (ms): [0-9.]*' "$1" | awk '{prin
 echo "== difflm logits bench: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
 echo "   $(date -u '+%Y-%m-%d %H:%M UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg) (shared machine)"
 
+train() {
 echo "-- training, GPT-2 124M shapes, s=256 b=4: $ROUNDS rounds x $ITERS timed iterations per mode"
 for r in $(seq "$ROUNDS"); do
   for mode in masked full; do
@@ -48,11 +56,15 @@ for r in $(seq "$ROUNDS"); do
   done
 done
 grep -m1 '> BLAS:' "$OUT/train_masked_1.log" | sed 's/^/   /'
+echo "   OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}"
 read -r tb tm < <(stats < "$OUT/train_masked.ms"); read -r fb fm < <(stats < "$OUT/train_full.ms")
 printf '   %-8s best %9.1f ms  median %9.1f ms\n' masked "$tb" "$tm" full "$fb" "$fm"
 awk -v tb="$tb" -v tm="$tm" -v fb="$fb" -v fm="$fm" 'BEGIN {
   printf "   iteration time masked / full: best %.3fx, median %.3fx   (target <= 0.85x)\n", tb / fb, tm / fm }'
 
+}
+
+sample() {
 echo "-- sampling: --gen-length 128 --block-length 32 --steps 128, demo shape at s=160"
 demo=(--num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 160
       --max-position-embeddings 160 --micro-batch-size 1 --global-batch-size 1 --train-iters 1)
@@ -78,3 +90,6 @@ printf '   %-8s best %8.1f tok/s  median %8.1f tok/s\n' masked "$sb" "$sm" full 
 awk -v sb="$sb" -v sm="$sm" -v gb="$gb" -v gm="$gm" 'BEGIN {
   printf "   sampling speed masked / full: best %.2fx, median %.2fx   (target >= 1.5x)\n", sb / gb, sm / gm }'
 echo "   the sampled texts are identical in every round"
+}
+
+for part in $PARTS; do "$part"; done
