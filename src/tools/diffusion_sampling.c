@@ -89,6 +89,7 @@ int diffusion_generate(gpt_model *m, activation_store *st, int32_t *x, int promp
     float *conf = malloc(total * sizeof(float));
     double *probs = malloc((size_t)ds->vocab * sizeof(double)),
            *scratch = malloc((size_t)ds->vocab * sizeof(double));
+    uint8_t *rows = malloc(total); /* the positions whose logits a round reads */
     gpt_step gs = {.seed = ds->seed, .training = 0};
     int step_id = 0;
     for (int b = 0; b < blocks; b++) {
@@ -97,14 +98,18 @@ int diffusion_generate(gpt_model *m, activation_store *st, int32_t *x, int promp
         for (int s = 0; s < steps_per_block; s++, step_id++) {
             /* LLaDA's get_num_transfer_tokens: even split, remainder to the first steps */
             int quota = masked / steps_per_block + (s < masked % steps_per_block ? 1 : 0);
-            gpt_batch batch = {.tokens = x, .B = 1, .T = total};
+            for (int i = 0; i < total; i++)
+                rows[i] = i >= lo && i < hi && x[i] == ds->mask_token;
+            gpt_batch batch = {.tokens = x, .B = 1, .T = total,
+                               .logit_rows = ds->full_logits ? NULL : rows};
             gpt_model_forward(m, st, &batch, gs);
             int candidates = 0;
             for (int i = lo; i < hi; i++) {
                 conf[i] = -INFINITY;
                 if (x[i] != ds->mask_token) continue;
                 float p;
-                pred[i] = predict(st->logits + (size_t)i * V, ds, step_id, i, probs, scratch, &p);
+                size_t row = ds->full_logits ? (size_t)i : (size_t)candidates;
+                pred[i] = predict(st->logits + row * V, ds, step_id, i, probs, scratch, &p);
                 conf[i] = ds->low_confidence ? p
                                              : (float)uniform01(ds->seed, 2, step_id, (uint32_t)i);
                 candidates++;
@@ -125,5 +130,6 @@ int diffusion_generate(gpt_model *m, activation_store *st, int32_t *x, int promp
     free(conf);
     free(probs);
     free(scratch);
+    free(rows);
     return 0;
 }

@@ -23,6 +23,9 @@ typedef struct {
     uint64_t seed;
     int mask_token;
     int vocab;          /* ids >= vocab (padding) and the mask token are never predicted */
+    int full_logits;    /* 1: logits for every position each round (as LLaDA); 0: only for the
+                           still-masked positions of the current block, the only ones read
+                           (the same logits there, the same draws: the same tokens) */
 } diffusion_sampling;
 
 /* x[prompt_len + gen_length]: x[0 .. prompt_len) is the prompt; fills the rest, running the

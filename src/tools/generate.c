@@ -31,6 +31,7 @@ typedef struct {
     /* masked-diffusion models (LLaDA's sampler, tools/diffusion_sampling.h) */
     int gen_length, steps, block_length;
     const char *remasking;
+    int full_logits; /* --difflm-full-logits */
     int given_ar, given_dlm, given_temperature; /* which family's flags were used */
 } generate_args;
 
@@ -52,6 +53,9 @@ static void print_help(FILE *out) {
             "  --temperature T       0 = argmax, > 0 Gumbel noise                   (0)\n"
             "  --top-p P             draw among the most likely tokens holding mass P\n"
             "                        (MegaDLMs' filter; with --temperature > 0)    (0.0)\n"
+            "  --difflm-full-logits  logits for every position each round (LLaDA's);\n"
+            "                        default: only the block's still-masked positions,\n"
+            "                        the same tokens, faster                        (off)\n"
             "  (--max-new-tokens and --top-k are for autoregressive checkpoints)\n"
             "  --vocab-file F, --merge-file F, --tokenizer-model F\n"
             "                        tokenizer files instead of the checkpoint's (which are\n"
@@ -78,6 +82,7 @@ static int parse(generate_args *g, int argc, char **argv) {
         TOKENIZER_FILE_LONG_OPTIONS,
         {"gen-length", required_argument, 0, 'g'},   {"steps", required_argument, 0, 'S'},
         {"block-length", required_argument, 0, 'b'}, {"remasking", required_argument, 0, 'r'},
+        {"difflm-full-logits", no_argument, 0, 'F'},
         {0, 0, 0, 0}};
     *g = (generate_args){.prompt = "", .max_new_tokens = 64, .temperature = 1.0f, .seed = 1234,
                          .gen_length = 128, .steps = 128, .remasking = "low_confidence"};
@@ -93,6 +98,7 @@ static int parse(generate_args *g, int argc, char **argv) {
         case 'p': g->prompt = optarg; break;
         case 'h': print_help(stdout); return 1;
         case 'r': g->remasking = optarg; g->given_dlm = 1; break;
+        case 'F': g->full_logits = 1; g->given_dlm = 1; break;
         case 'n': case 't': case 'k': case 'P': case 's': case 'g': case 'S': case 'b': {
             const char *flag = c == 'n' ? "--max-new-tokens" : c == 't' ? "--temperature"
                                : c == 'k' ? "--top-k" : c == 'P' ? "--top-p"
@@ -216,7 +222,7 @@ static int generate_diffusion(gpt_model *m, activation_store *st, tokenizer *tok
                              .temperature = g->temperature, .top_p = g->top_p,
                              .seed = g->seed,
                              .mask_token = a->mask_token,
-                             .vocab = vocab};
+                             .vocab = vocab, .full_logits = g->full_logits};
     char err[512];
     if (diffusion_generate(m, st, x, (int)n, &ds, err, sizeof(err)) != 0) {
         fprintf(stderr, "error: %s\n", err);
@@ -356,7 +362,8 @@ int generate_main(int argc, char **argv) {
     }
     if (!diffusion && g.given_dlm) {
         fprintf(stderr, "error: --load %s holds an autoregressive model: --gen-length, --steps, "
-                        "--block-length and --remasking are for masked-diffusion models\n",
+                        "--block-length, --remasking and --difflm-full-logits are for "
+                        "masked-diffusion models\n",
                 g.load);
         tokenizer_free(tok);
         return 1;

@@ -189,7 +189,8 @@ static float forward_step(void *user, int k, activation_store *store) {
         int Lp = difflm_padded_length(L, a->micro_batch_size, sp_ranks(tr));
         gpt_batch b = {.tokens = tr->tokens, .labels = tr->labels, .loss_mask = tr->loss_mask,
                        .denominator = get_difflm_batch(tr, sc->split, first, L, Lp),
-                       .B = a->micro_batch_size, .T = Lp, .T_valid = L};
+                       .B = a->micro_batch_size, .T = Lp, .T_valid = L,
+                       .loss_rows_only = !a->difflm_full_logits};
         return gpt_model_forward(tr->model, store, &b, step);
     }
     get_batch(tr, sc->split, first);

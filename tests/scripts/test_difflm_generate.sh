@@ -3,7 +3,9 @@
 # consecutive ids): the prompt stays as given, the generated tokens continue the run closely
 # (mean distance to the true continuation <= 3) where an untrained model's do not (>= 6), the
 # same seed gives the same text, --top-p (MegaDLMs' filter) with a mass so small that only the
-# most likely token is kept turns a hot draw into the argmax, and flags of the other model
+# most likely token is kept turns a hot draw into the argmax, logits for the block's
+# still-masked positions only give the tokens of logits for every position
+# (--difflm-full-logits), and flags of the other model
 # family are refused.
 set -uo pipefail
 rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
@@ -48,6 +50,21 @@ gen() { "$MEGADLM" generate --load trained --prompt "10 11 12" --gen-length 8 --
 argmax=$(gen); hot=$(gen --temperature 5 --seed 3); top=$(gen --temperature 5 --top-p 1e-6 --seed 3)
 [ -n "$argmax" ] && [ "$top" = "$argmax" ] && [ "$hot" != "$argmax" ] ||
   { echo "FAILED: --top-p 1e-6: argmax '$argmax', hot '$hot', top-p '$top'"; fail=1; }
+# logits for the block's still-masked positions only (the default) against every position
+# (--difflm-full-logits, LLaDA's): the same tokens, argmax and Gumbel, both remasking modes
+for opts in "--gen-length 8 --steps 8 --block-length 1" "--gen-length 12 --steps 6 --block-length 4" \
+            "--gen-length 12 --steps 12 --block-length 6 --temperature 0.7 --seed 5" \
+            "--gen-length 12 --steps 4 --block-length 12 --remasking random --seed 9"; do
+  for ck in trained untrained; do
+    # shellcheck disable=SC2086
+    a=$("$MEGADLM" generate --load $ck --prompt "3 4 5" $opts 2>/dev/null)
+    # shellcheck disable=SC2086
+    b=$("$MEGADLM" generate --load $ck --prompt "3 4 5" $opts --difflm-full-logits 2>/dev/null)
+    [ -n "$a" ] && [ "$a" = "$b" ] ||
+      { echo "FAILED: $ck $opts: masked-row logits '$a' vs every row '$b'"; fail=1; }
+  done
+done
+echo "masked-row logits: the same tokens as --difflm-full-logits"
 
 expect() { local want=$1; shift; local out
   out=$("$MEGADLM" generate "$@" 2>&1) && { echo "FAILED: generate $* succeeded"; fail=1; return; }

@@ -9,6 +9,7 @@
 
 activation_store *activation_store_create(const gpt_model *m, int checkpointed) {
     activation_store *s = xcalloc(1, sizeof(activation_store), "activation store");
+    s->head_rows = -1;
     s->cfg = m->cfg;
     s->cfg.vp_rank = 0;
     s->cfg.recompute_store_unchecked = !checkpointed;

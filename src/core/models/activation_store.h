@@ -52,6 +52,9 @@ typedef struct activation_store {
     /* the last forward, which backward differentiates */
     int B, T;
     float loss_mask_sum;
+    int head_rows;          /* >= 0: only that many rows reached the output layer (the rows of
+                               nonzero loss weight, in order: gpt_batch.loss_rows_only);
+                               logits, losses, lse and labels hold them; -1: all N rows */
     layer_ctx ctx;
 } activation_store;
 

@@ -17,6 +17,7 @@
 #include "core/random/philox.h"
 #include "core/tensor/memory.h"
 #include "core/tensor_parallel/layers.h"
+#include "core/tensor_parallel/mappings.h"
 #include "core/tensor_parallel/parallel_linear.h"
 #include "core/threads.h"
 #include "core/transformer/transformer_layer.h"
@@ -391,33 +392,133 @@ static linear_weight output_weight(const gpt_model *m) {
     return (linear_weight){m->out_w, m->out_w16};
 }
 
+/* ---- the loss-weighted rows only (gpt_batch.loss_rows_only) ----
+ * Masked diffusion weighs only its masked positions, about half the rows: the output layer and
+ * the cross-entropy run on those rows, gathered in order after the final norm (and after the
+ * sequence-parallel all-gather), and their gradient is scattered back (zero elsewhere) before
+ * the tensor-parallel reduction. The same formula on fewer rows: the loss and the gradients of
+ * the full computation to rounding (the rows left out have weight 0). The row list is not
+ * stored: it is the nonzero entries of s->loss_mask, read again in backward. m->demb [N, C]
+ * holds the gathered rows (it is free until the embedding's backward); the plain gather and
+ * reduce-scatter run here, without the --tp-comm-overlap rings. */
+static int head_uses_rows(const gpt_model *m, const gpt_batch *b) {
+    return b->loss_rows_only && b->labels && b->loss_mask && m->demb;
+}
+
+/* dst[k] = src[i] for the rows i of nonzero weight, in order; returns their count. */
+static int gather_weighted_rows(float *dst, const float *src, const float *mask, int N, int C) {
+    int M = 0;
+    for (int i = 0; i < N; i++)
+        if (mask[i] != 0.0f) memcpy(dst + (size_t)M++ * C, src + (size_t)i * C, C * sizeof(float));
+    return M;
+}
+
+/* The inverse, in place: rows [0, M) of x go to the rows of nonzero weight, the others are 0.
+ * Back to front: row k moves to a row >= k that no row still to move occupies. */
+static void scatter_weighted_rows(float *x, const float *mask, int N, int M, int C) {
+    for (int i = N - 1, k = M; i >= 0; i--) {
+        float *dst = x + (size_t)i * C;
+        if (mask[i] != 0.0f && --k != i)
+            memcpy(dst, x + (size_t)k * C, C * sizeof(float));
+        else if (mask[i] == 0.0f)
+            memset(dst, 0, C * sizeof(float));
+    }
+}
+
+/* The output layer's input rows [N, C]: the final norm output, all-gathered along tokens under
+ * sequence parallelism (into the layer workspace, 16-bit under --bf16 as the linears'). */
+static float *head_full_input(gpt_model *m, activation_store *s, int N) {
+    const transformer_config *c = &s->cfg;
+    if (!tc_sp(c)) return s->lnf;
+    size_t shard = (size_t)tc_tokens_local(c, N) * c->hidden_size;
+    if (tc_half(c) != HALF_NONE)
+        tp_all_gather_half(tc_half(c), m->block.ws.gathered, s->lnf, shard);
+    else
+        tp_all_gather(m->block.ws.gathered, s->lnf, shard);
+    return m->block.ws.gathered;
+}
+
+/* logits[M, V/t] of the weighted rows; labels compacted to them. */
+static void head_rows_forward(gpt_model *m, activation_store *s, const gpt_batch *b) {
+    const transformer_config *c = &s->cfg;
+    int N = s->B * s->T, C = c->hidden_size, V = tc_vocab_local(c);
+    const float *full = head_full_input(m, s, N);
+    int M = gather_weighted_rows(m->demb, full, b->loss_mask, N, C);
+    for (int i = 0, k = 0; i < N; i++)
+        if (b->loss_mask[i] != 0.0f) s->labels[k++] = b->labels[i];
+    s->head_rows = M;
+    if (M) linear_forward(s->logits, m->demb, output_weight(m), NULL, M, C, V);
+}
+
+/* dlogits [M, V/t] in s->logits -> the output weight's gradient and dln (returned): [N, C]
+ * without sequence parallelism, the rank's [Ns, C] with it. */
+static float *head_rows_backward(gpt_model *m, activation_store *s) {
+    const transformer_config *c = &s->cfg;
+    int N = s->B * s->T, C = c->hidden_size, V = tc_vocab_local(c), M = s->head_rows;
+    const float *full = head_full_input(m, s, N);
+    gather_weighted_rows(m->demb, full, s->loss_mask, N, C);
+    if (M) linear_backward(NULL, m->g_out_w, NULL, s->logits, m->demb, output_weight(m), M, C, V);
+    /* dgrad over the rows wgrad just read (dgrad does not read them) */
+    memset(m->demb, 0, (size_t)M * C * sizeof(float));
+    if (M) linear_backward(m->demb, NULL, NULL, s->logits, NULL, output_weight(m), M, C, V);
+    if (tc_tp(c) > 1 && !tc_sp(c)) tp_all_reduce_sum(m->demb, (size_t)M * C);
+    scatter_weighted_rows(m->demb, s->loss_mask, N, M, C);
+    if (!tc_sp(c)) return m->demb;
+    tp_reduce_scatter(m->block.ws.dln, m->demb, (size_t)tc_tokens_local(c, N) * C);
+    return m->block.ws.dln;
+}
+
+/* Without labels (sampling): logits of the rows b->logit_rows marks only. No backward follows,
+ * so the rows are compacted in place in the output layer's input ([M, C] at its start). */
+static void head_marked_forward(gpt_model *m, activation_store *s, const gpt_batch *b) {
+    const transformer_config *c = &s->cfg;
+    int N = s->B * s->T, C = c->hidden_size, M = 0;
+    float *full = head_full_input(m, s, N);
+    for (int i = 0; i < N; i++)
+        if (b->logit_rows[i])
+            memmove(full + (size_t)M++ * C, full + (size_t)i * C, C * sizeof(float));
+    s->head_rows = M;
+    if (M) linear_forward(s->logits, full, output_weight(m), NULL, M, C, tc_vocab_local(c));
+}
+
 /* Last stage: final norm on the token shard, gathered for the vocab-parallel output layer. */
-static void head_forward(gpt_model *m, activation_store *s) {
+static void head_forward(gpt_model *m, activation_store *s, const gpt_batch *b) {
     const transformer_config *c = &s->cfg;
     int N = s->B * s->T, Ns = tc_tokens_local(c, N), C = c->hidden_size, V = tc_vocab_local(c);
     params_needed(m, head_begin(m), m->params.numel);
     norm_forward(c, s->lnf, s->lnf_mean, s->lnf_rstd, s->output, m->lnf_w, m->lnf_b, Ns);
+    s->head_rows = -1;
+    if (head_uses_rows(m, b)) {
+        head_rows_forward(m, s, b);
+        return;
+    }
+    if (b->logit_rows && !b->labels) {
+        head_marked_forward(m, s, b);
+        return;
+    }
     tp_linear out = tp_linear_make(c, TP_LINEAR_OUTPUT, m->block.ws.gathered, NULL, NULL);
     column_parallel_linear_forward(&out, s->logits, s->lnf, output_weight(m), NULL, N, C, V);
 }
 
-/* Cross-entropy (vocab-parallel under TP) and the weighted mean of the per-token losses. */
+/* Cross-entropy (vocab-parallel under TP) and the weighted mean of the per-token losses (over
+ * the rows that reached the output layer: the others weigh 0). */
 static float loss_forward(gpt_model *m, activation_store *s, const gpt_batch *b) {
     const transformer_config *c = &s->cfg;
-    int N = s->B * s->T, V = tc_vocab_local(c);
-    memcpy(s->labels, b->labels, (size_t)N * sizeof(int));
+    int N = s->B * s->T, V = tc_vocab_local(c), R = s->head_rows >= 0 ? s->head_rows : N;
+    if (s->head_rows < 0) memcpy(s->labels, b->labels, (size_t)N * sizeof(int));
     if (b->loss_mask)
         memcpy(s->loss_mask, b->loss_mask, (size_t)N * sizeof(float));
     else
         for (int i = 0; i < N; i++) s->loss_mask[i] = 1.0f;
     if (tc_tp(c) == 1)
-        cross_entropy_forward(s->losses, s->lse, s->logits, s->labels, N, V);
+        cross_entropy_forward(s->losses, s->lse, s->logits, s->labels, R, V);
     else
         vocab_parallel_cross_entropy_forward(s->losses, s->lse, m->ce_sumexp, s->logits,
-                                             s->labels, c->tp_rank * V, V, N);
+                                             s->labels, c->tp_rank * V, V, R);
     double num = 0.0, den = 0.0;
-    for (int i = 0; i < N; i++) {
-        num += (double)s->losses[i] * s->loss_mask[i];
+    for (int i = 0, k = 0; i < N; i++) {
+        if (s->head_rows < 0 || s->loss_mask[i] != 0.0f)
+            num += (double)s->losses[s->head_rows >= 0 ? k++ : i] * s->loss_mask[i];
         den += s->loss_mask[i];
     }
     if (b->denominator > 0.0f) den = b->denominator;
@@ -432,7 +533,7 @@ float gpt_model_forward(gpt_model *m, activation_store *s, const gpt_batch *b, g
     /* else: the previous stage's output was received into s->input */
     transformer_block_forward(&m->block, &s->block, &s->ctx);
     if (!tc_last_stage(c)) return 0.0f; /* output in s->output */
-    head_forward(m, s);
+    head_forward(m, s, b);
     return b->labels ? loss_forward(m, s, b) : 0.0f;
 }
 
@@ -444,20 +545,26 @@ static void head_backward(gpt_model *m, activation_store *s, float loss_scale) {
 
     /* loss = sum_i mask_i * loss_i / sum(mask) */
     float inv = s->loss_mask_sum > 0.0f ? loss_scale / s->loss_mask_sum : 0.0f;
-    for (int i = 0; i < N; i++) m->dlosses[i] = s->loss_mask[i] * inv;
+    int R = 0;
+    for (int i = 0; i < N; i++)
+        if (s->head_rows < 0 || s->loss_mask[i] != 0.0f) m->dlosses[R++] = s->loss_mask[i] * inv;
     if (tc_tp(c) == 1)
-        cross_entropy_backward(s->logits, s->logits, s->lse, s->labels, m->dlosses, N, V);
+        cross_entropy_backward(s->logits, s->logits, s->lse, s->labels, m->dlosses, R, V);
     else
         vocab_parallel_cross_entropy_backward(s->logits, s->logits, s->lse, s->labels,
-                                              c->tp_rank * V, m->dlosses, V, N);
+                                              c->tp_rank * V, m->dlosses, V, R);
 
     /* output layer (dlogits now in s->logits): m->demb [N, C] holds this rank's part of the
      * gradient w.r.t. the (gathered) final norm output, summed across TP into dln [Ns, C] */
     float *dln = tc_sp(c) ? m->block.ws.dln : m->demb;
-    tp_linear out = tp_linear_make(c, TP_LINEAR_OUTPUT, m->block.ws.gathered, m->demb,
-                                   m->block.ws.recv);
-    column_parallel_linear_backward(&out, dln, m->g_out_w, NULL, s->logits, s->lnf,
-                                    output_weight(m), N, C, V);
+    if (s->head_rows >= 0) {
+        dln = head_rows_backward(m, s);
+    } else {
+        tp_linear out = tp_linear_make(c, TP_LINEAR_OUTPUT, m->block.ws.gathered, m->demb,
+                                       m->block.ws.recv);
+        column_parallel_linear_backward(&out, dln, m->g_out_w, NULL, s->logits, s->lnf,
+                                        output_weight(m), N, C, V);
+    }
     memset(s->grad, 0, NsC * sizeof(float));
     norm_backward(c, s->grad, m->g_lnf_w, m->g_lnf_b, dln, s->output, m->lnf_w, s->lnf_mean,
                   s->lnf_rstd, Ns);

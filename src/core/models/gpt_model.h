@@ -131,6 +131,12 @@ typedef struct {
     int B, T;
     int T_valid;            /* > 0 and < T: positions from T_valid on are padding, their keys
                                masked out (their loss weights must be 0); else none */
+    int loss_rows_only;     /* training models with labels and a loss mask: only the rows of
+                               nonzero loss weight go through the output layer and the
+                               cross-entropy (masked diffusion; the same loss and gradients to
+                               rounding: the others weigh 0); 0: every row */
+    const uint8_t *logit_rows; /* [B, T] without labels: only the rows marked nonzero get
+                               logits, in order (s->head_rows of them); NULL: every row */
 } gpt_batch;
 
 /* Forward of b on the store s (B <= max_batch, T <= seq_length). Returns the loss on the

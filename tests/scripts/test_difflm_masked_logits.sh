@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# difflm-noshift computes the output layer and the cross-entropy on the masked (loss-weighted)
+# rows only; --difflm-full-logits computes every row, as MegaDLMs does. In every layout (one
+# process, TP 2, TP 2 + SP, PP 2, recompute selective and full, --bf16, TP 2 + SP --bf16) the
+# two runs must give the same training and validation losses (rel 1e-5; --bf16 2e-5), the same
+# grad norms (rel 1e-4) and the same parameters after 5 steps (compare_checkpoints.py, rel 1e-4
+# of each tensor's scale; key biases, and at most 0.1% of a tensor's elements (less than a row),
+# within Adam's step bound: elements whose gradient cancels to rounding noise, which Adam turns
+# into steps of up to lr). With dropout and variable lengths on. The autoregressive objective ignores the flag: bitwise the same log.
+set -uo pipefail
+rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+export OMP_NUM_THREADS=1
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
+common=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 33
+        --max-position-embeddings 33 --micro-batch-size 2 --global-batch-size 8 --train-iters 5
+        --lr 1e-3 --mock-data --vocab-size 100 --make-vocab-size-divisible-by 64
+        --log-interval 1 --eval-iters 1 --eval-interval 5 --hidden-dropout 0.1
+        --attention-dropout 0.1 --seed 3 --model-running-mode difflm-noshift --mask-token 120
+        --difflm-varilen-prob 0.3)
+losses() { grep -o 'lm loss: [^ ]*\|lm loss value: [^ ]*' "$1" | awk '{print $NF}'; }
+gnorms() { grep -o 'grad norm: [^ ]*' "$1" | awk '{print $NF}'; }
+# close A B RTOL WHAT: the columns of A and B (8 values at least) agree within RTOL
+close() {
+  paste "$1" "$2" | awk -v tol="$3" -v what="$4" '
+    { n++; d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1); if (r > w) w = r
+      if (r > tol) { printf "FAILED: %s: %s vs %s (rel %.3g)\n", what, $2, $1, r; bad = 1 } }
+    END { printf "  %s: %d values, worst rel %.3g\n", what, n, w; exit bad || n < 5 }'
+}
+fail=0
+for layout in "1" "1 --recompute-granularity selective" \
+              "1 --recompute-granularity full --recompute-method uniform --recompute-num-layers 1" \
+              "1 --bf16" "2 --tensor-model-parallel-size 2" \
+              "2 --tensor-model-parallel-size 2 --sequence-parallel" \
+              "2 --tensor-model-parallel-size 2 --sequence-parallel --bf16" \
+              "2 --pipeline-model-parallel-size 2"; do
+  set -- $layout; np=$1; shift
+  name="np$np${*// /}"
+  tol=1e-5; case "$*" in *--bf16*) tol=2e-5;; esac
+  ok=1
+  for mode in rows full; do
+    extra=(); [ "$mode" = full ] && extra=(--difflm-full-logits)
+    "${MPIRUN[@]}" -np "$np" "$MEGADLM" train "${common[@]}" "$@" "${extra[@]}" \
+        --save "$name-$mode" > "$name-$mode.log" 2>&1 ||
+      { echo "FAILED: $name $mode did not run"; tail -3 "$name-$mode.log"; fail=1; ok=0; }
+  done
+  [ $ok = 1 ] || continue
+  echo "$name"
+  close <(losses "$name-full.log") <(losses "$name-rows.log") "$tol" "losses" || fail=1
+  close <(gnorms "$name-full.log") <(gnorms "$name-rows.log") 1e-4 "grad norms" || fail=1
+  for f in "$name-rows"/iter_0000005/model*.safetensors; do
+    /usr/bin/python3 "$SRC/tests/python/compare_checkpoints.py" "$f" \
+        "$name-full/iter_0000005/$(basename "$f")" 1e-4 4 4 16 1e-2 0.001 | sed 's/^/  params: /' ||
+      fail=1
+  done
+done
+
+# the flag means nothing to the autoregressive objective: the same log, bitwise
+ar=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32
+    --max-position-embeddings 32 --micro-batch-size 2 --global-batch-size 4 --train-iters 3
+    --lr 1e-3 --mock-data --vocab-size 100 --log-interval 1 --eval-iters 0 --seed 3)
+"$MEGADLM" train "${ar[@]}" > ar.log 2>&1 && "$MEGADLM" train "${ar[@]}" --difflm-full-logits \
+    > ar-full.log 2>&1 || { echo "FAILED: autoregressive runs"; fail=1; }
+diff <(losses ar.log; gnorms ar.log) <(losses ar-full.log; gnorms ar-full.log) > /dev/null &&
+  echo "autoregressive: the same losses and grad norms with --difflm-full-logits" ||
+  { echo "FAILED: --difflm-full-logits changed the autoregressive run"; fail=1; }
+exit $fail
