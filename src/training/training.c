@@ -469,6 +469,25 @@ static ckpt_state save_state(const trainer *tr) {
     return st;
 }
 
+/* A save that failed on this rank: the message, and -1. */
+static int save_failed(int iteration, const char *dir, const char *err) {
+    fprintf(stderr, "[rank %d] error: saving the checkpoint of iteration %d to %s: %s\n",
+            parallel_world_rank(), iteration, dir, err);
+    return -1;
+}
+
+/* What follows a committed save, synchronous or async: older non-persistent iterations
+ * removed, the memory line, Megatron's log line (timing: what its brackets say), progress.txt. */
+static void save_committed(trainer *tr, int iteration, const char *dir, int non_persistent,
+                           uint64_t consumed, const char *timing) {
+    if (non_persistent && parallel_world_rank() == 0) ckpt_remove_other_iterations(dir, iteration);
+    if (tr->a->log_memory) log_checkpoint_io(tr, "save", "written");
+    log_printf("  successfully saved checkpoint from iteration %7d to %s [ %s ]\n", iteration, dir,
+               timing);
+    monitor_progress_saved(&tr->mon, iteration, consumed);
+    fflush(stdout);
+}
+
 /* Completes the pending --async-save write, if any: waits for this rank's writer (blocking) or,
  * not blocking, only when every rank's writer is done (Megatron's maybe_finalize_async_save).
  * Collective. 0, or -1 on a failed save (reported). */
@@ -482,17 +501,10 @@ static int finish_async_save(trainer *tr, int blocking) {
     double t0 = now_seconds();
     int rc = dist_ckpt_finish(tr->pending, err, sizeof err);
     tr->pending = NULL;
-    uint64_t consumed = tr->pending_consumed;
-    if (rc != 0) {
-        fprintf(stderr, "[rank %d] error: saving the checkpoint of iteration %d to %s: %s\n",
-                parallel_world_rank(), it, dir, err);
-        return -1;
-    }
-    if (non_persistent && parallel_world_rank() == 0) ckpt_remove_other_iterations(dir, it);
-    if (tr->a->log_memory) log_checkpoint_io(tr, "save", "written");
-    log_printf("  successfully saved checkpoint from iteration %7d to %s [ async, finalized in "
-               "t %.1f ms ]\n", it, dir, (now_seconds() - t0) * 1000.0);
-    monitor_progress_saved(&tr->mon, it, consumed);
+    if (rc != 0) return save_failed(it, dir, err);
+    char timing[64];
+    snprintf(timing, sizeof timing, "async, finalized in t %.1f ms", (now_seconds() - t0) * 1000.0);
+    save_committed(tr, it, dir, non_persistent, tr->pending_consumed, timing);
     return 0;
 }
 
@@ -519,23 +531,15 @@ static int save_to(trainer *tr, const char *dir, int non_persistent) {
                             with_optimizer, err, sizeof(err));
     }
     ckpt_state_free(&st);
-    if (rc != 0) {
-        fprintf(stderr, "[rank %d] error: saving the checkpoint of iteration %d to %s: %s\n",
-                parallel_world_rank(), tr->iteration, dir, err);
-        return -1;
-    }
+    if (rc != 0) return save_failed(tr->iteration, dir, err);
     if (tr->pending) {
         log_printf("  saving checkpoint from iteration %7d to %s in the background (async) "
                    "[ t %.1f ms ]\n", tr->iteration, dir, (now_seconds() - t0) * 1000.0);
         return 0;
     }
-    if (a->log_memory) log_checkpoint_io(tr, "save", "written");
-    if (non_persistent && parallel_world_rank() == 0)
-        ckpt_remove_other_iterations(dir, tr->iteration);
-    log_printf("  successfully saved checkpoint from iteration %7d to %s [ t %.1f ms ]\n",
-           tr->iteration, dir, (now_seconds() - t0) * 1000.0);
-    monitor_progress_saved(&tr->mon, tr->iteration, tr->consumed_train_samples);
-    fflush(stdout);
+    char timing[32];
+    snprintf(timing, sizeof timing, "t %.1f ms", (now_seconds() - t0) * 1000.0);
+    save_committed(tr, tr->iteration, dir, non_persistent, tr->consumed_train_samples, timing);
     return 0;
 }
 
