@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/kernels/blas_kernels.h"
 #include "core/parallel_state.h"
 #include "tools/tools.h"
 
@@ -31,6 +32,7 @@ static void usage(FILE *out) {
 }
 
 int main(int argc, char **argv) {
+    blas_kernels_choose(argv); /* may re-execute this program: before MPI and threads */
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

@@ -30,6 +30,7 @@
 #include "training/log_stats.h"
 #include "training/monitor.h"
 #include "training/dist_checkpointing.h"
+#include "core/kernels/blas_kernels.h"
 #include "core/kernels/gemm.h"
 #include "core/parallel_state.h"
 #include "core/threads.h"
@@ -1064,24 +1065,6 @@ static void log_pipeline_bubble(const trainer *tr) {
     fflush(stdout);
 }
 
-/* OpenBLAS falls back to old SSE kernels on CPUs it does not know (a virtual machine's
- * generic model name, a CPU newer than the library); returns the kernel set to ask for then. */
-static const char *blas_kernels_missed(void) {
-    static const char *const sse_only[] = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem",
-                                           "Atom", "Katmai", "Coppermine", "Northwood", "Banias"};
-    const char *k = gemm_blas_kernels();
-    int old = 0;
-    for (size_t i = 0; i < sizeof sse_only / sizeof *sse_only; i++)
-        if (!strcmp(k, sse_only[i])) old = 1;
-    __builtin_cpu_init();
-    if (!old || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return NULL;
-    if (__builtin_cpu_supports("avx512bf16")) return "Cooperlake";
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
-        return "SkylakeX";
-    return "Haswell";
-}
-
 /* Threads per rank (core/threads.h) and the BLAS kernels, for the whole job: the log rank
  * prints the range over all ranks and says once if any node has more processes than CPUs. */
 static void log_threads(void) {
@@ -1106,9 +1089,16 @@ static void log_threads(void) {
         log_printf("> threads per rank: %s (OpenMP and OpenBLAS; %d CPU%s in this rank's "
                    "affinity mask, shared by %d process%s)\n", range, cpus, cpus == 1 ? "" : "s",
                    sharing, sharing == 1 ? "" : "es");
-    log_printf("> BLAS: %s; kernels %s\n", gemm_blas_config(), gemm_blas_kernels());
+    const char *replaced = blas_kernels_replaced();
+    if (replaced)
+        log_printf("> BLAS: %s; kernels %s (OpenBLAS did not recognise this CPU and chose its "
+                   "%s kernels, which use no AVX2: megadlm restarted itself with "
+                   "OPENBLAS_CORETYPE=%s; set OPENBLAS_CORETYPE to choose)\n",
+                   gemm_blas_config(), gemm_blas_kernels(), replaced, gemm_blas_kernels());
+    else
+        log_printf("> BLAS: %s; kernels %s\n", gemm_blas_config(), gemm_blas_kernels());
     const char *better = blas_kernels_missed();
-    if (better)
+    if (better && !getenv("OPENBLAS_CORETYPE"))
         log_printf(" WARNING: OpenBLAS did not recognise this CPU and runs its %s kernels, which "
                    "use no AVX2; the CPU can run %s's (several times faster GEMMs): set "
                    "OPENBLAS_CORETYPE=%s\n", gemm_blas_kernels(), better, better);

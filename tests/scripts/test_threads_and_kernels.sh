@@ -5,7 +5,10 @@
 #   - unset, 2 unbound ranks: half of them each (at least 1); 2 ranks bound to one core each: 1;
 #   - unset, more ranks than CPUs: 1 thread each, said once in the log;
 #   - every kernel set of the matrix (MEGADLM_BLAS_CORETYPES) really runs: under
-#     OPENBLAS_CORETYPE=X the log names kernels X (an unknown name would silently run others).
+#     OPENBLAS_CORETYPE=X the log names kernels X (an unknown name would silently run others);
+#   - OPENBLAS_CORETYPE unset, on a CPU with AVX2 and FMA (read from /proc/cpuinfo): never
+#     OpenBLAS's SSE-only kernels (its fallback for CPUs it does not know), one process or two
+#     ranks; where megadlm restarted itself for that, the set it chose follows the CPU's flags.
 set -euo pipefail
 rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
@@ -14,6 +17,7 @@ flags=(--num-layers 1 --hidden-size 32 --num-attention-heads 4 --seq-length 16
        --train-iters 1 --mock-data --vocab-size 100 --eval-iters 0)
 fail=0
 cpus=$(nproc)
+kernels_of() { grep -m1 '> BLAS:' "$1" | sed 's/.*; kernels \([A-Za-z0-9]*\).*/\1/'; }
 threads_line() { grep -m1 '> threads per rank:' "$1" || true; }
 expect() { # expect NAME LOG PATTERN
   if grep -q -- "$3" <<< "$(threads_line "$2")"; then echo "ok $1: $(threads_line "$2")"
@@ -46,8 +50,28 @@ n=$(grep -c 'more processes than CPUs' over.log || true)
 
 for core in ${MEGADLM_BLAS_CORETYPES:-}; do
   OPENBLAS_CORETYPE=$core OMP_NUM_THREADS=1 "$MEGADLM" train "${flags[@]}" > "kernels-$core.log" 2>&1
-  got=$(grep -m1 '> BLAS:' "kernels-$core.log" | sed 's/.*; kernels //')
+  got=$(kernels_of "kernels-$core.log")
   if [ "$got" = "$core" ]; then echo "ok OPENBLAS_CORETYPE=$core runs kernels $got"
   else echo "FAIL OPENBLAS_CORETYPE=$core runs kernels '$got'"; fail=1; fi
 done
+OPENBLAS_CORETYPE=Prescott OMP_NUM_THREADS=1 "$MEGADLM" train "${flags[@]}" > prescott.log 2>&1
+got=$(kernels_of prescott.log)
+[ "$got" = Prescott ] && echo "ok OPENBLAS_CORETYPE=Prescott is kept" ||
+  { echo "FAIL OPENBLAS_CORETYPE=Prescott runs kernels '$got'"; fail=1; }
+
+flags_line=$(grep -m1 '^flags' /proc/cpuinfo || true)
+has() { [[ " $flags_line " == *" $1 "* ]]; }
+sse_only=" Prescott Core2 Penryn Dunnington Nehalem Atom Katmai Coppermine Northwood Banias "
+if has avx2 && has fma; then
+  want=Haswell
+  if has avx512f && has avx512bw && has avx512dq && has avx512vl; then want=SkylakeX; fi
+  if [ $want = SkylakeX ] && has avx512_bf16; then want=Cooperlake; fi
+  for log in one.log unbound.log; do
+    got=$(kernels_of $log)
+    if [[ "$sse_only" == *" $got "* ]]; then echo "FAIL $log: SSE-only kernels $got on an AVX2 CPU"; fail=1
+    elif grep -q 'megadlm restarted itself' $log && [ "$got" != "$want" ]; then
+      echo "FAIL $log: restarted with kernels $got, the CPU's flags ask for $want"; fail=1
+    else echo "ok $log: kernels $got$(grep -q 'megadlm restarted itself' $log && echo ' (restarted)')"; fi
+  done
+fi
 exit $fail

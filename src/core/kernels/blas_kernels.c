@@ -1,0 +1,50 @@
+#include "core/kernels/blas_kernels.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/kernels/gemm.h"
+
+/* Set in the re-executed process's environment: the kernel set OpenBLAS first chose. Read and
+ * removed at start, so no process started by this one sees it. */
+#define REPLACED_ENV "MEGADLM_BLAS_REPLACED"
+
+static char g_replaced[32];
+
+const char *blas_kernels_missed(void) {
+    static const char *const sse_only[] = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem",
+                                           "Atom", "Katmai", "Coppermine", "Northwood", "Banias"};
+    const char *k = gemm_blas_kernels();
+    int old = 0;
+    for (size_t i = 0; i < sizeof sse_only / sizeof *sse_only; i++)
+        if (!strcmp(k, sse_only[i])) old = 1;
+    __builtin_cpu_init();
+    if (!old || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return NULL;
+    if (__builtin_cpu_supports("avx512bf16")) return "Cooperlake";
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+        return "SkylakeX";
+    return "Haswell";
+}
+
+void blas_kernels_choose(char **argv) {
+    const char *was = getenv(REPLACED_ENV);
+    if (was) { /* the re-executed process */
+        strncpy(g_replaced, was, sizeof g_replaced - 1);
+        unsetenv(REPLACED_ENV);
+        return;
+    }
+    const char *set = getenv("OPENBLAS_CORETYPE");
+    const char *better = blas_kernels_missed();
+    if ((set && set[0]) || !better) return;
+    if (setenv("OPENBLAS_CORETYPE", better, 1) != 0 ||
+        setenv(REPLACED_ENV, gemm_blas_kernels(), 1) != 0)
+        return;
+    execv("/proc/self/exe", argv);
+    /* not re-executed (no /proc): run on, the log warns */
+    unsetenv("OPENBLAS_CORETYPE");
+    unsetenv(REPLACED_ENV);
+}
+
+const char *blas_kernels_replaced(void) { return g_replaced[0] ? g_replaced : NULL; }
