@@ -15,8 +15,8 @@
 #
 # usage: bash bench/bench_bf16.sh [BUILD=build]
 #   env: THREADS (default: all CPUs), ITERS=3 timed iterations per run after WARMUP=1, ROUNDS=2,
-#        ITERS_VAL=300, SEEDS="1 2 3 4 5", SPEED=1, ACCURACY=1, OPENBLAS_CORETYPE (default SkylakeX on an AVX-512 CPU:
-#        OpenBLAS 0.3.21 does not know recent Intel CPUs and would run its SSE Prescott kernels)
+#        ITERS_VAL=300, SEEDS="1 2 3 4 5", SPEED=1, ACCURACY=1, OPENBLAS_CORETYPE (default: the kernel set megadlm runs,
+#        bench/blas_kernels.sh)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${1:-$ROOT/build}
@@ -25,9 +25,8 @@ MEGADLM=$BUILD/megadlm
 OUT=$BUILD/bench/bf16
 mkdir -p "$OUT"
 flags=$(grep -m1 '^flags' /proc/cpuinfo || true)
-if [ -z "${OPENBLAS_CORETYPE:-}" ] && [[ $flags == *" avx512f "* && $flags == *" avx512bw "* ]]; then
-  export OPENBLAS_CORETYPE=SkylakeX
-fi
+. "$ROOT/bench/blas_kernels.sh"
+bench_blas_kernels "$MEGADLM"
 CPUS=$(env -u OMP_NUM_THREADS nproc)
 export OMP_NUM_THREADS=${THREADS:-$CPUS}
 WARMUP=${WARMUP:-1} ITERS=${ITERS:-3} ROUNDS=${ROUNDS:-2}

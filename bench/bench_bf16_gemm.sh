@@ -4,21 +4,19 @@
 # fallback), which one auto picks, the CPU and OpenBLAS's kernel set.
 #
 # usage: bash bench/bench_bf16_gemm.sh [BUILD=build]
-#   env: THREADS (default: all CPUs), SECONDS_PER_CASE=1, OPENBLAS_CORETYPE (default SkylakeX on
-#        an AVX-512 CPU: OpenBLAS 0.3.21 does not know recent Intel CPUs and would run its SSE
-#        Prescott kernels), EMULATE=1 also runs the shapes with oneDNN limited to AVX-512
+#   env: THREADS (default: all CPUs), SECONDS_PER_CASE=1, OPENBLAS_CORETYPE (default: the kernel
+#        set megadlm runs, bench/blas_kernels.sh), EMULATE=1 also runs the shapes with oneDNN limited to AVX-512
 #        without bf16 units (DNNL_MAX_CPU_ISA=AVX512_CORE_VNNI: a Cascade Lake / Ice Lake class
 #        CPU), to show why auto takes the fallback there.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${1:-$ROOT/build}
 [ -f "$BUILD/CMakeCache.txt" ] || cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release > /dev/null
-cmake --build "$BUILD" --target bf16_gemm_bench -j "$(nproc)" > /dev/null
+cmake --build "$BUILD" --target bf16_gemm_bench megadlm -j "$(nproc)" > /dev/null
 BIN=$BUILD/bench/bf16_gemm_bench
 flags=$(grep -m1 '^flags' /proc/cpuinfo || true)
-if [ -z "${OPENBLAS_CORETYPE:-}" ] && [[ $flags == *" avx512f "* && $flags == *" avx512bw "* ]]; then
-  export OPENBLAS_CORETYPE=SkylakeX
-fi
+. "$ROOT/bench/blas_kernels.sh"
+bench_blas_kernels "$BUILD/megadlm"
 CPUS=$(env -u OMP_NUM_THREADS nproc) # nproc itself honours OMP_NUM_THREADS
 export OMP_NUM_THREADS=${THREADS:-$CPUS}
 echo "== gemm_bf16 / sgemm on GPT-2 124M shapes"

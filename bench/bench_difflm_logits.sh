@@ -24,12 +24,8 @@ OUT=$BUILD/bench/difflm_logits
 rm -rf "$OUT"; mkdir -p "$OUT"
 M=$BUILD/megadlm
 [ -x "$M" ] || { echo "bench: $M not built (make build)" >&2; exit 1; }
-# OpenBLAS may not recognise a recent CPU and fall back to kernels without AVX2 (the log warns):
-# name the kernel set on AVX-512 CPUs, as bench_bf16.sh does
-flags=$(grep -m1 '^flags' /proc/cpuinfo || true)
-if [ -z "${OPENBLAS_CORETYPE:-}" ] && [[ $flags == *" avx512f "* && $flags == *" avx512bw "* ]]; then
-  export OPENBLAS_CORETYPE=SkylakeX
-fi
+. "$ROOT/bench/blas_kernels.sh"
+bench_blas_kernels "$M"
 
 dlm=(--model-running-mode difflm-noshift --mask-token 50257 --difflm-varilen-prob 0
      --mock-data --tokenizer-type NullTokenizer --vocab-size 50256 --lr 1e-4

@@ -33,6 +33,9 @@ for f in "$OMP_BLAS/libopenblas.so.0" "$PTH_BLAS/libopenblas.so.0" "$JEMALLOC"; 
   [ -e "$f" ] || die "$f missing: run bash scripts/install-deps.sh --bench"
 done
 "$PYTHON" -c 'import torch' 2>/dev/null || die "$PYTHON cannot import torch: install python3-torch"
+# one OpenBLAS kernel set for megadlm, sgemm and both torch runs (exported to all of them)
+. "$ROOT/bench/blas_kernels.sh"
+bench_blas_kernels "$BUILD/megadlm"
 
 # Model FLOPs per iteration, Megatron's formula (src/training/model_provider.c
 # model_flops_per_iteration), one number for every framework:
@@ -51,7 +54,8 @@ libs_of() { grep '^loaded:' "$1" | grep -E 'openblas|jemalloc|tcmalloc' | sed 's
 echo "== megadlm speed bench: GPT-2 124M (L=$L h=$H heads=$HEADS s=$S b=$B V=$VOCAB padded $PADDED)," \
   "fp32, dropout 0, $THREADS threads, $WARMUP warm-up + $ITERS timed iterations each"
 echo "   $(date -u '+%Y-%m-%d %H:%M UTC') | $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')" \
-  "| $(nproc) cores | load average $(cut -d' ' -f1-3 /proc/loadavg)"
+  "| $(nproc) cores | load average $(cut -d' ' -f1-3 /proc/loadavg)" \
+  "| OpenBLAS kernels $OPENBLAS_CORETYPE (OPENBLAS_CORETYPE, every run)"
 echo "   logs: $OUT"
 
 # ---- 1. cblas_sgemm, OpenMP OpenBLAS (what megadlm links). Run before and after the models;

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "core/kernels/blas_kernels.h"
+#include "core/kernels/gemm.h"
 #include "core/parallel_state.h"
 #include "tools/tools.h"
 
@@ -28,7 +29,18 @@ static void usage(FILE *out) {
     fprintf(out, "usage: megadlm <command> [flags]\n\ncommands:\n");
     for (int i = 0; i < NUM_COMMANDS; i++)
         fprintf(out, "  %-11s %s\n", k_commands[i].name, k_commands[i].help);
-    fprintf(out, "\n`megadlm <command> --help` lists every flag of a command with its default.\n");
+    fprintf(out, "\n`megadlm <command> --help` lists every flag of a command with its default.\n"
+                 "`megadlm --version` names the BLAS library and the kernel set its GEMMs run.\n");
+}
+
+/* The BLAS build and kernel set this process runs (after blas_kernels_choose): benchmarks read
+ * it to run their reference GEMMs on the same kernels. */
+static void version(void) {
+    printf("megadlm\nBLAS: %s; kernels %s\n", gemm_blas_config(), gemm_blas_kernels());
+    const char *replaced = blas_kernels_replaced();
+    if (replaced)
+        printf("(OpenBLAS chose its %s kernels for this CPU, which it does not recognise; megadlm "
+               "runs with OPENBLAS_CORETYPE=%s)\n", replaced, gemm_blas_kernels());
 }
 
 int main(int argc, char **argv) {
@@ -36,6 +48,10 @@ int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        version();
+        return 0;
     }
     for (int i = 0; i < NUM_COMMANDS; i++)
         if (!strcmp(argv[1], k_commands[i].name)) {
