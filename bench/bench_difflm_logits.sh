@@ -59,9 +59,9 @@ read -r tb tm < <(stats < "$OUT/train_masked.ms"); read -r fb fm < <(stats < "$O
 printf '   %-8s best %9.1f ms  median %9.1f ms\n' masked "$tb" "$tm" full "$fb" "$fm"
 awk -v tb="$tb" -v tm="$tm" -v fb="$fb" -v fm="$fm" 'BEGIN {
   printf "   iteration time masked / full: best %.3fx, median %.3fx   (target <= 0.85x)\n", tb / fb, tm / fm }'
-# measured bytes of a --log-memory row ("logits per store", "saved activations") of a log
-measured() { grep -o "memory $2 (bytes) | predicted [0-9]* | measured [0-9]*" "$1" | awk '{print $NF}'; }
-for what in "logits per store" "saved activations"; do
+# measured bytes of a --log-memory row ("logits per store", "memory saved activations") of a log
+measured() { grep -o "$2 (bytes) | predicted [0-9]* | measured [0-9]*" "$1" | awk '{print $NF}'; }
+for what in "logits per store" "memory saved activations"; do
   mb_=$(measured "$OUT/train_masked_1.log" "$what"); fb_=$(measured "$OUT/train_full_1.log" "$what")
   [ -n "$mb_" ] && [ -n "$fb_" ] || { echo "bench: no '$what' row in the --log-memory output" >&2; exit 1; }
   target=""; [ "$what" = "logits per store" ] && target="   (target <= 0.55x)"

@@ -928,7 +928,7 @@ static void report_nonfinite(int iteration, float loss, float norm, int first_ra
 static void log_logits(const trainer *tr, const activation_store *s, int rank) {
     if (!s->logits) return;
     const megadlm_args *a = tr->a;
-    printf("[Rank %d] memory logits per store (bytes) | predicted %zu | measured %zu | rows %d "
+    printf("[Rank %d] logits per store (bytes) | predicted %zu | measured %zu | rows %d "
            "of %d | %s |\n", rank, theoretical_megadlm_logits_bytes(a),
            mem_block_bytes(s->logits), s->logits_rows,
            a->micro_batch_size * a->seq_length,

@@ -171,7 +171,7 @@ dlm=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 300
 # check_logits LOG RANKS BYTES ROWS WHAT: the last stage's logits line
 check_logits() {
   local n
-  n=$(grep -cE "^\[Rank [0-9]+\] memory logits per store \(bytes\) \| predicted $3 \| measured $3 \| rows $4 of 600 \|" "$1")
+  n=$(grep -cE "^\[Rank [0-9]+\] logits per store \(bytes\) \| predicted $3 \| measured $3 \| rows $4 of 600 \|" "$1")
   [ "$n" -eq "$2" ] || { say_fail "$5: $n of $2 logits lines at $3 bytes ($4 rows)"; grep -a 'logits' "$1"; }
 }
 for mode in rows full; do
