@@ -3,8 +3,8 @@
 # rows only, in chunks of 256 rows with their backward fused into forward; --difflm-full-logits
 # computes every row, as MegaDLMs does. Micro-batches of 2 x 288 tokens: about 288 masked rows,
 # a chunk and a part (fewer than 256 when variable lengths cut a micro-batch). In every layout
-# (one process, TP 2, TP 2 + SP, PP 2 1F1B and interleaved with 4 micro-batches, recompute
-# selective and full, --bf16, --fp16 (loss scaling: the seed includes the scale), TP 2 + SP
+# (one process, TP 2, TP 2 + SP (and --tp-comm-overlap), PP 2 1F1B and interleaved with 4
+# micro-batches, recompute selective and full (uniform, block), --bf16, --fp16 (loss scaling: the seed includes the scale), TP 2 + SP
 # --bf16, DP 2 with the distributed optimizer and overlapped reductions, --detect-anomaly) the
 # two runs must give the same training and validation losses (rel 1e-5; --bf16 / --fp16 2e-5),
 # the same grad norms (rel 1e-4) and the same parameters after 5 steps (compare_checkpoints.py,
@@ -40,6 +40,8 @@ for layout in "1" "1 --recompute-granularity selective" \
               "2 --tensor-model-parallel-size 2 --sequence-parallel --bf16" \
               "2 --pipeline-model-parallel-size 2" \
               "2 --pipeline-model-parallel-size 2 --num-layers 4 --virtual-pipeline-model-parallel-size 2" \
+              "1 --recompute-granularity full --recompute-method block --recompute-num-layers 1" \
+              "2 --tensor-model-parallel-size 2 --sequence-parallel --tp-comm-overlap" \
               "1 --fp16 --initial-loss-scale 4096" \
               "2 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather" \
               "1 --debug --detect-anomaly"; do
