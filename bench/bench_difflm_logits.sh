@@ -4,15 +4,17 @@
 #  1. training: GPT-2 124M shapes (12 layers, h=768, 12 heads, s=256, micro-batch 4, vocabulary
 #     50257 padded to 50304, fp32, dropout 0), WARMUP + ITERS iterations per run, the two modes
 #     alternating for ROUNDS rounds; per mode the best and the median of all timed iterations,
-#     and the ratio masked / full of each. Target: <= 0.85x.
+#     and the ratio masked / full of each. Target: <= 0.85x. Memory, from `--log-memory` (the
+#     tracked allocator, after the first iteration): the logits buffer of the activation store
+#     (masked: one chunk of 256 rows, the loss-weighted rows run in chunks with their backward
+#     fused into forward; full: all b x s = 1024 rows) and all saved activations, masked / full.
+#     Target (logits): <= 0.55x.
 #  2. sampling (LLaDA's sampler): --gen-length 128 --block-length 32 --steps 128 from a model of
 #     the demo's shape (scripts/demo.sh: 4 layers, h=128, 4 heads, GPT-2's padded vocabulary)
 #     but --seq-length 160 (the demo's 64 cannot hold 128 generated tokens), trained one step on
 #     mock data (the speed does not depend on the weights); the two modes alternating for
 #     ROUNDS rounds, tokens per second = 128 / the wall time of `megadlm generate` (process
 #     start and checkpoint load included); the texts must be identical. Target: >= 1.5x.
-# The logits buffer is still allocated at every row in both modes (docs: README.md, "Masked
-# diffusion"), so no memory ratio is printed.
 #
 # usage: bash bench/bench_difflm_logits.sh [BUILD=build]
 #        env: ROUNDS=3 ITERS=3 WARMUP=1 PARTS="train sample" (either or both)
@@ -29,7 +31,7 @@ bench_blas_kernels "$M"
 
 dlm=(--model-running-mode difflm-noshift --mask-token 50257 --difflm-varilen-prob 0
      --mock-data --tokenizer-type NullTokenizer --vocab-size 50256 --lr 1e-4
-     --hidden-dropout 0 --attention-dropout 0 --log-interval 1 --eval-iters 0)
+     --hidden-dropout 0 --attention-dropout 0 --log-interval 1 --eval-iters 0 --log-memory)
 gpt2=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 256
       --max-position-embeddings 256 --micro-batch-size 4 --global-batch-size 4
       --train-iters $((WARMUP + ITERS)))
@@ -57,6 +59,15 @@ read -r tb tm < <(stats < "$OUT/train_masked.ms"); read -r fb fm < <(stats < "$O
 printf '   %-8s best %9.1f ms  median %9.1f ms\n' masked "$tb" "$tm" full "$fb" "$fm"
 awk -v tb="$tb" -v tm="$tm" -v fb="$fb" -v fm="$fm" 'BEGIN {
   printf "   iteration time masked / full: best %.3fx, median %.3fx   (target <= 0.85x)\n", tb / fb, tm / fm }'
+# measured bytes of a --log-memory row ("logits per store", "memory saved activations") of a log
+measured() { grep -o "$2 (bytes) | predicted [0-9]* | measured [0-9]*" "$1" | awk '{print $NF}'; }
+for what in "logits per store" "memory saved activations"; do
+  mb_=$(measured "$OUT/train_masked_1.log" "$what"); fb_=$(measured "$OUT/train_full_1.log" "$what")
+  [ -n "$mb_" ] && [ -n "$fb_" ] || { echo "bench: no '$what' row in the --log-memory output" >&2; exit 1; }
+  target=""; [ "$what" = "logits per store" ] && target="   (target <= 0.55x)"
+  awk -v m="$mb_" -v f="$fb_" -v w="$what" -v t="$target" 'BEGIN {
+    printf "   %s: masked %.2f MB, full %.2f MB, masked / full %.3fx%s\n", w, m / 1048576, f / 1048576, m / f, t }'
+done
 
 }
 

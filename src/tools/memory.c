@@ -11,9 +11,11 @@
 
 #include <cjson/cJSON.h>
 
+#include "core/models/gpt_model.h"
 #include "tools/json_fields.h"
 #include "tools/tools.h"
 #include "training/arguments.h"
+#include "training/difflm.h"
 #include "training/theoretical_memory.h"
 
 static double mb(double bytes) { return bytes / TM_BYTES_PER_MB; }
@@ -104,6 +106,17 @@ static void print_report(const megadlm_args *a, const theoretical_memory *m) {
                      : "fp32",
            mb((double)g.parameters), mb((double)g.gradients), mb((double)g.optimizer),
            mb((double)g.saved_activations));
+    size_t rows = theoretical_megadlm_logits_rows(a);
+    size_t N = (size_t)a->micro_batch_size * a->seq_length;
+    printf("  of which logits %.2f MB per micro-batch on the last stage: %zu of the %zu rows x "
+           "%d vocabulary columns (",
+           mb((double)theoretical_megadlm_logits_bytes(a)), rows, N,
+           a->padded_vocab_size / a->tensor_model_parallel_size);
+    if (difflm_logits_in_chunks(a))
+        printf("masked diffusion: the loss-weighted rows in chunks of at most %d, their "
+               "backward fused into forward)\n", GPT_HEAD_CHUNK_ROWS);
+    else
+        printf("every row, kept from forward to backward)\n");
 }
 
 static cJSON *report_json(const megadlm_args *a, const theoretical_memory *m) {
@@ -133,7 +146,9 @@ static cJSON *report_json(const megadlm_args *a, const theoretical_memory *m) {
     theoretical_megadlm_bytes g = theoretical_megadlm(a);
     cJSON *t = cJSON_AddObjectToObject(o, "megadlm_train_bytes");
     JSON_ADD(t, JNUM("parameters", g.parameters), JNUM("gradients", g.gradients),
-             JNUM("optimizer", g.optimizer), JNUM("saved_activations", g.saved_activations));
+             JNUM("optimizer", g.optimizer), JNUM("saved_activations", g.saved_activations),
+             JNUM("logits", theoretical_megadlm_logits_bytes(a)),
+             JNUM("logits_rows", theoretical_megadlm_logits_rows(a)));
     return o;
 }
 

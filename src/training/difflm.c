@@ -1,5 +1,7 @@
 #include "training/difflm.h"
 
+#include <string.h>
+
 #include "core/random/philox.h"
 
 /* Philox streams of the objective: (kind, index) -> 4 x 32 bits, key = seed. */
@@ -51,4 +53,8 @@ int difflm_mask_sequence(const int32_t *sample, const float *lm, int L, int mask
     float inv_p = (float)L / (float)masked; /* 1 / p_b */
     for (int j = 0; j < L; j++) weights[j] *= inv_p * lm[j];
     return masked;
+}
+
+int difflm_logits_in_chunks(const megadlm_args *a) {
+    return !strcmp(a->model_running_mode, "difflm-noshift") && !a->difflm_full_logits;
 }

@@ -16,6 +16,8 @@
 
 #include <stdint.h>
 
+#include "training/arguments.h"
+
 /* The length R (<= s) micro-batch `global_microbatch` of `iteration` is cut to. */
 int difflm_length(uint64_t seed, uint32_t iteration, uint32_t global_microbatch, int s,
                   float varilen_prob);
@@ -34,5 +36,10 @@ int difflm_padded_length(int L, int B, int ranks);
 int difflm_mask_sequence(const int32_t *sample, const float *lm, int L, int mask_token,
                          uint64_t seed, uint64_t sample_index, int32_t *noisy, int32_t *labels,
                          float *weights);
+
+/* Masked-diffusion training on the loss-weighted rows only (difflm-noshift without
+ * --difflm-full-logits): the head runs them in chunks of GPT_HEAD_CHUNK_ROWS rows, and the
+ * logits buffer of each activation store holds min(N, that) rows (gpt_model.logits_in_chunks). */
+int difflm_logits_in_chunks(const megadlm_args *a);
 
 #endif

@@ -3,9 +3,11 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/models/gpt_model.h"
 #include "core/models/gpt_spec.h"
 #include "core/transformer/activation_memory.h"
 #include "core/transformer/transformer_block.h"
+#include "training/difflm.h"
 #include "training/model_provider.h"
 
 const char *const TM_ROW_KEYS[TM_NUM_ROWS] = {
@@ -244,14 +246,25 @@ static size_t theoretical_megadlm_stage_count(const megadlm_args *a, int pp_rank
     return megadlm_stage_count(a, a->pipeline_model_parallel_size, pp_rank);
 }
 
+size_t theoretical_megadlm_logits_rows(const megadlm_args *a) {
+    size_t N = (size_t)a->micro_batch_size * a->seq_length;
+    return difflm_logits_in_chunks(a) && N > GPT_HEAD_CHUNK_ROWS ? GPT_HEAD_CHUNK_ROWS : N;
+}
+
+size_t theoretical_megadlm_logits_bytes(const megadlm_args *a) {
+    size_t t = (size_t)a->tensor_model_parallel_size;
+    return 4 * theoretical_megadlm_logits_rows(a) * ((size_t)a->padded_vocab_size / t);
+}
+
 size_t theoretical_megadlm_head_saved_bytes(const megadlm_args *a) {
     size_t t = (size_t)a->tensor_model_parallel_size;
     size_t N = (size_t)a->micro_batch_size * a->seq_length, h = a->hidden_size;
     size_t Ns = a->sequence_parallel ? N / t : N; /* tokens outside tensor-parallel regions */
     size_t stats = strcmp(a->normalization, "LayerNorm") == 0 ? 2 * Ns : Ns;
     /* block output, final norm output and statistics (token shards with SP), this rank's
-     * vocabulary columns of the logits, per-token loss and logsumexp */
-    return 4 * (Ns * h + Ns * h + stats + N * ((size_t)a->padded_vocab_size / t) + 2 * N);
+     * vocabulary columns of the logits (one chunk of rows in masked-diffusion training),
+     * per-token loss and logsumexp */
+    return 4 * (Ns * h + Ns * h + stats + 2 * N) + theoretical_megadlm_logits_bytes(a);
 }
 
 theoretical_megadlm_bytes theoretical_megadlm(const megadlm_args *a) {

@@ -85,9 +85,15 @@ typedef struct {
  * tensor of core/models/gpt_spec.h: biases, norms, q/k norms, learned positions, untied output
  * layer; the whole model at TP 1). */
 size_t theoretical_megadlm_parameter_count(const megadlm_args *a);
+/* Rows of an activation store's logits buffer: N = b x s, or in masked-diffusion training on
+ * the loss-weighted rows (difflm_logits_in_chunks) min(N, GPT_HEAD_CHUNK_ROWS), the rows the
+ * head runs at a time; and its bytes on one tensor-parallel rank (this rank's vocabulary). */
+size_t theoretical_megadlm_logits_rows(const megadlm_args *a);
+size_t theoretical_megadlm_logits_bytes(const megadlm_args *a);
 /* Saved-activation bytes outside the layers for one micro-batch of b x s tokens on one
  * tensor-parallel rank: the block's output, the final norm's output and statistics, the
- * logits (this rank's vocabulary), per-token loss and logsumexp. */
+ * logits (this rank's vocabulary; theoretical_megadlm_logits_bytes), per-token loss and
+ * logsumexp. */
 size_t theoretical_megadlm_head_saved_bytes(const megadlm_args *a);
 theoretical_megadlm_bytes theoretical_megadlm(const megadlm_args *a);
 /* The same for pipeline stage pp_rank holding num_stores micro-batches in flight (model

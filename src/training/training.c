@@ -171,6 +171,14 @@ static int sp_ranks(const trainer *tr) {
     return tc_sp(c) ? tc_tp(c) : 1;
 }
 
+/* d(objective)/d(loss) of a micro-batch: Megatron's loss / num_microbatches, times the loss
+ * scale (schedules.py's grad_scale_func) when one runs. The same within an iteration: the
+ * scaler moves after it, so a masked-diffusion forward, which runs the head's backward, uses
+ * the seed its backward is given. */
+static float grad_seed(const trainer *tr) {
+    return tr->scaling ? tr->scaler.scale / tr->num_microbatches : 1.0f / tr->num_microbatches;
+}
+
 static float forward_step(void *user, int k, activation_store *store) {
     watchdog_progress("running a forward step");
     step_ctx *sc = user;
@@ -191,7 +199,8 @@ static float forward_step(void *user, int k, activation_store *store) {
         gpt_batch b = {.tokens = tr->tokens, .labels = tr->labels, .loss_mask = tr->loss_mask,
                        .denominator = get_difflm_batch(tr, sc->split, first, L, Lp),
                        .B = a->micro_batch_size, .T = Lp, .T_valid = L,
-                       .loss_rows_only = !a->difflm_full_logits};
+                       .loss_rows_only = !a->difflm_full_logits,
+                       .grad_seed = sc->training ? grad_seed(tr) : 0.0f};
         return gpt_model_forward(tr->model, store, &b, step);
     }
     get_batch(tr, sc->split, first);
@@ -206,11 +215,8 @@ static void backward_step(void *user, int k, activation_store *store) {
     step_ctx *sc = user;
     /* Megatron's no_sync: the last micro-batch's backward may start the DP reductions */
     ddp_set_last_microbatch(sc->tr->ddp, k == sc->tr->num_microbatches - 1);
-    /* Megatron's loss / num_microbatches, times the loss scale (schedules.py's grad_scale_func)
-     * when one runs */
     const trainer *tr = sc->tr;
-    float seed = tr->scaling ? tr->scaler.scale / tr->num_microbatches
-                             : 1.0f / tr->num_microbatches;
+    float seed = grad_seed(tr);
     if (tr->model->detect_anomaly)
         snprintf(tr->model->anomaly_where, sizeof tr->model->anomaly_where,
                  "iteration %d, micro-batch %d of data-parallel rank %d", tr->iteration + 1, k,
@@ -917,6 +923,19 @@ static void report_nonfinite(int iteration, float loss, float norm, int first_ra
  * beside the analytic count of docs/MEMORY.md (they must agree). Then, per category, what
  * `megadlm memory` predicts for this rank (training/theoretical_memory.c, the same code) beside
  * what the allocator holds: any difference is a bug in one of the two. */
+/* The last stage's logits per store (part of the saved activations above): the rows the
+ * store's buffer holds against theoretical_megadlm_logits_rows, and why that many. */
+static void log_logits(const trainer *tr, const activation_store *s, int rank) {
+    if (!s->logits) return;
+    const megadlm_args *a = tr->a;
+    printf("[Rank %d] logits per store (bytes) | predicted %zu | measured %zu | rows %d "
+           "of %d | %s |\n", rank, theoretical_megadlm_logits_bytes(a),
+           mem_block_bytes(s->logits), s->logits_rows,
+           a->micro_batch_size * a->seq_length,
+           difflm_logits_in_chunks(a) ? "masked diffusion: loss-weighted rows in chunks"
+                                      : "every row");
+}
+
 static void log_saved_activations(const trainer *tr) {
     const gpt_model *m = tr->model;
     const activation_store *s = tr->pipe->stores[0];
@@ -945,6 +964,7 @@ static void log_saved_activations(const trainer *tr) {
                rank, rows[i].name, rows[i].predicted, measured,
                (long long)measured - (long long)rows[i].predicted);
     }
+    log_logits(tr, s, rank);
     fflush(stdout);
 }
 
@@ -1272,6 +1292,9 @@ int pretrain(megadlm_args *a) {
     printf(" > number of parameters on (tensor, pipeline) model parallel rank (%d, %d): %zu\n",
            pst->tp_rank, pst->pp_rank, tr.model->params.numel);
     gpt_model_init_params(tr.model, a->seed);
+    /* masked diffusion: the head runs its loss-weighted rows in chunks (stores made below hold
+     * one chunk of logits) */
+    tr.model->logits_in_chunks = difflm_logits_in_chunks(a);
     tr.model->detect_anomaly = debug_detect_anomaly(a);
     tr.model->anomaly_nan_only = a->fp16 || a->loss_scale > 0.0f;
     setup_data_parallel(&tr);

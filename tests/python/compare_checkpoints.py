@@ -37,10 +37,12 @@ def read(path):
     for name, info in header.items():
         if name == "__metadata__":
             continue
-        assert info["dtype"] in ("F32", "BF16"), (path, name, info["dtype"])
+        assert info["dtype"] in ("F32", "BF16", "F16"), (path, name, info["dtype"])
         b, e = info["data_offsets"]
         if info["dtype"] == "BF16":  # a --bf16 checkpoint's parameters: widened exactly
             x = (np.frombuffer(buf[b:e], dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        elif info["dtype"] == "F16":  # an --fp16 checkpoint's: widened exactly
+            x = np.frombuffer(buf[b:e], dtype="<f2").astype(np.float32)
         else:
             x = np.frombuffer(buf[b:e], dtype="<f4")
         out[name] = x.reshape(info["shape"])

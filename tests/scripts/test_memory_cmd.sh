@@ -7,7 +7,11 @@
 #  - invalid combinations are refused with the same words as `megadlm train`;
 #  - `megadlm train --log-memory` prints predicted == measured for parameters, gradients,
 #    optimizer state and saved activations in every recompute mode, both families, and under
-#    tensor and sequence parallelism (mpirun -np 2), and memory's prediction is the same number.
+#    tensor and sequence parallelism (mpirun -np 2), and memory's prediction is the same number;
+#  - masked-diffusion training: the logits buffer of a store holds one chunk of 256 rows, not
+#    b x s = 600 (4 x 256 x 128 = 131072 bytes against 4 x 600 x 128 = 307200, hand-computed:
+#    vocabulary 100 padded to 128 per rank), predicted == measured alone, with TP 2 + SP and PP 2,
+#    and with --difflm-full-logits all 600 rows.
 set -uo pipefail
 rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
 fail=0
@@ -158,6 +162,45 @@ for family in gpt2 llama; do
     echo "$what: predicted == measured (saved activations $meas bytes)"
   done
 done
+
+# ---- masked diffusion: the logits at one chunk of rows ---------------------------------------------
+dlm=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 300
+     --max-position-embeddings 300 --micro-batch-size 2 --global-batch-size 4 --train-iters 1
+     --lr 1e-3 --mock-data --vocab-size 100 --eval-iters 0 --log-memory
+     --model-running-mode difflm-noshift --mask-token 101)
+# check_logits LOG RANKS BYTES ROWS WHAT: the last stage's logits line
+check_logits() {
+  local n
+  n=$(grep -cE "^\[Rank [0-9]+\] logits per store \(bytes\) \| predicted $3 \| measured $3 \| rows $4 of 600 \|" "$1")
+  [ "$n" -eq "$2" ] || { say_fail "$5: $n of $2 logits lines at $3 bytes ($4 rows)"; grep -a 'logits' "$1"; }
+}
+for mode in rows full; do
+  extra=(); bytes=131072 rows=256
+  [ $mode = full ] && { extra=(--difflm-full-logits); bytes=307200 rows=600; }
+  "$MEGADLM" train "${dlm[@]}" "${extra[@]}" > dlm.log 2>&1 || { say_fail "difflm $mode: train"; tail -3 dlm.log; continue; }
+  check_log dlm.log 1 "difflm $mode"
+  check_logits dlm.log 1 $bytes $rows "difflm $mode"
+  out=$("$MEGADLM" memory "${dlm[@]}" "${extra[@]}" --json)
+  got=$(python3 -c 'import json,sys; b=json.load(sys.stdin)["megadlm_train_bytes"]; print(int(b["logits"]), int(b["logits_rows"]), int(b["saved_activations"]))' <<<"$out")
+  meas=$(grep -o 'memory saved activations (bytes) | predicted [0-9]* | measured [0-9]*' dlm.log | awk '{print $NF}')
+  [ "$got" = "$bytes $rows $meas" ] || say_fail "difflm $mode: memory --json logits, rows, saved '$got', want '$bytes $rows $meas'"
+  "$MEGADLM" memory "${dlm[@]}" "${extra[@]}" | grep -qE "of which logits 0\.[0-9]+ MB per micro-batch on the last stage: $rows of the 600 rows" ||
+    say_fail "difflm $mode: memory's text has no logits line at $rows rows"
+  echo "difflm $mode: logits $bytes bytes ($rows rows), predicted == measured"
+done
+if command -v mpirun > /dev/null; then
+  for layout in "--tensor-model-parallel-size 2 --sequence-parallel" "--pipeline-model-parallel-size 2"; do
+    rm -rf ranks
+    # shellcheck disable=SC2086
+    OMP_NUM_THREADS=1 mpirun --allow-run-as-root --oversubscribe -np 2 --output-filename ranks \
+        "$MEGADLM" train "${dlm[@]}" $layout > dlm.log 2>&1 || { say_fail "difflm $layout: train"; tail -3 dlm.log; continue; }
+    cat ranks/1/rank.*/stdout > dlm.log
+    check_log dlm.log 2 "difflm $layout"
+    last=2; [ "${layout#--pipe}" != "$layout" ] && last=1 # PP: the last stage only
+    check_logits dlm.log $last 131072 256 "difflm $layout"
+    echo "difflm $layout: logits 131072 bytes (256 rows), predicted == measured on both ranks"
+  done
+fi
 
 # tensor and sequence parallelism (two ranks)
 # each rank's stdout in a file of its own (ranks/1/rank.N/stdout): the launcher's merged stream

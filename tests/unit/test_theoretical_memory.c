@@ -18,6 +18,7 @@
 #include "core/transformer/activation_memory.h"
 #include "test_util.h"
 #include "training/arguments.h"
+#include "training/difflm.h"
 #include "training/model_provider.h"
 #include "training/theoretical_memory.h"
 
@@ -402,6 +403,42 @@ static void test_megadlm_measured(void) {
     printf("megadlm predicted == measured: %d layouts x modes x families\n", cases);
 }
 
+/* Masked-diffusion training: the stores' logits hold one chunk of GPT_HEAD_CHUNK_ROWS = 256
+ * rows (the head runs the loss-weighted rows that many at a time), N with --difflm-full-logits
+ * and for the autoregressive objective; predicted == measured either way. b x s = 2 x 300 = 600
+ * rows, vocabulary 100 padded to 128 x t (Megatron pads to a multiple of 128 x t), 128
+ * columns on each rank: 4 x 256 x 128 bytes against 4 x 600 x 128. */
+static void test_megadlm_difflm_logits(void) {
+    const char *base = "--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 300 "
+                       "--max-position-embeddings 300 --micro-batch-size 2 --vocab-size 100";
+    const char *modes[] = {"--model-running-mode difflm-noshift --mask-token 101",
+                           "--model-running-mode difflm-noshift --mask-token 101 "
+                           "--difflm-full-logits",
+                           ""};
+    const size_t rows[] = {256, 600, 600};
+    for (int md = 0; md < 3; md++)
+        for (size_t ly = 0; ly < sizeof(LAYOUTS) / sizeof(LAYOUTS[0]); ly++) {
+            char line[1024];
+            snprintf(line, sizeof line, "%s %s %s", base, modes[md], LAYOUTS[ly]);
+            megadlm_args a;
+            CHECK(setup(&a, line) == 0);
+            CHECK(theoretical_megadlm_logits_rows(&a) == rows[md]);
+            CHECK(theoretical_megadlm_logits_bytes(&a) == 4 * rows[md] * 128);
+            theoretical_megadlm_bytes p = theoretical_megadlm(&a);
+            transformer_config c = model_config_from_args(&a);
+            size_t before = mem_current(MEM_ACTIVATIONS);
+            gpt_model *m = gpt_model_create(&c, a.micro_batch_size, GPT_MODEL_TRAINING);
+            m->logits_in_chunks = difflm_logits_in_chunks(&a);
+            activation_store *st = activation_store_create(m, 1);
+            CHECK(mem_current(MEM_ACTIVATIONS) - before == p.saved_activations);
+            CHECK(mem_block_bytes(st->logits) == theoretical_megadlm_logits_bytes(&a));
+            CHECK((size_t)st->logits_rows == rows[md]);
+            activation_store_free(st);
+            gpt_model_free(m);
+            args_free(&a);
+        }
+}
+
 /* megadlm's rows at t = 1 are activation_memory.c's modes; at t = 2 its TP layout's. */
 static void test_megadlm_rows(void) {
     for (int fam = 0; fam < 2; fam++) {
@@ -452,5 +489,6 @@ int main(void) {
     test_layouts();
     test_megadlm_rows();
     test_megadlm_measured();
+    test_megadlm_difflm_logits();
     TEST_DONE();
 }

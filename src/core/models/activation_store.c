@@ -32,7 +32,9 @@ activation_store *activation_store_create(const gpt_model *m, int checkpointed) 
     if (c->normalization == NORM_LAYERNORM)
         s->lnf_mean = mem_alloc_floats(MEM_ACTIVATIONS, Ns, "final norm mean");
     s->lnf_rstd = mem_alloc_floats(MEM_ACTIVATIONS, Ns, "final norm rstd");
-    s->logits = mem_alloc_floats(MEM_ACTIVATIONS, N * V, "logits");
+    /* masked diffusion: the head runs its rows in chunks, the logits buffer holds one */
+    s->logits_rows = m->logits_in_chunks && N > GPT_HEAD_CHUNK_ROWS ? GPT_HEAD_CHUNK_ROWS : (int)N;
+    s->logits = mem_alloc_floats(MEM_ACTIVATIONS, (size_t)s->logits_rows * V, "logits");
     s->losses = mem_alloc_floats(MEM_ACTIVATIONS, N, "per-token loss");
     s->lse = mem_alloc_floats(MEM_ACTIVATIONS, N, "logsumexp");
     return s;

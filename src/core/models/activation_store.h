@@ -46,7 +46,9 @@ typedef struct activation_store {
     /* the head's (last rank; with interleaving every store may run the last chunk) */
     float *lnf;             /* [Ns, C] final norm output */
     float *lnf_mean, *lnf_rstd; /* [Ns] */
-    float *logits;          /* [N, V/t] (dlogits during backward) */
+    float *logits;          /* [logits_rows, V/t] (dlogits during backward) */
+    int logits_rows;        /* N, or min(N, GPT_HEAD_CHUNK_ROWS) for a model whose forwards
+                               run the loss-weighted rows in chunks (logits_in_chunks) */
     float *losses, *lse;    /* [N] per-token loss, logsumexp */
 
     /* the last forward, which backward differentiates */
@@ -55,6 +57,10 @@ typedef struct activation_store {
     int head_rows;          /* >= 0: only that many rows reached the output layer (the rows of
                                nonzero loss weight, in order: gpt_batch.loss_rows_only);
                                logits, losses, lse and labels hold them; -1: all N rows */
+    int head_dln;           /* head_rows >= 0 and a training forward: the head's backward ran
+                               in forward; lnf holds the gradient w.r.t. the final norm output
+                               ([Ns, C], reduced across TP), which is all backward reads */
+    float grad_seed;        /* the d(objective)/d(loss) it ran with */
     layer_ctx ctx;
 } activation_store;
 

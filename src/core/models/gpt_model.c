@@ -395,12 +395,18 @@ static linear_weight output_weight(const gpt_model *m) {
 /* ---- the loss-weighted rows only (gpt_batch.loss_rows_only) ----
  * Masked diffusion weighs only its masked positions, about half the rows: the output layer and
  * the cross-entropy run on those rows, gathered in order after the final norm (and after the
- * sequence-parallel all-gather), and their gradient is scattered back (zero elsewhere) before
- * the tensor-parallel reduction. The same formula on fewer rows: the loss and the gradients of
- * the full computation to rounding (the rows left out have weight 0). The row list is not
- * stored: it is the nonzero entries of s->loss_mask, read again in backward. m->demb [N, C]
- * holds the gathered rows (it is free until the embedding's backward); the plain gather and
- * reduce-scatter run here, without the --tp-comm-overlap rings. */
+ * sequence-parallel all-gather). The same formula on fewer rows: the loss and the gradients of
+ * the full computation to rounding (the rows left out have weight 0).
+ *
+ * The gathered rows go through in chunks of GPT_HEAD_CHUNK_ROWS, and a training forward runs
+ * each chunk's backward at once (the gradient seed is known: gpt_batch.grad_seed), so the
+ * logits buffer holds one chunk, not N rows kept until backward: logits, cross-entropy, dlogits
+ * in place, the output weight's gradient, the chunk's input gradient over its input rows. Then
+ * the row gradients are scattered back (zero elsewhere), reduced across TP (all-reduce, or
+ * reduce-scatter under SP) and kept in s->lnf: the final norm's output is not read again, and
+ * m->demb [N, C] (the gathered rows, free until the embedding's backward) is free again for
+ * the other micro-batches in flight (pipeline schedules). Backward only runs the final norm's.
+ * The plain gather and reduce-scatter run here, without the --tp-comm-overlap rings. */
 static int head_uses_rows(const gpt_model *m, const gpt_batch *b) {
     return b->loss_rows_only && b->labels && b->loss_mask && m->demb;
 }
@@ -438,34 +444,97 @@ static float *head_full_input(gpt_model *m, activation_store *s, int N) {
     return m->block.ws.gathered;
 }
 
-/* logits[M, V/t] of the weighted rows; labels compacted to them. */
-static void head_rows_forward(gpt_model *m, activation_store *s, const gpt_batch *b) {
-    const transformer_config *c = &s->cfg;
-    int N = s->B * s->T, C = c->hidden_size, V = tc_vocab_local(c);
-    const float *full = head_full_input(m, s, N);
-    int M = gather_weighted_rows(m->demb, full, b->loss_mask, N, C);
-    for (int i = 0, k = 0; i < N; i++)
-        if (b->loss_mask[i] != 0.0f) s->labels[k++] = b->labels[i];
-    s->head_rows = M;
-    if (M) linear_forward(s->logits, m->demb, output_weight(m), NULL, M, C, V);
+/* The loss's denominator: b->denominator, else the sum of the weights (loss_forward's). */
+static double loss_denominator(const gpt_batch *b, int N) {
+    if (b->denominator > 0.0f) return b->denominator;
+    double den = 0.0;
+    for (int i = 0; i < N; i++) den += b->loss_mask ? b->loss_mask[i] : 1.0f;
+    return den;
 }
 
-/* dlogits [M, V/t] in s->logits -> the output weight's gradient and dln (returned): [N, C]
- * without sequence parallelism, the rank's [Ns, C] with it. */
-static float *head_rows_backward(gpt_model *m, activation_store *s) {
+/* Cross-entropy of R rows of logits (vocab-parallel under TP) into losses/lse [R]. */
+static void head_ce_forward(gpt_model *m, activation_store *s, float *losses, float *lse,
+                            const int *labels, int R) {
     const transformer_config *c = &s->cfg;
-    int N = s->B * s->T, C = c->hidden_size, V = tc_vocab_local(c), M = s->head_rows;
-    const float *full = head_full_input(m, s, N);
-    gather_weighted_rows(m->demb, full, s->loss_mask, N, C);
-    if (M) linear_backward(NULL, m->g_out_w, NULL, s->logits, m->demb, output_weight(m), M, C, V);
-    /* dgrad over the rows wgrad just read (dgrad does not read them) */
-    memset(m->demb, 0, (size_t)M * C * sizeof(float));
-    if (M) linear_backward(m->demb, NULL, NULL, s->logits, NULL, output_weight(m), M, C, V);
+    int V = tc_vocab_local(c);
+    if (tc_tp(c) == 1)
+        cross_entropy_forward(losses, lse, s->logits, labels, R, V);
+    else
+        vocab_parallel_cross_entropy_forward(losses, lse, m->ce_sumexp, s->logits, labels,
+                                             c->tp_rank * V, V, R);
+}
+
+/* Its backward, in place: s->logits = (softmax - onehot) * dlosses. */
+static void head_ce_backward(gpt_model *m, activation_store *s, const float *lse,
+                             const int *labels, const float *dlosses, int R) {
+    const transformer_config *c = &s->cfg;
+    int V = tc_vocab_local(c);
+    if (tc_tp(c) == 1)
+        cross_entropy_backward(s->logits, s->logits, lse, labels, dlosses, R, V);
+    else
+        vocab_parallel_cross_entropy_backward(s->logits, s->logits, lse, labels,
+                                              c->tp_rank * V, dlosses, V, R);
+}
+
+/* One chunk: rows [k, k + R) of the gathered rows x (m->demb). With grads, its backward too:
+ * the output weight's gradient, then x's rows overwritten by their gradient (each chunk's GEMMs
+ * read only its own rows, so the later chunks' inputs are intact). */
+static void head_chunk(gpt_model *m, activation_store *s, int k, int R, int grads) {
+    int C = s->cfg.hidden_size, V = tc_vocab_local(&s->cfg);
+    float *x = m->demb + (size_t)k * C;
+    linear_forward(s->logits, x, output_weight(m), NULL, R, C, V);
+    head_ce_forward(m, s, s->losses + k, s->lse + k, s->labels + k, R);
+    if (!grads) return;
+    head_ce_backward(m, s, s->lse + k, s->labels + k, m->dlosses + k, R);
+    linear_backward(NULL, m->g_out_w, NULL, s->logits, x, output_weight(m), R, C, V);
+    memset(x, 0, (size_t)R * C * sizeof(float));
+    linear_backward(x, NULL, NULL, s->logits, NULL, output_weight(m), R, C, V);
+}
+
+/* The gathered rows' gradient [M, C] in m->demb -> the gradient w.r.t. the final norm output,
+ * summed across TP, into s->lnf: [N, C] without sequence parallelism, the rank's [Ns, C] with. */
+static void head_rows_keep_dln(gpt_model *m, activation_store *s, const float *mask, int M) {
+    const transformer_config *c = &s->cfg;
+    int N = s->B * s->T, C = c->hidden_size;
     if (tc_tp(c) > 1 && !tc_sp(c)) tp_all_reduce_sum(m->demb, (size_t)M * C);
-    scatter_weighted_rows(m->demb, s->loss_mask, N, M, C);
-    if (!tc_sp(c)) return m->demb;
-    tp_reduce_scatter(m->block.ws.dln, m->demb, (size_t)tc_tokens_local(c, N) * C);
-    return m->block.ws.dln;
+    scatter_weighted_rows(m->demb, mask, N, M, C);
+    if (tc_sp(c))
+        tp_reduce_scatter(s->lnf, m->demb, (size_t)tc_tokens_local(c, N) * C);
+    else
+        memcpy(s->lnf, m->demb, (size_t)N * C * sizeof(float));
+}
+
+/* The weighted rows in chunks: their losses and lse (compacted, labels too); in a training
+ * forward also their gradients (the output weight's, and dln kept in s->lnf). */
+static void head_rows_forward(gpt_model *m, activation_store *s, const gpt_batch *b) {
+    const transformer_config *c = &s->cfg;
+    int N = s->B * s->T, C = c->hidden_size;
+    const float *full = head_full_input(m, s, N);
+    int M = gather_weighted_rows(m->demb, full, b->loss_mask, N, C);
+    /* loss = sum_i mask_i * loss_i / den: d(objective)/d(loss_i) = mask_i * seed / den */
+    double den = loss_denominator(b, N);
+    float inv = den > 0.0 ? (float)(b->grad_seed / den) : 0.0f;
+    for (int i = 0, k = 0; i < N; i++)
+        if (b->loss_mask[i] != 0.0f) {
+            s->labels[k] = b->labels[i];
+            m->dlosses[k++] = b->loss_mask[i] * inv;
+        }
+    s->head_rows = M;
+    s->head_dln = s->ctx.training;
+    s->grad_seed = b->grad_seed;
+    for (int k = 0; k < M; k += GPT_HEAD_CHUNK_ROWS) {
+        int R = M - k < GPT_HEAD_CHUNK_ROWS ? M - k : GPT_HEAD_CHUNK_ROWS;
+        head_chunk(m, s, k, R, s->head_dln);
+    }
+    if (s->head_dln) head_rows_keep_dln(m, s, b->loss_mask, M);
+}
+
+/* The store's logits buffer holds logits_rows rows (chunked for masked diffusion). */
+static void logits_fit(const activation_store *s, int rows) {
+    if (rows > s->logits_rows)
+        die(1, "internal error: a forward needs logits for %d rows, the store holds %d (a model "
+               "built for masked-diffusion training runs every labelled forward on its "
+               "loss-weighted rows only)", rows, s->logits_rows);
 }
 
 /* Without labels (sampling): logits of the rows b->logit_rows marks only. No backward follows,
@@ -478,6 +547,7 @@ static void head_marked_forward(gpt_model *m, activation_store *s, const gpt_bat
         if (b->logit_rows[i])
             memmove(full + (size_t)M++ * C, full + (size_t)i * C, C * sizeof(float));
     s->head_rows = M;
+    logits_fit(s, M);
     if (M) linear_forward(s->logits, full, output_weight(m), NULL, M, C, tc_vocab_local(c));
 }
 
@@ -488,6 +558,7 @@ static void head_forward(gpt_model *m, activation_store *s, const gpt_batch *b) 
     params_needed(m, head_begin(m), m->params.numel);
     norm_forward(c, s->lnf, s->lnf_mean, s->lnf_rstd, s->output, m->lnf_w, m->lnf_b, Ns);
     s->head_rows = -1;
+    s->head_dln = 0;
     if (head_uses_rows(m, b)) {
         head_rows_forward(m, s, b);
         return;
@@ -496,6 +567,7 @@ static void head_forward(gpt_model *m, activation_store *s, const gpt_batch *b) 
         head_marked_forward(m, s, b);
         return;
     }
+    logits_fit(s, N);
     tp_linear out = tp_linear_make(c, TP_LINEAR_OUTPUT, m->block.ws.gathered, NULL, NULL);
     column_parallel_linear_forward(&out, s->logits, s->lnf, output_weight(m), NULL, N, C, V);
 }
@@ -503,18 +575,15 @@ static void head_forward(gpt_model *m, activation_store *s, const gpt_batch *b) 
 /* Cross-entropy (vocab-parallel under TP) and the weighted mean of the per-token losses (over
  * the rows that reached the output layer: the others weigh 0). */
 static float loss_forward(gpt_model *m, activation_store *s, const gpt_batch *b) {
-    const transformer_config *c = &s->cfg;
-    int N = s->B * s->T, V = tc_vocab_local(c), R = s->head_rows >= 0 ? s->head_rows : N;
-    if (s->head_rows < 0) memcpy(s->labels, b->labels, (size_t)N * sizeof(int));
+    int N = s->B * s->T;
     if (b->loss_mask)
         memcpy(s->loss_mask, b->loss_mask, (size_t)N * sizeof(float));
     else
         for (int i = 0; i < N; i++) s->loss_mask[i] = 1.0f;
-    if (tc_tp(c) == 1)
-        cross_entropy_forward(s->losses, s->lse, s->logits, s->labels, R, V);
-    else
-        vocab_parallel_cross_entropy_forward(s->losses, s->lse, m->ce_sumexp, s->logits,
-                                             s->labels, c->tp_rank * V, V, R);
+    if (s->head_rows < 0) { /* every row: (the weighted rows ran theirs in head_forward) */
+        memcpy(s->labels, b->labels, (size_t)N * sizeof(int));
+        head_ce_forward(m, s, s->losses, s->lse, s->labels, N);
+    }
     double num = 0.0, den = 0.0;
     for (int i = 0, k = 0; i < N; i++) {
         if (s->head_rows < 0 || s->loss_mask[i] != 0.0f)
@@ -537,37 +606,43 @@ float gpt_model_forward(gpt_model *m, activation_store *s, const gpt_batch *b, g
     return b->labels ? loss_forward(m, s, b) : 0.0f;
 }
 
-/* The head's backward (last stage): cross-entropy, output layer, final norm -> s->grad. */
-static void head_backward(gpt_model *m, activation_store *s, float loss_scale) {
+/* The head's backward over every row: cross-entropy, output layer -> dln (returned): m->demb
+ * [N, C] holds this rank's part of the gradient w.r.t. the (gathered) final norm output,
+ * summed across TP into dln ([Ns, C] under SP). */
+static float *head_full_backward(gpt_model *m, activation_store *s, float loss_scale) {
     const transformer_config *c = &s->cfg;
-    int N = s->B * s->T, Ns = tc_tokens_local(c, N), C = c->hidden_size, V = tc_vocab_local(c);
-    size_t NsC = (size_t)Ns * C;
-
+    int N = s->B * s->T, C = c->hidden_size, V = tc_vocab_local(c);
     /* loss = sum_i mask_i * loss_i / sum(mask) */
     float inv = s->loss_mask_sum > 0.0f ? loss_scale / s->loss_mask_sum : 0.0f;
-    int R = 0;
-    for (int i = 0; i < N; i++)
-        if (s->head_rows < 0 || s->loss_mask[i] != 0.0f) m->dlosses[R++] = s->loss_mask[i] * inv;
-    if (tc_tp(c) == 1)
-        cross_entropy_backward(s->logits, s->logits, s->lse, s->labels, m->dlosses, R, V);
-    else
-        vocab_parallel_cross_entropy_backward(s->logits, s->logits, s->lse, s->labels,
-                                              c->tp_rank * V, m->dlosses, V, R);
-
-    /* output layer (dlogits now in s->logits): m->demb [N, C] holds this rank's part of the
-     * gradient w.r.t. the (gathered) final norm output, summed across TP into dln [Ns, C] */
+    for (int i = 0; i < N; i++) m->dlosses[i] = s->loss_mask[i] * inv;
+    head_ce_backward(m, s, s->lse, s->labels, m->dlosses, N);
     float *dln = tc_sp(c) ? m->block.ws.dln : m->demb;
+    tp_linear out = tp_linear_make(c, TP_LINEAR_OUTPUT, m->block.ws.gathered, m->demb,
+                                   m->block.ws.recv);
+    column_parallel_linear_backward(&out, dln, m->g_out_w, NULL, s->logits, s->lnf,
+                                    output_weight(m), N, C, V);
+    return dln;
+}
+
+/* The head's backward (last stage): cross-entropy, output layer (both already run in forward
+ * on the weighted rows: dln is in s->lnf), final norm -> s->grad. */
+static void head_backward(gpt_model *m, activation_store *s, float loss_scale) {
+    const transformer_config *c = &s->cfg;
+    int Ns = tc_tokens_local(c, s->B * s->T);
+    float *dln;
     if (s->head_rows >= 0) {
-        dln = head_rows_backward(m, s);
+        if (!s->head_dln || s->grad_seed != loss_scale)
+            die(1, "internal error: the backward of a masked-diffusion head (seed %g) that ran "
+                   "%s in forward", (double)loss_scale,
+                s->head_dln ? "with another seed" : "without gradients");
+        dln = s->lnf;
     } else {
-        tp_linear out = tp_linear_make(c, TP_LINEAR_OUTPUT, m->block.ws.gathered, m->demb,
-                                       m->block.ws.recv);
-        column_parallel_linear_backward(&out, dln, m->g_out_w, NULL, s->logits, s->lnf,
-                                        output_weight(m), N, C, V);
+        dln = head_full_backward(m, s, loss_scale);
     }
-    memset(s->grad, 0, NsC * sizeof(float));
+    memset(s->grad, 0, (size_t)Ns * c->hidden_size * sizeof(float));
     norm_backward(c, s->grad, m->g_lnf_w, m->g_lnf_b, dln, s->output, m->lnf_w, s->lnf_mean,
                   s->lnf_rstd, Ns);
+    s->head_dln = 0;
     grads_done(m, head_begin(m), m->params.numel, "the decoder's output (the head's backward)");
 }
 

@@ -54,6 +54,10 @@ typedef struct gpt_model {
     float *rope_cos, *rope_sin; /* [seq_length, rot_dim/2] */
     float *emb_partial;   /* [N, C] vocab-parallel lookup before its reduction (TP only) */
     float *ce_sumexp;     /* [N] vocab-parallel cross-entropy scratch (TP only) */
+    /* Masked-diffusion training (every labelled forward sets gpt_batch.loss_rows_only): the
+     * stores made while this is set hold logits for min(N, GPT_HEAD_CHUNK_ROWS) rows only
+     * (activation_store.logits_rows); a forward that needs all N rows then dies */
+    int logits_in_chunks;
 
     /* The rank's parameters (names, shapes, where each part's parameters sit in the flat
      * buffers: spec.layer_begin; gpt_spec.h); params.tensors is spec's table. With
@@ -114,6 +118,13 @@ void gpt_model_params_gathering(gpt_model *m);
  * operand workspace's row width. */
 int gpt_model_linear_max_width(const transformer_config *c);
 
+/* The loss-weighted rows (gpt_batch.loss_rows_only) go through the output layer and the
+ * cross-entropy this many at a time, their backward fused into forward, so the logits buffer
+ * holds this many rows, not N = b x s. 256 rows: a quarter of GPT-2 124M's micro-batch of
+ * 4 x 256 tokens (masked diffusion weighs about half of them, so two chunks), large enough that
+ * the output layer's GEMMs (256 x h x V/t) still run at full speed on the BLAS kernels. */
+#define GPT_HEAD_CHUNK_ROWS 256
+
 typedef struct {
     uint64_t seed;       /* --seed */
     uint32_t iteration;  /* dropout key */
@@ -137,11 +148,18 @@ typedef struct {
                                rounding: the others weigh 0); 0: every row */
     const uint8_t *logit_rows; /* [B, T] without labels: only the rows marked nonzero get
                                logits, in order (s->head_rows of them); NULL: every row */
+    float grad_seed;        /* loss_rows_only, training forward: d(objective)/d(loss), the
+                               loss_scale the backward will be given (Megatron's loss scale /
+                               num_microbatches); the head's backward runs in forward with it */
 } gpt_batch;
 
 /* Forward of b on the store s (B <= max_batch, T <= seq_length). Returns the loss on the
  * pipeline's last stage (0 without labels, and on other stages: their output is s->output).
- * The logits stay in s->logits [B, T, V/t] until backward. */
+ * The logits stay in s->logits [B, T, V/t] until backward. With b->loss_rows_only the
+ * loss-weighted rows run in chunks of GPT_HEAD_CHUNK_ROWS: a training forward (step.training)
+ * already computes the output layer's weight gradient (accumulated into m->params.grad) and the
+ * gradient w.r.t. the final norm output (kept in the store), with d(objective)/d(loss) =
+ * b->grad_seed; an evaluation forward computes the loss only. */
 float gpt_model_forward(gpt_model *m, activation_store *s, const gpt_batch *b, gpt_step step);
 /* Backward of s's last forward, with d(objective)/d(loss) = loss_scale (1/num_microbatches for
  * gradient accumulation). Gradients accumulate into m->params.grad. The sums across TP, DP and

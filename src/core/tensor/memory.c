@@ -70,6 +70,10 @@ void mem_free(void *p) {
     free(h);
 }
 
+size_t mem_block_bytes(const void *p) {
+    return p ? ((const mem_header *)((const char *)p - MEM_ALIGN))->bytes : 0;
+}
+
 size_t mem_current(mem_category cat) { return g_current[cat]; }
 size_t mem_peak(mem_category cat) { return g_peak[cat]; }
 void mem_phase_start(void) { memcpy(g_phase_peak, g_current, sizeof g_phase_peak); }

@@ -29,6 +29,7 @@ void *mem_alloc(mem_category cat, size_t bytes, const char *what);
 /* Like mem_alloc for `count` floats. */
 float *mem_alloc_floats(mem_category cat, size_t count, const char *what);
 void mem_free(void *p); /* NULL is fine */
+size_t mem_block_bytes(const void *p); /* the bytes mem_alloc gave block p (NULL: 0) */
 
 size_t mem_current(mem_category cat);
 size_t mem_peak(mem_category cat);
