@@ -1,6 +1,7 @@
 #include "tools/diffusion_sampling.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 
 #include "core/random/philox.h"
@@ -87,8 +88,10 @@ int diffusion_generate(gpt_model *m, activation_store *st, int32_t *x, int promp
     for (int i = prompt_len; i < total; i++) x[i] = ds->mask_token;
     int *pred = malloc(total * sizeof(int));
     float *conf = malloc(total * sizeof(float));
-    double *probs = malloc((size_t)ds->vocab * sizeof(double)),
-           *scratch = malloc((size_t)ds->vocab * sizeof(double));
+    int *cand = malloc(total * sizeof(int)); /* a round's masked positions of the block */
+    /* predict's work space, [vocab] probs and [vocab] scratch per thread */
+    const int threads = omp_get_max_threads();
+    double *work = malloc((size_t)threads * 2 * (size_t)ds->vocab * sizeof(double));
     uint8_t *rows = malloc(total); /* the positions whose logits a round reads */
     gpt_step gs = {.seed = ds->seed, .training = 0};
     int step_id = 0;
@@ -106,13 +109,21 @@ int diffusion_generate(gpt_model *m, activation_store *st, int32_t *x, int promp
             int candidates = 0;
             for (int i = lo; i < hi; i++) {
                 conf[i] = -INFINITY;
-                if (x[i] != ds->mask_token) continue;
+                if (x[i] == ds->mask_token) cand[candidates++] = i;
+            }
+            /* each position's prediction reads only its own logits row and draws: the rows
+             * are independent, so threads share them out and the tokens do not depend on the
+             * thread count */
+#pragma omp parallel for schedule(dynamic, 1)
+            for (int c = 0; c < candidates; c++) {
+                int i = cand[c];
+                double *probs = work + (size_t)omp_get_thread_num() * 2 * (size_t)ds->vocab;
                 float p;
-                size_t row = ds->full_logits ? (size_t)i : (size_t)candidates;
-                pred[i] = predict(st->logits + row * V, ds, step_id, i, probs, scratch, &p);
+                size_t row = ds->full_logits ? (size_t)i : (size_t)c;
+                pred[i] = predict(st->logits + row * V, ds, step_id, i, probs, probs + ds->vocab,
+                                  &p);
                 conf[i] = ds->low_confidence ? p
                                              : (float)uniform01(ds->seed, 2, step_id, (uint32_t)i);
-                candidates++;
             }
             /* unmask the `quota` most confident masked positions of the block */
             for (int k = 0; k < quota && k < candidates; k++) {
@@ -128,8 +139,8 @@ int diffusion_generate(gpt_model *m, activation_store *st, int32_t *x, int promp
     }
     free(pred);
     free(conf);
-    free(probs);
-    free(scratch);
+    free(cand);
+    free(work);
     free(rows);
     return 0;
 }
