@@ -22,7 +22,7 @@ build: deps
 	cmake --build $(BUILD) -j $(JOBS)
 
 # Tokenize the bundled King James Bible with GPT-2's BPE, train a small autoregressive model
-# and a small masked-diffusion model (about 2.5 minutes each on 2 idle cores), save checkpoints, sample
+# and a small masked-diffusion model (about a minute each on 2 idle cores), save checkpoints, sample
 # from both.
 demo: demo-deps build
 	bash scripts/demo.sh $(BUILD)
