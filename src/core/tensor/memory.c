@@ -3,7 +3,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
 
 #include "core/util/die.h"
@@ -27,19 +26,13 @@ static const char *g_names[MEM_NUM_CATEGORIES] = {
 
 const char *mem_category_name(mem_category cat) { return g_names[cat]; }
 
-#define HUGE_PAGE ((size_t)2 << 20)
-
 void *mem_alloc(mem_category cat, size_t bytes, const char *what) {
     void *block = NULL;
-    int huge = bytes >= HUGE_PAGE && bytes <= SIZE_MAX - 2 * HUGE_PAGE;
     /* a failure ends every rank (a rank left alone would wait in its next collective) */
-    if (bytes > SIZE_MAX - MEM_ALIGN ||
-        posix_memalign(&block, huge ? HUGE_PAGE : MEM_ALIGN, MEM_ALIGN + bytes) != 0 ||
+    if (bytes > SIZE_MAX - MEM_ALIGN || posix_memalign(&block, MEM_ALIGN, MEM_ALIGN + bytes) != 0 ||
         block == NULL)
         die(1, "out of memory allocating %zu bytes of %s for %s", bytes, g_names[cat],
                        what ? what : "?");
-    if (huge && getenv("MEGADLM_THP"))
-        madvise(block, (MEM_ALIGN + bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE, MADV_HUGEPAGE);
     memset(block, 0, MEM_ALIGN + bytes);
     mem_header *h = (mem_header *)block;
     h->bytes = bytes;
