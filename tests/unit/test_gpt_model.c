@@ -375,6 +375,11 @@ int main(void) {
     transformer_config bidirectional = qwen2_config();
     bidirectional.causal = 0; /* --attention-mask-type no_mask */
     check_finite_differences(bidirectional, "qwen2 no_mask");
+    /* difflm-noshift with learned positions: bidirectional, positions looked up from 1 */
+    transformer_config gpt2_dlm = gpt2_config();
+    gpt2_dlm.causal = 0;
+    gpt2_dlm.position_offset = 1;
+    check_finite_differences(gpt2_dlm, "gpt2 no_mask, learned positions from 1");
     check_grad_accumulation(gpt2_config(), "gpt2");
     check_grad_accumulation(llama_config(), "llama");
     check_determinism_and_no_alloc(gpt2_config());
