@@ -74,4 +74,13 @@ if has avx2 && has fma; then
     else echo "ok $log: kernels $got$(grep -q 'megadlm restarted itself' $log && echo ' (restarted)')"; fi
   done
 fi
+# a restarted process keeps its name (tools and tests find ranks by /proc/PID/comm)
+env -u OPENBLAS_CORETYPE OMP_NUM_THREADS=1 "$MEGADLM" train "${flags[@]}" --train-iters 1000000 \
+  > name.log 2>&1 &
+pid=$!
+for _ in $(seq 50); do grep -q 'iteration' name.log && break; sleep 0.1; done
+name=$(cat /proc/$pid/comm 2>/dev/null || true)
+kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true
+[ "$name" = megadlm ] && echo "ok the process is still named megadlm" ||
+  { echo "FAIL the process is named '$name', not megadlm"; fail=1; }
 exit $fail

@@ -1,5 +1,6 @@
 #include "core/kernels/blas_kernels.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -38,10 +39,16 @@ void blas_kernels_choose(char **argv) {
     const char *set = getenv("OPENBLAS_CORETYPE");
     const char *better = blas_kernels_missed();
     if ((set && set[0]) || !better) return;
+    /* the binary's own path, not /proc/self/exe: the process keeps its name (ps, pgrep -P
+     * walks, /proc/PID/comm), which exec takes from the path's last component */
+    char path[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+    if (n <= 0 || n >= (ssize_t)sizeof path - 1) return;
+    path[n] = '\0';
     if (setenv("OPENBLAS_CORETYPE", better, 1) != 0 ||
         setenv(REPLACED_ENV, gemm_blas_kernels(), 1) != 0)
         return;
-    execv("/proc/self/exe", argv);
+    execv(path, argv);
     /* not re-executed (no /proc): run on, the log warns */
     unsetenv("OPENBLAS_CORETYPE");
     unsetenv(REPLACED_ENV);
