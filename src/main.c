@@ -3,7 +3,6 @@
 #include <string.h>
 
 #include "core/kernels/blas_kernels.h"
-#include "core/kernels/gemm.h"
 #include "core/parallel_state.h"
 #include "tools/tools.h"
 
@@ -35,13 +34,7 @@ static void usage(FILE *out) {
 
 /* The BLAS build and kernel set this process runs (after blas_kernels_choose): benchmarks read
  * it to run their reference GEMMs on the same kernels. */
-static void version(void) {
-    printf("megadlm\nBLAS: %s; kernels %s\n", gemm_blas_config(), gemm_blas_kernels());
-    const char *replaced = blas_kernels_replaced();
-    if (replaced)
-        printf("(OpenBLAS chose its %s kernels for this CPU, which it does not recognise; megadlm "
-               "runs with OPENBLAS_CORETYPE=%s)\n", replaced, gemm_blas_kernels());
-}
+static void version(void) { printf("megadlm\nBLAS: %s\n", blas_kernels_line()); }
 
 int main(int argc, char **argv) {
     blas_kernels_choose(argv); /* may re-execute this program: before MPI and threads */

@@ -247,8 +247,8 @@ static size_t theoretical_megadlm_stage_count(const megadlm_args *a, int pp_rank
 }
 
 size_t theoretical_megadlm_logits_rows(const megadlm_args *a) {
-    size_t N = (size_t)a->micro_batch_size * a->seq_length;
-    return difflm_logits_in_chunks(a) && N > GPT_HEAD_CHUNK_ROWS ? GPT_HEAD_CHUNK_ROWS : N;
+    return (size_t)gpt_head_logits_rows(a->micro_batch_size * a->seq_length,
+                                        difflm_logits_in_chunks(a));
 }
 
 size_t theoretical_megadlm_logits_bytes(const megadlm_args *a) {

@@ -919,11 +919,7 @@ static void report_nonfinite(int iteration, float loss, float norm, int first_ra
     fflush(stderr);
 }
 
-/* Saved activations per layer: what the tracked allocator measured when the block was built,
- * beside the analytic count of docs/MEMORY.md (they must agree). Then, per category, what
- * `megadlm memory` predicts for this rank (training/theoretical_memory.c, the same code) beside
- * what the allocator holds: any difference is a bug in one of the two. */
-/* The last stage's logits per store (part of the saved activations above): the rows the
+/* The last stage's logits per store (within the saved activations): the rows the
  * store's buffer holds against theoretical_megadlm_logits_rows, and why that many. */
 static void log_logits(const trainer *tr, const activation_store *s, int rank) {
     if (!s->logits) return;
@@ -936,6 +932,10 @@ static void log_logits(const trainer *tr, const activation_store *s, int rank) {
                                       : "every row");
 }
 
+/* Saved activations per layer: what the tracked allocator measured when the block was built,
+ * beside the analytic count of docs/MEMORY.md (they must agree). Then, per category, what
+ * `megadlm memory` predicts for this rank (training/theoretical_memory.c, the same code) beside
+ * what the allocator holds: any difference is a bug in one of the two. */
 static void log_saved_activations(const trainer *tr) {
     const gpt_model *m = tr->model;
     const activation_store *s = tr->pipe->stores[0];
@@ -1109,14 +1109,7 @@ static void log_threads(void) {
         log_printf("> threads per rank: %s (OpenMP and OpenBLAS; %d CPU%s in this rank's "
                    "affinity mask, shared by %d process%s)\n", range, cpus, cpus == 1 ? "" : "s",
                    sharing, sharing == 1 ? "" : "es");
-    const char *replaced = blas_kernels_replaced();
-    if (replaced)
-        log_printf("> BLAS: %s; kernels %s (OpenBLAS did not recognise this CPU and chose its "
-                   "%s kernels, which use no AVX2: megadlm restarted itself with "
-                   "OPENBLAS_CORETYPE=%s; set OPENBLAS_CORETYPE to choose)\n",
-                   gemm_blas_config(), gemm_blas_kernels(), replaced, gemm_blas_kernels());
-    else
-        log_printf("> BLAS: %s; kernels %s\n", gemm_blas_config(), gemm_blas_kernels());
+    log_printf("> BLAS: %s\n", blas_kernels_line());
     const char *better = blas_kernels_missed();
     if (better && !getenv("OPENBLAS_CORETYPE"))
         log_printf(" WARNING: OpenBLAS did not recognise this CPU and runs its %s kernels, which "

@@ -1,6 +1,7 @@
 #include "core/kernels/blas_kernels.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -54,4 +55,14 @@ void blas_kernels_choose(char **argv) {
     unsetenv(REPLACED_ENV);
 }
 
-const char *blas_kernels_replaced(void) { return g_replaced[0] ? g_replaced : NULL; }
+
+const char *blas_kernels_line(void) {
+    static char line[512];
+    int n = snprintf(line, sizeof line, "%s; kernels %s", gemm_blas_config(), gemm_blas_kernels());
+    if (g_replaced[0] && n > 0 && (size_t)n < sizeof line)
+        snprintf(line + n, sizeof line - (size_t)n,
+                 " (OpenBLAS did not recognise this CPU and chose its %s kernels, which use no "
+                 "AVX2: megadlm restarted itself with OPENBLAS_CORETYPE=%s; set "
+                 "OPENBLAS_CORETYPE to choose)", g_replaced, gemm_blas_kernels());
+    return line;
+}

@@ -20,7 +20,9 @@ const char *blas_kernels_missed(void);
  * re-execution failed (then the log's warning says what to set). */
 void blas_kernels_choose(char **argv);
 
-/* After a re-execution: the kernel set OpenBLAS had chosen itself ("Prescott"), else NULL. */
-const char *blas_kernels_replaced(void);
+/* The one line naming the BLAS build and kernel set, and a restart if there was one:
+ * "<config>; kernels <set>[ (why: megadlm restarted itself ...)]" (the training log's
+ * "> BLAS:" line, `megadlm --version`; benches and tests parse "; kernels <set>"). */
+const char *blas_kernels_line(void);
 
 #endif

@@ -33,7 +33,7 @@ activation_store *activation_store_create(const gpt_model *m, int checkpointed) 
         s->lnf_mean = mem_alloc_floats(MEM_ACTIVATIONS, Ns, "final norm mean");
     s->lnf_rstd = mem_alloc_floats(MEM_ACTIVATIONS, Ns, "final norm rstd");
     /* masked diffusion: the head runs its rows in chunks, the logits buffer holds one */
-    s->logits_rows = m->logits_in_chunks && N > GPT_HEAD_CHUNK_ROWS ? GPT_HEAD_CHUNK_ROWS : (int)N;
+    s->logits_rows = gpt_head_logits_rows((int)N, m->logits_in_chunks);
     s->logits = mem_alloc_floats(MEM_ACTIVATIONS, (size_t)s->logits_rows * V, "logits");
     s->losses = mem_alloc_floats(MEM_ACTIVATIONS, N, "per-token loss");
     s->lse = mem_alloc_floats(MEM_ACTIVATIONS, N, "logsumexp");

@@ -125,6 +125,12 @@ int gpt_model_linear_max_width(const transformer_config *c);
  * the output layer's GEMMs (256 x h x V/t) still run at full speed on the BLAS kernels. */
 #define GPT_HEAD_CHUNK_ROWS 256
 
+/* Rows of a store's logits buffer for micro-batches of N tokens: N, or with the head in chunks
+ * (gpt_model.logits_in_chunks) min(N, GPT_HEAD_CHUNK_ROWS). */
+static inline int gpt_head_logits_rows(int N, int in_chunks) {
+    return in_chunks && N > GPT_HEAD_CHUNK_ROWS ? GPT_HEAD_CHUNK_ROWS : N;
+}
+
 typedef struct {
     uint64_t seed;       /* --seed */
     uint32_t iteration;  /* dropout key */
