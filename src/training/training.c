@@ -393,13 +393,14 @@ static float evaluate(trainer *tr, int split, uint64_t first) {
 /* MegaDLMs' "real input length" of the micro-batches this rank ran in one iteration: the mean
  * over them of the length the model saw (difflm: cut by --difflm-varilen-prob in training, then
  * unshifted; seq-length - 1 in evaluation), Megatron's legacy mean over micro-batches of a
- * reported value that is not a (sum, count) pair. */
+ * reported value that is not a (sum, count) pair. The draws are forward_step's: the RNG
+ * state's seed, which a resumed run takes from its checkpoint, not --seed. */
 static double real_input_length(const trainer *tr, uint32_t iteration, int training) {
     const megadlm_args *a = tr->a;
     float varilen = training && !tr->model->cfg.causal ? a->difflm_varilen_prob : 0.0f;
     double sum = 0.0;
     for (int k = 0; k < tr->num_microbatches; k++)
-        sum += difflm_length(a->seed, iteration, (uint32_t)(k * tr->dp_size + tr->dp_rank),
+        sum += difflm_length(tr->rng_seed, iteration, (uint32_t)(k * tr->dp_size + tr->dp_rank),
                              a->seq_length, varilen) - 1;
     return sum / tr->num_microbatches;
 }
