@@ -118,6 +118,9 @@ OMP_NUM_THREADS=$THREADS "$OUT/sgemm_bench" 1 | tee -a "$OUT/sgemm.log"
 sg() { awk -v n="$1" '$1 == n && $6 > best { best = $6 } END { printf "%.1f", best }' "$OUT/sgemm.log"; }
 sg_spread() { awk -v n="$1" '$1 == n { if (!lo || $6 < lo) lo = $6; if ($6 > hi) hi = $6 }
   END { printf "%.0f", 100 * (hi - lo) / hi }' "$OUT/sgemm.log"; }
+# the sustained rate: the mean over a run's back-to-back calls, the lower of the two runs
+sg_mean() { awk -v n="$1" '$1 == n && (!lo || $7 < lo) { lo = $7 } END { printf "%.1f", lo }' "$OUT/sgemm.log"; }
+SG_MEAN=$(sg_mean ref)
 SG_REF=$(sg ref) SG_FWD=$(sg fwd) SG_DINP=$(sg dinp) SG_DWGT=$(sg dwgt) SG_SPREAD=$(sg_spread ref)
 tail -n +$((WARMUP + 1)) "$OUT/megadlm.ms" >"$OUT/megadlm_timed.ms"
 awk '/^iter_ms:/ { print $2 }' "$OUT/torch_stock.log" >"$OUT/torch_stock.ms"
@@ -130,7 +133,7 @@ awk -v G="$GFLOP" -v tv="$TORCH_V" -v th="$THREADS" -v spread="$SG_SPREAD" -v lo
   -v meg="$(best "$OUT/megadlm_timed.ms")" -v megm="$(median <"$OUT/megadlm_timed.ms")" \
   -v st="$(best "$OUT/torch_stock.ms")" -v stm="$(median <"$OUT/torch_stock.ms")" \
   -v tu="$(best "$OUT/torch_tuned.ms")" -v tum="$(median <"$OUT/torch_tuned.ms")" \
-  -v sg="$SG_REF" -v fwd="$SG_FWD" -v dinp="$SG_DINP" -v dwgt="$SG_DWGT" \
+  -v sg="$SG_REF" -v sgm="$SG_MEAN" -v fwd="$SG_FWD" -v dinp="$SG_DINP" -v dwgt="$SG_DWGT" \
   -v sl="$STOCK_LIBS" -v tl="$TUNED_LIBS" 'BEGIN {
   r = G * 1000
   printf "\n== results: %.1f GFLOP per iteration (Megatron formula, V=50304), %d threads, dropout 0\n", G, th
@@ -138,14 +141,18 @@ awk -v G="$GFLOP" -v tv="$TORCH_V" -v th="$THREADS" -v spread="$SG_SPREAD" -v lo
   printf "%-50s %9.1f %9.1f %9.1f\n", "megadlm", meg, megm, r / meg
   printf "%-50s %9.1f %9.1f %9.1f\n", "torch " tv " stock (pthread OpenBLAS, glibc)", st, stm, r / st
   printf "%-50s %9.1f %9.1f %9.1f\n", "torch " tv " tuned (OpenMP OpenBLAS, jemalloc)", tu, tum, r / tu
-  printf "%-50s %9s %9s %9.1f\n", "cblas_sgemm 1024x768x3072 (NN)", "", "", sg
+  printf "%-50s %9s %9s %9.1f\n", "cblas_sgemm 1024x768x3072 (NN), best call", "", "", sg
+  printf "%-50s %9s %9s %9.1f\n", "  the same, mean of back-to-back calls (slower run)", "", "", sgm
   printf "%-50s %9s %9s %9s\n", "  linear layouts: fwd NT / dinp NN / dwgt TN", "", "",
     sprintf("%s / %s / %s", fwd, dinp, dwgt)
   printf "\n== ratios (this run; ms/iter = best timed iteration)\n"
   printf "megadlm / torch stock   %6.2fx\n", st / meg
-  printf "megadlm / torch tuned   %6.2fx\n", tu / meg
-  printf "megadlm / sgemm         %6.1f%%   (target >= 85%%)\n", 100 * (r / meg) / sg
+  printf "megadlm / torch tuned   %6.2fx   (target >= 1.15x)\n", tu / meg
+  printf "megadlm / sgemm         %6.1f%%   (target >= 90%%; sgemm = best call)\n", 100 * (r / meg) / sg
   printf "torch tuned / sgemm     %6.1f%%\n", 100 * (r / tu) / sg
+  printf "megadlm median / sgemm mean of calls   %6.1f%%   (what a shared machine sustains)\n",
+    100 * (r / megm) / sgm
+  printf "torch tuned median / sgemm mean        %6.1f%%\n", 100 * (r / tum) / sgm
   printf "\n   torch stock loaded: %s\n   torch tuned loaded: %s\n", sl, tl
   printf "   sgemm spread between its two runs: %d%%; load average at the end: %s\n", spread, load
   if (spread > 20) printf "NOTE: the machine was busy during this run (sgemm varied by %d%%): ratios are rough\n", spread

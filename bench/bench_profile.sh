@@ -48,7 +48,7 @@ OMP_NUM_THREADS=$THREADS GEMM_PROFILE_OUT="$OUT/gemms.txt" GEMM_PROFILE_VOCAB=$V
 [ -s "$OUT/gemms.txt" ] || die "the GEMM profiler wrote nothing (is megadlm linked to libopenblas?)"
 # every call is counted, the warm-up's too: divide by every iteration's time
 total_s=$(iter_ms "$OUT/gemm_run.log" | awk '{ s += $1 } END { printf "%.3f", s / 1000 }')
-best_alone=$(awk '$1 != "#" { if ($NF > b) b = $NF } END { print b }' "$OUT/sgemm.log")
+best_alone=$(awk '$1 != "#" { if ($6 > b) b = $6 } END { print b }' "$OUT/sgemm.log")
 echo
 echo "-- GEMMs ($OUT/gemms.txt): $(iter_ms "$OUT/gemm_run.log" | wc -l) iterations, $total_s s"
 awk -v T="$total_s" -v th="$THREADS" -v alone="$best_alone" '

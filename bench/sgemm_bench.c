@@ -6,11 +6,14 @@
  * plus the plain NN 1024x768x3072 product (M=1024, N=3072, K=768) that is the bench's reference
  * rate. Each case: one warm-up call, then timed calls until at least `seconds` have passed (and
  * at least 5 calls); the best call counts, since the machine is shared and other loads only ever
- * slow a call down. Threads: OpenBLAS's own default (OMP_NUM_THREADS, else all cores).
+ * slow a call down. The mean rate over the timed calls is printed too: what the library
+ * sustains back to back on this machine, the fair yardstick for a training step's GEMMs when a
+ * shared machine's best call is a burst the step cannot hold. Threads: OpenBLAS's own default (OMP_NUM_THREADS, else all cores).
  *
  * Build: gcc -O2 -fopenmp -I/usr/include/x86_64-linux-gnu/openblas-openmp sgemm_bench.c
  *            -L/usr/lib/x86_64-linux-gnu/openblas-openmp -lopenblas -o sgemm_bench
- * Usage: sgemm_bench [seconds=1]    Output: one line per case, `name layout M N K gflops`. */
+ * Usage: sgemm_bench [seconds=1]    Output: one line per case,
+ *        `name layout M N K best_gflops mean_gflops`. */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +38,8 @@ int main(int argc, char **argv) {
         float *A = bench_filled((size_t)g->M * g->K, 1u + c);
         float *B = bench_filled((size_t)g->K * g->N, 7u + c);
         float *C = bench_filled((size_t)g->M * g->N, 13u + c);
-        double best = 1e30, start = 0.0;
+        double best = 1e30, start = 0.0, total = 0.0;
+        int timed = 0;
         for (int r = 0; r <= 5 || bench_now() - start < seconds; r++) {
             if (r == 1) start = bench_now();
             double t0 = bench_now();
@@ -43,11 +47,14 @@ int main(int argc, char **argv) {
                         g->tb ? CblasTrans : CblasNoTrans, g->M, g->N, g->K, 1.0f, A, lda, B,
                         ldb, g->beta, C, g->N);
             double dt = bench_now() - t0;
-            if (r > 0 && dt < best) best = dt; /* r == 0 is the warm-up */
+            if (r == 0) continue; /* the warm-up */
+            if (dt < best) best = dt;
+            total += dt;
+            timed++;
         }
-        double gflops = 2.0 * g->M * g->N * g->K / best / 1e9;
-        printf("%s %s%s %d %d %d %.1f\n", g->name, g->ta ? "T" : "N", g->tb ? "T" : "N", g->M,
-               g->N, g->K, gflops);
+        double flop = 2.0 * g->M * g->N * g->K;
+        printf("%s %s%s %d %d %d %.1f %.1f\n", g->name, g->ta ? "T" : "N", g->tb ? "T" : "N", g->M,
+               g->N, g->K, flop / best / 1e9, flop * timed / total / 1e9);
         free(A);
         free(B);
         free(C);
