@@ -825,11 +825,11 @@ static void training_log(trainer *tr, double elapsed_s, const log_counts *c, dou
      * start with the first such iteration of the process (until then the line has no loss);
      * a zero average is left out */
     if (tr->advanced) {
-        int n = c->advanced > 1 ? c->advanced : 1;
-        int k = snprintf(loss, sizeof loss, " lm loss: %.6E |", loss_sum / n);
-        if (tr->difflm && tr->real_len_acc > 0.0)
-            snprintf(loss + k, sizeof loss - k, " real input length: %.6E |",
-                     tr->real_len_acc / n);
+        int n = c->advanced > 1 ? c->advanced : 1, k = 0;
+        double avg_loss = loss_sum / n, avg_len = tr->real_len_acc / n;
+        if (avg_loss > 0.0) k = snprintf(loss, sizeof loss, " lm loss: %.6E |", avg_loss);
+        if (tr->difflm && avg_len > 0.0)
+            snprintf(loss + k, sizeof loss - k, " real input length: %.6E |", avg_len);
     }
     log_printf(" iteration %8d/%8d | consumed samples: %12llu | elapsed time per iteration (ms): "
            "%.1f |%s learning rate: %.6E | global batch "

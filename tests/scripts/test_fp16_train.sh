@@ -192,12 +192,14 @@ for l in L:
         bad.append("iteration %d: loss scale %s, the replay %s" % (i, l["scale"], scale))
     if l["nan"] != 0:
         bad.append("iteration %d: an overflow counted as a nan iteration" % i)
-    # no grad norm after an overflow (optimizer.step returned None); a loss only once a step
-    # was taken (Megatron's loss sum starts then); the lr moves only with a step (warm-up)
+    # no grad norm after an overflow (optimizer.step returned None); a loss only for a line
+    # whose interval took a step (Megatron's loss sum starts with the first step, is averaged
+    # over the iterations that took one, and a zero average is left out: training_log's
+    # `if avg > 0.0`); the lr moves only with a step (warm-up)
     if (l["norm"] is None) != bool(skip):
         bad.append("iteration %d: skipped %d but grad norm %s" % (i, skip, l["norm"]))
-    if (l["loss"] is None) != (first_step is None):
-        bad.append("iteration %d: lm loss %s before/after the first step %s" % (i, l["loss"], first_step))
+    if (l["loss"] is None) != bool(skip):
+        bad.append("iteration %d: skipped %d but lm loss %s" % (i, skip, l["loss"]))
     if prev and (l["lr"] == prev["lr"]) != bool(skip):
         bad.append("iteration %d: skipped %d, lr %s after %s" % (i, skip, l["lr"], prev["lr"]))
     # the checkpoints: a skipped iteration changes no parameter and no moment
