@@ -831,11 +831,16 @@ static void training_log(trainer *tr, double elapsed_s, const log_counts *c, dou
         if (tr->difflm && avg_len > 0.0)
             snprintf(loss + k, sizeof loss - k, " real input length: %.6E |", avg_len);
     }
-    log_printf(" iteration %8d/%8d | consumed samples: %12llu | elapsed time per iteration (ms): "
+    /* Megatron's line starts with the local time: " [YYYY-MM-DD HH:MM:SS] iteration ..." */
+    char when[32] = "";
+    time_t now = time(NULL);
+    struct tm tm_now;
+    if (localtime_r(&now, &tm_now)) strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm_now);
+    log_printf(" [%s] iteration %8d/%8d | consumed samples: %12llu | elapsed time per iteration (ms): "
            "%.1f |%s learning rate: %.6E | global batch "
            "size: %5d |%s loss scale: %.1f |%s%s%s number of skipped "
            "iterations: %3d | number of nan iterations: %3d |\n",
-           tr->iteration, a->train_iters, (unsigned long long)tr->consumed_train_samples,
+           when, tr->iteration, a->train_iters, (unsigned long long)tr->consumed_train_samples,
            per_iter * 1000.0, thr, lr, a->global_batch_size, loss,
            tr->scaling ? (double)tr->scaler.scale : 1.0, norm, zeros, pnorm, c->skipped, c->nan);
     /* Megatron: with --log-timers-to-tensorboard, the iteration's time and the throughput */

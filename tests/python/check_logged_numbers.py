@@ -52,7 +52,7 @@ def params_norm(log, ckpt):
 
 
 def num_zeros(log, ckpt):
-    m = re.search(r"^ iteration +1/.*? num zeros: ([0-9.]+) \|", open(log).read(), re.M)
+    m = re.search(r"^ \[[^]]*\] iteration +1/.*? num zeros: ([0-9.]+) \|", open(log).read(), re.M)
     if not m:
         print("FAILED: no num zeros at iteration 1")
         return False

@@ -128,7 +128,7 @@ def num(pattern, line):
 def parse_log(path):
     iters, evals, samples = [], [], 0
     for line in open(path, errors="replace"):
-        if line.startswith(" iteration ") \
+        if re.match(r" \[[^]]*\] iteration ", line) \
                 and "consumed samples" in line and line.rstrip().endswith("|"):  # whole lines
             it = int(re.search(r"iteration +(\d+)/", line).group(1))
             samples = int(num(r"consumed samples: +(\d+)", line))

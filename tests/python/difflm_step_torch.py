@@ -126,7 +126,7 @@ def logged(log):
     """iteration -> (lm loss, real input length) from Megatron's training log lines."""
     out = {}
     for line in open(log):
-        m = re.match(r"\s*iteration\s+(\d+)/", line)
+        m = re.match(r" \[[^]]*\] iteration\s+(\d+)/", line)
         if m:
             loss = float(re.search(r"lm loss: (\S+)", line).group(1))
             rl = float(re.search(r"real input length: (\S+)", line).group(1))

@@ -28,7 +28,7 @@ common=(--num-layers 3 --hidden-size 32 --num-attention-heads 4 --seq-length 16
 llama=(--normalization RMSNorm --position-embedding-type rope --swiglu --group-query-attention
        --num-query-groups 2 --disable-bias-linear --untie-embeddings-and-output-weights)
 # "N LOSS" per logged iteration
-losses() { sed -nE 's/^ iteration +([0-9]+)\/.*lm loss: ([0-9.E+-]+).*/\1 \2/p' "$1"; }
+losses() { sed -nE 's/^ \[[^]]*\] iteration +([0-9]+)\/.*lm loss: ([0-9.E+-]+).*/\1 \2/p' "$1"; }
 same_files() { cmp -s "$1/model.safetensors" "$2/model.safetensors" &&
                cmp -s "$1/optimizer.safetensors" "$2/optimizer.safetensors"; }
 has_line() { grep -qF -- "$2" "$1" || say_fail "$1 lacks the line '$2'"; }
@@ -78,7 +78,7 @@ for family in gpt2 llama; do
   "$PY" "$CHK" bf16-to-f32 "$f-bf16-3/iter_0000003" "$f-b2fw/iter_0000003" widen ||
     say_fail "$f: --bf16 checkpoint loaded by an fp32 run with --no-load-optim"
   # the lr schedule starts again: iteration 4 after --no-load-optim has a fresh run's first lr
-  lr() { sed -nE "s/^ iteration +$2\/.*learning rate: ([0-9.E+-]+) .*/\1/p" "$1"; }
+  lr() { sed -nE "s/^ \[[^]]*\] iteration +$2\/.*learning rate: ([0-9.E+-]+) .*/\1/p" "$1"; }
   train --load "$f-bf16-3" --no-load-optim --train-iters 4 > "$f-b2fw4.log" 2>&1
   train --train-iters 4 --exit-interval 1 > "$f-fresh4.log" 2>&1
   [ -n "$(lr "$f-fresh4.log" 1)" ] && [ "$(lr "$f-b2fw4.log" 4)" = "$(lr "$f-fresh4.log" 1)" ] ||
@@ -92,7 +92,7 @@ for family in gpt2 llama; do
   has_line "$f-ft.log" "> loading checkpoint: model.safetensors holds BF16 parameters, this run is bf16, without the optimizer state: fp32 main parameters are the BF16 values widened exactly"
   grep -q "successfully loaded checkpoint from $f-noopt .* at iteration 0$" "$f-ft.log" ||
     say_fail "$f: --finetune did not start at iteration 0"
-  grep -q '^ iteration        1/       2 | consumed samples:            4 ' "$f-ft.log" ||
+  grep -q '^ \[[^]]*\] iteration        1/       2 | consumed samples:            4 ' "$f-ft.log" ||
     say_fail "$f: --finetune did not start from 0 consumed samples"
   echo "$f: cross-precision loads as expected"
 

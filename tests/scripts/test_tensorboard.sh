@@ -129,7 +129,7 @@ fi
 if run dp 2 "${model[@]}" --global-batch-size 8 --train-iters 4 --tensorboard-dir tbdp \
        --tensorboard-log-interval 2 --no-log-loss-scale-to-tensorboard; then
   "${CHECK_TB[@]}" dp.log tbdp --tb-interval 2 --no-loss-scale || fail=1
-  ! grep -q "^ iteration .*\(num zeros\|params norm\|throughput\)" dp.log ||
+  ! grep -q "^ \[[^]]*\] iteration .*\(num zeros\|params norm\|throughput\)" dp.log ||
     { echo "FAILED: optional fields in the log line without their flags"; fail=1; }
 fi
 
