@@ -1,0 +1,368 @@
+#include "training/plan_device.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <mpi.h>
+
+#include "core/kernels/gemm.h"
+#include "core/parallel_state.h"
+#include "core/threads.h"
+
+/* ---- presets: public figures (docs/PLAN.md, "Devices", cites each) ---- */
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+/* The sustained share of the dense peak the model's FLOPs run at on a GPU preset: an
+ * assumption (docs/PLAN.md says why 0.7 and what it moves), replaced by a device file's own. */
+#define PLAN_GPU_EFFICIENCY 0.7
+
+static const plan_device PRESETS[] = {
+    {.name = "A100-80GB",
+     .flops_bf16 = 312e12,
+     .flops_fp32 = 19.5e12,
+     .efficiency = PLAN_GPU_EFFICIENCY,
+     .memory_bytes = 80.0 * GIB,
+     .memory_bandwidth = 2039e9,
+     .intra_bandwidth = 300e9,
+     .inter_bandwidth = 25e9,
+     .latency = 0.0,
+     .ranks_per_node = 8,
+     .shared = 0,
+     .account = PLAN_ACCOUNT_MEGATRON,
+     .source = "NVIDIA A100 80GB SXM datasheet: 312 TFLOP/s bf16 dense, 19.5 TFLOP/s fp32, "
+               "80 GB HBM2e at 2039 GB/s, NVLink 600 GB/s (300 per direction); DGX A100: 8 "
+               "GPUs, one 200 Gb/s HDR InfiniBand port each (25 GB/s)"},
+    {.name = "H100-80GB",
+     .flops_bf16 = 989e12,
+     .flops_fp32 = 67e12,
+     .efficiency = PLAN_GPU_EFFICIENCY,
+     .memory_bytes = 80.0 * GIB,
+     .memory_bandwidth = 3350e9,
+     .intra_bandwidth = 450e9,
+     .inter_bandwidth = 50e9,
+     .latency = 0.0,
+     .ranks_per_node = 8,
+     .shared = 0,
+     .account = PLAN_ACCOUNT_MEGATRON,
+     .source = "NVIDIA H100 SXM5 80GB datasheet: 989 TFLOP/s bf16 dense, 67 TFLOP/s fp32, 80 GB "
+               "HBM3 at 3.35 TB/s, NVLink 900 GB/s (450 per direction); DGX H100: 8 GPUs, one "
+               "400 Gb/s NDR InfiniBand port each (50 GB/s)"},
+};
+#define NUM_PRESETS (int)(sizeof(PRESETS) / sizeof(PRESETS[0]))
+
+int plan_device_preset(const char *name, plan_device *d) {
+    for (int i = 0; i < NUM_PRESETS; i++)
+        if (!strcasecmp(name, PRESETS[i].name)) {
+            *d = PRESETS[i];
+            return 0;
+        }
+    return -1;
+}
+
+const char *plan_device_preset_names(void) { return "A100-80GB, H100-80GB"; }
+
+/* ---- JSON ---- */
+
+static int fail(char *err, size_t errlen, const char *fmt, const char *a, const char *b) {
+    if (err && errlen) snprintf(err, errlen, fmt, a, b);
+    return -1;
+}
+
+typedef struct {
+    const char *key;
+    size_t off;   /* offset of a double field, or of the int for INT keys */
+    int is_int;
+    int required;
+    double min;   /* the smallest value accepted (exclusive for > 0 fields: see positive) */
+    int positive;
+} num_key;
+
+#define D(key, field, req, pos) {key, offsetof(plan_device, field), 0, req, 0.0, pos}
+static const num_key NUM_KEYS[] = {
+    D("flops_bf16", flops_bf16, 1, 1),
+    D("flops_fp32", flops_fp32, 1, 1),
+    D("efficiency", efficiency, 0, 1),
+    D("memory_bytes", memory_bytes, 1, 1),
+    D("memory_bandwidth", memory_bandwidth, 1, 1),
+    D("intra_node_bandwidth", intra_bandwidth, 1, 1),
+    D("inter_node_bandwidth", inter_bandwidth, 1, 1),
+    D("latency", latency, 0, 0),
+    {"ranks_per_node", offsetof(plan_device, ranks_per_node), 1, 0, 0.0, 0},
+};
+#undef D
+#define NUM_NUM_KEYS (int)(sizeof(NUM_KEYS) / sizeof(NUM_KEYS[0]))
+
+static int read_number(const cJSON *o, const num_key *k, plan_device *d, char *err,
+                       size_t errlen) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k->key);
+    if (!v) return k->required ? fail(err, errlen, "\"%s\": missing (a number)%s", k->key, "") : 0;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+        return fail(err, errlen, "\"%s\": expected a number%s", k->key, "");
+    double x = v->valuedouble;
+    if (k->positive ? x <= 0.0 : x < 0.0)
+        return fail(err, errlen, "\"%s\": expected a %s number", k->key,
+                    k->positive ? "positive" : "non-negative");
+    if (k->is_int) {
+        if (x != floor(x) || x > 1e9)
+            return fail(err, errlen, "\"%s\": expected a whole number of ranks%s", k->key, "");
+        *(int *)((char *)d + k->off) = (int)x;
+    } else {
+        *(double *)((char *)d + k->off) = x;
+    }
+    return 0;
+}
+
+static int read_string(const cJSON *o, const char *key, char *out, size_t n, char *err,
+                       size_t errlen) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v) return 0;
+    if (!cJSON_IsString(v)) return fail(err, errlen, "\"%s\": expected a string%s", key, "");
+    snprintf(out, n, "%s", v->valuestring);
+    return 0;
+}
+
+int plan_device_from_json(const cJSON *o, plan_device *d, char *err, size_t errlen) {
+    if (!cJSON_IsObject(o)) return fail(err, errlen, "expected a JSON object%s%s", "", "");
+    memset(d, 0, sizeof(*d));
+    d->efficiency = 1.0;
+    snprintf(d->name, sizeof d->name, "custom");
+    for (int i = 0; i < NUM_NUM_KEYS; i++)
+        if (read_number(o, &NUM_KEYS[i], d, err, errlen)) return -1;
+    if (d->efficiency > 1.0) return fail(err, errlen, "\"efficiency\": expected at most 1%s%s", "", "");
+    char account[32] = "megatron";
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(o, "shared");
+    if (sh && !cJSON_IsBool(sh)) return fail(err, errlen, "\"shared\": expected true or false%s%s", "", "");
+    d->shared = sh && cJSON_IsTrue(sh);
+    if (read_string(o, "name", d->name, sizeof d->name, err, errlen) ||
+        read_string(o, "source", d->source, sizeof d->source, err, errlen) ||
+        read_string(o, "memory_account", account, sizeof account, err, errlen))
+        return -1;
+    if (!strcmp(account, "megatron")) d->account = PLAN_ACCOUNT_MEGATRON;
+    else if (!strcmp(account, "megadlm")) d->account = PLAN_ACCOUNT_MEGADLM;
+    else return fail(err, errlen, "\"memory_account\": \"%s\": expected megatron or megadlm%s", account, "");
+    return 0;
+}
+
+cJSON *plan_device_to_json(const plan_device *d) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", d->name);
+    for (int i = 0; i < NUM_NUM_KEYS; i++) {
+        const char *p = (const char *)d + NUM_KEYS[i].off;
+        cJSON_AddNumberToObject(o, NUM_KEYS[i].key,
+                                NUM_KEYS[i].is_int ? *(const int *)p : *(const double *)p);
+    }
+    cJSON_AddBoolToObject(o, "shared", d->shared);
+    cJSON_AddStringToObject(o, "memory_account",
+                            d->account == PLAN_ACCOUNT_MEGADLM ? "megadlm" : "megatron");
+    cJSON_AddStringToObject(o, "source", d->source);
+    return o;
+}
+
+int plan_device_load(const char *path, plan_device *d, char *err, size_t errlen) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return fail(err, errlen, "%s: %s", path, strerror(errno));
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n + 4096 + 1 > cap) {
+            cap = cap ? 2 * cap : 8192;
+            if (cap > (1u << 20)) { /* a description is a few hundred bytes */
+                free(buf);
+                fclose(f);
+                return fail(err, errlen, "%s: larger than 1 MiB: not a device description%s", path, "");
+            }
+            char *nb = realloc(buf, cap);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return fail(err, errlen, "%s: out of memory%s", path, "");
+            }
+            buf = nb;
+        }
+        size_t got = fread(buf + n, 1, 4096, f);
+        n += got;
+        if (got < 4096) break;
+    }
+    fclose(f);
+    buf[n] = 0;
+    cJSON *o = cJSON_Parse(buf);
+    free(buf);
+    if (!o) return fail(err, errlen, "%s: not valid JSON%s", path, "");
+    char inner[512];
+    int rc = plan_device_from_json(o, d, inner, sizeof inner);
+    cJSON_Delete(o);
+    if (rc) return fail(err, errlen, "%s: %s", path, inner);
+    return 0;
+}
+
+/* mkdir -p of path's directory */
+static int make_parent_dirs(const char *path) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    for (char *p = dir + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(dir, 0755) != 0 && errno != EEXIST) return -1;
+        *p = '/';
+    }
+    return 0;
+}
+
+int plan_device_save(const char *path, const plan_device *d, char *err, size_t errlen) {
+    if (make_parent_dirs(path)) return fail(err, errlen, "%s: cannot create its directory: %s", path, strerror(errno));
+    cJSON *o = plan_device_to_json(d);
+    char *s = cJSON_Print(o);
+    cJSON_Delete(o);
+    FILE *f = s ? fopen(path, "w") : NULL;
+    int ok = f && fprintf(f, "%s\n", s) > 0;
+    if (f && fclose(f) != 0) ok = 0;
+    free(s);
+    if (!ok) return fail(err, errlen, "%s: cannot write: %s", path, strerror(errno));
+    return 0;
+}
+
+int plan_device_cache_path(char *out, size_t n) {
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (xdg && xdg[0]) snprintf(out, n, "%s/megadlm/device-this-cpu.json", xdg);
+    else if (home && home[0]) snprintf(out, n, "%s/.cache/megadlm/device-this-cpu.json", home);
+    else return -1;
+    return 0;
+}
+
+/* ---- calibration ---- */
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+/* sgemm FLOP/s of this process at a transformer layer's shape (tokens x width x width), best of
+ * repeated runs over about `seconds` */
+static double measure_sgemm(int M, int N, int K, double seconds) {
+    float *A = malloc(sizeof(float) * (size_t)M * K), *B = malloc(sizeof(float) * (size_t)K * N);
+    float *C = calloc((size_t)M * N, sizeof(float));
+    if (!A || !B || !C) {
+        free(A), free(B), free(C);
+        return 0.0;
+    }
+    for (size_t i = 0; i < (size_t)M * K; i++) A[i] = (float)((i * 7919u) % 1000u) * 1e-3f;
+    for (size_t i = 0; i < (size_t)K * N; i++) B[i] = (float)((i * 104729u) % 1000u) * 1e-3f;
+    gemm_dims dims = {M, N, K};
+    double best = 0.0, start = now();
+    do {
+        double t0 = now();
+        gemm(dims, 1.0f, gemm_n(A, K), gemm_n(B, N), 0.0f, gemm_o(C, N));
+        double dt = now() - t0;
+        double rate = 2.0 * M * N * K / dt;
+        if (rate > best) best = rate;
+    } while (now() - start < seconds);
+    free(A), free(B), free(C);
+    return best;
+}
+
+/* Bytes/s of a triad a = b + s c over arrays larger than any cache (3 arrays of 32 MiB: two
+ * read, one written), with this process's threads; best of repeated passes */
+static double measure_memory(double seconds) {
+    size_t n = 8u << 20;
+    float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float)),
+          *c = malloc(n * sizeof(float));
+    if (!a || !b || !c) {
+        free(a), free(b), free(c);
+        return 0.0;
+    }
+    for (size_t i = 0; i < n; i++) a[i] = 0.0f, b[i] = 1.0f, c[i] = 2.0f;
+    double best = 0.0, start = now();
+    do {
+        double t0 = now();
+#pragma omp parallel for schedule(static)
+        for (long i = 0; i < (long)n; i++) a[i] = b[i] + 0.5f * c[i];
+        double dt = now() - t0;
+        double bw = 3.0 * n * sizeof(float) / dt;
+        if (bw > best) best = bw;
+    } while (now() - start < seconds);
+    volatile float sink = a[n / 2];
+    (void)sink;
+    free(a), free(b), free(c);
+    return best;
+}
+
+/* Ranks 0 and 1 of the world: one-way bandwidth of 4 MiB messages and latency of 8-byte ones
+ * (half a round trip), best of repeats; the other ranks wait */
+static void measure_mpi(double *bandwidth, double *latency) {
+    int rank = parallel_world_rank();
+    size_t big = 4u << 20;
+    char *buf = calloc(big, 1);
+    double res[2] = {0.0, 0.0};
+    if (buf && rank < 2) {
+        int peer = 1 - rank;
+        double best_bw = 0.0, best_lat = 1e9;
+        for (int rep = 0; rep < 10; rep++) {
+            size_t n = rep < 5 ? 8 : big;
+            MPI_Barrier(MPI_COMM_WORLD);
+            double t0 = now();
+            if (rank == 0) {
+                MPI_Send(buf, (int)n, MPI_BYTE, peer, 7, MPI_COMM_WORLD);
+                MPI_Recv(buf, (int)n, MPI_BYTE, peer, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            } else {
+                MPI_Recv(buf, (int)n, MPI_BYTE, peer, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                MPI_Send(buf, (int)n, MPI_BYTE, peer, 7, MPI_COMM_WORLD);
+            }
+            double half = (now() - t0) / 2.0;
+            if (n == 8 && half < best_lat) best_lat = half;
+            if (n == big && big / half > best_bw) best_bw = big / half;
+        }
+        res[0] = best_bw, res[1] = best_lat;
+    } else {
+        for (int rep = 0; rep < 10; rep++) MPI_Barrier(MPI_COMM_WORLD);
+    }
+    free(buf);
+    MPI_Bcast(res, 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    *bandwidth = res[0], *latency = res[1];
+}
+
+static double node_memory_bytes(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    return pages > 0 && size > 0 ? (double)pages * (double)size : 0.0;
+}
+
+void plan_device_calibrate(plan_device *d) {
+    memset(d, 0, sizeof(*d));
+    snprintf(d->name, sizeof d->name, "this-cpu");
+    int world = parallel_world_size(), mpi = parallel_get()->mpi && world > 1;
+    threads_setup();
+    /* every rank measures at once with its share of the cores: the node's rates are the sums */
+    double rates[2] = {measure_sgemm(1024, 512, 512, 0.5), measure_memory(0.3)};
+    if (mpi) MPI_Allreduce(MPI_IN_PLACE, rates, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    d->flops_fp32 = rates[0];
+    d->flops_bf16 = rates[0]; /* not measured: the fp32 rate (docs/PLAN.md) */
+    d->efficiency = 1.0;      /* the rate is already a sustained one */
+    d->memory_bandwidth = rates[1];
+    d->memory_bytes = node_memory_bytes();
+    d->ranks_per_node = 0;
+    d->shared = 1;
+    d->account = PLAN_ACCOUNT_MEGADLM;
+    if (mpi) {
+        measure_mpi(&d->intra_bandwidth, &d->latency);
+        snprintf(d->source, sizeof d->source,
+                 "measured on this machine by %d ranks: sgemm 1024x512x512, triad over 3 x 32 "
+                 "MiB, MPI ping-pong between ranks 0 and 1 (4 MiB, 8 B)", world);
+    } else {
+        d->intra_bandwidth = d->memory_bandwidth / 2.0;
+        d->latency = 5e-6;
+        snprintf(d->source, sizeof d->source,
+                 "measured on this machine by one process: sgemm 1024x512x512, triad over 3 x 32 "
+                 "MiB; not under mpirun: the link between ranks taken as half the memory "
+                 "bandwidth and 5 us per message (run under mpirun -np 2 to measure them)");
+    }
+    d->inter_bandwidth = d->intra_bandwidth;
+}
