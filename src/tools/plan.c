@@ -597,6 +597,28 @@ static void report(const search *s, const plan_device *d, double total) {
 
 /* ---- main ---- */
 
+/* Why nothing is legal: train's words on the flags as given (at micro-batch 1 when the
+ * micro-batch size is searched) */
+static void explain_none(search *s, char *err, size_t errlen) {
+    cand_words c = {.n = 0};
+    if (!s->fixed.mbs) push_int(&c, "--micro-batch-size", 1);
+    char *argv[MAX_WORDS];
+    int argc = 0;
+    for (int i = 0; i < s->nbase; i++) argv[argc++] = s->base[i];
+    for (int i = 0; i < c.n; i++) argv[argc++] = c.w[i];
+    argv[argc] = NULL;
+    megadlm_args a;
+    args_defaults(&a);
+    if (args_parse(&a, argc, argv, err, errlen) == 0) {
+        if (isnan(a.lr)) a.lr = a.min_lr;
+        if (a.train_iters == 0) a.train_iters = INT_MAX;
+        if (!a.mock_data && a.num_data_paths == 0) a.mock_data = 1;
+        if (args_validate(&a, err, errlen) == 0)
+            snprintf(err, errlen, "the search found no layout of %d ranks", s->model->world_size);
+    }
+    args_free(&a);
+}
+
 static int plan_fail(const char *msg) {
     if (parallel_world_rank() == 0) fprintf(stderr, "error: %s\n", msg);
     return 2;
@@ -639,22 +661,8 @@ int plan_main(int argc, char **argv) {
         qsort(s.rows, (size_t)s.nrows, sizeof(row), by_fit_then_time);
         if (s.nrows == 0) {
             /* say why: train's words on the flags as given */
-            megadlm_args a;
-            cand_words none = {.n = 0};
-            if (parse_candidate(&s, none.w, 0, &a) == 0) {
-                args_free(&a);
-                snprintf(err, sizeof err, "(the flags as given are legal: the search found no "
-                         "layout of %d ranks)", model.world_size);
-            } else {
-                args_defaults(&a);
-                args_parse(&a, nwords, words, err, sizeof err);
-                if (isnan(a.lr)) a.lr = a.min_lr;
-                if (a.train_iters == 0) a.train_iters = INT_MAX;
-                if (!a.mock_data && a.num_data_paths == 0) a.mock_data = 1;
-                args_validate(&a, err, sizeof err);
-            }
+            explain_none(&s, err, sizeof err);
             fprintf(stderr, "error: no legal layout: %s\n", err);
-            args_free(&a);
             free(s.rows);
             args_free(&model);
             return 2;
