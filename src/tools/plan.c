@@ -546,6 +546,7 @@ static cJSON *row_json(const search *s, int i, const row *r) {
     cJSON *t = cJSON_AddObjectToObject(o, "seconds_per_iteration");
     cJSON_AddNumberToObject(t, "total", r->c.total);
     cJSON_AddNumberToObject(t, "compute", r->c.compute);
+    cJSON_AddNumberToObject(t, "elementwise", r->c.elementwise);
     cJSON_AddNumberToObject(t, "tp_comm", r->c.tp_comm);
     cJSON_AddNumberToObject(t, "tp_comm_hidden", r->c.tp_hidden);
     cJSON_AddNumberToObject(t, "bubble", r->c.bubble);
@@ -555,6 +556,7 @@ static cJSON *row_json(const search *s, int i, const row *r) {
     cJSON_AddNumberToObject(t, "optimizer", r->c.optimizer);
     cJSON_AddNumberToObject(o, "model_flops_per_iteration", r->c.model_flops);
     cJSON_AddNumberToObject(o, "hardware_flops_per_iteration", r->c.hardware_flops);
+    cJSON_AddNumberToObject(o, "gemm_flops_per_second_per_rank", r->c.gemm_rate);
     cJSON_AddNumberToObject(o, "mfu", r->c.mfu);
     cJSON_AddNumberToObject(o, "hfu", r->c.hfu);
     cJSON_AddStringToObject(o, "layout_flags", r->layout);

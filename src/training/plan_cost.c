@@ -196,6 +196,61 @@ static double peak_per_rank(const plan_device *d, const shape *s) {
     return d->shared ? peak / s->rpn : peak;
 }
 
+/* The sustained rate of one rank for a GEMM of `dim` = (M N K)^(1/3): the device's table in
+ * log-log, clamped at its ends; without one the peak x efficiency */
+static double rate_at(const plan_device *d, const shape *s, double dim) {
+    double flat = peak_per_rank(d, s) * d->efficiency;
+    int n = d->gemm_points;
+    if (n <= 0) return flat;
+    const double *r = s->half ? d->gemm_bf16 : d->gemm_fp32;
+    double share = d->shared ? 1.0 / s->rpn : 1.0;
+    if (dim <= d->gemm_dim[0]) return r[0] * share * d->efficiency;
+    if (dim >= d->gemm_dim[n - 1]) return r[n - 1] * share * d->efficiency;
+    int i = 0;
+    while (i + 2 < n && dim > d->gemm_dim[i + 1]) i++;
+    double f = log(dim / d->gemm_dim[i]) / log(d->gemm_dim[i + 1] / d->gemm_dim[i]);
+    return exp(log(r[i]) + f * (log(r[i + 1]) - log(r[i]))) * share * d->efficiency;
+}
+
+/* FLOPs and time of one GEMM of m x n x k, `count` times */
+static void gemm_add(const plan_device *d, const shape *s, double m, double n, double k,
+                     double count, double *flops, double *seconds) {
+    double f = 2.0 * m * n * k * count;
+    *flops += f;
+    *seconds += f / rate_at(d, s, cbrt(m * n * k));
+}
+
+/* A rank's rate over the GEMMs of one micro-batch on a stage (backward's have the same sizes,
+ * transposed): each layer's QKV, scores, context, projection and MLP at this rank's widths,
+ * and the output layer's share (1/p of it per stage on average) */
+static double effective_rate(const megadlm_args *a, const plan_device *d, const shape *s) {
+    if (d->gemm_points <= 0) return peak_per_rank(d, s) * d->efficiency;
+    double T = (double)a->micro_batch_size * a->seq_length, h = a->hidden_size, t = s->t;
+    double sq = a->seq_length, dk = a->kv_channels, heads = a->num_attention_heads;
+    double g = a->num_query_groups, f = a->ffn_hidden_size * (a->swiglu ? 2.0 : 1.0);
+    double flops = 0.0, sec = 0.0, L = s->stage_layers;
+    gemm_add(d, s, T, (heads + 2.0 * g) * dk / t, h, L, &flops, &sec);          /* QKV */
+    gemm_add(d, s, sq, sq, dk, L * a->micro_batch_size * heads / t, &flops, &sec); /* scores */
+    gemm_add(d, s, sq, dk, sq, L * a->micro_batch_size * heads / t, &flops, &sec); /* context */
+    gemm_add(d, s, T, h, heads * dk / t, L, &flops, &sec);                       /* projection */
+    gemm_add(d, s, T, f / t, h, L, &flops, &sec);                                /* fc1 */
+    gemm_add(d, s, T, h, a->ffn_hidden_size / t, L, &flops, &sec);               /* fc2 */
+    gemm_add(d, s, T, a->padded_vocab_size / t, h, 1.0 / s->p, &flops, &sec);    /* logits */
+    return flops / sec;
+}
+
+/* Work outside the GEMMs per iteration on a rank: the bytes a stage saves per micro-batch
+ * without recomputation (megadlm's), once more for the recomputed share, at the device's
+ * elementwise bandwidth */
+static double elementwise_time(const megadlm_args *a, const plan_device *d, const shape *s,
+                               double recomputed) {
+    if (d->elementwise_bandwidth <= 0.0) return 0.0;
+    megadlm_args none = without_recompute(a);
+    double bytes = (double)theoretical_megadlm_rank(&none, 0, 1, 0).saved_activations;
+    double bw = d->shared ? d->elementwise_bandwidth / s->rpn : d->elementwise_bandwidth;
+    return s->M * (1.0 + recomputed / s->stage_layers) * bytes / bw;
+}
+
 /* --tp-comm-overlap: the collectives travel in pieces under the GEMMs that need them; the
  * first piece of each cannot be hidden, and nothing is hidden beyond the GEMMs' own time */
 static void tp_overlap(const megadlm_args *a, double compute, plan_cost *c) {
@@ -225,9 +280,11 @@ void plan_cost_compute(const megadlm_args *a, const plan_device *d, plan_cost *c
     c->memory_bytes = plan_memory_bytes(a, d->account);
     c->hardware_flops = hardware_flops(a, &s, &c->model_flops);
     double peak = peak_per_rank(d, &s);
-    c->compute = c->hardware_flops / world / (peak * d->efficiency);
-
+    c->gemm_rate = effective_rate(a, d, &s);
     c->recomputed_layers = recomputed_layers(a, &s);
+    c->elementwise = elementwise_time(a, d, &s, c->recomputed_layers);
+    c->compute = c->hardware_flops / world / c->gemm_rate + c->elementwise;
+
     c->tp_comm = s.M * tp_per_microbatch(a, d, &s, c->recomputed_layers);
     tp_overlap(a, c->compute, c);
     if (s.p > 1.0) c->bubble = (s.p - 1.0) / (s.v * s.M) * (c->compute + c->tp_comm);

@@ -18,6 +18,8 @@
 
 typedef enum { PLAN_ACCOUNT_MEGATRON = 0, PLAN_ACCOUNT_MEGADLM } plan_account;
 
+#define PLAN_GEMM_POINTS 8
+
 /* One device (a rank's share of a machine). Rates in FLOP/s, bandwidths in bytes/s per
  * direction per rank, memory in bytes. */
 typedef struct {
@@ -34,13 +36,25 @@ typedef struct {
     int shared;             /* 1: flops, memory and memory bandwidth are the node's, shared by
                                the ranks on it (a CPU); 0: each rank's own (a GPU) */
     plan_account account;
+    /* Measured GEMM rates by size (this-cpu): the rate of an n x n x n GEMM at gemm_dim[i];
+     * a GEMM of M x N x K runs at the rate of n = (M N K)^(1/3), interpolated in log-log.
+     * gemm_points 0: flat, the peak x efficiency (the presets). */
+    int gemm_points;
+    double gemm_dim[PLAN_GEMM_POINTS], gemm_fp32[PLAN_GEMM_POINTS], gemm_bf16[PLAN_GEMM_POINTS];
+    /* Work outside the GEMMs (norms, activation functions, softmax, dropout, residuals): bytes
+     * of saved activations (megadlm's, kept without recomputation) a rank's share of the node
+     * takes through forward and backward per second, measured on megadlm's own kernels
+     * (this-cpu); 0: folded into the efficiency, as for the presets */
+    double elementwise_bandwidth;
     char source[512]; /* where the numbers come from */
 } plan_device;
 
 /* One configuration's cost (seconds per iteration; bytes). */
 typedef struct {
     double memory_bytes;  /* most loaded rank, in the device's account */
-    double compute;       /* hardware FLOPs of a rank / (rate x efficiency) */
+    double compute;       /* hardware FLOPs of a rank / (rate x efficiency), + elementwise */
+    double elementwise;   /* ... of which memory-bound work outside the GEMMs */
+    double gemm_rate;     /* FLOP/s of a rank at this configuration's GEMM shapes */
     double tp_comm;       /* tensor-parallel collectives, exposed part */
     double tp_hidden;     /* ... the part --tp-comm-overlap hides (not in the total) */
     double bubble;        /* pipeline bubble: (p - 1) / (v M) of compute + exposed TP */

@@ -13,7 +13,10 @@
 
 #include <mpi.h>
 
+#include "core/kernels/activation.h"
+#include "core/kernels/dropout.h"
 #include "core/kernels/gemm.h"
+#include "core/kernels/norm.h"
 #include "core/parallel_state.h"
 #include "core/threads.h"
 
@@ -96,6 +99,7 @@ static const num_key NUM_KEYS[] = {
     D("intra_node_bandwidth", intra_bandwidth, 1, 1),
     D("inter_node_bandwidth", inter_bandwidth, 1, 1),
     D("latency", latency, 0, 0),
+    D("elementwise_bandwidth", elementwise_bandwidth, 0, 0),
     {"ranks_per_node", offsetof(plan_device, ranks_per_node), 1, 0, 0.0, 0},
 };
 #undef D
@@ -130,6 +134,54 @@ static int read_string(const cJSON *o, const char *key, char *out, size_t n, cha
     return 0;
 }
 
+/* "gemm_dims", "gemm_rates_fp32", "gemm_rates_bf16": arrays of the same length (at most
+ * PLAN_GEMM_POINTS), positive numbers, the sizes increasing */
+static int read_array(const cJSON *o, const char *key, double *out, int *n, char *err,
+                      size_t errlen) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v) return 0;
+    int len = cJSON_GetArraySize(v);
+    if (!cJSON_IsArray(v) || len < 1 || len > PLAN_GEMM_POINTS)
+        return fail(err, errlen, "\"%s\": expected an array of 1 to 8 numbers%s", key, "");
+    if (*n && len != *n)
+        return fail(err, errlen, "\"%s\": expected as many numbers as \"gemm_dims\"%s", key, "");
+    for (int i = 0; i < len; i++) {
+        const cJSON *x = cJSON_GetArrayItem(v, i);
+        if (!cJSON_IsNumber(x) || !(x->valuedouble > 0.0) || !isfinite(x->valuedouble))
+            return fail(err, errlen, "\"%s\": expected positive numbers%s", key, "");
+        out[i] = x->valuedouble;
+        if (!strcmp(key, "gemm_dims") && i > 0 && out[i] <= out[i - 1])
+            return fail(err, errlen, "\"%s\": expected increasing sizes%s", key, "");
+    }
+    *n = len;
+    return 0;
+}
+
+static int read_gemm_table(const cJSON *o, plan_device *d, char *err, size_t errlen) {
+    int n = 0;
+    if (read_array(o, "gemm_dims", d->gemm_dim, &n, err, errlen)) return -1;
+    int has_dims = n;
+    if (read_array(o, "gemm_rates_fp32", d->gemm_fp32, &n, err, errlen) ||
+        read_array(o, "gemm_rates_bf16", d->gemm_bf16, &n, err, errlen))
+        return -1;
+    int with_rates = cJSON_GetObjectItemCaseSensitive(o, "gemm_rates_fp32") &&
+                     cJSON_GetObjectItemCaseSensitive(o, "gemm_rates_bf16");
+    if (has_dims != 0 && !with_rates)
+        return fail(err, errlen, "\"gemm_dims\": needs \"gemm_rates_fp32\" and "
+                                 "\"gemm_rates_bf16\"%s%s", "", "");
+    if (!has_dims && (cJSON_GetObjectItemCaseSensitive(o, "gemm_rates_fp32") ||
+                      cJSON_GetObjectItemCaseSensitive(o, "gemm_rates_bf16")))
+        return fail(err, errlen, "\"gemm_rates_fp32\" / \"gemm_rates_bf16\": need "
+                                 "\"gemm_dims\"%s%s", "", "");
+    d->gemm_points = has_dims ? n : 0;
+    return 0;
+}
+
+static void add_array(cJSON *o, const char *key, const double *x, int n) {
+    cJSON *arr = cJSON_AddArrayToObject(o, key);
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(arr, cJSON_CreateNumber(x[i]));
+}
+
 int plan_device_from_json(const cJSON *o, plan_device *d, char *err, size_t errlen) {
     if (!cJSON_IsObject(o)) return fail(err, errlen, "expected a JSON object%s%s", "", "");
     memset(d, 0, sizeof(*d));
@@ -138,6 +190,7 @@ int plan_device_from_json(const cJSON *o, plan_device *d, char *err, size_t errl
     for (int i = 0; i < NUM_NUM_KEYS; i++)
         if (read_number(o, &NUM_KEYS[i], d, err, errlen)) return -1;
     if (d->efficiency > 1.0) return fail(err, errlen, "\"efficiency\": expected at most 1%s%s", "", "");
+    if (read_gemm_table(o, d, err, errlen)) return -1;
     char account[32] = "megatron";
     const cJSON *sh = cJSON_GetObjectItemCaseSensitive(o, "shared");
     if (sh && !cJSON_IsBool(sh)) return fail(err, errlen, "\"shared\": expected true or false%s%s", "", "");
@@ -159,6 +212,11 @@ cJSON *plan_device_to_json(const plan_device *d) {
         const char *p = (const char *)d + NUM_KEYS[i].off;
         cJSON_AddNumberToObject(o, NUM_KEYS[i].key,
                                 NUM_KEYS[i].is_int ? *(const int *)p : *(const double *)p);
+    }
+    if (d->gemm_points > 0) {
+        add_array(o, "gemm_dims", d->gemm_dim, d->gemm_points);
+        add_array(o, "gemm_rates_fp32", d->gemm_fp32, d->gemm_points);
+        add_array(o, "gemm_rates_bf16", d->gemm_bf16, d->gemm_points);
     }
     cJSON_AddBoolToObject(o, "shared", d->shared);
     cJSON_AddStringToObject(o, "memory_account",
@@ -246,27 +304,37 @@ static double now(void) {
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
-/* sgemm FLOP/s of this process at a transformer layer's shape (tokens x width x width), best of
- * repeated runs over about `seconds` */
-static double measure_sgemm(int M, int N, int K, double seconds) {
-    float *A = malloc(sizeof(float) * (size_t)M * K), *B = malloc(sizeof(float) * (size_t)K * N);
-    float *C = calloc((size_t)M * N, sizeof(float));
-    if (!A || !B || !C) {
-        free(A), free(B), free(C);
-        return 0.0;
+/* GEMM FLOP/s of this process for an n x n x n product, fp32 (sgemm) or bf16 operands
+ * (gemm_bf16: oneDNN or the widening fallback, what --bf16 runs), best of repeated runs over
+ * about `seconds` */
+static double measure_gemm(int n, int half, double seconds) {
+    size_t nn = (size_t)n * n;
+    float *A = malloc(sizeof(float) * nn), *B = malloc(sizeof(float) * nn);
+    float *C = calloc(nn, sizeof(float));
+    bf16 *Ah = malloc(sizeof(bf16) * nn), *Bh = malloc(sizeof(bf16) * nn);
+    double best = 0.0;
+    if (A && B && C && Ah && Bh) {
+        for (size_t i = 0; i < nn; i++) {
+            A[i] = (float)((i * 7919u) % 1000u) * 1e-3f;
+            B[i] = (float)((i * 104729u) % 1000u) * 1e-3f;
+        }
+        bf16_from_f32(Ah, A, nn);
+        bf16_from_f32(Bh, B, nn);
+        gemm_dims dims = {n, n, n};
+        double start = now();
+        do {
+            /* enough calls per timing that the clock's resolution does not matter */
+            int reps = n >= 256 ? 1 : (256 / n) * (256 / n);
+            double t0 = now();
+            for (int r = 0; r < reps; r++) {
+                if (half) gemm_bf16(dims, 1.0f, gemm_n_bf16(Ah, n), gemm_n_bf16(Bh, n), 0.0f, gemm_o(C, n));
+                else gemm(dims, 1.0f, gemm_n(A, n), gemm_n(B, n), 0.0f, gemm_o(C, n));
+            }
+            double rate = 2.0 * n * n * (double)n * reps / (now() - t0);
+            if (rate > best) best = rate;
+        } while (now() - start < seconds);
     }
-    for (size_t i = 0; i < (size_t)M * K; i++) A[i] = (float)((i * 7919u) % 1000u) * 1e-3f;
-    for (size_t i = 0; i < (size_t)K * N; i++) B[i] = (float)((i * 104729u) % 1000u) * 1e-3f;
-    gemm_dims dims = {M, N, K};
-    double best = 0.0, start = now();
-    do {
-        double t0 = now();
-        gemm(dims, 1.0f, gemm_n(A, K), gemm_n(B, N), 0.0f, gemm_o(C, N));
-        double dt = now() - t0;
-        double rate = 2.0 * M * N * K / dt;
-        if (rate > best) best = rate;
-    } while (now() - start < seconds);
-    free(A), free(B), free(C);
+    free(A), free(B), free(C), free(Ah), free(Bh);
     return best;
 }
 
@@ -306,8 +374,8 @@ static void measure_mpi(double *bandwidth, double *latency) {
     if (buf && rank < 2) {
         int peer = 1 - rank;
         double best_bw = 0.0, best_lat = 1e9;
-        for (int rep = 0; rep < 10; rep++) {
-            size_t n = rep < 5 ? 8 : big;
+        for (int rep = 0; rep < 40; rep++) {
+            size_t n = rep < 30 ? 8 : big;
             MPI_Barrier(MPI_COMM_WORLD);
             double t0 = now();
             if (rank == 0) {
@@ -323,7 +391,7 @@ static void measure_mpi(double *bandwidth, double *latency) {
         }
         res[0] = best_bw, res[1] = best_lat;
     } else {
-        for (int rep = 0; rep < 10; rep++) MPI_Barrier(MPI_COMM_WORLD);
+        for (int rep = 0; rep < 40; rep++) MPI_Barrier(MPI_COMM_WORLD);
     }
     free(buf);
     MPI_Bcast(res, 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
@@ -335,18 +403,74 @@ static double node_memory_bytes(void) {
     return pages > 0 && size > 0 ? (double)pages * (double)size : 0.0;
 }
 
+/* The sizes calibration measures: a small model's widths up to a large one's */
+static const int CAL_DIMS[] = {32, 64, 128, 256, 512, 1024};
+#define NUM_CAL_DIMS (int)(sizeof(CAL_DIMS) / sizeof(CAL_DIMS[0]))
+
+/* Every rank measures at once with its share of the cores: the node's rates are the sums */
+static void measure_gemm_table(plan_device *d, int mpi) {
+    double r[2 * NUM_CAL_DIMS];
+    for (int i = 0; i < NUM_CAL_DIMS; i++) {
+        r[i] = measure_gemm(CAL_DIMS[i], 0, 0.15);
+        r[NUM_CAL_DIMS + i] = measure_gemm(CAL_DIMS[i], 1, 0.15);
+    }
+    if (mpi) MPI_Allreduce(MPI_IN_PLACE, r, 2 * NUM_CAL_DIMS, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    d->gemm_points = NUM_CAL_DIMS;
+    d->flops_fp32 = d->flops_bf16 = 0.0;
+    for (int i = 0; i < NUM_CAL_DIMS; i++) {
+        d->gemm_dim[i] = CAL_DIMS[i];
+        d->gemm_fp32[i] = r[i];
+        d->gemm_bf16[i] = r[NUM_CAL_DIMS + i];
+        d->flops_fp32 = fmax(d->flops_fp32, r[i]);
+        d->flops_bf16 = fmax(d->flops_bf16, r[NUM_CAL_DIMS + i]);
+    }
+}
+
+/* megadlm's elementwise kernels, forward and backward, over 4 MiB of fp32 activations: the
+ * three kinds a layer saves most of (dropout, GeLU, LayerNorm), each pair counted as taking
+ * its 4 MiB through a layer once. Bytes per second, best of repeats. */
+static double measure_elementwise(double seconds) {
+    size_t n = 1u << 20;
+    int C = 256, N = (int)(n / 256);
+    float *x = malloc(n * sizeof(float)), *y = malloc(n * sizeof(float));
+    float *dy = malloc(n * sizeof(float)), *dx = malloc(n * sizeof(float));
+    float *w = malloc(C * sizeof(float)), *b = calloc(C, sizeof(float));
+    float *dw = calloc(C, sizeof(float)), *db = calloc(C, sizeof(float));
+    float *mean = malloc(N * sizeof(float)), *rstd = malloc(N * sizeof(float));
+    double best = 0.0;
+    if (x && y && dy && dx && w && b && dw && db && mean && rstd) {
+        for (size_t i = 0; i < n; i++) x[i] = (float)((i * 7919u) % 1000u) * 1e-3f - 0.5f, dy[i] = 1e-3f;
+        for (int i = 0; i < C; i++) w[i] = 1.0f;
+        dropout_key key = {1, 1, 0, 0, DROPOUT_SITE_MLP_OUT};
+        double start = now();
+        do {
+            double t0 = now();
+            dropout_forward(y, x, n, 0.1f, key, 0);
+            memset(dx, 0, n * sizeof(float));
+            dropout_backward(dx, dy, n, 0.1f, key, 0);
+            gelu_forward(y, x, n, GELU_TANH);
+            gelu_backward(dx, dy, x, n, GELU_TANH);
+            layernorm_forward(y, mean, rstd, x, w, b, N, C, 1e-5f);
+            layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, C);
+            double bw = 3.0 * n * sizeof(float) / (now() - t0);
+            if (bw > best) best = bw;
+        } while (now() - start < seconds);
+    }
+    free(x), free(y), free(dy), free(dx), free(w), free(b), free(dw), free(db), free(mean), free(rstd);
+    return best;
+}
+
 void plan_device_calibrate(plan_device *d) {
     memset(d, 0, sizeof(*d));
     snprintf(d->name, sizeof d->name, "this-cpu");
     int world = parallel_world_size(), mpi = parallel_get()->mpi && world > 1;
     threads_setup();
-    /* every rank measures at once with its share of the cores: the node's rates are the sums */
-    double rates[2] = {measure_sgemm(1024, 512, 512, 0.5), measure_memory(0.3)};
-    if (mpi) MPI_Allreduce(MPI_IN_PLACE, rates, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-    d->flops_fp32 = rates[0];
-    d->flops_bf16 = rates[0]; /* not measured: the fp32 rate (docs/PLAN.md) */
-    d->efficiency = 1.0;      /* the rate is already a sustained one */
-    d->memory_bandwidth = rates[1];
+    measure_gemm_table(d, mpi);
+    double bw[2] = {measure_memory(0.3), measure_elementwise(0.3)};
+    if (mpi) MPI_Allreduce(MPI_IN_PLACE, bw, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    d->memory_bandwidth = bw[0];
+    d->elementwise_bandwidth = bw[1];
+    d->efficiency = 1.0; /* the rates are sustained ones */
     d->memory_bytes = node_memory_bytes();
     d->ranks_per_node = 0;
     d->shared = 1;
@@ -354,15 +478,17 @@ void plan_device_calibrate(plan_device *d) {
     if (mpi) {
         measure_mpi(&d->intra_bandwidth, &d->latency);
         snprintf(d->source, sizeof d->source,
-                 "measured on this machine by %d ranks: sgemm 1024x512x512, triad over 3 x 32 "
-                 "MiB, MPI ping-pong between ranks 0 and 1 (4 MiB, 8 B)", world);
+                 "measured on this machine by %d ranks at once: sgemm and bf16 GEMMs of 32 to "
+                 "1024, megadlm's dropout, GeLU and LayerNorm kernels, triad over 3 x 32 MiB, MPI ping-pong between ranks 0 and 1 (4 MiB, 8 B)",
+                 world);
     } else {
         d->intra_bandwidth = d->memory_bandwidth / 2.0;
         d->latency = 5e-6;
         snprintf(d->source, sizeof d->source,
-                 "measured on this machine by one process: sgemm 1024x512x512, triad over 3 x 32 "
-                 "MiB; not under mpirun: the link between ranks taken as half the memory "
-                 "bandwidth and 5 us per message (run under mpirun -np 2 to measure them)");
+                 "measured on this machine by one process: sgemm and bf16 GEMMs of 32 to 1024, "
+                 "megadlm's dropout, GeLU and LayerNorm kernels, triad over 3 x 32 MiB; not under mpirun: the link between ranks taken as half "
+                 "the memory bandwidth and 5 us per message (run under mpirun -np 2 to measure "
+                 "them)");
     }
     d->inter_bandwidth = d->intra_bandwidth;
 }

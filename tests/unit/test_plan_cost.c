@@ -151,6 +151,28 @@ static void test_device_json(void) {
     CHECK(plan_device_from_json(o, &back, ERR, sizeof ERR) == -1);
     CHECK(strstr(ERR, "\"inter_node_bandwidth\": expected a positive number") != NULL);
     cJSON_Delete(o);
+    /* a measured GEMM table survives the trip; a table without rates is refused */
+    o = cJSON_Parse("{\"flops_bf16\": 1e12, \"flops_fp32\": 1e12, \"memory_bytes\": 1e9, "
+                    "\"memory_bandwidth\": 1e9, \"intra_node_bandwidth\": 1e9, "
+                    "\"inter_node_bandwidth\": 1e9, \"ranks_per_node\": 0, \"shared\": true, "
+                    "\"gemm_dims\": [32, 1024], \"gemm_rates_fp32\": [1e10, 1e11], "
+                    "\"gemm_rates_bf16\": [2e10, 2e11], \"elementwise_bandwidth\": 1e9, "
+                    "\"memory_account\": \"megadlm\"}");
+    CHECK(plan_device_from_json(o, &back, ERR, sizeof ERR) == 0);
+    cJSON_Delete(o);
+    CHECK(back.gemm_points == 2 && back.gemm_dim[1] == 1024 && back.gemm_bf16[0] == 2e10);
+    CHECK(back.elementwise_bandwidth == 1e9 && back.shared && back.account == PLAN_ACCOUNT_MEGADLM);
+    o = plan_device_to_json(&back);
+    plan_device again;
+    CHECK(plan_device_from_json(o, &again, ERR, sizeof ERR) == 0 && again.gemm_fp32[1] == 1e11);
+    cJSON_Delete(o);
+    o = cJSON_Parse("{\"flops_bf16\": 1, \"flops_fp32\": 1, \"memory_bytes\": 1, "
+                    "\"memory_bandwidth\": 1, \"intra_node_bandwidth\": 1, "
+                    "\"inter_node_bandwidth\": 1, \"ranks_per_node\": 0, \"gemm_dims\": [64, 32], "
+                    "\"gemm_rates_fp32\": [1, 1], \"gemm_rates_bf16\": [1, 1]}");
+    CHECK(plan_device_from_json(o, &back, ERR, sizeof ERR) == -1);
+    CHECK(strstr(ERR, "\"gemm_dims\": expected increasing sizes") != NULL);
+    cJSON_Delete(o);
     o = cJSON_Parse("{\"flops_bf16\": 1e12}");
     CHECK(plan_device_from_json(o, &back, ERR, sizeof ERR) == -1);
     CHECK(strstr(ERR, "\"flops_fp32\": missing") != NULL);
