@@ -152,9 +152,14 @@ static double tp_per_microbatch(const megadlm_args *a, const plan_device *d, con
     double ag = ring_half(N * gather_b, s->t, bw, d->latency);
     double rs = ring_half(N * reduce_b, s->t, bw, d->latency);
     double L = s->stage_layers, extra = s->p > 1.0 ? 1.0 : 2.0;
+    /* the vocabulary-parallel cross entropy: 3 all-reduces of b x s fp32 values (max, sum of
+     * exponentials, target logit) */
+    double ce = 3.0 * 2.0 * ring_half(4.0 * a->micro_batch_size * a->seq_length, s->t, bw,
+                                      d->latency);
     if (a->sequence_parallel)
-        return (6.0 * L + 2.0 * recomputed + extra) * ag + (4.0 * L + 2.0 * recomputed + extra) * rs;
-    return (4.0 * L + 2.0 * recomputed + extra) * 2.0 * rs;
+        return (6.0 * L + 2.0 * recomputed + extra) * ag + (4.0 * L + 2.0 * recomputed + extra) * rs +
+               ce;
+    return (4.0 * L + 2.0 * recomputed + extra) * 2.0 * rs + ce;
 }
 
 /* Pipeline sends per iteration: each micro-batch's activation forward and its gradient
@@ -240,15 +245,25 @@ static double effective_rate(const megadlm_args *a, const plan_device *d, const 
 }
 
 /* Work outside the GEMMs per iteration on a rank: the bytes a stage saves per micro-batch
- * without recomputation (megadlm's), once more for the recomputed share, at the device's
- * elementwise bandwidth */
+ * without recomputation (megadlm's), once more for the recomputed layers, and the attention
+ * probabilities once more under selective recompute (softmax and dropout run again), at the
+ * device's elementwise bandwidth */
 static double elementwise_time(const megadlm_args *a, const plan_device *d, const shape *s,
                                double recomputed) {
     if (d->elementwise_bandwidth <= 0.0) return 0.0;
     megadlm_args none = without_recompute(a);
     double bytes = (double)theoretical_megadlm_rank(&none, 0, 1, 0).saved_activations;
+    double again = recomputed / s->stage_layers * bytes;
+    if (!strcmp(a->recompute_granularity, "selective")) {
+        theoretical_memory m;
+        theoretical_memory_compute(a, &m);
+        int sp = a->sequence_parallel;
+        double keep = m.per_layer_megadlm[sp ? TM_TENSOR_SEQUENCE : TM_TENSOR_PARALLEL];
+        double sel = m.per_layer_megadlm[sp ? TM_TENSOR_SEQUENCE_SELECTIVE : TM_TENSOR_SELECTIVE];
+        again = s->stage_layers * (keep - sel);
+    }
     double bw = d->shared ? d->elementwise_bandwidth / s->rpn : d->elementwise_bandwidth;
-    return s->M * (1.0 + recomputed / s->stage_layers) * bytes / bw;
+    return s->M * (bytes + again) / bw;
 }
 
 /* --tp-comm-overlap: the collectives travel in pieces under the GEMMs that need them; the

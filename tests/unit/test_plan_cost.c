@@ -3,12 +3,14 @@
  * al. 2022) and the parameters from Megatron's 12h^2 + 4h per layer, not from the code under
  * test:
  *  - 530B (t 8, p 35, DP 8, micro-batch 1, global batch 2240) on the A100-80GB preset: every
- *    term (compute, TP all-gathers and reduce-scatters with sequence parallelism, bubble, p2p,
+ *    term (compute, TP all-gathers and reduce-scatters with sequence parallelism and the cross
+ *    entropy's all-reduces, bubble, p2p,
  *    DP all-reduce, optimizer) for selective recompute, and the repeated forward collectives of
  *    full recompute; the overlaps (--tp-comm-overlap, --overlap-grad-reduce) only remove time;
  *  - memory: the Megatron account is `megadlm memory`'s total; partial recompute adds K
  *    micro-batches' worth of the layers kept whole;
  *  - a device description survives JSON and a file, and bad keys are named. */
+#include <math.h>
 #include <string.h>
 
 #include "test_util.h"
@@ -57,7 +59,9 @@ static void test_530b_terms(void) {
     /* SP: per layer 6 all-gathers and 4 reduce-scatters of s x b x h bf16 values, each moving
      * 7/8 of it over NVLink; one more of each per stage for the embedding / output layer */
     double half = 7.0 / 8.0 * s * h * 2 / nvlink;
-    double tp = M * ((6 * layers + 1) + (4 * layers + 1)) * half;
+    /* and the cross entropy's 3 all-reduces of b x s fp32 values */
+    double ce = 3 * 2 * 7.0 / 8.0 * s * 4 / nvlink;
+    double tp = M * (((6 * layers + 1) + (4 * layers + 1)) * half + ce);
     CHECK_CLOSE(c.tp_comm, tp, 1e-12, 0);
     CHECK_CLOSE(c.bubble, (p - 1) / M * (c.compute + tp), 1e-12, 0);
     /* p2p: the 1/t shard forward and backward, in bf16, over InfiniBand, per micro-batch */
@@ -79,7 +83,7 @@ static void test_530b_terms(void) {
     plan_cost_compute(&a, &d, &c);
     hw = 96 * B * L * s * h * h * (1 + s / (6 * h) + V / (16 * h * L));
     CHECK_CLOSE(c.hardware_flops, hw, 1e-12, 0);
-    CHECK_CLOSE(c.tp_comm, M * (4 * layers + 2 * layers + 1) * 2 * half, 1e-12, 0);
+    CHECK_CLOSE(c.tp_comm, M * ((4 * layers + 2 * layers + 1) * 2 * half + ce), 1e-12, 0);
     CHECK_CLOSE(c.p2p, M * (s * h / t * 4) / ib, 1e-12, 0);
     CHECK_CLOSE(c.recomputed_layers, layers, 0, 0);
     args_free(&a);
@@ -179,7 +183,47 @@ static void test_device_json(void) {
     cJSON_Delete(o);
 }
 
+/* A shared device (a CPU node): rates and bandwidths divided among the node's ranks; a GEMM
+ * table whose rates grow as the size in log-log (rate = 1e9 x n, so a GEMM of M x N x K runs
+ * at 1e9 (MNK)^(1/3)); the elementwise term from megadlm's saved bytes without recompute */
+static void test_shared_device(void) {
+    plan_device d = {.name = "node", .flops_bf16 = 1e12, .flops_fp32 = 1e12, .efficiency = 1.0,
+                     .memory_bytes = 1e10, .memory_bandwidth = 1e10, .intra_bandwidth = 1e9,
+                     .inter_bandwidth = 1e9, .latency = 1e-5, .ranks_per_node = 0, .shared = 1,
+                     .account = PLAN_ACCOUNT_MEGADLM, .gemm_points = 2,
+                     .gemm_dim = {10, 10000}, .gemm_fp32 = {1e10, 1e13}, .gemm_bf16 = {1e10, 1e13},
+                     .elementwise_bandwidth = 2e9};
+    megadlm_args a;
+    /* 2 layers, T = 64 tokens, h 64, 4 heads of 16, ffn 256, vocabulary 128; DP 2, M = 2 */
+    CHECK(setup(&a, "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
+                    "--max-position-embeddings 32 --vocab-size 100 --micro-batch-size 2 "
+                    "--global-batch-size 8 --world-size 2 --make-vocab-size-divisible-by 128") == 0);
+    plan_cost c;
+    plan_cost_compute(&a, &d, &c);
+    double T = 64, h = 64, s = 32, dh = 16, f = 256, V = 128, L = 2, heads = 4, b = 2;
+    struct { double m, n, k, count; } g[] = {
+        {T, 3 * h, h, L}, {s, s, dh, L * b * heads}, {s, dh, s, L * b * heads},
+        {T, h, h, L}, {T, f, h, L}, {T, h, f, L}, {T, V, h, 1}};
+    double flops = 0, secs = 0;
+    for (int i = 0; i < 7; i++) {
+        double fl = 2 * g[i].m * g[i].n * g[i].k * g[i].count;
+        flops += fl;
+        secs += fl / (1e9 * cbrt(g[i].m * g[i].n * g[i].k) / 2); /* half the node's rate */
+    }
+    CHECK_CLOSE(c.gemm_rate, flops / secs, 1e-9, 0);
+    double saved = (double)theoretical_megadlm(&a).saved_activations;
+    CHECK_CLOSE(c.elementwise, 2 * saved / (2e9 / 2), 1e-12, 0);
+    CHECK_CLOSE(c.compute, c.hardware_flops / 2 / c.gemm_rate + c.elementwise, 1e-12, 0);
+    /* DP 2 on one node: the fp32 gradients all-reduced over the node's link, 2 ring steps */
+    double grads = (double)theoretical_megadlm(&a).gradients;
+    CHECK_CLOSE(c.dp_comm, 2 * (0.5 * grads / 1e9 + 1e-5), 1e-12, 0);
+    CHECK_CLOSE(c.optimizer, grads / 4 * 36 / (1e10 / 2), 1e-12, 0);
+    CHECK(plan_ranks_per_node(&d, 2) == 2);
+    args_free(&a);
+}
+
 int main(void) {
+    test_shared_device();
     test_530b_terms();
     test_partial_memory();
     test_device_json();
