@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `megadlm plan --device this-cpu` against this machine: calibrates the device once (mpirun
-# -np 2, one thread a rank), then trains a small GPT in 15 configurations of 2 and 4 ranks
+# `megadlm plan --device this-cpu` against this machine: calibrates the device for 2 and for 4
+# ranks (mpirun -np 2 and -np 4, one thread a rank), then trains a small GPT in 15 configurations of 2 and 4 ranks
 # (layouts x recompute x micro-batch) for a few iterations each, and prints per configuration
 # the plan's predicted seconds per iteration beside the median train logged (iterations after
 # the first two), the error, and memory: the plan's figure for the most loaded rank against
@@ -22,18 +22,21 @@ export OMP_NUM_THREADS=1
 MPI=(mpirun --allow-run-as-root --oversubscribe)
 model=(--num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 128
        --max-position-embeddings 128 --vocab-size 256 --global-batch-size 16)
-device=$OUT/device-this-cpu.json
-
-"${MPI[@]}" -np 2 "$MEGADLM" plan "${model[@]}" --world-size 2 --micro-batch-size 4 --fp32 \
-  --device this-cpu --calibrate --device-cache "$device" --top 1 > "$OUT/calibrate.log" 2>&1 ||
-  { cat "$OUT/calibrate.log"; exit 1; }
-python3 - "$device" <<'EOF'
+# one calibration per rank count: on a shared machine what a rank gets depends on how many
+# ranks (and other processes) share the cores, so each world is planned with its own
+for world in 2 4; do
+  device=$OUT/device-this-cpu-$world.json
+  "${MPI[@]}" -np "$world" "$MEGADLM" plan "${model[@]}" --world-size "$world" --micro-batch-size 4 \
+    --fp32 --device this-cpu --calibrate --device-cache "$device" --top 1 > "$OUT/calibrate-$world.log" 2>&1 ||
+    { cat "$OUT/calibrate-$world.log"; exit 1; }
+  python3 - "$device" "$world" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
-print("this-cpu: sgemm GFLOP/s at " + ", ".join(f"{n:g}: {r/1e9:.0f}" for n, r in zip(d["gemm_dims"], d["gemm_rates_fp32"]))
+print(f"this-cpu with {sys.argv[2]} ranks: sgemm GFLOP/s at " + ", ".join(f"{n:g}: {r/1e9:.0f}" for n, r in zip(d["gemm_dims"], d["gemm_rates_fp32"]))
       + f"; elementwise {d['elementwise_bandwidth']/1e9:.2f} GB/s; memory {d['memory_bandwidth']/1e9:.1f} GB/s;"
       f" MPI {d['intra_node_bandwidth']/1e9:.2f} GB/s, {d['latency']*1e6:.1f} us (the node's, shared by its ranks)")
 EOF
+done
 
 # world | layout and recompute flags (micro-batch included)
 configs=(
@@ -65,7 +68,7 @@ for c in "${configs[@]}"; do
   [[ " ${flags[*]} " == *" --tensor-model-parallel-size "* ]] || flags+=(--tensor-model-parallel-size 1)
   [[ " ${flags[*]} " == *" --pipeline-model-parallel-size "* ]] || flags+=(--pipeline-model-parallel-size 1)
   # the plan's row for exactly these flags: every searched switch off (no layout flags added)
-  "$MEGADLM" plan "${model[@]}" --world-size "$world" "${flags[@]}" --fp32 --device-file "$device" \
+  "$MEGADLM" plan "${model[@]}" --world-size "$world" "${flags[@]}" --fp32 --device-file "$OUT/device-this-cpu-$world.json" \
     --all --top 0 --json > "$OUT/plan-$i.json" 2> "$OUT/plan-$i.err" ||
     { echo "plan $i failed: $(cat "$OUT/plan-$i.err")"; continue; }
   "${MPI[@]}" -np "$world" "$MEGADLM" train "${model[@]}" "${flags[@]}" --mock-data \

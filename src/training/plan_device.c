@@ -304,9 +304,17 @@ static double now(void) {
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
+/* Every measurement below is a window: all ranks start together (a barrier under mpirun) and
+ * count the work they finish in about `seconds` of wall time, so that ranks sharing cores
+ * (more ranks than CPUs, or a busy machine) each count only what they got, and the sum over
+ * the ranks is the node's rate */
+static void window_start(void) {
+    if (parallel_get()->mpi) MPI_Barrier(MPI_COMM_WORLD);
+}
+
 /* GEMM FLOP/s of this process for an n x n x n product, fp32 (sgemm) or bf16 operands
- * (gemm_bf16: oneDNN or the widening fallback, what --bf16 runs), best of repeated runs over
- * about `seconds` */
+ * (gemm_bf16: oneDNN or the widening fallback, what --bf16 runs), over a window of about
+ * `seconds` (after one untimed call) */
 static double measure_gemm(int n, int half, double seconds) {
     size_t nn = (size_t)n * n;
     float *A = malloc(sizeof(float) * nn), *B = malloc(sizeof(float) * nn);
@@ -321,43 +329,47 @@ static double measure_gemm(int n, int half, double seconds) {
         bf16_from_f32(Ah, A, nn);
         bf16_from_f32(Bh, B, nn);
         gemm_dims dims = {n, n, n};
-        double start = now();
+#define RUN_GEMM()                                                                                 \
+    do {                                                                                           \
+        if (half) gemm_bf16(dims, 1.0f, gemm_n_bf16(Ah, n), gemm_n_bf16(Bh, n), 0.0f, gemm_o(C, n)); \
+        else gemm(dims, 1.0f, gemm_n(A, n), gemm_n(B, n), 0.0f, gemm_o(C, n));                     \
+    } while (0)
+        RUN_GEMM();
+        window_start();
+        double start = now(), calls = 0.0;
         do {
-            /* enough calls per timing that the clock's resolution does not matter */
-            int reps = n >= 256 ? 1 : (256 / n) * (256 / n);
-            double t0 = now();
-            for (int r = 0; r < reps; r++) {
-                if (half) gemm_bf16(dims, 1.0f, gemm_n_bf16(Ah, n), gemm_n_bf16(Bh, n), 0.0f, gemm_o(C, n));
-                else gemm(dims, 1.0f, gemm_n(A, n), gemm_n(B, n), 0.0f, gemm_o(C, n));
-            }
-            double rate = 2.0 * n * n * (double)n * reps / (now() - t0);
-            if (rate > best) best = rate;
+            RUN_GEMM();
+            calls += 1.0;
         } while (now() - start < seconds);
+#undef RUN_GEMM
+        best = 2.0 * n * n * (double)n * calls / (now() - start);
+    } else {
+        window_start(); /* the other ranks wait for this one */
     }
     free(A), free(B), free(C), free(Ah), free(Bh);
     return best;
 }
 
 /* Bytes/s of a triad a = b + s c over arrays larger than any cache (3 arrays of 32 MiB: two
- * read, one written), with this process's threads; best of repeated passes */
+ * read, one written), with this process's threads, over a window */
 static double measure_memory(double seconds) {
     size_t n = 8u << 20;
     float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float)),
           *c = malloc(n * sizeof(float));
     if (!a || !b || !c) {
         free(a), free(b), free(c);
+        window_start();
         return 0.0;
     }
     for (size_t i = 0; i < n; i++) a[i] = 0.0f, b[i] = 1.0f, c[i] = 2.0f;
-    double best = 0.0, start = now();
+    window_start();
+    double start = now(), passes = 0.0;
     do {
-        double t0 = now();
 #pragma omp parallel for schedule(static)
         for (long i = 0; i < (long)n; i++) a[i] = b[i] + 0.5f * c[i];
-        double dt = now() - t0;
-        double bw = 3.0 * n * sizeof(float) / dt;
-        if (bw > best) best = bw;
+        passes += 1.0;
     } while (now() - start < seconds);
+    double best = 3.0 * n * sizeof(float) * passes / (now() - start);
     volatile float sink = a[n / 2];
     (void)sink;
     free(a), free(b), free(c);
@@ -436,7 +448,7 @@ static void measure_gemm_table(plan_device *d, int mpi) {
 
 /* megadlm's elementwise kernels, forward and backward, over 4 MiB of fp32 activations: the
  * three kinds a layer saves most of (dropout, GeLU, LayerNorm), each pair counted as taking
- * its 4 MiB through a layer once. Bytes per second, best of repeats. */
+ * its 4 MiB through a layer once. Bytes per second over a window. */
 static double measure_elementwise(double seconds) {
     size_t n = 1u << 20;
     int C = 256, N = (int)(n / 256);
@@ -450,9 +462,9 @@ static double measure_elementwise(double seconds) {
         for (size_t i = 0; i < n; i++) x[i] = (float)((i * 7919u) % 1000u) * 1e-3f - 0.5f, dy[i] = 1e-3f;
         for (int i = 0; i < C; i++) w[i] = 1.0f;
         dropout_key key = {1, 1, 0, 0, DROPOUT_SITE_MLP_OUT};
-        double start = now();
+        window_start();
+        double start = now(), rounds = 0.0;
         do {
-            double t0 = now();
             dropout_forward(y, x, n, 0.1f, key, 0);
             memset(dx, 0, n * sizeof(float));
             dropout_backward(dx, dy, n, 0.1f, key, 0);
@@ -460,9 +472,11 @@ static double measure_elementwise(double seconds) {
             gelu_backward(dx, dy, x, n, GELU_TANH);
             layernorm_forward(y, mean, rstd, x, w, b, N, C, 1e-5f);
             layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, C);
-            double bw = 3.0 * n * sizeof(float) / (now() - t0);
-            if (bw > best) best = bw;
+            rounds += 1.0;
         } while (now() - start < seconds);
+        best = 3.0 * n * sizeof(float) * rounds / (now() - start);
+    } else {
+        window_start();
     }
     free(x), free(y), free(dy), free(dx), free(w), free(b), free(dw), free(db), free(mean), free(rstd);
     return best;
