@@ -13,6 +13,7 @@
 #include <cjson/cJSON.h>
 
 #include "core/parallel_state.h"
+#include "tools/json_fields.h"
 #include "tools/tools.h"
 #include "training/arguments.h"
 #include "training/plan_cost.h"
@@ -229,12 +230,35 @@ static fixed_dims find_fixed(char **w, int n, const plan_opts *o) {
     return f;
 }
 
+/* One legal configuration: what the table and --json print (a few hundred bytes: the paper's
+ * searches list 10^5 of them) */
 typedef struct {
-    megadlm_args a; /* validated */
+    int t, p, v, d, sp, tpo, mbs, M, dopt, ogr;
+    int recompute_num_layers, partial; /* partial: K, or -1 */
+    char granularity[32], method[32], precision[8];
     plan_cost c;
     int fits;
-    char layout[512];  /* the searched flags */
+    char *layout; /* the searched flags */
 } row;
+
+static void row_from_args(row *r, const megadlm_args *a) {
+    r->t = a->tensor_model_parallel_size;
+    r->p = a->pipeline_model_parallel_size;
+    r->v = a->virtual_pipeline_model_parallel_size > 1 ? a->virtual_pipeline_model_parallel_size : 1;
+    r->d = a->data_parallel_size;
+    r->sp = a->sequence_parallel;
+    r->tpo = a->tp_comm_overlap;
+    r->mbs = a->micro_batch_size;
+    r->M = a->global_batch_size / (a->micro_batch_size * a->data_parallel_size);
+    r->dopt = a->use_distributed_optimizer;
+    r->ogr = a->overlap_grad_reduce;
+    r->recompute_num_layers = a->recompute_num_layers;
+    r->partial = a->num_microbatches_with_partial_activation_checkpoints;
+    snprintf(r->granularity, sizeof r->granularity, "%s",
+             a->recompute_granularity[0] ? a->recompute_granularity : "none");
+    snprintf(r->method, sizeof r->method, "%s", a->recompute_method);
+    snprintf(r->precision, sizeof r->precision, "%s", a->bf16 ? "bf16" : a->fp16 ? "fp16" : "fp32");
+}
 
 typedef struct {
     char **base;
@@ -289,17 +313,22 @@ static void add_candidate(search *s, char **cand, int ncand) {
         }
         s->rows = r, s->cap = cap;
     }
-    row *r = &s->rows[s->nrows++];
-    r->a = a;
+    char layout[1024];
+    size_t off = 0;
+    layout[0] = 0;
+    for (int i = 0; i < ncand && off < sizeof layout; i++)
+        off += (size_t)snprintf(layout + off, sizeof layout - off, "%s%s", i ? " " : "", cand[i]);
+    row *r = &s->rows[s->nrows];
+    r->layout = strdup(layout);
+    if (!r->layout) {
+        args_free(&a);
+        return;
+    }
+    s->nrows++;
+    row_from_args(r, &a);
     plan_cost_compute(&a, s->d, &r->c);
     r->fits = r->c.memory_bytes <= s->usable;
-    size_t off = 0;
-    r->layout[0] = 0;
-    for (int i = 0; i < ncand && off < sizeof r->layout; i++)
-        off += (size_t)snprintf(r->layout + off, sizeof r->layout - off, "%s%s", i ? " " : "",
-                                cand[i]);
-    /* the data paths are the base's: nothing here owns memory beyond the row */
-    args_free(&r->a);
+    args_free(&a);
 }
 
 /* Candidate words are built into a small pool of strings */
@@ -446,13 +475,11 @@ static int by_fit_then_time(const void *x, const void *y) {
     return a->c.memory_bytes < b->c.memory_bytes ? -1 : a->c.memory_bytes > b->c.memory_bytes;
 }
 
-static void recompute_text(const megadlm_args *a, char *out, size_t n) {
-    const char *g = a->recompute_granularity;
-    int K = a->num_microbatches_with_partial_activation_checkpoints;
-    if (!g[0]) snprintf(out, n, "none");
-    else if (!strcmp(g, "selective")) snprintf(out, n, "selective");
-    else if (K > 0) snprintf(out, n, "full %s %d, %d kept", a->recompute_method, a->recompute_num_layers, K);
-    else snprintf(out, n, "full %s %d", a->recompute_method, a->recompute_num_layers);
+static void recompute_text(const row *r, char *out, size_t n) {
+    if (strcmp(r->granularity, "full") != 0) snprintf(out, n, "%s", r->granularity);
+    else if (r->partial > 0)
+        snprintf(out, n, "full %s %d, %d kept", r->method, r->recompute_num_layers, r->partial);
+    else snprintf(out, n, "full %s %d", r->method, r->recompute_num_layers);
 }
 
 #define GIB_F (1024.0 * 1024.0 * 1024.0)
@@ -495,72 +522,45 @@ static void print_header(const search *s, const plan_device *d, double total, in
            "MFU", "HFU");
 }
 
-static void print_row(const search *s, int i, const row *r) {
-    const megadlm_args *a = &r->a;
+static void print_row(int i, const row *r) {
     char rc[48];
-    recompute_text(a, rc, sizeof rc);
-    int v = a->virtual_pipeline_model_parallel_size > 1 ? a->virtual_pipeline_model_parallel_size : 1;
+    recompute_text(r, rc, sizeof rc);
     printf("%4d %3d %3d %3d %4d %3s %3s %-22s %4d %5d %4s %4s %5s %9.2f %4s %10.4g %10.4g %10.4g "
            "%10.4g %10.4g %10.4g %10.4g %5.1f%% %5.1f%%\n",
-           i + 1, a->tensor_model_parallel_size, a->pipeline_model_parallel_size, v,
-           a->data_parallel_size, a->sequence_parallel ? "on" : "-", a->tp_comm_overlap ? "on" : "-",
-           rc, a->micro_batch_size,
-           a->global_batch_size / (a->micro_batch_size * a->data_parallel_size),
-           a->use_distributed_optimizer ? "on" : "-", a->overlap_grad_reduce ? "on" : "-",
-           a->bf16 ? "bf16" : a->fp16 ? "fp16" : "fp32", r->c.memory_bytes / GIB_F,
+           i + 1, r->t, r->p, r->v, r->d, r->sp ? "on" : "-", r->tpo ? "on" : "-", rc, r->mbs, r->M,
+           r->dopt ? "on" : "-", r->ogr ? "on" : "-", r->precision, r->c.memory_bytes / GIB_F,
            r->fits ? "yes" : "NO", r->c.total, r->c.compute, r->c.tp_comm, r->c.bubble, r->c.p2p,
            r->c.dp_comm, r->c.optimizer, 100.0 * r->c.mfu, 100.0 * r->c.hfu);
     printf("       %s\n", r->layout[0] ? r->layout : "(the flags as given)");
-    (void)s;
 }
 
 static cJSON *row_json(const search *s, int i, const row *r) {
-    const megadlm_args *a = &r->a;
     cJSON *o = cJSON_CreateObject();
     char rc[48], line[8192];
-    recompute_text(a, rc, sizeof rc);
+    recompute_text(r, rc, sizeof rc);
     train_line(s, r, line, sizeof line);
-    cJSON_AddNumberToObject(o, "rank", i + 1);
-    cJSON_AddNumberToObject(o, "tensor_model_parallel_size", a->tensor_model_parallel_size);
-    cJSON_AddNumberToObject(o, "pipeline_model_parallel_size", a->pipeline_model_parallel_size);
-    cJSON_AddNumberToObject(o, "virtual_pipeline_model_parallel_size",
-                            a->virtual_pipeline_model_parallel_size > 1
-                                ? a->virtual_pipeline_model_parallel_size : 1);
-    cJSON_AddNumberToObject(o, "data_parallel_size", a->data_parallel_size);
-    cJSON_AddBoolToObject(o, "sequence_parallel", a->sequence_parallel);
-    cJSON_AddBoolToObject(o, "tp_comm_overlap", a->tp_comm_overlap);
-    cJSON_AddStringToObject(o, "recompute_granularity", a->recompute_granularity[0] ? a->recompute_granularity : "none");
-    cJSON_AddStringToObject(o, "recompute_method", a->recompute_method);
-    cJSON_AddNumberToObject(o, "recompute_num_layers", a->recompute_num_layers);
-    cJSON_AddNumberToObject(o, "num_microbatches_with_partial_activation_checkpoints",
-                            a->num_microbatches_with_partial_activation_checkpoints);
-    cJSON_AddStringToObject(o, "recompute", rc);
-    cJSON_AddNumberToObject(o, "micro_batch_size", a->micro_batch_size);
-    cJSON_AddNumberToObject(o, "num_microbatches",
-                            a->global_batch_size / (a->micro_batch_size * a->data_parallel_size));
-    cJSON_AddBoolToObject(o, "use_distributed_optimizer", a->use_distributed_optimizer);
-    cJSON_AddBoolToObject(o, "overlap_grad_reduce", a->overlap_grad_reduce);
-    cJSON_AddStringToObject(o, "precision", a->bf16 ? "bf16" : a->fp16 ? "fp16" : "fp32");
-    cJSON_AddNumberToObject(o, "memory_bytes", r->c.memory_bytes);
-    cJSON_AddBoolToObject(o, "fits", r->fits);
+    JSON_ADD(o, JNUM("rank", i + 1), JNUM("tensor_model_parallel_size", r->t),
+             JNUM("pipeline_model_parallel_size", r->p),
+             JNUM("virtual_pipeline_model_parallel_size", r->v),
+             JNUM("data_parallel_size", r->d), JBOOL("sequence_parallel", r->sp),
+             JBOOL("tp_comm_overlap", r->tpo), JSTR("recompute_granularity", r->granularity),
+             JSTR("recompute_method", r->method),
+             JNUM("recompute_num_layers", r->recompute_num_layers),
+             JNUM("num_microbatches_with_partial_activation_checkpoints", r->partial),
+             JSTR("recompute", rc), JNUM("micro_batch_size", r->mbs),
+             JNUM("num_microbatches", r->M), JBOOL("use_distributed_optimizer", r->dopt),
+             JBOOL("overlap_grad_reduce", r->ogr), JSTR("precision", r->precision),
+             JNUM("memory_bytes", r->c.memory_bytes), JBOOL("fits", r->fits));
     cJSON *t = cJSON_AddObjectToObject(o, "seconds_per_iteration");
-    cJSON_AddNumberToObject(t, "total", r->c.total);
-    cJSON_AddNumberToObject(t, "compute", r->c.compute);
-    cJSON_AddNumberToObject(t, "elementwise", r->c.elementwise);
-    cJSON_AddNumberToObject(t, "tp_comm", r->c.tp_comm);
-    cJSON_AddNumberToObject(t, "tp_comm_hidden", r->c.tp_hidden);
-    cJSON_AddNumberToObject(t, "bubble", r->c.bubble);
-    cJSON_AddNumberToObject(t, "p2p", r->c.p2p);
-    cJSON_AddNumberToObject(t, "dp_comm", r->c.dp_comm);
-    cJSON_AddNumberToObject(t, "dp_comm_hidden", r->c.dp_hidden);
-    cJSON_AddNumberToObject(t, "optimizer", r->c.optimizer);
-    cJSON_AddNumberToObject(o, "model_flops_per_iteration", r->c.model_flops);
-    cJSON_AddNumberToObject(o, "hardware_flops_per_iteration", r->c.hardware_flops);
-    cJSON_AddNumberToObject(o, "gemm_flops_per_second_per_rank", r->c.gemm_rate);
-    cJSON_AddNumberToObject(o, "mfu", r->c.mfu);
-    cJSON_AddNumberToObject(o, "hfu", r->c.hfu);
-    cJSON_AddStringToObject(o, "layout_flags", r->layout);
-    cJSON_AddStringToObject(o, "train_flags", line);
+    JSON_ADD(t, JNUM("total", r->c.total), JNUM("compute", r->c.compute),
+             JNUM("elementwise", r->c.elementwise), JNUM("tp_comm", r->c.tp_comm),
+             JNUM("tp_comm_hidden", r->c.tp_hidden), JNUM("bubble", r->c.bubble),
+             JNUM("p2p", r->c.p2p), JNUM("dp_comm", r->c.dp_comm),
+             JNUM("dp_comm_hidden", r->c.dp_hidden), JNUM("optimizer", r->c.optimizer));
+    JSON_ADD(o, JNUM("model_flops_per_iteration", r->c.model_flops),
+             JNUM("hardware_flops_per_iteration", r->c.hardware_flops),
+             JNUM("gemm_flops_per_second_per_rank", r->c.gemm_rate), JNUM("mfu", r->c.mfu),
+             JNUM("hfu", r->c.hfu), JSTR("layout_flags", r->layout), JSTR("train_flags", line));
     return o;
 }
 
@@ -587,7 +587,7 @@ static void report(const search *s, const plan_device *d, double total) {
         return;
     }
     print_header(s, d, total, fitting);
-    for (int i = 0; i < shown; i++) print_row(s, i, &s->rows[i]);
+    for (int i = 0; i < shown; i++) print_row(i, &s->rows[i]);
     if (shown > 0) {
         char line[8192];
         train_line(s, &s->rows[0], line, sizeof line);
@@ -671,6 +671,7 @@ int plan_main(int argc, char **argv) {
         }
         report(&s, &d, total);
     }
+    for (int i = 0; i < s.nrows; i++) free(s.rows[i].layout);
     free(s.rows);
     args_free(&model);
     return 0;
