@@ -93,8 +93,14 @@ static int split_args(int argc, char **argv, plan_opts *o, char **words, int *nw
         if (!strcmp(w, "--fp32")) { o->fp32 = 1; continue; }
         if (!strcmp(w, "--calibrate")) { o->calibrate = 1; continue; }
         int k = -1;
-        for (int j = 0; WITH_VALUE[j]; j++)
-            if (!strcmp(w, WITH_VALUE[j])) k = j;
+        const char *inline_value = NULL; /* --flag=value */
+        for (int j = 0; WITH_VALUE[j]; j++) {
+            size_t len = strlen(WITH_VALUE[j]);
+            if (!strncmp(w, WITH_VALUE[j], len) && (w[len] == 0 || w[len] == '=')) {
+                k = j;
+                if (w[len] == '=') inline_value = w + len + 1;
+            }
+        }
         if (k < 0) {
             if (*nwords >= MAX_WORDS - CAND_WORDS - 1) {
                 snprintf(err, errlen, "too many arguments");
@@ -103,11 +109,11 @@ static int split_args(int argc, char **argv, plan_opts *o, char **words, int *nw
             words[(*nwords)++] = argv[i];
             continue;
         }
-        if (i + 1 >= argc) {
+        if (!inline_value && i + 1 >= argc) {
             snprintf(err, errlen, "%s: expects a value", w);
             return -1;
         }
-        const char *v = argv[++i];
+        const char *v = inline_value ? inline_value : argv[++i];
         const char **slot[] = {&o->device, &o->device_file, &o->device_cache, &o->memory_per_rank,
                                &o->memory_reserve, NULL, &o->account};
         if (k == 5) {
