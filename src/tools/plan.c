@@ -437,10 +437,14 @@ static void search_layout(search *s, int t, int p) {
     int v_hi = (!s->fixed.vp && p > 1 && L % p == 0) ? L / p : 1;
     for (int v = 1; v <= v_hi; v++) {
         if (v > 1 && (L / p) % v != 0) continue;
+        /* given: v itself, or the layers per virtual stage (v = L / p / N, derived by train's
+         * validation, which the base flags have not been through) */
         int fixed_v = m->virtual_pipeline_model_parallel_size > 1 ? m->virtual_pipeline_model_parallel_size : 1;
+        int per_stage = m->num_layers_per_virtual_pipeline_stage;
+        if (per_stage > 0 && L / p / per_stage > 1) fixed_v = L / p / per_stage;
         int vv = s->fixed.vp ? fixed_v : v;
         if (v > 1) push_int(&c, "--virtual-pipeline-model-parallel-size", v);
-        layout l = {t, p, vv, d, p > 0 ? L / p / vv : L, p};
+        layout l = {t, p, vv, d, L / p / vv, p};
         if (l.chunk < 1) l.chunk = 1;
         /* 1F1B: the first stage holds min(p, M) micro-batches at the smallest micro-batch */
         if (global / d < l.in_flight) l.in_flight = global / d;
