@@ -8,6 +8,9 @@
 #    distributed optimizer, full recompute), the plan's figure (megadlm account) equals what the
 #    tracked allocator measured on the most loaded rank of `train --log-memory` (parameters +
 #    gradients + optimizer state + saved activations);
+#  - every configuration listed (a sample of 25 over the whole --all list, 4 ranks) passes
+#    train's validation (`megadlm memory` on its train_flags), and the fastest's train line
+#    trains under mpirun -np 4;
 #  - bad cache files are refused naming the file.
 set -uo pipefail
 rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
@@ -83,6 +86,27 @@ if rows[0]["memory_bytes"] != want:
     print(f"FAILED: {sys.argv[3]}: plan {rows[0]['memory_bytes']} != measured {want}"); sys.exit(1)
 EOF
 done
+
+# ---- every listed configuration is one train accepts; the fastest's line trains -------------
+"$MEGADLM" plan "${model[@]}" --world-size 4 --device-file mpi.json --all --top 0 --json \
+  > all.json 2> all.err || say_fail "plan --all: $(cat all.err)"
+python3 - all.json > lines.txt <<'EOF' || fail=1
+import json, sys
+rows = json.load(open(sys.argv[1]))["configurations"]
+if len(rows) < 100: print(f"FAILED: only {len(rows)} rows"); sys.exit(1)
+for r in rows[::max(1, len(rows) // 25)]: print(r["train_flags"])
+EOF
+n=0
+while read -r line; do
+  read -r -a words <<<"$line"
+  "$MEGADLM" memory "${words[@]}" --world-size 4 > /dev/null 2> mem.err || say_fail "listed but refused: $line: $(cat mem.err)"
+  n=$((n + 1))
+done < lines.txt
+echo "$n listed configurations accepted by train's validation (megadlm memory)"
+read -r -a best <<<"$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["configurations"][0]["train_flags"])' all.json)"
+"${MPI[@]}" -np 4 "$MEGADLM" train "${best[@]}" --mock-data --tokenizer-type NullTokenizer \
+  --train-iters 1 --lr 1e-4 --eval-iters 0 > best.log 2>&1 ||
+  say_fail "the fastest's train line failed: ${best[*]}: $(tail -3 best.log)"
 
 # ---- a broken cache is refused, naming the file ------------------------------------------------
 echo '{"name": "this-cpu"' > broken.json
