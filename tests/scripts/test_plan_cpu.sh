@@ -13,7 +13,7 @@
 #    trains under mpirun -np 4;
 #  - bad cache files are refused naming the file.
 set -uo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK" || exit 1
 fail=0
 say_fail() { echo "FAILED: $*"; fail=1; }
 export OMP_NUM_THREADS=1
