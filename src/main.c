@@ -20,6 +20,8 @@ static const command k_commands[] = {
     {"tokenize", tokenize_main, "print the token ids of stdin's lines (--decode: ids to text)"},
     {"memory", memory_main,
      "theoretical memory and FLOPs of a configuration, without running it (train's flags)"},
+    {"plan", plan_main,
+     "the fastest layouts that fit a memory budget: TP, PP, DP, SP, recompute (train's flags)"},
     {"convert", convert_main, "Hugging Face interchange: --to hf DIR OUT, --from hf IN OUT"},
 };
 #define NUM_COMMANDS (int)(sizeof(k_commands) / sizeof(k_commands[0]))

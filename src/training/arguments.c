@@ -618,10 +618,11 @@ int args_parse(megadlm_args *a, int argc, char **argv, char *err, size_t errlen)
                 return fail(err, errlen, "unknown flag '%s' (see megadlm %s --help)", fw, cmd);
         }
         if (o->kind == K_LATER) return fail(err, errlen, "--%s: not supported yet", o->name);
-        if (o->kind == K_POS && o->off == OFF(world_size) && strcmp(cmd, "memory") != 0)
+        if (o->kind == K_POS && o->off == OFF(world_size) && strcmp(cmd, "memory") != 0 &&
+            strcmp(cmd, "plan") != 0)
             return fail(err, errlen,
-                        "--world-size: only for `megadlm memory` (%s takes the world size from "
-                        "mpirun)", cmd);
+                        "--world-size: only for `megadlm memory` and `megadlm plan` (%s takes the "
+                        "world size from mpirun)", cmd);
         if (o->kind == K_HELP) {
             args_print_help(cmd, stdout);
             return 1;

@@ -111,14 +111,14 @@ for flags in "${invalid[@]}"; do
   fi
 done
 echo "invalid combinations: ${#invalid[@]} refused with train's words"
-# --world-size is memory's; train refuses it
+# --world-size is memory's (and plan's); train refuses it
 out=$("$MEGADLM" memory "${small[@]}" --tensor-model-parallel-size 2 --world-size 3 2>&1)
 grep -qF "world size (3) is not divisible by --tensor-model-parallel-size 2" <<<"$out" ||
   say_fail "memory --world-size 3: $out"
 out=$("$MEGADLM" memory "${small[@]}" --tensor-model-parallel-size 2 --world-size 8 --json)
 grep -qE '"data_parallel_size":[[:space:]]*4,' <<<"$out" || say_fail "memory --world-size 8: $out"
 out=$("$MEGADLM" train "${small[@]}" "${train_only[@]}" --world-size 2 2>&1)
-grep -qF -- "--world-size: only for \`megadlm memory\` (train takes the world size from mpirun)" \
+grep -qF -- "--world-size: only for \`megadlm memory\` and \`megadlm plan\` (train takes the world size from mpirun)" \
   <<<"$out" || say_fail "train --world-size: $out"
 
 # ---- train --log-memory: predicted == measured ----------------------------------------------------

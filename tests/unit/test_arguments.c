@@ -508,8 +508,11 @@ static void test_parallel(void) {
         char *targv[] = {"train", "--world-size", "16", NULL};
         args_defaults(&a);
         CHECK(args_parse(&a, 3, targv, ERR, sizeof(ERR)) == -1);
-        CHECK(strcmp(ERR, "--world-size: only for `megadlm memory` (train takes the world size "
-                          "from mpirun)") == 0);
+        CHECK(strcmp(ERR, "--world-size: only for `megadlm memory` and `megadlm plan` (train "
+                          "takes the world size from mpirun)") == 0);
+        char *pargv[] = {"plan", "--world-size", "16", NULL};
+        args_defaults(&a);
+        CHECK(args_parse(&a, 3, pargv, ERR, sizeof(ERR)) == 0 && a.world_size == 16);
     }
     /* tensor parallelism: heads, query groups, ffn */
     EXPECT_ERR(BASE " --tensor-model-parallel-size 3",

@@ -1,0 +1,322 @@
+#include "training/plan_cost.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "core/pipeline_parallel/schedules.h"
+#include "core/transformer/transformer_config.h"
+#include "training/model_provider.h"
+#include "training/theoretical_memory.h"
+
+/* ---- the layout's shape ---- */
+
+typedef struct {
+    double t, p, d, v;  /* tensor, pipeline, data-parallel sizes; model chunks per rank */
+    double M;           /* micro-batches per iteration (per data-parallel replica) */
+    double stage_layers;
+    double in_flight;   /* micro-batches the first stage holds (theoretical_memory) */
+    double partial;     /* of those, kept whole under partial recompute (0 without) */
+    int half;           /* --bf16 / --fp16: 16-bit values on the wire and 16-bit GEMMs */
+    int rpn;            /* ranks per node */
+} shape;
+
+int plan_ranks_per_node(const plan_device *d, int world_size) {
+    if (d->ranks_per_node <= 0 || d->ranks_per_node > world_size) return world_size;
+    return d->ranks_per_node;
+}
+
+static int full_recompute(const megadlm_args *a) {
+    return !strcmp(a->recompute_granularity, "full");
+}
+
+/* The same arguments with recomputation off: what partial recompute's unchecked micro-batches
+ * cost (Megatron's theoretical report does not count them; composing the two reports does). */
+static megadlm_args without_recompute(const megadlm_args *a) {
+    megadlm_args b = *a;
+    b.recompute_granularity[0] = 0;
+    b.recompute_method[0] = 0;
+    b.recompute_num_layers = 0;
+    b.num_microbatches_with_partial_activation_checkpoints = -1;
+    b.distribute_saved_activations = 0;
+    return b;
+}
+
+static shape layout_shape(const megadlm_args *a, const plan_device *d) {
+    theoretical_memory m;
+    theoretical_memory_compute(a, &m);
+    shape s;
+    s.t = a->tensor_model_parallel_size;
+    s.p = a->pipeline_model_parallel_size;
+    s.d = a->data_parallel_size;
+    s.v = a->virtual_pipeline_model_parallel_size > 1 ? a->virtual_pipeline_model_parallel_size : 1;
+    s.M = m.num_microbatches;
+    s.stage_layers = m.stage_layers;
+    s.in_flight = m.in_flight_microbatches;
+    int K = a->num_microbatches_with_partial_activation_checkpoints;
+    s.partial = full_recompute(a) && K > 0 ? fmin((double)K, s.in_flight) : 0.0;
+    s.half = a->bf16 || a->fp16;
+    s.rpn = plan_ranks_per_node(d, a->world_size);
+    return s;
+}
+
+/* ---- memory: `megadlm memory`'s figures ---- */
+
+static double megatron_memory(const megadlm_args *a) {
+    theoretical_memory m;
+    theoretical_memory_compute(a, &m);
+    int K = a->num_microbatches_with_partial_activation_checkpoints;
+    if (!full_recompute(a) || K <= 0) return m.total_bytes;
+    /* K of the first stage's in-flight micro-batches keep every activation */
+    megadlm_args none = without_recompute(a);
+    theoretical_memory mn;
+    theoretical_memory_compute(&none, &mn);
+    double k = fmin((double)K, m.in_flight_microbatches);
+    return m.total_bytes + k * (mn.stage_layer_bytes - m.stage_layer_bytes);
+}
+
+/* The largest pipeline stage of what `train --log-memory` predicts (and measures) */
+static double megadlm_memory(const megadlm_args *a) {
+    transformer_config c = model_config_from_args(a);
+    int p = a->pipeline_model_parallel_size;
+    int M = a->global_batch_size / (a->micro_batch_size * a->data_parallel_size);
+    double most = 0.0;
+    for (int r = 0; r < p; r++) {
+        int unchecked = 0;
+        int stores = schedule_stores(p, r, c.vp_size, M,
+                                     a->num_microbatches_with_partial_activation_checkpoints,
+                                     &unchecked);
+        theoretical_megadlm_bytes b = theoretical_megadlm_rank(a, r, stores, unchecked);
+        double total = (double)b.parameters + (double)b.gradients + (double)b.optimizer +
+                       (double)b.saved_activations;
+        if (total > most) most = total;
+    }
+    return most;
+}
+
+double plan_memory_bytes(const megadlm_args *a, plan_account account) {
+    return account == PLAN_ACCOUNT_MEGADLM ? megadlm_memory(a) : megatron_memory(a);
+}
+
+/* ---- FLOPs ---- */
+
+/* Hardware FLOPs of the job; partial recompute: the stage's unchecked share runs no second
+ * forward (the first stage's share: the slowest stage sets the pace) */
+static double hardware_flops(const megadlm_args *a, const shape *s, double *model) {
+    theoretical_memory m;
+    theoretical_memory_compute(a, &m);
+    *model = m.model_flops_per_iteration;
+    if (s->partial <= 0.0) return m.hardware_flops_per_iteration;
+    megadlm_args none = without_recompute(a);
+    theoretical_memory mn;
+    theoretical_memory_compute(&none, &mn);
+    double kept = s->partial / s->in_flight;
+    return m.hardware_flops_per_iteration -
+           kept * (m.hardware_flops_per_iteration - mn.hardware_flops_per_iteration);
+}
+
+/* Layers of a stage whose forward runs again, per micro-batch (full recompute) */
+static double recomputed_layers(const megadlm_args *a, const shape *s) {
+    if (!full_recompute(a)) return 0.0;
+    double chunk = s->stage_layers / s->v;
+    double n = !strcmp(a->recompute_method, "block")
+                   ? fmin((double)a->recompute_num_layers, chunk) * s->v
+                   : s->stage_layers;
+    return n * (1.0 - (s->partial > 0.0 ? s->partial / s->in_flight : 0.0));
+}
+
+/* ---- communication ---- */
+
+/* One all-gather or reduce-scatter of `bytes` (the whole tensor) over n ranks in a ring:
+ * (n - 1)/n of it leaves each rank, in n - 1 steps. An all-reduce is two of these. */
+static double ring_half(double bytes, double n, double bw, double latency) {
+    if (n <= 1.0) return 0.0;
+    return (n - 1.0) / n * bytes / bw + (n - 1.0) * latency;
+}
+
+/* Tensor parallel, per micro-batch on one stage. Megatron's layer: 2 all-reduces in forward
+ * (attention and MLP outputs) and 2 in backward (their inputs' gradients); with sequence
+ * parallelism each becomes an all-gather and a reduce-scatter, and backward gathers the
+ * linear_qkv / linear_fc1 inputs again for the weight gradient (only the shard was saved):
+ * forward 2 AG + 2 RS, backward 4 AG + 2 RS... counted as 6 AG + 4 RS per layer. A recomputed
+ * layer repeats its forward's. The embedding and output layer add one all-reduce per stage (two
+ * without pipelining). */
+static double tp_per_microbatch(const megadlm_args *a, const plan_device *d, const shape *s,
+                                double recomputed) {
+    if (s->t <= 1.0) return 0.0;
+    double N = (double)a->micro_batch_size * a->seq_length * a->hidden_size;
+    double bw = s->t <= s->rpn ? d->intra_bandwidth : d->inter_bandwidth;
+    /* Megatron moves 16-bit values in 16-bit runs; megadlm gathers in 16 bits but reduces in
+     * fp32 (core/tensor_parallel/comm_overlap.h) */
+    double gather_b = s->half ? 2.0 : 4.0;
+    double reduce_b = d->account == PLAN_ACCOUNT_MEGADLM ? 4.0 : gather_b;
+    double ag = ring_half(N * gather_b, s->t, bw, d->latency);
+    double rs = ring_half(N * reduce_b, s->t, bw, d->latency);
+    double L = s->stage_layers, extra = s->p > 1.0 ? 1.0 : 2.0;
+    /* the vocabulary-parallel cross entropy: 3 all-reduces of b x s fp32 values (max, sum of
+     * exponentials, target logit) */
+    double ce = 3.0 * 2.0 * ring_half(4.0 * a->micro_batch_size * a->seq_length, s->t, bw,
+                                      d->latency);
+    if (a->sequence_parallel)
+        return (6.0 * L + 2.0 * recomputed + extra) * ag + (4.0 * L + 2.0 * recomputed + extra) * rs +
+               ce;
+    return (4.0 * L + 2.0 * recomputed + extra) * 2.0 * rs + ce;
+}
+
+/* Pipeline sends per iteration: each micro-batch's activation forward and its gradient
+ * backward across a stage boundary, once per model chunk; Megatron splits them over the
+ * tensor-parallel ranks (scatter-gather; the sequence shard with SP) */
+static double p2p_time(const megadlm_args *a, const plan_device *d, const shape *s) {
+    if (s->p <= 1.0) return 0.0;
+    double N = (double)a->micro_batch_size * a->seq_length * a->hidden_size / s->t;
+    double fwd_b = s->half ? 2.0 : 4.0;
+    double bwd_b = d->account == PLAN_ACCOUNT_MEGADLM ? 4.0 : fwd_b;
+    double bw = s->t * s->d * s->p <= s->rpn ? d->intra_bandwidth : d->inter_bandwidth;
+    return s->M * s->v * ((N * (fwd_b + bwd_b)) / bw + 2.0 * d->latency);
+}
+
+/* Data parallel, per iteration: the fp32 gradients all-reduced (ring), or reduce-scattered and
+ * the parameters all-gathered with the distributed optimizer. *gather: the all-gather part. */
+static double dp_time(const megadlm_args *a, const plan_device *d, const shape *s,
+                      double params_rank, double *gather) {
+    *gather = 0.0;
+    if (s->d <= 1.0) return 0.0;
+    double bw = s->t * s->d <= s->rpn ? d->intra_bandwidth : d->inter_bandwidth;
+    double grads = 4.0 * params_rank;
+    if (!a->use_distributed_optimizer) return 2.0 * ring_half(grads, s->d, bw, d->latency);
+    *gather = ring_half(params_rank * (s->half ? 2.0 : 4.0), s->d, bw, d->latency);
+    return ring_half(grads, s->d, bw, d->latency) + *gather;
+}
+
+static double params_on_rank(const megadlm_args *a, plan_account account) {
+    if (account == PLAN_ACCOUNT_MEGADLM) return (double)theoretical_megadlm(a).gradients / 4.0;
+    theoretical_memory m;
+    theoretical_memory_compute(a, &m);
+    return m.parameters_most_loaded_shard;
+}
+
+/* ---- the iteration ---- */
+
+static double peak_per_rank(const plan_device *d, const shape *s) {
+    double peak = s->half ? d->flops_bf16 : d->flops_fp32;
+    return d->shared ? peak / s->rpn : peak;
+}
+
+/* The sustained rate of one rank for a GEMM of `dim` = (M N K)^(1/3): the device's table in
+ * log-log, clamped at its ends; without one the peak x efficiency */
+static double rate_at(const plan_device *d, const shape *s, double dim) {
+    double flat = peak_per_rank(d, s) * d->efficiency;
+    int n = d->gemm_points;
+    if (n <= 0) return flat;
+    const double *r = s->half ? d->gemm_bf16 : d->gemm_fp32;
+    double share = d->shared ? 1.0 / s->rpn : 1.0;
+    if (dim <= d->gemm_dim[0]) return r[0] * share * d->efficiency;
+    if (dim >= d->gemm_dim[n - 1]) return r[n - 1] * share * d->efficiency;
+    int i = 0;
+    while (i + 2 < n && dim > d->gemm_dim[i + 1]) i++;
+    double f = log(dim / d->gemm_dim[i]) / log(d->gemm_dim[i + 1] / d->gemm_dim[i]);
+    return exp(log(r[i]) + f * (log(r[i + 1]) - log(r[i]))) * share * d->efficiency;
+}
+
+/* FLOPs and time of one GEMM of m x n x k, `count` times */
+static void gemm_add(const plan_device *d, const shape *s, double m, double n, double k,
+                     double count, double *flops, double *seconds) {
+    double f = 2.0 * m * n * k * count;
+    *flops += f;
+    *seconds += f / rate_at(d, s, cbrt(m * n * k));
+}
+
+/* A rank's rate over the GEMMs of one micro-batch on a stage (backward's have the same sizes,
+ * transposed): each layer's QKV, scores, context, projection and MLP at this rank's widths,
+ * and the output layer's share (1/p of it per stage on average) */
+static double effective_rate(const megadlm_args *a, const plan_device *d, const shape *s) {
+    if (d->gemm_points <= 0) return peak_per_rank(d, s) * d->efficiency;
+    double T = (double)a->micro_batch_size * a->seq_length, h = a->hidden_size, t = s->t;
+    double sq = a->seq_length, dk = a->kv_channels, heads = a->num_attention_heads;
+    double g = a->num_query_groups, f = a->ffn_hidden_size * (a->swiglu ? 2.0 : 1.0);
+    double flops = 0.0, sec = 0.0, L = s->stage_layers;
+    gemm_add(d, s, T, (heads + 2.0 * g) * dk / t, h, L, &flops, &sec);          /* QKV */
+    gemm_add(d, s, sq, sq, dk, L * a->micro_batch_size * heads / t, &flops, &sec); /* scores */
+    gemm_add(d, s, sq, dk, sq, L * a->micro_batch_size * heads / t, &flops, &sec); /* context */
+    gemm_add(d, s, T, h, heads * dk / t, L, &flops, &sec);                       /* projection */
+    gemm_add(d, s, T, f / t, h, L, &flops, &sec);                                /* fc1 */
+    gemm_add(d, s, T, h, a->ffn_hidden_size / t, L, &flops, &sec);               /* fc2 */
+    gemm_add(d, s, T, a->padded_vocab_size / t, h, 1.0 / s->p, &flops, &sec);    /* logits */
+    return flops / sec;
+}
+
+/* Work outside the GEMMs per iteration on a rank: the bytes a stage saves per micro-batch
+ * without recomputation (megadlm's), once more for the recomputed layers, and the attention
+ * probabilities once more under selective recompute (softmax and dropout run again), at the
+ * device's elementwise bandwidth */
+static double elementwise_time(const megadlm_args *a, const plan_device *d, const shape *s,
+                               double recomputed) {
+    if (d->elementwise_bandwidth <= 0.0) return 0.0;
+    megadlm_args none = without_recompute(a);
+    double bytes = (double)theoretical_megadlm_rank(&none, 0, 1, 0).saved_activations;
+    double again = recomputed / s->stage_layers * bytes;
+    if (!strcmp(a->recompute_granularity, "selective")) {
+        theoretical_memory m;
+        theoretical_memory_compute(a, &m);
+        int sp = a->sequence_parallel;
+        double keep = m.per_layer_megadlm[sp ? TM_TENSOR_SEQUENCE : TM_TENSOR_PARALLEL];
+        double sel = m.per_layer_megadlm[sp ? TM_TENSOR_SEQUENCE_SELECTIVE : TM_TENSOR_SELECTIVE];
+        again = s->stage_layers * (keep - sel);
+    }
+    double bw = d->shared ? d->elementwise_bandwidth / s->rpn : d->elementwise_bandwidth;
+    return s->M * (bytes + again) / bw;
+}
+
+/* --tp-comm-overlap: the collectives travel in pieces under the GEMMs that need them; the
+ * first piece of each cannot be hidden, and nothing is hidden beyond the GEMMs' own time */
+static void tp_overlap(const megadlm_args *a, double compute, plan_cost *c) {
+    c->tp_hidden = 0.0;
+    if (!a->tp_comm_overlap || c->tp_comm <= 0.0) return;
+    double pieces = args_sp_pieces(a) > 0 ? args_sp_pieces(a) : 1.0;
+    c->tp_hidden = fmin(c->tp_comm * (1.0 - 1.0 / pieces), compute);
+    c->tp_comm -= c->tp_hidden;
+}
+
+/* --overlap-grad-reduce: bucket reductions run during the last micro-batch's backward (2/3 of
+ * its compute); --overlap-param-gather: the gather during the next forward (1/3) */
+static void dp_overlap(const megadlm_args *a, const shape *s, double compute, double gather,
+                       plan_cost *c) {
+    c->dp_hidden = 0.0;
+    double per_mb = compute / s->M;
+    if (a->overlap_grad_reduce)
+        c->dp_hidden += fmin(c->dp_comm - gather, per_mb * 2.0 / 3.0);
+    if (a->overlap_param_gather) c->dp_hidden += fmin(gather, per_mb / 3.0);
+    c->dp_comm -= c->dp_hidden;
+}
+
+void plan_cost_compute(const megadlm_args *a, const plan_device *d, plan_cost *c) {
+    memset(c, 0, sizeof(*c));
+    shape s = layout_shape(a, d);
+    double world = a->world_size;
+    c->memory_bytes = plan_memory_bytes(a, d->account);
+    c->hardware_flops = hardware_flops(a, &s, &c->model_flops);
+    double peak = peak_per_rank(d, &s);
+    c->gemm_rate = effective_rate(a, d, &s);
+    c->recomputed_layers = recomputed_layers(a, &s);
+    c->elementwise = elementwise_time(a, d, &s, c->recomputed_layers);
+    c->compute = c->hardware_flops / world / c->gemm_rate + c->elementwise;
+
+    c->tp_comm = s.M * tp_per_microbatch(a, d, &s, c->recomputed_layers);
+    tp_overlap(a, c->compute, c);
+    if (s.p > 1.0) c->bubble = (s.p - 1.0) / (s.v * s.M) * (c->compute + c->tp_comm);
+    c->p2p = p2p_time(a, d, &s);
+
+    double params = params_on_rank(a, d->account), gather;
+    c->dp_comm = dp_time(a, d, &s, params, &gather);
+    dp_overlap(a, &s, c->compute, gather, c);
+
+    /* Adam: read parameter, gradient and both moments, write parameter and moments (28 bytes
+     * in fp32), plus the 16-bit copy (2), the gradient norm's read (4) and the gradients'
+     * zeroing (4), on the optimizer's share of the parameters */
+    double n_opt = a->use_distributed_optimizer ? params / s.d : params;
+    double bw = d->shared ? d->memory_bandwidth / s.rpn : d->memory_bandwidth;
+    c->optimizer = n_opt * (s.half ? 38.0 : 36.0) / bw;
+
+    c->total = c->compute + c->tp_comm + c->bubble + c->p2p + c->dp_comm + c->optimizer;
+    c->mfu = c->model_flops / (world * peak * c->total);
+    c->hfu = c->hardware_flops / (world * peak * c->total);
+}
