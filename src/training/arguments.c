@@ -1062,11 +1062,22 @@ static int validate_fsdp(megadlm_args *a, char *err, size_t errlen) {
     if (a->fp16)
         return fail(err, errlen, "--fp16 with FSDP (--data-parallel-sharding-strategy %s): not "
                     "supported yet (its loss scaler has not been tested with sharded state)", s);
-    if (strcmp(s, "optim") != 0)
+    if (!strcmp(s, "optim_grads_params"))
         return fail(err, errlen, "--data-parallel-sharding-strategy %s: not supported yet "
-                    "(no_shard and optim are)", s);
-    a->use_distributed_optimizer = 1; /* optim: the distributed optimizer's code path */
+                    "(no_shard, optim and optim_grads are)", s);
+    if (strcmp(s, "optim") != 0 && a->pipeline_model_parallel_size > 1)
+        return fail(err, errlen, "--data-parallel-sharding-strategy %s with pipeline "
+                    "parallelism: not supported yet (the tied embedding's sum across stages "
+                    "needs its whole gradient)", s);
+    /* the distributed optimizer's pieces are the shards (optim: its code path unchanged) */
+    a->use_distributed_optimizer = 1;
     return 0;
+}
+
+int args_fsdp_shards_grads(const megadlm_args *a) {
+    return (a->use_custom_fsdp || a->use_torch_fsdp2) &&
+           (!strcmp(a->data_parallel_sharding_strategy, "optim_grads") ||
+            !strcmp(a->data_parallel_sharding_strategy, "optim_grads_params"));
 }
 
 /* The world divisible by TP x PP (Megatron's first check; here after every rule of the model

@@ -13,6 +13,7 @@
 #include "core/distributed/data_parallel.h"
 #include "core/distributed/distributed_data_parallel.h"
 #include "core/distributed/finalize_model_grads.h"
+#include "core/distributed/fsdp.h"
 #include "core/optimizer/distrib_optimizer.h"
 #include "core/models/gpt_model.h"
 #include "core/optimizer/grad_scaler.h"
@@ -76,6 +77,7 @@ typedef struct {
     int num_unchecked;    /* stores that keep everything (partial recompute) */
     ddp *ddp;             /* data-parallel gradient reduction (buckets) */
     dist_opt *dopt;       /* --use-distributed-optimizer (NULL: plain AdamW) */
+    fsdp_grads *fsdp;     /* FSDP optim_grads(_params): the gradient shard (NULL: whole) */
     dist_ckpt_pending *pending; /* --async-save: the checkpoint being written, or NULL */
     int pending_non_persistent; /* it goes to the non-persistent directory */
     uint64_t pending_consumed;  /* its consumed samples (progress.txt when it completes) */
@@ -213,15 +215,20 @@ static void backward_step(void *user, int k, activation_store *store) {
     (void)k;
     watchdog_progress("running a backward step");
     step_ctx *sc = user;
-    /* Megatron's no_sync: the last micro-batch's backward may start the DP reductions */
-    ddp_set_last_microbatch(sc->tr->ddp, k == sc->tr->num_microbatches - 1);
     const trainer *tr = sc->tr;
+    /* Megatron's no_sync: the last micro-batch's backward may start the DP reductions (FSDP's
+     * sharded gradients: every micro-batch's, fsdp_backward_begin) */
+    if (tr->fsdp)
+        fsdp_backward_begin(tr->fsdp);
+    else
+        ddp_set_last_microbatch(tr->ddp, k == tr->num_microbatches - 1);
     float seed = grad_seed(tr);
     if (tr->model->detect_anomaly)
         snprintf(tr->model->anomaly_where, sizeof tr->model->anomaly_where,
                  "iteration %d, micro-batch %d of data-parallel rank %d", tr->iteration + 1, k,
                  tr->dp_rank);
     gpt_model_backward(tr->model, store, seed);
+    if (tr->fsdp) fsdp_backward_end(tr->fsdp);
 }
 
 /* Mean over micro-batches and DP replicas of a loss sum the last pipeline stage computed
@@ -247,7 +254,9 @@ static int first_nonfinite_rank(const trainer *tr, double local_loss) {
     const parallel_state *ps = parallel_get();
     const param_set *p = &tr->model->params;
     int bad = !isfinite(local_loss);
-    for (size_t i = 0; i < p->numel && !bad; i++) bad = !isfinite(p->grad[i]);
+    const float *g = tr->fsdp ? tr->fsdp->grad_shard : p->grad;
+    size_t n = tr->fsdp ? tr->fsdp->shard_numel : p->numel;
+    for (size_t i = 0; i < n && !bad; i++) bad = !isfinite(g[i]);
     int me = bad ? ps->world_rank : ps->world_size, first = me;
     if (ps->mpi && ps->world_size > 1)
         MPI_Allreduce(&me, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
@@ -270,7 +279,10 @@ static int model_parallel_found_inf(int local) {
 static void compute_step(trainer *tr, rerun_result *r, double *loss_sum) {
     megadlm_args *a = tr->a;
     param_set *ps = &tr->model->params;
-    memset(ps->grad, 0, ps->numel * sizeof(float));
+    if (tr->fsdp)
+        fsdp_grads_zero(tr->fsdp);
+    else
+        memset(ps->grad, 0, ps->numel * sizeof(float));
     step_ctx sc = {.tr = tr, .split = SPLIT_TRAIN, .first = tr->consumed_train_samples,
                    .training = 1};
     pipeline_steps steps = {.user = &sc, .forward_step = forward_step,
@@ -279,7 +291,8 @@ static void compute_step(trainer *tr, rerun_result *r, double *loss_sum) {
                                 a->num_microbatches_with_partial_activation_checkpoints};
     *loss_sum = forward_backward(tr->pipe, tr->num_microbatches, &steps);
     watchdog_progress("reducing gradients and stepping the optimizer");
-    finalize_model_grads(tr->ddp, ps, tr->model->spec.tied_embedding);
+    if (!tr->fsdp) /* else reduced after each backward (fsdp_backward_end) */
+        finalize_model_grads(tr->ddp, ps, tr->model->spec.tied_embedding);
     /* Megatron's MixedPrecisionOptimizer.prepare_grads: unscale this rank's gradients,
      * found_inf over the model-parallel group (the same decision on every rank). A found_inf
      * makes the norm below non-finite: the step is skipped (or the job stops when
@@ -1021,6 +1034,13 @@ static void setup_data_parallel(trainer *tr) {
     }
     if (a->use_distributed_optimizer) {
         tr->dopt = dist_opt_create(&m->params, tr->ddp, tc_half(&m->cfg));
+        if (args_fsdp_shards_grads(a)) {
+            tr->fsdp = fsdp_grads_create(&m->params, tr->ddp, gpt_model_set_grad, m);
+            tr->dopt->grad_shard = tr->fsdp->grad_shard;
+            log_printf("> FSDP %s: gradients reduce-scattered after every micro-batch's "
+                       "backward, %zu elements kept per rank\n",
+                       a->data_parallel_sharding_strategy, tr->fsdp->shard_numel);
+        }
         if (a->overlap_param_gather) {
             m->params_needed = ddp_params_needed;
             m->params_needed_user = tr->ddp;
@@ -1212,6 +1232,7 @@ static void trainer_free(trainer *tr) {
     dist_ckpt_pending_discard(tr->pending); /* after an error: joined, not committed */
     tr->pending = NULL;
     dist_opt_free(tr->dopt);
+    fsdp_grads_free(tr->fsdp);
     ddp_free(tr->ddp); /* waits for parameter gathers in flight */
     gpt_model_free(tr->model);
     tokenizer_free(tr->tok);

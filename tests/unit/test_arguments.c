@@ -1248,6 +1248,16 @@ static void test_fsdp_flags(void) {
     EXPECT_ERR(BASE " --use-custom-fsdp --data-parallel-sharding-strategy zero3",
                "--data-parallel-sharding-strategy 'zero3': expected no_shard, optim, "
                "optim_grads or optim_grads_params", NULL, NULL);
+    /* optim_grads: the distributed optimizer's pieces are the gradient shards */
+    EXPECT_OK(&a, BASE " --use-custom-fsdp --data-parallel-sharding-strategy optim_grads");
+    CHECK(a.use_distributed_optimizer && args_fsdp_shards_grads(&a));
+    args_free(&a);
+    EXPECT_ERR(BASE " --use-custom-fsdp --data-parallel-sharding-strategy optim_grads "
+                    "--pipeline-model-parallel-size 2",
+               "optim_grads with pipeline parallelism: not supported yet", NULL, NULL);
+    EXPECT_OK(&a, BASE " --use-custom-fsdp --data-parallel-sharding-strategy optim");
+    CHECK(!args_fsdp_shards_grads(&a));
+    args_free(&a);
     EXPECT_ERR(BASE " --use-custom-fsdp --data-parallel-sharding-strategy optim --fp16",
                "--fp16 with FSDP", "not supported yet", NULL);
     /* torch FSDP2: Megatron's assertions */

@@ -139,13 +139,34 @@ static void place_tensor(gpt_model *m, int i, int l, int bw) {
         char *w = (char *)&m->block.w_all[l];
         *(float **)(w + pl->field) = f32;
         if (h16) *(const uint16_t **)(w + pl->field16) = h16;
-        if (bw) *(float **)((char *)&m->block.g_all[l] + pl->field) = ps->grad + o;
+        if (bw) *(float **)((char *)&m->block.g_all[l] + pl->field) = ps->grad ? ps->grad + o : NULL;
         return;
     }
     *part_slot(m, pl->part, 0) = f32;
     if (pl->part == GPT_PARAM_WORD_EMBEDDING) m->wte16 = h16;
     if (pl->part == GPT_PARAM_OUTPUT_LAYER) m->out_w16 = h16;
-    if (bw) *part_slot(m, pl->part, 1) = ps->grad + o;
+    if (bw) *part_slot(m, pl->part, 1) = ps->grad ? ps->grad + o : NULL;
+}
+
+/* Every tensor placed (place_tensor), and the tied output layer pointed at the embedding. */
+static void place_all(gpt_model *m, int bw) {
+    const gpt_spec *sp = &m->spec;
+    const param_set *ps = &m->params;
+    for (int l = 0; l < sp->num_layers; l++)
+        for (int i = sp->layer_first[l]; i < sp->layer_first[l + 1]; i++) place_tensor(m, i, l, bw);
+    for (int i = 0; i < ps->count; i++)
+        if (sp->place[i].part != GPT_PARAM_LAYER) place_tensor(m, i, -1, bw);
+    if (!m->cfg.untie_embeddings_and_output_weights && tc_first_rank(&m->cfg)) {
+        m->out_w = m->wte; /* tied: the output layer reads the word embedding */
+        m->out_w16 = m->wte16;
+        m->g_out_w = m->g_wte;
+    }
+}
+
+void gpt_model_set_grad(void *model, float *grad) {
+    gpt_model *m = model;
+    m->params.grad = grad;
+    place_all(m, m->kind != GPT_MODEL_FORWARD_ONLY);
 }
 
 /* The rank's parameters as gpt_spec_rank describes them, over flat buffers (gradients and
@@ -176,15 +197,7 @@ static void build_params(gpt_model *m) {
         }
     }
     if (tc_half(c)) widened_alloc(m);
-    for (int l = 0; l < sp->num_layers; l++)
-        for (int i = sp->layer_first[l]; i < sp->layer_first[l + 1]; i++) place_tensor(m, i, l, bw);
-    for (int i = 0; i < ps->count; i++)
-        if (sp->place[i].part != GPT_PARAM_LAYER) place_tensor(m, i, -1, bw);
-    if (!c->untie_embeddings_and_output_weights && tc_first_rank(c)) {
-        m->out_w = m->wte; /* tied: the output layer reads the word embedding */
-        m->out_w16 = m->wte16;
-        m->g_out_w = m->g_wte;
-    }
+    place_all(m, bw);
     m->block.layer_grads_done = layer_grads_done;
     m->block.layer_grads_done_user = m;
     m->block.layer_params_needed = layer_params_needed;

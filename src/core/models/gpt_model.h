@@ -106,6 +106,9 @@ void gpt_model_init_params(gpt_model *m, uint64_t seed);
  * anything writes params.main: a checkpoint load, the optimizer step (init does it). No-op in
  * fp32. */
 void gpt_model_params_to_bf16(gpt_model *m);
+/* Points params.grad and every gradient pointer of the model at grad (the whole flat size, or
+ * NULL: no gradients held; core/distributed/fsdp.h's buffer of one backward). */
+void gpt_model_set_grad(void *model, float *grad);
 /* --bf16 / --fp16: refreshes the widened fp32 values of the tensors in [begin, end) of the flat
  * buffer from the 16-bit copy; call after anything writes the copy there (a parameter
  * all-gather). gpt_model_params_to_bf16 does it for everything. No-op in fp32. */
