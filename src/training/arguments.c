@@ -1005,7 +1005,7 @@ static int validate_torch_fsdp2(megadlm_args *a, char *err, size_t errlen) {
                                  "exclude each other (one FSDP implementation)");
     if (a->pipeline_model_parallel_size > 1)
         return fail(err, errlen, "--use-torch-fsdp2 is not supported with pipeline parallelism");
-    if (a->use_distributed_optimizer)
+    if (a->use_distributed_optimizer && !a->fsdp_distributed_optimizer)
         return fail(err, errlen, "--use-torch-fsdp2 is not supported with MCore's distributed "
                                  "optimizer (--use-distributed-optimizer)");
     if (a->gradient_accumulation_fusion)
@@ -1057,19 +1057,21 @@ static int validate_fsdp(megadlm_args *a, char *err, size_t errlen) {
     }
     if (!strcmp(s, "no_shard")) {
         a->use_distributed_optimizer = 0;
+        a->fsdp_distributed_optimizer = 0;
         return 0;
     }
     if (a->fp16)
         return fail(err, errlen, "--fp16 with FSDP (--data-parallel-sharding-strategy %s): not "
                     "supported yet (its loss scaler has not been tested with sharded state)", s);
-    if (!strcmp(s, "optim_grads_params"))
-        return fail(err, errlen, "--data-parallel-sharding-strategy %s: not supported yet "
-                    "(no_shard, optim and optim_grads are)", s);
+    if (!strcmp(s, "optim_grads_params") && a->bf16)
+        return fail(err, errlen, "--bf16 with --data-parallel-sharding-strategy "
+                    "optim_grads_params: not supported yet (the gathered units are fp32)");
     if (strcmp(s, "optim") != 0 && a->pipeline_model_parallel_size > 1)
         return fail(err, errlen, "--data-parallel-sharding-strategy %s with pipeline "
                     "parallelism: not supported yet (the tied embedding's sum across stages "
                     "needs its whole gradient)", s);
     /* the distributed optimizer's pieces are the shards (optim: its code path unchanged) */
+    if (!a->use_distributed_optimizer) a->fsdp_distributed_optimizer = 1;
     a->use_distributed_optimizer = 1;
     return 0;
 }

@@ -78,6 +78,7 @@ typedef struct {
     ddp *ddp;             /* data-parallel gradient reduction (buckets) */
     dist_opt *dopt;       /* --use-distributed-optimizer (NULL: plain AdamW) */
     fsdp_grads *fsdp;     /* FSDP optim_grads(_params): the gradient shard (NULL: whole) */
+    fsdp_params *fsdp_params; /* FSDP optim_grads_params: the parameter shard (NULL: whole) */
     dist_ckpt_pending *pending; /* --async-save: the checkpoint being written, or NULL */
     int pending_non_persistent; /* it goes to the non-persistent directory */
     uint64_t pending_consumed;  /* its consumed samples (progress.txt when it completes) */
@@ -290,6 +291,7 @@ static void compute_step(trainer *tr, rerun_result *r, double *loss_sum) {
                             .partial_checkpoints =
                                 a->num_microbatches_with_partial_activation_checkpoints};
     *loss_sum = forward_backward(tr->pipe, tr->num_microbatches, &steps);
+    if (tr->fsdp_params) fsdp_params_drop(tr->fsdp_params); /* the step changes the shard */
     watchdog_progress("reducing gradients and stepping the optimizer");
     if (!tr->fsdp) /* else reduced after each backward (fsdp_backward_end) */
         finalize_model_grads(tr->ddp, ps, tr->model->spec.tied_embedding);
@@ -365,7 +367,7 @@ static int train_step(trainer *tr, float *loss_out, float *grad_norm_out, int *b
         *bad_rank_out = first_nonfinite_rank(tr, loss_sum);
         /* with overlap, the next forward completes a parameter gather: start one of the
          * unchanged parameters */
-        if (tr->dopt) ddp_start_param_sync(tr->ddp);
+        if (tr->dopt && !tr->fsdp_params) ddp_start_param_sync(tr->ddp);
         return 0;
     }
     if (tr->dopt)
@@ -376,7 +378,8 @@ static int train_step(trainer *tr, float *loss_out, float *grad_norm_out, int *b
     tr->optimizer_steps++;
     if (tr->dopt) {
         dist_opt_step(tr->dopt, &tr->oc, lr, tr->optimizer_steps);
-        ddp_start_param_sync(tr->ddp); /* completed by the next forward with overlap */
+        if (!tr->fsdp_params) /* FSDP gathers each unit when it is needed */
+            ddp_start_param_sync(tr->ddp); /* completed by the next forward with overlap */
     } else {
         optimizer_step(ps, &tr->oc, lr, tr->optimizer_steps);
     }
@@ -400,6 +403,7 @@ static float evaluate(trainer *tr, int split, uint64_t first) {
         pipeline_steps steps = {.user = &sc, .forward_step = forward_step};
         sum += global_mean_loss(tr, forward_only(tr->pipe, tr->num_microbatches, &steps));
     }
+    if (tr->fsdp_params) fsdp_params_drop(tr->fsdp_params);
     return a->eval_iters ? (float)(sum / a->eval_iters) : 0.0f;
 }
 
@@ -541,6 +545,7 @@ static int save_to(trainer *tr, const char *dir, int non_persistent) {
     /* every rank writes its own slices (the distributed optimizer: its own pieces of the
      * moments) of the gathered parameters */
     if (tr->dopt) ddp_finish_param_sync(tr->ddp);
+    if (tr->fsdp_params) fsdp_params_materialize(tr->fsdp_params); /* the whole parameters */
     int with_optimizer = !a->no_save_optim, rc;
     if (a->async_save && !a->ckpt_convert_format[0]) {
         rc = dist_ckpt_save_async(dir, &tr->model->cfg, &tr->model->params, tr->dopt, &st,
@@ -551,6 +556,7 @@ static int save_to(trainer *tr, const char *dir, int non_persistent) {
         rc = dist_ckpt_save(dir, &tr->model->cfg, &tr->model->params, tr->dopt, &st,
                             with_optimizer, err, sizeof(err));
     }
+    if (tr->fsdp_params) fsdp_params_dematerialize(tr->fsdp_params, 0); /* (async: copied) */
     ckpt_state_free(&st);
     if (rc != 0) return save_failed(tr->iteration, dir, err);
     if (tr->pending) {
@@ -911,7 +917,9 @@ static log_extras compute_extras(trainer *tr, int stepped) {
         x.num_zeros = log_num_zeros_in_grad(&tr->model->params, tr->dopt);
     if (a->log_params_norm) {
         if (tr->dopt) ddp_finish_param_sync(tr->ddp); /* the gathered parameters complete */
+        if (tr->fsdp_params) fsdp_params_materialize(tr->fsdp_params);
         x.params_norm = log_params_norm(tr->model);
+        if (tr->fsdp_params) fsdp_params_dematerialize(tr->fsdp_params, 0);
     }
     return x;
 }
@@ -1013,6 +1021,24 @@ static void log_tp_communication(const trainer *tr) {
     fflush(stdout);
 }
 
+/* FSDP optim_grads_params: the parameter shard; the model gathers each unit (embedding, layer,
+ * head) when it needs it, the next one prefetched with --overlap-param-gather. */
+static void setup_fsdp_params(trainer *tr) {
+    gpt_model *m = tr->model;
+    int tied = !m->cfg.untie_embeddings_and_output_weights;
+    tr->fsdp_params = fsdp_params_create(&m->params, tr->ddp, m->spec.layer_begin,
+                                         m->spec.num_layers, tied, tr->a->overlap_param_gather,
+                                         gpt_model_set_data_range, m);
+    tr->dopt->param_shard = tr->fsdp_params->shard;
+    m->params_needed = fsdp_params_needed;
+    m->params_needed_user = tr->fsdp_params;
+    m->params_done = fsdp_params_done;
+    m->params_done_user = tr->fsdp_params;
+    log_printf("> FSDP optim_grads_params: %zu parameters kept per rank; %d units gathered "
+               "when needed%s\n", tr->fsdp_params->shard_numel, tr->fsdp_params->num_units,
+               tr->a->overlap_param_gather ? ", the next one prefetched" : "");
+}
+
 /* Buckets and, with the flags, the overlap hooks and the distributed optimizer. */
 static void setup_data_parallel(trainer *tr) {
     const megadlm_args *a = tr->a;
@@ -1041,7 +1067,10 @@ static void setup_data_parallel(trainer *tr) {
                        "backward, %zu elements kept per rank\n",
                        a->data_parallel_sharding_strategy, tr->fsdp->shard_numel);
         }
-        if (a->overlap_param_gather) {
+        if (!strcmp(a->data_parallel_sharding_strategy, "optim_grads_params") &&
+            args_fsdp_shards_grads(a))
+            setup_fsdp_params(tr);
+        if (a->overlap_param_gather && !tr->fsdp_params) { /* (FSDP: its own prefetch) */
             m->params_needed = ddp_params_needed;
             m->params_needed_user = tr->ddp;
         }
@@ -1071,6 +1100,14 @@ static void log_dp_communication(const trainer *tr) {
         printf(" parameter all-gathers started %lu | completed in forward %lu |",
                s->gathers_started, s->gathers_completed_in_forward);
     printf("\n");
+    if (tr->fsdp_params) {
+        const fsdp_param_stats *f = &tr->fsdp_params->stats;
+        printf("[Rank %d] FSDP parameter all-gathers | units needed %lu | gathered at need %lu "
+               "| prefetched %lu (used %lu) | received %.0f bytes | exposed %.6f s | gathered "
+               "at most %zu bytes at once |\n",
+               parallel_world_rank(), f->needed, f->blocking, f->prefetched, f->prefetch_used,
+               f->bytes, f->exposed_seconds, f->peak_gathered_bytes);
+    }
     fflush(stdout);
 }
 
@@ -1233,6 +1270,7 @@ static void trainer_free(trainer *tr) {
     tr->pending = NULL;
     dist_opt_free(tr->dopt);
     fsdp_grads_free(tr->fsdp);
+    fsdp_params_free(tr->fsdp_params);
     ddp_free(tr->ddp); /* waits for parameter gathers in flight */
     gpt_model_free(tr->model);
     tokenizer_free(tr->tok);
@@ -1316,10 +1354,13 @@ int pretrain(megadlm_args *a) {
     setup_loss_scaler(&tr); /* before a load, which may restore its state */
     tr.rng_seed = a->seed;
     int loaded = 0;
+    if (a->load[0] && tr.fsdp_params) fsdp_params_materialize(tr.fsdp_params);
     if (a->load[0] && (loaded = load(&tr)) != 0) {
         if (loaded == 1) status = 0; /* --exit-on-missing-checkpoint: Megatron's sys.exit() */
         goto done;
     }
+    if (a->load[0] && tr.fsdp_params) /* this rank's pieces of what was loaded */
+        fsdp_params_dematerialize(tr.fsdp_params, 1);
     if (a->load[0] && tr.dopt && tr.dopt->main) { /* --bf16: each rank loaded its pieces */
         dist_opt_main_to_copy(tr.dopt);
         ddp_start_param_sync(tr.ddp);

@@ -10,27 +10,35 @@
 #    a bf16 weight the other way);
 #  - checkpoints saved under a strategy resume under plain DP and the reverse, with the losses
 #    of an uninterrupted plain run;
+#  - optim_grads_params also with the prefetched gathers (--overlap-param-gather), full
+#    recomputation of 2-layer chunks, and as --use-torch-fsdp2 at TP 2 x DP 2; --bf16 refused;
 #  - --log-memory: parameters, gradients and optimizer state per rank against the figures
 #    computed here by hand from the model's shape (P = 30080 parameters; gradients 4 ceil(P/DP)
-#    bytes, Adam moments 8 ceil(P/DP)), and `megadlm memory --json` predicts the same.
+#    bytes, Adam moments 8 ceil(P/DP), optim_grads_params' parameters 4 ceil(P/DP)), and
+#    `megadlm memory --json` predicts the same; the gathered units in flight at most one layer
+#    (hand-counted bytes) without prefetch, two with it.
 set -uo pipefail
 rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
 export OMP_NUM_THREADS=1
-# --tag-output: whole lines per rank (a rank's late flush never splits another's line)
-mpi() { local np=$1; shift; mpirun --allow-run-as-root --oversubscribe --tag-output -np "$np" "$@"; }
+mpi() { local np=$1; shift; mpirun --allow-run-as-root --oversubscribe -np "$np" "$@"; }
 model=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
        --max-position-embeddings 16 --vocab-size 100)
 common=("${model[@]}" --micro-batch-size 1 --global-batch-size 8 --train-iters 4 --lr 3e-3
         --mock-data --log-interval 1 --eval-iters 0 --seed 3)
 llama=(--normalization RMSNorm --position-embedding-type rope --swiglu --ffn-hidden-size 64
        --disable-bias-linear --untie-embeddings-and-output-weights)
-STRATEGIES=(optim_grads)
+STRATEGIES=(optim_grads optim_grads_params)
 fail=0
 losses() { grep -o 'lm loss: [^ ]*' "$1" | awk '{print $NF}'; }
-run() { # run NAME NP ARGS...
-  local name=$1 np=$2; shift 2
-  mpi "$np" "$MEGADLM" train "${common[@]}" "$@" > "$name.log" 2>&1 \
-      || { echo "FAILED: $name (exit $?)"; tail -3 "$name.log"; fail=1; }
+run() { # run NAME NP ARGS...: NAME.log holds every rank's output, rank after rank (one file
+  # per rank from mpirun: a rank's partly flushed line never interleaves with another's)
+  local name=$1 np=$2 rc; shift 2
+  rm -rf "$name.out"
+  mpi "$np" --output-filename "$name.out" "$MEGADLM" train "${common[@]}" "$@" > /dev/null 2>&1
+  rc=$?
+  cat "$name.out"/1/rank.*/stdout "$name.out"/1/rank.*/stderr > "$name.log" 2>/dev/null
+  [ $rc = 0 ] || { echo "FAILED: $name (exit $rc)"; tail -3 "$name.log"; fail=1; }
+  return $rc
 }
 same() { # same A.log B.log: every loss digit for digit
   if [ "$(losses "$1")" = "$(losses "$2")" ] && [ "$(losses "$1" | wc -l)" = 4 ]; then
@@ -73,14 +81,28 @@ for s in "${STRATEGIES[@]}"; do
       || { echo "FAILED: $s-llama: not several buckets"; fail=1; }
   run $s-tp2 4 "${llama[@]}" --tensor-model-parallel-size 2 $(fsdp $s)
   close tp2.log $s-tp2.log 1e-5
-  run $s-bf16 2 --bf16 $(fsdp $s)
-  close bf16.log $s-bf16.log 1e-3
+  if [ $s = optim_grads ]; then
+    run $s-bf16 2 --bf16 $(fsdp $s)
+    close bf16.log $s-bf16.log 1e-3
+  fi
   run $s-sel 2 --recompute-granularity selective $(fsdp $s)
   close sel.log $s-sel.log 1e-5
   run $s-full 2 --recompute-granularity full --recompute-method uniform \
       --recompute-num-layers 1 $(fsdp $s)
   close full.log $s-full.log 1e-5
 done
+# optim_grads_params: the prefetched gathers (--overlap-param-gather) give the same losses;
+# full recomputation of 2-layer chunks turns the direction of travel around
+run ogp-prefetch 2 $(fsdp optim_grads_params) --overlap-grad-reduce --overlap-param-gather
+close plain.log ogp-prefetch.log 1e-5
+run ogp-full2 2 $(fsdp optim_grads_params) --overlap-grad-reduce --overlap-param-gather \
+    --recompute-granularity full --recompute-method uniform --recompute-num-layers 2
+close full.log ogp-full2.log 1e-5
+run ogp-tp2 4 "${llama[@]}" --tensor-model-parallel-size 2 --no-gradient-accumulation-fusion \
+    --use-torch-fsdp2 --overlap-grad-reduce --overlap-param-gather
+close tp2.log ogp-tp2.log 1e-5
+grep -q "FSDP optim_grads_params: .*the next one prefetched" ogp-tp2.log \
+    || { echo "FAILED: --use-torch-fsdp2 is not optim_grads_params with prefetch"; fail=1; }
 
 # ---- checkpoints: a strategy's resume under plain DP and the reverse ----
 for s in "${STRATEGIES[@]}"; do
@@ -117,6 +139,7 @@ for dp in 2 4; do
     run mem-$s-$dp $dp $(fsdp $s) --log-memory --train-iters 1
     case $s in
       optim_grads) params=$((4 * P)); grads=$((4 * shard)) ;;
+      optim_grads_params) params=$((4 * shard)); grads=$((4 * shard)) ;;
     esac
     mem_line mem-$s-$dp.log parameters $params $dp
     mem_line mem-$s-$dp.log gradients $grads $dp
@@ -128,6 +151,22 @@ for dp in 2 4; do
     echo "$s DP $dp: parameters $params, gradients $grads, optimizer $((8 * shard)) bytes per rank (P = $P)"
   done
 done
+# the gathered units in flight: one layer (the largest unit) without prefetch, two with it
+layer=$(( 4 * (2*h + 3*h*h + 3*h + h*h + h + 2*h + 4*h*h + 4*h + 4*h*h + h) ))
+peak() { # peak LOG BYTES: every rank's FSDP lines (after iteration 1, at the end) say BYTES
+  local all n
+  all=$(grep -c "FSDP parameter all-gathers" "$1")
+  n=$(grep -c "FSDP parameter all-gathers .* gathered at most $2 bytes at once" "$1")
+  [ "$all" = 4 ] && [ "$n" = 4 ]
+}
+peak mem-optim_grads_params-2.log $layer \
+    || { echo "FAILED: not one layer ($layer bytes) gathered at most"; grep "FSDP param" mem-optim_grads_params-2.log; fail=1; }
+run mem-prefetch 2 $(fsdp optim_grads_params) --log-memory --train-iters 1 \
+    --overlap-grad-reduce --overlap-param-gather
+peak mem-prefetch.log $((2 * layer)) \
+    || { echo "FAILED: not two layers ($((2 * layer)) bytes) gathered at most"; grep "FSDP param" mem-prefetch.log; fail=1; }
+mem_line mem-prefetch.log parameters $((4 * ((P + 1) / 2))) 2
+echo "gathered at most: $layer bytes (one layer), $((2 * layer)) with prefetch"
 grep -q "number of parameters on (tensor, pipeline) model parallel rank (0, 0): $P" plain.log \
     || { echo "FAILED: the model is not the $P parameters counted here"; fail=1; }
 
@@ -135,5 +174,9 @@ grep -q "number of parameters on (tensor, pipeline) model parallel rank (0, 0): 
 mpi 2 "$MEGADLM" train "${common[@]}" $(fsdp optim_grads) --pipeline-model-parallel-size 2 > pp.log 2>&1 \
     && { echo "FAILED: optim_grads with pipeline parallelism accepted"; fail=1; }
 grep -q "with pipeline parallelism: not supported yet" pp.log || { echo "FAILED: no clear PP refusal"; fail=1; }
+"$MEGADLM" train "${common[@]}" $(fsdp optim_grads_params) --bf16 > bf16bad.log 2>&1 \
+    && { echo "FAILED: optim_grads_params with --bf16 accepted"; fail=1; }
+grep -q -- "--bf16 with --data-parallel-sharding-strategy optim_grads_params: not supported yet" bf16bad.log \
+    || { echo "FAILED: no clear --bf16 refusal"; fail=1; }
 [ $fail = 0 ] && echo "fsdp: every strategy as plain data parallelism, memory as counted"
 exit $fail

@@ -1258,6 +1258,27 @@ static void test_fsdp_flags(void) {
     EXPECT_OK(&a, BASE " --use-custom-fsdp --data-parallel-sharding-strategy optim");
     CHECK(!args_fsdp_shards_grads(&a));
     args_free(&a);
+    /* Megatron's default strategy under FSDP; torch FSDP2 is it */
+    EXPECT_OK(&a, BASE " --use-megatron-fsdp");
+    CHECK(!strcmp(a.data_parallel_sharding_strategy, "optim_grads_params"));
+    CHECK(a.use_distributed_optimizer && args_fsdp_shards_grads(&a));
+    args_free(&a);
+    EXPECT_OK(&a, BASE " --use-torch-fsdp2 --no-gradient-accumulation-fusion "
+                       "--untie-embeddings-and-output-weights");
+    CHECK(!strcmp(a.data_parallel_sharding_strategy, "optim_grads_params"));
+    CHECK(a.use_distributed_optimizer && args_fsdp_shards_grads(&a) && !a.use_custom_fsdp);
+    /* validated again from the saved arguments (generate, convert): still valid */
+    cJSON *saved = args_to_json(&a);
+    megadlm_args c;
+    args_defaults(&c);
+    CHECK(args_from_json(&c, saved, ERR, sizeof(ERR)) == 0);
+    CHECK(args_validate(&c, ERR, sizeof(ERR)) == 0);
+    if (ERR[0]) fprintf(stderr, "  again: '%s'\n", ERR);
+    cJSON_Delete(saved);
+    args_free(&c);
+    args_free(&a);
+    EXPECT_ERR(BASE " --use-custom-fsdp --bf16", "--bf16 with --data-parallel-sharding-strategy "
+               "optim_grads_params: not supported yet", NULL, NULL);
     EXPECT_ERR(BASE " --use-custom-fsdp --data-parallel-sharding-strategy optim --fp16",
                "--fp16 with FSDP", "not supported yet", NULL);
     /* torch FSDP2: Megatron's assertions */

@@ -2,6 +2,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/tensor/memory.h"
 #include "core/tensor_parallel/layers.h"
@@ -71,4 +72,243 @@ void fsdp_backward_end(fsdp_grads *f) {
     ps->grad = NULL;
     f->set_grad(f->set_grad_user, NULL);
     f->microbatches++;
+}
+
+/* ---- optim_grads_params ---- */
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static size_t *piece_offsets(const ddp *d) {
+    size_t *at = xcalloc((size_t)d->num_buckets, sizeof(size_t), "shard offsets");
+    size_t n = 0;
+    for (int b = 0; b < d->num_buckets; b++) {
+        at[b] = n;
+        n += ddp_piece_numel(d, b);
+    }
+    return at;
+}
+
+/* The parts of [lo, hi) (landing at buf_at of the unit's buffer): one per bucket it meets. */
+static void add_parts(fsdp_params *f, fsdp_unit *u, size_t lo, size_t hi, size_t buf_at) {
+    const ddp *d = f->ddp;
+    for (int b = 0; b < d->num_buckets; b++) {
+        const ddp_bucket *bk = &d->buckets[b];
+        size_t ilo = lo > bk->begin ? lo : bk->begin, ihi = hi < bk->end ? hi : bk->end;
+        if (ilo >= ihi) continue;
+        u->parts = xrealloc(u->parts, (size_t)(u->num_parts + 1) * sizeof(fsdp_part), "FSDP parts");
+        fsdp_part *p = &u->parts[u->num_parts++];
+        p->lo = ilo;
+        p->hi = ihi;
+        p->buf_at = buf_at + (ilo - lo);
+        p->counts = xcalloc((size_t)d->dp_size, sizeof(int), "FSDP counts");
+        p->displs = xcalloc((size_t)d->dp_size, sizeof(int), "FSDP displacements");
+        for (int r = 0; r < d->dp_size; r++) {
+            size_t pb = bk->begin + (size_t)bk->displs[r], pe = pb + (size_t)bk->counts[r];
+            size_t a = pb > ilo ? pb : ilo, e = pe < ihi ? pe : ihi;
+            if (a >= e) continue;
+            p->counts[r] = (int)(e - a);
+            p->displs[r] = (int)(a - ilo);
+            if (r == d->dp_rank) p->send_at = f->piece_at[b] + (a - pb);
+        }
+    }
+}
+
+static void add_unit(fsdp_params *f, size_t lo, size_t hi, size_t lo2, size_t hi2) {
+    f->units = xrealloc(f->units, (size_t)(f->num_units + 1) * sizeof(fsdp_unit), "FSDP units");
+    fsdp_unit *u = &f->units[f->num_units++];
+    memset(u, 0, sizeof(*u));
+    u->num_ranges = hi2 > lo2 ? 2 : 1;
+    u->lo[0] = lo, u->hi[0] = hi, u->lo[1] = lo2, u->hi[1] = hi2;
+    add_parts(f, u, lo, hi, 0);
+    u->numel = hi - lo;
+    if (u->num_ranges == 2) {
+        add_parts(f, u, lo2, hi2, u->numel);
+        u->numel += hi2 - lo2;
+    }
+    u->reqs = xcalloc((size_t)(u->num_parts ? u->num_parts : 1), sizeof(MPI_Request), "FSDP requests");
+    for (int k = 0; k < u->num_parts; k++) u->reqs[k] = MPI_REQUEST_NULL;
+}
+
+fsdp_params *fsdp_params_create(param_set *ps, ddp *d, const size_t *bounds, int num_layers,
+                                int tied, int prefetch,
+                                void (*set_data)(void *, size_t, size_t, float *), void *user) {
+    if (ps->data_bf16 || !ps->data) die(1, "internal error: FSDP parameters need fp32 ones");
+    fsdp_params *f = xcalloc(1, sizeof(fsdp_params), "sharded parameters");
+    f->ddp = d;
+    f->ps = ps;
+    f->prefetch = prefetch;
+    f->set_data = set_data;
+    f->set_data_user = user;
+    f->last = -1;
+    f->dir = 1;
+    f->shard_numel = (ps->numel + (size_t)d->dp_size - 1) / (size_t)d->dp_size;
+    f->piece_at = piece_offsets(d);
+    f->shard = mem_alloc_floats(MEM_PARAMS, f->shard_numel, "parameters (shard)");
+    if (bounds[0] > 0) add_unit(f, 0, bounds[0], 0, 0);
+    for (int l = 0; l < num_layers; l++) add_unit(f, bounds[l], bounds[l + 1], 0, 0);
+    if (ps->numel > bounds[num_layers] || tied)
+        add_unit(f, bounds[num_layers], ps->numel, 0, tied ? bounds[0] : 0);
+    fsdp_params_dematerialize(f, 1);
+    return f;
+}
+
+void fsdp_params_free(fsdp_params *f) {
+    if (!f) return;
+    for (int u = 0; u < f->num_units; u++) {
+        fsdp_unit *un = &f->units[u];
+        if (un->in_flight) MPI_Waitall(un->num_parts, un->reqs, MPI_STATUSES_IGNORE);
+        mem_free(un->buf);
+        for (int k = 0; k < un->num_parts; k++) {
+            free(un->parts[k].counts);
+            free(un->parts[k].displs);
+        }
+        free(un->parts);
+        free(un->reqs);
+    }
+    free(f->units);
+    mem_free(f->shard);
+    free(f->piece_at);
+    free(f);
+}
+
+static int single(const fsdp_params *f) {
+    return f->ddp->dp_size == 1 || f->ddp->comm == MPI_COMM_NULL;
+}
+
+/* Starts (or, blocking, runs) unit u's gathers into a new buffer. */
+static void gather_unit(fsdp_params *f, fsdp_unit *u, int nonblocking) {
+    u->buf = mem_alloc_floats(MEM_PARAMS, u->numel, "gathered parameters");
+    f->gathered_bytes += u->numel * sizeof(float);
+    if (f->gathered_bytes > f->stats.peak_gathered_bytes)
+        f->stats.peak_gathered_bytes = f->gathered_bytes;
+    f->stats.bytes += (double)u->numel * sizeof(float);
+    int me = f->ddp->dp_rank;
+    for (int k = 0; k < u->num_parts; k++) {
+        const fsdp_part *p = &u->parts[k];
+        const float *send = f->shard + p->send_at;
+        float *recv = u->buf + p->buf_at;
+        if (single(f))
+            memcpy(recv, send, (p->hi - p->lo) * sizeof(float));
+        else if (nonblocking)
+            MPI_Iallgatherv(send, p->counts[me], MPI_FLOAT, recv, p->counts, p->displs,
+                            MPI_FLOAT, f->ddp->comm, &u->reqs[k]);
+        else
+            MPI_Allgatherv(send, p->counts[me], MPI_FLOAT, recv, p->counts, p->displs,
+                           MPI_FLOAT, f->ddp->comm);
+    }
+    u->in_flight = nonblocking && !single(f);
+}
+
+static void point_unit(fsdp_params *f, const fsdp_unit *u, float *buf) {
+    size_t at = 0;
+    for (int r = 0; r < u->num_ranges; r++) {
+        f->set_data(f->set_data_user, u->lo[r], u->hi[r], buf ? buf + at : NULL);
+        at += u->hi[r] - u->lo[r];
+    }
+}
+
+static void wait_unit(fsdp_unit *u) {
+    if (!u->in_flight) return;
+    MPI_Waitall(u->num_parts, u->reqs, MPI_STATUSES_IGNORE);
+    u->in_flight = 0;
+}
+
+static void release_unit(fsdp_params *f, fsdp_unit *u) {
+    wait_unit(u);
+    point_unit(f, u, NULL);
+    mem_free(u->buf);
+    u->buf = NULL;
+    u->in_use = 0;
+    f->gathered_bytes -= u->numel * sizeof(float);
+}
+
+static int unit_of(const fsdp_params *f, size_t begin, size_t end) {
+    for (int u = 0; u < f->num_units; u++)
+        if (f->units[u].lo[0] == begin && f->units[u].hi[0] == end) return u;
+    die(1, "internal error: no FSDP unit holds parameters [%zu, %zu)", begin, end);
+    return -1;
+}
+
+void fsdp_params_needed(void *user, size_t begin, size_t end) {
+    fsdp_params *f = user;
+    if (begin == end) return;
+    int k = unit_of(f, begin, end);
+    fsdp_unit *u = &f->units[k];
+    double t0 = now_seconds();
+    f->stats.needed++;
+    /* the direction of travel: forward from the embedding, backward from the head, else as
+     * the last step went (a recomputed layer asked for again keeps it) */
+    if (k == 0)
+        f->dir = 1;
+    else if (k == f->num_units - 1)
+        f->dir = -1;
+    else if (f->last >= 0 && k != f->last)
+        f->dir = k > f->last ? 1 : -1;
+    f->last = k;
+    int next = k + f->dir;
+    for (int v = 0; v < f->num_units; v++) /* a prefetch that is neither this unit nor next */
+        if (v != k && v != next && f->units[v].buf && !f->units[v].in_use)
+            release_unit(f, &f->units[v]);
+    if (!u->buf) {
+        gather_unit(f, u, 0);
+        f->stats.blocking++;
+    } else if (!u->in_use) {
+        wait_unit(u);
+        f->stats.prefetch_used++;
+    }
+    u->in_use = 1;
+    f->stats.exposed_seconds += now_seconds() - t0;
+    point_unit(f, u, u->buf);
+    if (f->prefetch && next >= 0 && next < f->num_units && !f->units[next].buf) {
+        gather_unit(f, &f->units[next], 1);
+        f->stats.prefetched++;
+    }
+}
+
+void fsdp_params_drop(fsdp_params *f) {
+    for (int v = 0; v < f->num_units; v++)
+        if (f->units[v].buf && !f->units[v].in_use) release_unit(f, &f->units[v]);
+}
+
+void fsdp_params_done(void *user, size_t begin, size_t end) {
+    fsdp_params *f = user;
+    if (begin == end) return;
+    release_unit(f, &f->units[unit_of(f, begin, end)]);
+    for (int v = 0; v < f->num_units; v++) /* progress on a prefetch in flight */
+        if (f->units[v].in_flight) {
+            int flag = 0;
+            MPI_Testall(f->units[v].num_parts, f->units[v].reqs, &flag, MPI_STATUSES_IGNORE);
+            if (flag) f->units[v].in_flight = 0;
+        }
+}
+
+void fsdp_params_materialize(fsdp_params *f) {
+    param_set *ps = f->ps;
+    const ddp *d = f->ddp;
+    if (ps->data) die(1, "internal error: FSDP parameters materialized twice");
+    ps->data = mem_alloc_floats(MEM_PARAMS, ps->numel, "parameters (whole, checkpoint)");
+    for (int b = 0; b < d->num_buckets; b++) {
+        const ddp_bucket *bk = &d->buckets[b];
+        const float *send = f->shard + f->piece_at[b];
+        if (single(f))
+            memcpy(ps->data + bk->begin, send, (bk->end - bk->begin) * sizeof(float));
+        else
+            MPI_Allgatherv(send, bk->counts[d->dp_rank], MPI_FLOAT, ps->data + bk->begin,
+                           bk->counts, bk->displs, MPI_FLOAT, d->comm);
+    }
+}
+
+void fsdp_params_dematerialize(fsdp_params *f, int keep) {
+    param_set *ps = f->ps;
+    const ddp *d = f->ddp;
+    for (int b = 0; keep && b < d->num_buckets; b++)
+        memcpy(f->shard + f->piece_at[b], ps->data + ddp_piece_begin(d, b),
+               ddp_piece_numel(d, b) * sizeof(float));
+    mem_free(ps->data);
+    ps->data = NULL;
+    f->set_data(f->set_data_user, 0, ps->numel, NULL);
 }

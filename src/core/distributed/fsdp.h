@@ -25,6 +25,7 @@
 #ifndef MEGADLM_CORE_DISTRIBUTED_FSDP_H
 #define MEGADLM_CORE_DISTRIBUTED_FSDP_H
 
+#include <mpi.h>
 #include <stddef.h>
 
 #include "core/distributed/distributed_data_parallel.h"
@@ -41,6 +42,89 @@ typedef struct {
     void *set_grad_user;
     unsigned long microbatches; /* backward passes reduced */
 } fsdp_grads;
+
+/* ---- optim_grads_params: the parameters sharded too ----
+ *
+ * Each rank keeps only its pieces of the fp32 parameters (`shard`, category parameters, laid
+ * out as the gradient shard and the optimizer state: the distributed optimizer updates it in
+ * place, there is no other main copy). The model's parameters come in units: the embedding
+ * ([0, layer 0)), each layer, the head (final norm and untied output layer; with tied
+ * embeddings the embedding's range too, which the output layer reads). Before a unit is used
+ * (the model's params_needed hook: forward, recomputation, backward) its pieces are
+ * all-gathered from every rank into a buffer of its own (category parameters) and the model's
+ * pointers set into it; after the use (params_done) the buffer is freed and the pointers
+ * cleared. The backward gathers each layer again (in reverse), a recomputed layer once more.
+ *
+ * Prefetch (--overlap-param-gather): when a unit is needed, the next one in the direction of
+ * travel (forward: the next layer; backward: the previous) is started with MPI_Iallgatherv,
+ * so it travels while this unit computes; the next params_needed waits for it. At most two
+ * units are gathered at once (the one in use and the one coming); a prefetched unit that is
+ * not the one asked for next (recomputation changes direction) is dropped. What the waits
+ * cost is measured (exposed seconds) beside the blocking gathers of a run without prefetch.
+ *
+ * Anything that reads the whole parameters (checkpoints, --log-params-norm) brackets itself
+ * with fsdp_params_materialize / fsdp_params_dematerialize. */
+typedef struct {
+    size_t lo, hi;        /* a range of the flat buffer within one bucket */
+    size_t buf_at;        /* where it lands in its unit's buffer */
+    int *counts, *displs; /* [DP] every rank's elements of it, displs from buf_at */
+    size_t send_at;       /* this rank's elements in the shard */
+} fsdp_part;
+
+typedef struct {
+    int num_ranges;
+    size_t lo[2], hi[2];  /* its ranges of the flat buffer (the tied head has two) */
+    size_t numel;
+    int num_parts;
+    fsdp_part *parts;
+    MPI_Request *reqs;    /* [num_parts] */
+    float *buf;           /* [numel] gathered (or arriving), NULL when free */
+    int in_flight, in_use;
+} fsdp_unit;
+
+typedef struct {
+    unsigned long needed;        /* params_needed calls */
+    unsigned long blocking;      /* gathers run at need (no prefetch, or a miss) */
+    unsigned long prefetched;    /* gathers started ahead */
+    unsigned long prefetch_used; /* prefetched units that were the next asked for */
+    double bytes;                /* bytes received by this rank's gathers */
+    double exposed_seconds;      /* time params_needed spent gathering or waiting */
+    size_t peak_gathered_bytes;  /* the most bytes of gathered units at once */
+} fsdp_param_stats;
+
+typedef struct {
+    ddp *ddp;
+    param_set *ps;
+    size_t shard_numel;     /* ceil(N / DP) */
+    float *shard;           /* [shard_numel] MEM_PARAMS: this rank's pieces (fp32) */
+    size_t *piece_at;       /* [num_buckets] where bucket b's piece starts in the shard */
+    int num_units;
+    fsdp_unit *units;       /* forward order */
+    int prefetch;           /* --overlap-param-gather */
+    int last, dir;          /* the last unit asked for, the direction of travel */
+    size_t gathered_bytes;
+    void (*set_data)(void *user, size_t lo, size_t hi, float *base);
+    void *set_data_user;
+    fsdp_param_stats stats;
+} fsdp_params;
+
+/* Takes over ps->data (the initialised whole parameters): keeps this rank's pieces and frees
+ * the rest. bounds[0..num_layers]: the layers' ranges (bounds[0] = the embedding's end,
+ * bounds[num_layers] = the head's start); tied: the head reads the embedding's range. */
+fsdp_params *fsdp_params_create(param_set *ps, ddp *d, const size_t *bounds, int num_layers,
+                                int tied, int prefetch,
+                                void (*set_data)(void *, size_t, size_t, float *), void *user);
+void fsdp_params_free(fsdp_params *f);
+/* The model's params_needed / params_done hooks (user = the fsdp_params). */
+void fsdp_params_needed(void *user, size_t begin, size_t end);
+void fsdp_params_done(void *user, size_t begin, size_t end);
+/* Frees every prefetched unit (before the optimizer step changes the shard, and after an
+ * evaluation). */
+void fsdp_params_drop(fsdp_params *f);
+/* ps->data whole again (all-gathered), until fsdp_params_dematerialize, which first takes
+ * this rank's pieces back into the shard when keep is set (a checkpoint load wrote them). */
+void fsdp_params_materialize(fsdp_params *f);
+void fsdp_params_dematerialize(fsdp_params *f, int keep);
 
 /* Takes over ps's gradients: frees ps->grad (set_grad(user, NULL) is called) and allocates the
  * shard. d must reduce-scatter (use_distributed_optimizer). */

@@ -71,6 +71,9 @@ static void params_needed(gpt_model *m, size_t begin, size_t end) {
             gpt_model_params_widen(m, t->offset, t->offset + t->numel);
     }
 }
+static void params_done(gpt_model *m, size_t begin, size_t end) {
+    if (m->params_done) m->params_done(m->params_done_user, begin, end);
+}
 /* The embedding's range is [0, layer_begin[0]), the head's (final norm, untied output layer)
  * [layer_begin[L], numel); a tied output layer is the embedding. */
 static size_t head_begin(const gpt_model *m) { return m->spec.layer_begin[m->spec.num_layers]; }
@@ -95,6 +98,10 @@ static void layer_grads_done(void *user, int l) {
 static void layer_params_needed(void *user, int l) {
     gpt_model *m = user;
     params_needed(m, m->spec.layer_begin[l], m->spec.layer_begin[l + 1]);
+}
+static void layer_params_done(void *user, int l) {
+    gpt_model *m = user;
+    params_done(m, m->spec.layer_begin[l], m->spec.layer_begin[l + 1]);
 }
 
 /* Where the model keeps a pointer to a tensor of `part` (not a layer's), or to its gradient. */
@@ -163,6 +170,28 @@ static void place_all(gpt_model *m, int bw) {
     }
 }
 
+void gpt_model_set_data_range(void *model, size_t lo, size_t hi, float *base) {
+    gpt_model *m = model;
+    const gpt_spec *sp = &m->spec;
+    const param_set *ps = &m->params;
+    if (ps->data_bf16) die(1, "internal error: parameter ranges of a 16-bit model");
+    for (int i = 0; i < ps->count; i++) {
+        const param_tensor *t = &ps->tensors[i];
+        if (t->offset < lo || t->offset >= hi) continue;
+        float *at = base ? base + (t->offset - lo) : NULL;
+        const gpt_param_place *pl = &sp->place[i];
+        if (pl->part != GPT_PARAM_LAYER) {
+            *part_slot(m, pl->part, 0) = at;
+            continue;
+        }
+        for (int l = 0; l < sp->num_layers; l++)
+            if (i >= sp->layer_first[l] && i < sp->layer_first[l + 1])
+                *(float **)((char *)&m->block.w_all[l] + pl->field) = at;
+    }
+    if (!m->cfg.untie_embeddings_and_output_weights && tc_first_rank(&m->cfg))
+        m->out_w = m->wte; /* tied: the output layer reads the word embedding */
+}
+
 void gpt_model_set_grad(void *model, float *grad) {
     gpt_model *m = model;
     m->params.grad = grad;
@@ -202,6 +231,8 @@ static void build_params(gpt_model *m) {
     m->block.layer_grads_done_user = m;
     m->block.layer_params_needed = layer_params_needed;
     m->block.layer_params_needed_user = m;
+    m->block.layer_params_done = layer_params_done;
+    m->block.layer_params_done_user = m;
 }
 
 gpt_model *gpt_model_create(const transformer_config *cfg, int max_batch, gpt_model_kind kind) {
@@ -398,6 +429,7 @@ static void embedding_forward_into(gpt_model *m, activation_store *s) {
                     ek, off);
     /* --bf16 (--fp16): the residual stream is 16-bit (Megatron's), from the embedding output on */
     half_round_f32(tc_half(c), h0, (size_t)Ns * c->hidden_size);
+    params_done(m, 0, m->spec.layer_begin[0]);
 }
 
 /* The output layer's weight (the word embedding when tied): fp32, or its 16-bit copy. */
@@ -565,10 +597,9 @@ static void head_marked_forward(gpt_model *m, activation_store *s, const gpt_bat
 }
 
 /* Last stage: final norm on the token shard, gathered for the vocab-parallel output layer. */
-static void head_forward(gpt_model *m, activation_store *s, const gpt_batch *b) {
+static void head_forward_run(gpt_model *m, activation_store *s, const gpt_batch *b) {
     const transformer_config *c = &s->cfg;
     int N = s->B * s->T, Ns = tc_tokens_local(c, N), C = c->hidden_size, V = tc_vocab_local(c);
-    params_needed(m, head_begin(m), m->params.numel);
     norm_forward(c, s->lnf, s->lnf_mean, s->lnf_rstd, s->output, m->lnf_w, m->lnf_b, Ns);
     s->head_rows = -1;
     s->head_dln = 0;
@@ -583,6 +614,11 @@ static void head_forward(gpt_model *m, activation_store *s, const gpt_batch *b) 
     logits_fit(s, N);
     tp_linear out = tp_linear_make(c, TP_LINEAR_OUTPUT, m->block.ws.gathered, NULL, NULL);
     column_parallel_linear_forward(&out, s->logits, s->lnf, output_weight(m), NULL, N, C, V);
+}
+static void head_forward(gpt_model *m, activation_store *s, const gpt_batch *b) {
+    params_needed(m, head_begin(m), m->params.numel);
+    head_forward_run(m, s, b);
+    params_done(m, head_begin(m), m->params.numel);
 }
 
 /* Cross-entropy (vocab-parallel under TP) and the weighted mean of the per-token losses (over
@@ -643,6 +679,7 @@ static void head_backward(gpt_model *m, activation_store *s, float loss_scale) {
     const transformer_config *c = &s->cfg;
     int Ns = tc_tokens_local(c, s->B * s->T);
     float *dln;
+    params_needed(m, head_begin(m), m->params.numel);
     if (s->head_rows >= 0) {
         if (!s->head_dln || s->grad_seed != loss_scale)
             die(1, "internal error: the backward of a masked-diffusion head (seed %g) that ran "
@@ -656,6 +693,7 @@ static void head_backward(gpt_model *m, activation_store *s, float loss_scale) {
     norm_backward(c, s->grad, m->g_lnf_w, m->g_lnf_b, dln, s->output, m->lnf_w, s->lnf_mean,
                   s->lnf_rstd, Ns);
     s->head_dln = 0;
+    params_done(m, head_begin(m), m->params.numel);
     grads_done(m, head_begin(m), m->params.numel, "the decoder's output (the head's backward)");
 }
 
@@ -664,12 +702,14 @@ static void embedding_backward_from(gpt_model *m, activation_store *s) {
     const transformer_config *c = &s->cfg;
     int Ns = tc_tokens_local(c, s->B * s->T);
     size_t NsC = (size_t)Ns * c->hidden_size;
+    params_needed(m, 0, m->spec.layer_begin[0]); /* the lookup's backward tests wpe */
     memset(m->demb, 0, NsC * sizeof(float));
     uint64_t off;
     dropout_key ek = embedding_dropout_key(&s->ctx, &off, Ns);
     dropout_backward(m->demb, s->grad, NsC, s->ctx.training ? c->hidden_dropout : 0.0f, ek, off);
     vocab_parallel_embedding emb = embedding_of(m);
     vocab_parallel_embedding_backward(&emb, m->demb, s->tokens, s->B, s->T);
+    params_done(m, 0, m->spec.layer_begin[0]);
     grads_done(m, 0, m->spec.layer_begin[0], NULL);
 }
 

@@ -104,7 +104,9 @@ void dist_opt_step(dist_opt *o, const optimizer_config *oc, float lr, int step) 
         const param_tensor *t = &ps->tensors[sg->tensor];
         adamw_hparams h = {lr, oc->beta1, oc->beta2, oc->eps,
                            t->weight_decay ? oc->weight_decay : 0.0f, step};
-        float *p = o->main ? o->main + sg->state : ps->data + sg->begin;
+        float *p = o->main          ? o->main + sg->state
+                   : o->param_shard ? o->param_shard + sg->state
+                                    : ps->data + sg->begin;
         adamw_update(p, dist_opt_seg_grad(o, s), o->exp_avg + sg->state, o->exp_avg_sq + sg->state,
                      sg->numel, h);
     }

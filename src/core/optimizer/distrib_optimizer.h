@@ -51,6 +51,9 @@ typedef struct {
     half_kind kind;            /* the 16-bit format of ps->data_bf16, HALF_NONE in fp32 */
     int num_segments;
     dist_opt_segment *segs;    /* this rank's pieces, split at tensor boundaries */
+    float *param_shard;        /* FSDP optim_grads_params (fp32): the parameters of the
+                                * pieces, laid out as the state (core/distributed/fsdp.h); the
+                                * step updates them in place of ps->data. NULL otherwise */
     float *grad_shard;         /* FSDP's sharded gradients (core/distributed/fsdp.h), laid out
                                 * as the state: segment s's at grad_shard + state; NULL: the
                                 * pieces of ps->grad */
