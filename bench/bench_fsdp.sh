@@ -59,11 +59,11 @@ for m in "${ORDER[@]}"; do
   esac
   measured=$(grep '\[Rank 0\] memory \(parameters\|gradients\|optimizer state\) (bytes)' "$log" |
              head -3 | sed -E 's/.*measured ([0-9]+).*/\1/' | awk '{s += $1} END {print s}')
-  peak=$(grep -o 'gathered at most [0-9]* bytes' "$log" | head -1 | awk '{print $4}')
+  peak=$({ grep -o 'gathered at most [0-9]* bytes' "$log" || true; } | head -1 | awk '{print $4}')
   t=$(grep -o 'elapsed time per iteration (ms): [0-9.]*' "$log" | awk 'NR > 1 {print $NF}' |
       sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}')
   # the end-of-run FSDP lines (the last one of each rank): exposed seconds, mean over ranks
-  EXPOSED[$m]=$(grep 'FSDP parameter all-gathers' "$log" | awk -F'|' '
+  EXPOSED[$m]=$({ grep 'FSDP parameter all-gathers' "$log" || true; } | awk -F'|' '
       { for (i = 1; i <= NF; i++) if ($i ~ /exposed/) { split($i, x, " "); e[$1] = x[2] } }
       END { for (r in e) { s += e[r]; n++ } printf "%.6f", n ? s / n : 0 }')
   awk -v m="$m" -v a="$analytic" -v b="$measured" -v p="${peak:--}" -v t="$t" 'BEGIN {
@@ -72,5 +72,5 @@ done
 echo
 awk -v a="${EXPOSED[optim_grads_params]}" -v o="${EXPOSED[ogp+prefetch]}" 'BEGIN {
   printf "parameter all-gathers exposed: at need %.1f ms, prefetched %.1f ms over the run -> hidden %.0f%%\n",
-         a * 1e3, o * 1e3, a > 0 ? 100 * (1 - o / a) : 0 }'
+         a * 1e3, o * 1e3, (a > 0 ? 100 * (1 - o / a) : 0) }'
 echo "logs: $OUT/fsdp_*.log"
