@@ -1063,6 +1063,10 @@ static int validate_fsdp(megadlm_args *a, char *err, size_t errlen) {
     if (a->fp16)
         return fail(err, errlen, "--fp16 with FSDP (--data-parallel-sharding-strategy %s): not "
                     "supported yet (its loss scaler has not been tested with sharded state)", s);
+    if (!strcmp(s, "optim_grads_params") && a->debug && a->detect_anomaly)
+        return fail(err, errlen, "--detect-anomaly with --data-parallel-sharding-strategy "
+                    "optim_grads_params: not supported yet (its check reads the whole "
+                    "gradient buffer, which this strategy never holds)");
     if (!strcmp(s, "optim_grads_params") && a->bf16)
         return fail(err, errlen, "--bf16 with --data-parallel-sharding-strategy "
                     "optim_grads_params: not supported yet (the gathered units are fp32)");

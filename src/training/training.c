@@ -219,7 +219,9 @@ static void backward_step(void *user, int k, activation_store *store) {
     const trainer *tr = sc->tr;
     /* Megatron's no_sync: the last micro-batch's backward may start the DP reductions (FSDP's
      * sharded gradients: every micro-batch's, fsdp_backward_begin) */
-    if (tr->fsdp)
+    if (tr->fsdp_params)
+        fsdp_params_backward(tr->fsdp_params, 1); /* each unit's own gradient buffer */
+    else if (tr->fsdp)
         fsdp_backward_begin(tr->fsdp);
     else
         ddp_set_last_microbatch(tr->ddp, k == tr->num_microbatches - 1);
@@ -229,7 +231,10 @@ static void backward_step(void *user, int k, activation_store *store) {
                  "iteration %d, micro-batch %d of data-parallel rank %d", tr->iteration + 1, k,
                  tr->dp_rank);
     gpt_model_backward(tr->model, store, seed);
-    if (tr->fsdp) fsdp_backward_end(tr->fsdp);
+    if (tr->fsdp_params)
+        fsdp_params_backward(tr->fsdp_params, 0);
+    else if (tr->fsdp)
+        fsdp_backward_end(tr->fsdp);
 }
 
 /* Mean over micro-batches and DP replicas of a loss sum the last pipeline stage computed
@@ -290,8 +295,12 @@ static void compute_step(trainer *tr, rerun_result *r, double *loss_sum) {
                             .backward_step = backward_step,
                             .partial_checkpoints =
                                 a->num_microbatches_with_partial_activation_checkpoints};
+    if (tr->fsdp_params) fsdp_params_training(tr->fsdp_params, 1);
     *loss_sum = forward_backward(tr->pipe, tr->num_microbatches, &steps);
-    if (tr->fsdp_params) fsdp_params_drop(tr->fsdp_params); /* the step changes the shard */
+    if (tr->fsdp_params) {
+        fsdp_params_training(tr->fsdp_params, 0);
+        fsdp_params_drop(tr->fsdp_params); /* the step changes the shard */
+    }
     watchdog_progress("reducing gradients and stepping the optimizer");
     if (!tr->fsdp) /* else reduced after each backward (fsdp_backward_end) */
         finalize_model_grads(tr->ddp, ps, tr->model->spec.tied_embedding);
@@ -1030,6 +1039,10 @@ static void setup_fsdp_params(trainer *tr) {
                                          m->spec.num_layers, tied, tr->a->overlap_param_gather,
                                          gpt_model_set_data_range, m);
     tr->dopt->param_shard = tr->fsdp_params->shard;
+    fsdp_params_shard_grads(tr->fsdp_params, tr->fsdp, tr->a->overlap_grad_reduce,
+                            gpt_model_set_grad_range);
+    m->grads_done = fsdp_params_grads_done;
+    m->grads_done_user = tr->fsdp_params;
     m->params_needed = fsdp_params_needed;
     m->params_needed_user = tr->fsdp_params;
     m->params_done = fsdp_params_done;
@@ -1104,9 +1117,11 @@ static void log_dp_communication(const trainer *tr) {
         const fsdp_param_stats *f = &tr->fsdp_params->stats;
         printf("[Rank %d] FSDP parameter all-gathers | units needed %lu | gathered at need %lu "
                "| prefetched %lu (used %lu) | received %.0f bytes | exposed %.6f s | gathered "
-               "at most %zu bytes at once |\n",
+               "at most %zu bytes at once | unit gradients reduce-scattered %lu, at most %zu "
+               "bytes at once |\n",
                parallel_world_rank(), f->needed, f->blocking, f->prefetched, f->prefetch_used,
-               f->bytes, f->exposed_seconds, f->peak_gathered_bytes);
+               f->bytes, f->exposed_seconds, f->peak_gathered_bytes, f->reduced,
+               f->peak_grad_bytes);
     }
     fflush(stdout);
 }

@@ -11,12 +11,14 @@
 #  - checkpoints saved under a strategy resume under plain DP and the reverse, with the losses
 #    of an uninterrupted plain run;
 #  - optim_grads_params also with the prefetched gathers (--overlap-param-gather), full
-#    recomputation of 2-layer chunks, and as --use-torch-fsdp2 at TP 2 x DP 2; --bf16 refused;
+#    recomputation of 2-layer chunks, as --use-torch-fsdp2 at TP 2 x DP 2, with sequence
+#    parallelism, and for masked diffusion (difflm-noshift); --bf16 refused;
 #  - --log-memory: parameters, gradients and optimizer state per rank against the figures
 #    computed here by hand from the model's shape (P = 30080 parameters; gradients 4 ceil(P/DP)
 #    bytes, Adam moments 8 ceil(P/DP), optim_grads_params' parameters 4 ceil(P/DP)), and
 #    `megadlm memory --json` predicts the same; the gathered units in flight at most one layer
-#    (hand-counted bytes) without prefetch, two with it.
+#    (hand-counted bytes) without prefetch, two with it; the unit gradient buffers of
+#    optim_grads_params at most one layer at once (blocking reduce-scatters).
 set -uo pipefail
 rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
 export OMP_NUM_THREADS=1
@@ -103,6 +105,15 @@ run ogp-tp2 4 "${llama[@]}" --tensor-model-parallel-size 2 --no-gradient-accumul
 close tp2.log ogp-tp2.log 1e-5
 grep -q "FSDP optim_grads_params: .*the next one prefetched" ogp-tp2.log \
     || { echo "FAILED: --use-torch-fsdp2 is not optim_grads_params with prefetch"; fail=1; }
+# sequence parallelism (the norms' partial gradients summed across TP per unit) and masked
+# diffusion (its chunked head computes the output layer's gradient in forward)
+run sp 4 "${llama[@]}" --tensor-model-parallel-size 2 --sequence-parallel
+run ogp-sp 4 "${llama[@]}" --tensor-model-parallel-size 2 --sequence-parallel $(fsdp optim_grads_params)
+close sp.log ogp-sp.log 1e-5
+dlm=(--model-running-mode difflm-noshift --mask-token 101)
+run dlm 2 "${dlm[@]}"
+run ogp-dlm 2 "${dlm[@]}" $(fsdp optim_grads_params) --overlap-grad-reduce --overlap-param-gather
+close dlm.log ogp-dlm.log 1e-5
 
 # ---- checkpoints: a strategy's resume under plain DP and the reverse ----
 for s in "${STRATEGIES[@]}"; do
@@ -159,6 +170,11 @@ peak() { # peak LOG BYTES: every rank's FSDP lines (after iteration 1, at the en
   n=$(grep -c "FSDP parameter all-gathers .* gathered at most $2 bytes at once" "$1")
   [ "$all" = 4 ] && [ "$n" = 4 ]
 }
+ugrads() { # every rank's FSDP lines: unit gradient buffers of at most BYTES at once
+  [ "$(grep -c "unit gradients reduce-scattered [0-9]*, at most $2 bytes at once" "$1")" = 4 ]
+}
+ugrads mem-optim_grads_params-2.log $layer \
+    || { echo "FAILED: unit gradients not one layer ($layer bytes) at most"; grep "FSDP param" mem-optim_grads_params-2.log; fail=1; }
 peak mem-optim_grads_params-2.log $layer \
     || { echo "FAILED: not one layer ($layer bytes) gathered at most"; grep "FSDP param" mem-optim_grads_params-2.log; fail=1; }
 run mem-prefetch 2 $(fsdp optim_grads_params) --log-memory --train-iters 1 \

@@ -6,6 +6,7 @@
 
 #include "core/tensor/memory.h"
 #include "core/tensor_parallel/layers.h"
+#include "core/tensor_parallel/mappings.h"
 #include "core/util/alloc.h"
 #include "core/util/die.h"
 
@@ -129,8 +130,11 @@ static void add_unit(fsdp_params *f, size_t lo, size_t hi, size_t lo2, size_t hi
         add_parts(f, u, lo2, hi2, u->numel);
         u->numel += hi2 - lo2;
     }
-    u->reqs = xcalloc((size_t)(u->num_parts ? u->num_parts : 1), sizeof(MPI_Request), "FSDP requests");
-    for (int k = 0; k < u->num_parts; k++) u->reqs[k] = MPI_REQUEST_NULL;
+    size_t np = (size_t)(u->num_parts ? u->num_parts : 1);
+    u->reqs = xcalloc(np, sizeof(MPI_Request), "FSDP requests");
+    u->greqs = xcalloc(np, sizeof(MPI_Request), "FSDP requests");
+    u->grecv = xcalloc(np, sizeof(float *), "FSDP reduce-scatter buffers");
+    for (int k = 0; k < u->num_parts; k++) u->reqs[k] = u->greqs[k] = MPI_REQUEST_NULL;
 }
 
 fsdp_params *fsdp_params_create(param_set *ps, ddp *d, const size_t *bounds, int num_layers,
@@ -150,8 +154,11 @@ fsdp_params *fsdp_params_create(param_set *ps, ddp *d, const size_t *bounds, int
     f->shard = mem_alloc_floats(MEM_PARAMS, f->shard_numel, "parameters (shard)");
     if (bounds[0] > 0) add_unit(f, 0, bounds[0], 0, 0);
     for (int l = 0; l < num_layers; l++) add_unit(f, bounds[l], bounds[l + 1], 0, 0);
-    if (ps->numel > bounds[num_layers] || tied)
+    f->head_unit = -1;
+    if (ps->numel > bounds[num_layers] || tied) {
         add_unit(f, bounds[num_layers], ps->numel, 0, tied ? bounds[0] : 0);
+        f->head_unit = f->num_units - 1;
+    }
     fsdp_params_dematerialize(f, 1);
     return f;
 }
@@ -161,13 +168,18 @@ void fsdp_params_free(fsdp_params *f) {
     for (int u = 0; u < f->num_units; u++) {
         fsdp_unit *un = &f->units[u];
         if (un->in_flight) MPI_Waitall(un->num_parts, un->reqs, MPI_STATUSES_IGNORE);
+        if (un->g_in_flight) MPI_Waitall(un->num_parts, un->greqs, MPI_STATUSES_IGNORE);
         mem_free(un->buf);
+        mem_free(un->gbuf);
         for (int k = 0; k < un->num_parts; k++) {
             free(un->parts[k].counts);
             free(un->parts[k].displs);
+            mem_free(un->grecv[k]);
         }
         free(un->parts);
         free(un->reqs);
+        free(un->greqs);
+        free(un->grecv);
     }
     free(f->units);
     mem_free(f->shard);
@@ -226,6 +238,133 @@ static void release_unit(fsdp_params *f, fsdp_unit *u) {
     f->gathered_bytes -= u->numel * sizeof(float);
 }
 
+/* ---- per-unit gradients ---- */
+
+static int unit_of(const fsdp_params *f, size_t begin, size_t end);
+
+static void point_grads(fsdp_params *f, const fsdp_unit *u, float *buf) {
+    size_t at = 0;
+    for (int r = 0; r < u->num_ranges; r++) {
+        f->set_grad(f->set_data_user, u->lo[r], u->hi[r], buf ? buf + at : NULL);
+        at += u->hi[r] - u->lo[r];
+    }
+}
+
+static void grad_buffer(fsdp_params *f, fsdp_unit *u) {
+    u->gbuf = mem_alloc_floats(MEM_GRADS, u->numel, "gradients (one unit)");
+    memset(u->gbuf, 0, u->numel * sizeof(float));
+    f->grad_bytes += u->numel * sizeof(float);
+    if (f->grad_bytes > f->stats.peak_grad_bytes) f->stats.peak_grad_bytes = f->grad_bytes;
+    point_grads(f, u, u->gbuf);
+}
+
+/* Unit u's reduce-scatters are complete: this rank's elements into the shard (summed across
+ * distributed optimizer instances first), the buffers freed. */
+static void finish_grads(fsdp_params *f, fsdp_unit *u) {
+    const ddp *d = f->ddp;
+    if (u->g_in_flight) MPI_Waitall(u->num_parts, u->greqs, MPI_STATUSES_IGNORE);
+    u->g_in_flight = 0;
+    for (int k = 0; k < u->num_parts; k++) {
+        const fsdp_part *p = &u->parts[k];
+        size_t n = (size_t)p->counts[d->dp_rank];
+        if (d->inter != MPI_COMM_NULL && n > 0)
+            MPI_Allreduce(MPI_IN_PLACE, u->grecv[k], (int)n, MPI_FLOAT, MPI_SUM, d->inter);
+        float *dst = f->grads->grad_shard + p->send_at;
+        const float *src = u->grecv[k];
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) dst[i] += src[i];
+        mem_free(u->grecv[k]);
+        u->grecv[k] = NULL;
+    }
+    mem_free(u->gbuf);
+    u->gbuf = NULL;
+    f->grad_bytes -= u->numel * sizeof(float);
+}
+
+/* Completes the reduce-scatters in flight that are done. */
+static void progress_grads(fsdp_params *f) {
+    for (int v = 0; v < f->num_units; v++) {
+        fsdp_unit *u = &f->units[v];
+        if (!u->g_in_flight) continue;
+        int flag = 0;
+        MPI_Testall(u->num_parts, u->greqs, &flag, MPI_STATUSES_IGNORE);
+        if (flag) {
+            u->g_in_flight = 0;
+            finish_grads(f, u);
+        }
+    }
+}
+
+/* The partial gradients of the unit's tensors summed across TP (finalize_model_grads' step 2,
+ * per unit). */
+static void tp_partial_sums(fsdp_params *f, fsdp_unit *u) {
+    const param_set *ps = f->ps;
+    size_t at = 0;
+    for (int r = 0; r < u->num_ranges; r++) {
+        for (int i = 0; i < ps->count; i++) {
+            const param_tensor *t = &ps->tensors[i];
+            if (t->tp_allreduce_grad && t->offset >= u->lo[r] && t->offset < u->hi[r])
+                tp_all_reduce_sum(u->gbuf + at + (t->offset - u->lo[r]), t->numel);
+        }
+        at += u->hi[r] - u->lo[r];
+    }
+}
+
+static void reduce_unit(fsdp_params *f, fsdp_unit *u) {
+    const ddp *d = f->ddp;
+    const float inv = 1.0f / (float)d->total_dp; /* Megatron's gradient_scaling_factor */
+    float *g = u->gbuf;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < u->numel; i++) g[i] *= inv;
+    tp_partial_sums(f, u);
+    point_grads(f, u, NULL); /* the model is done with them */
+    int me = d->dp_rank;
+    for (int k = 0; k < u->num_parts; k++) {
+        const fsdp_part *p = &u->parts[k];
+        size_t n = (size_t)p->counts[me];
+        u->grecv[k] = mem_alloc_floats(MEM_GRADS, n ? n : 1, "gradients (reduce-scattered)");
+        if (single(f))
+            memcpy(u->grecv[k], g + p->buf_at, n * sizeof(float));
+        else if (f->reduce_nonblocking)
+            MPI_Ireduce_scatter(g + p->buf_at, u->grecv[k], p->counts, MPI_FLOAT, MPI_SUM,
+                                d->comm, &u->greqs[k]);
+        else
+            MPI_Reduce_scatter(g + p->buf_at, u->grecv[k], p->counts, MPI_FLOAT, MPI_SUM,
+                               d->comm);
+    }
+    f->stats.reduced++;
+    u->g_in_flight = f->reduce_nonblocking && !single(f);
+    if (!u->g_in_flight) finish_grads(f, u);
+}
+
+void fsdp_params_shard_grads(fsdp_params *f, fsdp_grads *g, int nonblocking,
+                             void (*set_grad)(void *, size_t, size_t, float *)) {
+    f->grads = g;
+    f->reduce_nonblocking = nonblocking;
+    f->set_grad = set_grad;
+}
+
+void fsdp_params_training(fsdp_params *f, int on) { f->training = on; }
+
+void fsdp_params_backward(fsdp_params *f, int on) {
+    f->backward = on;
+    if (on) return;
+    for (int v = 0; v < f->num_units; v++) {
+        fsdp_unit *u = &f->units[v];
+        if (u->g_in_flight) finish_grads(f, u);
+        if (u->gbuf) die(1, "internal error: unit %d's gradients were not reduced", v);
+    }
+}
+
+void fsdp_params_grads_done(void *user, size_t begin, size_t end) {
+    fsdp_params *f = user;
+    if (begin == end) return;
+    fsdp_unit *u = &f->units[unit_of(f, begin, end)];
+    if (!u->gbuf) die(1, "internal error: gradients of [%zu, %zu) without a buffer", begin, end);
+    reduce_unit(f, u);
+    progress_grads(f);
+}
+
 static int unit_of(const fsdp_params *f, size_t begin, size_t end) {
     for (int u = 0; u < f->num_units; u++)
         if (f->units[u].lo[0] == begin && f->units[u].hi[0] == end) return u;
@@ -263,6 +402,9 @@ void fsdp_params_needed(void *user, size_t begin, size_t end) {
     u->in_use = 1;
     f->stats.exposed_seconds += now_seconds() - t0;
     point_unit(f, u, u->buf);
+    if (f->grads && !u->gbuf && (f->backward || (f->training && k == f->head_unit)))
+        grad_buffer(f, u);
+    progress_grads(f);
     if (f->prefetch && next >= 0 && next < f->num_units && !f->units[next].buf) {
         gather_unit(f, &f->units[next], 1);
         f->stats.prefetched++;

@@ -20,8 +20,9 @@
  * ceil(N / DP) elements, as the optimizer state's, whatever this rank's pieces add up to.
  *
  * Between micro-batches and iterations the model holds no gradient buffer (params.grad is
- * NULL). Pipeline parallelism is refused by the arguments (its tied-embedding sum would need
- * the whole gradient of the embedding). */
+ * NULL). Under optim_grads_params the shard is the same, but fsdp_params fills it unit by unit
+ * (below) and no whole-size buffer is made. Pipeline parallelism is refused by the arguments
+ * (its tied-embedding sum would need the whole gradient of the embedding). */
 #ifndef MEGADLM_CORE_DISTRIBUTED_FSDP_H
 #define MEGADLM_CORE_DISTRIBUTED_FSDP_H
 
@@ -80,6 +81,10 @@ typedef struct {
     MPI_Request *reqs;    /* [num_parts] */
     float *buf;           /* [numel] gathered (or arriving), NULL when free */
     int in_flight, in_use;
+    float *gbuf;          /* [numel] its gradients during a backward (MEM_GRADS), or NULL */
+    float **grecv;        /* [num_parts] this rank's reduce-scattered elements of each part */
+    MPI_Request *greqs;   /* [num_parts] those reduce-scatters in flight */
+    int g_in_flight;
 } fsdp_unit;
 
 typedef struct {
@@ -90,6 +95,8 @@ typedef struct {
     double bytes;                /* bytes received by this rank's gathers */
     double exposed_seconds;      /* time params_needed spent gathering or waiting */
     size_t peak_gathered_bytes;  /* the most bytes of gathered units at once */
+    unsigned long reduced;       /* units whose gradients were reduce-scattered */
+    size_t peak_grad_bytes;      /* the most bytes of unit gradient buffers at once */
 } fsdp_param_stats;
 
 typedef struct {
@@ -105,6 +112,13 @@ typedef struct {
     size_t gathered_bytes;
     void (*set_data)(void *user, size_t lo, size_t hi, float *base);
     void *set_data_user;
+    /* per-unit gradients (fsdp_params_shard_grads) */
+    fsdp_grads *grads;      /* the gradient shard they are reduce-scattered into */
+    void (*set_grad)(void *user, size_t lo, size_t hi, float *base);
+    int reduce_nonblocking; /* --overlap-grad-reduce */
+    int training, backward; /* inside a training step / a micro-batch's backward */
+    int head_unit;          /* the head's unit (it may take gradients in forward), or -1 */
+    size_t grad_bytes;
     fsdp_param_stats stats;
 } fsdp_params;
 
@@ -125,6 +139,25 @@ void fsdp_params_drop(fsdp_params *f);
  * this rank's pieces back into the shard when keep is set (a checkpoint load wrote them). */
 void fsdp_params_materialize(fsdp_params *f);
 void fsdp_params_dematerialize(fsdp_params *f, int keep);
+
+/* optim_grads_params' gradients, per unit instead of fsdp_grads' whole-size buffer: in a
+ * backward (fsdp_params_backward) a unit's params_needed also allocates and zeroes its gradient
+ * buffer and points the model's gradient pointers into it (set_grad); the model's grads_done
+ * hook (fsdp_params_grads_done) reports the unit complete: it is scaled by 1/DP, its partial
+ * tensor-parallel gradients summed across TP, and reduce-scattered over the same parts as the
+ * gather (nonblocking with --overlap-grad-reduce, completed at the next hook or at the end of
+ * the backward), this rank's elements added into the gradient shard and the buffer freed. The
+ * head's unit takes its buffer in a training forward too (masked diffusion's chunked head
+ * computes its weight gradient there). A tied embedding's gradient arrives twice, from the
+ * head's unit and from the embedding's: both are added into the shard. */
+void fsdp_params_shard_grads(fsdp_params *f, fsdp_grads *g, int nonblocking,
+                             void (*set_grad)(void *, size_t, size_t, float *));
+/* A training step begins (1) or ends (0): the head's unit may take gradients in forward. */
+void fsdp_params_training(fsdp_params *f, int on);
+/* A micro-batch's backward begins (1) or ends (0: every reduction in flight completed). */
+void fsdp_params_backward(fsdp_params *f, int on);
+/* The model's grads_done hook (user = the fsdp_params). */
+void fsdp_params_grads_done(void *user, size_t begin, size_t end);
 
 /* Takes over ps's gradients: frees ps->grad (set_grad(user, NULL) is called) and allocates the
  * shard. d must reduce-scatter (use_distributed_optimizer). */

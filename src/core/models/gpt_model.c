@@ -170,8 +170,8 @@ static void place_all(gpt_model *m, int bw) {
     }
 }
 
-void gpt_model_set_data_range(void *model, size_t lo, size_t hi, float *base) {
-    gpt_model *m = model;
+/* The fp32 pointers (grad: the gradients') of the tensors in [lo, hi) set into base. */
+static void set_range(gpt_model *m, size_t lo, size_t hi, float *base, int grad) {
     const gpt_spec *sp = &m->spec;
     const param_set *ps = &m->params;
     if (ps->data_bf16) die(1, "internal error: parameter ranges of a 16-bit model");
@@ -181,15 +181,27 @@ void gpt_model_set_data_range(void *model, size_t lo, size_t hi, float *base) {
         float *at = base ? base + (t->offset - lo) : NULL;
         const gpt_param_place *pl = &sp->place[i];
         if (pl->part != GPT_PARAM_LAYER) {
-            *part_slot(m, pl->part, 0) = at;
+            *part_slot(m, pl->part, grad) = at;
             continue;
         }
         for (int l = 0; l < sp->num_layers; l++)
-            if (i >= sp->layer_first[l] && i < sp->layer_first[l + 1])
-                *(float **)((char *)&m->block.w_all[l] + pl->field) = at;
+            if (i >= sp->layer_first[l] && i < sp->layer_first[l + 1]) {
+                layer_weights *w = grad ? &m->block.g_all[l] : &m->block.w_all[l];
+                *(float **)((char *)w + pl->field) = at;
+            }
     }
-    if (!m->cfg.untie_embeddings_and_output_weights && tc_first_rank(&m->cfg))
+    if (!m->cfg.untie_embeddings_and_output_weights && tc_first_rank(&m->cfg)) {
         m->out_w = m->wte; /* tied: the output layer reads the word embedding */
+        m->g_out_w = m->g_wte;
+    }
+}
+
+void gpt_model_set_data_range(void *model, size_t lo, size_t hi, float *base) {
+    set_range(model, lo, hi, base, 0);
+}
+
+void gpt_model_set_grad_range(void *model, size_t lo, size_t hi, float *base) {
+    set_range(model, lo, hi, base, 1);
 }
 
 void gpt_model_set_grad(void *model, float *grad) {

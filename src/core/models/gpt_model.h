@@ -119,6 +119,8 @@ void gpt_model_set_grad(void *model, float *grad);
 /* Points the model's parameter pointers of the tensors in [lo, hi) of the flat buffer at base
  * (base[i - lo] holds element i; NULL: not held; FSDP's gathered parameters). fp32 only. */
 void gpt_model_set_data_range(void *model, size_t lo, size_t hi, float *base);
+/* The same for their gradients (FSDP's per-unit gradient buffers). */
+void gpt_model_set_grad_range(void *model, size_t lo, size_t hi, float *base);
 /* --bf16 / --fp16: refreshes the widened fp32 values of the tensors in [begin, end) of the flat
  * buffer from the 16-bit copy; call after anything writes the copy there (a parameter
  * all-gather). gpt_model_params_to_bf16 does it for everything. No-op in fp32. */
