@@ -105,6 +105,12 @@ run ogp-tp2 4 "${llama[@]}" --tensor-model-parallel-size 2 --no-gradient-accumul
 close tp2.log ogp-tp2.log 1e-5
 grep -q "FSDP optim_grads_params: .*the next one prefetched" ogp-tp2.log \
     || { echo "FAILED: --use-torch-fsdp2 is not optim_grads_params with prefetch"; fail=1; }
+# generate validates the saved arguments again: an FSDP2 run's checkpoint samples
+run fsdp2-save 2 "${llama[@]}" --no-gradient-accumulation-fusion --use-torch-fsdp2 \
+    --train-iters 1 --save fsdp2-ck
+"$MEGADLM" generate --load fsdp2-ck --prompt "" --max-new-tokens 4 > gen.log 2>&1 \
+    && grep -q "generated 4 tokens" gen.log \
+    || { echo "FAILED: generate from an FSDP2 checkpoint"; tail -2 gen.log; fail=1; }
 # sequence parallelism (the norms' partial gradients summed across TP per unit) and masked
 # diffusion (its chunked head computes the output layer's gradient in forward)
 run sp 4 "${llama[@]}" --tensor-model-parallel-size 2 --sequence-parallel

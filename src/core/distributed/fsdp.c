@@ -102,6 +102,7 @@ static void add_parts(fsdp_params *f, fsdp_unit *u, size_t lo, size_t hi, size_t
         if (ilo >= ihi) continue;
         u->parts = xrealloc(u->parts, (size_t)(u->num_parts + 1) * sizeof(fsdp_part), "FSDP parts");
         fsdp_part *p = &u->parts[u->num_parts++];
+        memset(p, 0, sizeof(*p)); /* send_at 0 where this rank has none of it */
         p->lo = ilo;
         p->hi = ihi;
         p->buf_at = buf_at + (ilo - lo);

@@ -141,7 +141,9 @@ static void place_tensor(gpt_model *m, int i, int l, int bw) {
     const param_set *ps = &m->params;
     size_t o = ps->tensors[i].offset;
     const uint16_t *h16 = ps->data_bf16 && pl->gemm ? ps->data_bf16 + o : NULL;
-    float *f32 = !ps->data_bf16 ? ps->data + o : h16 ? NULL : m->widened + m->widened_at[i];
+    float *f32 = !ps->data_bf16 ? (ps->data ? ps->data + o : NULL) /* NULL: FSDP's units */
+                 : h16          ? NULL
+                                : m->widened + m->widened_at[i];
     if (pl->part == GPT_PARAM_LAYER) {
         char *w = (char *)&m->block.w_all[l];
         *(float **)(w + pl->field) = f32;
