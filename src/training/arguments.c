@@ -1067,9 +1067,6 @@ static int validate_fsdp(megadlm_args *a, char *err, size_t errlen) {
         return fail(err, errlen, "--detect-anomaly with --data-parallel-sharding-strategy "
                     "optim_grads_params: not supported yet (its check reads the whole "
                     "gradient buffer, which this strategy never holds)");
-    if (!strcmp(s, "optim_grads_params") && a->bf16)
-        return fail(err, errlen, "--bf16 with --data-parallel-sharding-strategy "
-                    "optim_grads_params: not supported yet (the gathered units are fp32)");
     if (strcmp(s, "optim") != 0 && a->pipeline_model_parallel_size > 1)
         return fail(err, errlen, "--data-parallel-sharding-strategy %s with pipeline "
                     "parallelism: not supported yet (the tied embedding's sum across stages "

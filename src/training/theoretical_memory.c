@@ -303,11 +303,12 @@ theoretical_megadlm_bytes theoretical_megadlm_rank(const megadlm_args *a, int pp
     /* FSDP optim_grads(_params): the gradient shard, as large as the optimizer's
      * (core/distributed/fsdp.h); the whole buffer lives only during a backward */
     if (args_fsdp_shards_grads(a)) r.gradients = 4 * ((n + dp - 1) / dp);
-    /* optim_grads_params (fp32): the parameter shard; the units gathered during a step are
-     * freed by its end (fsdp_params_drop) */
+    /* optim_grads_params: the parameter shard (16-bit under --bf16, beside the optimizer's
+     * fp32 main pieces); the units gathered during a step are freed by its end
+     * (fsdp_params_drop) */
     if (args_fsdp_shards_grads(a) && !strcmp(a->data_parallel_sharding_strategy,
                                              "optim_grads_params"))
-        r.parameters = 4 * ((n + dp - 1) / dp);
+        r.parameters = (half ? 2 : 4) * ((n + dp - 1) / dp);
     /* every micro-batch in flight has its own store (pipeline schedules): the stage's layers
      * (one model chunk's with interleaving), the block output, and on the last stage the head
      * (every store there: any may hold the last chunk); with per-micro-batch partial

@@ -395,6 +395,8 @@ static int train_step(trainer *tr, float *loss_out, float *grad_norm_out, int *b
     /* --bf16 / --fp16: the updated main parameters (the distributed optimizer rounded its
      * pieces and gathered the copy; with --overlap-param-gather the gather is in flight and
      * the next forward widens each range as it completes: gpt_model.h's params_needed) */
+    if (tr->fsdp_params) /* (FSDP widens each unit as it is gathered) */
+        return 1;
     if (tr->dopt && tr->a->overlap_param_gather)
         gpt_model_params_gathering(tr->model);
     else
@@ -1038,7 +1040,10 @@ static void setup_fsdp_params(trainer *tr) {
     tr->fsdp_params = fsdp_params_create(&m->params, tr->ddp, m->spec.layer_begin,
                                          m->spec.num_layers, tied, tr->a->overlap_param_gather,
                                          gpt_model_set_data_range, m);
-    tr->dopt->param_shard = tr->fsdp_params->shard;
+    if (tr->fsdp_params->half) /* the 16-bit pieces; the fp32 main ones are the optimizer's */
+        tr->dopt->copy_shard = tr->fsdp_params->shard;
+    else
+        tr->dopt->param_shard = tr->fsdp_params->shard;
     fsdp_params_shard_grads(tr->fsdp_params, tr->fsdp, tr->a->overlap_grad_reduce,
                             gpt_model_set_grad_range);
     m->grads_done = fsdp_params_grads_done;
@@ -1377,9 +1382,11 @@ int pretrain(megadlm_args *a) {
     if (a->load[0] && tr.fsdp_params) /* this rank's pieces of what was loaded */
         fsdp_params_dematerialize(tr.fsdp_params, 1);
     if (a->load[0] && tr.dopt && tr.dopt->main) { /* --bf16: each rank loaded its pieces */
-        dist_opt_main_to_copy(tr.dopt);
-        ddp_start_param_sync(tr.ddp);
-        ddp_finish_param_sync(tr.ddp);
+        dist_opt_main_to_copy(tr.dopt); /* (FSDP: into its 16-bit shard, gathered per unit) */
+        if (!tr.fsdp_params) {
+            ddp_start_param_sync(tr.ddp);
+            ddp_finish_param_sync(tr.ddp);
+        }
     }
     gpt_model_params_to_bf16(tr.model); /* --bf16 / --fp16: from the loaded (or initial) ones */
     if (a->ckpt_convert_format[0]) { /* convert mode: save what was loaded and stop */

@@ -12,7 +12,8 @@
 #    of an uninterrupted plain run;
 #  - optim_grads_params also with the prefetched gathers (--overlap-param-gather), full
 #    recomputation of 2-layer chunks, as --use-torch-fsdp2 at TP 2 x DP 2, with sequence
-#    parallelism, and for masked diffusion (difflm-noshift); --bf16 refused;
+#    parallelism, and for masked diffusion (difflm-noshift); --bf16 checkpoints both ways
+#    (within rel 1e-3 of the uninterrupted --bf16 run); --detect-anomaly refused;
 #  - --log-memory: parameters, gradients and optimizer state per rank against the figures
 #    computed here by hand from the model's shape (P = 30080 parameters; gradients 4 ceil(P/DP)
 #    bytes, Adam moments 8 ceil(P/DP), optim_grads_params' parameters 4 ceil(P/DP)), and
@@ -83,10 +84,8 @@ for s in "${STRATEGIES[@]}"; do
       || { echo "FAILED: $s-llama: not several buckets"; fail=1; }
   run $s-tp2 4 "${llama[@]}" --tensor-model-parallel-size 2 $(fsdp $s)
   close tp2.log $s-tp2.log 1e-5
-  if [ $s = optim_grads ]; then
-    run $s-bf16 2 --bf16 $(fsdp $s)
-    close bf16.log $s-bf16.log 1e-3
-  fi
+  run $s-bf16 2 --bf16 $(fsdp $s)
+  close bf16.log $s-bf16.log 1e-3
   run $s-sel 2 --recompute-granularity selective $(fsdp $s)
   close sel.log $s-sel.log 1e-5
   run $s-full 2 --recompute-granularity full --recompute-method uniform \
@@ -139,6 +138,23 @@ for s in "${STRATEGIES[@]}"; do
   done
 done
 
+# --bf16: a checkpoint of optim_grads_params (16-bit parameter shard, fp32 main pieces) resumes
+# under plain --bf16 DP and the reverse
+run bf16-full 2 --bf16 --train-iters 4
+run bf16-ogp-save 2 --bf16 $(fsdp optim_grads_params) --save bo --exit-interval 2
+run bf16-ogp-toplain 2 --bf16 --load bo
+run bf16-plain-save 2 --bf16 --save bp --exit-interval 2
+run bf16-plain-toogp 2 --bf16 $(fsdp optim_grads_params) --overlap-grad-reduce \
+    --overlap-param-gather --load bp
+for r in bf16-ogp-toplain bf16-plain-toogp; do
+  losses $r.log > $r.next
+  losses bf16-full.log | sed -n 3,4p > bf16.next
+  paste bf16.next $r.next | awk -v n="$r" '
+    { d = $1 - $2; if (d < 0) d = -d; if (d / $1 > 1e-3) bad = 1; k++ }
+    END { printf "%s: next %d losses as the uninterrupted --bf16 run\n", n, k; exit (bad || k != 2) }' \
+    || { echo "FAILED: $r's next losses"; paste bf16.next $r.next; fail=1; }
+done
+
 # ---- memory per rank against the hand count ----
 # P: 2 layers of (LayerNorm 2h, QKV 3h^2 + 3h, projection h^2 + h, LayerNorm 2h, fc1 4h^2 + 4h,
 # fc2 4h^2 + h), word embedding 128 x h (vocabulary 100 padded to 128), positions 16 h, final
@@ -188,6 +204,13 @@ run mem-prefetch 2 $(fsdp optim_grads_params) --log-memory --train-iters 1 \
 peak mem-prefetch.log $((2 * layer)) \
     || { echo "FAILED: not two layers ($((2 * layer)) bytes) gathered at most"; grep "FSDP param" mem-prefetch.log; fail=1; }
 mem_line mem-prefetch.log parameters $((4 * ((P + 1) / 2))) 2
+# --bf16: a 16-bit parameter shard (2 bytes), fp32 main pieces and moments (12), units of
+# 16-bit values
+run mem-bf16 2 --bf16 $(fsdp optim_grads_params) --log-memory --train-iters 1
+mem_line mem-bf16.log parameters $((2 * ((P + 1) / 2))) 2
+mem_line mem-bf16.log "optimizer state" $((12 * ((P + 1) / 2))) 2
+peak mem-bf16.log $((layer / 2)) \
+    || { echo "FAILED: --bf16: not one 16-bit layer ($((layer / 2)) bytes) gathered at most"; grep "FSDP param" mem-bf16.log; fail=1; }
 echo "gathered at most: $layer bytes (one layer), $((2 * layer)) with prefetch"
 grep -q "number of parameters on (tensor, pipeline) model parallel rank (0, 0): $P" plain.log \
     || { echo "FAILED: the model is not the $P parameters counted here"; fail=1; }
@@ -196,9 +219,9 @@ grep -q "number of parameters on (tensor, pipeline) model parallel rank (0, 0): 
 mpi 2 "$MEGADLM" train "${common[@]}" $(fsdp optim_grads) --pipeline-model-parallel-size 2 > pp.log 2>&1 \
     && { echo "FAILED: optim_grads with pipeline parallelism accepted"; fail=1; }
 grep -q "with pipeline parallelism: not supported yet" pp.log || { echo "FAILED: no clear PP refusal"; fail=1; }
-"$MEGADLM" train "${common[@]}" $(fsdp optim_grads_params) --bf16 > bf16bad.log 2>&1 \
-    && { echo "FAILED: optim_grads_params with --bf16 accepted"; fail=1; }
-grep -q -- "--bf16 with --data-parallel-sharding-strategy optim_grads_params: not supported yet" bf16bad.log \
-    || { echo "FAILED: no clear --bf16 refusal"; fail=1; }
+"$MEGADLM" train "${common[@]}" $(fsdp optim_grads_params) --debug --detect-anomaly > dbg.log 2>&1 \
+    && { echo "FAILED: optim_grads_params with --detect-anomaly accepted"; fail=1; }
+grep -q -- "--detect-anomaly with --data-parallel-sharding-strategy optim_grads_params: not supported yet" dbg.log \
+    || { echo "FAILED: no clear --detect-anomaly refusal"; fail=1; }
 [ $fail = 0 ] && echo "fsdp: every strategy as plain data parallelism, memory as counted"
 exit $fail

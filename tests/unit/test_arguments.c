@@ -1277,8 +1277,11 @@ static void test_fsdp_flags(void) {
     cJSON_Delete(saved);
     args_free(&c);
     args_free(&a);
-    EXPECT_ERR(BASE " --use-custom-fsdp --bf16", "--bf16 with --data-parallel-sharding-strategy "
-               "optim_grads_params: not supported yet", NULL, NULL);
+    EXPECT_OK(&a, BASE " --use-custom-fsdp --bf16");
+    args_free(&a);
+    EXPECT_ERR(BASE " --use-custom-fsdp --debug --detect-anomaly", "--detect-anomaly with "
+               "--data-parallel-sharding-strategy optim_grads_params: not supported yet", NULL,
+               NULL);
     EXPECT_ERR(BASE " --use-custom-fsdp --data-parallel-sharding-strategy optim --fp16",
                "--fp16 with FSDP", "not supported yet", NULL);
     /* torch FSDP2: Megatron's assertions */

@@ -1,5 +1,6 @@
 #include "core/distributed/fsdp.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -140,9 +141,11 @@ static void add_unit(fsdp_params *f, size_t lo, size_t hi, size_t lo2, size_t hi
 
 fsdp_params *fsdp_params_create(param_set *ps, ddp *d, const size_t *bounds, int num_layers,
                                 int tied, int prefetch,
-                                void (*set_data)(void *, size_t, size_t, float *), void *user) {
-    if (ps->data_bf16 || !ps->data) die(1, "internal error: FSDP parameters need fp32 ones");
+                                void (*set_data)(void *, size_t, size_t, void *), void *user) {
+    if (!ps->data_bf16 && !ps->data) die(1, "internal error: FSDP without parameters");
     fsdp_params *f = xcalloc(1, sizeof(fsdp_params), "sharded parameters");
+    f->half = ps->data_bf16 != NULL;
+    f->es = f->half ? sizeof(uint16_t) : sizeof(float);
     f->ddp = d;
     f->ps = ps;
     f->prefetch = prefetch;
@@ -152,7 +155,8 @@ fsdp_params *fsdp_params_create(param_set *ps, ddp *d, const size_t *bounds, int
     f->dir = 1;
     f->shard_numel = (ps->numel + (size_t)d->dp_size - 1) / (size_t)d->dp_size;
     f->piece_at = piece_offsets(d);
-    f->shard = mem_alloc_floats(MEM_PARAMS, f->shard_numel, "parameters (shard)");
+    f->shard = mem_alloc(MEM_PARAMS, f->shard_numel * f->es,
+                         f->half ? "16-bit parameters (shard)" : "parameters (shard)");
     if (bounds[0] > 0) add_unit(f, 0, bounds[0], 0, 0);
     for (int l = 0; l < num_layers; l++) add_unit(f, bounds[l], bounds[l + 1], 0, 0);
     f->head_unit = -1;
@@ -192,34 +196,42 @@ static int single(const fsdp_params *f) {
     return f->ddp->dp_size == 1 || f->ddp->comm == MPI_COMM_NULL;
 }
 
+/* Element k of a parameter buffer (fp32, or 16-bit under --bf16). */
+static void *at_elem(const fsdp_params *f, const void *base, size_t k) {
+    return (char *)base + k * f->es;
+}
+static MPI_Datatype elem_type(const fsdp_params *f) {
+    return f->half ? MPI_UINT16_T : MPI_FLOAT;
+}
+
 /* Starts (or, blocking, runs) unit u's gathers into a new buffer. */
 static void gather_unit(fsdp_params *f, fsdp_unit *u, int nonblocking) {
-    u->buf = mem_alloc_floats(MEM_PARAMS, u->numel, "gathered parameters");
-    f->gathered_bytes += u->numel * sizeof(float);
+    u->buf = mem_alloc(MEM_PARAMS, u->numel * f->es, "gathered parameters");
+    f->gathered_bytes += u->numel * f->es;
     if (f->gathered_bytes > f->stats.peak_gathered_bytes)
         f->stats.peak_gathered_bytes = f->gathered_bytes;
-    f->stats.bytes += (double)u->numel * sizeof(float);
+    f->stats.bytes += (double)(u->numel * f->es);
     int me = f->ddp->dp_rank;
+    MPI_Datatype t = elem_type(f);
     for (int k = 0; k < u->num_parts; k++) {
         const fsdp_part *p = &u->parts[k];
-        const float *send = f->shard + p->send_at;
-        float *recv = u->buf + p->buf_at;
+        const void *send = at_elem(f, f->shard, p->send_at);
+        void *recv = at_elem(f, u->buf, p->buf_at);
         if (single(f))
-            memcpy(recv, send, (p->hi - p->lo) * sizeof(float));
+            memcpy(recv, send, (p->hi - p->lo) * f->es);
         else if (nonblocking)
-            MPI_Iallgatherv(send, p->counts[me], MPI_FLOAT, recv, p->counts, p->displs,
-                            MPI_FLOAT, f->ddp->comm, &u->reqs[k]);
+            MPI_Iallgatherv(send, p->counts[me], t, recv, p->counts, p->displs, t,
+                            f->ddp->comm, &u->reqs[k]);
         else
-            MPI_Allgatherv(send, p->counts[me], MPI_FLOAT, recv, p->counts, p->displs,
-                           MPI_FLOAT, f->ddp->comm);
+            MPI_Allgatherv(send, p->counts[me], t, recv, p->counts, p->displs, t, f->ddp->comm);
     }
     u->in_flight = nonblocking && !single(f);
 }
 
-static void point_unit(fsdp_params *f, const fsdp_unit *u, float *buf) {
+static void point_unit(fsdp_params *f, const fsdp_unit *u, void *buf) {
     size_t at = 0;
     for (int r = 0; r < u->num_ranges; r++) {
-        f->set_data(f->set_data_user, u->lo[r], u->hi[r], buf ? buf + at : NULL);
+        f->set_data(f->set_data_user, u->lo[r], u->hi[r], buf ? at_elem(f, buf, at) : NULL);
         at += u->hi[r] - u->lo[r];
     }
 }
@@ -236,7 +248,7 @@ static void release_unit(fsdp_params *f, fsdp_unit *u) {
     mem_free(u->buf);
     u->buf = NULL;
     u->in_use = 0;
-    f->gathered_bytes -= u->numel * sizeof(float);
+    f->gathered_bytes -= u->numel * f->es;
 }
 
 /* ---- per-unit gradients ---- */
@@ -429,29 +441,36 @@ void fsdp_params_done(void *user, size_t begin, size_t end) {
         }
 }
 
+/* The model's whole parameter buffer: params.data, or under --bf16 its 16-bit copy. */
+static void **whole(const fsdp_params *f) {
+    return f->half ? (void **)&f->ps->data_bf16 : (void **)&f->ps->data;
+}
+
 void fsdp_params_materialize(fsdp_params *f) {
     param_set *ps = f->ps;
     const ddp *d = f->ddp;
-    if (ps->data) die(1, "internal error: FSDP parameters materialized twice");
-    ps->data = mem_alloc_floats(MEM_PARAMS, ps->numel, "parameters (whole, checkpoint)");
+    void **w = whole(f);
+    if (*w) die(1, "internal error: FSDP parameters materialized twice");
+    *w = mem_alloc(MEM_PARAMS, ps->numel * f->es, "parameters (whole, checkpoint)");
     for (int b = 0; b < d->num_buckets; b++) {
         const ddp_bucket *bk = &d->buckets[b];
-        const float *send = f->shard + f->piece_at[b];
+        const void *send = at_elem(f, f->shard, f->piece_at[b]);
         if (single(f))
-            memcpy(ps->data + bk->begin, send, (bk->end - bk->begin) * sizeof(float));
+            memcpy(at_elem(f, *w, bk->begin), send, (bk->end - bk->begin) * f->es);
         else
-            MPI_Allgatherv(send, bk->counts[d->dp_rank], MPI_FLOAT, ps->data + bk->begin,
-                           bk->counts, bk->displs, MPI_FLOAT, d->comm);
+            MPI_Allgatherv(send, bk->counts[d->dp_rank], elem_type(f), at_elem(f, *w, bk->begin),
+                           bk->counts, bk->displs, elem_type(f), d->comm);
     }
 }
 
 void fsdp_params_dematerialize(fsdp_params *f, int keep) {
     param_set *ps = f->ps;
     const ddp *d = f->ddp;
+    void **w = whole(f);
     for (int b = 0; keep && b < d->num_buckets; b++)
-        memcpy(f->shard + f->piece_at[b], ps->data + ddp_piece_begin(d, b),
-               ddp_piece_numel(d, b) * sizeof(float));
-    mem_free(ps->data);
-    ps->data = NULL;
+        memcpy(at_elem(f, f->shard, f->piece_at[b]), at_elem(f, *w, ddp_piece_begin(d, b)),
+               ddp_piece_numel(d, b) * f->es);
+    mem_free(*w);
+    *w = NULL;
     f->set_data(f->set_data_user, 0, ps->numel, NULL);
 }

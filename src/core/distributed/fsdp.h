@@ -48,7 +48,11 @@ typedef struct {
  *
  * Each rank keeps only its pieces of the fp32 parameters (`shard`, category parameters, laid
  * out as the gradient shard and the optimizer state: the distributed optimizer updates it in
- * place, there is no other main copy). The model's parameters come in units: the embedding
+ * place, there is no other main copy). Under --bf16 the shard holds the pieces of the 16-bit
+ * copy the model reads (2 bytes each), which the distributed optimizer rounds its fp32 main
+ * pieces into after each step (Megatron-FSDP's bf16 parameter shard beside fp32 main
+ * parameters: 18/DP bytes per parameter); the 16-bit units are gathered and the model widens
+ * the fp32-read tensors (norms, biases, positions) of a unit when it arrives. The model's parameters come in units: the embedding
  * ([0, layer 0)), each layer, the head (final norm and untied output layer; with tied
  * embeddings the embedding's range too, which the output layer reads). Before a unit is used
  * (the model's params_needed hook: forward, recomputation, backward) its pieces are
@@ -79,7 +83,7 @@ typedef struct {
     int num_parts;
     fsdp_part *parts;
     MPI_Request *reqs;    /* [num_parts] */
-    float *buf;           /* [numel] gathered (or arriving), NULL when free */
+    void *buf;            /* [numel] gathered (or arriving), NULL when free */
     int in_flight, in_use;
     float *gbuf;          /* [numel] its gradients during a backward (MEM_GRADS), or NULL */
     float **grecv;        /* [num_parts] this rank's reduce-scattered elements of each part */
@@ -103,14 +107,18 @@ typedef struct {
     ddp *ddp;
     param_set *ps;
     size_t shard_numel;     /* ceil(N / DP) */
-    float *shard;           /* [shard_numel] MEM_PARAMS: this rank's pieces (fp32) */
+    int half;               /* --bf16: the model's parameters are 16-bit */
+    size_t es;              /* bytes per element: 4, or 2 under --bf16 */
+    void *shard;            /* [shard_numel] MEM_PARAMS: this rank's pieces of the parameters
+                             * the model reads (fp32; under --bf16 the 16-bit copy, which the
+                             * distributed optimizer rounds its fp32 main pieces into) */
     size_t *piece_at;       /* [num_buckets] where bucket b's piece starts in the shard */
     int num_units;
     fsdp_unit *units;       /* forward order */
     int prefetch;           /* --overlap-param-gather */
     int last, dir;          /* the last unit asked for, the direction of travel */
     size_t gathered_bytes;
-    void (*set_data)(void *user, size_t lo, size_t hi, float *base);
+    void (*set_data)(void *user, size_t lo, size_t hi, void *base);
     void *set_data_user;
     /* per-unit gradients (fsdp_params_shard_grads) */
     fsdp_grads *grads;      /* the gradient shard they are reduce-scattered into */
@@ -127,7 +135,7 @@ typedef struct {
  * bounds[num_layers] = the head's start); tied: the head reads the embedding's range. */
 fsdp_params *fsdp_params_create(param_set *ps, ddp *d, const size_t *bounds, int num_layers,
                                 int tied, int prefetch,
-                                void (*set_data)(void *, size_t, size_t, float *), void *user);
+                                void (*set_data)(void *, size_t, size_t, void *), void *user);
 void fsdp_params_free(fsdp_params *f);
 /* The model's params_needed / params_done hooks (user = the fsdp_params). */
 void fsdp_params_needed(void *user, size_t begin, size_t end);

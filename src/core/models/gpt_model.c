@@ -176,7 +176,6 @@ static void place_all(gpt_model *m, int bw) {
 static void set_range(gpt_model *m, size_t lo, size_t hi, float *base, int grad) {
     const gpt_spec *sp = &m->spec;
     const param_set *ps = &m->params;
-    if (ps->data_bf16) die(1, "internal error: parameter ranges of a 16-bit model");
     for (int i = 0; i < ps->count; i++) {
         const param_tensor *t = &ps->tensors[i];
         if (t->offset < lo || t->offset >= hi) continue;
@@ -198,8 +197,38 @@ static void set_range(gpt_model *m, size_t lo, size_t hi, float *base, int grad)
     }
 }
 
-void gpt_model_set_data_range(void *model, size_t lo, size_t hi, float *base) {
-    set_range(model, lo, hi, base, 0);
+/* --bf16 / --fp16: the 16-bit pointers of the GEMM weights in [lo, hi) set into base (16-bit
+ * values), every other tensor's widened fp32 values refreshed from it (kept when base is
+ * NULL: they are the model's own copy, not the unit's). */
+static void set_half_range(gpt_model *m, size_t lo, size_t hi, const uint16_t *base) {
+    const gpt_spec *sp = &m->spec;
+    const param_set *ps = &m->params;
+    for (int i = 0; i < ps->count; i++) {
+        const param_tensor *t = &ps->tensors[i];
+        if (t->offset < lo || t->offset >= hi) continue;
+        const uint16_t *at = base ? base + (t->offset - lo) : NULL;
+        const gpt_param_place *pl = &sp->place[i];
+        if (!pl->gemm) {
+            if (at) half_to_f32(tc_half(&m->cfg), m->widened + m->widened_at[i], at, t->numel);
+            continue;
+        }
+        if (pl->part == GPT_PARAM_WORD_EMBEDDING) m->wte16 = at;
+        if (pl->part == GPT_PARAM_OUTPUT_LAYER) m->out_w16 = at;
+        if (pl->part != GPT_PARAM_LAYER) continue;
+        for (int l = 0; l < sp->num_layers; l++)
+            if (i >= sp->layer_first[l] && i < sp->layer_first[l + 1])
+                *(const uint16_t **)((char *)&m->block.w_all[l] + pl->field16) = at;
+    }
+    if (!m->cfg.untie_embeddings_and_output_weights && tc_first_rank(&m->cfg))
+        m->out_w16 = m->wte16; /* tied: the output layer reads the word embedding */
+}
+
+void gpt_model_set_data_range(void *model, size_t lo, size_t hi, void *base) {
+    gpt_model *m = model;
+    if (tc_half(&m->cfg))
+        set_half_range(m, lo, hi, base);
+    else
+        set_range(m, lo, hi, base, 0);
 }
 
 void gpt_model_set_grad_range(void *model, size_t lo, size_t hi, float *base) {

@@ -117,8 +117,10 @@ void gpt_model_params_to_bf16(gpt_model *m);
  * NULL: no gradients held; core/distributed/fsdp.h's buffer of one backward). */
 void gpt_model_set_grad(void *model, float *grad);
 /* Points the model's parameter pointers of the tensors in [lo, hi) of the flat buffer at base
- * (base[i - lo] holds element i; NULL: not held; FSDP's gathered parameters). fp32 only. */
-void gpt_model_set_data_range(void *model, size_t lo, size_t hi, float *base);
+ * (element i at base[i - lo]; NULL: not held; FSDP's gathered parameters): fp32 values, or
+ * under --bf16 / --fp16 the 16-bit copy's (the GEMM weights read in place, the others widened
+ * into the model's fp32 copy of them). */
+void gpt_model_set_data_range(void *model, size_t lo, size_t hi, void *base);
 /* The same for their gradients (FSDP's per-unit gradient buffers). */
 void gpt_model_set_grad_range(void *model, size_t lo, size_t hi, float *base);
 /* --bf16 / --fp16: refreshes the widened fp32 values of the tensors in [begin, end) of the flat

@@ -26,7 +26,8 @@ static void main_create(dist_opt *o, half_kind kind) {
 void dist_opt_main_to_copy(dist_opt *o) {
     for (int s = 0; o->main && s < o->num_segments; s++) {
         const dist_opt_segment *sg = &o->segs[s];
-        half_from_f32(o->kind, o->ps->data_bf16 + sg->begin, o->main + sg->state, sg->numel);
+        uint16_t *dst = o->copy_shard ? o->copy_shard + sg->state : o->ps->data_bf16 + sg->begin;
+        half_from_f32(o->kind, dst, o->main + sg->state, sg->numel);
     }
 }
 

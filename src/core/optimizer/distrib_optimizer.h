@@ -54,6 +54,9 @@ typedef struct {
     float *param_shard;        /* FSDP optim_grads_params (fp32): the parameters of the
                                 * pieces, laid out as the state (core/distributed/fsdp.h); the
                                 * step updates them in place of ps->data. NULL otherwise */
+    uint16_t *copy_shard;      /* FSDP optim_grads_params under --bf16: the pieces of the
+                                * 16-bit copy, laid out as the state; dist_opt_main_to_copy
+                                * rounds into it instead of ps->data_bf16. NULL otherwise */
     float *grad_shard;         /* FSDP's sharded gradients (core/distributed/fsdp.h), laid out
                                 * as the state: segment s's at grad_shard + state; NULL: the
                                 * pieces of ps->grad */
