@@ -11,6 +11,18 @@
 #include "core/util/alloc.h"
 #include "core/util/die.h"
 
+/* Where each bucket's piece starts in a shard (the distributed optimizer's state layout). */
+static size_t *piece_offsets(const ddp *d, size_t shard_numel) {
+    size_t *at = xcalloc((size_t)d->num_buckets, sizeof(size_t), "shard offsets");
+    size_t n = 0;
+    for (int b = 0; b < d->num_buckets; b++) {
+        at[b] = n;
+        n += ddp_piece_numel(d, b);
+    }
+    if (n > shard_numel) die(1, "internal error: a shard of %zu > %zu elements", n, shard_numel);
+    return at;
+}
+
 fsdp_grads *fsdp_grads_create(param_set *ps, ddp *d, void (*set_grad)(void *, float *),
                               void *user) {
     if (!d->cfg.use_distributed_optimizer)
@@ -21,14 +33,7 @@ fsdp_grads *fsdp_grads_create(param_set *ps, ddp *d, void (*set_grad)(void *, fl
     f->set_grad = set_grad;
     f->set_grad_user = user;
     f->shard_numel = (ps->numel + (size_t)d->dp_size - 1) / (size_t)d->dp_size;
-    f->piece_at = xcalloc((size_t)d->num_buckets, sizeof(size_t), "gradient shard offsets");
-    size_t at = 0;
-    for (int b = 0; b < d->num_buckets; b++) {
-        f->piece_at[b] = at;
-        at += ddp_piece_numel(d, b);
-    }
-    if (at > f->shard_numel)
-        die(1, "internal error: gradient shard of %zu > %zu elements", at, f->shard_numel);
+    f->piece_at = piece_offsets(d, f->shard_numel);
     mem_free(ps->grad); /* the whole-size buffer lives only during a backward */
     ps->grad = NULL;
     set_grad(user, NULL);
@@ -82,16 +87,6 @@ static double now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static size_t *piece_offsets(const ddp *d) {
-    size_t *at = xcalloc((size_t)d->num_buckets, sizeof(size_t), "shard offsets");
-    size_t n = 0;
-    for (int b = 0; b < d->num_buckets; b++) {
-        at[b] = n;
-        n += ddp_piece_numel(d, b);
-    }
-    return at;
 }
 
 /* The parts of [lo, hi) (landing at buf_at of the unit's buffer): one per bucket it meets. */
@@ -154,7 +149,7 @@ fsdp_params *fsdp_params_create(param_set *ps, ddp *d, const size_t *bounds, int
     f->last = -1;
     f->dir = 1;
     f->shard_numel = (ps->numel + (size_t)d->dp_size - 1) / (size_t)d->dp_size;
-    f->piece_at = piece_offsets(d);
+    f->piece_at = piece_offsets(d, f->shard_numel);
     f->shard = mem_alloc(MEM_PARAMS, f->shard_numel * f->es,
                          f->half ? "16-bit parameters (shard)" : "parameters (shard)");
     if (bounds[0] > 0) add_unit(f, 0, bounds[0], 0, 0);
