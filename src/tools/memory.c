@@ -46,8 +46,11 @@ static void print_report(const megadlm_args *a, const theoretical_memory *m) {
            t, p, a->data_parallel_size, a->world_size);
     if (a->virtual_pipeline_model_parallel_size > 0)
         printf(", interleaved (%d model chunks per rank)", a->virtual_pipeline_model_parallel_size);
-    printf("%s%s; %s\n", a->sequence_parallel ? ", sequence parallel" : "",
-           a->use_distributed_optimizer ? ", distributed optimizer" : "", recompute_name(a));
+    printf("%s%s", a->sequence_parallel ? ", sequence parallel" : "",
+           a->use_distributed_optimizer ? ", distributed optimizer" : "");
+    if (a->use_custom_fsdp || a->use_torch_fsdp2)
+        printf(", FSDP %s", a->data_parallel_sharding_strategy);
+    printf("; %s\n", recompute_name(a));
     printf("batch: micro-batch %d, global batch %d (%d micro-batches per iteration), sequence "
            "%d\n",
            a->micro_batch_size, a->global_batch_size, m->num_microbatches, a->seq_length);

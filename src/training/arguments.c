@@ -998,6 +998,92 @@ static int validate_parallel(megadlm_args *a, char *err, size_t errlen) {
     return 0;
 }
 
+/* Megatron's rules for torch FSDP2 (validate_args): its fully_shard is optim_grads_params. */
+static int validate_torch_fsdp2(megadlm_args *a, char *err, size_t errlen) {
+    const char *s = a->data_parallel_sharding_strategy;
+    if (a->use_custom_fsdp)
+        return fail(err, errlen, "--use-torch-fsdp2 and --use-megatron-fsdp (--use-custom-fsdp) "
+                                 "exclude each other (one FSDP implementation)");
+    if (a->pipeline_model_parallel_size > 1)
+        return fail(err, errlen, "--use-torch-fsdp2 is not supported with pipeline parallelism");
+    if (a->use_distributed_optimizer && !a->fsdp_distributed_optimizer)
+        return fail(err, errlen, "--use-torch-fsdp2 is not supported with MCore's distributed "
+                                 "optimizer (--use-distributed-optimizer)");
+    if (a->gradient_accumulation_fusion)
+        return fail(err, errlen, "--use-torch-fsdp2 is not supported with gradient accumulation "
+                                 "fusion (add --no-gradient-accumulation-fusion)");
+    if (!a->untie_embeddings_and_output_weights)
+        return fail(err, errlen, "--use-torch-fsdp2 requires "
+                                 "--untie-embeddings-and-output-weights");
+    if (a->fp16) return fail(err, errlen, "--use-torch-fsdp2 not supported with fp16 yet");
+    if (s[0] && strcmp(s, "optim_grads_params") != 0)
+        return fail(err, errlen, "--use-torch-fsdp2 with --data-parallel-sharding-strategy %s: "
+                    "FSDP2's fully_shard shards parameters, gradients and optimizer state "
+                    "(optim_grads_params)", s);
+    snprintf(a->data_parallel_sharding_strategy, sizeof a->data_parallel_sharding_strategy,
+             "optim_grads_params");
+    return 0;
+}
+
+/* FSDP: the strategy decides what is sharded. Without an FSDP flag Megatron's DDP ignores the
+ * strategy; megadlm refuses it instead, except no_shard (plain data parallelism: MegaDLMs'
+ * standard launch line). Under Megatron-FSDP, whose v1 always turns on its distributed
+ * optimizer, that optimizer shards what the strategy says: optim is megadlm's distributed
+ * optimizer (the same code), no_shard plain data parallelism. */
+static int validate_fsdp(megadlm_args *a, char *err, size_t errlen) {
+    static const char *const STRATEGIES[] = {"no_shard", "optim", "optim_grads",
+                                             "optim_grads_params", NULL};
+    char *s = a->data_parallel_sharding_strategy;
+    if (s[0] && !one_of(s, STRATEGIES))
+        return fail(err, errlen, "--data-parallel-sharding-strategy '%s': expected no_shard, "
+                    "optim, optim_grads or optim_grads_params", s);
+    if (a->use_megatron_fsdp) a->use_custom_fsdp = 1; /* Megatron: the deprecated name too */
+    if (!a->use_custom_fsdp && !a->use_torch_fsdp2) {
+        if (s[0] && strcmp(s, "no_shard") != 0)
+            return fail(err, errlen, "--data-parallel-sharding-strategy %s needs "
+                        "--use-megatron-fsdp, --use-custom-fsdp or --use-torch-fsdp2 (without "
+                        "them Megatron ignores it; the optimizer state alone is sharded by "
+                        "--use-distributed-optimizer)", s);
+        if (s[0] && a->use_distributed_optimizer)
+            return fail(err, errlen, "--data-parallel-sharding-strategy no_shard with "
+                        "--use-distributed-optimizer: no_shard keeps the whole optimizer state "
+                        "on every rank");
+        return 0;
+    }
+    if (a->use_torch_fsdp2) {
+        if (validate_torch_fsdp2(a, err, errlen)) return -1;
+    } else if (!s[0]) {
+        snprintf(a->data_parallel_sharding_strategy, sizeof a->data_parallel_sharding_strategy,
+                 "optim_grads_params"); /* Megatron's default */
+    }
+    if (!strcmp(s, "no_shard")) {
+        a->use_distributed_optimizer = 0;
+        a->fsdp_distributed_optimizer = 0;
+        return 0;
+    }
+    if (a->fp16)
+        return fail(err, errlen, "--fp16 with FSDP (--data-parallel-sharding-strategy %s): not "
+                    "supported yet (its loss scaler has not been tested with sharded state)", s);
+    if (!strcmp(s, "optim_grads_params") && a->debug && a->detect_anomaly)
+        return fail(err, errlen, "--detect-anomaly with --data-parallel-sharding-strategy "
+                    "optim_grads_params: not supported yet (its check reads the whole "
+                    "gradient buffer, which this strategy never holds)");
+    if (strcmp(s, "optim") != 0 && a->pipeline_model_parallel_size > 1)
+        return fail(err, errlen, "--data-parallel-sharding-strategy %s with pipeline "
+                    "parallelism: not supported yet (the tied embedding's sum across stages "
+                    "needs its whole gradient)", s);
+    /* the distributed optimizer's pieces are the shards (optim: its code path unchanged) */
+    if (!a->use_distributed_optimizer) a->fsdp_distributed_optimizer = 1;
+    a->use_distributed_optimizer = 1;
+    return 0;
+}
+
+int args_fsdp_shards_grads(const megadlm_args *a) {
+    return (a->use_custom_fsdp || a->use_torch_fsdp2) &&
+           (!strcmp(a->data_parallel_sharding_strategy, "optim_grads") ||
+            !strcmp(a->data_parallel_sharding_strategy, "optim_grads_params"));
+}
+
 /* The world divisible by TP x PP (Megatron's first check; here after every rule of the model
  * and the recompute plan, which do not depend on it), and the data-parallel size. */
 static int validate_world(megadlm_args *a, char *err, size_t errlen) {
@@ -1629,6 +1715,7 @@ int args_validate(megadlm_args *a, char *err, size_t errlen) {
     /* in this order: a layout that cannot split the model gets the same message whatever the
      * world size */
     if (validate_required(a, err, errlen) || validate_shape(a, err, errlen) ||
+        validate_fsdp(a, err, errlen) || /* before the rules of the distributed optimizer */
         validate_parallel(a, err, errlen) || /* tensor, sequence, pipeline: not the world yet */
         validate_embeddings(a, err, errlen) || validate_data(a, err, errlen) ||
         validate_vocab(a, err, errlen) || validate_difflm(a, err, errlen) ||

@@ -63,6 +63,10 @@ void args_free(megadlm_args *a); /* frees data_paths */
 /* Is iteration one of --checkpoint-steps (validated by args_validate)? */
 int args_checkpoint_step(const megadlm_args *a, int iteration);
 
+/* FSDP (after args_validate): the strategy keeps only a shard of the gradients on each
+ * data-parallel rank (optim_grads, optim_grads_params). */
+int args_fsdp_shards_grads(const megadlm_args *a);
+
 /* Makes the arguments an fp32 run's: --bf16, --fp16 and the loss scaler's flags back to their
  * defaults (generate and convert read a mixed-precision checkpoint's fp32 main parameters). */
 void args_fp32(megadlm_args *a);

@@ -70,9 +70,9 @@ double log_num_zeros_in_grad(const param_set *ps, const dist_opt *dopt) {
     int tp_rank = parallel_get()->tp_rank;
     double local = 0.0;
     if (dopt) { /* each rank's pieces hold its share of the reduced gradient */
-        for (int s = 0; s < dopt->num_segments; s++)
-            local += zeros_in(ps, dopt->segs[s].begin, dopt->segs[s].begin + dopt->segs[s].numel,
-                              tp_rank);
+        for (int s = 0; s < dopt->num_segments; s++) /* a segment lies in one tensor */
+            if (counted(&ps->tensors[dopt->segs[s].tensor], tp_rank))
+                local += zeros(dist_opt_seg_grad(dopt, s), dopt->segs[s].numel);
         local = parallel_sum_double(PARALLEL_GROUP_DP, local);
     } else {
         local = zeros_in(ps, 0, ps->numel, tp_rank);

@@ -162,8 +162,16 @@ void theoretical_memory_compute(const megadlm_args *a, theoretical_memory *out) 
 
     /* weight and optimizer */
     megatron_parameters(a, &out->parameters, &out->parameters_most_loaded_shard);
-    out->bytes_per_parameter =
-        a->use_distributed_optimizer ? 6.0 + 12.0 / a->data_parallel_size : 18.0;
+    /* Megatron's 18 bytes: 2 (bf16 parameters) + 4 (fp32 gradients) + 12 (fp32 main
+     * parameters and moments); the distributed optimizer divides the 12 by DP, FSDP's
+     * optim_grads the gradients' 4 too, optim_grads_params all 18 */
+    double dp = a->data_parallel_size;
+    const char *fsdp = a->use_custom_fsdp || a->use_torch_fsdp2
+                           ? a->data_parallel_sharding_strategy : "";
+    out->bytes_per_parameter = !strcmp(fsdp, "optim_grads_params") ? 18.0 / dp
+                               : !strcmp(fsdp, "optim_grads")      ? 2.0 + 16.0 / dp
+                               : a->use_distributed_optimizer      ? 6.0 + 12.0 / dp
+                                                                   : 18.0;
     out->weight_and_optimizer_bytes = out->parameters_most_loaded_shard * out->bytes_per_parameter;
 
     /* per layer: Table 2 at the paper's convention, and megadlm's fp32 tensors */
@@ -292,6 +300,15 @@ theoretical_megadlm_bytes theoretical_megadlm_rank(const megadlm_args *a, int pp
         dp /= (size_t)a->num_distributed_optimizer_instances;
     size_t state = half ? 12 : 8;
     r.optimizer = a->use_distributed_optimizer ? state * ((n + dp - 1) / dp) : state * n;
+    /* FSDP optim_grads(_params): the gradient shard, as large as the optimizer's
+     * (core/distributed/fsdp.h); the whole buffer lives only during a backward */
+    if (args_fsdp_shards_grads(a)) r.gradients = 4 * ((n + dp - 1) / dp);
+    /* optim_grads_params: the parameter shard (16-bit under --bf16, beside the optimizer's
+     * fp32 main pieces); the units gathered during a step are freed by its end
+     * (fsdp_params_drop) */
+    if (args_fsdp_shards_grads(a) && !strcmp(a->data_parallel_sharding_strategy,
+                                             "optim_grads_params"))
+        r.parameters = (half ? 2 : 4) * ((n + dp - 1) / dp);
     /* every micro-batch in flight has its own store (pipeline schedules): the stage's layers
      * (one model chunk's with interleaving), the block output, and on the last stage the head
      * (every store there: any may hold the last chunk); with per-micro-batch partial

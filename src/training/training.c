@@ -13,6 +13,7 @@
 #include "core/distributed/data_parallel.h"
 #include "core/distributed/distributed_data_parallel.h"
 #include "core/distributed/finalize_model_grads.h"
+#include "core/distributed/fsdp.h"
 #include "core/optimizer/distrib_optimizer.h"
 #include "core/models/gpt_model.h"
 #include "core/optimizer/grad_scaler.h"
@@ -76,6 +77,8 @@ typedef struct {
     int num_unchecked;    /* stores that keep everything (partial recompute) */
     ddp *ddp;             /* data-parallel gradient reduction (buckets) */
     dist_opt *dopt;       /* --use-distributed-optimizer (NULL: plain AdamW) */
+    fsdp_grads *fsdp;     /* FSDP optim_grads(_params): the gradient shard (NULL: whole) */
+    fsdp_params *fsdp_params; /* FSDP optim_grads_params: the parameter shard (NULL: whole) */
     dist_ckpt_pending *pending; /* --async-save: the checkpoint being written, or NULL */
     int pending_non_persistent; /* it goes to the non-persistent directory */
     uint64_t pending_consumed;  /* its consumed samples (progress.txt when it completes) */
@@ -213,15 +216,25 @@ static void backward_step(void *user, int k, activation_store *store) {
     (void)k;
     watchdog_progress("running a backward step");
     step_ctx *sc = user;
-    /* Megatron's no_sync: the last micro-batch's backward may start the DP reductions */
-    ddp_set_last_microbatch(sc->tr->ddp, k == sc->tr->num_microbatches - 1);
     const trainer *tr = sc->tr;
+    /* Megatron's no_sync: the last micro-batch's backward may start the DP reductions (FSDP's
+     * sharded gradients: every micro-batch's, fsdp_backward_begin) */
+    if (tr->fsdp_params)
+        fsdp_params_backward(tr->fsdp_params, 1); /* each unit's own gradient buffer */
+    else if (tr->fsdp)
+        fsdp_backward_begin(tr->fsdp);
+    else
+        ddp_set_last_microbatch(tr->ddp, k == tr->num_microbatches - 1);
     float seed = grad_seed(tr);
     if (tr->model->detect_anomaly)
         snprintf(tr->model->anomaly_where, sizeof tr->model->anomaly_where,
                  "iteration %d, micro-batch %d of data-parallel rank %d", tr->iteration + 1, k,
                  tr->dp_rank);
     gpt_model_backward(tr->model, store, seed);
+    if (tr->fsdp_params)
+        fsdp_params_backward(tr->fsdp_params, 0);
+    else if (tr->fsdp)
+        fsdp_backward_end(tr->fsdp);
 }
 
 /* Mean over micro-batches and DP replicas of a loss sum the last pipeline stage computed
@@ -247,7 +260,9 @@ static int first_nonfinite_rank(const trainer *tr, double local_loss) {
     const parallel_state *ps = parallel_get();
     const param_set *p = &tr->model->params;
     int bad = !isfinite(local_loss);
-    for (size_t i = 0; i < p->numel && !bad; i++) bad = !isfinite(p->grad[i]);
+    const float *g = tr->fsdp ? tr->fsdp->grad_shard : p->grad;
+    size_t n = tr->fsdp ? tr->fsdp->shard_numel : p->numel;
+    for (size_t i = 0; i < n && !bad; i++) bad = !isfinite(g[i]);
     int me = bad ? ps->world_rank : ps->world_size, first = me;
     if (ps->mpi && ps->world_size > 1)
         MPI_Allreduce(&me, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
@@ -270,16 +285,25 @@ static int model_parallel_found_inf(int local) {
 static void compute_step(trainer *tr, rerun_result *r, double *loss_sum) {
     megadlm_args *a = tr->a;
     param_set *ps = &tr->model->params;
-    memset(ps->grad, 0, ps->numel * sizeof(float));
+    if (tr->fsdp)
+        fsdp_grads_zero(tr->fsdp);
+    else
+        memset(ps->grad, 0, ps->numel * sizeof(float));
     step_ctx sc = {.tr = tr, .split = SPLIT_TRAIN, .first = tr->consumed_train_samples,
                    .training = 1};
     pipeline_steps steps = {.user = &sc, .forward_step = forward_step,
                             .backward_step = backward_step,
                             .partial_checkpoints =
                                 a->num_microbatches_with_partial_activation_checkpoints};
+    if (tr->fsdp_params) fsdp_params_training(tr->fsdp_params, 1);
     *loss_sum = forward_backward(tr->pipe, tr->num_microbatches, &steps);
+    if (tr->fsdp_params) {
+        fsdp_params_training(tr->fsdp_params, 0);
+        fsdp_params_drop(tr->fsdp_params); /* the step changes the shard */
+    }
     watchdog_progress("reducing gradients and stepping the optimizer");
-    finalize_model_grads(tr->ddp, ps, tr->model->spec.tied_embedding);
+    if (!tr->fsdp) /* else reduced after each backward (fsdp_backward_end) */
+        finalize_model_grads(tr->ddp, ps, tr->model->spec.tied_embedding);
     /* Megatron's MixedPrecisionOptimizer.prepare_grads: unscale this rank's gradients,
      * found_inf over the model-parallel group (the same decision on every rank). A found_inf
      * makes the norm below non-finite: the step is skipped (or the job stops when
@@ -352,7 +376,7 @@ static int train_step(trainer *tr, float *loss_out, float *grad_norm_out, int *b
         *bad_rank_out = first_nonfinite_rank(tr, loss_sum);
         /* with overlap, the next forward completes a parameter gather: start one of the
          * unchanged parameters */
-        if (tr->dopt) ddp_start_param_sync(tr->ddp);
+        if (tr->dopt && !tr->fsdp_params) ddp_start_param_sync(tr->ddp);
         return 0;
     }
     if (tr->dopt)
@@ -363,13 +387,16 @@ static int train_step(trainer *tr, float *loss_out, float *grad_norm_out, int *b
     tr->optimizer_steps++;
     if (tr->dopt) {
         dist_opt_step(tr->dopt, &tr->oc, lr, tr->optimizer_steps);
-        ddp_start_param_sync(tr->ddp); /* completed by the next forward with overlap */
+        if (!tr->fsdp_params) /* FSDP gathers each unit when it is needed */
+            ddp_start_param_sync(tr->ddp); /* completed by the next forward with overlap */
     } else {
         optimizer_step(ps, &tr->oc, lr, tr->optimizer_steps);
     }
     /* --bf16 / --fp16: the updated main parameters (the distributed optimizer rounded its
      * pieces and gathered the copy; with --overlap-param-gather the gather is in flight and
      * the next forward widens each range as it completes: gpt_model.h's params_needed) */
+    if (tr->fsdp_params) /* (FSDP widens each unit as it is gathered) */
+        return 1;
     if (tr->dopt && tr->a->overlap_param_gather)
         gpt_model_params_gathering(tr->model);
     else
@@ -387,6 +414,7 @@ static float evaluate(trainer *tr, int split, uint64_t first) {
         pipeline_steps steps = {.user = &sc, .forward_step = forward_step};
         sum += global_mean_loss(tr, forward_only(tr->pipe, tr->num_microbatches, &steps));
     }
+    if (tr->fsdp_params) fsdp_params_drop(tr->fsdp_params);
     return a->eval_iters ? (float)(sum / a->eval_iters) : 0.0f;
 }
 
@@ -528,6 +556,7 @@ static int save_to(trainer *tr, const char *dir, int non_persistent) {
     /* every rank writes its own slices (the distributed optimizer: its own pieces of the
      * moments) of the gathered parameters */
     if (tr->dopt) ddp_finish_param_sync(tr->ddp);
+    if (tr->fsdp_params) fsdp_params_materialize(tr->fsdp_params); /* the whole parameters */
     int with_optimizer = !a->no_save_optim, rc;
     if (a->async_save && !a->ckpt_convert_format[0]) {
         rc = dist_ckpt_save_async(dir, &tr->model->cfg, &tr->model->params, tr->dopt, &st,
@@ -538,6 +567,7 @@ static int save_to(trainer *tr, const char *dir, int non_persistent) {
         rc = dist_ckpt_save(dir, &tr->model->cfg, &tr->model->params, tr->dopt, &st,
                             with_optimizer, err, sizeof(err));
     }
+    if (tr->fsdp_params) fsdp_params_dematerialize(tr->fsdp_params, 0); /* (async: copied) */
     ckpt_state_free(&st);
     if (rc != 0) return save_failed(tr->iteration, dir, err);
     if (tr->pending) {
@@ -903,7 +933,9 @@ static log_extras compute_extras(trainer *tr, int stepped) {
         x.num_zeros = log_num_zeros_in_grad(&tr->model->params, tr->dopt);
     if (a->log_params_norm) {
         if (tr->dopt) ddp_finish_param_sync(tr->ddp); /* the gathered parameters complete */
+        if (tr->fsdp_params) fsdp_params_materialize(tr->fsdp_params);
         x.params_norm = log_params_norm(tr->model);
+        if (tr->fsdp_params) fsdp_params_dematerialize(tr->fsdp_params, 0);
     }
     return x;
 }
@@ -1005,6 +1037,31 @@ static void log_tp_communication(const trainer *tr) {
     fflush(stdout);
 }
 
+/* FSDP optim_grads_params: the parameter shard; the model gathers each unit (embedding, layer,
+ * head) when it needs it, the next one prefetched with --overlap-param-gather. */
+static void setup_fsdp_params(trainer *tr) {
+    gpt_model *m = tr->model;
+    int tied = !m->cfg.untie_embeddings_and_output_weights;
+    tr->fsdp_params = fsdp_params_create(&m->params, tr->ddp, m->spec.layer_begin,
+                                         m->spec.num_layers, tied, tr->a->overlap_param_gather,
+                                         gpt_model_set_data_range, m);
+    if (tr->fsdp_params->half) /* the 16-bit pieces; the fp32 main ones are the optimizer's */
+        tr->dopt->copy_shard = tr->fsdp_params->shard;
+    else
+        tr->dopt->param_shard = tr->fsdp_params->shard;
+    fsdp_params_shard_grads(tr->fsdp_params, tr->fsdp, tr->a->overlap_grad_reduce,
+                            gpt_model_set_grad_range);
+    m->grads_done = fsdp_params_grads_done;
+    m->grads_done_user = tr->fsdp_params;
+    m->params_needed = fsdp_params_needed;
+    m->params_needed_user = tr->fsdp_params;
+    m->params_done = fsdp_params_done;
+    m->params_done_user = tr->fsdp_params;
+    log_printf("> FSDP optim_grads_params: %zu parameters kept per rank; %d units gathered "
+               "when needed%s\n", tr->fsdp_params->shard_numel, tr->fsdp_params->num_units,
+               tr->a->overlap_param_gather ? ", the next one prefetched" : "");
+}
+
 /* Buckets and, with the flags, the overlap hooks and the distributed optimizer. */
 static void setup_data_parallel(trainer *tr) {
     const megadlm_args *a = tr->a;
@@ -1026,7 +1083,17 @@ static void setup_data_parallel(trainer *tr) {
     }
     if (a->use_distributed_optimizer) {
         tr->dopt = dist_opt_create(&m->params, tr->ddp, tc_half(&m->cfg));
-        if (a->overlap_param_gather) {
+        if (args_fsdp_shards_grads(a)) {
+            tr->fsdp = fsdp_grads_create(&m->params, tr->ddp, gpt_model_set_grad, m);
+            tr->dopt->grad_shard = tr->fsdp->grad_shard;
+            log_printf("> FSDP %s: gradients reduce-scattered after every micro-batch's "
+                       "backward, %zu elements kept per rank\n",
+                       a->data_parallel_sharding_strategy, tr->fsdp->shard_numel);
+        }
+        if (!strcmp(a->data_parallel_sharding_strategy, "optim_grads_params") &&
+            args_fsdp_shards_grads(a))
+            setup_fsdp_params(tr);
+        if (a->overlap_param_gather && !tr->fsdp_params) { /* (FSDP: its own prefetch) */
             m->params_needed = ddp_params_needed;
             m->params_needed_user = tr->ddp;
         }
@@ -1056,6 +1123,16 @@ static void log_dp_communication(const trainer *tr) {
         printf(" parameter all-gathers started %lu | completed in forward %lu |",
                s->gathers_started, s->gathers_completed_in_forward);
     printf("\n");
+    if (tr->fsdp_params) {
+        const fsdp_param_stats *f = &tr->fsdp_params->stats;
+        printf("[Rank %d] FSDP parameter all-gathers | units needed %lu | gathered at need %lu "
+               "| prefetched %lu (used %lu) | received %.0f bytes | exposed %.6f s | gathered "
+               "at most %zu bytes at once | unit gradients reduce-scattered %lu, at most %zu "
+               "bytes at once |\n",
+               parallel_world_rank(), f->needed, f->blocking, f->prefetched, f->prefetch_used,
+               f->bytes, f->exposed_seconds, f->peak_gathered_bytes, f->reduced,
+               f->peak_grad_bytes);
+    }
     fflush(stdout);
 }
 
@@ -1217,6 +1294,8 @@ static void trainer_free(trainer *tr) {
     dist_ckpt_pending_discard(tr->pending); /* after an error: joined, not committed */
     tr->pending = NULL;
     dist_opt_free(tr->dopt);
+    fsdp_grads_free(tr->fsdp);
+    fsdp_params_free(tr->fsdp_params);
     ddp_free(tr->ddp); /* waits for parameter gathers in flight */
     gpt_model_free(tr->model);
     tokenizer_free(tr->tok);
@@ -1300,14 +1379,19 @@ int pretrain(megadlm_args *a) {
     setup_loss_scaler(&tr); /* before a load, which may restore its state */
     tr.rng_seed = a->seed;
     int loaded = 0;
+    if (a->load[0] && tr.fsdp_params) fsdp_params_materialize(tr.fsdp_params);
     if (a->load[0] && (loaded = load(&tr)) != 0) {
         if (loaded == 1) status = 0; /* --exit-on-missing-checkpoint: Megatron's sys.exit() */
         goto done;
     }
+    if (a->load[0] && tr.fsdp_params) /* this rank's pieces of what was loaded */
+        fsdp_params_dematerialize(tr.fsdp_params, 1);
     if (a->load[0] && tr.dopt && tr.dopt->main) { /* --bf16: each rank loaded its pieces */
-        dist_opt_main_to_copy(tr.dopt);
-        ddp_start_param_sync(tr.ddp);
-        ddp_finish_param_sync(tr.ddp);
+        dist_opt_main_to_copy(tr.dopt); /* (FSDP: into its 16-bit shard, gathered per unit) */
+        if (!tr.fsdp_params) {
+            ddp_start_param_sync(tr.ddp);
+            ddp_finish_param_sync(tr.ddp);
+        }
     }
     gpt_model_params_to_bf16(tr.model); /* --bf16 / --fp16: from the loaded (or initial) ones */
     if (a->ckpt_convert_format[0]) { /* convert mode: save what was loaded and stop */

@@ -1220,6 +1220,109 @@ static void test_ddp_flags(void) {
     args_free(&a);
 }
 
+/* FSDP's flags against Megatron's validate_args: --use-megatron-fsdp sets --use-custom-fsdp,
+ * the strategy defaults to optim_grads_params under FSDP, optim is the distributed optimizer,
+ * no_shard plain data parallelism, torch FSDP2's refusals word for word. */
+static void test_fsdp_flags(void) {
+    megadlm_args a;
+    EXPECT_OK(&a, BASE);
+    CHECK(!a.use_custom_fsdp && !a.use_megatron_fsdp && !a.use_torch_fsdp2);
+    CHECK(a.data_parallel_sharding_strategy[0] == 0 && !a.use_distributed_optimizer);
+    args_free(&a);
+    EXPECT_OK(&a, BASE " --use-megatron-fsdp --data-parallel-sharding-strategy optim");
+    CHECK(a.use_custom_fsdp && a.use_distributed_optimizer);
+    args_free(&a);
+    EXPECT_OK(&a, BASE " --use-custom-fsdp --data-parallel-sharding-strategy optim "
+                       "--overlap-grad-reduce --overlap-param-gather");
+    CHECK(a.use_custom_fsdp && !a.use_megatron_fsdp && a.use_distributed_optimizer);
+    args_free(&a);
+    /* no_shard: nothing sharded, even where Megatron-FSDP v1 would switch its optimizer on */
+    EXPECT_OK(&a, BASE " --use-custom-fsdp --use-distributed-optimizer "
+                       "--data-parallel-sharding-strategy no_shard");
+    CHECK(!a.use_distributed_optimizer);
+    args_free(&a);
+    EXPECT_OK(&a, BASE " --data-parallel-sharding-strategy no_shard");
+    CHECK(!a.use_distributed_optimizer && !a.use_custom_fsdp);
+    args_free(&a);
+    EXPECT_ERR(BASE " --data-parallel-sharding-strategy no_shard --use-distributed-optimizer",
+               "no_shard with --use-distributed-optimizer", NULL, NULL);
+    EXPECT_ERR(BASE " --data-parallel-sharding-strategy optim", "strategy optim needs",
+               "--use-megatron-fsdp", NULL);
+    EXPECT_ERR(BASE " --use-custom-fsdp --data-parallel-sharding-strategy zero3",
+               "--data-parallel-sharding-strategy 'zero3': expected no_shard, optim, "
+               "optim_grads or optim_grads_params", NULL, NULL);
+    /* optim_grads: the distributed optimizer's pieces are the gradient shards */
+    EXPECT_OK(&a, BASE " --use-custom-fsdp --data-parallel-sharding-strategy optim_grads");
+    CHECK(a.use_distributed_optimizer && args_fsdp_shards_grads(&a));
+    args_free(&a);
+    EXPECT_ERR(BASE " --use-custom-fsdp --data-parallel-sharding-strategy optim_grads "
+                    "--pipeline-model-parallel-size 2",
+               "optim_grads with pipeline parallelism: not supported yet", NULL, NULL);
+    EXPECT_OK(&a, BASE " --use-custom-fsdp --data-parallel-sharding-strategy optim");
+    CHECK(!args_fsdp_shards_grads(&a));
+    args_free(&a);
+    /* Megatron's default strategy under FSDP; torch FSDP2 is it */
+    EXPECT_OK(&a, BASE " --use-megatron-fsdp");
+    CHECK(!strcmp(a.data_parallel_sharding_strategy, "optim_grads_params"));
+    CHECK(a.use_distributed_optimizer && args_fsdp_shards_grads(&a));
+    args_free(&a);
+    EXPECT_OK(&a, BASE " --use-torch-fsdp2 --no-gradient-accumulation-fusion "
+                       "--untie-embeddings-and-output-weights");
+    CHECK(!strcmp(a.data_parallel_sharding_strategy, "optim_grads_params"));
+    CHECK(a.use_distributed_optimizer && args_fsdp_shards_grads(&a) && !a.use_custom_fsdp);
+    /* validated again from the saved arguments (generate, convert): still valid */
+    cJSON *saved = args_to_json(&a);
+    megadlm_args c;
+    args_defaults(&c);
+    CHECK(args_from_json(&c, saved, ERR, sizeof(ERR)) == 0);
+    CHECK(args_validate(&c, ERR, sizeof(ERR)) == 0);
+    if (ERR[0]) fprintf(stderr, "  again: '%s'\n", ERR);
+    cJSON_Delete(saved);
+    args_free(&c);
+    args_free(&a);
+    EXPECT_OK(&a, BASE " --use-custom-fsdp --bf16");
+    args_free(&a);
+    EXPECT_ERR(BASE " --use-custom-fsdp --debug --detect-anomaly", "--detect-anomaly with "
+               "--data-parallel-sharding-strategy optim_grads_params: not supported yet", NULL,
+               NULL);
+    EXPECT_ERR(BASE " --use-custom-fsdp --data-parallel-sharding-strategy optim --fp16",
+               "--fp16 with FSDP", "not supported yet", NULL);
+    /* torch FSDP2: Megatron's assertions */
+    static const struct {
+        const char *flags, *want;
+    } fsdp2[] = {
+        {" --pipeline-model-parallel-size 2",
+         "--use-torch-fsdp2 is not supported with pipeline parallelism"},
+        {" --use-distributed-optimizer", "--use-torch-fsdp2 is not supported with MCore's "
+                                         "distributed optimizer"},
+        {"", "--use-torch-fsdp2 is not supported with gradient accumulation fusion"},
+        {" --no-gradient-accumulation-fusion",
+         "--use-torch-fsdp2 requires --untie-embeddings-and-output-weights"},
+        {" --no-gradient-accumulation-fusion --untie-embeddings-and-output-weights --fp16",
+         "--use-torch-fsdp2 not supported with fp16 yet"},
+        {" --no-gradient-accumulation-fusion --untie-embeddings-and-output-weights "
+         "--data-parallel-sharding-strategy optim",
+         "FSDP2's fully_shard shards parameters, gradients and optimizer state"},
+        {" --use-megatron-fsdp", "exclude each other"},
+    };
+    for (size_t i = 0; i < sizeof fsdp2 / sizeof fsdp2[0]; i++) {
+        char line[512];
+        snprintf(line, sizeof line, BASE " --use-torch-fsdp2%s", fsdp2[i].flags);
+        EXPECT_ERR(line, fsdp2[i].want, NULL, NULL);
+    }
+    /* printed and saved under their names */
+    EXPECT_OK(&a, BASE " --use-megatron-fsdp --data-parallel-sharding-strategy optim");
+    cJSON *j = args_to_json(&a);
+    megadlm_args b;
+    args_defaults(&b);
+    CHECK(args_from_json(&b, j, ERR, sizeof(ERR)) == 0);
+    CHECK(b.use_megatron_fsdp && b.use_custom_fsdp &&
+          !strcmp(b.data_parallel_sharding_strategy, "optim"));
+    cJSON_Delete(j);
+    args_free(&b);
+    args_free(&a);
+}
+
 /* MegaDLMs' flags */
 static void test_difflm_flags(void) {
     megadlm_args a;
@@ -1438,6 +1541,7 @@ static void test_wsd_schedule(void) {
 int main(void) {
     test_wsd_schedule();
     test_ddp_flags();
+    test_fsdp_flags();
     test_legacy_rope_flag();
     test_defaults();
     test_parse_values();

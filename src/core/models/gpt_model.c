@@ -71,6 +71,9 @@ static void params_needed(gpt_model *m, size_t begin, size_t end) {
             gpt_model_params_widen(m, t->offset, t->offset + t->numel);
     }
 }
+static void params_done(gpt_model *m, size_t begin, size_t end) {
+    if (m->params_done) m->params_done(m->params_done_user, begin, end);
+}
 /* The embedding's range is [0, layer_begin[0]), the head's (final norm, untied output layer)
  * [layer_begin[L], numel); a tied output layer is the embedding. */
 static size_t head_begin(const gpt_model *m) { return m->spec.layer_begin[m->spec.num_layers]; }
@@ -95,6 +98,10 @@ static void layer_grads_done(void *user, int l) {
 static void layer_params_needed(void *user, int l) {
     gpt_model *m = user;
     params_needed(m, m->spec.layer_begin[l], m->spec.layer_begin[l + 1]);
+}
+static void layer_params_done(void *user, int l) {
+    gpt_model *m = user;
+    params_done(m, m->spec.layer_begin[l], m->spec.layer_begin[l + 1]);
 }
 
 /* Where the model keeps a pointer to a tensor of `part` (not a layer's), or to its gradient. */
@@ -134,18 +141,104 @@ static void place_tensor(gpt_model *m, int i, int l, int bw) {
     const param_set *ps = &m->params;
     size_t o = ps->tensors[i].offset;
     const uint16_t *h16 = ps->data_bf16 && pl->gemm ? ps->data_bf16 + o : NULL;
-    float *f32 = !ps->data_bf16 ? ps->data + o : h16 ? NULL : m->widened + m->widened_at[i];
+    float *f32 = !ps->data_bf16 ? (ps->data ? ps->data + o : NULL) /* NULL: FSDP's units */
+                 : h16          ? NULL
+                                : m->widened + m->widened_at[i];
     if (pl->part == GPT_PARAM_LAYER) {
         char *w = (char *)&m->block.w_all[l];
         *(float **)(w + pl->field) = f32;
         if (h16) *(const uint16_t **)(w + pl->field16) = h16;
-        if (bw) *(float **)((char *)&m->block.g_all[l] + pl->field) = ps->grad + o;
+        if (bw) *(float **)((char *)&m->block.g_all[l] + pl->field) = ps->grad ? ps->grad + o : NULL;
         return;
     }
     *part_slot(m, pl->part, 0) = f32;
     if (pl->part == GPT_PARAM_WORD_EMBEDDING) m->wte16 = h16;
     if (pl->part == GPT_PARAM_OUTPUT_LAYER) m->out_w16 = h16;
-    if (bw) *part_slot(m, pl->part, 1) = ps->grad + o;
+    if (bw) *part_slot(m, pl->part, 1) = ps->grad ? ps->grad + o : NULL;
+}
+
+/* Every tensor placed (place_tensor), and the tied output layer pointed at the embedding. */
+static void place_all(gpt_model *m, int bw) {
+    const gpt_spec *sp = &m->spec;
+    const param_set *ps = &m->params;
+    for (int l = 0; l < sp->num_layers; l++)
+        for (int i = sp->layer_first[l]; i < sp->layer_first[l + 1]; i++) place_tensor(m, i, l, bw);
+    for (int i = 0; i < ps->count; i++)
+        if (sp->place[i].part != GPT_PARAM_LAYER) place_tensor(m, i, -1, bw);
+    if (!m->cfg.untie_embeddings_and_output_weights && tc_first_rank(&m->cfg)) {
+        m->out_w = m->wte; /* tied: the output layer reads the word embedding */
+        m->out_w16 = m->wte16;
+        m->g_out_w = m->g_wte;
+    }
+}
+
+/* The fp32 pointers (grad: the gradients') of the tensors in [lo, hi) set into base. */
+static void set_range(gpt_model *m, size_t lo, size_t hi, float *base, int grad) {
+    const gpt_spec *sp = &m->spec;
+    const param_set *ps = &m->params;
+    for (int i = 0; i < ps->count; i++) {
+        const param_tensor *t = &ps->tensors[i];
+        if (t->offset < lo || t->offset >= hi) continue;
+        float *at = base ? base + (t->offset - lo) : NULL;
+        const gpt_param_place *pl = &sp->place[i];
+        if (pl->part != GPT_PARAM_LAYER) {
+            *part_slot(m, pl->part, grad) = at;
+            continue;
+        }
+        for (int l = 0; l < sp->num_layers; l++)
+            if (i >= sp->layer_first[l] && i < sp->layer_first[l + 1]) {
+                layer_weights *w = grad ? &m->block.g_all[l] : &m->block.w_all[l];
+                *(float **)((char *)w + pl->field) = at;
+            }
+    }
+    if (!m->cfg.untie_embeddings_and_output_weights && tc_first_rank(&m->cfg)) {
+        m->out_w = m->wte; /* tied: the output layer reads the word embedding */
+        m->g_out_w = m->g_wte;
+    }
+}
+
+/* --bf16 / --fp16: the 16-bit pointers of the GEMM weights in [lo, hi) set into base (16-bit
+ * values), every other tensor's widened fp32 values refreshed from it (kept when base is
+ * NULL: they are the model's own copy, not the unit's). */
+static void set_half_range(gpt_model *m, size_t lo, size_t hi, const uint16_t *base) {
+    const gpt_spec *sp = &m->spec;
+    const param_set *ps = &m->params;
+    for (int i = 0; i < ps->count; i++) {
+        const param_tensor *t = &ps->tensors[i];
+        if (t->offset < lo || t->offset >= hi) continue;
+        const uint16_t *at = base ? base + (t->offset - lo) : NULL;
+        const gpt_param_place *pl = &sp->place[i];
+        if (!pl->gemm) {
+            if (at) half_to_f32(tc_half(&m->cfg), m->widened + m->widened_at[i], at, t->numel);
+            continue;
+        }
+        if (pl->part == GPT_PARAM_WORD_EMBEDDING) m->wte16 = at;
+        if (pl->part == GPT_PARAM_OUTPUT_LAYER) m->out_w16 = at;
+        if (pl->part != GPT_PARAM_LAYER) continue;
+        for (int l = 0; l < sp->num_layers; l++)
+            if (i >= sp->layer_first[l] && i < sp->layer_first[l + 1])
+                *(const uint16_t **)((char *)&m->block.w_all[l] + pl->field16) = at;
+    }
+    if (!m->cfg.untie_embeddings_and_output_weights && tc_first_rank(&m->cfg))
+        m->out_w16 = m->wte16; /* tied: the output layer reads the word embedding */
+}
+
+void gpt_model_set_data_range(void *model, size_t lo, size_t hi, void *base) {
+    gpt_model *m = model;
+    if (tc_half(&m->cfg))
+        set_half_range(m, lo, hi, base);
+    else
+        set_range(m, lo, hi, base, 0);
+}
+
+void gpt_model_set_grad_range(void *model, size_t lo, size_t hi, float *base) {
+    set_range(model, lo, hi, base, 1);
+}
+
+void gpt_model_set_grad(void *model, float *grad) {
+    gpt_model *m = model;
+    m->params.grad = grad;
+    place_all(m, m->kind != GPT_MODEL_FORWARD_ONLY);
 }
 
 /* The rank's parameters as gpt_spec_rank describes them, over flat buffers (gradients and
@@ -176,19 +269,13 @@ static void build_params(gpt_model *m) {
         }
     }
     if (tc_half(c)) widened_alloc(m);
-    for (int l = 0; l < sp->num_layers; l++)
-        for (int i = sp->layer_first[l]; i < sp->layer_first[l + 1]; i++) place_tensor(m, i, l, bw);
-    for (int i = 0; i < ps->count; i++)
-        if (sp->place[i].part != GPT_PARAM_LAYER) place_tensor(m, i, -1, bw);
-    if (!c->untie_embeddings_and_output_weights && tc_first_rank(c)) {
-        m->out_w = m->wte; /* tied: the output layer reads the word embedding */
-        m->out_w16 = m->wte16;
-        m->g_out_w = m->g_wte;
-    }
+    place_all(m, bw);
     m->block.layer_grads_done = layer_grads_done;
     m->block.layer_grads_done_user = m;
     m->block.layer_params_needed = layer_params_needed;
     m->block.layer_params_needed_user = m;
+    m->block.layer_params_done = layer_params_done;
+    m->block.layer_params_done_user = m;
 }
 
 gpt_model *gpt_model_create(const transformer_config *cfg, int max_batch, gpt_model_kind kind) {
@@ -385,6 +472,7 @@ static void embedding_forward_into(gpt_model *m, activation_store *s) {
                     ek, off);
     /* --bf16 (--fp16): the residual stream is 16-bit (Megatron's), from the embedding output on */
     half_round_f32(tc_half(c), h0, (size_t)Ns * c->hidden_size);
+    params_done(m, 0, m->spec.layer_begin[0]);
 }
 
 /* The output layer's weight (the word embedding when tied): fp32, or its 16-bit copy. */
@@ -552,10 +640,9 @@ static void head_marked_forward(gpt_model *m, activation_store *s, const gpt_bat
 }
 
 /* Last stage: final norm on the token shard, gathered for the vocab-parallel output layer. */
-static void head_forward(gpt_model *m, activation_store *s, const gpt_batch *b) {
+static void head_forward_run(gpt_model *m, activation_store *s, const gpt_batch *b) {
     const transformer_config *c = &s->cfg;
     int N = s->B * s->T, Ns = tc_tokens_local(c, N), C = c->hidden_size, V = tc_vocab_local(c);
-    params_needed(m, head_begin(m), m->params.numel);
     norm_forward(c, s->lnf, s->lnf_mean, s->lnf_rstd, s->output, m->lnf_w, m->lnf_b, Ns);
     s->head_rows = -1;
     s->head_dln = 0;
@@ -570,6 +657,11 @@ static void head_forward(gpt_model *m, activation_store *s, const gpt_batch *b) 
     logits_fit(s, N);
     tp_linear out = tp_linear_make(c, TP_LINEAR_OUTPUT, m->block.ws.gathered, NULL, NULL);
     column_parallel_linear_forward(&out, s->logits, s->lnf, output_weight(m), NULL, N, C, V);
+}
+static void head_forward(gpt_model *m, activation_store *s, const gpt_batch *b) {
+    params_needed(m, head_begin(m), m->params.numel);
+    head_forward_run(m, s, b);
+    params_done(m, head_begin(m), m->params.numel);
 }
 
 /* Cross-entropy (vocab-parallel under TP) and the weighted mean of the per-token losses (over
@@ -630,6 +722,7 @@ static void head_backward(gpt_model *m, activation_store *s, float loss_scale) {
     const transformer_config *c = &s->cfg;
     int Ns = tc_tokens_local(c, s->B * s->T);
     float *dln;
+    params_needed(m, head_begin(m), m->params.numel);
     if (s->head_rows >= 0) {
         if (!s->head_dln || s->grad_seed != loss_scale)
             die(1, "internal error: the backward of a masked-diffusion head (seed %g) that ran "
@@ -643,6 +736,7 @@ static void head_backward(gpt_model *m, activation_store *s, float loss_scale) {
     norm_backward(c, s->grad, m->g_lnf_w, m->g_lnf_b, dln, s->output, m->lnf_w, s->lnf_mean,
                   s->lnf_rstd, Ns);
     s->head_dln = 0;
+    params_done(m, head_begin(m), m->params.numel);
     grads_done(m, head_begin(m), m->params.numel, "the decoder's output (the head's backward)");
 }
 
@@ -651,12 +745,14 @@ static void embedding_backward_from(gpt_model *m, activation_store *s) {
     const transformer_config *c = &s->cfg;
     int Ns = tc_tokens_local(c, s->B * s->T);
     size_t NsC = (size_t)Ns * c->hidden_size;
+    params_needed(m, 0, m->spec.layer_begin[0]); /* the lookup's backward tests wpe */
     memset(m->demb, 0, NsC * sizeof(float));
     uint64_t off;
     dropout_key ek = embedding_dropout_key(&s->ctx, &off, Ns);
     dropout_backward(m->demb, s->grad, NsC, s->ctx.training ? c->hidden_dropout : 0.0f, ek, off);
     vocab_parallel_embedding emb = embedding_of(m);
     vocab_parallel_embedding_backward(&emb, m->demb, s->tokens, s->B, s->T);
+    params_done(m, 0, m->spec.layer_begin[0]);
     grads_done(m, 0, m->spec.layer_begin[0], NULL);
 }
 

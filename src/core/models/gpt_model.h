@@ -70,12 +70,19 @@ typedef struct gpt_model {
      * a tied output layer's gradient); NULL = none. For overlapped gradient reduction. */
     void (*grads_done)(void *user, size_t begin, size_t end);
     void *grads_done_user;
-    /* Called during forward before the parameters of [begin, end) are read (the embedding,
-     * each layer, the head), e.g. to wait for an all-gather of the distributed optimizer
+    /* Called before the parameters of [begin, end) are read (the embedding, each layer, the
+     * head; in forward, and again in recomputation and backward), e.g. to wait for an
+     * all-gather of the distributed optimizer
      * (--overlap-param-gather); NULL = none. Under --bf16 the model then widens the range's
      * fp32-read values from the (now gathered) 16-bit copy. */
     void (*params_needed)(void *user, size_t begin, size_t end);
     void *params_needed_user;
+    /* Called after the range a params_needed call asked for has been used (FSDP's
+     * optim_grads_params frees the gathered parameters here, core/distributed/fsdp.h); the
+     * ranges are the embedding's, a layer's or the head's, each asked for again before every
+     * use: forward, recomputation, backward. NULL = none. */
+    void (*params_done)(void *user, size_t begin, size_t end);
+    void *params_done_user;
     /* --debug --detect-anomaly (torch.autograd.detect_anomaly's CPU meaning): backward checks
      * each range's gradients and the residual-stream gradient it hands on for NaN/Inf and
      * dies naming the first tensor where one appears and anomaly_where (set by the caller:
@@ -106,6 +113,16 @@ void gpt_model_init_params(gpt_model *m, uint64_t seed);
  * anything writes params.main: a checkpoint load, the optimizer step (init does it). No-op in
  * fp32. */
 void gpt_model_params_to_bf16(gpt_model *m);
+/* Points params.grad and every gradient pointer of the model at grad (the whole flat size, or
+ * NULL: no gradients held; core/distributed/fsdp.h's buffer of one backward). */
+void gpt_model_set_grad(void *model, float *grad);
+/* Points the model's parameter pointers of the tensors in [lo, hi) of the flat buffer at base
+ * (element i at base[i - lo]; NULL: not held; FSDP's gathered parameters): fp32 values, or
+ * under --bf16 / --fp16 the 16-bit copy's (the GEMM weights read in place, the others widened
+ * into the model's fp32 copy of them). */
+void gpt_model_set_data_range(void *model, size_t lo, size_t hi, void *base);
+/* The same for their gradients (FSDP's per-unit gradient buffers). */
+void gpt_model_set_grad_range(void *model, size_t lo, size_t hi, float *base);
 /* --bf16 / --fp16: refreshes the widened fp32 values of the tensors in [begin, end) of the flat
  * buffer from the 16-bit copy; call after anything writes the copy there (a parameter
  * all-gather). gpt_model_params_to_bf16 does it for everything. No-op in fp32. */

@@ -26,7 +26,8 @@ static void main_create(dist_opt *o, half_kind kind) {
 void dist_opt_main_to_copy(dist_opt *o) {
     for (int s = 0; o->main && s < o->num_segments; s++) {
         const dist_opt_segment *sg = &o->segs[s];
-        half_from_f32(o->kind, o->ps->data_bf16 + sg->begin, o->main + sg->state, sg->numel);
+        uint16_t *dst = o->copy_shard ? o->copy_shard + sg->state : o->ps->data_bf16 + sg->begin;
+        half_from_f32(o->kind, dst, o->main + sg->state, sg->numel);
     }
 }
 
@@ -76,7 +77,8 @@ void dist_opt_free(dist_opt *o) {
 float dist_opt_grad_norm(dist_opt *o) {
     double local = 0.0;
     for (int s = 0; s < o->num_segments; s++)
-        local += optimizer_grad_sumsq(o->ps, o->segs[s].begin, o->segs[s].begin + o->segs[s].numel);
+        local += optimizer_grad_sumsq_at(o->ps, dist_opt_seg_grad(o, s), o->segs[s].begin,
+                                         o->segs[s].begin + o->segs[s].numel);
     /* the pieces of every rank of the instance (the DP group unless there are several
      * instances, each holding all pieces), then every TP rank's and stage's tensors */
     local = ddp_sum_over_shards(o->ddp, local);
@@ -89,7 +91,7 @@ void dist_opt_clip_grads(dist_opt *o, float grad_norm, float clip_grad) {
     float coeff = clip_grad / (grad_norm + 1.0e-6f); /* Megatron's clip_grad_norm_fp32 */
     if (coeff >= 1.0f) return;
     for (int s = 0; s < o->num_segments; s++) {
-        float *g = o->ps->grad + o->segs[s].begin;
+        float *g = dist_opt_seg_grad(o, s);
         size_t n = o->segs[s].numel;
 #pragma omp parallel for schedule(static)
         for (size_t i = 0; i < n; i++) g[i] *= coeff;
@@ -103,8 +105,10 @@ void dist_opt_step(dist_opt *o, const optimizer_config *oc, float lr, int step) 
         const param_tensor *t = &ps->tensors[sg->tensor];
         adamw_hparams h = {lr, oc->beta1, oc->beta2, oc->eps,
                            t->weight_decay ? oc->weight_decay : 0.0f, step};
-        float *p = o->main ? o->main + sg->state : ps->data + sg->begin;
-        adamw_update(p, ps->grad + sg->begin, o->exp_avg + sg->state, o->exp_avg_sq + sg->state,
+        float *p = o->main          ? o->main + sg->state
+                   : o->param_shard ? o->param_shard + sg->state
+                                    : ps->data + sg->begin;
+        adamw_update(p, dist_opt_seg_grad(o, s), o->exp_avg + sg->state, o->exp_avg_sq + sg->state,
                      sg->numel, h);
     }
     dist_opt_main_to_copy(o);

@@ -51,7 +51,21 @@ typedef struct {
     half_kind kind;            /* the 16-bit format of ps->data_bf16, HALF_NONE in fp32 */
     int num_segments;
     dist_opt_segment *segs;    /* this rank's pieces, split at tensor boundaries */
+    float *param_shard;        /* FSDP optim_grads_params (fp32): the parameters of the
+                                * pieces, laid out as the state (core/distributed/fsdp.h); the
+                                * step updates them in place of ps->data. NULL otherwise */
+    uint16_t *copy_shard;      /* FSDP optim_grads_params under --bf16: the pieces of the
+                                * 16-bit copy, laid out as the state; dist_opt_main_to_copy
+                                * rounds into it instead of ps->data_bf16. NULL otherwise */
+    float *grad_shard;         /* FSDP's sharded gradients (core/distributed/fsdp.h), laid out
+                                * as the state: segment s's at grad_shard + state; NULL: the
+                                * pieces of ps->grad */
 } dist_opt;
+
+/* Segment s's gradients. */
+static inline float *dist_opt_seg_grad(const dist_opt *o, int s) {
+    return o->grad_shard ? o->grad_shard + o->segs[s].state : o->ps->grad + o->segs[s].begin;
+}
 
 /* ps must have been created without optimizer state (the model's sharded-state kind); the
  * moments start at zero. d must use the distributed optimizer (reduce-scatter). kind: the

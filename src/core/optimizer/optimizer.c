@@ -15,6 +15,10 @@ static double sumsq(const float *g, size_t n) {
 }
 
 double optimizer_grad_sumsq(const param_set *ps, size_t begin, size_t end) {
+    return optimizer_grad_sumsq_at(ps, ps->grad + begin, begin, end);
+}
+
+double optimizer_grad_sumsq_at(const param_set *ps, const float *g, size_t begin, size_t end) {
     int tp_rank = parallel_get()->tp_rank;
     double total = 0.0;
     size_t run = begin; /* start of the current run of counted tensors */
@@ -24,11 +28,11 @@ double optimizer_grad_sumsq(const param_set *ps, size_t begin, size_t end) {
         size_t hi = t->offset + t->numel < end ? t->offset + t->numel : end;
         if (lo >= hi) continue;
         if ((t->tp_duplicate && tp_rank != 0) || t->pp_shared_copy) {
-            if (lo > run) total += sumsq(ps->grad + run, lo - run);
+            if (lo > run) total += sumsq(g + (run - begin), lo - run);
             run = hi;
         }
     }
-    if (end > run) total += sumsq(ps->grad + run, end - run);
+    if (end > run) total += sumsq(g + (run - begin), end - run);
     return total;
 }
 

@@ -20,6 +20,8 @@ float optimizer_grad_norm(const param_set *ps);
  * param_is_not_tensor_parallel_duplicate and shared-embedding rules). optimizer_grad_norm is
  * sqrt of its TP all-reduce over the whole buffer; the distributed optimizer sums its pieces. */
 double optimizer_grad_sumsq(const param_set *ps, size_t begin, size_t end);
+/* The same over gradients held elsewhere: g[i - begin] is element i's (a gradient shard). */
+double optimizer_grad_sumsq_at(const param_set *ps, const float *g, size_t begin, size_t end);
 
 /* Megatron: coeff = clip / (norm + 1e-6); gradients scaled by coeff when coeff < 1. */
 void optimizer_clip_grads(param_set *ps, float grad_norm, float clip_grad);

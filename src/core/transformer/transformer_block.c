@@ -157,10 +157,21 @@ static chunk_view chunk_of(const transformer_block *blk, const block_activations
     return v;
 }
 
+static void params_needed(transformer_block *blk, const chunk_view *v, int l) {
+    if (blk->layer_params_needed)
+        blk->layer_params_needed(blk->layer_params_needed_user, v->rank_layer_base + l);
+}
+static void params_done(transformer_block *blk, const chunk_view *v, int l) {
+    if (blk->layer_params_done)
+        blk->layer_params_done(blk->layer_params_done_user, v->rank_layer_base + l);
+}
+
 static void layer_forward(transformer_block *blk, block_activations *a, const chunk_view *v,
                           const layer_ctx *ctx, int l) {
+    params_needed(blk, v, l);
     transformer_layer_forward(ctx, v->layer_offset + l, &v->w[l], &a->saved[l], &blk->ws,
                               a->hidden[l], a->hidden[l + 1]);
+    params_done(blk, v, l);
 }
 
 /* The 1/t slice of a whole chunk input that this tensor-parallel rank keeps. */
@@ -179,8 +190,6 @@ void transformer_block_forward(transformer_block *blk, block_activations *a,
             memcpy(a->kept_shard[l], a->hidden[l] + a->cfg->tp_rank * n, n * sizeof(float));
         if (a->hidden16[l])
             half_from_f32(tc_half(a->cfg), a->hidden16[l], a->hidden[l], blk->hidden_floats);
-        if (blk->layer_params_needed)
-            blk->layer_params_needed(blk->layer_params_needed_user, v.rank_layer_base + l);
         layer_forward(blk, a, &v, ctx, l);
     }
 }
@@ -209,8 +218,10 @@ void transformer_block_backward(transformer_block *blk, block_activations *a,
             /* (a chunk's input again: a chunk of an even number of layers recomputes its output
              * into its input's view) */
             widen_input(blk, a, j);
+            params_needed(blk, &v, j);
             transformer_layer_backward(ctx, v.layer_offset + j, &v.w[j], &v.g[j], &a->saved[j],
                                        &blk->ws, a->hidden[j], dres);
+            params_done(blk, &v, j);
             if (blk->layer_grads_done)
                 blk->layer_grads_done(blk->layer_grads_done_user, v.rank_layer_base + j);
         }

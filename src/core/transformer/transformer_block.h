@@ -51,10 +51,13 @@ typedef struct {
      * the chunk); NULL = none. */
     void (*layer_grads_done)(void *user, int l);
     void *layer_grads_done_user;
-    /* Called before layer l's forward reads its parameters (not on recomputation), l as
-     * above; NULL = none. */
+    /* Called before layer l's forward, recomputed forward and backward read its parameters,
+     * l as above; NULL = none. */
     void (*layer_params_needed)(void *user, int l);
     void *layer_params_needed_user;
+    /* Called after each of those (FSDP frees the layer's gathered parameters); NULL = none. */
+    void (*layer_params_done)(void *user, int l);
+    void *layer_params_done_user;
 } transformer_block;
 
 /* What one micro-batch in flight keeps in the block (part of an activation store). */
