@@ -195,7 +195,8 @@ static float forward_step(void *user, int k, activation_store *store) {
         float varilen = sc->training && !tr->model->cfg.causal ? a->difflm_varilen_prob : 0.0f;
         int L = difflm_length(tr->rng_seed, (uint32_t)tr->iteration, global_mb, a->seq_length,
                               varilen) - 1;
-        int Lp = difflm_padded_length(L, a->micro_batch_size, sp_ranks(tr));
+        int Lp = difflm_padded_length_cp(L, a->micro_batch_size, sp_ranks(tr),
+                                         a->context_parallel_size);
         gpt_batch b = {.tokens = tr->tokens, .labels = tr->labels, .loss_mask = tr->loss_mask,
                        .denominator = get_difflm_batch(tr, sc->split, first, L, Lp),
                        .B = a->micro_batch_size, .T = Lp, .T_valid = L,
@@ -1466,7 +1467,8 @@ int train_main(int argc, char **argv) {
     /* Every rank validates the same arguments, so every rank fails together, each saying why,
      * and all exit cleanly (no rank is left waiting in a collective). */
     if (rc < 0 || args_validate(&a, err, sizeof(err)) != 0 ||
-        parallel_setup_groups(a.tensor_model_parallel_size, a.pipeline_model_parallel_size, err,
+        parallel_setup_groups(a.tensor_model_parallel_size, a.pipeline_model_parallel_size,
+                              a.context_parallel_size, err,
                               sizeof(err)) != 0) {
         if (parallel_world_size() > 1)
             fprintf(stderr, "[rank %d] error: %s\n", parallel_world_rank(), err);

@@ -54,6 +54,9 @@ typedef struct gpt_model {
     float *rope_cos, *rope_sin; /* [seq_length, rot_dim/2] */
     float *emb_partial;   /* [N, C] vocab-parallel lookup before its reduction (TP only) */
     float *ce_sumexp;     /* [N] vocab-parallel cross-entropy scratch (TP only) */
+    /* context parallelism: this rank's rows of the micro-batch [B, T/CP] (cp_layout.h): the
+     * tokens and labels (int32, in float-sized slots) and the loss weights */
+    float *cp_batch;      /* [3, N / CP] (CP only) */
     /* Masked-diffusion training (every labelled forward sets gpt_batch.loss_rows_only): the
      * stores made while this is set hold logits for min(N, GPT_HEAD_CHUNK_ROWS) rows only
      * (activation_store.logits_rows); a forward that needs all N rows then dies */

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Context parallelism (--context-parallel-size, --cp-comm-type allgather) against the single
+# process, under mpirun (at most 4 ranks):
+#   for both model families (gpt: learned positions, LayerNorm, biases; llama: RoPE, RMSNorm,
+#   SwiGLU, grouped queries, no biases) and both attention masks (vanilla: causal;
+#   difflm-noshift: no_mask, variable lengths padded to 2 CP chunks, hidden and attention
+#   dropout on), the layouts CP 2, CP 4, CP 2 x TP 2 (sequence parallel), CP 2 x PP 2 and
+#   CP 2 x DP 2: every logged training and validation loss within rel 1e-5 of the single
+#   process's, and the saved weights within rel 1e-4 (compare_checkpoints.py);
+#   CP 2 with selective and with full recompute: the saved weights bitwise those of CP 2
+#   without recompute (RTOL 0), the losses the same lines.
+# The single process is the independent reference: it never splits a sequence, so a wrong
+# split, position, dropout key, mask or reduction moves the losses by far more than 1e-5.
+set -euo pipefail
+rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+export OMP_NUM_THREADS=1
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
+PY=/usr/bin/python3
+
+base=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --micro-batch-size 2
+      --global-batch-size 4 --train-iters 4 --lr 1e-3 --lr-decay-style cosine --lr-warmup-iters 1
+      --mock-data --vocab-size 100 --make-vocab-size-divisible-by 64 --log-interval 1
+      --eval-iters 1 --eval-interval 4 --hidden-dropout 0.1 --attention-dropout 0.1 --seed 5)
+family_flags() {
+  if [ "$1" = llama ]; then
+    echo --normalization RMSNorm --position-embedding-type rope --swiglu --ffn-hidden-size 64 \
+         --group-query-attention --num-query-groups 2 --disable-bias-linear \
+         --untie-embeddings-and-output-weights
+  fi
+}
+mode_flags() {
+  if [ "$1" = causal ]; then
+    echo --seq-length 16 --max-position-embeddings 16
+  else # the model sees seq-length - 1 = 16 tokens
+    echo --seq-length 17 --max-position-embeddings 17 --model-running-mode difflm-noshift \
+         --mask-token 100 --attention-mask-type no_mask --difflm-varilen-prob 0.6
+  fi
+}
+CP=(--cp-comm-type allgather)
+declare -A LAYOUT=(
+  [cp2]="2 --context-parallel-size 2"
+  [cp4]="4 --context-parallel-size 4"
+  [cp2-tp2]="4 --context-parallel-size 2 --tensor-model-parallel-size 2 --sequence-parallel"
+  [cp2-pp2]="4 --context-parallel-size 2 --pipeline-model-parallel-size 2"
+  [cp2-dp2]="4 --context-parallel-size 2"
+)
+RECOMPUTE_SEL="--recompute-granularity selective"
+RECOMPUTE_FULL="--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
+
+losses() { grep -o 'lm loss: [^ ]*\|lm loss value: [^ ]*' "$1" | awk '{print $NF}'; }
+close_losses() { # close_losses ref.log other.log: same count (> 0), each within rel 1e-5
+  paste <(losses "$1") <(losses "$2") | awk -v what="$2" '
+    { n++; d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1); if (r > worst) worst = r
+      if ($2 == "" || r > 1e-5) { printf "%s: loss %d: %s vs %s\n", what, n, $2, $1; bad = 1 } }
+    END { if (n < 5) { print what ": expected 5 losses, found " n; bad = 1 }
+          printf "  losses: %d, worst rel %.3g\n", n, worst; exit bad }'
+}
+run() { # run NAME NP FLAGS...
+  local name=$1 np=$2; shift 2
+  if [ "$np" = 1 ]; then
+    "$MEGADLM" train "$@" --save "$name" > "$name.log" 2>&1
+  else
+    "${MPIRUN[@]}" -np "$np" "$MEGADLM" train "$@" --save "$name" > "$name.log" 2>&1
+  fi || { echo "FAILED: $name did not run"; tail -5 "$name.log"; return 1; }
+}
+
+fail=0
+for family in gpt llama; do
+  for mode in causal no_mask; do
+    # shellcheck disable=SC2207
+    flags=("${base[@]}" $(family_flags $family) $(mode_flags $mode))
+    ref="$family-$mode-ref"
+    run "$ref" 1 "${flags[@]}" || { fail=1; continue; }
+    for layout in cp2 cp4 cp2-tp2 cp2-pp2 cp2-dp2; do
+      read -r np extra <<< "${LAYOUT[$layout]}"
+      name="$family-$mode-$layout"
+      # shellcheck disable=SC2086
+      run "$name" "$np" "${flags[@]}" "${CP[@]}" $extra || { fail=1; continue; }
+      echo "$name"
+      close_losses "$ref.log" "$name.log" || fail=1
+      # 4 heads; gpt: 4 groups with key biases (a key bias's gradient is rounding noise)
+      $PY "$SRC/tests/python/compare_checkpoints.py" "$name/iter_0000004/model.safetensors" \
+          "$ref/iter_0000004/model.safetensors" 1e-4 4 4 8 1e-2 | sed 's/^/  model: /' || fail=1
+    done
+    for rc in sel full; do
+      name="$family-$mode-cp2-$rc"
+      var="RECOMPUTE_${rc^^}"
+      # shellcheck disable=SC2086
+      run "$name" 2 "${flags[@]}" "${CP[@]}" --context-parallel-size 2 ${!var} || { fail=1; continue; }
+      echo "$name (bitwise against cp2 without recompute)"
+      if ! cmp -s <(losses "$family-$mode-cp2.log") <(losses "$name.log"); then
+        echo "  losses differ from cp2's"; fail=1
+      fi
+      $PY "$SRC/tests/python/compare_checkpoints.py" "$name/iter_0000004/model.safetensors" \
+          "$family-$mode-cp2/iter_0000004/model.safetensors" 0 | sed 's/^/  model: /' || fail=1
+    done
+  done
+done
+
+# refused layouts name the flag
+if "$MEGADLM" train "${base[@]}" --seq-length 16 --max-position-embeddings 16 \
+     --context-parallel-size 2 > p2p.log 2>&1; then
+  echo "FAILED: the default --cp-comm-type p2p was accepted"; fail=1
+elif ! grep -q -- "--cp-comm-type p2p (the default): not built yet" p2p.log; then
+  echo "FAILED: p2p's refusal:"; cat p2p.log; fail=1
+fi
+exit $fail
