@@ -929,7 +929,7 @@ static void log_logits(const trainer *tr, const activation_store *s, int rank) {
     printf("[Rank %d] logits per store (bytes) | predicted %zu | measured %zu | rows %d "
            "of %d | %s |\n", rank, theoretical_megadlm_logits_bytes(a),
            mem_block_bytes(s->logits), s->logits_rows,
-           a->micro_batch_size * a->seq_length,
+           a->micro_batch_size * tc_seq_local(&tr->model->cfg),
            difflm_logits_in_chunks(a) ? "masked diffusion: loss-weighted rows in chunks"
                                       : "every row");
 }
@@ -941,7 +941,7 @@ static void log_logits(const trainer *tr, const activation_store *s, int rank) {
 static void log_saved_activations(const trainer *tr) {
     const gpt_model *m = tr->model;
     const activation_store *s = tr->pipe->stores[0];
-    int B = tr->a->micro_batch_size, T = tr->a->seq_length, rank = parallel_world_rank();
+    int B = tr->a->micro_batch_size, T = tc_seq_local(&m->cfg), rank = parallel_world_rank();
     /* a store holds one model chunk's layers; every chunk's layer j keeps what layer j of the
      * first store's block was given */
     for (int j = 0; j < m->num_chunks; j++)

@@ -8,7 +8,9 @@
 #   CP 2 x DP 2: every logged training and validation loss within rel 1e-5 of the single
 #   process's, and the saved weights within rel 1e-4 (compare_checkpoints.py);
 #   CP 2 with selective and with full recompute: the saved weights bitwise those of CP 2
-#   without recompute (RTOL 0), the losses the same lines.
+#   without recompute (RTOL 0), the losses the same lines;
+#   --log-memory: a layer's saved activations per rank 1/CP of one process's (the same layout
+#   without CP), predicted == measured on every rank.
 # The single process is the independent reference: it never splits a sequence, so a wrong
 # split, position, dropout key, mask or reduction moves the losses by far more than 1e-5.
 set -euo pipefail
@@ -95,6 +97,35 @@ for family in gpt llama; do
           "$family-$mode-cp2/iter_0000004/model.safetensors" 0 | sed 's/^/  model: /' || fail=1
     done
   done
+done
+
+# memory (--log-memory): every layer's saved activations per rank are exactly 1/CP of one
+# process's (each tensor holds T/CP positions; the probabilities T/CP query rows of T x T), and
+# on every rank the predicted saved activations (`megadlm memory`'s code) equal the measured
+mem_flags=("${base[@]}" --seq-length 16 --max-position-embeddings 16 --train-iters 2 --log-memory)
+layer_bytes() { grep -o 'saved activations layer 0 (bytes) | measured [0-9]*' "$1" | head -1 | awk '{print $NF}'; }
+run mem-ref 1 "${mem_flags[@]}" || fail=1
+one=$(layer_bytes mem-ref.log)
+for layout in "2 2" "4 4" "4 2 --tensor-model-parallel-size 2 --sequence-parallel" \
+              "2 2 --recompute-granularity selective"; do
+  read -r np cp extra <<< "$layout"
+  name="mem-cp$cp-np$np${extra:+-x}"
+  # shellcheck disable=SC2086
+  run "$name" "$np" "${mem_flags[@]}" "${CP[@]}" --context-parallel-size "$cp" $extra || { fail=1; continue; }
+  got=$(layer_bytes "$name.log")
+  # the reference at the same recompute / TP layout: one process, or TP 2 alone
+  if [ -n "$extra" ]; then
+    # shellcheck disable=SC2086
+    run "$name-ref" "$((np / cp))" "${mem_flags[@]}" $extra || { fail=1; continue; }
+    want=$(( $(layer_bytes "$name-ref.log") / cp ))
+  else
+    want=$((one / cp))
+  fi
+  echo "memory CP $cp ${extra:-}: layer 0 saved $got bytes per rank, one process / $cp = $want"
+  [ "$got" = "$want" ] || { echo "  FAILED: not 1/$cp"; fail=1; }
+  if grep 'memory saved activations' "$name.log" | grep -qv 'difference 0 |'; then
+    echo "  FAILED: predicted != measured"; grep 'memory saved activations' "$name.log"; fail=1
+  fi
 done
 
 # refused layouts name the flag

@@ -1,11 +1,11 @@
 #include "core/context_parallel/cp_attention.h"
 
 #include <mpi.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "core/context_parallel/cp_layout.h"
 #include "core/parallel_state.h"
+#include "core/tensor/memory.h"
 #include "core/util/die.h"
 
 /* Three buffers of the whole sequence's QKV rows [B, T, QKV], grown on demand and reused by
@@ -16,13 +16,12 @@ static size_t g_cap;
 
 static void buffers_fit(size_t n) {
     if (n <= g_cap) return;
-    free(g_full);
-    free(g_stage);
-    free(g_grad);
-    g_full = malloc(n * sizeof(float));
-    g_stage = malloc(n * sizeof(float));
-    g_grad = malloc(n * sizeof(float));
-    if (!g_full || !g_stage || !g_grad) die(1, "out of memory: context-parallel attention buffers");
+    mem_free(g_full);
+    mem_free(g_stage);
+    mem_free(g_grad);
+    g_full = mem_alloc_floats(MEM_WORKSPACE, n, "context-parallel gathered QKV");
+    g_stage = mem_alloc_floats(MEM_WORKSPACE, n, "context-parallel exchange");
+    g_grad = mem_alloc_floats(MEM_WORKSPACE, n, "context-parallel key/value gradients");
     g_cap = n;
 }
 

@@ -97,7 +97,11 @@ static const float *dropped_probs(float *Pd, const float *P, att_shape sh, float
 }
 
 size_t attention_workspace_floats(int T, int threads) {
-    return 3 * (size_t)T * (size_t)T * (size_t)(threads < 1 ? 1 : threads);
+    return attention_workspace_floats_rows(T, T, threads);
+}
+
+size_t attention_workspace_floats_rows(int Tq, int Tk, int threads) {
+    return 3 * (size_t)Tq * (size_t)Tk * (size_t)(threads < 1 ? 1 : threads);
 }
 
 /* The team of a parallel region over the workspace: the current OpenMP team size, never more

@@ -65,6 +65,8 @@ typedef struct {
 } attention_workspace;
 
 size_t attention_workspace_floats(int T, int threads);
+/* The same for Tq query rows against Tk keys (attention_rows). */
+size_t attention_workspace_floats_rows(int Tq, int Tk, int threads);
 
 /* out[B,T,NH*HS], probs[B,NH,T,T] (if kept) from qkv (shapes in x). */
 void attention_forward(float *out, attention_probs probs, const float *qkv, qkv_batch x,

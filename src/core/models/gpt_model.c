@@ -205,11 +205,12 @@ gpt_model *gpt_model_create(const transformer_config *cfg, int max_batch, gpt_mo
     m->num_chunks = tc_vp(c);
     /* the block's workspaces are sized for this rank's threads (core/threads.h); no kernel
      * runs more threads than they were sized for */
-    transformer_block_init(&m->block, c, max_batch, c->seq_length, bw, threads_per_rank());
+    /* a rank's positions: seq-length / CP under context parallelism */
+    transformer_block_init(&m->block, c, max_batch, tc_seq_local(c), bw, threads_per_rank());
     build_params(m);
 
     /* N tokens, Ns of them outside tensor-parallel regions */
-    size_t N = (size_t)max_batch * c->seq_length, C = c->hidden_size;
+    size_t N = (size_t)max_batch * tc_seq_local(c), C = c->hidden_size;
     size_t Ns = tc_tokens_local(c, (int)N);
     if (bw) {
         m->dlosses = mem_alloc_floats(MEM_WORKSPACE, N, "dlosses");
@@ -221,7 +222,7 @@ gpt_model *gpt_model_create(const transformer_config *cfg, int max_batch, gpt_mo
         m->ce_sumexp = mem_alloc_floats(MEM_WORKSPACE, N, "cross-entropy sum of exponentials");
     }
     if (tc_cp(c) > 1) /* int32 tokens and labels share float-sized slots */
-        m->cp_batch = mem_alloc_floats(MEM_OTHER, 3 * (N / tc_cp(c)), "context-parallel rows");
+        m->cp_batch = mem_alloc_floats(MEM_OTHER, 3 * N, "context-parallel rows");
     if (c->rope) {
         size_t half = c->rot_dim / 2;
         m->rope_cos = mem_alloc_floats(MEM_OTHER, c->seq_length * half, "rope cos");

@@ -131,6 +131,9 @@ static inline int tc_vocab_local(const transformer_config *c) {
     return c->padded_vocab_size / tc_tp(c);
 }
 static inline int tc_cp(const transformer_config *c) { return c->cp_size > 1 ? c->cp_size : 1; }
+/* Positions of each sequence a rank holds: seq-length / CP under context parallelism (its two
+ * chunks; a masked-diffusion micro-batch of seq-length - 1 tokens fits too). */
+static inline int tc_seq_local(const transformer_config *c) { return c->seq_length / tc_cp(c); }
 /* Token rows a rank holds outside the tensor-parallel regions: N/t with sequence parallelism. */
 static inline int tc_tokens_local(const transformer_config *c, int N) {
     return tc_sp(c) ? N / tc_tp(c) : N;

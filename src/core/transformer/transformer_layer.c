@@ -108,8 +108,10 @@ void layer_workspace_alloc(layer_workspace *ws, const transformer_config *c, int
         sp ? mem_alloc_floats(MEM_WORKSPACE, N * C, "branch partial output") : ws->branch;
     if (sp) ws->gathered = mem_alloc_floats(MEM_WORKSPACE, N * C, "gathered norm output");
     ws->attn.threads = threads;
-    ws->attn.data =
-        mem_alloc_floats(MEM_WORKSPACE, attention_workspace_floats(T, threads), "attention");
+    /* context parallelism: a chunk of T/2 queries against the whole sequence's T x CP keys */
+    size_t attn = tc_cp(c) > 1 ? attention_workspace_floats_rows(T / 2, T * tc_cp(c), threads)
+                               : attention_workspace_floats(T, threads);
+    ws->attn.data = mem_alloc_floats(MEM_WORKSPACE, attn, "attention");
     /* the ring reduce-scatter's receive buffers (--tp-comm-overlap) */
     if (sp && c->tp_comm_overlap)
         ws->recv = mem_alloc_floats(MEM_WORKSPACE, (N - Ns) * C, "overlap receive buffers");
