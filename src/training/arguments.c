@@ -933,11 +933,16 @@ static int validate_context_parallel(megadlm_args *a, char *err, size_t errlen) 
                     a->cp_comm_type);
     int cp = a->context_parallel_size;
     if (cp <= 1) return 0;
-    if (strcmp(a->cp_comm_type, "allgather") != 0)
+    if (strcmp(a->cp_comm_type, "allgather") != 0 && strcmp(a->cp_comm_type, "p2p") != 0)
         return fail(err, errlen,
-                    "--cp-comm-type %s%s: not built yet with --context-parallel-size %d (the "
-                    "built exchange is --cp-comm-type allgather)",
-                    a->cp_comm_type, strcmp(a->cp_comm_type, "p2p") ? "" : " (the default)", cp);
+                    "--cp-comm-type %s: not built yet with --context-parallel-size %d (the built "
+                    "exchanges are p2p, the default, and allgather)",
+                    a->cp_comm_type, cp);
+    if (!strcmp(a->cp_comm_type, "p2p") && (a->bf16 || a->fp16))
+        return fail(err, errlen,
+                    "--cp-comm-type p2p with %s: not built yet (the ring merges fp32 blocks; "
+                    "--cp-comm-type allgather keeps the 16-bit attention)",
+                    a->bf16 ? "--bf16" : "--fp16");
     int difflm = !strcmp(a->model_running_mode, "difflm-noshift");
     int s = difflm ? a->seq_length - 1 : a->seq_length; /* the tokens the model sees */
     if (s % (2 * cp) != 0)

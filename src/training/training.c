@@ -32,6 +32,7 @@
 #include "training/dist_checkpointing.h"
 #include "core/kernels/blas_kernels.h"
 #include "core/kernels/gemm.h"
+#include "core/context_parallel/cp_ring.h"
 #include "core/parallel_state.h"
 #include "core/threads.h"
 #include "core/tensor_parallel/comm_overlap.h"
@@ -1195,6 +1196,20 @@ static void setup_tp_comm_overlap(const megadlm_args *a) {
 
 /* Everything pretrain built, in reverse (parts not built yet are NULL), and the TP overlap
  * engine's summary. */
+/* Context parallelism's ring (--cp-comm-type p2p): its transfers and how much of them the
+ * attention compute hid (core/context_parallel/cp_ring.h). MEGADLM_CP_RING_BLOCKING=1 runs every
+ * transfer blocking before its step's compute: the baseline bench/bench_context_parallel.sh
+ * measures the hidden fraction against. */
+static void log_cp_ring(const trainer *tr) {
+    const transformer_config *c = &tr->model->cfg;
+    if (tc_cp(c) <= 1 || !c->cp_ring) return;
+    const cp_ring_stats *st = cp_ring_get_stats();
+    log_printf("> CP ring (this rank): %lu steps, %.1f MB sent, %.4f s of attention compute with "
+               "transfers in flight, %.4f s waiting for transfers after it, %.4f s of blocking "
+               "transfers\n",
+               st->steps, st->bytes / 1e6, st->compute_s, st->wait_s, st->blocking_s);
+}
+
 static void trainer_free(trainer *tr) {
     watchdog_stop();
     monitor_close(&tr->mon); /* the event file flushed, also when the run failed */
@@ -1224,6 +1239,7 @@ static void trainer_free(trainer *tr) {
                    os->bulk_reduce_scatters);
     }
     tp_overlap_finalize();
+    log_cp_ring(tr);
 }
 
 /* Megatron's --ckpt-convert-format: the loaded checkpoint written again, into
@@ -1272,6 +1288,8 @@ int pretrain(megadlm_args *a) {
     if (monitor_open(&tr.mon, a, g_log_rank, pst->world_rank, err, sizeof err) != 0)
         die(2, "%s", err);
     log_threads();
+    const char *ring_blocking = getenv("MEGADLM_CP_RING_BLOCKING"); /* the bench's baseline */
+    cp_ring_set_blocking(ring_blocking && !strcmp(ring_blocking, "1"));
     if (a->tp_comm_overlap) setup_tp_comm_overlap(a);
     transformer_config cfg = model_config_from_args(a);
     tr.num_microbatches = a->global_batch_size / (a->micro_batch_size * a->data_parallel_size);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Context parallelism (--context-parallel-size, --cp-comm-type allgather) against the single
-# process, under mpirun (at most 4 ranks):
+# Context parallelism (--context-parallel-size; --cp-comm-type p2p, the ring, and allgather)
+# against the single process, under mpirun (at most 4 ranks), for each exchange:
 #   for both model families (gpt: learned positions, LayerNorm, biases; llama: RoPE, RMSNorm,
 #   SwiGLU, grouped queries, no biases) and both attention masks (vanilla: causal;
 #   difflm-noshift: no_mask, variable lengths padded to 2 CP chunks, hidden and attention
@@ -10,7 +10,9 @@
 #   CP 2 with selective and with full recompute: the saved weights bitwise those of CP 2
 #   without recompute (RTOL 0), the losses the same lines;
 #   --log-memory: a layer's saved activations per rank 1/CP of one process's (the same layout
-#   without CP), predicted == measured on every rank.
+#   without CP) with allgather; with p2p 1/CP of one process's without the probabilities
+#   (selective recompute's) plus the ring's log-sum-exp, 4 B NH T/CP bytes; predicted ==
+#   measured on every rank.
 # The single process is the independent reference: it never splits a sequence, so a wrong
 # split, position, dropout key, mask or reduction moves the losses by far more than 1e-5.
 set -euo pipefail
@@ -38,7 +40,7 @@ mode_flags() {
          --mask-token 100 --attention-mask-type no_mask --difflm-varilen-prob 0.6
   fi
 }
-CP=(--cp-comm-type allgather)
+COMMS=(p2p allgather)
 declare -A LAYOUT=(
   [cp2]="2 --context-parallel-size 2"
   [cp4]="4 --context-parallel-size 4"
@@ -73,9 +75,11 @@ for family in gpt llama; do
     flags=("${base[@]}" $(family_flags $family) $(mode_flags $mode))
     ref="$family-$mode-ref"
     run "$ref" 1 "${flags[@]}" || { fail=1; continue; }
+    for comm in "${COMMS[@]}"; do
+    CP=(--cp-comm-type "$comm")
     for layout in cp2 cp4 cp2-tp2 cp2-pp2 cp2-dp2; do
       read -r np extra <<< "${LAYOUT[$layout]}"
-      name="$family-$mode-$layout"
+      name="$family-$mode-$comm-$layout"
       # shellcheck disable=SC2086
       run "$name" "$np" "${flags[@]}" "${CP[@]}" $extra || { fail=1; continue; }
       echo "$name"
@@ -85,16 +89,17 @@ for family in gpt llama; do
           "$ref/iter_0000004/model.safetensors" 1e-4 4 4 8 1e-2 | sed 's/^/  model: /' || fail=1
     done
     for rc in sel full; do
-      name="$family-$mode-cp2-$rc"
+      name="$family-$mode-$comm-cp2-$rc"
       var="RECOMPUTE_${rc^^}"
       # shellcheck disable=SC2086
       run "$name" 2 "${flags[@]}" "${CP[@]}" --context-parallel-size 2 ${!var} || { fail=1; continue; }
       echo "$name (bitwise against cp2 without recompute)"
-      if ! cmp -s <(losses "$family-$mode-cp2.log") <(losses "$name.log"); then
+      if ! cmp -s <(losses "$family-$mode-$comm-cp2.log") <(losses "$name.log"); then
         echo "  losses differ from cp2's"; fail=1
       fi
       $PY "$SRC/tests/python/compare_checkpoints.py" "$name/iter_0000004/model.safetensors" \
-          "$family-$mode-cp2/iter_0000004/model.safetensors" 0 | sed 's/^/  model: /' || fail=1
+          "$family-$mode-$comm-cp2/iter_0000004/model.safetensors" 0 | sed 's/^/  model: /' || fail=1
+    done
     done
   done
 done
@@ -106,6 +111,7 @@ mem_flags=("${base[@]}" --seq-length 16 --max-position-embeddings 16 --train-ite
 layer_bytes() { grep -o 'saved activations layer 0 (bytes) | measured [0-9]*' "$1" | head -1 | awk '{print $NF}'; }
 run mem-ref 1 "${mem_flags[@]}" || fail=1
 one=$(layer_bytes mem-ref.log)
+CP=(--cp-comm-type allgather)
 for layout in "2 2" "4 4" "4 2 --tensor-model-parallel-size 2 --sequence-parallel" \
               "2 2 --recompute-granularity selective"; do
   read -r np cp extra <<< "$layout"
@@ -128,11 +134,29 @@ for layout in "2 2" "4 4" "4 2 --tensor-model-parallel-size 2 --sequence-paralle
   fi
 done
 
+# p2p: no probabilities; the log-sum-exp of B=2 x NH=4 x T/CP rows in fp32
+run mem-ref-sel 1 "${mem_flags[@]}" --recompute-granularity selective || fail=1
+sel=$(layer_bytes mem-ref-sel.log)
+for cp in 2 4; do
+  name="mem-p2p-cp$cp"
+  run "$name" "$cp" "${mem_flags[@]}" --context-parallel-size "$cp" || { fail=1; continue; }
+  got=$(layer_bytes "$name.log") want=$((sel / cp + 4 * 2 * 4 * 16 / cp))
+  echo "memory p2p CP $cp: layer 0 saved $got bytes per rank, expected $want"
+  [ "$got" = "$want" ] || { echo "  FAILED"; fail=1; }
+  if grep 'memory saved activations' "$name.log" | grep -qv 'difference 0 |'; then
+    echo "  FAILED: predicted != measured"; grep 'memory saved activations' "$name.log"; fail=1
+  fi
+done
+
 # refused layouts name the flag
-if "$MEGADLM" train "${base[@]}" --seq-length 16 --max-position-embeddings 16 \
-     --context-parallel-size 2 > p2p.log 2>&1; then
-  echo "FAILED: the default --cp-comm-type p2p was accepted"; fail=1
-elif ! grep -q -- "--cp-comm-type p2p (the default): not built yet" p2p.log; then
-  echo "FAILED: p2p's refusal:"; cat p2p.log; fail=1
-fi
+for refused in "--cp-comm-type a2a:--cp-comm-type a2a: not built yet" \
+               "--bf16:--cp-comm-type p2p with --bf16: not built yet"; do
+  # shellcheck disable=SC2086
+  if "$MEGADLM" train "${base[@]}" --seq-length 16 --max-position-embeddings 16 \
+       --context-parallel-size 2 ${refused%%:*} > refused.log 2>&1; then
+    echo "FAILED: ${refused%%:*} was accepted"; fail=1
+  elif ! grep -q -- "${refused#*:}" refused.log; then
+    echo "FAILED: the refusal of ${refused%%:*}:"; cat refused.log; fail=1
+  fi
+done
 exit $fail

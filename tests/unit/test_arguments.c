@@ -1438,7 +1438,8 @@ static void test_context_parallel_flags(void) {
     static const struct {
         const char *flags, *want; /* want: NULL = valid */
     } cases[] = {
-        {"--context-parallel-size 2", "--cp-comm-type p2p (the default): not built yet"},
+        {"--context-parallel-size 2", NULL}, /* p2p, Megatron's default */
+        {"--context-parallel-size 2 --bf16", "--cp-comm-type p2p with --bf16: not built yet"},
         {"--context-parallel-size 2 --cp-comm-type a2a", "--cp-comm-type a2a: not built yet"},
         {"--context-parallel-size 2 --cp-comm-type a2a+p2p", "--cp-comm-type a2a+p2p: not built"},
         {"--cp-comm-type ring", "--cp-comm-type ring: expected p2p, a2a, allgather or a2a+p2p"},

@@ -6,6 +6,7 @@
 
 #include "core/context_parallel/cp_attention.h"
 #include "core/context_parallel/cp_layout.h"
+#include "core/context_parallel/cp_ring.h"
 #include "core/kernels/attention.h"
 #include "core/kernels/linear.h"
 #include "core/kernels/norm.h"
@@ -72,7 +73,10 @@ void self_attention_forward(const layer_ctx *ctx, int layer_index, const layer_w
     }
 
     /* context parallelism: the local queries against the whole sequence's keys */
-    if (tc_cp(c) > 1)
+    if (tc_cp(c) > 1 && c->cp_ring)
+        cp_ring_forward(c, s->ctx, s->cp_lse, s->qkv, qkv_shape(ctx),
+                        core_attention_opts(ctx, layer_index), ws->attn);
+    else if (tc_cp(c) > 1)
         cp_attention_forward(c, s->ctx, saved_probs(s), s->qkv, qkv_shape(ctx),
                              core_attention_opts(ctx, layer_index), ws->attn);
     else
@@ -96,7 +100,10 @@ void self_attention_backward(const layer_ctx *ctx, int layer_index, const layer_
                                  LAYER_LINEAR_W(w, proj), N, NH * HS, C);
 
     memset(ws->dqkv, 0, (size_t)N * QKV * sizeof(float));
-    if (tc_cp(c) > 1)
+    if (tc_cp(c) > 1 && c->cp_ring)
+        cp_ring_backward(c, ws->dqkv, ws->dctx, s->ctx, s->cp_lse, s->qkv, qkv_shape(ctx),
+                         core_attention_opts(ctx, layer_index), ws->attn);
+    else if (tc_cp(c) > 1)
         cp_attention_backward(c, ws->dqkv, ws->dctx, s->qkv, saved_probs(s), qkv_shape(ctx),
                               core_attention_opts(ctx, layer_index), ws->attn);
     else

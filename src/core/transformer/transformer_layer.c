@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "core/context_parallel/cp_layout.h"
+#include "core/context_parallel/cp_ring.h"
 #include "core/kernels/attention.h"
 #include "core/kernels/bf16.h"
 #include "core/kernels/linear.h"
@@ -109,8 +110,9 @@ void layer_workspace_alloc(layer_workspace *ws, const transformer_config *c, int
     if (sp) ws->gathered = mem_alloc_floats(MEM_WORKSPACE, N * C, "gathered norm output");
     ws->attn.threads = threads;
     /* context parallelism: a chunk of T/2 queries against the whole sequence's T x CP keys */
-    size_t attn = tc_cp(c) > 1 ? attention_workspace_floats_rows(T / 2, T * tc_cp(c), threads)
-                               : attention_workspace_floats(T, threads);
+    size_t attn = tc_cp(c) > 1 && c->cp_ring ? cp_ring_workspace_floats(c, T, threads)
+                  : tc_cp(c) > 1 ? attention_workspace_floats_rows(T / 2, T * tc_cp(c), threads)
+                                 : attention_workspace_floats(T, threads);
     ws->attn.data = mem_alloc_floats(MEM_WORKSPACE, attn, "attention");
     /* the ring reduce-scatter's receive buffers (--tp-comm-overlap) */
     if (sp && c->tp_comm_overlap)
