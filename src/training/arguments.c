@@ -933,11 +933,18 @@ static int validate_context_parallel(megadlm_args *a, char *err, size_t errlen) 
                     a->cp_comm_type);
     int cp = a->context_parallel_size;
     if (cp <= 1) return 0;
-    if (strcmp(a->cp_comm_type, "allgather") != 0 && strcmp(a->cp_comm_type, "p2p") != 0)
+    if (!strcmp(a->cp_comm_type, "a2a+p2p"))
         return fail(err, errlen,
-                    "--cp-comm-type %s: not built yet with --context-parallel-size %d (the built "
-                    "exchanges are p2p, the default, and allgather)",
-                    a->cp_comm_type, cp);
+                    "--cp-comm-type a2a+p2p: not built yet with --context-parallel-size %d (the "
+                    "built exchanges are p2p, the default, a2a and allgather)",
+                    cp);
+    int t_groups = a->num_query_groups / a->tensor_model_parallel_size;
+    if (!strcmp(a->cp_comm_type, "a2a") && t_groups % cp != 0)
+        return fail(err, errlen,
+                    "--cp-comm-type a2a: a tensor-parallel rank's %d query groups "
+                    "(--num-query-groups / --tensor-model-parallel-size) are not divisible by "
+                    "--context-parallel-size %d (the all-to-all splits them)",
+                    t_groups, cp);
     if (!strcmp(a->cp_comm_type, "p2p") && (a->bf16 || a->fp16))
         return fail(err, errlen,
                     "--cp-comm-type p2p with %s: not built yet (the ring merges fp32 blocks; "

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Context parallelism (--context-parallel-size; --cp-comm-type p2p, the ring, and allgather)
+# Context parallelism (--context-parallel-size; --cp-comm-type p2p, the ring, allgather and a2a)
 # against the single process, under mpirun (at most 4 ranks), for each exchange:
 #   for both model families (gpt: learned positions, LayerNorm, biases; llama: RoPE, RMSNorm,
-#   SwiGLU, grouped queries, no biases) and both attention masks (vanilla: causal;
+#   SwiGLU, 8 heads in 4 query groups, no biases) and both attention masks (vanilla: causal;
 #   difflm-noshift: no_mask, variable lengths padded to 2 CP chunks, hidden and attention
 #   dropout on), the layouts CP 2, CP 4, CP 2 x TP 2 (sequence parallel), CP 2 x PP 2 and
 #   CP 2 x DP 2: every logged training and validation loss within rel 1e-5 of the single
@@ -10,7 +10,7 @@
 #   CP 2 with selective and with full recompute: the saved weights bitwise those of CP 2
 #   without recompute (RTOL 0), the losses the same lines;
 #   --log-memory: a layer's saved activations per rank 1/CP of one process's (the same layout
-#   without CP) with allgather; with p2p 1/CP of one process's without the probabilities
+#   without CP) with allgather and a2a; with p2p 1/CP of one process's without the probabilities
 #   (selective recompute's) plus the ring's log-sum-exp, 4 B NH T/CP bytes; predicted ==
 #   measured on every rank.
 # The single process is the independent reference: it never splits a sequence, so a wrong
@@ -28,7 +28,7 @@ base=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --micro-batch-size
 family_flags() {
   if [ "$1" = llama ]; then
     echo --normalization RMSNorm --position-embedding-type rope --swiglu --ffn-hidden-size 64 \
-         --group-query-attention --num-query-groups 2 --disable-bias-linear \
+         --num-attention-heads 8 --group-query-attention --num-query-groups 4 --disable-bias-linear \
          --untie-embeddings-and-output-weights
   fi
 }
@@ -40,7 +40,7 @@ mode_flags() {
          --mask-token 100 --attention-mask-type no_mask --difflm-varilen-prob 0.6
   fi
 }
-COMMS=(p2p allgather)
+COMMS=(p2p allgather a2a)
 declare -A LAYOUT=(
   [cp2]="2 --context-parallel-size 2"
   [cp4]="4 --context-parallel-size 4"
@@ -113,7 +113,7 @@ run mem-ref 1 "${mem_flags[@]}" || fail=1
 one=$(layer_bytes mem-ref.log)
 CP=(--cp-comm-type allgather)
 for layout in "2 2" "4 4" "4 2 --tensor-model-parallel-size 2 --sequence-parallel" \
-              "2 2 --recompute-granularity selective"; do
+              "2 2 --recompute-granularity selective" "2 2 --cp-comm-type a2a"; do
   read -r np cp extra <<< "$layout"
   name="mem-cp$cp-np$np${extra:+-x}"
   # shellcheck disable=SC2086
@@ -149,7 +149,8 @@ for cp in 2 4; do
 done
 
 # refused layouts name the flag
-for refused in "--cp-comm-type a2a:--cp-comm-type a2a: not built yet" \
+for refused in "--cp-comm-type a2a+p2p:--cp-comm-type a2a+p2p: not built yet" \
+               "--cp-comm-type a2a --num-query-groups 1 --group-query-attention:not divisible by --context-parallel-size 2" \
                "--bf16:--cp-comm-type p2p with --bf16: not built yet"; do
   # shellcheck disable=SC2086
   if "$MEGADLM" train "${base[@]}" --seq-length 16 --max-position-embeddings 16 \

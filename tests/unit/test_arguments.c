@@ -1440,7 +1440,9 @@ static void test_context_parallel_flags(void) {
     } cases[] = {
         {"--context-parallel-size 2", NULL}, /* p2p, Megatron's default */
         {"--context-parallel-size 2 --bf16", "--cp-comm-type p2p with --bf16: not built yet"},
-        {"--context-parallel-size 2 --cp-comm-type a2a", "--cp-comm-type a2a: not built yet"},
+        {"--context-parallel-size 2 --cp-comm-type a2a", NULL},
+        {"--context-parallel-size 4 --cp-comm-type a2a --tensor-model-parallel-size 2",
+         "query groups (--num-query-groups / --tensor-model-parallel-size) are not divisible"},
         {"--context-parallel-size 2 --cp-comm-type a2a+p2p", "--cp-comm-type a2a+p2p: not built"},
         {"--cp-comm-type ring", "--cp-comm-type ring: expected p2p, a2a, allgather or a2a+p2p"},
         {"--context-parallel-size 2 --cp-comm-type allgather", NULL},

@@ -4,6 +4,7 @@
 
 #include <string.h>
 
+#include "core/context_parallel/cp_a2a.h"
 #include "core/context_parallel/cp_attention.h"
 #include "core/context_parallel/cp_layout.h"
 #include "core/context_parallel/cp_ring.h"
@@ -76,6 +77,9 @@ void self_attention_forward(const layer_ctx *ctx, int layer_index, const layer_w
     if (tc_cp(c) > 1 && c->cp_ring)
         cp_ring_forward(c, s->ctx, s->cp_lse, s->qkv, qkv_shape(ctx),
                         core_attention_opts(ctx, layer_index), ws->attn);
+    else if (tc_cp(c) > 1 && c->cp_a2a)
+        cp_a2a_forward(c, s->ctx, saved_probs(s), s->qkv, qkv_shape(ctx),
+                       core_attention_opts(ctx, layer_index), ws->attn);
     else if (tc_cp(c) > 1)
         cp_attention_forward(c, s->ctx, saved_probs(s), s->qkv, qkv_shape(ctx),
                              core_attention_opts(ctx, layer_index), ws->attn);
@@ -103,6 +107,9 @@ void self_attention_backward(const layer_ctx *ctx, int layer_index, const layer_
     if (tc_cp(c) > 1 && c->cp_ring)
         cp_ring_backward(c, ws->dqkv, ws->dctx, s->ctx, s->cp_lse, s->qkv, qkv_shape(ctx),
                          core_attention_opts(ctx, layer_index), ws->attn);
+    else if (tc_cp(c) > 1 && c->cp_a2a)
+        cp_a2a_backward(c, ws->dqkv, ws->dctx, s->qkv, saved_probs(s), qkv_shape(ctx),
+                        core_attention_opts(ctx, layer_index), ws->attn);
     else if (tc_cp(c) > 1)
         cp_attention_backward(c, ws->dqkv, ws->dctx, s->qkv, saved_probs(s), qkv_shape(ctx),
                               core_attention_opts(ctx, layer_index), ws->attn);

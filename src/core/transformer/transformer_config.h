@@ -72,8 +72,9 @@ typedef struct {
      * cp_rank and 2 cp_size - 1 - cp_rank (core/context_parallel/cp_layout.h) */
     int cp_size;                       /* 0 or 1: no context parallelism */
     int cp_rank;
-    int cp_ring;                       /* --cp-comm-type p2p: the ring (cp_ring.h); else the
-                                          all-gather (cp_attention.h) */
+    int cp_ring;                       /* --cp-comm-type p2p: the ring (cp_ring.h) */
+    int cp_a2a;                        /* --cp-comm-type a2a: all-to-all (cp_a2a.h); neither:
+                                          the all-gather (cp_attention.h) */
     int pp_size;                       /* 0 or 1: one stage */
     int pp_rank;
     int vp_size;                       /* model chunks per rank; 0 or 1: no interleaving */

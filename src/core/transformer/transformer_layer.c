@@ -110,7 +110,9 @@ void layer_workspace_alloc(layer_workspace *ws, const transformer_config *c, int
     if (sp) ws->gathered = mem_alloc_floats(MEM_WORKSPACE, N * C, "gathered norm output");
     ws->attn.threads = threads;
     /* context parallelism: a chunk of T/2 queries against the whole sequence's T x CP keys */
+    /* a2a: the whole sequence of 1/CP of the heads */
     size_t attn = tc_cp(c) > 1 && c->cp_ring ? cp_ring_workspace_floats(c, T, threads)
+                  : tc_cp(c) > 1 && c->cp_a2a ? attention_workspace_floats(T * tc_cp(c), threads)
                   : tc_cp(c) > 1 ? attention_workspace_floats_rows(T / 2, T * tc_cp(c), threads)
                                  : attention_workspace_floats(T, threads);
     ws->attn.data = mem_alloc_floats(MEM_WORKSPACE, attn, "attention");
