@@ -12,7 +12,8 @@
 #   --log-memory: a layer's saved activations per rank 1/CP of one process's (the same layout
 #   without CP) with allgather and a2a; with p2p 1/CP of one process's without the probabilities
 #   (selective recompute's) plus the ring's log-sum-exp, 4 B NH T/CP bytes; predicted ==
-#   measured on every rank.
+#   measured on every rank; a CP 2 checkpoint resumes under CP 2 and in one process with the
+#   uninterrupted run's losses.
 # The single process is the independent reference: it never splits a sequence, so a wrong
 # split, position, dropout key, mask or reduction moves the losses by far more than 1e-5.
 set -euo pipefail
@@ -146,6 +147,26 @@ for cp in 2 4; do
   if grep 'memory saved activations' "$name.log" | grep -qv 'difference 0 |'; then
     echo "  FAILED: predicted != measured"; grep 'memory saved activations' "$name.log"; fail=1
   fi
+done
+
+# a CP checkpoint resumes under CP and in one process: the losses after the resume are the
+# uninterrupted run's
+res_flags=("${base[@]}" --seq-length 16 --max-position-embeddings 16 --eval-iters 0)
+"${MPIRUN[@]}" -np 2 "$MEGADLM" train "${res_flags[@]}" --context-parallel-size 2 --save ck \
+    --save-interval 2 > ck-full.log 2>&1 || { echo "FAILED: ck-full"; fail=1; }
+rm -rf ck/iter_0000004; echo 2 > ck/latest_checkpointed_iteration.txt
+for np in 2 1; do
+  if [ $np = 2 ]; then
+    "${MPIRUN[@]}" -np 2 "$MEGADLM" train "${res_flags[@]}" --context-parallel-size 2 --load ck \
+        > "ck-res$np.log" 2>&1 || { echo "FAILED: resume np $np"; fail=1; }
+  else
+    "$MEGADLM" train "${res_flags[@]}" --load ck > "ck-res$np.log" 2>&1 || { echo "FAILED: resume np $np"; fail=1; }
+  fi
+  echo "resume of a CP 2 checkpoint on $np rank(s)"
+  paste <(losses ck-full.log | tail -2) <(losses "ck-res$np.log") | awk '
+    { n++; d = $1 - $2; if (d < 0) d = -d; if ($2 == "" || d > 1e-5 * $1) bad = 1 }
+    END { if (n != 2 || bad) { print "  FAILED: losses after the resume differ"; exit 1 }
+          print "  losses after the resume: equal within rel 1e-5" }' || fail=1
 done
 
 # refused layouts name the flag

@@ -6,7 +6,6 @@
 #include "core/context_parallel/cp_layout.h"
 #include "core/parallel_state.h"
 #include "core/tensor/memory.h"
-#include "core/util/die.h"
 
 /* Three buffers of the whole sequence's QKV rows [B, T, QKV], grown on demand and reused by
  * every layer (one attention call runs at a time): the gathered rows, the per-rank staging of
@@ -23,11 +22,6 @@ static void buffers_fit(size_t n) {
     g_stage = mem_alloc_floats(MEM_WORKSPACE, n, "context-parallel exchange");
     g_grad = mem_alloc_floats(MEM_WORKSPACE, n, "context-parallel key/value gradients");
     g_cap = n;
-}
-
-size_t cp_attention_buffer_floats(const transformer_config *c, int B, int T_local) {
-    if (tc_cp(c) == 1) return 0;
-    return 3 * (size_t)B * T_local * tc_cp(c) * qkv_row_width(tc_qkv_layout_local(c));
 }
 
 /* Rows of rank rho's chunk k of sequence b: in rank order (the exchange's layout) and in

@@ -28,8 +28,4 @@ void cp_attention_backward(const transformer_config *c, float *dqkv, const float
                            const float *qkv, attention_probs probs, qkv_batch x,
                            attention_opts o, attention_workspace ws);
 
-/* Floats of the exchange buffers (three of the whole sequence's QKV rows) for a micro-batch of
- * B x T_local rows per rank: what the memory prediction counts. */
-size_t cp_attention_buffer_floats(const transformer_config *c, int B, int T_local);
-
 #endif

@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "core/kernels/gemm.h"
-#include "core/util/die.h"
 
 size_t attention_block_workspace_floats(int Lq, int Lk, int HS) {
     return 3 * (size_t)Lq * (size_t)Lk + (size_t)Lq * (size_t)HS;
