@@ -7,6 +7,7 @@
 #   dropout on), the layouts CP 2, CP 4, CP 2 x TP 2 (sequence parallel), CP 2 x PP 2 and
 #   CP 2 x DP 2: every logged training and validation loss within rel 1e-5 of the single
 #   process's, and the saved weights within rel 1e-4 (compare_checkpoints.py);
+#   --bf16 with allgather and a2a at CP 2 (losses within rel 1e-5);
 #   CP 2 with selective and with full recompute: the saved weights bitwise those of CP 2
 #   without recompute (RTOL 0), the losses the same lines;
 #   --log-memory: a layer's saved activations per rank 1/CP of one process's (the same layout
@@ -49,8 +50,10 @@ declare -A LAYOUT=(
   [cp2-pp2]="4 --context-parallel-size 2 --pipeline-model-parallel-size 2"
   [cp2-dp2]="4 --context-parallel-size 2"
 )
-RECOMPUTE_SEL="--recompute-granularity selective"
-RECOMPUTE_FULL="--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
+declare -A RECOMPUTE=(
+  [sel]="--recompute-granularity selective"
+  [full]="--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
+)
 
 losses() { grep -o 'lm loss: [^ ]*\|lm loss value: [^ ]*' "$1" | awk '{print $NF}'; }
 close_losses() { # close_losses ref.log other.log: same count (> 0), each within rel 1e-5
@@ -91,9 +94,8 @@ for family in gpt llama; do
     done
     for rc in sel full; do
       name="$family-$mode-$comm-cp2-$rc"
-      var="RECOMPUTE_${rc^^}"
       # shellcheck disable=SC2086
-      run "$name" 2 "${flags[@]}" "${CP[@]}" --context-parallel-size 2 ${!var} || { fail=1; continue; }
+      run "$name" 2 "${flags[@]}" "${CP[@]}" --context-parallel-size 2 ${RECOMPUTE[$rc]} || { fail=1; continue; }
       echo "$name (bitwise against cp2 without recompute)"
       if ! cmp -s <(losses "$family-$mode-$comm-cp2.log") <(losses "$name.log"); then
         echo "  losses differ from cp2's"; fail=1
@@ -103,6 +105,15 @@ for family in gpt llama; do
     done
     done
   done
+done
+
+# --bf16 (allgather and a2a: the single process's 16-bit roundings; p2p refuses it, below)
+bf=("${base[@]}" --seq-length 16 --max-position-embeddings 16 --bf16)
+run bf16-ref 1 "${bf[@]}" || fail=1
+for comm in allgather a2a; do
+  run "bf16-$comm" 2 "${bf[@]}" --context-parallel-size 2 --cp-comm-type "$comm" || { fail=1; continue; }
+  echo "bf16 $comm cp2"
+  close_losses bf16-ref.log "bf16-$comm.log" || fail=1
 done
 
 # memory (--log-memory): every layer's saved activations per rank are exactly 1/CP of one
