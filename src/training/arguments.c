@@ -963,10 +963,6 @@ static int validate_context_parallel(megadlm_args *a, char *err, size_t errlen) 
                     "--context-parallel-size %d with --sequence-parallel: a rank's micro-batch x "
                     "sequence / CP = %d tokens is not divisible by --tensor-model-parallel-size %d",
                     cp, a->micro_batch_size * (s / cp), t);
-    if (a->use_distributed_optimizer)
-        return fail(err, errlen, "--context-parallel-size %d with --use-distributed-optimizer: "
-                                 "not built yet (the optimizer shards over data-parallel ranks "
-                                 "only)", cp);
     return 0;
 }
 

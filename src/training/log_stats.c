@@ -73,7 +73,7 @@ double log_num_zeros_in_grad(const param_set *ps, const dist_opt *dopt) {
         for (int s = 0; s < dopt->num_segments; s++)
             local += zeros_in(ps, dopt->segs[s].begin, dopt->segs[s].begin + dopt->segs[s].numel,
                               tp_rank);
-        local = parallel_sum_double(PARALLEL_GROUP_DP, local);
+        local = parallel_sum_double(PARALLEL_GROUP_DP_CP, local); /* the optimizer's shards */
     } else {
         local = zeros_in(ps, 0, ps->numel, tp_rank);
     }

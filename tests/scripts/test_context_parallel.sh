@@ -6,8 +6,9 @@
 #   difflm-noshift: no_mask, variable lengths padded to 2 CP chunks, hidden and attention
 #   dropout on), the layouts CP 2, CP 4, CP 2 x TP 2 (sequence parallel; and with
 #   --tp-comm-overlap), CP 2 x PP 2 and
-#   CP 2 x DP 2: every logged training and validation loss within rel 1e-5 of the single
-#   process's, and the saved weights within rel 1e-4 (compare_checkpoints.py);
+#   CP 2 x DP 2 (and with the distributed optimizer, sharded over DP x CP): every logged
+#   training and validation loss within rel 1e-5 of the single process's, and the saved
+#   weights within rel 1e-4 (compare_checkpoints.py);
 #   --bf16 with allgather and a2a at CP 2 (losses within rel 1e-5);
 #   CP 2 with selective and with full recompute: the saved weights bitwise those of CP 2
 #   without recompute (RTOL 0), the losses the same lines;
@@ -51,6 +52,7 @@ declare -A LAYOUT=(
   [cp2-tp2-overlap]="4 --context-parallel-size 2 --tensor-model-parallel-size 2 --sequence-parallel --tp-comm-overlap"
   [cp2-pp2]="4 --context-parallel-size 2 --pipeline-model-parallel-size 2"
   [cp2-dp2]="4 --context-parallel-size 2"
+  [cp2-dp2-distopt]="4 --context-parallel-size 2 --use-distributed-optimizer"
 )
 declare -A RECOMPUTE=(
   [sel]="--recompute-granularity selective"
@@ -83,7 +85,7 @@ for family in gpt llama; do
     run "$ref" 1 "${flags[@]}" || { fail=1; continue; }
     for comm in "${COMMS[@]}"; do
     CP=(--cp-comm-type "$comm")
-    for layout in cp2 cp4 cp2-tp2 cp2-tp2-overlap cp2-pp2 cp2-dp2; do
+    for layout in cp2 cp4 cp2-tp2 cp2-tp2-overlap cp2-pp2 cp2-dp2 cp2-dp2-distopt; do
       read -r np extra <<< "${LAYOUT[$layout]}"
       name="$family-$mode-$comm-$layout"
       # shellcheck disable=SC2086
