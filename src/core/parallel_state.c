@@ -9,7 +9,9 @@
 static void init_mpi(int *argc, char ***argv);
 
 static parallel_state g = {.world_size = 1, .tp_size = 1, .pp_size = 1, .dp_size = 1,
+                           .cp_size = 1, .dp_cp_size = 1,
                            .tp = MPI_COMM_NULL, .pp = MPI_COMM_NULL, .dp = MPI_COMM_NULL,
+                           .cp = MPI_COMM_NULL, .dp_cp = MPI_COMM_NULL,
                            .embedding = MPI_COMM_NULL};
 
 /* mpirun (Open MPI's ORTE/PMIx launcher) sets these; a plain start does not. */
@@ -43,34 +45,51 @@ int parallel_world_size(void) { return g.world_size; }
 const parallel_state *parallel_get(void) { return &g; }
 
 double parallel_sum_double(parallel_group group, double x) {
-    int size = group == PARALLEL_GROUP_DP ? g.dp_size : g.pp_size;
+    int size = group == PARALLEL_GROUP_DP ? g.dp_size
+               : group == PARALLEL_GROUP_PP ? g.pp_size
+               : group == PARALLEL_GROUP_CP ? g.cp_size
+                                            : g.dp_cp_size;
+    MPI_Comm comm = group == PARALLEL_GROUP_DP ? g.dp
+                    : group == PARALLEL_GROUP_PP ? g.pp
+                    : group == PARALLEL_GROUP_CP ? g.cp
+                                                 : g.dp_cp;
     if (!g.mpi || size <= 1) return x;
-    MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, group == PARALLEL_GROUP_DP ? g.dp : g.pp);
+    MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, comm);
     return x;
 }
 
-int parallel_setup_groups(int tp_size, int pp_size, char *err, size_t errlen) {
-    if (tp_size < 1 || pp_size < 1 || g.world_size % (tp_size * pp_size) != 0) {
+int parallel_setup_groups(int tp_size, int pp_size, int cp_size, char *err, size_t errlen) {
+    if (tp_size < 1 || pp_size < 1 || cp_size < 1 ||
+        g.world_size % (tp_size * pp_size * cp_size) != 0) {
         snprintf(err, errlen,
                  "world size %d is not divisible by --tensor-model-parallel-size %d x "
-                 "--pipeline-model-parallel-size %d",
-                 g.world_size, tp_size, pp_size);
+                 "--pipeline-model-parallel-size %d x --context-parallel-size %d",
+                 g.world_size, tp_size, pp_size, cp_size);
         return -1;
     }
-    g.tp_size = tp_size;
+    int t = tp_size, c = cp_size;
+    g.tp_size = t;
     g.pp_size = pp_size;
-    g.dp_size = g.world_size / (tp_size * pp_size);
-    g.tp_rank = g.world_rank % tp_size;
-    g.dp_rank = (g.world_rank / tp_size) % g.dp_size;
-    g.pp_rank = g.world_rank / (tp_size * g.dp_size);
+    g.cp_size = c;
+    g.dp_size = g.world_size / (t * pp_size * c);
+    g.tp_rank = g.world_rank % t;
+    g.cp_rank = (g.world_rank / t) % c;
+    g.dp_rank = (g.world_rank / (t * c)) % g.dp_size;
+    g.pp_rank = g.world_rank / (t * c * g.dp_size);
+    g.dp_cp_size = g.dp_size * c;
+    g.dp_cp_rank = g.cp_rank + c * g.dp_rank;
     if (!g.mpi) return 0;
-    /* colour = the other two coordinates, key = own coordinate */
-    MPI_Comm_split(MPI_COMM_WORLD, g.pp_rank * g.dp_size + g.dp_rank, g.tp_rank, &g.tp);
-    MPI_Comm_split(MPI_COMM_WORLD, g.dp_rank * tp_size + g.tp_rank, g.pp_rank, &g.pp);
-    MPI_Comm_split(MPI_COMM_WORLD, g.pp_rank * tp_size + g.tp_rank, g.dp_rank, &g.dp);
+    int D = g.dp_size;
+    /* colour = the other coordinates, key = own coordinate */
+    MPI_Comm_split(MPI_COMM_WORLD, (g.pp_rank * D + g.dp_rank) * c + g.cp_rank, g.tp_rank, &g.tp);
+    MPI_Comm_split(MPI_COMM_WORLD, (g.pp_rank * D + g.dp_rank) * t + g.tp_rank, g.cp_rank, &g.cp);
+    MPI_Comm_split(MPI_COMM_WORLD, (g.pp_rank * c + g.cp_rank) * t + g.tp_rank, g.dp_rank, &g.dp);
+    MPI_Comm_split(MPI_COMM_WORLD, (g.dp_rank * c + g.cp_rank) * t + g.tp_rank, g.pp_rank, &g.pp);
+    MPI_Comm_split(MPI_COMM_WORLD, g.pp_rank * t + g.tp_rank, g.dp_cp_rank, &g.dp_cp);
     int ends = pp_size > 1 && (g.pp_rank == 0 || g.pp_rank == pp_size - 1);
-    MPI_Comm_split(MPI_COMM_WORLD, ends ? g.dp_rank * tp_size + g.tp_rank : MPI_UNDEFINED,
-                   g.pp_rank, &g.embedding);
+    MPI_Comm_split(MPI_COMM_WORLD,
+                   ends ? (g.dp_rank * c + g.cp_rank) * t + g.tp_rank : MPI_UNDEFINED, g.pp_rank,
+                   &g.embedding);
     return 0;
 }
 

@@ -1,6 +1,10 @@
-/* Process groups (Megatron's parallel_state): world = TP x PP x DP, ranks ordered with
- * tensor-parallel ranks adjacent (tp fastest, then dp, then pp):
- *   world_rank = tp_rank + tp_size * (dp_rank + dp_size * pp_rank).
+/* Process groups (Megatron's parallel_state): world = TP x CP x DP x PP, ranks ordered with
+ * tensor-parallel ranks adjacent (Megatron's "tp-cp-ep-dp-pp": tp fastest, then cp, then dp,
+ * then pp):
+ *   world_rank = tp_rank + tp_size * (cp_rank + cp_size * (dp_rank + dp_size * pp_rank)).
+ * The context-parallel ranks of a model replica hold the same weights and different tokens of
+ * each sequence, so the gradient reduction runs over DP x CP (dp_cp: Megatron's
+ * get_data_parallel_group(with_context_parallel=True)).
  * MPI is initialised only when the process was started by mpirun (Open MPI's environment says
  * so); otherwise this is a world of one with no MPI at all, and every communicator is trivial.
  * Internal errors go through die() (core/util/die.h), which parallel_init points at MPI_Abort:
@@ -17,7 +21,10 @@ typedef struct {
     int tp_rank, tp_size;
     int pp_rank, pp_size;
     int dp_rank, dp_size;
+    int cp_rank, cp_size;
+    int dp_cp_rank, dp_cp_size; /* dp_cp_rank = cp_rank + cp_size * dp_rank */
     MPI_Comm tp, pp, dp; /* MPI_COMM_NULL when !mpi */
+    MPI_Comm cp, dp_cp;  /* context-parallel group, and DP x CP (gradient reduction) */
     MPI_Comm embedding;  /* first and last pipeline stage of this (tp, dp) position, which both
                             hold the tied word embedding; MPI_COMM_NULL elsewhere or when pp = 1 */
 } parallel_state;
@@ -27,15 +34,16 @@ void parallel_init(int *argc, char ***argv);
 /* World rank and size before the groups exist (0 and 1 without MPI). */
 int parallel_world_rank(void);
 int parallel_world_size(void);
-/* Creates the TP/PP/DP communicators. 0, or -1 with a message (world not divisible). */
-int parallel_setup_groups(int tp_size, int pp_size, char *err, size_t errlen);
+/* Creates the TP/CP/DP/PP communicators. 0, or -1 with a message (world not divisible). */
+int parallel_setup_groups(int tp_size, int pp_size, int cp_size, char *err, size_t errlen);
 const parallel_state *parallel_get(void);
 
 /* The groups whose sums code outside core/distributed/ and core/tensor_parallel/ needs (the
  * gradient norm's partial sums), so that it holds no communicator itself. Sums across TP go
  * through tensor_parallel/mappings.h, whose regions are counted and which the TP benchmark
  * interposes. */
-typedef enum { PARALLEL_GROUP_DP, PARALLEL_GROUP_PP } parallel_group;
+typedef enum { PARALLEL_GROUP_DP, PARALLEL_GROUP_PP, PARALLEL_GROUP_CP,
+               PARALLEL_GROUP_DP_CP } parallel_group;
 /* x summed over the ranks of this rank's group (x itself without MPI or in a group of one). */
 double parallel_sum_double(parallel_group group, double x);
 /* Finalises MPI (if initialised). */

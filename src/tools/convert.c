@@ -308,6 +308,7 @@ static int to_hf(const char *dir, const char *out, const difflm_export_opts *eo)
      * the tensor file before anything is allocated. */
     a.tensor_model_parallel_size = 1;
     a.pipeline_model_parallel_size = 1;
+    a.context_parallel_size = 1;
     a.sequence_parallel = 0;
     a.distribute_saved_activations = 0;
     snprintf(a.recompute_granularity, sizeof a.recompute_granularity, "%s", "");

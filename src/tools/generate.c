@@ -383,6 +383,7 @@ int generate_main(int argc, char **argv) {
     /* one process: whatever layout the checkpoint was trained with, its tensors are whole */
     a.tensor_model_parallel_size = 1;
     a.pipeline_model_parallel_size = 1;
+    a.context_parallel_size = 1;
     a.sequence_parallel = 0;
     a.distribute_saved_activations = 0;
     char model_path[PATH_MAX + 64];

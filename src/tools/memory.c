@@ -42,8 +42,11 @@ static void print_report(const megadlm_args *a, const theoretical_memory *m) {
            mb(m->weight_and_optimizer_bytes), mb(m->activation_bytes), mb(m->total_bytes));
 
     int t = a->tensor_model_parallel_size, p = a->pipeline_model_parallel_size;
-    printf("layout: tensor parallel %d x pipeline parallel %d x data parallel %d = %d ranks",
-           t, p, a->data_parallel_size, a->world_size);
+    printf("layout: tensor parallel %d x ", t);
+    if (a->context_parallel_size > 1)
+        printf("context parallel %d (%s) x ", a->context_parallel_size, a->cp_comm_type);
+    printf("pipeline parallel %d x data parallel %d = %d ranks", p, a->data_parallel_size,
+           a->world_size);
     if (a->virtual_pipeline_model_parallel_size > 0)
         printf(", interleaved (%d model chunks per rank)", a->virtual_pipeline_model_parallel_size);
     printf("%s%s", a->sequence_parallel ? ", sequence parallel" : "",
@@ -77,6 +80,10 @@ static void print_report(const megadlm_args *a, const theoretical_memory *m) {
            "a=%d, t=%d)%s:\n",
            a->seq_length, a->micro_batch_size, a->hidden_size, a->num_attention_heads, t,
            gpt3_like(a) ? "" : ", at this model's widths (Q, K, V, ffn, SwiGLU gate)");
+    if (a->context_parallel_size > 1)
+        printf("  per rank with context parallelism %d: every row / %d (s/%d positions, their "
+               "queries' rows of the s x s attention matrices)\n",
+               a->context_parallel_size, a->context_parallel_size, a->context_parallel_size);
     printf("  %-50s %-27s %16s %16s\n", "configuration", "formula", "paper (16-bit)",
            a->bf16 ? "megadlm (bf16)" : "megadlm (fp32)");
     for (int r = 0; r < TM_NUM_ROWS; r++)
@@ -145,6 +152,7 @@ static cJSON *report_json(const megadlm_args *a, const theoretical_memory *m) {
              JNUM("in_flight_microbatches", m->in_flight_microbatches),
              JNUM("tensor_model_parallel_size", a->tensor_model_parallel_size),
              JNUM("pipeline_model_parallel_size", a->pipeline_model_parallel_size),
+             JNUM("context_parallel_size", a->context_parallel_size),
              JNUM("data_parallel_size", a->data_parallel_size), JNUM("world_size", a->world_size));
     theoretical_megadlm_bytes g = theoretical_megadlm(a);
     cJSON *t = cJSON_AddObjectToObject(o, "megadlm_train_bytes");

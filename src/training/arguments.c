@@ -922,6 +922,51 @@ static int validate_tp_comm_overlap(megadlm_args *a, int t, char *err, size_t er
     return 0;
 }
 
+/* Context parallelism (Megatron's rules): a known --cp-comm-type, the sequence split into
+ * 2 x CP equal chunks (a masked-diffusion length that does not divide is padded per micro-batch,
+ * training/difflm.h), and the exchanges built here. */
+static int validate_context_parallel(megadlm_args *a, char *err, size_t errlen) {
+    const char *types[] = {"p2p", "a2a", "allgather", "a2a+p2p"};
+    int known = 0;
+    for (int i = 0; i < 4; i++) known |= !strcmp(a->cp_comm_type, types[i]);
+    if (!known)
+        return fail(err, errlen, "--cp-comm-type %s: expected p2p, a2a, allgather or a2a+p2p",
+                    a->cp_comm_type);
+    int cp = a->context_parallel_size;
+    if (cp <= 1) return 0;
+    if (!strcmp(a->cp_comm_type, "a2a+p2p"))
+        return fail(err, errlen,
+                    "--cp-comm-type a2a+p2p: not built yet with --context-parallel-size %d (the "
+                    "built exchanges are p2p, the default, a2a and allgather)",
+                    cp);
+    int t_groups = a->num_query_groups / a->tensor_model_parallel_size;
+    if (!strcmp(a->cp_comm_type, "a2a") && t_groups % cp != 0)
+        return fail(err, errlen,
+                    "--cp-comm-type a2a: a tensor-parallel rank's %d query groups "
+                    "(--num-query-groups / --tensor-model-parallel-size) are not divisible by "
+                    "--context-parallel-size %d (the all-to-all splits them)",
+                    t_groups, cp);
+    if (!strcmp(a->cp_comm_type, "p2p") && (a->bf16 || a->fp16))
+        return fail(err, errlen,
+                    "--cp-comm-type p2p with %s: not built yet (the ring merges fp32 blocks; "
+                    "--cp-comm-type allgather keeps the 16-bit attention)",
+                    a->bf16 ? "--bf16" : "--fp16");
+    int difflm = !strcmp(a->model_running_mode, "difflm-noshift");
+    int s = difflm ? a->seq_length - 1 : a->seq_length; /* the tokens the model sees */
+    if (s % (2 * cp) != 0)
+        return fail(err, errlen,
+                    "--context-parallel-size %d: the model's sequence of %d tokens (%s) is not "
+                    "divisible by 2 x %d (each rank holds 2 of its 2 x CP chunks)",
+                    cp, s, difflm ? "--seq-length - 1 in difflm-noshift" : "--seq-length", cp);
+    int t = a->tensor_model_parallel_size;
+    if (a->sequence_parallel && t > 1 && ((long long)a->micro_batch_size * (s / cp)) % t != 0)
+        return fail(err, errlen,
+                    "--context-parallel-size %d with --sequence-parallel: a rank's micro-batch x "
+                    "sequence / CP = %d tokens is not divisible by --tensor-model-parallel-size %d",
+                    cp, a->micro_batch_size * (s / cp), t);
+    return 0;
+}
+
 static int validate_parallel(megadlm_args *a, char *err, size_t errlen) {
     int t = a->tensor_model_parallel_size, p = a->pipeline_model_parallel_size;
     if (a->num_attention_heads % t != 0)
@@ -988,6 +1033,7 @@ static int validate_parallel(megadlm_args *a, char *err, size_t errlen) {
                         a->num_layers, p, v);
     }
     a->virtual_pipeline_model_parallel_size = v;
+    if (validate_context_parallel(a, err, errlen)) return -1;
     /* Megatron: overlap_param_gather asserts use_distributed_optimizer and overlap_grad_reduce */
     if (a->overlap_param_gather && !a->use_distributed_optimizer)
         return fail(err, errlen, "--overlap-param-gather needs --use-distributed-optimizer "
@@ -1088,16 +1134,18 @@ int args_fsdp_shards_grads(const megadlm_args *a) {
  * and the recompute plan, which do not depend on it), and the data-parallel size. */
 static int validate_world(megadlm_args *a, char *err, size_t errlen) {
     int t = a->tensor_model_parallel_size, p = a->pipeline_model_parallel_size;
-    long long model = (long long)t * p;
+    int cp = a->context_parallel_size;
+    long long model = (long long)t * p * cp;
     if (model > INT_MAX)
         return fail(err, errlen, "--tensor-model-parallel-size x --pipeline-model-parallel-size "
-                                 "is too large");
+                                 "x --context-parallel-size is too large");
     if (a->world_size == 0) a->world_size = (int)model; /* not given: one model replica */
     if (a->world_size % model != 0)
         return fail(err, errlen,
                     "world size (%d) is not divisible by --tensor-model-parallel-size %d x "
-                    "--pipeline-model-parallel-size %d",
-                    a->world_size, t, p);
+                    "--pipeline-model-parallel-size %d%s%.0d",
+                    a->world_size, t, p, cp > 1 ? " x --context-parallel-size " : "",
+                    cp > 1 ? cp : 0);
     a->data_parallel_size = (int)(a->world_size / model);
     return 0;
 }

@@ -28,6 +28,13 @@ int difflm_padded_length(int L, int B, int ranks) {
     return Lp;
 }
 
+int difflm_padded_length_cp(int L, int B, int ranks, int cp) {
+    if (cp <= 1) return difflm_padded_length(L, B, ranks);
+    int Lp = L;
+    while (Lp % (2 * cp) != 0 || (ranks > 1 && ((int64_t)B * (Lp / cp)) % ranks != 0)) Lp++;
+    return Lp;
+}
+
 int difflm_mask_sequence(const int32_t *sample, const float *lm, int L, int mask_token,
                          uint64_t seed, uint64_t sample_index, int32_t *noisy, int32_t *labels,
                          float *weights) {

@@ -29,6 +29,11 @@ int difflm_length(uint64_t seed, uint32_t iteration, uint32_t global_microbatch,
  * - 1. */
 int difflm_padded_length(int L, int B, int ranks);
 
+/* Context parallelism (cp > 1) splits each sequence into 2 cp chunks: the smallest Lp >= L that
+ * is a multiple of 2 cp with B x Lp / cp divisible by ranks (args_validate makes seq-length - 1
+ * one, so Lp <= seq-length - 1); difflm_padded_length when cp <= 1. */
+int difflm_padded_length_cp(int L, int B, int ranks, int cp);
+
 /* One sequence: sample[R + 1 .. ] is unused; from sample[0 .. R] (R = L + 1 tokens used:
  * sample[1 .. L]) and its loss mask lm[0 .. L-1] (lm[j] for label sample[j + 1]) fills
  * noisy[L] (the model input), labels[L] (= sample[1 .. L]) and weights[L] (m_j / p * lm[j]).

@@ -73,7 +73,7 @@ double log_num_zeros_in_grad(const param_set *ps, const dist_opt *dopt) {
         for (int s = 0; s < dopt->num_segments; s++) /* a segment lies in one tensor */
             if (counted(&ps->tensors[dopt->segs[s].tensor], tp_rank))
                 local += zeros(dist_opt_seg_grad(dopt, s), dopt->segs[s].numel);
-        local = parallel_sum_double(PARALLEL_GROUP_DP, local);
+        local = parallel_sum_double(PARALLEL_GROUP_DP_CP, local); /* the optimizer's shards */
     } else {
         local = zeros_in(ps, 0, ps->numel, tp_rank);
     }

@@ -38,6 +38,10 @@ transformer_config model_config_from_args(const megadlm_args *a) {
     c.sequence_parallel = a->sequence_parallel && c.tp_size > 1;
     c.tp_comm_overlap = a->tp_comm_overlap && c.sequence_parallel;
     c.tp_comm_overlap_num_splits = args_sp_pieces(a);
+    c.cp_size = a->context_parallel_size;
+    c.cp_rank = c.cp_size > 1 ? parallel_get()->cp_rank : 0;
+    c.cp_ring = c.cp_size > 1 && !strcmp(a->cp_comm_type, "p2p");
+    c.cp_a2a = c.cp_size > 1 && !strcmp(a->cp_comm_type, "a2a");
     c.pp_size = a->pipeline_model_parallel_size;
     c.pp_rank = c.pp_size > 1 ? parallel_get()->pp_rank : 0;
     c.vp_size = a->virtual_pipeline_model_parallel_size; /* 0: no interleaving */

@@ -76,6 +76,14 @@ static layer_parts paper_parts(const megadlm_args *a) {
     x.A = 5.0 * heads * s * s * b;
     x.in = 2.0 * s * b * h;
     x.in_shards = x.in;
+    /* context parallelism: a rank holds s/CP positions of everything, and its queries' rows
+     * (s/CP of them) of the s x s attention matrices */
+    double cp = a->context_parallel_size > 1 ? a->context_parallel_size : 1;
+    x.R /= cp;
+    x.S /= cp;
+    x.A /= cp;
+    x.in /= cp;
+    x.in_shards /= cp;
     return x;
 }
 
@@ -94,7 +102,7 @@ static transformer_config whole_model_config(const megadlm_args *a) {
  * else. */
 static layer_parts megadlm_parts(const megadlm_args *a) {
     transformer_config c = whole_model_config(a);
-    int B = a->micro_batch_size, T = a->seq_length;
+    int B = a->micro_batch_size, T = tc_seq_local(&c); /* a rank's positions (CP) */
     double N = (double)B * T, h = a->hidden_size;
     double stats = c.normalization == NORM_LAYERNORM ? 2.0 * N : N; /* mean (LayerNorm), rstd */
     double bytes = tc_half(&c) ? 2.0 : 4.0;
@@ -192,8 +200,10 @@ void theoretical_memory_compute(const megadlm_args *a, theoretical_memory *out) 
     out->per_layer_activation_bytes = out->stage_layer_bytes / out->stage_layers;
     out->per_layer_saved_bytes_megadlm = v * megadlm_sum / out->stage_layers;
 
+    /* the rest per rank: s/CP positions each under context parallelism */
+    const double s_rank = s / (a->context_parallel_size > 1 ? a->context_parallel_size : 1);
     /* Megatron: token ids (8 bytes each) and the embedding dropout mask, per micro-batch */
-    out->embedding_bytes = (8.0 * s * b + s * b * h) / (sp ? t : 1.0);
+    out->embedding_bytes = (8.0 * s_rank * b + s_rank * b * h) / (sp ? t : 1.0);
     out->num_microbatches =
         a->global_batch_size / (a->micro_batch_size * a->data_parallel_size);
     if (a->pipeline_model_parallel_size == 1)
@@ -204,8 +214,8 @@ void theoretical_memory_compute(const megadlm_args *a, theoretical_memory *out) 
         out->in_flight_microbatches = fmin((double)out->num_microbatches, p);
     /* p = 1: final norm and output-layer inputs (2 x 2sbh) and the fp32 logits (4sbV) */
     if (a->pipeline_model_parallel_size == 1)
-        out->output_layer_bytes = sp ? (4.0 * s * b * h + 4.0 * s * b * V) / t
-                                     : 4.0 * s * b * h + 4.0 * s * b * V / t;
+        out->output_layer_bytes = sp ? (4.0 * s_rank * b * h + 4.0 * s_rank * b * V) / t
+                                     : 4.0 * s_rank * b * h + 4.0 * s_rank * b * V / t;
     out->activation_bytes =
         (out->stage_layer_bytes + out->embedding_bytes) * out->in_flight_microbatches +
         out->output_layer_bytes;
@@ -254,8 +264,14 @@ static size_t theoretical_megadlm_stage_count(const megadlm_args *a, int pp_rank
     return megadlm_stage_count(a, a->pipeline_model_parallel_size, pp_rank);
 }
 
+/* Tokens of a micro-batch one rank holds: b x s, b x s / CP under context parallelism. */
+static size_t rank_tokens(const megadlm_args *a) {
+    int cp = a->context_parallel_size > 1 ? a->context_parallel_size : 1;
+    return (size_t)a->micro_batch_size * (size_t)(a->seq_length / cp);
+}
+
 size_t theoretical_megadlm_logits_rows(const megadlm_args *a) {
-    return (size_t)gpt_head_logits_rows(a->micro_batch_size * a->seq_length,
+    return (size_t)gpt_head_logits_rows((int)rank_tokens(a),
                                         difflm_logits_in_chunks(a));
 }
 
@@ -266,7 +282,7 @@ size_t theoretical_megadlm_logits_bytes(const megadlm_args *a) {
 
 size_t theoretical_megadlm_head_saved_bytes(const megadlm_args *a) {
     size_t t = (size_t)a->tensor_model_parallel_size;
-    size_t N = (size_t)a->micro_batch_size * a->seq_length, h = a->hidden_size;
+    size_t N = rank_tokens(a), h = a->hidden_size;
     size_t Ns = a->sequence_parallel ? N / t : N; /* tokens outside tensor-parallel regions */
     size_t stats = strcmp(a->normalization, "LayerNorm") == 0 ? 2 * Ns : Ns;
     /* block output, final norm output and statistics (token shards with SP), this rank's
@@ -294,6 +310,8 @@ theoretical_megadlm_bytes theoretical_megadlm_rank(const megadlm_args *a, int pp
      * optimizer holds ceil(n / DP) of each on every rank (its pieces of the buckets,
      * core/optimizer/distrib_optimizer.h): Megatron's 6 + 12/DP bytes per parameter */
     size_t dp = a->data_parallel_size > 0 ? (size_t)a->data_parallel_size : 1;
+    /* context parallelism: the optimizer shards over DP x CP (the gradients' group) */
+    if (a->context_parallel_size > 1) dp *= (size_t)a->context_parallel_size;
     /* --num-distributed-optimizer-instances N: each instance of DP/N ranks holds it all
      * (Megatron's theoretical report above ignores instances: it keeps 6 + 12/DP) */
     if (a->num_distributed_optimizer_instances > 1)
@@ -317,14 +335,14 @@ theoretical_megadlm_bytes theoretical_megadlm_rank(const megadlm_args *a, int pp
     c.pp_size = a->pipeline_model_parallel_size;
     c.pp_rank = pp_rank;
     int p = c.pp_size > 1 ? c.pp_size : 1;
-    size_t N = (size_t)a->micro_batch_size * a->seq_length, t = a->tensor_model_parallel_size;
+    size_t N = rank_tokens(a), t = a->tensor_model_parallel_size;
     size_t block_output = 4 * (a->sequence_parallel ? N / t : N) * a->hidden_size;
     size_t head = theoretical_megadlm_head_saved_bytes(a) - block_output;
     size_t saved = 0;
     for (int s = 0; s < num_stores; s++) {
         c.recompute_store_unchecked = s < num_unchecked;
         for (int l = 0; l < tc_chunk_layers(&c); l++)
-            saved += activation_memory_layer_bytes(&c, a->micro_batch_size, a->seq_length, l);
+            saved += activation_memory_layer_bytes(&c, a->micro_batch_size, tc_seq_local(&c), l);
         saved += block_output + (pp_rank == p - 1 ? head : 0);
     }
     r.saved_activations = saved;

@@ -33,6 +33,7 @@
 #include "training/dist_checkpointing.h"
 #include "core/kernels/blas_kernels.h"
 #include "core/kernels/gemm.h"
+#include "core/context_parallel/cp_ring.h"
 #include "core/parallel_state.h"
 #include "core/threads.h"
 #include "core/tensor_parallel/comm_overlap.h"
@@ -198,7 +199,8 @@ static float forward_step(void *user, int k, activation_store *store) {
         float varilen = sc->training && !tr->model->cfg.causal ? a->difflm_varilen_prob : 0.0f;
         int L = difflm_length(tr->rng_seed, (uint32_t)tr->iteration, global_mb, a->seq_length,
                               varilen) - 1;
-        int Lp = difflm_padded_length(L, a->micro_batch_size, sp_ranks(tr));
+        int Lp = difflm_padded_length_cp(L, a->micro_batch_size, sp_ranks(tr),
+                                         a->context_parallel_size);
         gpt_batch b = {.tokens = tr->tokens, .labels = tr->labels, .loss_mask = tr->loss_mask,
                        .denominator = get_difflm_batch(tr, sc->split, first, L, Lp),
                        .B = a->micro_batch_size, .T = Lp, .T_valid = L,
@@ -965,7 +967,7 @@ static void log_logits(const trainer *tr, const activation_store *s, int rank) {
     printf("[Rank %d] logits per store (bytes) | predicted %zu | measured %zu | rows %d "
            "of %d | %s |\n", rank, theoretical_megadlm_logits_bytes(a),
            mem_block_bytes(s->logits), s->logits_rows,
-           a->micro_batch_size * a->seq_length,
+           a->micro_batch_size * tc_seq_local(&tr->model->cfg),
            difflm_logits_in_chunks(a) ? "masked diffusion: loss-weighted rows in chunks"
                                       : "every row");
 }
@@ -977,7 +979,7 @@ static void log_logits(const trainer *tr, const activation_store *s, int rank) {
 static void log_saved_activations(const trainer *tr) {
     const gpt_model *m = tr->model;
     const activation_store *s = tr->pipe->stores[0];
-    int B = tr->a->micro_batch_size, T = tr->a->seq_length, rank = parallel_world_rank();
+    int B = tr->a->micro_batch_size, T = tc_seq_local(&m->cfg), rank = parallel_world_rank();
     /* a store holds one model chunk's layers; every chunk's layer j keeps what layer j of the
      * first store's block was given */
     for (int j = 0; j < m->num_chunks; j++)
@@ -1276,6 +1278,20 @@ static void setup_tp_comm_overlap(const megadlm_args *a) {
 
 /* Everything pretrain built, in reverse (parts not built yet are NULL), and the TP overlap
  * engine's summary. */
+/* Context parallelism's ring (--cp-comm-type p2p): its transfers and how much of them the
+ * attention compute hid (core/context_parallel/cp_ring.h). MEGADLM_CP_RING_BLOCKING=1 runs every
+ * transfer blocking before its step's compute: the baseline bench/bench_context_parallel.sh
+ * measures the hidden fraction against. */
+static void log_cp_ring(const trainer *tr) {
+    const transformer_config *c = &tr->model->cfg;
+    if (tc_cp(c) <= 1 || !c->cp_ring) return;
+    const cp_ring_stats *st = cp_ring_get_stats();
+    log_printf("> CP ring (this rank): %lu steps, %.1f MB sent, %.4f s of attention compute with "
+               "transfers in flight, %.4f s waiting for transfers after it, %.4f s of blocking "
+               "transfers\n",
+               st->steps, st->bytes / 1e6, st->compute_s, st->wait_s, st->blocking_s);
+}
+
 static void trainer_free(trainer *tr) {
     watchdog_stop();
     monitor_close(&tr->mon); /* the event file flushed, also when the run failed */
@@ -1307,6 +1323,7 @@ static void trainer_free(trainer *tr) {
                    os->bulk_reduce_scatters);
     }
     tp_overlap_finalize();
+    log_cp_ring(tr);
 }
 
 /* Megatron's --ckpt-convert-format: the loaded checkpoint written again, into
@@ -1355,6 +1372,8 @@ int pretrain(megadlm_args *a) {
     if (monitor_open(&tr.mon, a, g_log_rank, pst->world_rank, err, sizeof err) != 0)
         die(2, "%s", err);
     log_threads();
+    const char *ring_blocking = getenv("MEGADLM_CP_RING_BLOCKING"); /* the bench's baseline */
+    cp_ring_set_blocking(ring_blocking && !strcmp(ring_blocking, "1"));
     if (a->tp_comm_overlap) setup_tp_comm_overlap(a);
     transformer_config cfg = model_config_from_args(a);
     tr.num_microbatches = a->global_batch_size / (a->micro_batch_size * a->data_parallel_size);
@@ -1555,7 +1574,8 @@ int train_main(int argc, char **argv) {
     /* Every rank validates the same arguments, so every rank fails together, each saying why,
      * and all exit cleanly (no rank is left waiting in a collective). */
     if (rc < 0 || args_validate(&a, err, sizeof(err)) != 0 ||
-        parallel_setup_groups(a.tensor_model_parallel_size, a.pipeline_model_parallel_size, err,
+        parallel_setup_groups(a.tensor_model_parallel_size, a.pipeline_model_parallel_size,
+                              a.context_parallel_size, err,
                               sizeof(err)) != 0) {
         if (parallel_world_size() > 1)
             fprintf(stderr, "[rank %d] error: %s\n", parallel_world_rank(), err);

@@ -166,7 +166,7 @@ int main(int argc, char **argv) {
     int rc = args_parse(&a, argc - 2, argv + 2, err, sizeof(err));
     if (rc == 0) a.world_size = parallel_world_size();
     if (rc != 0 || args_validate(&a, err, sizeof(err)) ||
-        parallel_setup_groups(a.tensor_model_parallel_size, 1, err, sizeof(err)))
+        parallel_setup_groups(a.tensor_model_parallel_size, 1, 1, err, sizeof(err)))
         die(2, "%s", err);
     if (!a.tp_comm_overlap) die(2, "give --tp-comm-overlap (and its switches)");
     tp_comm_set_interposer(&(tp_comm_interposer){.observe = observe, .replace = replace});

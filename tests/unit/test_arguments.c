@@ -313,7 +313,7 @@ static void test_parse_errors(void) {
 static void test_refused_flags(void) {
     static const char *later[] = {
         "--tp-comm-overlap-cfg cfg.yaml",
-        "--context-parallel-size 2", "--expert-model-parallel-size 2", "--num-experts 8",
+        "--expert-model-parallel-size 2", "--num-experts 8",
         "--use-flash-attn",
         "--fp8-format hybrid",
     };
@@ -1538,6 +1538,52 @@ static void test_wsd_schedule(void) {
     CHECK(fabs(lr_scheduler_get(&s, 90) - 1.0) < 1e-12);
 }
 
+/* --context-parallel-size and --cp-comm-type: Megatron's names, the built exchange, the split
+ * into 2 x CP chunks (of seq-length - 1 tokens in difflm-noshift), the world TP x PP x CP x DP. */
+static void test_context_parallel_flags(void) {
+    static const struct {
+        const char *flags, *want; /* want: NULL = valid */
+    } cases[] = {
+        {"--context-parallel-size 2", NULL}, /* p2p, Megatron's default */
+        {"--context-parallel-size 2 --bf16", "--cp-comm-type p2p with --bf16: not built yet"},
+        {"--context-parallel-size 2 --cp-comm-type a2a", NULL},
+        {"--context-parallel-size 4 --cp-comm-type a2a --tensor-model-parallel-size 2",
+         "query groups (--num-query-groups / --tensor-model-parallel-size) are not divisible"},
+        {"--context-parallel-size 2 --cp-comm-type a2a+p2p", "--cp-comm-type a2a+p2p: not built"},
+        {"--cp-comm-type ring", "--cp-comm-type ring: expected p2p, a2a, allgather or a2a+p2p"},
+        {"--context-parallel-size 2 --cp-comm-type allgather", NULL},
+        {"--context-parallel-size 4 --cp-comm-type allgather", NULL},
+        {"--context-parallel-size 3 --cp-comm-type allgather", "not divisible by 2 x 3"},
+        {"--context-parallel-size 2 --cp-comm-type allgather --model-running-mode difflm-noshift "
+         "--mask-token 99", "(--seq-length - 1 in difflm-noshift) is not divisible by 2 x 2"},
+        {"--context-parallel-size 2 --cp-comm-type allgather --use-distributed-optimizer", NULL},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        megadlm_args a;
+        char line[512];
+        snprintf(line, sizeof(line), BASE " %s", cases[i].flags);
+        int rc = run_line(&a, line);
+        int ok = cases[i].want ? rc == -1 && strstr(ERR, cases[i].want) != NULL : rc == 0;
+        CHECK(ok);
+        if (!ok) fprintf(stderr, "  %s -> %d '%s'\n", cases[i].flags, rc, ERR);
+        args_free(&a);
+    }
+    /* DP = world / (TP x PP x CP); a world that does not divide is named with CP */
+    static const struct {
+        int world, rc, dp;
+    } worlds[] = {{8, 0, 2}, {4, 0, 1}, {6, -1, 0}};
+    for (size_t i = 0; i < sizeof(worlds) / sizeof(worlds[0]); i++) {
+        megadlm_args a;
+        CHECK(parse_line(&a, BASE " --context-parallel-size 2 --cp-comm-type allgather "
+                               "--tensor-model-parallel-size 2") == 0);
+        a.world_size = worlds[i].world;
+        CHECK(args_validate(&a, ERR, sizeof(ERR)) == worlds[i].rc);
+        if (worlds[i].rc == 0) CHECK(a.data_parallel_size == worlds[i].dp);
+        if (worlds[i].rc) CHECK(strstr(ERR, "x --context-parallel-size 2") != NULL);
+        args_free(&a);
+    }
+}
+
 int main(void) {
     test_wsd_schedule();
     test_ddp_flags();
@@ -1547,6 +1593,7 @@ int main(void) {
     test_parse_values();
     test_parse_errors();
     test_refused_flags();
+    test_context_parallel_flags();
     test_bf16_flag();
     test_fp16_flag();
     test_parallel();

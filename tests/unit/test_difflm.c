@@ -131,6 +131,12 @@ static void check_padded_length(void) {
     CHECK(difflm_padded_length(5, 2, 4) == 6);  /* 10 -> 12 */
     CHECK(difflm_padded_length(1, 1, 4) == 4);
     CHECK(difflm_padded_length(9, 6, 4) == 10); /* 54 -> 60 */
+    /* context parallelism: a multiple of 2 CP, and B x Lp / CP divisible by the SP ranks */
+    CHECK(difflm_padded_length_cp(7, 3, 2, 1) == 8);   /* CP 1: the SP rule alone */
+    CHECK(difflm_padded_length_cp(13, 2, 1, 2) == 16); /* 4 chunks */
+    CHECK(difflm_padded_length_cp(16, 2, 1, 2) == 16);
+    CHECK(difflm_padded_length_cp(13, 2, 1, 4) == 16); /* 8 chunks */
+    CHECK(difflm_padded_length_cp(9, 1, 4, 2) == 16);  /* 12: 1 x 6 not a multiple of 4 */
 }
 
 int main(void) {

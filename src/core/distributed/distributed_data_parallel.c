@@ -48,30 +48,33 @@ static void split_bucket(ddp *d, ddp_bucket *b, int *rot) {
     for (int k = 1; k < d->dp_size; k++) b->displs[k] = b->displs[k - 1] + b->counts[k - 1];
 }
 
+/* The gradients are reduced over DP x CP (Megatron's data-parallel group with context
+ * parallelism): context-parallel ranks hold the same weights and gradients of different tokens;
+ * without CP that group is DP itself. */
 ddp *ddp_create(param_set *ps, const ddp_config *cfg) {
     const parallel_state *st = parallel_get();
     int n = cfg->num_instances > 1 ? cfg->num_instances : 1;
-    if (st->dp_size % n != 0)
+    if (st->dp_cp_size % n != 0)
         die(1, "internal error: %d distributed optimizer instances over %d DP ranks", n,
-            st->dp_size);
-    int intra = st->dp_size / n;
+            st->dp_cp_size);
+    int intra = st->dp_cp_size / n;
     ddp_config c = *cfg;
     /* Megatron's default bucket size counts the whole DP group */
     if (c.overlap_grad_reduce && c.bucket_size <= 0) {
-        c.bucket_size = (int64_t)1000000 * st->dp_size;
+        c.bucket_size = (int64_t)1000000 * st->dp_cp_size;
         if (c.bucket_size < 40000000) c.bucket_size = 40000000;
     }
-    ddp *d = ddp_create_layout(ps, &c, intra, st->dp_rank % intra, st->pp_size, st->pp_rank);
+    ddp *d = ddp_create_layout(ps, &c, intra, st->dp_cp_rank % intra, st->pp_size, st->pp_rank);
     d->cfg.bucket_size = cfg->bucket_size;
-    d->total_dp = st->dp_size;
-    d->instance = st->dp_rank / intra;
+    d->total_dp = st->dp_cp_size;
+    d->instance = st->dp_cp_rank / intra;
     if (!st->mpi) return d;
     if (n == 1) {
-        d->comm = st->dp;
+        d->comm = st->dp_cp;
         return d;
     }
-    MPI_Comm_split(st->dp, d->instance, st->dp_rank, &d->comm);
-    MPI_Comm_split(st->dp, st->dp_rank % intra, st->dp_rank, &d->inter);
+    MPI_Comm_split(st->dp_cp, d->instance, st->dp_cp_rank, &d->comm);
+    MPI_Comm_split(st->dp_cp, st->dp_cp_rank % intra, st->dp_cp_rank, &d->inter);
     return d;
 }
 

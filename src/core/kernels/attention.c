@@ -24,31 +24,46 @@
 
 #define ATT_BLOCK 64
 
-/* Keys row i attends to: j < row_len (causal: j <= i; keys from kv on are padding). */
-static inline int row_len(int i, int causal, int kv) {
-    const int L = causal ? i + 1 : kv;
+/* Keys query row i (global position q0 + i) attends to: j < row_len (causal: j <= q0 + i;
+ * keys from kv on are padding). */
+static inline int row_len(int i, int q0, int causal, int kv) {
+    const int L = causal ? q0 + i + 1 : kv;
     return L < kv ? L : kv;
 }
 
-/* One head's attention probabilities: S[T,T] = scale * Q K^T (workspace), then
- * P[T,T] = row softmax of S over the unmasked keys, masked entries 0. P may alias S. The only
+/* Key columns a causal block of query rows ending at i1 reads: [0, q0 + i1), at most Tk. */
+static inline int block_cols(int i1, int q0, int Tk, int causal) {
+    if (!causal) return Tk;
+    return q0 + i1 < Tk ? q0 + i1 : Tk;
+}
+
+/* The shape both passes share: Tq query rows at global positions q0 .. q0 + Tq - 1 against Tk
+ * keys (a single process: Tq = Tk = T, q0 = 0). */
+typedef struct {
+    int Tq, Tk, q0, causal, kv;
+    int Tkey; /* the sequence length of the dropout index (attention_rows.T_key) */
+} att_shape;
+
+/* One head's attention probabilities: S[Tq,Tk] = scale * Q K^T (workspace), then
+ * P[Tq,Tk] = row softmax of S over the unmasked keys, masked entries 0. P may alias S. The only
  * code that computes probabilities, so forward and the recomputation in backward (selective
- * recompute) produce the same bits. q, k: [T, HS] with row stride QKV_C. half (--bf16,
+ * recompute) produce the same bits. q, k: [Tq|Tk, HS] with row stride QKV_C. half (--bf16,
  * --fp16): S's and P's unmasked entries rounded to that format (attention.h). */
-static void head_probs(float *P, float *S, const float *q, const float *k, int T, int HS,
-                       int QKV_C, float scale, int causal, int kv, half_kind half) {
-    /* S = scale * Q K^T  (causal: block [i0,i1) x [0,i1)) */
-    for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
-        const int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T;
-        gemm((gemm_dims){i1 - i0, causal ? i1 : T, HS}, scale,
+static void head_probs(float *P, float *S, const float *q, const float *k, att_shape sh, int HS,
+                       int QKV_C, float scale, half_kind half) {
+    const int Tq = sh.Tq, Tk = sh.Tk;
+    /* S = scale * Q K^T  (causal: block [i0,i1) x [0,q0+i1)) */
+    for (int i0 = 0; i0 < Tq; i0 += ATT_BLOCK) {
+        const int i1 = i0 + ATT_BLOCK < Tq ? i0 + ATT_BLOCK : Tq;
+        gemm((gemm_dims){i1 - i0, block_cols(i1, sh.q0, Tk, sh.causal), HS}, scale,
              gemm_n(q + (size_t)i0 * QKV_C, QKV_C), gemm_t(k, QKV_C), 0.0f,
-             gemm_o(S + (size_t)i0 * T, T));
+             gemm_o(S + (size_t)i0 * Tk, Tk));
     }
     /* P = softmax over the unmasked j < L (max-subtracted); masked entries 0. */
-    for (int i = 0; i < T; i++) {
-        const int L = row_len(i, causal, kv);
-        float *s = S + (size_t)i * T;
-        float *p = P + (size_t)i * T;
+    for (int i = 0; i < Tq; i++) {
+        const int L = row_len(i, sh.q0, sh.causal, sh.kv);
+        float *s = S + (size_t)i * Tk;
+        float *p = P + (size_t)i * Tk;
         if (half) half_round_f32(half, s, (size_t)L);
         const float mx = simd_max(s, L);
         for (int j = 0; j < L; j++)
@@ -57,30 +72,36 @@ static void head_probs(float *P, float *S, const float *q, const float *k, int T
         for (int j = 0; j < L; j++)
             p[j] *= inv;
         if (half) half_round_f32(half, p, (size_t)L);
-        for (int j = L; j < T; j++)
+        for (int j = L; j < Tk; j++)
             p[j] = 0.0f;
     }
 }
 
-/* One head's probabilities after attention dropout: P itself when p == 0, else Pd[T,T] =
- * dropout(P) with the mask of global elements first + i*T + j, masked entries 0 (rounded to
- * the 16-bit format with half). Forward and backward both call this, so they apply the same mask. */
-static const float *dropped_probs(float *Pd, const float *P, int T, int causal, int kv,
-                                  float dropout_p, dropout_key key, uint64_t first,
-                                  half_kind half) {
+/* One head's probabilities after attention dropout: P itself when p == 0, else Pd[Tq,Tk] =
+ * dropout(P) with the mask of global elements first + (q0 + i) * Tk + j, masked entries 0
+ * (rounded to the 16-bit format with half). Forward and backward both call this, so they apply
+ * the same mask. */
+static const float *dropped_probs(float *Pd, const float *P, att_shape sh, float dropout_p,
+                                  dropout_key key, uint64_t first, half_kind half) {
     if (dropout_p <= 0.0f) return P;
-    for (int i = 0; i < T; i++) {
-        const int L = row_len(i, causal, kv);
-        float *pd = Pd + (size_t)i * T;
-        dropout_forward(pd, P + (size_t)i * T, (size_t)L, dropout_p, key, first + (uint64_t)i * T);
+    const int Tk = sh.Tk;
+    for (int i = 0; i < sh.Tq; i++) {
+        const int L = row_len(i, sh.q0, sh.causal, sh.kv);
+        float *pd = Pd + (size_t)i * Tk;
+        dropout_forward(pd, P + (size_t)i * Tk, (size_t)L, dropout_p, key,
+                        first + (uint64_t)(sh.q0 + i) * sh.Tkey);
         if (half) half_round_f32(half, pd, (size_t)L);
-        for (int j = L; j < T; j++) pd[j] = 0.0f;
+        for (int j = L; j < Tk; j++) pd[j] = 0.0f;
     }
     return Pd;
 }
 
 size_t attention_workspace_floats(int T, int threads) {
-    return 3 * (size_t)T * (size_t)T * (size_t)(threads < 1 ? 1 : threads);
+    return attention_workspace_floats_rows(T, T, threads);
+}
+
+size_t attention_workspace_floats_rows(int Tq, int Tk, int threads) {
+    return 3 * (size_t)Tq * (size_t)Tk * (size_t)(threads < 1 ? 1 : threads);
 }
 
 /* The team of a parallel region over the workspace: the current OpenMP team size, never more
@@ -95,10 +116,11 @@ static float *thread_slice(attention_workspace ws, size_t TT) {
     return ws.data + (size_t)omp_get_thread_num() * 3 * TT;
 }
 
-/* Global dropout element index of probs[b, h, i, 0] (add j for column j):
+/* Global dropout element index of probs[b, h, i, 0] (add j for column j) of a sequence of T
+ * tokens, i the global query position:
  *   ((b_offset + b) * NH_total + h_offset + h) * T * T + i * T.
- * A tensor/context-parallel caller owning a slice of batch rows / heads would pass its
- * b_offset, h_offset and the total head count NH_total; single process: 0, 0, NH. */
+ * A tensor-parallel caller owning a slice of heads passes h_offset and the total head count
+ * NH_total; single process: 0, 0, NH. */
 static inline uint64_t probs_index(int b_offset, int b, int NH_total, int h_offset, int h, int T,
                                    int i) {
     return ((uint64_t)(b_offset + b) * (uint64_t)NH_total + (uint64_t)(h_offset + h)) *
@@ -106,84 +128,105 @@ static inline uint64_t probs_index(int b_offset, int b, int NH_total, int h_offs
            (uint64_t)i * (uint64_t)T;
 }
 
-/* What both passes derive from the batch and the options: the packed row width, the output
- * row width, the score scale, the T x T matrix size and the dropout key of the probabilities
+/* What both passes derive from the layout and the options: the packed row width, the output
+ * row width, the score scale, the Tq x Tk matrix size and the dropout key of the probabilities
  * (site DROPOUT_SITE_ATTENTION_PROBS, so callers may pass their layer's key as is). */
 typedef struct {
     int QKV_C, OC;
     float scale;
     size_t TT;
     dropout_key key;
+    att_shape sh;
 } att_dims;
 
-static att_dims att_dims_of(qkv_batch x, attention_opts o) {
-    att_dims d = {(int)qkv_row_width(x.layout), x.layout.NH * x.layout.HS,
-                  1.0f / sqrtf((float)x.layout.HS), (size_t)x.T * (size_t)x.T, o.key};
+static att_dims att_dims_of(qkv_layout lay, attention_rows r, attention_opts o) {
+    att_dims d = {(int)qkv_row_width(lay), lay.NH * lay.HS, 1.0f / sqrtf((float)lay.HS),
+                  (size_t)r.Tq * (size_t)r.Tk, o.key,
+                  {r.Tq, r.Tk, r.q0, o.causal, o.kv_len > 0 && o.kv_len < r.Tk ? o.kv_len : r.Tk,
+                   r.T_key > 0 ? r.T_key : r.Tk}};
     d.key.site = DROPOUT_SITE_ATTENTION_PROBS;
     return d;
 }
 
-/* out[B,T,NH*HS] = dropout(softmax(Q K^T / sqrt(HS) + mask)) @ V   per (b, h);
- * probs[B,NH,T,T] = softmax output before dropout, masked entries 0 (probs may be NULL when
+/* A single process's rows: every query against every key of the same buffer. */
+static attention_rows whole_rows(const float *qkv, int T) {
+    return (attention_rows){qkv, qkv, T, T, 0, T, T, T, T};
+}
+
+void attention_forward(float *out, attention_probs probs, const float *qkv, qkv_batch x,
+                       attention_opts o, attention_workspace ws) {
+    attention_forward_rows(out, probs, whole_rows(qkv, x.T), x.B, x.layout, o, ws);
+}
+
+void attention_backward(float *dqkv, const float *dout, const float *qkv, attention_probs probs,
+                        qkv_batch x, attention_opts o, attention_workspace ws) {
+    attention_backward_rows(dqkv, dqkv, dout, whole_rows(qkv, x.T), probs, x.B, x.layout, o, ws);
+}
+
+/* out = dropout(softmax(Q K^T / sqrt(HS) + mask)) @ V   per (b, h);
+ * probs[B,NH,Tq,Tk] = softmax output before dropout, masked entries 0 (probs may be NULL when
  * no backward pass follows; then the probabilities live only in the workspace).
  * The dropout key's site field is set to DROPOUT_SITE_ATTENTION_PROBS here (both passes), so
  * callers may pass their layer's key as is. */
-void attention_forward(float *out, attention_probs probs, const float *qkv, qkv_batch x,
-                       attention_opts o, attention_workspace ws) {
-    const qkv_layout lay = x.layout;
-    const att_dims d = att_dims_of(x, o);
-    const int B = x.B, T = x.T, NH = lay.NH, HS = lay.HS, causal = o.causal;
-    const int kv = o.kv_len > 0 && o.kv_len < T ? o.kv_len : T;
+void attention_forward_rows(float *out, attention_probs probs, attention_rows r, int B,
+                            qkv_layout lay, attention_opts o, attention_workspace ws) {
+    const att_dims d = att_dims_of(lay, r, o);
+    const int NH = lay.NH, HS = lay.HS, Tq = r.Tq, Tk = r.Tk;
     const int QKV_C = d.QKV_C, OC = d.OC;
     const int blas_threads = gemm_serial_begin();
 #pragma omp parallel for schedule(static) num_threads(team_size(ws))
     for (int bh = 0; bh < B * NH; bh++) {
         const int b = bh / NH, h = bh % NH;
-        float *S = thread_slice(ws, d.TT); /* scores [T,T] */
-        float *Pd = S + d.TT; /* dropped probs [T,T] */
-        const float *qkv_b = qkv + (size_t)b * T * QKV_C;
-        const float *q = qkv_b + qkv_query_offset(lay, h);
-        const float *k = qkv_b + qkv_key_offset(lay, h / qkv_heads_per_group(lay));
+        float *S = thread_slice(ws, d.TT); /* scores [Tq,Tk] */
+        float *Pd = S + d.TT; /* dropped probs [Tq,Tk] */
+        const float *q = r.q + (size_t)b * r.q_rows * QKV_C + qkv_query_offset(lay, h);
+        const float *k = r.kv + (size_t)b * r.kv_rows * QKV_C +
+                         qkv_key_offset(lay, h / qkv_heads_per_group(lay));
         const float *v = k + HS;
         float *P = probs.f32 ? probs.f32 + (size_t)bh * d.TT : S;
 
-        head_probs(P, S, q, k, T, HS, QKV_C, d.scale, causal, kv, o.half);
+        head_probs(P, S, q, k, d.sh, HS, QKV_C, d.scale, o.half);
         if (probs.b16) half_from_f32(o.half, probs.b16 + (size_t)bh * d.TT, P, d.TT); /* exact */
         /* Dropout on the probabilities (the same mask is regenerated in backward). */
         const float *Pu =
-            dropped_probs(Pd, P, T, causal, kv, o.dropout_p, d.key,
-                          probs_index(0, b, o.heads.total, o.heads.first, h, T, 0), o.half);
+            dropped_probs(Pd, P, d.sh, o.dropout_p, d.key,
+                          probs_index(0, b, o.heads.total, o.heads.first, h, d.sh.Tkey, 0),
+                          o.half);
         /* out_h = Pu @ V */
-        for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
-            const int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T;
-            gemm((gemm_dims){i1 - i0, HS, causal ? i1 : T}, 1.0f, gemm_n(Pu + (size_t)i0 * T, T),
-                 gemm_n(v, QKV_C), 0.0f,
-                 gemm_o(out + ((size_t)b * T + i0) * OC + (size_t)h * HS, OC));
+        for (int i0 = 0; i0 < Tq; i0 += ATT_BLOCK) {
+            const int i1 = i0 + ATT_BLOCK < Tq ? i0 + ATT_BLOCK : Tq;
+            gemm((gemm_dims){i1 - i0, HS, block_cols(i1, r.q0, Tk, o.causal)}, 1.0f,
+                 gemm_n(Pu + (size_t)i0 * Tk, Tk), gemm_n(v, QKV_C), 0.0f,
+                 gemm_o(out + ((size_t)b * r.out_rows + i0) * OC + (size_t)h * HS, OC));
         }
     }
     gemm_serial_end(blas_threads);
 }
 
-/* dS[T,T] = softmax backward of the (mask-applied) dP held in dS, row by row, in place:
- * dS = P * (dP - rowsum(P * dP)); zero the masked entries a causal block reads (j in [L, end
- * of the row's block)). first: the global dropout index of row 0 (add i * T for row i). */
-static void softmax_backward_rows(float *dS, const float *P, int T, int causal, int kv,
-                                  float dropout_p, dropout_key key, uint64_t first) {
-    for (int i = 0; i < T; i++) {
-        const int L = row_len(i, causal, kv);
-        float *d = dS + (size_t)i * T;
-        const float *p = P + (size_t)i * T;
+/* dS[Tq,Tk] = softmax backward of the (mask-applied) dP held in dS, row by row, in place:
+ * dS = P * (dP - rowsum(P * dP)); zero the masked entries the GEMMs read (a single process's
+ * causal blocks: up to the row's block end; otherwise the whole row). first: the global
+ * dropout index of global row 0 (add i * Tk for global row i). */
+static void softmax_backward_rows(float *dS, const float *P, att_shape sh, float dropout_p,
+                                  dropout_key key, uint64_t first) {
+    const int Tq = sh.Tq, Tk = sh.Tk;
+    for (int i = 0; i < Tq; i++) {
+        const int L = row_len(i, sh.q0, sh.causal, sh.kv);
+        float *d = dS + (size_t)i * Tk;
+        const float *p = P + (size_t)i * Tk;
         if (dropout_p > 0.0f)
-            dropout_forward(d, d, (size_t)L, dropout_p, key, first + (uint64_t)i * T);
+            dropout_forward(d, d, (size_t)L, dropout_p, key,
+                            first + (uint64_t)(sh.q0 + i) * sh.Tkey);
         float dot = 0.0f;
         for (int j = 0; j < L; j++)
             dot += p[j] * d[j];
         for (int j = 0; j < L; j++)
             d[j] = p[j] * (d[j] - dot);
-        /* causal: the GEMMs read up to the row's block end; with padding every column */
+        /* causal from position 0: the GEMMs read up to the row's block end (the key blocks
+         * align with the query blocks); shifted queries (q0 > 0) or padding: every column */
         const int block_end =
-            (i / ATT_BLOCK + 1) * ATT_BLOCK < T ? (i / ATT_BLOCK + 1) * ATT_BLOCK : T;
-        const int end = causal ? block_end : T;
+            (i / ATT_BLOCK + 1) * ATT_BLOCK < Tq ? (i / ATT_BLOCK + 1) * ATT_BLOCK : Tq;
+        const int end = sh.causal && sh.q0 == 0 && Tq == Tk ? block_end : Tk;
         for (int j = L; j < end; j++)
             d[j] = 0.0f;
     }
@@ -194,73 +237,78 @@ static void softmax_backward_rows(float *dS, const float *P, int T, int causal, 
  *   dP  = dropout mask applied to dPu (same mask, same 1/(1-p) scale)
  *   dS  = P * (dP - rowsum(P * dP))           (softmax backward; 0 where masked)
  *   dQ += scale * dS K,   dK += scale * dS^T Q.
- * dqkv[B,T,QKV_C] accumulates; value/key gradients of a group sum over its query heads. */
-void attention_backward(float *dqkv, const float *dout, const float *qkv, attention_probs probs,
-                        qkv_batch x, attention_opts o, attention_workspace ws) {
-    const qkv_layout lay = x.layout;
-    const att_dims d = att_dims_of(x, o);
-    const int B = x.B, T = x.T, NH = lay.NH, NG = lay.NG, HS = lay.HS, causal = o.causal;
-    const int kv = o.kv_len > 0 && o.kv_len < T ? o.kv_len : T;
+ * dq (rows as r.q's) and dkv (rows as r.kv's) accumulate; value/key gradients of a group sum
+ * over its query heads. */
+void attention_backward_rows(float *dq_all, float *dkv_all, const float *dout, attention_rows r,
+                             attention_probs probs, int B, qkv_layout lay, attention_opts o,
+                             attention_workspace ws) {
+    const att_dims d = att_dims_of(lay, r, o);
+    const int NH = lay.NH, NG = lay.NG, HS = lay.HS, causal = o.causal;
+    const int Tq = r.Tq, Tk = r.Tk, q0 = r.q0;
     const int Q = qkv_heads_per_group(lay);
     const int QKV_C = d.QKV_C, OC = d.OC;
     const int blas_threads = gemm_serial_begin();
 #pragma omp parallel for schedule(static) num_threads(team_size(ws))
     for (int bg = 0; bg < B * NG; bg++) {
         const int b = bg / NG, g = bg % NG;
-        float *dS = thread_slice(ws, d.TT); /* dP, then dS [T,T] */
+        float *dS = thread_slice(ws, d.TT); /* dP, then dS [Tq,Tk] */
         float *Pd = dS + d.TT;
         float *Pr = Pd + d.TT; /* widened or recomputed probabilities, unless kept in fp32 */
-        const float *qkv_b = qkv + (size_t)b * T * QKV_C;
-        float *dqkv_b = dqkv + (size_t)b * T * QKV_C;
-        const float *k = qkv_b + qkv_key_offset(lay, g);
-        const float *v = qkv_b + qkv_value_offset(lay, g);
-        float *dk = dqkv_b + qkv_key_offset(lay, g);
-        float *dv = dqkv_b + qkv_value_offset(lay, g);
+        const float *q_b = r.q + (size_t)b * r.q_rows * QKV_C;
+        const float *kv_b = r.kv + (size_t)b * r.kv_rows * QKV_C;
+        float *dq_b = dq_all + (size_t)b * r.q_rows * QKV_C;
+        float *dkv_b = dkv_all + (size_t)b * r.kv_rows * QKV_C;
+        const float *k = kv_b + qkv_key_offset(lay, g);
+        const float *v = kv_b + qkv_value_offset(lay, g);
+        float *dk = dkv_b + qkv_key_offset(lay, g);
+        float *dv = dkv_b + qkv_value_offset(lay, g);
         for (int h = g * Q; h < (g + 1) * Q; h++) {
-            const float *q = qkv_b + qkv_query_offset(lay, h);
+            const float *q = q_b + qkv_query_offset(lay, h);
             const size_t at = ((size_t)b * NH + h) * d.TT;
             const float *P = probs.f32 ? probs.f32 + at : Pr;
             if (probs.b16)
                 half_to_f32(o.half, Pr, probs.b16 + at, d.TT);
             else if (!probs.f32) /* selective recompute: the probabilities were not kept */
-                head_probs(Pr, Pr, q, k, T, HS, QKV_C, d.scale, causal, kv, o.half);
-            float *dq = dqkv_b + qkv_query_offset(lay, h);
-            const float *dO = dout + (size_t)b * T * OC + (size_t)h * HS;
-            const uint64_t first = probs_index(0, b, o.heads.total, o.heads.first, h, T, 0);
+                head_probs(Pr, Pr, q, k, d.sh, HS, QKV_C, d.scale, o.half);
+            float *dq = dq_b + qkv_query_offset(lay, h);
+            const float *dO = dout + (size_t)b * r.out_rows * OC + (size_t)h * HS;
+            const uint64_t first =
+                probs_index(0, b, o.heads.total, o.heads.first, h, d.sh.Tkey, 0);
 
             /* Regenerate the dropped probabilities. */
-            const float *Pu =
-                dropped_probs(Pd, P, T, causal, kv, o.dropout_p, d.key, first, o.half);
-            /* dV += Pu^T dO  (causal: key block [j0,j1) gets query rows i >= j0) */
-            for (int j0 = 0; j0 < T; j0 += ATT_BLOCK) {
-                const int j1 = j0 + ATT_BLOCK < T ? j0 + ATT_BLOCK : T;
-                const int r0 = causal ? j0 : 0;
-                gemm((gemm_dims){j1 - j0, HS, T - r0}, 1.0f, gemm_t(Pu + (size_t)r0 * T + j0, T),
-                     gemm_n(dO + (size_t)r0 * OC, OC), 1.0f,
-                     gemm_o(dv + (size_t)j0 * QKV_C, QKV_C));
+            const float *Pu = dropped_probs(Pd, P, d.sh, o.dropout_p, d.key, first, o.half);
+            /* dV += Pu^T dO  (causal: key block [j0,j1) gets query rows at positions >= j0) */
+            for (int j0 = 0; j0 < Tk; j0 += ATT_BLOCK) {
+                const int j1 = j0 + ATT_BLOCK < Tk ? j0 + ATT_BLOCK : Tk;
+                const int r0 = causal && j0 > q0 ? j0 - q0 : 0;
+                if (r0 >= Tq) break;
+                gemm((gemm_dims){j1 - j0, HS, Tq - r0}, 1.0f,
+                     gemm_t(Pu + (size_t)r0 * Tk + j0, Tk), gemm_n(dO + (size_t)r0 * OC, OC),
+                     1.0f, gemm_o(dv + (size_t)j0 * QKV_C, QKV_C));
             }
-            /* dPu = dO V^T  (causal: block [i0,i1) x [0,i1)) */
-            for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
-                const int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T;
-                gemm((gemm_dims){i1 - i0, causal ? i1 : T, HS}, 1.0f,
+            /* dPu = dO V^T  (causal: block [i0,i1) x [0,q0+i1)) */
+            for (int i0 = 0; i0 < Tq; i0 += ATT_BLOCK) {
+                const int i1 = i0 + ATT_BLOCK < Tq ? i0 + ATT_BLOCK : Tq;
+                gemm((gemm_dims){i1 - i0, block_cols(i1, q0, Tk, causal), HS}, 1.0f,
                      gemm_n(dO + (size_t)i0 * OC, OC), gemm_t(v, QKV_C), 0.0f,
-                     gemm_o(dS + (size_t)i0 * T, T));
+                     gemm_o(dS + (size_t)i0 * Tk, Tk));
             }
-            softmax_backward_rows(dS, P, T, causal, kv, o.dropout_p, d.key, first);
+            softmax_backward_rows(dS, P, d.sh, o.dropout_p, d.key, first);
             /* dQ += scale * dS K */
-            for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
-                const int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T;
-                gemm((gemm_dims){i1 - i0, HS, causal ? i1 : T}, d.scale,
-                     gemm_n(dS + (size_t)i0 * T, T), gemm_n(k, QKV_C), 1.0f,
+            for (int i0 = 0; i0 < Tq; i0 += ATT_BLOCK) {
+                const int i1 = i0 + ATT_BLOCK < Tq ? i0 + ATT_BLOCK : Tq;
+                gemm((gemm_dims){i1 - i0, HS, block_cols(i1, q0, Tk, causal)}, d.scale,
+                     gemm_n(dS + (size_t)i0 * Tk, Tk), gemm_n(k, QKV_C), 1.0f,
                      gemm_o(dq + (size_t)i0 * QKV_C, QKV_C));
             }
             /* dK += scale * dS^T Q */
-            for (int j0 = 0; j0 < T; j0 += ATT_BLOCK) {
-                const int j1 = j0 + ATT_BLOCK < T ? j0 + ATT_BLOCK : T;
-                const int r0 = causal ? j0 : 0;
-                gemm((gemm_dims){j1 - j0, HS, T - r0}, d.scale, gemm_t(dS + (size_t)r0 * T + j0, T),
-                     gemm_n(q + (size_t)r0 * QKV_C, QKV_C), 1.0f,
-                     gemm_o(dk + (size_t)j0 * QKV_C, QKV_C));
+            for (int j0 = 0; j0 < Tk; j0 += ATT_BLOCK) {
+                const int j1 = j0 + ATT_BLOCK < Tk ? j0 + ATT_BLOCK : Tk;
+                const int r0 = causal && j0 > q0 ? j0 - q0 : 0;
+                if (r0 >= Tq) break;
+                gemm((gemm_dims){j1 - j0, HS, Tq - r0}, d.scale,
+                     gemm_t(dS + (size_t)r0 * Tk + j0, Tk), gemm_n(q + (size_t)r0 * QKV_C, QKV_C),
+                     1.0f, gemm_o(dk + (size_t)j0 * QKV_C, QKV_C));
             }
         }
     }

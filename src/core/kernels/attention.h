@@ -65,6 +65,8 @@ typedef struct {
 } attention_workspace;
 
 size_t attention_workspace_floats(int T, int threads);
+/* The same for Tq query rows against Tk keys (attention_rows). */
+size_t attention_workspace_floats_rows(int Tq, int Tk, int threads);
 
 /* out[B,T,NH*HS], probs[B,NH,T,T] (if kept) from qkv (shapes in x). */
 void attention_forward(float *out, attention_probs probs, const float *qkv, qkv_batch x,
@@ -72,5 +74,30 @@ void attention_forward(float *out, attention_probs probs, const float *qkv, qkv_
 /* dqkv[B,T,QKV_C] += gradient w.r.t. qkv (query, key and value columns). */
 void attention_backward(float *dqkv, const float *dout, const float *qkv, attention_probs probs,
                         qkv_batch x, attention_opts o, attention_workspace ws);
+
+/* Context parallelism (core/context_parallel/cp_attention.h): Tq query rows of each sequence,
+ * at global positions q0 .. q0 + Tq - 1 (the causal mask and the dropout masks use those),
+ * against all Tk keys and values of it. Rows are packed QKV rows (qkv_layout.h); row i of
+ * sequence b is at q + (b * q_rows + i) * QKV_C, key/value row j at kv + (b * kv_rows + j) *
+ * QKV_C, output row i at out + (b * out_rows + i) * NH * HS. kv_len in the options counts keys
+ * of the whole sequence. The dropout index of probs[b,h,i,j] is that of the single process's
+ * element (b, h, q0 + i, j) of a sequence of T_key tokens (Tk, or the unpadded length of a
+ * padded sequence: core/context_parallel/cp_layout.h; 0: Tk). */
+typedef struct {
+    const float *q, *kv;
+    int Tq, Tk, q0;
+    int q_rows, kv_rows, out_rows;
+    int T_key;
+} attention_rows;
+
+/* out (rows as above), probs [B,NH,Tq,Tk] (if kept); the workspace must hold 3 Tq Tk floats
+ * per thread (attention_workspace_floats(T) does for Tq Tk <= T T). */
+void attention_forward_rows(float *out, attention_probs probs, attention_rows r, int B,
+                            qkv_layout lay, attention_opts o, attention_workspace ws);
+/* dq (rows as r.q's: query columns) and dkv (rows as r.kv's: key and value columns) += the
+ * gradients; dq and dkv may be one buffer when r.q == r.kv. */
+void attention_backward_rows(float *dq, float *dkv, const float *dout, attention_rows r,
+                             attention_probs probs, int B, qkv_layout lay, attention_opts o,
+                             attention_workspace ws);
 
 #endif

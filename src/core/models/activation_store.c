@@ -16,13 +16,13 @@ activation_store *activation_store_create(const gpt_model *m, int checkpointed) 
     s->max_batch = m->max_batch;
     s->num_chunks = m->num_chunks;
     const transformer_config *c = &s->cfg;
-    block_activations_alloc(&s->block, c, m->max_batch, c->seq_length, &m->block);
+    block_activations_alloc(&s->block, c, m->max_batch, tc_seq_local(c), &m->block);
     s->input = s->block.hidden[0];
     s->output = s->block.hidden[s->block.num_layers];
     s->grad = m->dres;
     s->stage_floats = m->block.hidden_floats;
 
-    size_t N = (size_t)m->max_batch * c->seq_length, C = c->hidden_size, V = tc_vocab_local(c);
+    size_t N = (size_t)m->max_batch * tc_seq_local(c), C = c->hidden_size, V = tc_vocab_local(c);
     size_t Ns = tc_tokens_local(c, (int)N);
     s->tokens = mem_alloc(MEM_OTHER, N * sizeof(int), "tokens");
     s->labels = mem_alloc(MEM_OTHER, N * sizeof(int), "labels");

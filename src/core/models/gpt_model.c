@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/context_parallel/cp_layout.h"
 #include "core/kernels/bf16.h"
 #include "core/kernels/cross_entropy.h"
 #include "core/kernels/linear.h"
@@ -14,6 +15,7 @@
 #include "core/kernels/norm.h"
 #include "core/kernels/rope.h"
 #include "core/models/gpt_spec.h"
+#include "core/parallel_state.h"
 #include "core/random/philox.h"
 #include "core/tensor/memory.h"
 #include "core/tensor_parallel/layers.h"
@@ -290,11 +292,12 @@ gpt_model *gpt_model_create(const transformer_config *cfg, int max_batch, gpt_mo
     m->num_chunks = tc_vp(c);
     /* the block's workspaces are sized for this rank's threads (core/threads.h); no kernel
      * runs more threads than they were sized for */
-    transformer_block_init(&m->block, c, max_batch, c->seq_length, bw, threads_per_rank());
+    /* a rank's positions: seq-length / CP under context parallelism */
+    transformer_block_init(&m->block, c, max_batch, tc_seq_local(c), bw, threads_per_rank());
     build_params(m);
 
     /* N tokens, Ns of them outside tensor-parallel regions */
-    size_t N = (size_t)max_batch * c->seq_length, C = c->hidden_size;
+    size_t N = (size_t)max_batch * tc_seq_local(c), C = c->hidden_size;
     size_t Ns = tc_tokens_local(c, (int)N);
     if (bw) {
         m->dlosses = mem_alloc_floats(MEM_WORKSPACE, N, "dlosses");
@@ -305,6 +308,8 @@ gpt_model *gpt_model_create(const transformer_config *cfg, int max_batch, gpt_mo
         m->emb_partial = mem_alloc_floats(MEM_WORKSPACE, N * C, "embedding partial lookup");
         m->ce_sumexp = mem_alloc_floats(MEM_WORKSPACE, N, "cross-entropy sum of exponentials");
     }
+    if (tc_cp(c) > 1) /* int32 tokens and labels share float-sized slots */
+        m->cp_batch = mem_alloc_floats(MEM_OTHER, 3 * N, "context-parallel rows");
     if (c->rope) {
         size_t half = c->rot_dim / 2;
         m->rope_cos = mem_alloc_floats(MEM_OTHER, c->seq_length * half, "rope cos");
@@ -332,7 +337,7 @@ void gpt_model_free(gpt_model *m) {
     mem_free(ps->exp_avg_sq);
     gpt_spec_free(&m->spec); /* the tensor table */
     void *bufs[] = {m->dlosses,  m->dres,     m->demb,       m->rope_cos,
-                    m->rope_sin, m->emb_partial, m->ce_sumexp};
+                    m->rope_sin, m->emb_partial, m->ce_sumexp, m->cp_batch};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) mem_free(bufs[i]);
     free(m);
 }
@@ -422,12 +427,13 @@ static vocab_parallel_embedding embedding_of(gpt_model *m) {
 }
 
 /* The dropout of the embedding output (Megatron applies --hidden-dropout there), keyed by this
- * rank's token rows. */
-static dropout_key embedding_dropout_key(const layer_ctx *ctx, uint64_t *offset, int Ns) {
+ * rank's token rows (their global tokens under context parallelism). */
+static dropout_key embedding_dropout_key(const layer_ctx *ctx, cp_rows *rows, int Ns) {
     const transformer_config *c = ctx->cfg;
     dropout_key ek = ctx->key;
     ek.site = DROPOUT_SITE_EMBEDDING;
-    *offset = tc_sp(c) ? (uint64_t)c->tp_rank * Ns * c->hidden_size : 0;
+    *rows = (cp_rows){c, ctx->T, cp_key_length(c, ctx->T, ctx->T_valid),
+                      tc_sp(c) ? (int64_t)c->tp_rank * Ns : 0, Ns, c->hidden_size};
     return ek;
 }
 
@@ -466,10 +472,9 @@ static void embedding_forward_into(gpt_model *m, activation_store *s) {
     float *h0 = s->input;
     vocab_parallel_embedding emb = embedding_of(m);
     vocab_parallel_embedding_forward(&emb, h0, s->tokens, s->B, s->T);
-    uint64_t off;
-    dropout_key ek = embedding_dropout_key(&s->ctx, &off, Ns);
-    dropout_forward(h0, h0, (size_t)Ns * c->hidden_size, s->ctx.training ? c->hidden_dropout : 0.0f,
-                    ek, off);
+    cp_rows rows;
+    dropout_key ek = embedding_dropout_key(&s->ctx, &rows, Ns);
+    cp_dropout_forward(rows, h0, h0, s->ctx.training ? c->hidden_dropout : 0.0f, ek);
     /* --bf16 (--fp16): the residual stream is 16-bit (Megatron's), from the embedding output on */
     half_round_f32(tc_half(c), h0, (size_t)Ns * c->hidden_size);
     params_done(m, 0, m->spec.layer_begin[0]);
@@ -687,8 +692,47 @@ static float loss_forward(gpt_model *m, activation_store *s, const gpt_batch *b)
     return den > 0.0 ? (float)(num / den) : 0.0f;
 }
 
+/* Context parallelism: this rank's rows of the micro-batch b (its two chunks of each
+ * sequence) as a batch of T / CP rows, with the denominator of the whole micro-batch (the loss
+ * of the local rows is a part of the single process's sum: Megatron all-reduces it over CP) and
+ * the gradient seed times CP (Megatron's loss x CP: the gradients are averaged over DP x CP). */
+static gpt_batch cp_local_batch(gpt_model *m, const gpt_batch *b) {
+    const transformer_config *c = &m->cfg;
+    const int cp = tc_cp(c), N = b->B * b->T, Nl = N / cp;
+    if (!b->labels || b->logit_rows || b->T % (2 * cp) != 0)
+        die(1, "internal error: a context-parallel forward of %d tokens per sequence%s", b->T,
+            b->labels ? "" : " without labels");
+    gpt_batch lb = *b;
+    int32_t *tokens = (int32_t *)m->cp_batch, *labels = (int32_t *)(m->cp_batch + Nl);
+    float *mask = b->loss_mask ? m->cp_batch + 2 * (size_t)Nl : NULL;
+    cp_select_rows(c, b->B, b->T, tokens, b->tokens, labels, b->labels, mask, b->loss_mask);
+    lb.tokens = tokens;
+    lb.labels = labels;
+    lb.loss_mask = mask;
+    lb.T = b->T / cp;
+    lb.T_valid = 0; /* set on the context from b: it counts the whole sequence */
+    lb.grad_seed = b->grad_seed * (float)cp;
+    if (lb.denominator <= 0.0f) {
+        double den = 0.0;
+        for (int i = 0; i < N; i++) den += b->loss_mask ? b->loss_mask[i] : 1.0f;
+        lb.denominator = (float)den;
+    }
+    return lb;
+}
+
 float gpt_model_forward(gpt_model *m, activation_store *s, const gpt_batch *b, gpt_step step) {
     const transformer_config *c = &s->cfg;
+    if (tc_cp(&m->cfg) > 1) {
+        gpt_batch lb = cp_local_batch(m, b);
+        begin_forward(m, s, &lb, step);
+        s->ctx.T_valid = b->T_valid > 0 && b->T_valid < b->T ? b->T_valid : b->T;
+        if (tc_first_stage(c)) embedding_forward_into(m, s);
+        transformer_block_forward(&m->block, &s->block, &s->ctx);
+        if (!tc_last_stage(c)) return 0.0f;
+        head_forward(m, s, &lb);
+        /* the whole micro-batch's loss: the sum of the ranks' parts */
+        return (float)parallel_sum_double(PARALLEL_GROUP_CP, loss_forward(m, s, &lb));
+    }
     begin_forward(m, s, b, step);
     if (tc_first_stage(c)) embedding_forward_into(m, s);
     /* else: the previous stage's output was received into s->input */
@@ -747,9 +791,9 @@ static void embedding_backward_from(gpt_model *m, activation_store *s) {
     size_t NsC = (size_t)Ns * c->hidden_size;
     params_needed(m, 0, m->spec.layer_begin[0]); /* the lookup's backward tests wpe */
     memset(m->demb, 0, NsC * sizeof(float));
-    uint64_t off;
-    dropout_key ek = embedding_dropout_key(&s->ctx, &off, Ns);
-    dropout_backward(m->demb, s->grad, NsC, s->ctx.training ? c->hidden_dropout : 0.0f, ek, off);
+    cp_rows rows;
+    dropout_key ek = embedding_dropout_key(&s->ctx, &rows, Ns);
+    cp_dropout_backward(rows, m->demb, s->grad, s->ctx.training ? c->hidden_dropout : 0.0f, ek);
     vocab_parallel_embedding emb = embedding_of(m);
     vocab_parallel_embedding_backward(&emb, m->demb, s->tokens, s->B, s->T);
     params_done(m, 0, m->spec.layer_begin[0]);
@@ -758,6 +802,7 @@ static void embedding_backward_from(gpt_model *m, activation_store *s) {
 
 void gpt_model_backward(gpt_model *m, activation_store *s, float loss_scale) {
     const transformer_config *c = &s->cfg;
+    loss_scale *= (float)tc_cp(c); /* as the forward's seed: cp_local_batch */
     m->anomaly_dres = s->grad;
     m->anomaly_dres_len = (size_t)tc_tokens_local(c, s->B * s->T) * c->hidden_size;
     if (tc_last_stage(c)) head_backward(m, s, loss_scale);

@@ -47,13 +47,17 @@ typedef struct gpt_model {
                                      16-bit values since it was last widened */
     transformer_block block;
 
-    /* workspaces for up to max_batch x seq_length tokens (N; Ns of them outside TP regions) */
+    /* workspaces for up to max_batch x seq_length / CP tokens (N; Ns of them outside TP
+     * regions) */
     float *dlosses;       /* [N] */
     float *dres;          /* [Ns, C] residual-stream gradient (the stores' default `grad`) */
     float *demb;          /* [N, C] embedding gradient before dropout */
     float *rope_cos, *rope_sin; /* [seq_length, rot_dim/2] */
     float *emb_partial;   /* [N, C] vocab-parallel lookup before its reduction (TP only) */
     float *ce_sumexp;     /* [N] vocab-parallel cross-entropy scratch (TP only) */
+    /* context parallelism: this rank's rows of the micro-batch [B, T/CP] (cp_layout.h): the
+     * tokens and labels (int32, in float-sized slots) and the loss weights */
+    float *cp_batch;      /* [3, N] (CP only; N counts a rank's positions) */
     /* Masked-diffusion training (every labelled forward sets gpt_batch.loss_rows_only): the
      * stores made while this is set hold logits for min(N, GPT_HEAD_CHUNK_ROWS) rows only
      * (activation_store.logits_rows); a forward that needs all N rows then dies */

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/context_parallel/cp_layout.h"
 #include "core/kernels/embedding.h"
 #include "core/tensor_parallel/mappings.h"
 
@@ -77,27 +78,29 @@ static void vocab_lookup_backward(float *dwte_local, const float *dout, const in
     }
 }
 
-/* out[n, :] += wpe[(first_token + n) % T, :] for n < Ns (a shard of the [B*T] tokens). */
-static void position_embedding_add(float *out, const float *wpe, int64_t first_token, int Ns,
-                                   int T, int C) {
+/* out[n, :] += wpe[position of token first_token + n, :] for n < Ns (a shard of the [B*T]
+ * tokens; the position within the whole sequence under context parallelism: cp_layout.h). */
+static void position_embedding_add(const transformer_config *c, float *out, const float *wpe,
+                                   int64_t first_token, int Ns, int T, int C) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < Ns; n++) {
-        const float *p = wpe + (size_t)((first_token + n) % T) * C;
+        const float *p = wpe + (size_t)cp_position(c, T, (int)((first_token + n) % T)) * C;
         float *o = out + (size_t)n * C;
         for (int i = 0; i < C; i++) o[i] += p[i];
     }
 }
 
-/* dwpe[(first_token + n) % T, :] += dout[n, :] */
-static void position_embedding_add_backward(float *dwpe, const float *dout, int64_t first_token,
-                                            int Ns, int T, int C) {
+/* dwpe[position of token first_token + n, :] += dout[n, :] */
+static void position_embedding_add_backward(const transformer_config *c, float *dwpe,
+                                            const float *dout, int64_t first_token, int Ns,
+                                            int T, int C) {
     int nblocks = (C + COL_BLOCK - 1) / COL_BLOCK;
 #pragma omp parallel for schedule(static)
     for (int blk = 0; blk < nblocks; blk++) {
         int c0 = blk * COL_BLOCK, w = C - c0 < COL_BLOCK ? C - c0 : COL_BLOCK;
         for (int n = 0; n < Ns; n++) {
             const float *d = dout + (size_t)n * C + c0;
-            float *p = dwpe + (size_t)((first_token + n) % T) * C + c0;
+            float *p = dwpe + (size_t)cp_position(c, T, (int)((first_token + n) % T)) * C + c0;
             for (int i = 0; i < w; i++) p[i] += d[i];
         }
     }
@@ -112,13 +115,15 @@ void vocab_parallel_embedding_forward(const vocab_parallel_embedding *e, float *
                                       const int *tokens, int B, int T) {
     const transformer_config *c = e->cfg;
     int N = B * T, Ns = tc_tokens_local(c, N), C = c->hidden_size;
-    if (tc_tp(c) == 1 && e->wte16) {
-        embedding_forward_half(out, tokens, e->kind, e->wte16, e->wpe, B, T, C,
-                               c->position_offset);
-        return;
-    }
+    /* context parallelism: the positions are added below, from the global ones */
+    const float *wpe = tc_cp(c) == 1 ? e->wpe : NULL;
+    if (tc_tp(c) == 1 && e->wte16)
+        embedding_forward_half(out, tokens, e->kind, e->wte16, wpe, B, T, C, c->position_offset);
+    else if (tc_tp(c) == 1)
+        embedding_forward(out, tokens, e->wte, wpe, B, T, C, c->position_offset);
     if (tc_tp(c) == 1) {
-        embedding_forward(out, tokens, e->wte, e->wpe, B, T, C, c->position_offset);
+        if (e->wpe && !wpe)
+            position_embedding_add(c, out, e->wpe + (size_t)c->position_offset * C, 0, N, T, C);
         return;
     }
     int Vl = tc_vocab_local(c);
@@ -130,7 +135,7 @@ void vocab_parallel_embedding_forward(const vocab_parallel_embedding *e, float *
         memcpy(out, e->partial, (size_t)N * C * sizeof(float));
     }
     if (e->wpe)
-        position_embedding_add(out, e->wpe + (size_t)c->position_offset * C,
+        position_embedding_add(c, out, e->wpe + (size_t)c->position_offset * C,
                                shard_first_token(c, Ns), Ns, T, C);
 }
 
@@ -139,12 +144,16 @@ void vocab_parallel_embedding_backward(const vocab_parallel_embedding *e, const 
     const transformer_config *c = e->cfg;
     int N = B * T, Ns = tc_tokens_local(c, N), C = c->hidden_size;
     if (tc_tp(c) == 1) {
-        embedding_backward(e->dwte, e->dwpe, dout, tokens, B, T, C, c->position_offset);
+        embedding_backward(e->dwte, tc_cp(c) == 1 ? e->dwpe : NULL, dout, tokens, B, T, C,
+                           c->position_offset);
+        if (e->dwpe && tc_cp(c) > 1)
+            position_embedding_add_backward(c, e->dwpe + (size_t)c->position_offset * C, dout, 0,
+                                            N, T, C);
         return;
     }
     int Vl = tc_vocab_local(c);
     if (e->wpe)
-        position_embedding_add_backward(e->dwpe + (size_t)c->position_offset * C, dout,
+        position_embedding_add_backward(c, e->dwpe + (size_t)c->position_offset * C, dout,
                                         shard_first_token(c, Ns), Ns, T, C);
     const float *full = dout;
     if (tc_sp(c)) {

@@ -12,7 +12,8 @@ size_t activation_memory_layer_state_bytes(const transformer_config *c, int B, i
 }
 
 size_t activation_memory_probs_bytes(const transformer_config *c, int B, int T) {
-    return (tc_half(c) ? 2 : 4) * (size_t)B * tc_heads_local(c) * T * T;
+    if (tc_cp(c) > 1 && c->cp_ring) return 0; /* the ring keeps none */
+    return (tc_half(c) ? 2 : 4) * (size_t)B * tc_heads_local(c) * T * ((size_t)T * tc_cp(c));
 }
 
 /* A layer's input: [Ns, C] floats (the block's fp32 buffers: a distributed chunk input). */

@@ -12,7 +12,8 @@
 /* Bytes of one layer's state without recomputation, its input excluded: norm outputs and
  * statistics, Q/K/V, attention probabilities, context, residual, MLP activations. */
 size_t activation_memory_layer_state_bytes(const transformer_config *c, int B, int T);
-/* Bytes of the attention probabilities of one layer: 4 * B * NH * T * T. */
+/* Bytes of the attention probabilities of one layer: 4 * B * NH * T * T (T the positions a
+ * rank holds; under context parallelism T x (T x CP): its queries against every key). */
 size_t activation_memory_probs_bytes(const transformer_config *c, int B, int T);
 /* Saved-activation bytes layer l keeps under c's recompute mode (its input included when it
  * keeps it). */

@@ -4,6 +4,10 @@
 
 #include <string.h>
 
+#include "core/context_parallel/cp_a2a.h"
+#include "core/context_parallel/cp_attention.h"
+#include "core/context_parallel/cp_layout.h"
+#include "core/context_parallel/cp_ring.h"
 #include "core/kernels/attention.h"
 #include "core/kernels/linear.h"
 #include "core/kernels/norm.h"
@@ -65,12 +69,23 @@ void self_attention_forward(const layer_ctx *ctx, int layer_index, const layer_w
         half_round_f32(tc_half(c), s->qkv, nqkv);
     }
     if (c->rope) {
-        rope_forward(s->qkv, qkv_shape(ctx), rope_of(ctx));
+        cp_rope_forward(c, s->qkv, qkv_shape(ctx), rope_of(ctx));
         half_round_f32(tc_half(c), s->qkv, nqkv);
     }
 
-    attention_forward(s->ctx, saved_probs(s), s->qkv, qkv_shape(ctx),
-                      core_attention_opts(ctx, layer_index), ws->attn);
+    /* context parallelism: the local queries against the whole sequence's keys */
+    if (tc_cp(c) > 1 && c->cp_ring)
+        cp_ring_forward(c, s->ctx, s->cp_lse, s->qkv, qkv_shape(ctx),
+                        core_attention_opts(ctx, layer_index), ws->attn);
+    else if (tc_cp(c) > 1 && c->cp_a2a)
+        cp_a2a_forward(c, s->ctx, saved_probs(s), s->qkv, qkv_shape(ctx),
+                       core_attention_opts(ctx, layer_index), ws->attn);
+    else if (tc_cp(c) > 1)
+        cp_attention_forward(c, s->ctx, saved_probs(s), s->qkv, qkv_shape(ctx),
+                             core_attention_opts(ctx, layer_index), ws->attn);
+    else
+        attention_forward(s->ctx, saved_probs(s), s->qkv, qkv_shape(ctx),
+                          core_attention_opts(ctx, layer_index), ws->attn);
     tp_linear proj = tp_linear_make(c, TP_LINEAR_PROJ, NULL, ws->branch_full, ws->recv);
     row_parallel_linear_forward(&proj, out_local, s->ctx, LAYER_LINEAR_W(w, proj), w->proj_b, N,
                                 NH * HS, C);
@@ -89,9 +104,19 @@ void self_attention_backward(const layer_ctx *ctx, int layer_index, const layer_
                                  LAYER_LINEAR_W(w, proj), N, NH * HS, C);
 
     memset(ws->dqkv, 0, (size_t)N * QKV * sizeof(float));
-    attention_backward(ws->dqkv, ws->dctx, s->qkv, saved_probs(s), qkv_shape(ctx),
-                       core_attention_opts(ctx, layer_index), ws->attn);
-    if (c->rope) rope_backward(ws->dqkv, qkv_shape(ctx), rope_of(ctx));
+    if (tc_cp(c) > 1 && c->cp_ring)
+        cp_ring_backward(c, ws->dqkv, ws->dctx, s->ctx, s->cp_lse, s->qkv, qkv_shape(ctx),
+                         core_attention_opts(ctx, layer_index), ws->attn);
+    else if (tc_cp(c) > 1 && c->cp_a2a)
+        cp_a2a_backward(c, ws->dqkv, ws->dctx, s->qkv, saved_probs(s), qkv_shape(ctx),
+                        core_attention_opts(ctx, layer_index), ws->attn);
+    else if (tc_cp(c) > 1)
+        cp_attention_backward(c, ws->dqkv, ws->dctx, s->qkv, saved_probs(s), qkv_shape(ctx),
+                              core_attention_opts(ctx, layer_index), ws->attn);
+    else
+        attention_backward(ws->dqkv, ws->dctx, s->qkv, saved_probs(s), qkv_shape(ctx),
+                           core_attention_opts(ctx, layer_index), ws->attn);
+    if (c->rope) cp_rope_backward(c, ws->dqkv, qkv_shape(ctx), rope_of(ctx));
 
     const float *dproj = ws->dqkv; /* grad w.r.t. linear_qkv's output */
     if (c->qk_layernorm) {

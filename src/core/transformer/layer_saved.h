@@ -16,9 +16,12 @@
  * tensor-parallel shares (the whole model's with one rank). */
 typedef struct {
     size_t B, T, N, Ns, C, QKV, NH, NG, HS, F, FC1;
+    size_t Tk; /* keys per query: T, or T x CP (a rank's T positions attend to the whole
+                  sequence under context parallelism) */
     int layernorm;    /* LayerNorm (mean and rstd) rather than RMSNorm (rstd) */
     int qk_layernorm; /* --qk-layernorm */
     int probs;        /* attention probabilities kept (not with selective recompute) */
+    int ring;         /* context parallelism's ring: no probabilities, their log-sum-exp */
     half_kind half;   /* --bf16 / --fp16: the table's b16 tensors are stored in this format
                          (2 bytes); HALF_NONE: fp32 */
 } layer_dims;
@@ -27,6 +30,7 @@ static inline layer_dims layer_dims_of(const transformer_config *c, int B, int T
     layer_dims d;
     d.B = (size_t)B;
     d.T = (size_t)T;
+    d.Tk = (size_t)T * (size_t)tc_cp(c);
     d.N = (size_t)B * T;
     d.Ns = (size_t)tc_tokens_local(c, B * T);
     d.C = (size_t)c->hidden_size;
@@ -39,6 +43,7 @@ static inline layer_dims layer_dims_of(const transformer_config *c, int B, int T
     d.layernorm = c->normalization == NORM_LAYERNORM;
     d.qk_layernorm = c->qk_layernorm;
     d.probs = c->recompute_granularity != RECOMPUTE_SELECTIVE;
+    d.ring = tc_cp(c) > 1 && c->cp_ring;
     d.half = tc_half(c);
     return d;
 }
@@ -78,8 +83,10 @@ enum {
     X(qkv, "qkv", 1, d.N * d.QKV, LAYER_SAVED_B16)                                                 \
     /* softmax output before attention dropout [B, NH, T, T]; NULL with selective recompute        \
      * (backward recomputes it) */                                                                 \
-    X(probs, "attention probs", d.probs, d.B * d.NH * d.T * d.T,                                   \
+    X(probs, "attention probs", d.probs && !d.ring, d.B * d.NH * d.T * d.Tk,                       \
       d.half ? SAVED_B16_KERNEL : SAVED_F32)                                                       \
+    /* context parallelism's ring (cp_ring.h): the rows' log-sum-exp [B, NH, T] instead */        \
+    X(cp_lse, "attention log-sum-exp (context-parallel ring)", d.ring, d.B * d.NH * d.T, 0)       \
     /* attention output = linear_proj input [N, NH*HS] */                                          \
     X(ctx, "attention context", 1, d.N * d.NH * d.HS, LAYER_SAVED_B16)                             \
     /* residual after attention = norm2 input [Ns, C] */                                           \

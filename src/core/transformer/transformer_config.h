@@ -68,6 +68,13 @@ typedef struct {
      * the interleaved schedule (vp_size v > 1) a rank holds v model chunks of L/(pp v) layers:
      * chunk j of rank r is layers (j pp + r) L/(pp v) ..; the embedding is on chunk 0 of rank
      * 0, the head on chunk v - 1 of rank pp - 1 (Megatron's virtual pipeline stages). */
+    /* context parallelism: each sequence in 2 cp_size chunks, this rank holding chunks
+     * cp_rank and 2 cp_size - 1 - cp_rank (core/context_parallel/cp_layout.h) */
+    int cp_size;                       /* 0 or 1: no context parallelism */
+    int cp_rank;
+    int cp_ring;                       /* --cp-comm-type p2p: the ring (cp_ring.h) */
+    int cp_a2a;                        /* --cp-comm-type a2a: all-to-all (cp_a2a.h); neither:
+                                          the all-gather (cp_attention.h) */
     int pp_size;                       /* 0 or 1: one stage */
     int pp_rank;
     int vp_size;                       /* model chunks per rank; 0 or 1: no interleaving */
@@ -126,6 +133,10 @@ static inline int tc_ffn_local(const transformer_config *c) { return c->ffn_hidd
 static inline int tc_vocab_local(const transformer_config *c) {
     return c->padded_vocab_size / tc_tp(c);
 }
+static inline int tc_cp(const transformer_config *c) { return c->cp_size > 1 ? c->cp_size : 1; }
+/* Positions of each sequence a rank holds: seq-length / CP under context parallelism (its two
+ * chunks; a masked-diffusion micro-batch of seq-length - 1 tokens fits too). */
+static inline int tc_seq_local(const transformer_config *c) { return c->seq_length / tc_cp(c); }
 /* Token rows a rank holds outside the tensor-parallel regions: N/t with sequence parallelism. */
 static inline int tc_tokens_local(const transformer_config *c, int N) {
     return tc_sp(c) ? N / tc_tp(c) : N;

@@ -2,6 +2,8 @@
 
 #include <string.h>
 
+#include "core/context_parallel/cp_layout.h"
+#include "core/context_parallel/cp_ring.h"
 #include "core/kernels/attention.h"
 #include "core/kernels/bf16.h"
 #include "core/kernels/linear.h"
@@ -107,8 +109,13 @@ void layer_workspace_alloc(layer_workspace *ws, const transformer_config *c, int
         sp ? mem_alloc_floats(MEM_WORKSPACE, N * C, "branch partial output") : ws->branch;
     if (sp) ws->gathered = mem_alloc_floats(MEM_WORKSPACE, N * C, "gathered norm output");
     ws->attn.threads = threads;
-    ws->attn.data =
-        mem_alloc_floats(MEM_WORKSPACE, attention_workspace_floats(T, threads), "attention");
+    /* context parallelism: a chunk of T/2 queries against the whole sequence's T x CP keys */
+    /* a2a: the whole sequence of 1/CP of the heads */
+    size_t attn = tc_cp(c) > 1 && c->cp_ring ? cp_ring_workspace_floats(c, T, threads)
+                  : tc_cp(c) > 1 && c->cp_a2a ? attention_workspace_floats(T * tc_cp(c), threads)
+                  : tc_cp(c) > 1 ? attention_workspace_floats_rows(T / 2, T * tc_cp(c), threads)
+                                 : attention_workspace_floats(T, threads);
+    ws->attn.data = mem_alloc_floats(MEM_WORKSPACE, attn, "attention");
     /* the ring reduce-scatter's receive buffers (--tp-comm-overlap) */
     if (sp && c->tp_comm_overlap)
         ws->recv = mem_alloc_floats(MEM_WORKSPACE, (N - Ns) * C, "overlap receive buffers");
@@ -160,10 +167,14 @@ static dropout_key site_key(const layer_ctx *ctx, int layer_index, uint32_t site
     return k;
 }
 
-/* Global index of this rank's first element of an [N, C] activation: its shard's first row
- * under sequence parallelism, 0 otherwise (dropout masks are keyed by global element). */
-static uint64_t shard_offset(const transformer_config *c, int N) {
-    return tc_sp(c) ? (uint64_t)c->tp_rank * tc_tokens_local(c, N) * c->hidden_size : 0;
+/* This rank's rows of an [N, C] activation: its shard's under sequence parallelism, all N
+ * otherwise; dropout masks are keyed by global element (of the global token under context
+ * parallelism: cp_layout.h). */
+static cp_rows shard_rows(const layer_ctx *ctx, int N) {
+    const transformer_config *c = ctx->cfg;
+    const int Ns = tc_tokens_local(c, N);
+    return (cp_rows){c, ctx->T, cp_key_length(c, ctx->T, ctx->T_valid),
+                     tc_sp(c) ? (int64_t)c->tp_rank * Ns : 0, Ns, c->hidden_size};
 }
 
 void transformer_layer_forward(const layer_ctx *ctx, int layer_index, const layer_weights *w,
@@ -172,20 +183,20 @@ void transformer_layer_forward(const layer_ctx *ctx, int layer_index, const laye
     const transformer_config *c = ctx->cfg;
     int N = ctx->B * ctx->T, Ns = tc_tokens_local(c, N);
     size_t NC = (size_t)Ns * c->hidden_size;
-    uint64_t off = shard_offset(c, N);
+    cp_rows rows = shard_rows(ctx, N);
     float p = ctx->training ? c->hidden_dropout : 0.0f;
 
     norm_forward(c, s->ln1, s->ln1_mean, s->ln1_rstd, inp, w->ln1_w, w->ln1_b, Ns);
     self_attention_forward(ctx, layer_index, w, s, ws, s->ln1, ws->branch);
-    residual_dropout_forward(s->res1, inp, ws->branch, NC, p,
-                             site_key(ctx, layer_index, DROPOUT_SITE_ATTENTION_OUT), off);
+    cp_residual_dropout_forward(rows, s->res1, inp, ws->branch, p,
+                                site_key(ctx, layer_index, DROPOUT_SITE_ATTENTION_OUT));
     /* --bf16 (--fp16): the residual stream is bf16 (fp16, Megatron's): rounded after each add */
     half_round_f32(tc_half(c), s->res1, NC);
 
     norm_forward(c, s->ln2, s->ln2_mean, s->ln2_rstd, s->res1, w->ln2_w, w->ln2_b, Ns);
     mlp_forward(ctx, w, s, ws, s->ln2, ws->branch);
-    residual_dropout_forward(out, s->res1, ws->branch, NC, p,
-                             site_key(ctx, layer_index, DROPOUT_SITE_MLP_OUT), off);
+    cp_residual_dropout_forward(rows, out, s->res1, ws->branch, p,
+                                site_key(ctx, layer_index, DROPOUT_SITE_MLP_OUT));
     half_round_f32(tc_half(c), out, NC);
     layer_saved_pack(s, c, ctx->B, ctx->T); /* --bf16/--fp16: b16 tensors to storage */
 }
@@ -196,23 +207,23 @@ void transformer_layer_backward(const layer_ctx *ctx, int layer_index, const lay
     const transformer_config *c = ctx->cfg;
     int N = ctx->B * ctx->T, Ns = tc_tokens_local(c, N);
     size_t NC = (size_t)Ns * c->hidden_size;
-    uint64_t off = shard_offset(c, N);
+    cp_rows rows = shard_rows(ctx, N);
     float p = ctx->training ? c->hidden_dropout : 0.0f;
     layer_saved_unpack(s, c, ctx->B, ctx->T); /* --bf16/--fp16: b16 tensors to views */
 
     /* MLP branch: out = res1 + dropout(mlp(norm2(res1))). dres already holds the identity
      * path's gradient w.r.t. res1, so only the branch's contribution is added to it. */
     memset(ws->branch, 0, NC * sizeof(float));
-    residual_dropout_backward(NULL, ws->branch, dres, NC, p,
-                              site_key(ctx, layer_index, DROPOUT_SITE_MLP_OUT), off);
+    cp_residual_dropout_backward(rows, NULL, ws->branch, dres, p,
+                                 site_key(ctx, layer_index, DROPOUT_SITE_MLP_OUT));
     mlp_backward(ctx, w, g, s, ws, s->ln2, ws->branch, ws->dln);
     norm_backward(c, dres, g->ln2_w, g->ln2_b, ws->dln, s->res1, w->ln2_w, s->ln2_mean,
                   s->ln2_rstd, Ns);
 
     /* Attention branch: res1 = inp + dropout(attention(norm1(inp))). */
     memset(ws->branch, 0, NC * sizeof(float));
-    residual_dropout_backward(NULL, ws->branch, dres, NC, p,
-                              site_key(ctx, layer_index, DROPOUT_SITE_ATTENTION_OUT), off);
+    cp_residual_dropout_backward(rows, NULL, ws->branch, dres, p,
+                                 site_key(ctx, layer_index, DROPOUT_SITE_ATTENTION_OUT));
     self_attention_backward(ctx, layer_index, w, g, s, ws, s->ln1, ws->branch, ws->dln);
     norm_backward(c, dres, g->ln1_w, g->ln1_b, ws->dln, inp, w->ln1_w, s->ln1_mean, s->ln1_rstd,
                   Ns);
