@@ -10,6 +10,7 @@
 #    a bf16 weight the other way);
 #  - checkpoints saved under a strategy resume under plain DP and the reverse, with the losses
 #    of an uninterrupted plain run;
+#  - both strategies under context parallelism (CP 2 x DP 2: shards over DP x CP) as plain DP 2;
 #  - optim_grads_params also with the prefetched gathers (--overlap-param-gather), full
 #    recomputation of 2-layer chunks, as --use-torch-fsdp2 at TP 2 x DP 2, with sequence
 #    parallelism, and for masked diffusion (difflm-noshift); --bf16 checkpoints both ways
@@ -91,6 +92,12 @@ for s in "${STRATEGIES[@]}"; do
   run $s-full 2 --recompute-granularity full --recompute-method uniform \
       --recompute-num-layers 1 $(fsdp $s)
   close full.log $s-full.log 1e-5
+done
+# with context parallelism the shards span DP x CP (the distributed optimizer's group): CP 2 x
+# DP 2 trains as plain DP 2, and each rank holds a quarter of the gradients and moments
+for s in "${STRATEGIES[@]}"; do
+  run $s-cp2 4 --context-parallel-size 2 $(fsdp $s) --overlap-grad-reduce --log-memory
+  close plain.log $s-cp2.log 1e-5
 done
 # optim_grads_params: the prefetched gathers (--overlap-param-gather) give the same losses;
 # full recomputation of 2-layer chunks turns the direction of travel around
@@ -184,6 +191,12 @@ for dp in 2 4; do
     echo "$s DP $dp: parameters $params, gradients $grads, optimizer $((8 * shard)) bytes per rank (P = $P)"
   done
 done
+# under context parallelism (CP 2 x DP 2, above) a rank's shard is a quarter
+shard=$(( (P + 3) / 4 ))
+mem_line optim_grads-cp2.log gradients $((4 * shard)) 4
+mem_line optim_grads-cp2.log "optimizer state" $((8 * shard)) 4
+mem_line optim_grads_params-cp2.log parameters $((4 * shard)) 4
+mem_line optim_grads_params-cp2.log gradients $((4 * shard)) 4
 # the gathered units in flight: one layer (the largest unit) without prefetch, two with it
 layer=$(( 4 * (2*h + 3*h*h + 3*h + h*h + h + 2*h + 4*h*h + 4*h + 4*h*h + h) ))
 peak() { # peak LOG BYTES: every rank's FSDP lines (after iteration 1, at the end) say BYTES
