@@ -57,6 +57,7 @@ static void print_plan_help(void) {
            "--sequence-parallel, --tp-comm-overlap, the --recompute-* flags, --micro-batch-size, "
            "--use-distributed-optimizer,\n--overlap-grad-reduce, --bf16/--fp16) fixes that "
            "dimension; the others are searched.\n");
+    printf("(--context-parallel-size and --cp-comm-type fix context parallelism likewise.)\n");
     printf("  %-44s %s\n", "--world-size N", "Ranks to plan for (required).");
     printf("  %-44s %s\n", "--device NAME",
            "A preset (A100-80GB, H100-80GB) or this-cpu (measured once, then read back).");
@@ -206,7 +207,7 @@ static int memory_budget(const plan_opts *o, const plan_device *d, int world, do
 
 /* The dimensions a user's flag fixes */
 typedef struct {
-    int tp, pp, vp, sp, tpo, recompute, mbs, dopt, ogr, precision;
+    int tp, pp, cp, cpt, vp, sp, tpo, recompute, mbs, dopt, ogr, precision;
 } fixed_dims;
 
 static int has_flag(char **words, int n, const char *flag) {
@@ -221,6 +222,8 @@ static fixed_dims find_fixed(char **w, int n, const plan_opts *o) {
     fixed_dims f;
     f.tp = has_flag(w, n, "--tensor-model-parallel-size");
     f.pp = has_flag(w, n, "--pipeline-model-parallel-size");
+    f.cp = has_flag(w, n, "--context-parallel-size");
+    f.cpt = has_flag(w, n, "--cp-comm-type");
     f.vp = has_flag(w, n, "--virtual-pipeline-model-parallel-size") ||
            has_flag(w, n, "--num-layers-per-virtual-pipeline-stage");
     f.sp = has_flag(w, n, "--sequence-parallel");
@@ -239,7 +242,8 @@ static fixed_dims find_fixed(char **w, int n, const plan_opts *o) {
 /* One legal configuration: what the table and --json print (a few hundred bytes: the paper's
  * searches list 10^5 of them) */
 typedef struct {
-    int t, p, v, d, sp, tpo, mbs, M, dopt, ogr;
+    int t, p, v, d, cp, sp, tpo, mbs, M, dopt, ogr;
+    char cp_comm_type[32];
     int recompute_num_layers, partial; /* partial: K, or -1 */
     char granularity[32], method[32], precision[8];
     plan_cost c;
@@ -252,6 +256,8 @@ static void row_from_args(row *r, const megadlm_args *a) {
     r->p = a->pipeline_model_parallel_size;
     r->v = a->virtual_pipeline_model_parallel_size > 1 ? a->virtual_pipeline_model_parallel_size : 1;
     r->d = a->data_parallel_size;
+    r->cp = a->context_parallel_size > 1 ? a->context_parallel_size : 1;
+    snprintf(r->cp_comm_type, sizeof r->cp_comm_type, "%s", r->cp > 1 ? a->cp_comm_type : "-");
     r->sp = a->sequence_parallel;
     r->tpo = a->tp_comm_overlap;
     r->mbs = a->micro_batch_size;
@@ -354,7 +360,7 @@ static void push_int(cand_words *c, const char *flag, int v) {
 
 /* Each recompute choice on top of c, then the remaining dimensions */
 typedef struct {
-    int t, p, v, d, chunk, in_flight;
+    int t, p, v, d, cp, chunk, in_flight;
 } layout;
 
 static void search_rest(search *s, cand_words *c, const layout *l);
@@ -417,6 +423,13 @@ static void search_rest(search *s, cand_words *c, const layout *l) {
                     if (dopt) push(c, "--use-distributed-optimizer");
                     if (ogr) push(c, "--overlap-grad-reduce");
                     if (bf) push(c, "--bf16");
+                    /* context parallelism's exchange, unless given: the ring (Megatron's
+                     * default, its transfers under the attention) in fp32, the all-gather in
+                     * 16-bit runs (the ring is fp32 only); a2a only when given */
+                    if (l->cp > 1 && !s->fixed.cpt) {
+                        int half = bf || (s->fixed.precision && (s->model->bf16 || s->model->fp16));
+                        push(c, "--cp-comm-type"), push(c, half ? "allgather" : "p2p");
+                    }
                     add_candidate(s, c->w, c->n);
                     c->n = n2;
                 }
@@ -425,14 +438,15 @@ static void search_rest(search *s, cand_words *c, const layout *l) {
     c->n = n0;
 }
 
-static void search_layout(search *s, int t, int p) {
+static void search_layout(search *s, int t, int p, int cp) {
     const megadlm_args *m = s->model;
-    int world = m->world_size, d = world / (t * p);
+    int world = m->world_size, d = world / (t * p * cp);
     int L = m->num_layers;
     int global = m->global_batch_size;
     cand_words c = {.n = 0};
     if (!s->fixed.tp) push_int(&c, "--tensor-model-parallel-size", t);
     if (!s->fixed.pp) push_int(&c, "--pipeline-model-parallel-size", p);
+    if (!s->fixed.cp && cp > 1) push_int(&c, "--context-parallel-size", cp);
     int n0 = c.n;
     int v_hi = (!s->fixed.vp && p > 1 && L % p == 0) ? L / p : 1;
     for (int v = 1; v <= v_hi; v++) {
@@ -444,7 +458,7 @@ static void search_layout(search *s, int t, int p) {
         if (per_stage > 0 && L / p / per_stage > 1) fixed_v = L / p / per_stage;
         int vv = s->fixed.vp ? fixed_v : v;
         if (v > 1) push_int(&c, "--virtual-pipeline-model-parallel-size", v);
-        layout l = {t, p, vv, d, L / p / vv, p};
+        layout l = {t, p, vv, d, cp, L / p / vv, p};
         if (l.chunk < 1) l.chunk = 1;
         /* 1F1B: the first stage holds min(p, M) micro-batches at the smallest micro-batch */
         if (global / d < l.in_flight) l.in_flight = global / d;
@@ -471,7 +485,13 @@ static void search_all(search *s) {
             if ((world / t) % p) continue;
             if (s->fixed.pp && p != m->pipeline_model_parallel_size) continue;
             if (!s->fixed.pp && m->num_layers % p) continue;
-            search_layout(s, t, p);
+            for (int cp = 1; cp <= world / (t * p); cp++) {
+                if ((world / (t * p)) % cp) continue;
+                if (s->fixed.cp && cp != (m->context_parallel_size > 1 ? m->context_parallel_size : 1))
+                    continue;
+                if (!s->fixed.cp && m->seq_length % (2 * cp) && cp > 1) continue;
+                search_layout(s, t, p, cp);
+            }
         }
     }
 }
@@ -525,22 +545,23 @@ static void print_header(const search *s, const plan_device *d, double total, in
                                               : "Megatron's theoretical memory, first stage");
     printf("%d legal configurations (%ld refused by train's rules), %d fit; fastest first "
            "(seconds per iteration):\n\n", s->nrows, s->refused, fitting);
-    printf("%4s %3s %3s %3s %4s %3s %3s %-22s %4s %5s %4s %4s %5s %9s %4s %10s %10s %10s %10s "
-           "%10s %10s %10s %6s %6s\n",
-           "#", "TP", "PP", "VP", "DP", "SP", "TPO", "recompute", "mbs", "M", "dopt", "ogr", "prec",
-           "mem GiB", "fits", "time", "compute", "tp comm", "bubble", "p2p", "dp comm", "optim",
-           "MFU", "HFU");
+    printf("%4s %3s %3s %3s %3s %4s %3s %3s %-22s %4s %5s %4s %4s %5s %9s %4s %10s %10s %10s "
+           "%10s %10s %10s %10s %10s %6s %6s\n",
+           "#", "TP", "CP", "PP", "VP", "DP", "SP", "TPO", "recompute", "mbs", "M", "dopt", "ogr",
+           "prec", "mem GiB", "fits", "time", "compute", "tp comm", "cp comm", "bubble", "p2p",
+           "dp comm", "optim", "MFU", "HFU");
 }
 
 static void print_row(int i, const row *r) {
     char rc[48];
     recompute_text(r, rc, sizeof rc);
-    printf("%4d %3d %3d %3d %4d %3s %3s %-22s %4d %5d %4s %4s %5s %9.2f %4s %10.4g %10.4g %10.4g "
-           "%10.4g %10.4g %10.4g %10.4g %5.1f%% %5.1f%%\n",
-           i + 1, r->t, r->p, r->v, r->d, r->sp ? "on" : "-", r->tpo ? "on" : "-", rc, r->mbs, r->M,
-           r->dopt ? "on" : "-", r->ogr ? "on" : "-", r->precision, r->c.memory_bytes / GIB_F,
-           r->fits ? "yes" : "NO", r->c.total, r->c.compute, r->c.tp_comm, r->c.bubble, r->c.p2p,
-           r->c.dp_comm, r->c.optimizer, 100.0 * r->c.mfu, 100.0 * r->c.hfu);
+    printf("%4d %3d %3d %3d %3d %4d %3s %3s %-22s %4d %5d %4s %4s %5s %9.2f %4s %10.4g %10.4g "
+           "%10.4g %10.4g %10.4g %10.4g %10.4g %10.4g %5.1f%% %5.1f%%\n",
+           i + 1, r->t, r->cp, r->p, r->v, r->d, r->sp ? "on" : "-", r->tpo ? "on" : "-", rc,
+           r->mbs, r->M, r->dopt ? "on" : "-", r->ogr ? "on" : "-", r->precision,
+           r->c.memory_bytes / GIB_F, r->fits ? "yes" : "NO", r->c.total, r->c.compute,
+           r->c.tp_comm, r->c.cp_comm, r->c.bubble, r->c.p2p, r->c.dp_comm, r->c.optimizer,
+           100.0 * r->c.mfu, 100.0 * r->c.hfu);
     printf("       %s\n", r->layout[0] ? r->layout : "(the flags as given)");
 }
 
@@ -552,7 +573,8 @@ static cJSON *row_json(const search *s, int i, const row *r) {
     JSON_ADD(o, JNUM("rank", i + 1), JNUM("tensor_model_parallel_size", r->t),
              JNUM("pipeline_model_parallel_size", r->p),
              JNUM("virtual_pipeline_model_parallel_size", r->v),
-             JNUM("data_parallel_size", r->d), JBOOL("sequence_parallel", r->sp),
+             JNUM("data_parallel_size", r->d), JNUM("context_parallel_size", r->cp),
+             JSTR("cp_comm_type", r->cp_comm_type), JBOOL("sequence_parallel", r->sp),
              JBOOL("tp_comm_overlap", r->tpo), JSTR("recompute_granularity", r->granularity),
              JSTR("recompute_method", r->method),
              JNUM("recompute_num_layers", r->recompute_num_layers),
@@ -564,7 +586,8 @@ static cJSON *row_json(const search *s, int i, const row *r) {
     cJSON *t = cJSON_AddObjectToObject(o, "seconds_per_iteration");
     JSON_ADD(t, JNUM("total", r->c.total), JNUM("compute", r->c.compute),
              JNUM("elementwise", r->c.elementwise), JNUM("tp_comm", r->c.tp_comm),
-             JNUM("tp_comm_hidden", r->c.tp_hidden), JNUM("bubble", r->c.bubble),
+             JNUM("tp_comm_hidden", r->c.tp_hidden), JNUM("cp_comm", r->c.cp_comm),
+             JNUM("cp_comm_hidden", r->c.cp_hidden), JNUM("bubble", r->c.bubble),
              JNUM("p2p", r->c.p2p), JNUM("dp_comm", r->c.dp_comm),
              JNUM("dp_comm_hidden", r->c.dp_hidden), JNUM("optimizer", r->c.optimizer));
     JSON_ADD(o, JNUM("model_flops_per_iteration", r->c.model_flops),

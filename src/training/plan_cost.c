@@ -12,6 +12,7 @@
 
 typedef struct {
     double t, p, d, v;  /* tensor, pipeline, data-parallel sizes; model chunks per rank */
+    double c;           /* context-parallel size: a rank holds s / c positions of a sequence */
     double M;           /* micro-batches per iteration (per data-parallel replica) */
     double stage_layers;
     double in_flight;   /* micro-batches the first stage holds (theoretical_memory) */
@@ -48,6 +49,7 @@ static shape layout_shape(const megadlm_args *a, const plan_device *d) {
     s.t = a->tensor_model_parallel_size;
     s.p = a->pipeline_model_parallel_size;
     s.d = a->data_parallel_size;
+    s.c = a->context_parallel_size > 1 ? a->context_parallel_size : 1;
     s.v = a->virtual_pipeline_model_parallel_size > 1 ? a->virtual_pipeline_model_parallel_size : 1;
     s.M = m.num_microbatches;
     s.stage_layers = m.stage_layers;
@@ -64,6 +66,12 @@ static shape layout_shape(const megadlm_args *a, const plan_device *d) {
 static double megatron_memory(const megadlm_args *a) {
     theoretical_memory m;
     theoretical_memory_compute(a, &m);
+    /* Megatron's report divides the distributed optimizer's 12 bytes by DP alone, but its
+     * optimizer shards over DP x CP (the data-parallel group with context parallelism): the
+     * plan counts what runs */
+    double cp = a->context_parallel_size > 1 ? a->context_parallel_size : 1;
+    if (cp > 1.0 && a->use_distributed_optimizer && !a->use_custom_fsdp && !a->use_torch_fsdp2)
+        m.total_bytes -= m.parameters_most_loaded_shard * 12.0 / a->data_parallel_size * (1.0 - 1.0 / cp);
     int K = a->num_microbatches_with_partial_activation_checkpoints;
     if (!full_recompute(a) || K <= 0) return m.total_bytes;
     /* K of the first stage's in-flight micro-batches keep every activation */
@@ -143,7 +151,7 @@ static double ring_half(double bytes, double n, double bw, double latency) {
 static double tp_per_microbatch(const megadlm_args *a, const plan_device *d, const shape *s,
                                 double recomputed) {
     if (s->t <= 1.0) return 0.0;
-    double N = (double)a->micro_batch_size * a->seq_length * a->hidden_size;
+    double N = (double)a->micro_batch_size * a->seq_length / s->c * a->hidden_size;
     double bw = s->t <= s->rpn ? d->intra_bandwidth : d->inter_bandwidth;
     /* Megatron moves 16-bit values in 16-bit runs; megadlm gathers in 16 bits but reduces in
      * fp32 (core/tensor_parallel/comm_overlap.h) */
@@ -154,8 +162,8 @@ static double tp_per_microbatch(const megadlm_args *a, const plan_device *d, con
     double L = s->stage_layers, extra = s->p > 1.0 ? 1.0 : 2.0;
     /* the vocabulary-parallel cross entropy: 3 all-reduces of b x s fp32 values (max, sum of
      * exponentials, target logit) */
-    double ce = 3.0 * 2.0 * ring_half(4.0 * a->micro_batch_size * a->seq_length, s->t, bw,
-                                      d->latency);
+    double ce = 3.0 * 2.0 * ring_half(4.0 * a->micro_batch_size * a->seq_length / s->c, s->t,
+                                      bw, d->latency);
     if (a->sequence_parallel)
         return (6.0 * L + 2.0 * recomputed + extra) * ag + (4.0 * L + 2.0 * recomputed + extra) * rs +
                ce;
@@ -167,24 +175,66 @@ static double tp_per_microbatch(const megadlm_args *a, const plan_device *d, con
  * tensor-parallel ranks (scatter-gather; the sequence shard with SP) */
 static double p2p_time(const megadlm_args *a, const plan_device *d, const shape *s) {
     if (s->p <= 1.0) return 0.0;
-    double N = (double)a->micro_batch_size * a->seq_length * a->hidden_size / s->t;
+    double N = (double)a->micro_batch_size * a->seq_length / s->c * a->hidden_size / s->t;
     double fwd_b = s->half ? 2.0 : 4.0;
     double bwd_b = d->account == PLAN_ACCOUNT_MEGADLM ? 4.0 : fwd_b;
-    double bw = s->t * s->d * s->p <= s->rpn ? d->intra_bandwidth : d->inter_bandwidth;
+    double bw = s->t * s->c * s->d * s->p <= s->rpn ? d->intra_bandwidth : d->inter_bandwidth;
     return s->M * s->v * ((N * (fwd_b + bwd_b)) / bw + 2.0 * d->latency);
 }
 
 /* Data parallel, per iteration: the fp32 gradients all-reduced (ring), or reduce-scattered and
- * the parameters all-gathered with the distributed optimizer. *gather: the all-gather part. */
+ * the parameters all-gathered with the distributed optimizer; over DP x CP (Megatron's
+ * data-parallel group with context parallelism). *gather: the all-gather part. */
 static double dp_time(const megadlm_args *a, const plan_device *d, const shape *s,
                       double params_rank, double *gather) {
     *gather = 0.0;
-    if (s->d <= 1.0) return 0.0;
-    double bw = s->t * s->d <= s->rpn ? d->intra_bandwidth : d->inter_bandwidth;
+    double n = s->d * s->c;
+    if (n <= 1.0) return 0.0;
+    double bw = s->t * n <= s->rpn ? d->intra_bandwidth : d->inter_bandwidth;
     double grads = 4.0 * params_rank;
-    if (!a->use_distributed_optimizer) return 2.0 * ring_half(grads, s->d, bw, d->latency);
-    *gather = ring_half(params_rank * (s->half ? 2.0 : 4.0), s->d, bw, d->latency);
-    return ring_half(grads, s->d, bw, d->latency) + *gather;
+    if (!a->use_distributed_optimizer) return 2.0 * ring_half(grads, n, bw, d->latency);
+    *gather = ring_half(params_rank * (s->half ? 2.0 : 4.0), n, bw, d->latency);
+    return ring_half(grads, n, bw, d->latency) + *gather;
+}
+
+/* Context parallel, per micro-batch on one stage: the keys and values a layer exchanges among
+ * the c ranks of its group (this rank's s / c positions of its query groups: 2 b (s/c) g d / t
+ * values), per --cp-comm-type:
+ *   p2p        a ring of c - 1 steps in forward (K, V), 2 (c - 1) in backward (K, V again, and
+ *              their gradients travelling back); fp32 only;
+ *   allgather  K, V all-gathered in forward and again in backward, their gradients
+ *              reduce-scattered;
+ *   a2a        all-to-all of Q, K, V to a head split and of the context back, in forward, and
+ *              of their gradients in backward: (c - 1)/c of each leaves a rank.
+ * A recomputed layer repeats its forward's. *attention: the seconds of the layer's attention
+ * products on this rank (scores and context, forward and backward), what the ring can hide. */
+static double cp_per_microbatch(const megadlm_args *a, const plan_device *d, const shape *s,
+                                double recomputed, double rate, double *attention) {
+    *attention = 0.0;
+    if (s->c <= 1.0) return 0.0;
+    double b = a->micro_batch_size, sq = a->seq_length, dk = a->kv_channels;
+    double g = a->num_query_groups, heads = a->num_attention_heads, L = s->stage_layers;
+    double bytes_v = s->half ? 2.0 : 4.0;
+    double kv = 2.0 * b * (sq / s->c) * g * dk / s->t * bytes_v; /* this rank's K and V */
+    double bw = s->t * s->c <= s->rpn ? d->intra_bandwidth : d->inter_bandwidth;
+    double fwd = 0.0, bwd = 0.0;
+    if (!strcmp(a->cp_comm_type, "allgather")) {
+        fwd = ring_half(kv * s->c, s->c, bw, d->latency);
+        bwd = 2.0 * fwd; /* gathered again, gradients reduce-scattered */
+    } else if (!strcmp(a->cp_comm_type, "a2a")) {
+        double q = b * (sq / s->c) * heads * dk / s->t * bytes_v; /* Q, and the context */
+        double moved = (s->c - 1.0) / s->c * (kv + 2.0 * q);
+        fwd = moved / bw + (s->c - 1.0) * d->latency;
+        bwd = fwd;
+    } else { /* p2p */
+        double step = kv / bw + d->latency;
+        fwd = (s->c - 1.0) * step;
+        bwd = 2.0 * fwd;
+    }
+    /* scores and context: 2 x 2 b (s/c) s d FLOPs per head, backward twice the forward */
+    double att_flops = 3.0 * 4.0 * b * (sq / s->c) * sq * dk * heads / s->t;
+    *attention = (L + recomputed) * att_flops / rate;
+    return L * (fwd + bwd) + recomputed * fwd;
 }
 
 static double params_on_rank(const megadlm_args *a, plan_account account) {
@@ -230,13 +280,13 @@ static void gemm_add(const plan_device *d, const shape *s, double m, double n, d
  * and the output layer's share (1/p of it per stage on average) */
 static double effective_rate(const megadlm_args *a, const plan_device *d, const shape *s) {
     if (d->gemm_points <= 0) return peak_per_rank(d, s) * d->efficiency;
-    double T = (double)a->micro_batch_size * a->seq_length, h = a->hidden_size, t = s->t;
-    double sq = a->seq_length, dk = a->kv_channels, heads = a->num_attention_heads;
+    double T = (double)a->micro_batch_size * a->seq_length / s->c, h = a->hidden_size, t = s->t;
+    double sq = a->seq_length, sk = sq / s->c, dk = a->kv_channels, heads = a->num_attention_heads;
     double g = a->num_query_groups, f = a->ffn_hidden_size * (a->swiglu ? 2.0 : 1.0);
     double flops = 0.0, sec = 0.0, L = s->stage_layers;
     gemm_add(d, s, T, (heads + 2.0 * g) * dk / t, h, L, &flops, &sec);          /* QKV */
-    gemm_add(d, s, sq, sq, dk, L * a->micro_batch_size * heads / t, &flops, &sec); /* scores */
-    gemm_add(d, s, sq, dk, sq, L * a->micro_batch_size * heads / t, &flops, &sec); /* context */
+    gemm_add(d, s, sk, sq, dk, L * a->micro_batch_size * heads / t, &flops, &sec); /* scores */
+    gemm_add(d, s, sk, dk, sq, L * a->micro_batch_size * heads / t, &flops, &sec); /* context */
     gemm_add(d, s, T, h, heads * dk / t, L, &flops, &sec);                       /* projection */
     gemm_add(d, s, T, f / t, h, L, &flops, &sec);                                /* fc1 */
     gemm_add(d, s, T, h, a->ffn_hidden_size / t, L, &flops, &sec);               /* fc2 */
@@ -302,7 +352,13 @@ void plan_cost_compute(const megadlm_args *a, const plan_device *d, plan_cost *c
 
     c->tp_comm = s.M * tp_per_microbatch(a, d, &s, c->recomputed_layers);
     tp_overlap(a, c->compute, c);
-    if (s.p > 1.0) c->bubble = (s.p - 1.0) / (s.v * s.M) * (c->compute + c->tp_comm);
+    double attention;
+    c->cp_comm = s.M * cp_per_microbatch(a, d, &s, c->recomputed_layers, c->gemm_rate, &attention);
+    /* the ring's transfers travel under the attention products of the step before */
+    c->cp_hidden = !strcmp(a->cp_comm_type, "p2p") ? fmin(c->cp_comm, s.M * attention) : 0.0;
+    c->cp_comm -= c->cp_hidden;
+    if (s.p > 1.0)
+        c->bubble = (s.p - 1.0) / (s.v * s.M) * (c->compute + c->tp_comm + c->cp_comm);
     c->p2p = p2p_time(a, d, &s);
 
     double params = params_on_rank(a, d->account), gather;
@@ -312,11 +368,12 @@ void plan_cost_compute(const megadlm_args *a, const plan_device *d, plan_cost *c
     /* Adam: read parameter, gradient and both moments, write parameter and moments (28 bytes
      * in fp32), plus the 16-bit copy (2), the gradient norm's read (4) and the gradients'
      * zeroing (4), on the optimizer's share of the parameters */
-    double n_opt = a->use_distributed_optimizer ? params / s.d : params;
+    double n_opt = a->use_distributed_optimizer ? params / (s.d * s.c) : params;
     double bw = d->shared ? d->memory_bandwidth / s.rpn : d->memory_bandwidth;
     c->optimizer = n_opt * (s.half ? 38.0 : 36.0) / bw;
 
-    c->total = c->compute + c->tp_comm + c->bubble + c->p2p + c->dp_comm + c->optimizer;
+    c->total = c->compute + c->tp_comm + c->cp_comm + c->bubble + c->p2p + c->dp_comm +
+               c->optimizer;
     c->mfu = c->model_flops / (world * peak * c->total);
     c->hfu = c->hardware_flops / (world * peak * c->total);
 }

@@ -57,12 +57,14 @@ typedef struct {
     double gemm_rate;     /* FLOP/s of a rank at this configuration's GEMM shapes */
     double tp_comm;       /* tensor-parallel collectives, exposed part */
     double tp_hidden;     /* ... the part --tp-comm-overlap hides (not in the total) */
+    double cp_comm;       /* context-parallel exchange of keys and values, exposed part */
+    double cp_hidden;     /* ... the part the p2p ring hides under attention (not in the total) */
     double bubble;        /* pipeline bubble: (p - 1) / (v M) of compute + exposed TP */
     double p2p;           /* pipeline sends between stages */
     double dp_comm;       /* data-parallel gradient reduction (and parameter gather), exposed */
     double dp_hidden;     /* ... the part --overlap-grad-reduce hides (not in the total) */
     double optimizer;     /* Adam's bytes over the memory bandwidth */
-    double total;         /* compute + tp_comm + bubble + p2p + dp_comm + optimizer */
+    double total;         /* compute + tp_comm + cp_comm + bubble + p2p + dp_comm + optimizer */
     double model_flops;   /* per iteration, whole job */
     double hardware_flops;
     double mfu, hfu;      /* model / hardware FLOPs per second over the job's peak */

@@ -5,7 +5,7 @@
 #    without measuring (no notice, the file unchanged); --calibrate measures again;
 #  - under mpirun -np 2 the MPI link is measured (the source says so) and only rank 0 prints;
 #  - memory: for small layouts of 2 ranks (pipeline 2, tensor 2 + SP, data parallel with the
-#    distributed optimizer, full recompute), the plan's figure (megadlm account) equals what the
+#    distributed optimizer, full recompute, context parallel 2 with the ring), the plan's figure (megadlm account) equals what the
 #    tracked allocator measured on the most loaded rank of `train --log-memory` (parameters +
 #    gradients + optimizer state + saved activations);
 #  - every configuration listed (a sample of 25 over the whole --all list, 4 ranks) passes
@@ -63,7 +63,8 @@ grep -q "measured on this machine by 2 ranks" mpi.json || say_fail "source: $(gr
 for layout in "--pipeline-model-parallel-size 2 --micro-batch-size 2" \
               "--tensor-model-parallel-size 2 --sequence-parallel --micro-batch-size 4" \
               "--micro-batch-size 2 --use-distributed-optimizer --tensor-model-parallel-size 1" \
-              "--micro-batch-size 4 --recompute-granularity full --recompute-method uniform --recompute-num-layers 2 --tensor-model-parallel-size 1"; do
+              "--micro-batch-size 4 --recompute-granularity full --recompute-method uniform --recompute-num-layers 2 --tensor-model-parallel-size 1" \
+              "--context-parallel-size 2 --cp-comm-type p2p --micro-batch-size 2"; do
   read -r -a flags <<<"$layout"
   [[ " $layout " == *" --pipeline-model-parallel-size "* ]] || flags+=(--pipeline-model-parallel-size 1)
   [[ " $layout " == *" --tensor-model-parallel-size "* ]] || flags+=(--tensor-model-parallel-size 1)

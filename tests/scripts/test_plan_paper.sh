@@ -22,7 +22,7 @@ fail=0
 say_fail() { echo "FAILED: $*"; fail=1; }
 
 common=(--seq-length 2048 --max-position-embeddings 2048 --vocab-size 50256 --micro-batch-size 1
-        --tensor-model-parallel-size 8 --bf16 --all --top 0 --json)
+        --tensor-model-parallel-size 8 --context-parallel-size 1 --bf16 --all --top 0 --json)
 model() { # name -> L h heads p
   case $1 in
     22B) echo "48 6144 64 1";; 175B) echo "96 12288 96 8";;

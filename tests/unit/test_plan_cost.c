@@ -7,6 +7,8 @@
  *    entropy's all-reduces, bubble, p2p,
  *    DP all-reduce, optimizer) for selective recompute, and the repeated forward collectives of
  *    full recompute; the overlaps (--tp-comm-overlap, --overlap-grad-reduce) only remove time;
+ *  - context parallelism: the ring's and the all-gather's exchanges, what the ring hides, TP's
+ *    collectives on s/c positions, the gradient reduction over DP x CP;
  *  - memory: the Megatron account is `megadlm memory`'s total; partial recompute adds K
  *    micro-batches' worth of the layers kept whole;
  *  - a device description survives JSON and a file, and bad keys are named. */
@@ -99,6 +101,51 @@ static void test_530b_terms(void) {
     double hidden = dp_all < c.compute / M * 2 / 3 ? dp_all : c.compute / M * 2 / 3;
     CHECK_CLOSE(c.dp_hidden, hidden, 1e-12, 0);
     CHECK_CLOSE(c.dp_comm, dp_all - hidden, 1e-9, 0);
+    args_free(&a);
+}
+
+/* context parallelism (22B's shapes, TP 8 x CP 2 on 16 A100s, DP 1): each rank's K and V are
+ * 2 b (s/2) g d / t values; the ring (p2p, fp32) sends them once in forward and twice in
+ * backward (K, V again and their gradients) and hides them under the layer's attention
+ * products; the all-gather (bf16) moves (c-1)/c of c times them in forward, twice that in
+ * backward, hidden nowhere, both across nodes (TP x CP = 16 ranks > 8 per node); TP's
+ * collectives carry s/2 positions; the gradients are reduced over DP x CP = 2 ranks */
+#define M22CP "--num-layers 48 --hidden-size 6144 --num-attention-heads 64 --seq-length 2048 " \
+              "--max-position-embeddings 2048 --vocab-size 50256 --micro-batch-size 1 "         \
+              "--global-batch-size 16 --tensor-model-parallel-size 8 --context-parallel-size 2 " \
+              "--world-size 16 "
+
+static void test_cp_terms(void) {
+    plan_device d;
+    CHECK(plan_device_preset("A100-80GB", &d) == 0);
+    const double L = 48, h = 6144, s = 2048, g = 64, dk = 96, t = 8, c = 2, M = 16;
+    const double nvlink = 300e9, ib = 25e9;
+    megadlm_args a;
+    plan_cost k;
+    CHECK(setup(&a, M22CP "--cp-comm-type p2p") == 0);
+    plan_cost_compute(&a, &d, &k);
+    double kv = 2 * (s / c) * g * dk / t * 4; /* fp32 */
+    double ring = M * L * 3 * kv / ib; /* a CP group's ranks are 8 apart: on two nodes */
+    double attention = M * L * 3 * 4 * (s / c) * s * dk * g / t / (19.5e12 * 0.7);
+    double hidden = ring < attention ? ring : attention;
+    CHECK_CLOSE(k.cp_hidden, hidden, 1e-12, 0);
+    CHECK_CLOSE(k.cp_comm, ring - hidden, 1e-9, 1e-12);
+    /* TP without SP: 4 all-reduces per layer, one more each for embedding and output layer,
+     * and the cross entropy's 3, all of s/2 positions */
+    double half = 7.0 / 8.0 * (s / c) * h * 4 / nvlink;
+    double ce = 3 * 2 * 7.0 / 8.0 * (s / c) * 4 / nvlink;
+    CHECK_CLOSE(k.tp_comm, M * ((4 * L + 2) * 2 * half + ce), 1e-12, 0);
+    double shard = (L * (12 * h * h + 4 * h) + 2 * h + 51200 * h) / t;
+    CHECK_CLOSE(k.dp_comm, 2 * (1.0 / 2.0) * 4 * shard / ib, 1e-9, 0);
+    args_free(&a);
+
+    CHECK(setup(&a, M22CP "--cp-comm-type allgather --bf16") == 0);
+    plan_cost_compute(&a, &d, &k);
+    kv = 2 * (s / c) * g * dk / t * 2; /* bf16 */
+    CHECK_CLOSE(k.cp_comm, M * L * 3 * ((c - 1) / c * c * kv) / ib, 1e-12, 0);
+    CHECK_CLOSE(k.cp_hidden, 0.0, 0, 0);
+    CHECK_CLOSE(k.total, k.compute + k.tp_comm + k.cp_comm + k.bubble + k.p2p + k.dp_comm +
+                             k.optimizer, 1e-12, 0);
     args_free(&a);
 }
 
@@ -225,6 +272,7 @@ static void test_shared_device(void) {
 int main(void) {
     test_shared_device();
     test_530b_terms();
+    test_cp_terms();
     test_partial_memory();
     test_device_json();
     TEST_DONE();
