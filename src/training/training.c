@@ -1283,6 +1283,7 @@ static void setup_tp_comm_overlap(const megadlm_args *a) {
  * transfer blocking before its step's compute: the baseline bench/bench_context_parallel.sh
  * measures the hidden fraction against. */
 static void log_cp_ring(const trainer *tr) {
+    if (!tr->model) return; /* setup failed before the model existed */
     const transformer_config *c = &tr->model->cfg;
     if (tc_cp(c) <= 1 || !c->cp_ring) return;
     const cp_ring_stats *st = cp_ring_get_stats();
@@ -1313,6 +1314,7 @@ static void trainer_free(trainer *tr) {
     fsdp_grads_free(tr->fsdp);
     fsdp_params_free(tr->fsdp_params);
     ddp_free(tr->ddp); /* waits for parameter gathers in flight */
+    log_cp_ring(tr); /* reads the model's configuration: before it is freed */
     gpt_model_free(tr->model);
     tokenizer_free(tr->tok);
     if (tp_overlap_ready()) {
@@ -1323,7 +1325,6 @@ static void trainer_free(trainer *tr) {
                    os->bulk_reduce_scatters);
     }
     tp_overlap_finalize();
-    log_cp_ring(tr);
 }
 
 /* Megatron's --ckpt-convert-format: the loaded checkpoint written again, into
