@@ -19,6 +19,7 @@ typedef struct {
     double partial;     /* of those, kept whole under partial recompute (0 without) */
     int half;           /* --bf16 / --fp16: 16-bit values on the wire and 16-bit GEMMs */
     int rpn;            /* ranks per node */
+    theoretical_memory m; /* `megadlm memory`'s account of these arguments, computed once */
 } shape;
 
 int plan_ranks_per_node(const plan_device *d, int world_size) {
@@ -43,17 +44,17 @@ static megadlm_args without_recompute(const megadlm_args *a) {
 }
 
 static shape layout_shape(const megadlm_args *a, const plan_device *d) {
-    theoretical_memory m;
-    theoretical_memory_compute(a, &m);
     shape s;
+    theoretical_memory_compute(a, &s.m);
+    const theoretical_memory *m = &s.m;
     s.t = a->tensor_model_parallel_size;
     s.p = a->pipeline_model_parallel_size;
     s.d = a->data_parallel_size;
     s.c = a->context_parallel_size > 1 ? a->context_parallel_size : 1;
     s.v = a->virtual_pipeline_model_parallel_size > 1 ? a->virtual_pipeline_model_parallel_size : 1;
-    s.M = m.num_microbatches;
-    s.stage_layers = m.stage_layers;
-    s.in_flight = m.in_flight_microbatches;
+    s.M = m->num_microbatches;
+    s.stage_layers = m->stage_layers;
+    s.in_flight = m->in_flight_microbatches;
     int K = a->num_microbatches_with_partial_activation_checkpoints;
     s.partial = full_recompute(a) && K > 0 ? fmin((double)K, s.in_flight) : 0.0;
     s.half = a->bf16 || a->fp16;
@@ -110,16 +111,15 @@ double plan_memory_bytes(const megadlm_args *a, plan_account account) {
 /* Hardware FLOPs of the job; partial recompute: the stage's unchecked share runs no second
  * forward (the first stage's share: the slowest stage sets the pace) */
 static double hardware_flops(const megadlm_args *a, const shape *s, double *model) {
-    theoretical_memory m;
-    theoretical_memory_compute(a, &m);
-    *model = m.model_flops_per_iteration;
-    if (s->partial <= 0.0) return m.hardware_flops_per_iteration;
+    const theoretical_memory *m = &s->m;
+    *model = m->model_flops_per_iteration;
+    if (s->partial <= 0.0) return m->hardware_flops_per_iteration;
     megadlm_args none = without_recompute(a);
     theoretical_memory mn;
     theoretical_memory_compute(&none, &mn);
     double kept = s->partial / s->in_flight;
-    return m.hardware_flops_per_iteration -
-           kept * (m.hardware_flops_per_iteration - mn.hardware_flops_per_iteration);
+    return m->hardware_flops_per_iteration -
+           kept * (m->hardware_flops_per_iteration - mn.hardware_flops_per_iteration);
 }
 
 /* Layers of a stage whose forward runs again, per micro-batch (full recompute) */
@@ -237,11 +237,9 @@ static double cp_per_microbatch(const megadlm_args *a, const plan_device *d, con
     return L * (fwd + bwd) + recomputed * fwd;
 }
 
-static double params_on_rank(const megadlm_args *a, plan_account account) {
+static double params_on_rank(const megadlm_args *a, const shape *s, plan_account account) {
     if (account == PLAN_ACCOUNT_MEGADLM) return (double)theoretical_megadlm(a).gradients / 4.0;
-    theoretical_memory m;
-    theoretical_memory_compute(a, &m);
-    return m.parameters_most_loaded_shard;
+    return s->m.parameters_most_loaded_shard;
 }
 
 /* ---- the iteration ---- */
@@ -305,11 +303,10 @@ static double elementwise_time(const megadlm_args *a, const plan_device *d, cons
     double bytes = (double)theoretical_megadlm_rank(&none, 0, 1, 0).saved_activations;
     double again = recomputed / s->stage_layers * bytes;
     if (!strcmp(a->recompute_granularity, "selective")) {
-        theoretical_memory m;
-        theoretical_memory_compute(a, &m);
+        const theoretical_memory *m = &s->m;
         int sp = a->sequence_parallel;
-        double keep = m.per_layer_megadlm[sp ? TM_TENSOR_SEQUENCE : TM_TENSOR_PARALLEL];
-        double sel = m.per_layer_megadlm[sp ? TM_TENSOR_SEQUENCE_SELECTIVE : TM_TENSOR_SELECTIVE];
+        double keep = m->per_layer_megadlm[sp ? TM_TENSOR_SEQUENCE : TM_TENSOR_PARALLEL];
+        double sel = m->per_layer_megadlm[sp ? TM_TENSOR_SEQUENCE_SELECTIVE : TM_TENSOR_SELECTIVE];
         again = s->stage_layers * (keep - sel);
     }
     double bw = d->shared ? d->elementwise_bandwidth / s->rpn : d->elementwise_bandwidth;
@@ -361,7 +358,7 @@ void plan_cost_compute(const megadlm_args *a, const plan_device *d, plan_cost *c
         c->bubble = (s.p - 1.0) / (s.v * s.M) * (c->compute + c->tp_comm + c->cp_comm);
     c->p2p = p2p_time(a, d, &s);
 
-    double params = params_on_rank(a, d->account), gather;
+    double params = params_on_rank(a, &s, d->account), gather;
     c->dp_comm = dp_time(a, d, &s, params, &gather);
     dp_overlap(a, &s, c->compute, gather, c);
 
