@@ -199,7 +199,7 @@ int memory_main(int argc, char **argv) {
     if (rc == 0) {
         /* what only training needs: not used here */
         if (isnan(a.lr)) a.lr = a.min_lr;
-        if (a.train_iters == 0) a.train_iters = INT_MAX;
+        if (a.train_iters == 0 && a.train_samples == 0) a.train_iters = INT_MAX;
         if (!a.mock_data && a.num_data_paths == 0) a.mock_data = 1;
     }
     if (rc < 0 || args_validate(&a, err, sizeof(err)) != 0) {

@@ -301,7 +301,7 @@ static int parse_candidate(search *s, char **cand, int ncand, megadlm_args *a) {
     }
     /* what only training needs: not used here (as `megadlm memory`) */
     if (isnan(a->lr)) a->lr = a->min_lr;
-    if (a->train_iters == 0) a->train_iters = INT_MAX;
+    if (a->train_iters == 0 && a->train_samples == 0) a->train_iters = INT_MAX;
     if (!a->mock_data && a->num_data_paths == 0) a->mock_data = 1;
     if (args_validate(a, err, sizeof err) != 0) {
         args_free(a);
@@ -646,7 +646,7 @@ static void explain_none(search *s, char *err, size_t errlen) {
     args_defaults(&a);
     if (args_parse(&a, argc, argv, err, errlen) == 0) {
         if (isnan(a.lr)) a.lr = a.min_lr;
-        if (a.train_iters == 0) a.train_iters = INT_MAX;
+        if (a.train_iters == 0 && a.train_samples == 0) a.train_iters = INT_MAX;
         if (!a.mock_data && a.num_data_paths == 0) a.mock_data = 1;
         if (args_validate(&a, err, errlen) == 0)
             snprintf(err, errlen, "the search found no layout of %d ranks", s->model->world_size);

@@ -483,11 +483,12 @@ static int set_option(megadlm_args *a, const opt_def *o, int argc, char **argv, 
     case K_FLOAT:
         if (parse_float(optarg, (float *)p))
             return fail(err, errlen, "--%s: expected a number, found '%s'", o->name, optarg);
+        /* a negative fraction is the field's "not given": refused rather than ignored */
+        if (o->off == OFF(lr_warmup_fraction) && *(float *)p < 0)
+            return fail(err, errlen, "--lr-warmup-fraction: expected a number in [0, 1), "
+                        "found '%s'", optarg);
         break;
     case K_STR:
-        /* Megatron's choice that does not fit the field: refused by name */
-        if (o->off == OFF(lr_decay_style) && !strcmp(optarg, "inverse-square-root"))
-            return fail(err, errlen, "--lr-decay-style inverse-square-root: not supported yet");
         if (strlen(optarg) >= o->size)
             return fail(err, errlen, "--%s: value longer than %zu characters", o->name,
                         o->size - 1);
@@ -1167,7 +1168,7 @@ static int validate_required(megadlm_args *a, char *err, size_t errlen) {
     REQ(a->seq_length <= 0, "--seq-length");
     REQ(a->max_position_embeddings <= 0, "--max-position-embeddings");
     REQ(a->micro_batch_size <= 0, "--micro-batch-size");
-    REQ(a->train_iters <= 0, "--train-iters");
+    REQ(a->train_iters <= 0 && a->train_samples <= 0, "--train-iters (or --train-samples)");
     REQ(isnan(a->lr), "--lr");
 #undef REQ
     if (nmiss)
@@ -1426,6 +1427,139 @@ static int validate_batch(megadlm_args *a, char *err, size_t errlen) {
     return 0;
 }
 
+/* Iteration- or sample-based training (Megatron's validate_args): one length flag, and the
+ * schedule's lengths in the same unit. Derives the decay length (--train-iters / -samples). */
+static int validate_training_length(megadlm_args *a, char *err, size_t errlen) {
+    if (a->train_iters > 0 && a->train_samples > 0)
+        return fail(err, errlen,
+                    "--train-iters %d and --train-samples %d: give one (iteration- or "
+                    "sample-based training)", a->train_iters, a->train_samples);
+    /* a flag of the other unit: Megatron asserts "expected iteration-based ..." and the like */
+    int it = a->train_iters > 0;
+    const char *unit = it ? "--train-iters" : "--train-samples";
+    const char *given = NULL, *instead = NULL;
+    if (it && a->lr_decay_samples > 0) given = "--lr-decay-samples", instead = "--lr-decay-iters";
+    if (it && a->lr_warmup_samples > 0)
+        given = "--lr-warmup-samples", instead = "--lr-warmup-iters or --lr-warmup-fraction";
+    if (it && a->lr_wsd_decay_samples >= 0)
+        given = "--lr-wsd-decay-samples", instead = "--lr-wsd-decay-iters";
+    if (!it && a->lr_decay_iters > 0) given = "--lr-decay-iters", instead = "--lr-decay-samples";
+    if (!it && a->lr_warmup_iters > 0)
+        given = "--lr-warmup-iters", instead = "--lr-warmup-samples or --lr-warmup-fraction";
+    if (!it && a->lr_wsd_decay_iters >= 0)
+        given = "--lr-wsd-decay-iters", instead = "--lr-wsd-decay-samples";
+    if (given)
+        return fail(err, errlen, "%s does not apply with %s (the schedule is counted in %s: "
+                    "give %s)", given, unit, it ? "iterations" : "samples", instead);
+    if (it) {
+        if (a->lr_decay_iters == 0) a->lr_decay_iters = a->train_iters;
+        return 0;
+    }
+    if (a->train_samples < a->global_batch_size)
+        return fail(err, errlen,
+                    "--train-samples %d is smaller than --global-batch-size %d (no iteration: "
+                    "training runs train-samples // global-batch-size iterations)",
+                    a->train_samples, a->global_batch_size);
+    if (a->lr_decay_samples == 0) a->lr_decay_samples = a->train_samples;
+    return 0;
+}
+
+/* Megatron's OptimizerParamScheduler asserts lr_warmup_steps < lr_decay_steps (in samples),
+ * and with WSD an annealing phase within the decay. */
+static int validate_lr_lengths(const megadlm_args *a, char *err, size_t errlen) {
+    int it = a->train_iters > 0;
+    const char *wflag = it ? "--lr-warmup-iters" : "--lr-warmup-samples";
+    const char *dflag = it ? "--lr-decay-iters" : "--lr-decay-samples";
+    const char *tflag = it ? "--train-iters" : "--train-samples";
+    int warm = it ? a->lr_warmup_iters : a->lr_warmup_samples;
+    int decay = it ? a->lr_decay_iters : a->lr_decay_samples;
+    if (a->lr_warmup_fraction >= 0 && warm != 0)
+        return fail(err, errlen, "can only specify one of --lr-warmup-fraction and %s", wflag);
+    double warmup;
+    int64_t decay_samples, wsd;
+    args_lr_schedule_samples(a, &warmup, &decay_samples, &wsd);
+    if (!(warmup < (double)decay_samples)) {
+        if (a->lr_warmup_fraction >= 0) {
+            char b[32];
+            fmt_float(b, sizeof(b), a->lr_warmup_fraction);
+            return fail(err, errlen, "--lr-warmup-fraction %s must be smaller than 1 (warmup "
+                        "shorter than %s)", b, dflag);
+        }
+        return fail(err, errlen, "%s %d must be smaller than %s %d (which defaults to %s)",
+                    wflag, warm, dflag, decay, tflag);
+    }
+    if (!strcmp(a->lr_decay_style, "WSD")) {
+        const char *sflag = it ? "--lr-wsd-decay-iters" : "--lr-wsd-decay-samples";
+        int wsd_given = it ? a->lr_wsd_decay_iters : a->lr_wsd_decay_samples;
+        if (wsd_given < 0) return fail(err, errlen, "--lr-decay-style WSD needs %s", sflag);
+        if (wsd_given > decay)
+            return fail(err, errlen, "%s %d is larger than %s %d (which defaults to %s)",
+                        sflag, wsd_given, dflag, decay, tflag);
+    }
+    return 0;
+}
+
+/* The learning-rate schedule: its values, its style, its lengths */
+static int validate_lr_schedule(megadlm_args *a, char *err, size_t errlen) {
+    char b1[32], b2[32];
+    if (!(a->lr >= 0)) return fail(err, errlen, "--lr must be >= 0");
+    if (!(a->min_lr >= 0)) return fail(err, errlen, "--min-lr must be >= 0");
+    fmt_float(b2, sizeof(b2), a->lr);
+    if (a->min_lr > a->lr) {
+        fmt_float(b1, sizeof(b1), a->min_lr);
+        return fail(err, errlen, "--min-lr %s is larger than --lr %s (min_lr <= lr)", b1, b2);
+    }
+    fmt_float(b1, sizeof(b1), a->lr_warmup_init);
+    if (!(a->lr_warmup_init >= 0))
+        return fail(err, errlen, "--lr-warmup-init %s must be >= 0", b1);
+    if (a->lr_warmup_init > a->lr) /* Megatron's scheduler: assert init_lr <= max_lr */
+        return fail(err, errlen, "--lr-warmup-init %s is larger than --lr %s (init <= lr)", b1,
+                    b2);
+    static const char *const DECAY_OK[] = {"constant", "linear", "cosine",
+                                           "inverse-square-root", "WSD", NULL};
+    if (!one_of(a->lr_decay_style, DECAY_OK))
+        return fail(err, errlen,
+                    "--lr-decay-style '%s': expected constant, linear, cosine, "
+                    "inverse-square-root or WSD", a->lr_decay_style);
+    static const char *const WSD_OK[] = {"exponential", "linear", "cosine", "minus_sqrt", NULL};
+    if (!one_of(a->lr_wsd_decay_style, WSD_OK))
+        return fail(err, errlen,
+                    "--lr-wsd-decay-style '%s': expected exponential, linear, cosine or minus_sqrt",
+                    a->lr_wsd_decay_style);
+    if (validate_training_length(a, err, errlen)) return -1;
+    return validate_lr_lengths(a, err, errlen);
+}
+
+int args_train_iters(const megadlm_args *a) {
+    if (a->train_iters > 0) return a->train_iters;
+    return a->global_batch_size > 0 ? a->train_samples / a->global_batch_size : 0;
+}
+
+double args_decimal(float x) {
+    char b[48];
+    for (int p = 0; p < 9; p++) { /* 9 significant digits always read back as the float */
+        snprintf(b, sizeof b, "%.*e", p, (double)x);
+        double back = strtod(b, NULL);
+        if ((float)back == x) return back;
+    }
+    return (double)x;
+}
+
+/* Megatron's get_optimizer_param_scheduler: iteration-based lengths times the global batch;
+ * a warmup fraction of the decay in samples, unrounded. */
+void args_lr_schedule_samples(const megadlm_args *a, double *warmup, int64_t *decay,
+                              int64_t *wsd_decay) {
+    int64_t gbs = a->global_batch_size;
+    int it = a->train_iters > 0;
+    *decay = it ? (int64_t)a->lr_decay_iters * gbs : (int64_t)a->lr_decay_samples;
+    int wsd = it ? a->lr_wsd_decay_iters : a->lr_wsd_decay_samples;
+    *wsd_decay = wsd > 0 ? (it ? (int64_t)wsd * gbs : (int64_t)wsd) : 0;
+    if (a->lr_warmup_fraction >= 0)
+        *warmup = args_decimal(a->lr_warmup_fraction) * (double)*decay;
+    else
+        *warmup = it ? (double)((int64_t)a->lr_warmup_iters * gbs) : (double)a->lr_warmup_samples;
+}
+
 /* Adam and the learning-rate schedule */
 static int validate_optimizer(megadlm_args *a, char *err, size_t errlen) {
     /* ---- optimizer ---- */
@@ -1442,64 +1576,7 @@ static int validate_optimizer(megadlm_args *a, char *err, size_t errlen) {
     if (!(a->adam_eps >= 0)) return fail(err, errlen, "--adam-eps must be >= 0");
     if (!(a->weight_decay >= 0)) return fail(err, errlen, "--weight-decay must be >= 0");
     if (!(a->clip_grad >= 0)) return fail(err, errlen, "--clip-grad must be >= 0 (0 disables clipping)");
-
-    /* ---- learning rate schedule ---- */
-    if (!(a->lr >= 0)) return fail(err, errlen, "--lr must be >= 0");
-    if (!(a->min_lr >= 0)) return fail(err, errlen, "--min-lr must be >= 0");
-    if (a->min_lr > a->lr) {
-        char b1[32], b2[32];
-        fmt_float(b1, sizeof(b1), a->min_lr);
-        fmt_float(b2, sizeof(b2), a->lr);
-        return fail(err, errlen, "--min-lr %s is larger than --lr %s (min_lr <= lr)", b1, b2);
-    }
-    static const char *const DECAY_OK[] = {"constant", "linear", "cosine", "WSD", NULL};
-    if (!one_of(a->lr_decay_style, DECAY_OK)) {
-        if (!strcmp(a->lr_decay_style, "inverse-square-root"))
-            return fail(err, errlen, "--lr-decay-style inverse-square-root: not supported yet");
-        return fail(err, errlen,
-                    "--lr-decay-style '%s': expected constant, linear, cosine or WSD",
-                    a->lr_decay_style);
-    }
-    static const char *const WSD_OK[] = {"exponential", "linear", "cosine", "minus_sqrt", NULL};
-    if (!one_of(a->lr_wsd_decay_style, WSD_OK))
-        return fail(err, errlen,
-                    "--lr-wsd-decay-style '%s': expected exponential, linear, cosine or minus_sqrt",
-                    a->lr_wsd_decay_style);
-    if (a->lr_decay_iters < 0) return fail(err, errlen, "--lr-decay-iters must be positive");
-    if (a->lr_decay_iters == 0) a->lr_decay_iters = a->train_iters;
-    if (a->lr_warmup_iters < 0) return fail(err, errlen, "--lr-warmup-iters must be >= 0");
-    if (a->lr_warmup_fraction >= 0 && a->lr_warmup_iters != 0)
-        return fail(err, errlen,
-                    "can only specify one of --lr-warmup-fraction and --lr-warmup-iters");
-    {
-        /* Megatron's OptimizerParamScheduler: assert lr_warmup_steps < lr_decay_steps */
-        double warm = a->lr_warmup_fraction >= 0
-                          ? (double)a->lr_warmup_fraction * a->lr_decay_iters
-                          : (double)a->lr_warmup_iters;
-        if (!(warm < a->lr_decay_iters)) {
-            if (a->lr_warmup_fraction >= 0) {
-                char b[32];
-                fmt_float(b, sizeof(b), a->lr_warmup_fraction);
-                return fail(err, errlen,
-                            "--lr-warmup-fraction %s must be smaller than 1 (warmup shorter than "
-                            "--lr-decay-iters)", b);
-            }
-            return fail(err, errlen,
-                        "--lr-warmup-iters %d must be smaller than --lr-decay-iters %d "
-                        "(which defaults to --train-iters)",
-                        a->lr_warmup_iters, a->lr_decay_iters);
-        }
-    }
-    if (!strcmp(a->lr_decay_style, "WSD")) {
-        if (a->lr_wsd_decay_iters < 0)
-            return fail(err, errlen, "--lr-decay-style WSD needs --lr-wsd-decay-iters");
-        if (a->lr_wsd_decay_iters > a->lr_decay_iters)
-            return fail(err, errlen,
-                        "--lr-wsd-decay-iters %d is larger than --lr-decay-iters %d "
-                        "(which defaults to --train-iters)",
-                        a->lr_wsd_decay_iters, a->lr_decay_iters);
-    }
-    return 0;
+    return validate_lr_schedule(a, err, errlen);
 }
 
 /* W&B's flags are recorded, not acted on (no network): what wandb.init would refuse is refused

@@ -46,6 +46,21 @@ int args_validate(megadlm_args *a, char *err, size_t errlen);
  * before anything is allocated. 0, or -1 with a message naming the flags. */
 int args_check_sizes(const megadlm_args *a, char *err, size_t errlen);
 
+/* After args_validate: the iterations to train, --train-iters or, sample-based, Megatron's
+ * update_train_iters: --train-samples // --global-batch-size (a partial last batch is not
+ * trained). */
+int args_train_iters(const megadlm_args *a);
+/* The double of the shortest decimal that reads back as x: the value the user wrote (any
+ * decimal of up to 6 significant digits), which Megatron holds as a Python float where
+ * megadlm's field holds x. The lr schedule computes from these, so that its doubles, and the
+ * log's learning rate, are Megatron's. */
+double args_decimal(float x);
+/* After args_validate: the lr schedule's lengths in samples, as Megatron's
+ * get_optimizer_param_scheduler makes them: warmup (fractional with --lr-warmup-fraction),
+ * decay, and WSD's annealing (0 when not given). */
+void args_lr_schedule_samples(const megadlm_args *a, double *warmup, int64_t *decay,
+                              int64_t *wsd_decay);
+
 
 /* Prints the flag table with defaults (what `megadlm train --help` shows). */
 void args_print_help(const char *command, FILE *out);

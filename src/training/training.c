@@ -18,6 +18,7 @@
 #include "core/models/gpt_model.h"
 #include "core/optimizer/grad_scaler.h"
 #include "core/optimizer/optimizer.h"
+#include "core/optimizer/optimizer_param_scheduler.h"
 #include "core/pipeline_parallel/p2p_communication.h"
 #include "core/pipeline_parallel/schedules.h"
 #include "core/tensor/memory.h"
@@ -86,6 +87,7 @@ typedef struct {
     int loaded;                 /* a checkpoint was loaded */
     int dp_rank, dp_size;
     int iteration;
+    int train_iters;     /* --train-iters, or --train-samples // global batch */
     int optimizer_steps; /* steps taken (AdamW's step count): iterations less skipped ones;
                             counted from 0 again after a load without the optimizer state */
     int scaling;         /* a loss scaler runs (--fp16, --loss-scale) */
@@ -724,20 +726,22 @@ static void setup_optimizer(trainer *tr) {
     tr->oc = (optimizer_config){.beta1 = a->adam_beta1, .beta2 = a->adam_beta2,
                                 .eps = a->adam_eps, .weight_decay = a->weight_decay,
                                 .clip_grad = a->clip_grad};
-    int64_t gbs = a->global_batch_size;
-    int64_t warmup_iters = a->lr_warmup_fraction >= 0.0f
-                               ? (int64_t)(a->lr_warmup_fraction * a->lr_decay_iters)
-                               : a->lr_warmup_iters;
-    tr->sched = (lr_scheduler){.max_lr = a->lr, .min_lr = a->min_lr, .init_lr = 0.0,
-                               .warmup_steps = warmup_iters * gbs,
-                               .decay_steps = (int64_t)a->lr_decay_iters * gbs,
-                               .wsd_decay_steps = (int64_t)(a->lr_wsd_decay_iters > 0 ? a->lr_wsd_decay_iters : 0) * gbs,
+    /* Megatron's get_optimizer_param_scheduler: lengths in samples, the warmup unrounded */
+    double warmup;
+    int64_t decay, wsd_decay;
+    args_lr_schedule_samples(a, &warmup, &decay, &wsd_decay);
+    tr->sched = (lr_scheduler){.max_lr = args_decimal(a->lr), .min_lr = args_decimal(a->min_lr),
+                               .init_lr = args_decimal(a->lr_warmup_init),
+                               .warmup_steps = warmup, .decay_steps = decay,
+                               .wsd_decay_steps = wsd_decay,
                                .style = lr_decay_style_parse(a->lr_decay_style),
                                .wsd_style = lr_wsd_style_parse(a->lr_wsd_decay_style)};
+    if (a->train_samples > 0) /* Megatron's update_train_iters says so too */
+        log_printf("setting training iterations to %d\n", tr->train_iters);
 }
 
-/* Megatron's num samples per split: train = iters x gbs; valid = (iters / eval_interval + 1)
- * x eval_iters x gbs; test = eval_iters x gbs. */
+/* Megatron's num samples per split: train = iters x gbs (--train-samples when sample-based);
+ * valid = (iters / eval_interval + 1) x eval_iters x gbs; test = eval_iters x gbs. */
 /* --train-data-path / --valid-data-path / --test-data-path: each split from its own datasets,
  * all of whose documents go to that split (Megatron's blend_per_split). */
 static int build_split_data(trainer *tr, const gpt_data_config *dc) {
@@ -786,8 +790,11 @@ static int build_data(trainer *tr) {
         .seed = a->seed,
         .vocab_size = tokenizer_vocab_size(tr->tok),
         .eod = tokenizer_eod(tr->tok),
-        .num_samples = {(uint64_t)a->train_iters * gbs,
-                        (uint64_t)(a->train_iters / a->eval_interval + 1) * a->eval_iters * gbs,
+        /* sample-based: the train split holds --train-samples (Megatron's
+         * get_train_valid_test_num_samples), the evaluations follow the iterations */
+        .num_samples = {a->train_samples > 0 ? (uint64_t)a->train_samples
+                                             : (uint64_t)tr->train_iters * gbs,
+                        (uint64_t)(tr->train_iters / a->eval_interval + 1) * a->eval_iters * gbs,
                         (uint64_t)a->eval_iters * gbs},
         .cache_dir = a->data_cache_path,
         .cache_log = g_log_rank ? stdout : NULL,
@@ -838,7 +845,7 @@ static double throughput_tflops(const megadlm_args *a, double per_iter_s) {
 }
 
 static void training_log(trainer *tr, double elapsed_s, const log_counts *c, double loss_sum,
-                         float lr, float grad_norm, const log_extras *x) {
+                         double lr, float grad_norm, const log_extras *x) {
     megadlm_args *a = tr->a;
     double per_iter = elapsed_s / c->iters;
     double tflops = throughput_tflops(a, per_iter);
@@ -872,7 +879,7 @@ static void training_log(trainer *tr, double elapsed_s, const log_counts *c, dou
            "%.1f |%s learning rate: %.6E | global batch "
            "size: %5d |%s loss scale: %.1f |%s%s%s number of skipped "
            "iterations: %3d | number of nan iterations: %3d |\n",
-           when, tr->iteration, a->train_iters, (unsigned long long)tr->consumed_train_samples,
+           when, tr->iteration, tr->train_iters, (unsigned long long)tr->consumed_train_samples,
            per_iter * 1000.0, thr, lr, a->global_batch_size, loss,
            tr->scaling ? (double)tr->scaler.scale : 1.0, norm, zeros, pnorm, c->skipped, c->nan);
     /* Megatron: with --log-timers-to-tensorboard, the iteration's time and the throughput */
@@ -1354,7 +1361,7 @@ static int convert_checkpoint(trainer *tr) {
 }
 
 int pretrain(megadlm_args *a) {
-    trainer tr = {.a = a};
+    trainer tr = {.a = a, .train_iters = args_train_iters(a)};
     char err[1024];
     int status = 1;
     tokenizer_options topts = {.type = a->tokenizer_type,
@@ -1453,7 +1460,7 @@ int pretrain(megadlm_args *a) {
     double t_log = now_seconds(), loss_acc = 0.0;
     int iters_acc = 0, advanced_acc = 0, skipped_acc = 0, nan_acc = 0;
     int saved_at = -1, memory_reported = 0;
-    while (tr.iteration < a->train_iters) {
+    while (tr.iteration < tr.train_iters) {
         float loss, norm;
         int bad_rank;
         if (finish_async_save(&tr, 0) != 0) goto done;
@@ -1495,9 +1502,9 @@ int pretrain(megadlm_args *a) {
         log_extras extras = {.params_norm = NAN, .num_zeros = -1.0};
         if (log_now || tb_now) extras = compute_extras(&tr, stepped);
         /* Megatron logs the learning rate the next step will use. */
-        float next_lr = (float)lr_scheduler_get(&tr.sched, scheduler_samples(&tr));
+        double next_lr = lr_scheduler_get(&tr.sched, scheduler_samples(&tr));
         if (tb_now) {
-            tb_values v = {.loss = loss, .lr = next_lr, .grad_norm = norm, .real_len = real_len,
+            tb_values v = {.loss = loss, .lr = (float)next_lr, .grad_norm = norm, .real_len = real_len,
                            .skipped = skipped_acc};
             tensorboard_iteration(&tr, &v, &extras);
         }

@@ -28,6 +28,7 @@
 
 #include "core/models/gpt_model.h"
 #include "core/optimizer/optimizer.h"
+#include "core/optimizer/optimizer_param_scheduler.h"
 #include "core/tensor/safetensors.h"
 #include "training/checkpointing.h"
 
@@ -279,7 +280,7 @@ int main(int argc, char **argv) {
     /* STEPS training iterations as training.c's train_step does them (one micro-batch) */
     int64_t gbs = B;
     lr_scheduler sched = {.max_lr = s.lr, .min_lr = s.min_lr, .init_lr = 0.0,
-                          .warmup_steps = (int64_t)s.warmup_iters * gbs,
+                          .warmup_steps = (double)((int64_t)s.warmup_iters * gbs),
                           .decay_steps = (int64_t)s.decay_iters * gbs,
                           .wsd_decay_steps = 0,
                           .style = LR_COSINE,

@@ -12,6 +12,7 @@
 
 #include "test_util.h"
 #include "core/optimizer/optimizer.h"
+#include "core/optimizer/optimizer_param_scheduler.h"
 #include "training/arguments.h"
 #include "training/model_provider.h"
 
@@ -19,6 +20,11 @@
     "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "               \
     "--max-position-embeddings 64 --micro-batch-size 2 --train-iters 10 --lr 1e-3 "          \
     "--mock-data --vocab-size 100"
+
+/* BASE without a training length */
+#define BASE_NO_ITERS                                                                     \
+    "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "            \
+    "--max-position-embeddings 64 --micro-batch-size 2 --lr 1e-3 --mock-data --vocab-size 100"
 
 static char ERR[1024];
 
@@ -745,8 +751,38 @@ static void test_validation_errors(void) {
     EXPECT_ERR(BASE " --lr-decay-style WSD --lr-decay-iters 5 --lr-wsd-decay-iters 6",
                "--lr-wsd-decay-iters 6", "--lr-decay-iters 5", NULL);
     EXPECT_ERR(BASE " --lr-decay-style step", "--lr-decay-style", "step", NULL);
-    EXPECT_ERR(BASE " --lr-decay-style inverse-square-root", "--lr-decay-style",
-               "not supported yet", NULL);
+    EXPECT_ERR(BASE " --lr-decay-style inverse_square_root", "--lr-decay-style",
+               "inverse_square_root", "inverse-square-root or WSD");
+    EXPECT_ERR(BASE " --lr-warmup-fraction -0.1", "--lr-warmup-fraction", "[0, 1)", "-0.1");
+    EXPECT_ERR(BASE " --lr-warmup-init 0.01", "--lr-warmup-init 0.01", "--lr 0.001", NULL);
+    EXPECT_ERR(BASE " --lr-warmup-init -1e-4", "--lr-warmup-init -0.0001", ">= 0", NULL);
+    /* iteration- or sample-based (Megatron's asserts), each length in the run's unit */
+    EXPECT_ERR(BASE " --train-samples 40", "--train-iters 10", "--train-samples 40", "give one");
+    EXPECT_ERR(BASE " --lr-decay-samples 40", "--lr-decay-samples", "--train-iters",
+               "--lr-decay-iters");
+    EXPECT_ERR(BASE " --lr-warmup-samples 4", "--lr-warmup-samples", "--train-iters",
+               "--lr-warmup-iters");
+    EXPECT_ERR(BASE " --lr-wsd-decay-samples 4", "--lr-wsd-decay-samples", "--train-iters", NULL);
+#define SAMPLES_BASE BASE_NO_ITERS " --global-batch-size 4 --train-samples 40"
+    EXPECT_ERR(SAMPLES_BASE " --lr-decay-iters 5", "--lr-decay-iters", "--train-samples",
+               "--lr-decay-samples");
+    EXPECT_ERR(SAMPLES_BASE " --lr-warmup-iters 2", "--lr-warmup-iters", "--train-samples",
+               "--lr-warmup-samples");
+    EXPECT_ERR(SAMPLES_BASE " --lr-wsd-decay-iters 2", "--lr-wsd-decay-iters", "--train-samples",
+               "--lr-wsd-decay-samples");
+    EXPECT_ERR(SAMPLES_BASE " --lr-warmup-samples 4 --lr-warmup-fraction 0.1",
+               "--lr-warmup-fraction", "--lr-warmup-samples", NULL);
+    EXPECT_ERR(SAMPLES_BASE " --lr-warmup-samples 40", "--lr-warmup-samples 40",
+               "--lr-decay-samples 40", "--train-samples");
+    EXPECT_ERR(SAMPLES_BASE " --lr-decay-samples 30 --lr-warmup-samples 30",
+               "--lr-warmup-samples 30", "--lr-decay-samples 30", NULL);
+    EXPECT_ERR(SAMPLES_BASE " --lr-decay-style WSD", "--lr-decay-style WSD",
+               "--lr-wsd-decay-samples", NULL);
+    EXPECT_ERR(SAMPLES_BASE " --lr-decay-style WSD --lr-wsd-decay-samples 41",
+               "--lr-wsd-decay-samples 41", "--lr-decay-samples 40", NULL);
+    EXPECT_ERR(SAMPLES_BASE " --global-batch-size 64", "--train-samples 40",
+               "--global-batch-size 64", "no iteration");
+    EXPECT_ERR(SAMPLES_BASE " --train-samples 0", "--train-samples", "positive", NULL);
     EXPECT_ERR(BASE " --lr-wsd-decay-style square", "--lr-wsd-decay-style", "square", NULL);
     EXPECT_ERR(BASE " --min-lr 0.01", "--min-lr 0.01", "--lr 0.001", NULL);
     EXPECT_ERR(BASE " --min-lr -1e-5", "--min-lr", ">= 0", NULL);
@@ -792,6 +828,32 @@ static void test_derived(void) {
     CHECK(strcmp(a.tokenizer_type, "NullTokenizer") == 0);
     CHECK(a.padded_vocab_size == 128);
     CHECK(a.bias_gelu_fusion == 1);
+    /* sample-based: --train-iters stays None (Megatron's arguments block), the iterations are
+     * train-samples // global batch, the decay defaults to --train-samples; a warmup fraction
+     * of the decay in samples is the decimal's double times the samples, as Megatron's */
+    {
+        megadlm_args b;
+        EXPECT_OK(&b, BASE_NO_ITERS " --global-batch-size 4 --train-samples 42 "
+                                    "--lr-warmup-fraction 0.07");
+        CHECK(b.train_iters == 0 && args_train_iters(&b) == 10 && b.lr_decay_samples == 42);
+        CHECK(b.lr_decay_iters == 0);
+        double w;
+        int64_t d, wsd;
+        args_lr_schedule_samples(&b, &w, &d, &wsd);
+        CHECK(d == 42 && wsd == 0 && w == 0.07 * 42.0);
+        megadlm_args c = b;
+        CHECK(args_validate(&c, ERR, sizeof(ERR)) == 0 && memcmp(&b, &c, sizeof b) == 0);
+        args_free(&b);
+        EXPECT_OK(&b, BASE " --global-batch-size 6 --lr-warmup-fraction 0.07 --lr-decay-iters 80");
+        args_lr_schedule_samples(&b, &w, &d, &wsd);  /* 33.6 samples, not 5 iterations' 30 */
+        CHECK(d == 480 && w == 0.07 * 480.0 && w != (double)(0.07f * 480.0f) &&
+              args_train_iters(&b) == 10);
+        args_free(&b);
+        EXPECT_OK(&b, BASE " --global-batch-size 6 --lr-decay-style WSD --lr-wsd-decay-iters 4");
+        args_lr_schedule_samples(&b, &w, &d, &wsd);
+        CHECK(d == 60 && wsd == 24 && w == 0.0);
+        args_free(&b);
+    }
     /* validation is idempotent (it runs again after a checkpoint's args are loaded) */
     {
         megadlm_args b = a;
@@ -1409,9 +1471,10 @@ static void test_string_flag_sizes(void) {
     CHECK(parse_line(&a, BASE " --attention-mask-type causal_bottom_right") == 0);
     CHECK(strcmp(a.attention_mask_type, "causal_bottom_right") == 0);
     args_free(&a);
-    /* Megatron's choice megadlm lacks: refused by name, not by length */
-    EXPECT_ERR(BASE " --lr-decay-style inverse-square-root", "inverse-square-root",
-               "not supported yet", NULL);
+    /* Megatron's longest decay style fits its field */
+    EXPECT_OK(&a, BASE " --lr-decay-style inverse-square-root");
+    CHECK(strcmp(a.lr_decay_style, "inverse-square-root") == 0);
+    args_free(&a);
     /* a value that is really too long: 40 characters into a 32-byte field */
     EXPECT_ERR(BASE " --attention-mask-type causal_bottom_right_causal_bottom_righ",
                "--attention-mask-type: value longer than 31 characters", NULL, NULL);
@@ -1538,6 +1601,30 @@ static void test_wsd_schedule(void) {
     CHECK(fabs(lr_scheduler_get(&s, 90) - 1.0) < 1e-12);
 }
 
+/* Megatron's get_lr with a fractional warmup (2.5 samples, from 0.2) and inverse-square-root,
+ * values worked by hand from its formulas: decay 10, max 1, min 0.1 */
+static void test_fraction_and_isqrt_schedule(void) {
+    lr_scheduler s = {.max_lr = 1.0, .min_lr = 0.1, .init_lr = 0.2, .warmup_steps = 2.5,
+                      .decay_steps = 10, .style = LR_INVERSE_SQRT};
+    CHECK(fabs(lr_scheduler_get(&s, 0) - 0.2) < 1e-12);    /* the warmup's start */
+    CHECK(fabs(lr_scheduler_get(&s, 1) - 0.52) < 1e-12);   /* 0.2 + 0.8 x 1 / 2.5 */
+    CHECK(fabs(lr_scheduler_get(&s, 2) - 0.84) < 1e-12);   /* 0.2 + 0.8 x 2 / 2.5 */
+    CHECK(fabs(lr_scheduler_get(&s, 3) - 0.9128709291752769) < 1e-12); /* sqrt(2.5 / 3) */
+    CHECK(fabs(lr_scheduler_get(&s, 10) - 0.5) < 1e-12);   /* sqrt(2.5 / 10) */
+    CHECK(fabs(lr_scheduler_get(&s, 11) - 0.1) < 1e-12);   /* past the decay: min */
+    s.min_lr = 0.6;                                         /* sqrt(2.5 / 9) = 0.527: floor */
+    CHECK(fabs(lr_scheduler_get(&s, 9) - 0.6) < 1e-12);
+    s.warmup_steps = 0.0;                                   /* no warmup: Megatron's max(w, 1) */
+    s.min_lr = 0.0;
+    CHECK(fabs(lr_scheduler_get(&s, 0) - 1.0) < 1e-12);
+    CHECK(fabs(lr_scheduler_get(&s, 4) - 0.5) < 1e-12);    /* sqrt(1 / 4) */
+    s = (lr_scheduler){.max_lr = 1.0, .min_lr = 0.0, .warmup_steps = 2.5, .decay_steps = 10,
+                       .style = LR_COSINE};                 /* ratio (3 - 2.5) / 7.5 = 1/15 */
+    CHECK(fabs(lr_scheduler_get(&s, 3) - 0.9890738003669028) < 1e-12);
+    CHECK(fabs(lr_scheduler_get(&s, 2) - 0.8) < 1e-12);    /* still warming up: 2 / 2.5 */
+    CHECK(lr_decay_style_parse("inverse-square-root") == LR_INVERSE_SQRT);
+}
+
 /* --context-parallel-size and --cp-comm-type: Megatron's names, the built exchange, the split
  * into 2 x CP chunks (of seq-length - 1 tokens in difflm-noshift), the world TP x PP x CP x DP. */
 static void test_context_parallel_flags(void) {
@@ -1586,6 +1673,7 @@ static void test_context_parallel_flags(void) {
 
 int main(void) {
     test_wsd_schedule();
+    test_fraction_and_isqrt_schedule();
     test_ddp_flags();
     test_fsdp_flags();
     test_legacy_rope_flag();

@@ -1,7 +1,6 @@
 #include "core/optimizer/optimizer.h"
 
 #include <math.h>
-#include <string.h>
 
 #include "core/kernels/adamw.h"
 #include "core/parallel_state.h"
@@ -62,53 +61,4 @@ void optimizer_step(param_set *ps, const optimizer_config *oc, float lr, int ste
                            t->weight_decay ? oc->weight_decay : 0.0f, step};
         adamw_update(param_set_fp32(ps) + o, ps->grad + o, ps->exp_avg + o, ps->exp_avg_sq + o, t->numel, h);
     }
-}
-
-double lr_scheduler_get(const lr_scheduler *s, int64_t num_steps) {
-    /* linear warmup from init_lr to max_lr */
-    if (s->warmup_steps > 0 && num_steps <= s->warmup_steps)
-        return s->init_lr + (s->max_lr - s->init_lr) * (double)num_steps / (double)s->warmup_steps;
-    if (s->style == LR_CONSTANT) return s->max_lr;
-    if (num_steps > s->decay_steps) return s->min_lr;
-
-    double num = (double)(num_steps - s->warmup_steps);
-    double den = (double)(s->decay_steps - s->warmup_steps);
-    double ratio = num / den, delta = s->max_lr - s->min_lr, coeff = 0.0;
-    switch (s->style) {
-    case LR_LINEAR: coeff = 1.0 - ratio; break;
-    case LR_COSINE: coeff = 0.5 * (cos(M_PI * ratio) + 1.0); break;
-    case LR_WSD: {
-        int64_t anneal_start = s->decay_steps - s->wsd_decay_steps;
-        if (num_steps <= anneal_start) {
-            coeff = 1.0;
-        } else {
-            double r = (double)(num_steps - anneal_start) / (double)s->wsd_decay_steps;
-            switch (s->wsd_style) {
-            case WSD_LINEAR: coeff = 1.0 - r; break;
-            case WSD_COSINE: coeff = 0.5 * (cos(M_PI * r) + 1.0); break;
-            case WSD_EXPONENTIAL: coeff = 2.0 * pow(0.5, r) - 1.0; break;
-            case WSD_MINUS_SQRT: coeff = 1.0 - sqrt(r); break;
-            }
-        }
-        break;
-    }
-    case LR_CONSTANT: coeff = 1.0; break;
-    }
-    return s->min_lr + coeff * delta;
-}
-
-int lr_decay_style_parse(const char *s) {
-    if (!strcmp(s, "constant")) return LR_CONSTANT;
-    if (!strcmp(s, "linear")) return LR_LINEAR;
-    if (!strcmp(s, "cosine")) return LR_COSINE;
-    if (!strcmp(s, "WSD")) return LR_WSD;
-    return -1;
-}
-
-int lr_wsd_style_parse(const char *s) {
-    if (!strcmp(s, "linear")) return WSD_LINEAR;
-    if (!strcmp(s, "cosine")) return WSD_COSINE;
-    if (!strcmp(s, "exponential")) return WSD_EXPONENTIAL;
-    if (!strcmp(s, "minus_sqrt")) return WSD_MINUS_SQRT;
-    return -1;
 }

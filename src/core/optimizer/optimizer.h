@@ -1,5 +1,5 @@
-/* AdamW over a param_set's flat buffers, global-norm gradient clipping (Megatron's
- * clip_grad_norm_fp32), and Megatron's learning-rate schedule (OptimizerParamScheduler). */
+/* AdamW over a param_set's flat buffers and global-norm gradient clipping (Megatron's
+ * clip_grad_norm_fp32); the learning-rate schedule is optimizer_param_scheduler.h. */
 #ifndef MEGADLM_CORE_OPTIMIZER_H
 #define MEGADLM_CORE_OPTIMIZER_H
 
@@ -28,23 +28,5 @@ void optimizer_clip_grads(param_set *ps, float grad_norm, float clip_grad);
 
 /* One AdamW step (step counts from 1): decay only on tensors with weight_decay set. */
 void optimizer_step(param_set *ps, const optimizer_config *oc, float lr, int step);
-
-typedef enum { LR_CONSTANT, LR_LINEAR, LR_COSINE, LR_WSD } lr_decay_style;
-typedef enum { WSD_LINEAR, WSD_COSINE, WSD_EXPONENTIAL, WSD_MINUS_SQRT } lr_wsd_style;
-
-/* Steps are counted in samples, as Megatron does (iterations x global batch size). */
-typedef struct {
-    double max_lr, min_lr, init_lr;
-    int64_t warmup_steps, decay_steps, wsd_decay_steps;
-    lr_decay_style style;
-    lr_wsd_style wsd_style;
-} lr_scheduler;
-
-/* Megatron's OptimizerParamScheduler.get_lr at num_steps. */
-double lr_scheduler_get(const lr_scheduler *s, int64_t num_steps);
-
-/* Parses "constant|linear|cosine|WSD" and "linear|cosine|exponential|minus_sqrt"; -1 if unknown. */
-int lr_decay_style_parse(const char *s);
-int lr_wsd_style_parse(const char *s);
 
 #endif
