@@ -736,6 +736,26 @@ static void setup_optimizer(trainer *tr) {
                                .wsd_style = lr_wsd_style_parse(a->lr_wsd_decay_style)};
 }
 
+/* A split holds fewer samples than the run reads only when it is a blend without weights
+ * (one epoch of each dataset): Megatron's single-pass data loader would stop with
+ * StopIteration when it runs out, mid-run; say so before training instead. */
+static int check_split_size(const char *flag, const gpt_data *d, int s, uint64_t wanted) {
+    static const char *const NAMES[3] = {"train", "valid", "test"};
+    static const char *const WHY[3] = {
+        "--train-iters x --global-batch-size",
+        "(--train-iters / --eval-interval + 1) x --eval-iters x --global-batch-size",
+        "--eval-iters x --global-batch-size"};
+    uint64_t have = gpt_data_num_samples(d, s);
+    if (have == 0 || have >= wanted) return 0; /* 0: a split --split leaves out */
+    fprintf(stderr,
+            "error: %s: the %s split holds %llu samples (no weights: one epoch of each "
+            "dataset, as Megatron) but the run reads %llu (%s); Megatron's data loader would "
+            "run out mid-run. Give weights (W1 P1 W2 P2 ...) to draw more epochs, or read "
+            "fewer samples\n",
+            flag, NAMES[s], (unsigned long long)have, (unsigned long long)wanted, WHY[s]);
+    return -1;
+}
+
 /* Megatron's num samples per split: train = iters x gbs; valid = (iters / eval_interval + 1)
  * x eval_iters x gbs; test = eval_iters x gbs. */
 /* --train-data-path / --valid-data-path / --test-data-path: each split from its own datasets,
@@ -758,7 +778,10 @@ static int build_split_data(trainer *tr, const gpt_data_config *dc) {
         }
         c.num_paths = count;
         c.data_paths = (const char **)paths;
-        c.weights = weighted ? w : NULL;
+        c.flag = flags[k];
+        /* one prefix is one GPTDataset here even with a weight (Megatron's blend_per_split
+         * branch tests len(prefixes) == 1 alone; --data-path's tests the weights too) */
+        c.weights = weighted && count > 1 ? w : NULL;
         c.split = all_to[k];
         for (int j = 0; j < 3; j++)
             if (j != k) c.num_samples[j] = 0;
@@ -766,9 +789,13 @@ static int build_split_data(trainer *tr, const gpt_data_config *dc) {
         tr->data[k] = gpt_data_build(&c, err, sizeof(err));
         for (int i = 0; i < count; i++) free(paths[i]);
         if (!tr->data[k]) {
-            fprintf(stderr, "error: %s: %s\n", flags[k], err);
+            if (!strncmp(err, flags[k], strlen(flags[k])))
+                fprintf(stderr, "error: %s\n", err); /* it names the flag already */
+            else
+                fprintf(stderr, "error: %s: %s\n", flags[k], err);
             return -1;
         }
+        if (check_split_size(flags[k], tr->data[k], k, c.num_samples[k]) != 0) return -1;
     }
     return 0;
 }
@@ -790,7 +817,7 @@ static int build_data(trainer *tr) {
                         (uint64_t)(a->train_iters / a->eval_interval + 1) * a->eval_iters * gbs,
                         (uint64_t)a->eval_iters * gbs},
         .cache_dir = a->data_cache_path,
-        .cache_log = g_log_rank ? stdout : NULL,
+        .log = g_log_rank ? stdout : NULL,
     };
     log_printf("> building train, validation, and test datasets ...\n");
     if (a->data_cache_path[0] && a->mock_data)
@@ -804,6 +831,8 @@ static int build_data(trainer *tr) {
             return -1;
         }
         tr->data[0] = tr->data[1] = tr->data[2] = d;
+        for (int s = 0; s < 3; s++)
+            if (check_split_size("--data-path", d, s, dc.num_samples[s]) != 0) return -1;
     } else if (build_split_data(tr, &dc) != 0) {
         return -1;
     }
