@@ -40,6 +40,7 @@
 #include "core/tensor_parallel/mappings.h"
 #include "training/model_provider.h"
 #include "training/rerun.h"
+#include "training/megatron_memory.h"
 #include "training/theoretical_memory.h"
 #include "training/tokenizer/tokenizer.h"
 #include "core/util/alloc.h"
@@ -1037,6 +1038,17 @@ static void log_saved_activations(const trainer *tr) {
     fflush(stdout);
 }
 
+/* Megatron's first-log report (report_theoretical_memory, rank 0) with megadlm's numbers
+ * for the model and layout, and Megatron's own beside them when its formula differs
+ * (training/megatron_memory.h; `megadlm memory` prints the same lines). */
+static void log_theoretical_memory(const trainer *tr) {
+    if (parallel_world_rank() != 0) return;
+    theoretical_memory m;
+    theoretical_memory_compute(tr->a, &m);
+    megatron_memory_print_footprints(stdout, tr->a, &m);
+    fflush(stdout);
+}
+
 /* Pipeline: the activation stores of this stage (--log-memory, after the first iteration):
  * allocated, of which keep everything, the most the schedule held at once, and that in
  * micro-batches' worth of the stage's layers (a store holds one model chunk, 1/v of them),
@@ -1511,6 +1523,7 @@ int pretrain(megadlm_args *a) {
             nan_acc += !isfinite(loss);
         }
         if (a->log_memory && !memory_reported) { /* after the first iteration of this run */
+            log_theoretical_memory(&tr);
             mem_report(stdout, pst->world_rank);
             log_saved_activations(&tr);
             log_pipeline_stores(&tr);
