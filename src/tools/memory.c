@@ -16,6 +16,7 @@
 #include "tools/tools.h"
 #include "training/arguments.h"
 #include "training/difflm.h"
+#include "training/megatron_memory.h"
 #include "training/theoretical_memory.h"
 
 static double mb(double bytes) { return bytes / TM_BYTES_PER_MB; }
@@ -36,10 +37,10 @@ static int gpt3_like(const megadlm_args *a) {
 }
 
 static void print_report(const megadlm_args *a, const theoretical_memory *m) {
-    /* Megatron's line (report_theoretical_memory) */
-    printf("Theoretical memory footprints: weight and optimizer=%.2f MB, activation=%.2f MB, "
-           "total=%.2f MB\n\n",
-           mb(m->weight_and_optimizer_bytes), mb(m->activation_bytes), mb(m->total_bytes));
+    /* Megatron's line (report_theoretical_memory) with megadlm's numbers, and Megatron's own
+     * numbers beside it when they differ */
+    megatron_memory_print_footprints(stdout, a, m);
+    printf("\n");
 
     int t = a->tensor_model_parallel_size, p = a->pipeline_model_parallel_size;
     printf("layout: tensor parallel %d x ", t);
@@ -61,8 +62,9 @@ static void print_report(const megadlm_args *a, const theoretical_memory *m) {
            "activations in flight\n",
            m->stage_layers, a->num_layers, m->in_flight_microbatches,
            m->in_flight_microbatches == 1.0 ? "" : "es");
-    printf("parameters (Megatron's formula): %.3f B in the model, %.4f B on this rank, x %g "
+    printf("parameters (Megatron's formula%s): %.3f B in the model, %.4f B on this rank, x %g "
            "bytes = %.2f MB\n",
+           strcmp(a->normalization, "RMSNorm") ? "" : ", RMSNorm without a bias",
            m->parameters / 1e9, m->parameters_most_loaded_shard / 1e9, m->bytes_per_parameter,
            mb(m->weight_and_optimizer_bytes));
     if (p == 1)
@@ -154,6 +156,25 @@ static cJSON *report_json(const megadlm_args *a, const theoretical_memory *m) {
              JNUM("pipeline_model_parallel_size", a->pipeline_model_parallel_size),
              JNUM("context_parallel_size", a->context_parallel_size),
              JNUM("data_parallel_size", a->data_parallel_size), JNUM("world_size", a->world_size));
+    /* Megatron's own formula, always (null activation where Megatron computes none) */
+    megatron_memory_report r;
+    megatron_memory_compute(a, &r);
+    char why[512];
+    megatron_memory_why(a, &r, why, sizeof why);
+    cJSON *mg = cJSON_AddObjectToObject(o, "megatron_formula");
+    JSON_ADD(mg, JNUM("weights_and_optimizer_bytes", r.weight_and_optimizer_bytes),
+             JNUM("parameters", r.parameters),
+             JNUM("parameters_most_loaded_rank", r.parameters_most_loaded_shard),
+             JNUM("bytes_per_parameter", r.bytes_per_parameter));
+    if (r.has_activation) {
+        JSON_ADD(mg, JNUM("activation_bytes", r.activation_bytes),
+                 JNUM("total_bytes", r.total_bytes));
+    } else {
+        cJSON_AddNullToObject(mg, "activation_bytes");
+        cJSON_AddNullToObject(mg, "total_bytes");
+    }
+    cJSON_AddBoolToObject(mg, "differs", megatron_memory_differs(m, &r));
+    cJSON_AddStringToObject(mg, "why", why);
     theoretical_megadlm_bytes g = theoretical_megadlm(a);
     cJSON *t = cJSON_AddObjectToObject(o, "megadlm_train_bytes");
     JSON_ADD(t, JNUM("parameters", g.parameters), JNUM("gradients", g.gradients),

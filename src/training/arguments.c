@@ -382,47 +382,83 @@ static void clear_data_paths(megadlm_args *a) {
     a->data_weighted = 0;
 }
 
-/* words: the values that followed a data-path flag: one PREFIX, or weight/prefix pairs. Fills
- * paths (strdup'ed), weights, *count and *weighted. */
-static int parse_blend_words(const char *flag, char **words, int n, char **paths,
-                             double *weights, int *count, int *weighted, char *err,
-                             size_t errlen) {
-    if (n == 1) {
-        paths[0] = strdup(words[0]);
-        if (!paths[0]) return fail(err, errlen, "%s: out of memory", flag);
-        weights[0] = 1.0;
-        *count = 1;
-        *weighted = 0;
-        return 0;
-    }
-    if (n % 2 != 0)
-        return fail(err, errlen,
-                    "%s: %d words; give one PREFIX, or weight/prefix pairs "
-                    "W1 P1 W2 P2 ... (an even count)", flag, n);
-    if (n / 2 > ARGS_MAX_DATA_PATHS)
-        return fail(err, errlen, "%s: %d datasets, at most %d", flag, n / 2,
-                    ARGS_MAX_DATA_PATHS);
-    double w[ARGS_MAX_DATA_PATHS];
-    double sum = 0;
-    for (int i = 0; i < n / 2; i++) {
-        if (parse_double(words[2 * i], &w[i]))
-            return fail(err, errlen,
-                        "%s: expected a weight, found '%s' (give one PREFIX, or "
-                        "weight/prefix pairs W1 P1 W2 P2 ...)", flag, words[2 * i]);
-        if (w[i] < 0) return fail(err, errlen, "%s: weight '%s' is negative", flag, words[2 * i]);
-        sum += w[i];
-    }
-    if (!(sum > 0)) return fail(err, errlen, "%s: the weights sum to 0", flag);
-    for (int i = 0; i < n / 2; i++) {
-        paths[i] = strdup(words[2 * i + 1]);
+/* A word Python's float() would read: Megatron's get_blend_from_list takes such words in the
+ * weight positions as weights (inf and nan included; they are refused afterwards). */
+static int is_number_word(const char *s) {
+    if (!s || !*s || isspace((unsigned char)*s)) return 0;
+    char *end;
+    (void)strtod(s, &end);
+    return *end == 0;
+}
+
+/* Copies words[first], words[first + step], ... (count of them) into paths (strdup'ed). */
+static int copy_prefixes(const char *flag, char **words, int first, int step, int count,
+                         char **paths, char *err, size_t errlen) {
+    for (int i = 0; i < count; i++) {
+        paths[i] = strdup(words[first + step * i]);
         if (!paths[i]) {
             for (int k = 0; k < i; k++) free(paths[k]);
             return fail(err, errlen, "%s: out of memory", flag);
         }
-        weights[i] = w[i];
     }
-    *count = n / 2;
-    *weighted = 1;
+    return 0;
+}
+
+/* Weight/prefix pairs W1 P1 W2 P2 ...: n even, every weight position a number. */
+static int parse_weighted_words(const char *flag, char **words, int n, char **paths,
+                                double *weights, char *err, size_t errlen) {
+    double w[ARGS_MAX_DATA_PATHS];
+    double sum = 0;
+    for (int i = 0; i < n / 2; i++) {
+        w[i] = strtod(words[2 * i], NULL);
+        if (!isfinite(w[i]))
+            return fail(err, errlen, "%s: weight '%s': expected a finite number", flag,
+                        words[2 * i]);
+        if (w[i] < 0) return fail(err, errlen, "%s: weight '%s' is negative", flag, words[2 * i]);
+        sum += w[i];
+    }
+    if (!(sum > 0)) return fail(err, errlen, "%s: the weights sum to 0", flag);
+    if (copy_prefixes(flag, words, 1, 2, n / 2, paths, err, errlen)) return -1;
+    for (int i = 0; i < n / 2; i++) weights[i] = w[i];
+    return 0;
+}
+
+/* words: the values that followed a data-path flag, read as Megatron's get_blend_from_list
+ * reads them: an odd count is prefixes only; an even count is weight/prefix pairs when every
+ * other word (from the first) is a number, and prefixes only when none is. Prefixes only
+ * (one or several) means no weights: Megatron then blends whole datasets by their sizes.
+ * Fills paths (strdup'ed), weights (1 each without weights), *count and *weighted. */
+static int parse_blend_words(const char *flag, char **words, int n, char **paths,
+                             double *weights, int *count, int *weighted, char *err,
+                             size_t errlen) {
+    int numbers = 0, first_number = -1, first_word = -1;
+    for (int i = 0; i < n; i += 2) {
+        if (is_number_word(words[i])) {
+            numbers++;
+            if (first_number < 0) first_number = i;
+        } else if (first_word < 0) {
+            first_word = i;
+        }
+    }
+    int pairs = n % 2 == 0 && numbers == n / 2;
+    if (n % 2 == 0 && numbers > 0 && !pairs)
+        /* Megatron asserts here, or (its iterator quirk) reads the weights as prefixes */
+        return fail(err, errlen,
+                    "%s: '%s' (word %d) is a weight but '%s' (word %d) is not: give "
+                    "weight/prefix pairs W1 P1 W2 P2 ..., or prefixes only P1 P2 ...",
+                    flag, words[first_number], first_number + 1, words[first_word],
+                    first_word + 1);
+    int m = pairs ? n / 2 : n;
+    if (m > ARGS_MAX_DATA_PATHS)
+        return fail(err, errlen, "%s: %d datasets, at most %d", flag, m, ARGS_MAX_DATA_PATHS);
+    if (pairs) {
+        if (parse_weighted_words(flag, words, n, paths, weights, err, errlen)) return -1;
+    } else {
+        if (copy_prefixes(flag, words, 0, 1, n, paths, err, errlen)) return -1;
+        for (int i = 0; i < n; i++) weights[i] = 1.0;
+    }
+    *count = m;
+    *weighted = pairs;
     return 0;
 }
 
@@ -1323,8 +1359,6 @@ static int validate_data(megadlm_args *a, char *err, size_t errlen) {
             if (args_parse_blend(flags[k], specs[k], paths, w, &count, &weighted, err, errlen))
                 return -1;
             for (int i = 0; i < count; i++) free(paths[i]);
-            if (count > 1 && !weighted)
-                return fail(err, errlen, "%s: several prefixes need weights", flags[k]);
         }
     } else if (a->mock_data && a->num_data_paths > 0)
         return fail(err, errlen,
@@ -1334,9 +1368,6 @@ static int validate_data(megadlm_args *a, char *err, size_t errlen) {
                                  "or --mock-data");
     if (a->num_data_paths > ARGS_MAX_DATA_PATHS)
         return fail(err, errlen, "--data-path: at most %d datasets", ARGS_MAX_DATA_PATHS);
-    if (a->num_data_paths > 1 && !a->data_weighted)
-        return fail(err, errlen,
-                    "--data-path: several prefixes need weights (W1 P1 W2 P2 ...)");
     if (a->data_weighted) {
         double sum = 0;
         for (int i = 0; i < a->num_data_paths; i++) {

@@ -3,10 +3,13 @@
  * no model memory is allocated, so any size (the paper's 1T model included) is instant.
  *
  * Three accounts, each from its source:
- *  - Megatron-LM's report_theoretical_memory (megatron/training/theoretical_memory_usage.py):
- *    weight and optimizer bytes of the most loaded rank from Megatron's parameter formula
- *    (GQA, SwiGLU, untied embeddings), 18 bytes per parameter (6 + 12/DP with the distributed
- *    optimizer); activations of the first pipeline stage at the paper's convention.
+ *  - Megatron-LM's report_theoretical_memory (megatron/training/theoretical_memory_usage.py),
+ *    generalised: weight and optimizer bytes of the most loaded rank from Megatron's parameter
+ *    formula (GQA, SwiGLU, untied embeddings; RMSNorm without a bias), 18 bytes per parameter
+ *    (6 + 12/DP with the distributed optimizer, less under FSDP's sharding strategies);
+ *    activations of the first pipeline stage at the paper's convention for any layout, at
+ *    the model's real widths and s/CP positions. Megatron's formula as its code evaluates it
+ *    is training/megatron_memory.h, printed beside this one when they differ.
  *  - Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models":
  *    Table 2's six per-layer rows (16-bit values, 1-byte masks), the first stage's in-flight
  *    micro-batches (1F1B: p; interleaved: p(1 + (p-1)/(pv))), the output layer when p = 1, and

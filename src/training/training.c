@@ -41,6 +41,7 @@
 #include "core/tensor_parallel/mappings.h"
 #include "training/model_provider.h"
 #include "training/rerun.h"
+#include "training/megatron_memory.h"
 #include "training/theoretical_memory.h"
 #include "training/tokenizer/tokenizer.h"
 #include "core/util/alloc.h"
@@ -740,6 +741,26 @@ static void setup_optimizer(trainer *tr) {
         log_printf("setting training iterations to %d\n", tr->train_iters);
 }
 
+/* A split holds fewer samples than the run reads only when it is a blend without weights
+ * (one epoch of each dataset): Megatron's single-pass data loader would stop with
+ * StopIteration when it runs out, mid-run; say so before training instead. */
+static int check_split_size(const char *flag, const gpt_data *d, int s, uint64_t wanted) {
+    static const char *const NAMES[3] = {"train", "valid", "test"};
+    static const char *const WHY[3] = {
+        "--train-iters x --global-batch-size, or --train-samples",
+        "(--train-iters / --eval-interval + 1) x --eval-iters x --global-batch-size",
+        "--eval-iters x --global-batch-size"};
+    uint64_t have = gpt_data_num_samples(d, s);
+    if (have == 0 || have >= wanted) return 0; /* 0: a split --split leaves out */
+    fprintf(stderr,
+            "error: %s: the %s split holds %llu samples (no weights: one epoch of each "
+            "dataset, as Megatron) but the run reads %llu (%s); Megatron's data loader would "
+            "run out mid-run. Give weights (W1 P1 W2 P2 ...) to draw more epochs, or read "
+            "fewer samples\n",
+            flag, NAMES[s], (unsigned long long)have, (unsigned long long)wanted, WHY[s]);
+    return -1;
+}
+
 /* Megatron's num samples per split: train = iters x gbs (--train-samples when sample-based);
  * valid = (iters / eval_interval + 1) x eval_iters x gbs; test = eval_iters x gbs. */
 /* --train-data-path / --valid-data-path / --test-data-path: each split from its own datasets,
@@ -762,7 +783,10 @@ static int build_split_data(trainer *tr, const gpt_data_config *dc) {
         }
         c.num_paths = count;
         c.data_paths = (const char **)paths;
-        c.weights = weighted ? w : NULL;
+        c.flag = flags[k];
+        /* one prefix is one GPTDataset here even with a weight (Megatron's blend_per_split
+         * branch tests len(prefixes) == 1 alone; --data-path's tests the weights too) */
+        c.weights = weighted && count > 1 ? w : NULL;
         c.split = all_to[k];
         for (int j = 0; j < 3; j++)
             if (j != k) c.num_samples[j] = 0;
@@ -770,9 +794,13 @@ static int build_split_data(trainer *tr, const gpt_data_config *dc) {
         tr->data[k] = gpt_data_build(&c, err, sizeof(err));
         for (int i = 0; i < count; i++) free(paths[i]);
         if (!tr->data[k]) {
-            fprintf(stderr, "error: %s: %s\n", flags[k], err);
+            if (!strncmp(err, flags[k], strlen(flags[k])))
+                fprintf(stderr, "error: %s\n", err); /* it names the flag already */
+            else
+                fprintf(stderr, "error: %s: %s\n", flags[k], err);
             return -1;
         }
+        if (check_split_size(flags[k], tr->data[k], k, c.num_samples[k]) != 0) return -1;
     }
     return 0;
 }
@@ -797,7 +825,7 @@ static int build_data(trainer *tr) {
                         (uint64_t)(tr->train_iters / a->eval_interval + 1) * a->eval_iters * gbs,
                         (uint64_t)a->eval_iters * gbs},
         .cache_dir = a->data_cache_path,
-        .cache_log = g_log_rank ? stdout : NULL,
+        .log = g_log_rank ? stdout : NULL,
     };
     log_printf("> building train, validation, and test datasets ...\n");
     if (a->data_cache_path[0] && a->mock_data)
@@ -811,6 +839,8 @@ static int build_data(trainer *tr) {
             return -1;
         }
         tr->data[0] = tr->data[1] = tr->data[2] = d;
+        for (int s = 0; s < 3; s++)
+            if (check_split_size("--data-path", d, s, dc.num_samples[s]) != 0) return -1;
     } else if (build_split_data(tr, &dc) != 0) {
         return -1;
     }
@@ -1012,6 +1042,17 @@ static void log_saved_activations(const trainer *tr) {
                (long long)measured - (long long)rows[i].predicted);
     }
     log_logits(tr, s, rank);
+    fflush(stdout);
+}
+
+/* Megatron's first-log report (report_theoretical_memory, rank 0) with megadlm's numbers
+ * for the model and layout, and Megatron's own beside them when its formula differs
+ * (training/megatron_memory.h; `megadlm memory` prints the same lines). */
+static void log_theoretical_memory(const trainer *tr) {
+    if (parallel_world_rank() != 0) return;
+    theoretical_memory m;
+    theoretical_memory_compute(tr->a, &m);
+    megatron_memory_print_footprints(stdout, tr->a, &m);
     fflush(stdout);
 }
 
@@ -1489,6 +1530,7 @@ int pretrain(megadlm_args *a) {
             nan_acc += !isfinite(loss);
         }
         if (a->log_memory && !memory_reported) { /* after the first iteration of this run */
+            log_theoretical_memory(&tr);
             mem_report(stdout, pst->world_rank);
             log_saved_activations(&tr);
             log_pipeline_stores(&tr);

@@ -25,6 +25,13 @@ Run with Debian's /usr/bin/python3 (needs numpy only):
   cache-check CACHEDIR PREFIX SPLIT SEQ SEED N0,N1,N2
                                       numpy.load the .npy files --data-cache-path wrote for
                                       one prefix and compare them with Megatron's indices
+  train-check LOG CACHEDIR SEQ SEED N0,N1,N2 data SPLIT WORD...
+  train-check LOG CACHEDIR SEQ SEED N0,N1,N2 per-split "TRAIN WORDS" "VALID WORDS" "TEST WORDS"
+                                      read the words as get_blend_from_list does, build
+                                      Megatron's splits (blend or blend_per_split) and compare
+                                      a `megadlm train --data-cache-path` run: its logged blend
+                                      sizes, weights and per-dataset samples, and every cached
+                                      GPTDataset index
 """
 import json
 import math
@@ -96,6 +103,7 @@ class IndexedDataset:
     """_IndexReader + _MMapBinReader + IndexedDataset.get."""
 
     def __init__(self, path_prefix):
+        self.prefix = path_prefix
         idx_path, bin_path = path_prefix + ".idx", path_prefix + ".bin"
         with open(idx_path, "rb") as stream:
             header = stream.read(9)
@@ -164,6 +172,31 @@ def convert_split_vector_to_split_matrix(vector_a):
     for a in bookends:
         matrix.append(None if a[1] <= a[0] else (a[0], a[1]))
     return matrix
+
+
+def get_blend_from_list(words):
+    """utils.py get_blend_from_list: the words of --data-path (or a per-split path) as
+    (prefixes, weights), weights None when not given. An odd count is prefixes only. An even
+    count is read as weight/prefix pairs; when a weight position does not parse as a float,
+    every word is a prefix. Megatron tests this with a map iterator that `any` consumes up to
+    its first None and `all` only sees the rest: it asserts when a float follows a non-float
+    in the weight positions, and takes all words as prefixes when the non-floats come last."""
+    if words is None:
+        return None
+    if len(words) % 2 == 1:
+        return [w.strip() for w in words], None
+    weights = []
+    for word in words[0::2]:
+        try:
+            weights.append(float(word))
+        except ValueError:
+            weights.append(None)
+    missing = [w is None for w in weights]
+    if any(missing):
+        first = missing.index(True)
+        assert all(missing[first + 1:]), "get_blend_from_list: assert all(is_none)"
+        return [w.strip() for w in words], None
+    return [w.strip() for w in words[1::2]], weights
 
 
 # ---------------------------------------------------------------- helpers.cpp
@@ -332,6 +365,8 @@ class GPTDataset:
 
 class BlendedDataset:
     def __init__(self, datasets, weights, size):
+        assert len(datasets) == len(weights) and len(datasets) < 32767
+        assert all(w > 0 for w in weights), f"BlendedDataset: a weight is not positive: {weights}"
         weights = normalize(weights)  # "Redundant normalization for bitwise identical comparison"
         self.datasets, self.weights, self.size = datasets, weights, size
         self.dataset_index, self.dataset_sample_index = build_blending_indices(
@@ -399,6 +434,45 @@ def build(prefixes, weights, split_str, sizes, seq_length, seed):
             weights_i = [len(m) for m in mids]
             size_i = min(sizes[i], sum(weights_i))
         result.append((BlendedDataset(mids, weights_i, size_i), mids))
+    return result
+
+
+def build_per_split(blends, sizes, seq_length, seed):
+    """_build_blended_dataset_splits for config.blend_per_split (--train-data-path,
+    --valid-data-path, --test-data-path): split i reads all the documents of its own datasets
+    (the split vector spoofed to (0, 1) for i alone). One prefix is a GPTDataset even with a
+    weight; several without weights are blended by their lengths, one epoch each."""
+    result = []
+    for i in range(3):
+        if blends[i] is None or sizes[i] == 0:  # megadlm: a split of 0 samples is not built
+            result.append((None, []))
+            continue
+        split_spoof = [None, None, None]
+        split_spoof[i] = (0.0, 1.0)
+        sizes_spoof = [0, 0, 0]
+        sizes_spoof[i] = sizes[i]
+        wanted = [j == i for j in range(3)]
+        prefixes, weights = blends[i]
+        if weights is not None:
+            weights = normalize(weights)
+        if len(prefixes) == 1:
+            d = build_megatron_dataset_splits(prefixes[0], split_spoof, sizes_spoof, seq_length,
+                                              seed, wanted)[i]
+            result.append((d, [d]))
+            continue
+        if weights is None:
+            sizes_per_dataset = [[None for _ in range(3)] for _ in prefixes]
+        else:
+            sizes_per_dataset = _get_size_per_split_per_dataset(weights, sizes_spoof)
+        mids = [build_megatron_dataset_splits(p, split_spoof, sizes_per_dataset[k], seq_length,
+                                              seed, wanted)[i]
+                for k, p in enumerate(prefixes)]
+        if weights is not None:
+            size = sum(list(zip(*sizes_per_dataset))[i])
+        else:
+            weights = [len(m) for m in mids]
+            size = min(sizes[i], sum(weights))
+        result.append((BlendedDataset(mids, weights, size), mids))
     return result
 
 
@@ -577,6 +651,104 @@ def cmd_cache_check(args):
     return bad
 
 
+def read_blend_log(log_path):
+    """megadlm train's blend lines: {split: (size, [(weight, samples, prefix), ...])}."""
+    blends, current = {}, None
+    head = re.compile(r"^ > (train|valid|test) split: a blend of (\d+) datasets, (\d+) samples")
+    row = re.compile(r"^    weight (\S+)  samples (\d+)  (.*)$")
+    with open(log_path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            line = line.rstrip("\n")
+            m = head.match(line)
+            if m:
+                current = []
+                blends[m.group(1)] = (int(m.group(3)), current)
+                continue
+            m = row.match(line)
+            if m and current is not None:
+                current.append((float(m.group(1)), int(m.group(2)), m.group(3)))
+            else:
+                current = None
+    return blends
+
+
+def cached_indices(cachedir, split_name, prefix):
+    """The .npy indices megadlm's --data-cache-path wrote for one GPTDataset: every
+    description.txt of that split naming that dataset path (one, or identical copies)."""
+    import glob
+    found = []
+    for desc in sorted(glob.glob(os.path.join(
+            cachedir, "*-GPTDataset-%s-description.txt" % split_name))):
+        if ("dataset_path %s\n" % prefix) not in open(desc).read():
+            continue
+        base = desc[:-len("description.txt")]
+        found.append(tuple(numpy.load(base + w + ".npy")
+                           for w in ("document_index", "sample_index", "shuffle_index")))
+    return found
+
+
+def cmd_train_check(args):
+    """A `megadlm train` run against Megatron's builder: each blended split's size, weights
+    and per-dataset sample counts as the log gives them, and every GPTDataset's indices as
+    --data-cache-path wrote them. ARGS: LOG CACHEDIR SEQ SEED N0,N1,N2 then
+    `data SPLIT WORD...` (--data-path) or `per-split TRAIN VALID TEST` (each the words of one
+    per-split flag in one argument, "" for none)."""
+    log_path, cachedir, seq, seed, ns, mode = args[:6]
+    seq, seed = int(seq), int(seed)
+    sizes = [int(x) for x in ns.split(",")]
+    if mode == "data":
+        prefixes, weights = get_blend_from_list(args[7:])
+        built = build(prefixes, weights, args[6], sizes, seq, seed)
+    else:
+        blends = [get_blend_from_list(w.split()) if w.strip() else None for w in args[6:9]]
+        built = build_per_split(blends, sizes, seq, seed)
+    logged = read_blend_log(log_path)
+    bad = 0
+
+    def fail(msg):
+        nonlocal bad
+        bad += 1
+        print("MISMATCH " + msg)
+
+    for s, (name, (top, mids)) in enumerate(zip(("train", "valid", "test"), built)):
+        if isinstance(top, BlendedDataset):
+            if name not in logged:
+                fail("%s: Megatron blends %d datasets, megadlm's log has no blend" % (
+                    name, len(mids)))
+                continue
+            size, rows = logged[name]
+            ref_rows = [(w, len(m), m.dataset.prefix) for w, m in zip(top.weights, mids)]
+            if size != len(top):
+                fail("%s: blend size %d, Megatron's %d" % (name, size, len(top)))
+            if [(n, p) for _, n, p in rows] != [(n, p) for _, n, p in ref_rows]:
+                fail("%s: per-dataset samples %s, Megatron's %s" % (
+                    name, [(n, p) for _, n, p in rows], [(n, p) for _, n, p in ref_rows]))
+            elif any(abs(w - r[0]) > 1e-11 for (w, _, _), r in zip(rows, ref_rows)):
+                fail("%s: weights %s, Megatron's %s" % (
+                    name, [w for w, _, _ in rows], [r[0] for r in ref_rows]))
+            print("%s: blend of %d datasets, %d samples, weights %s (samples %s)" % (
+                name, len(mids), len(top), " ".join("%.6f" % r[0] for r in ref_rows),
+                " ".join(str(r[1]) for r in ref_rows)))
+        elif name in logged:
+            fail("%s: megadlm logs a blend where Megatron builds %s" % (
+                name, "nothing" if top is None else "one GPTDataset"))
+        for m in mids:
+            if m is None:
+                continue
+            got = cached_indices(cachedir, name, m.dataset.prefix)
+            if not got:
+                fail("%s: no cached indices of %s" % (name, m.dataset.prefix))
+            for arrays in got:
+                for what, a, ref in zip(("document", "sample", "shuffle"), arrays,
+                                        (m.document_index, m.sample_index, m.shuffle_index)):
+                    if a.shape != ref.shape or not numpy.array_equal(a, ref):
+                        fail("%s: the cached %s index of %s differs from Megatron's "
+                             "(shape %s vs %s)" % (name, what, m.dataset.prefix, a.shape,
+                                                   ref.shape))
+    print("train-check: " + ("MISMATCH" if bad else "all equal"))
+    return 1 if bad else 0
+
+
 def main(argv):
     cmd = argv[1] if len(argv) > 1 else ""
     if cmd == "write":
@@ -601,6 +773,8 @@ def main(argv):
         return cmd_indices(argv[2:])
     if cmd == "cache-check":
         return cmd_cache_check(argv[2:])
+    if cmd == "train-check":
+        return cmd_train_check(argv[2:])
     print(__doc__)
     return 2
 

@@ -97,7 +97,8 @@ for n in 100 460 520 800 1000 1450 1500; do
 done
 idx_case weighted 90,8,2 32 1234 1500,60,10 weighted 0.3 big 0.7 kjv1_text_document
 idx_case weighted3 6,3,1 16 77 900,30,30 weighted 2 big 1 small 5 kjv1_text_document
-idx_case unweighted 90,8,2 32 1234 1500,60,10 plain big small kjv1_text_document
+# (seq 16: at 32 the test split of small holds no sample, which Megatron refuses)
+idx_case unweighted 90,8,2 16 1234 1500,60,10 plain big small kjv1_text_document
 idx_case nine 1,0,1 8 3 400,0,40 weighted 1 big 2 small 3 big 4 small 5 big 6 small 7 big 8 small 9 big
 grep -q "separate_final_epoch=1" indices.log || { echo "FAILED: no case had a separate final epoch"; fail=1; }
 grep -Eq "num_epochs=[2-9].*separate_final_epoch=0" indices.log || {

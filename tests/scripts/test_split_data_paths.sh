@@ -36,6 +36,7 @@ expect() { local want=$1; shift; local out
   grep -qF -- "$want" <<<"$out" || { echo "FAILED: '$want' not in '$out'"; fail=1; }; }
 expect "--train-data-path" --valid-data-path b_text_document
 expect "exclude --data-path" --train-data-path a_text_document --data-path b_text_document
-expect "--valid-data-path: 3 words" --train-data-path a_text_document --valid-data-path x y z
+# three words are three prefixes (Megatron's get_blend_from_list), the first one missing
+expect "--valid-data-path: x.idx: cannot open" --train-data-path a_text_document --valid-data-path x y z
 expect "missing" --train-data-path missing
 exit $fail

@@ -641,13 +641,27 @@ static void test_data_path(void) {
     CHECK(parse_line(&a, "--data-path=/x/one --data-path 0.5 /y/a 0.5 /y/b") == 0);
     CHECK(a.num_data_paths == 2 && strcmp(a.data_paths[0], "/y/a") == 0);
     args_free(&a);
-    /* odd count, non-numeric weight, negative weight, all-zero weights */
-    CHECK(parse_line(&a, "--data-path 0.3 P1 0.7") == -1);
-    CHECK(strstr(ERR, "--data-path") && strstr(ERR, "W1 P1 W2 P2"));
-    CHECK(parse_line(&a, "--data-path P1 P2") == -1);
-    CHECK(strstr(ERR, "--data-path: expected a weight, found 'P1'") != NULL);
+    /* prefixes only (Megatron's get_blend_from_list): no weights, whatever the count */
+    CHECK(parse_line(&a, "--data-path P1 P2") == 0);
+    CHECK(a.num_data_paths == 2 && a.data_weighted == 0);
+    CHECK(strcmp(a.data_paths[0], "P1") == 0 && strcmp(a.data_paths[1], "P2") == 0);
+    args_free(&a);
+    CHECK(parse_line(&a, "--data-path P1 P2 P3 --num-layers 3") == 0);
+    CHECK(a.num_data_paths == 3 && a.data_weighted == 0 && strcmp(a.data_paths[2], "P3") == 0);
+    args_free(&a);
+    /* an odd count is prefixes only, even when some look like numbers (as Megatron) */
+    CHECK(parse_line(&a, "--data-path 0.3 P1 0.7") == 0);
+    CHECK(a.num_data_paths == 3 && a.data_weighted == 0 && strcmp(a.data_paths[0], "0.3") == 0);
+    args_free(&a);
+    /* an even count mixing weights and prefixes in the weight positions: refused by name */
     CHECK(parse_line(&a, "--data-path 0.5 P1 x P2") == -1);
-    CHECK(strstr(ERR, "--data-path: expected a weight, found 'x'") != NULL);
+    CHECK(strstr(ERR, "--data-path: '0.5' (word 1) is a weight but 'x' (word 3) is not") != NULL);
+    CHECK(parse_line(&a, "--data-path P1 P2 1 P3") == -1);
+    CHECK(strstr(ERR, "'1' (word 3) is a weight but 'P1' (word 1) is not") != NULL);
+    /* non-finite weights (Python's float reads them; Megatron would then fail) */
+    CHECK(parse_line(&a, "--data-path inf P1 1 P2") == -1);
+    CHECK(strstr(ERR, "--data-path: weight 'inf': expected a finite number") != NULL);
+    /* negative weight, all-zero weights */
     CHECK(parse_line(&a, "--data-path -0.5 P1 1 P2") == -1);
     CHECK(strstr(ERR, "--data-path") && strstr(ERR, "negative"));
     CHECK(parse_line(&a, "--data-path 0 P1 0 P2") == -1);
@@ -659,6 +673,29 @@ static void test_data_path(void) {
                   "--data-path 0.3 P1 0.7 P2 --tokenizer-type ByteLevel");
     CHECK(a.num_data_paths == 2 && a.data_weighted == 1);
     args_free(&a);
+    EXPECT_OK(&a, "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
+                  "--max-position-embeddings 64 --micro-batch-size 2 --train-iters 10 --lr 1e-3 "
+                  "--data-path P1 P2 --tokenizer-type ByteLevel");
+    CHECK(a.num_data_paths == 2 && a.data_weighted == 0);
+    args_free(&a);
+    /* per-split lists without weights */
+    EXPECT_OK(&a, "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
+                  "--max-position-embeddings 64 --micro-batch-size 2 --train-iters 10 --lr 1e-3 "
+                  "--train-data-path T1 T2 T3 --valid-data-path V1 V2 "
+                  "--tokenizer-type ByteLevel");
+    args_free(&a);
+    {
+        char *paths[ARGS_MAX_DATA_PATHS];
+        double w[ARGS_MAX_DATA_PATHS];
+        int count = 0, weighted = 1;
+        CHECK(args_parse_blend("--valid-data-path", "V1 V2", paths, w, &count, &weighted, ERR,
+                               sizeof ERR) == 0);
+        CHECK(count == 2 && weighted == 0 && strcmp(paths[1], "V2") == 0);
+        for (int i = 0; i < count; i++) free(paths[i]);
+        CHECK(args_parse_blend("--test-data-path", "2 V1 x V2", paths, w, &count, &weighted,
+                               ERR, sizeof ERR) == -1);
+        CHECK(strstr(ERR, "--test-data-path: '2' (word 1) is a weight") != NULL);
+    }
 }
 
 static void test_validation_errors(void) {

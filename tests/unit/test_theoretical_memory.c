@@ -7,6 +7,8 @@
  *    activations of GPT-3 175B and 65% of MT-NLG 530B, sequence parallelism + selective
  *    recomputation need about 5x less than tensor parallelism alone;
  *  - Megatron's parameter formula for GQA + SwiGLU + untied (Llama 2 7B: 6,738,415,616);
+ *  - Megatron's own report as its code evaluates it (training/megatron_memory.h) on Llama 3
+ *    8B (RMSNorm biases, sbh(18 + 4f/h)) and GPT-2 (where it equals megadlm's);
  *  - the distributed optimizer, pipeline in-flight micro-batches and interleaving;
  *  - megadlm's own count: for small models of both families, every recompute mode and tensor-
  *    and sequence-parallel layouts, the bytes a built model allocates (tracked allocator) equal
@@ -19,6 +21,7 @@
 #include "test_util.h"
 #include "training/arguments.h"
 #include "training/difflm.h"
+#include "training/megatron_memory.h"
 #include "training/model_provider.h"
 #include "training/theoretical_memory.h"
 
@@ -239,6 +242,76 @@ static void test_megatron_parameters(void) {
     double layer = 2 * h * (1.5 * f + 1) + 2 * h * h * 1.25;
     CHECK_CLOSE(m.parameters, L * layer + h + 2 * V * h, 1e-15, 0); /* 8.03e9 (Llama 3 8B) */
     CHECK_CLOSE(m.parameters_most_loaded_shard, (L * layer + h + 2 * V * h) / 2, 1e-15, 0);
+    args_free(&a);
+}
+
+/* ---- Megatron's own formula (training/megatron_memory.h) against hand arithmetic ---- */
+
+static void test_megatron_formula(void) {
+    /* Llama 3 8B on TP 8 with SP and selective recompute: Megatron's report counts 2h per norm
+     * (RMSNorm too) and per layer sbh(18 + 4f/h) activations; megadlm counts h per RMSNorm and
+     * 10sbh + 2sb(2ad + 2gd + 3f) (GQA's K and V, SwiGLU's gate) */
+    megadlm_args a;
+    CHECK(setup(&a, "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 "
+                    "--group-query-attention --num-query-groups 8 --ffn-hidden-size 14336 "
+                    "--swiglu --normalization RMSNorm --untie-embeddings-and-output-weights "
+                    "--disable-bias-linear --position-embedding-type rope --seq-length 8192 "
+                    "--max-position-embeddings 8192 --micro-batch-size 1 --global-batch-size 4 "
+                    "--vocab-size 127999 --tensor-model-parallel-size 8 --sequence-parallel "
+                    "--recompute-activations --world-size 8") == 0);
+    const double h = 4096, f = 14336, V = 128000, L = 32, s = 8192, b = 1, t = 8;
+    const double d = 128, heads = 32, g = 8;
+    CHECK(a.padded_vocab_size == 128000);
+    megatron_memory_report r;
+    megatron_memory_compute(&a, &r);
+    double params = L * (2 * h * (1.5 * f + 2) + 2.5 * h * h) + 2 * h + 2 * V * h;
+    CHECK_CLOSE(r.parameters, params, 1e-15, 0);
+    CHECK_CLOSE(r.parameters_most_loaded_shard, params / t, 1e-15, 0);
+    CHECK_CLOSE(r.weight_and_optimizer_bytes, params / t * 18, 1e-15, 0);
+    CHECK(r.has_activation);
+    double act = (s * b * h * (18 + 4 * f / h) * L + 8 * s * b + s * b * h +
+                  4 * s * b * h + 4 * s * b * V) / t;
+    CHECK_CLOSE(r.activation_bytes, act, 1e-15, 0);
+    CHECK_CLOSE(r.total_bytes, params / t * 18 + act, 1e-15, 0);
+    /* megadlm's account of the same model */
+    theoretical_memory m;
+    theoretical_memory_compute(&a, &m);
+    double mine = L * (2 * h * (1.5 * f + 1) + 2.5 * h * h) + h + 2 * V * h;
+    CHECK_CLOSE(m.weight_and_optimizer_bytes, mine / t * 18, 1e-15, 0);
+    double layer = (10 * s * b * h + 2 * s * b * (2 * heads * d + 2 * g * d + 3 * f)) / t;
+    CHECK_CLOSE(m.activation_bytes,
+                L * layer + (8 * s * b + s * b * h + 4 * s * b * h + 4 * s * b * V) / t, 1e-15, 0);
+    CHECK(megatron_memory_differs(&m, &r));
+    char why[512];
+    megatron_memory_why(&a, &r, why, sizeof why);
+    CHECK(strstr(why, "bias in every RMSNorm") && strstr(why, "no GQA") &&
+          strstr(why, "no SwiGLU gate"));
+    args_free(&a);
+
+    /* the same without SP: Megatron computes no activation, and only the norms differ */
+    CHECK(setup(&a, "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 "
+                    "--group-query-attention --num-query-groups 8 --ffn-hidden-size 14336 "
+                    "--swiglu --normalization RMSNorm --untie-embeddings-and-output-weights "
+                    "--disable-bias-linear --position-embedding-type rope --seq-length 8192 "
+                    "--max-position-embeddings 8192 --micro-batch-size 1 --vocab-size 127999 "
+                    "--use-distributed-optimizer --world-size 4") == 0);
+    megatron_memory_compute(&a, &r);
+    CHECK(!r.has_activation && r.activation_bytes == 0 && r.total_bytes == 0);
+    CHECK_CLOSE(r.weight_and_optimizer_bytes, params * (6 + 12.0 / 4), 1e-15, 0);
+    megatron_memory_why(&a, &r, why, sizeof why);
+    CHECK(!strcmp(why, "it counts a bias in every RMSNorm"));
+    args_free(&a);
+
+    /* GPT-2 124M on TP 2 with SP and selective recompute: the two agree to the byte */
+    CHECK(setup(&a, "--num-layers 12 --hidden-size 768 --num-attention-heads 12 "
+                    "--seq-length 1024 --max-position-embeddings 1024 --micro-batch-size 4 "
+                    "--global-batch-size 32 --vocab-size 50256 --tensor-model-parallel-size 2 "
+                    "--sequence-parallel --recompute-activations --world-size 2") == 0);
+    megatron_memory_compute(&a, &r);
+    theoretical_memory_compute(&a, &m);
+    CHECK_CLOSE(r.weight_and_optimizer_bytes, m.weight_and_optimizer_bytes, 1e-15, 0);
+    CHECK_CLOSE(r.activation_bytes, m.activation_bytes, 1e-15, 0);
+    CHECK(!megatron_memory_differs(&m, &r));
     args_free(&a);
 }
 
@@ -486,6 +559,7 @@ int main(void) {
     test_paper_models();
     test_paper_models_bf16();
     test_megatron_parameters();
+    test_megatron_formula();
     test_layouts();
     test_megadlm_rows();
     test_megadlm_measured();

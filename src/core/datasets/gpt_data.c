@@ -7,8 +7,10 @@
  *   - weighted prefixes (any count): weights normalized; prefix k contributes a GPTDataset
  *     asked for ceil(num_samples[s] * w_k * 1.005) samples; the split is a BlendedDataset of
  *     size sum_k of those, blending index built with the (re-normalized) weights;
- *   - several prefixes without weights: each GPTDataset is one epoch; blended with weights
- *     proportional to their lengths; size min(num_samples[s], sum of lengths).
+ *   - several prefixes without weights (Megatron's get_blend_from_list of prefixes only):
+ *     each GPTDataset is one epoch (num_samples None); blended with weights proportional to
+ *     their sample counts; size min(num_samples[s], sum of counts); a dataset with no sample
+ *     is refused (BlendedDataset asserts positive weights).
  * The per-split seed of every GPTDataset is --seed (numpy.random.RandomState(seed)).
  * num_samples[s] == 0 means the split is not built (Megatron would build one epoch).
  *
@@ -65,6 +67,11 @@ struct gpt_data {
 
 static const char *SPLIT_NAMES[3] = {"train", "valid", "test"};
 
+/* The flag that named the datasets, for messages. */
+static const char *data_flag(const gpt_data_config *cfg) {
+    return cfg->flag && cfg->flag[0] ? cfg->flag : "--data-path";
+}
+
 static uint64_t mix64(uint64_t x) {
     x += 0x9e3779b97f4a7c15ULL;
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -101,7 +108,7 @@ static int build_indices(const gpt_data_config *cfg, int s, const indexed_datase
                            .sequence_count = ds->sequence_count, .token_count = tokens,
                            .doc_beg = beg[s], .doc_end = end[s], .num_samples = num_samples,
                            .seq_length = cfg->seq_length, .seed = (uint32_t)cfg->seed,
-                           .log = cfg->cache_log};
+                           .log = cfg->log};
     return index_cache_indices(&key, ds->sequence_lengths, ix, err, errlen);
 }
 
@@ -138,19 +145,19 @@ static double *blend_weights(const gpt_data_config *cfg, int *ok, char *err, siz
     double sum = 0;
     for (int k = 0; k < n; k++) {
         if (!isfinite(cfg->weights[k]) || cfg->weights[k] < 0) {
-            err_set(err, errlen, "--data-path: expected a non-negative weight for %s, found %g",
-                    cfg->data_paths[k], cfg->weights[k]);
+            err_set(err, errlen, "%s: expected a non-negative weight for %s, found %g",
+                    data_flag(cfg), cfg->data_paths[k], cfg->weights[k]);
             return NULL;
         }
         sum += cfg->weights[k];
     }
     if (!(sum > 0) || !isfinite(sum)) {
-        err_set(err, errlen, "--data-path: expected weights with a positive finite sum, "
-                "found %g", sum);
+        err_set(err, errlen, "%s: expected weights with a positive finite sum, found %g",
+                data_flag(cfg), sum);
         return NULL;
     }
     if (n > 32766) {
-        err_set(err, errlen, "--data-path: expected at most 32766 datasets, found %d", n);
+        err_set(err, errlen, "%s: expected at most 32766 datasets, found %d", data_flag(cfg), n);
         return NULL;
     }
     double *w = xcalloc((size_t)n, sizeof(double), "blend weights");
@@ -159,8 +166,42 @@ static double *blend_weights(const gpt_data_config *cfg, int *ok, char *err, siz
     return w;
 }
 
+/* Without weights, Megatron weighs each dataset by its sample count, and BlendedDataset
+ * asserts that every weight is positive: a dataset with no sample in the split is refused. */
+static int check_unweighted(const gpt_data *d, const gpt_data_config *cfg, int s,
+                            const mid_ds *mid, char *err, size_t errlen) {
+    for (int k = 0; k < d->num_ds; k++)
+        if (mid[k].ix.num_samples == 0) {
+            err_set(err, errlen,
+                    "%s: the %s split of %s (sequences [%" PRId64 ", %" PRId64
+                    "), %" PRIu64 " tokens) holds no sample of --seq-length %d + 1 tokens; "
+                    "without weights each dataset is weighted by its samples, and a weight of "
+                    "0 is refused (as Megatron's BlendedDataset does): give weights "
+                    "W1 P1 W2 P2 ..., or leave this dataset out",
+                    data_flag(cfg), SPLIT_NAMES[s], mid[k].ds->prefix, mid[k].beg, mid[k].end,
+                    mid[k].ix.num_tokens_per_epoch, cfg->seq_length);
+            return -1;
+        }
+    return 0;
+}
+
+/* The blend's size and, per dataset, its weight and samples: the weights Megatron derives
+ * from the sizes when none are given are nowhere else to be seen. */
+static void log_blend(const gpt_data *d, const gpt_data_config *cfg, int s, int weighted) {
+    const split_ds *sp = &d->split[s];
+    if (!cfg->log) return;
+    fprintf(cfg->log, " > %s split: a blend of %d datasets, %" PRIu64 " samples (%s)\n",
+            SPLIT_NAMES[s], sp->n_mid, sp->size,
+            weighted ? "weights as given, normalized"
+                     : "no weights: one epoch of each, weighted by its samples, as Megatron");
+    for (int k = 0; k < sp->n_mid; k++)
+        fprintf(cfg->log, "    weight %.12f  samples %" PRIu64 "  %s\n", sp->blend_weights[k],
+                sp->mid[k].ix.num_samples, sp->mid[k].ds->prefix);
+}
+
 /* A blended split of N samples from n datasets: with weights w, Megatron's per-dataset sizes
- * and BlendedDataset's indices; without, each dataset whole, weighted by its length. */
+ * and BlendedDataset's indices; without, each dataset whole (one epoch), weighted by its
+ * samples, min(N, their sum) samples. */
 static int build_blended(gpt_data *d, const gpt_data_config *cfg, int s, const double *w,
                          int64_t (*beg)[3], int64_t (*end)[3], uint64_t N, char *err,
                          size_t errlen) {
@@ -182,12 +223,14 @@ static int build_blended(gpt_data *d, const gpt_data_config *cfg, int s, const d
         double *lens = xcalloc((size_t)n, sizeof(double), "dataset lengths");
         uint64_t total = 0;
         for (int k = 0; k < n && !fail; k++) {
+            /* num_samples 0: Megatron's None, one epoch */
             fail = build_mid(d, cfg, s, &sp->mid[k], d->ds[k], beg[k], end[k], 0, err, errlen);
             if (!fail) {
                 lens[k] = (double)sp->mid[k].ix.num_samples;
                 total += sp->mid[k].ix.num_samples;
             }
         }
+        if (!fail) fail = check_unweighted(d, cfg, s, sp->mid, err, errlen);
         if (!fail) gpt_normalize(lens, n, sp->blend_weights);
         free(lens);
         size = N < total ? N : total;
@@ -200,6 +243,7 @@ static int build_blended(gpt_data *d, const gpt_data_config *cfg, int s, const d
         mem_alloc(MEM_OTHER, (size ? size : 1) * sizeof(int64_t), "blend dataset sample index");
     gpt_blending_indices(sp->blend_weights, n, size, sp->dataset_index,
                          sp->dataset_sample_index);
+    log_blend(d, cfg, s, w != NULL);
     return 0;
 }
 
@@ -251,7 +295,8 @@ static int build_mock(gpt_data *d, const gpt_data_config *cfg, char *err, size_t
 static int check_data_flags(const gpt_data_config *cfg, double *split_w, char *err,
                             size_t errlen) {
     if (cfg->num_paths < 1 || !cfg->data_paths) {
-        err_set(err, errlen, "--data-path: expected at least one dataset prefix (or --mock-data)");
+        err_set(err, errlen, "%s: expected at least one dataset prefix (or --mock-data)",
+                data_flag(cfg));
         return -1;
     }
     if (cfg->seed > 0xffffffffULL) {
@@ -292,7 +337,7 @@ gpt_data *gpt_data_build(const gpt_data_config *cfg_in, char *err, size_t errlen
         char e2[768];
         d->ds[k] = indexed_dataset_open(cfg.data_paths[k], e2, sizeof e2);
         if (!d->ds[k]) {
-            err_set(err, errlen, "--data-path: %s", e2);
+            err_set(err, errlen, "%s: %s", data_flag(&cfg), e2);
             ok = 0;
         }
     }

@@ -7,7 +7,9 @@
  * (e.g. "969,30,1") as Megatron does; each split gets its own document index over epochs,
  * sample index (samples cross document boundaries) and seeded shuffle index.
  * Blending ("W1 P1 W2 P2 ..."): Megatron's blending index (greedy, lowest error first) with
- * each dataset asked for ceil(weight * num_samples * 1.005) samples.
+ * each dataset asked for ceil(weight * num_samples * 1.005) samples. Several prefixes without
+ * weights: one epoch of each, weighted by their sample counts, min(num_samples, their sum)
+ * samples (a split may then hold fewer samples than asked for).
  * Mock data: deterministic learnable sequences (see gpt_data.c).
  */
 #ifndef MEGADLM_CORE_DATASETS_GPT_DATA_H
@@ -23,7 +25,9 @@ typedef struct {
     int mock;               /* --mock-data */
     int num_paths;          /* number of prefixes in data_paths */
     const char **data_paths; /* --data-path prefixes */
-    const double *weights;  /* one per prefix, or NULL when a single unweighted prefix */
+    const char *flag;       /* the flag that named them, for messages (NULL: --data-path) */
+    const double *weights;  /* one per prefix, or NULL: no weights (one prefix, or several
+                               blended by their sample counts, as Megatron) */
     const char *split;      /* --split, e.g. "969,30,1" */
     int seq_length;         /* --seq-length */
     uint64_t seed;          /* --seed */
@@ -31,7 +35,8 @@ typedef struct {
     int eod;                /* end-of-document id */
     uint64_t num_samples[3]; /* samples wanted per split (train, valid, test); 0 = none */
     const char *cache_dir;  /* --data-cache-path: indices cached there (NULL or "": not) */
-    FILE *cache_log;        /* where the cache's load/build lines go (NULL: nowhere) */
+    FILE *log;              /* where the cache's load/build lines and each blend's weights
+                               and sizes go (NULL: nowhere) */
 } gpt_data_config;
 
 typedef struct gpt_data gpt_data;
