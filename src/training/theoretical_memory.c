@@ -93,7 +93,9 @@ static transformer_config whole_model_config(const megadlm_args *a) {
     one.tensor_model_parallel_size = 1;
     one.sequence_parallel = 0;
     one.distribute_saved_activations = 0;
-    return model_config_from_args(&one);
+    transformer_config c = model_config_from_args(&one);
+    c.seq_length = difflm_model_length(a); /* the layout's (a padding may split over SP) */
+    return c;
 }
 
 /* megadlm's tensors (fp32; under --bf16 / --fp16 all but the norms' statistics in 16 bits:
