@@ -85,6 +85,7 @@ for family in gpt llama; do
 done
 
 # --seq-length 2048 (MegaDLMs' length): 2047 tokens, padded to 2048; a tiny model, 2 iterations
+# shellcheck disable=SC2207
 big=("${base[@]}" $(len 2048) --num-layers 1 --hidden-size 16 --micro-batch-size 1
      --global-batch-size 1 --train-iters 2 --eval-interval 2 --difflm-varilen-prob 0)
 if run big-ref 1 "${big[@]}"; then
