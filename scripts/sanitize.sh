@@ -37,7 +37,7 @@ SINGLE=(test_generate test_train_resume test_validation test_preprocess test_spl
 # script tests under mpirun
 MULTI=(test_tensor_parallel_checkpoint test_tensor_parallel_errors test_data_parallel
        test_difflm_train test_checkpoint_layouts test_checkpoint_flags test_async_save
-       test_hf_convert_difflm test_fsdp test_context_parallel)
+       test_hf_convert_difflm test_fsdp test_context_parallel test_context_parallel_lengths)
 
 t0=$(date +%s)
 mkdir -p "$BUILD"

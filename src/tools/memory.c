@@ -119,7 +119,10 @@ static void print_report(const megadlm_args *a, const theoretical_memory *m) {
            mb((double)g.parameters), mb((double)g.gradients), mb((double)g.optimizer),
            mb((double)g.saved_activations));
     size_t rows = theoretical_megadlm_logits_rows(a);
-    size_t N = (size_t)a->micro_batch_size * a->seq_length;
+    /* the rows a rank holds: b x s / CP, s the model's positions (a masked-diffusion
+     * sequence's padded length where that is longer) */
+    int cp = a->context_parallel_size > 1 ? a->context_parallel_size : 1;
+    size_t N = (size_t)a->micro_batch_size * (size_t)(difflm_model_length(a) / cp);
     printf("  of which logits %.2f MB per micro-batch on the last stage: %zu of the %zu rows x "
            "%d vocabulary columns (",
            mb((double)theoretical_megadlm_logits_bytes(a)), rows, N,

@@ -489,7 +489,11 @@ static void search_all(search *s) {
                 if ((world / (t * p)) % cp) continue;
                 if (s->fixed.cp && cp != (m->context_parallel_size > 1 ? m->context_parallel_size : 1))
                     continue;
-                if (!s->fixed.cp && m->seq_length % (2 * cp) && cp > 1) continue;
+                /* Megatron's 2 x CP chunks of --seq-length (masked diffusion pads its
+                 * sequence to them: any CP) */
+                if (!s->fixed.cp && cp > 1 && m->seq_length % (2 * cp) &&
+                    strcmp(m->model_running_mode, "difflm-noshift") != 0)
+                    continue;
                 search_layout(s, t, p, cp);
             }
         }

@@ -836,16 +836,9 @@ static int validate_difflm(megadlm_args *a, char *err, size_t errlen) {
         return fail(err, errlen, "--difflm-varilen-prob must be in [0, 1]");
     if (a->seq_length < 2)
         return fail(err, errlen, "--model-running-mode difflm-noshift needs --seq-length >= 2");
-    int t = a->tensor_model_parallel_size > 1 ? a->tensor_model_parallel_size : 1;
-    if (a->sequence_parallel && t > 1) {
-        /* the model sees seq-length - 1 tokens; a random length (varilen) is padded up to a
-         * multiple, whose keys are masked (training/difflm.h: difflm_padded_length) */
-        if ((a->micro_batch_size * (a->seq_length - 1)) % t != 0)
-            return fail(err, errlen, "--sequence-parallel with difflm-noshift: micro-batch x "
-                                     "(--seq-length - 1) = %d tokens is not divisible by "
-                                     "--tensor-model-parallel-size %d",
-                        a->micro_batch_size * (a->seq_length - 1), t);
-    }
+    /* the model sees seq-length - 1 tokens (or a random length), padded to what sequence and
+     * context parallelism split evenly, the padding's keys masked and its loss weight 0
+     * (training/difflm.h: difflm_padded_length_cp): no length is refused */
     return 0;
 }
 
@@ -960,7 +953,8 @@ static int validate_tp_comm_overlap(megadlm_args *a, int t, char *err, size_t er
 }
 
 /* Context parallelism (Megatron's rules): a known --cp-comm-type, the sequence split into
- * 2 x CP equal chunks (a masked-diffusion length that does not divide is padded per micro-batch,
+ * 2 x CP equal chunks (Megatron's "seq-length should be a multiple of 2 *
+ * context-parallel-size"; a masked-diffusion sequence of any length is padded to one instead,
  * training/difflm.h), and the exchanges built here. */
 static int validate_context_parallel(megadlm_args *a, char *err, size_t errlen) {
     const char *types[] = {"p2p", "a2a", "allgather", "a2a+p2p"};
@@ -988,13 +982,15 @@ static int validate_context_parallel(megadlm_args *a, char *err, size_t errlen) 
                     "--cp-comm-type p2p with %s: not built yet (the ring merges fp32 blocks; "
                     "--cp-comm-type allgather keeps the 16-bit attention)",
                     a->bf16 ? "--bf16" : "--fp16");
-    int difflm = !strcmp(a->model_running_mode, "difflm-noshift");
-    int s = difflm ? a->seq_length - 1 : a->seq_length; /* the tokens the model sees */
+    /* difflm-noshift: its seq-length - 1 tokens are padded to 2 x CP chunks (difflm.h) */
+    if (!strcmp(a->model_running_mode, "difflm-noshift")) return 0;
+    int s = a->seq_length;
     if (s % (2 * cp) != 0)
         return fail(err, errlen,
-                    "--context-parallel-size %d: the model's sequence of %d tokens (%s) is not "
-                    "divisible by 2 x %d (each rank holds 2 of its 2 x CP chunks)",
-                    cp, s, difflm ? "--seq-length - 1 in difflm-noshift" : "--seq-length", cp);
+                    "--context-parallel-size %d: --seq-length %d is not divisible by 2 x %d "
+                    "(each rank holds 2 of the sequence's 2 x CP chunks; Megatron: \"seq-length "
+                    "should be a multiple of 2 * context-parallel-size\")",
+                    cp, s, cp);
     int t = a->tensor_model_parallel_size;
     if (a->sequence_parallel && t > 1 && ((long long)a->micro_batch_size * (s / cp)) % t != 0)
         return fail(err, errlen,
@@ -1027,7 +1023,7 @@ static int validate_parallel(megadlm_args *a, char *err, size_t errlen) {
         a->sequence_parallel = 0;
     }
     if (validate_tp_comm_overlap(a, t, err, errlen)) return -1;
-    /* difflm-noshift's model sees seq-length - 1 tokens: validate_difflm checks those */
+    /* difflm-noshift pads its seq-length - 1 tokens to a split length (training/difflm.h) */
     if (a->sequence_parallel && strcmp(a->model_running_mode, "difflm-noshift") != 0 &&
         a->seq_length % t != 0)
         return fail(err, errlen,

@@ -35,6 +35,14 @@ int difflm_padded_length_cp(int L, int B, int ranks, int cp) {
     return Lp;
 }
 
+int difflm_model_length(const megadlm_args *a) {
+    int s = a->seq_length;
+    if (strcmp(a->model_running_mode, "difflm-noshift") != 0 || s < 2) return s;
+    int t = a->tensor_model_parallel_size, sp = a->sequence_parallel && t > 1 ? t : 1;
+    int Lp = difflm_padded_length_cp(s - 1, a->micro_batch_size, sp, a->context_parallel_size);
+    return Lp > s ? Lp : s;
+}
+
 int difflm_mask_sequence(const int32_t *sample, const float *lm, int L, int mask_token,
                          uint64_t seed, uint64_t sample_index, int32_t *noisy, int32_t *labels,
                          float *weights) {

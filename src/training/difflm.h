@@ -22,17 +22,24 @@
 int difflm_length(uint64_t seed, uint32_t iteration, uint32_t global_microbatch, int s,
                   float varilen_prob);
 
-/* Sequence parallelism splits a micro-batch's B x L tokens across `ranks`; a variable length
- * L is padded up to the smallest Lp >= L with B x Lp divisible by ranks (the padding's keys
- * are masked out, its loss weights 0: the numbers of the unpadded batch). L itself when
- * ranks <= 1. With B x (seq-length - 1) divisible by ranks (args_validate), Lp <= seq-length
- * - 1. */
+/* Sequence parallelism splits a micro-batch's B x L tokens across `ranks`; the length L is
+ * padded up to the smallest Lp >= L with B x Lp divisible by ranks (the padding's keys are
+ * masked out, its loss weights 0: the numbers of the unpadded batch). L itself when ranks <= 1. */
 int difflm_padded_length(int L, int B, int ranks);
 
 /* Context parallelism (cp > 1) splits each sequence into 2 cp chunks: the smallest Lp >= L that
- * is a multiple of 2 cp with B x Lp / cp divisible by ranks (args_validate makes seq-length - 1
- * one, so Lp <= seq-length - 1); difflm_padded_length when cp <= 1. */
+ * is a multiple of 2 cp with B x Lp / cp divisible by ranks; difflm_padded_length when cp <= 1.
+ * Non-decreasing in L (the condition does not depend on L), so the longest micro-batch, L =
+ * seq-length - 1, has the longest padded length (difflm_model_length). */
 int difflm_padded_length_cp(int L, int B, int ranks, int cp);
+
+/* The positions the model's buffers hold per sequence (transformer_config.seq_length):
+ * --seq-length, or for difflm-noshift the padded length of its seq-length - 1 tokens where
+ * that is longer (a length that does not divide into 2 CP chunks, or into the
+ * sequence-parallel ranks: seq-length 50 at CP 4 holds 56 positions, 49 real and 7 padding).
+ * The padding has no learned position (its rows add none) and RoPE angles from tables of this
+ * length. */
+int difflm_model_length(const megadlm_args *a);
 
 /* One sequence: sample[R + 1 .. ] is unused; from sample[0 .. R] (R = L + 1 tokens used:
  * sample[1 .. L]) and its loss mask lm[0 .. L-1] (lm[j] for label sample[j + 1]) fills

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "core/parallel_state.h"
+#include "training/difflm.h"
 
 transformer_config model_config_from_args(const megadlm_args *a) {
     transformer_config c;
@@ -16,6 +17,8 @@ transformer_config model_config_from_args(const megadlm_args *a) {
     /* Megatron-core: the fused bias-GELU (tanh approximation) when bias_gelu_fusion holds,
      * --openai-gelu is the tanh form too; otherwise torch's exact erf GELU. */
     c.gelu = (a->openai_gelu || a->bias_gelu_fusion) ? GELU_TANH : GELU_ERF;
+    /* masked diffusion pads its seq-length - 1 tokens to what CP / SP split evenly */
+    c.seq_length = difflm_model_length(a);
     c.rope = strcmp(a->position_embedding_type, "rope") == 0;
     c.rot_dim = (int)(a->kv_channels * a->rotary_percent);
     /* MegaDLMs: vanilla runs causal_bottom_right whatever --attention-mask-type says

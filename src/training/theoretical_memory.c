@@ -93,7 +93,9 @@ static transformer_config whole_model_config(const megadlm_args *a) {
     one.tensor_model_parallel_size = 1;
     one.sequence_parallel = 0;
     one.distribute_saved_activations = 0;
-    return model_config_from_args(&one);
+    transformer_config c = model_config_from_args(&one);
+    c.seq_length = difflm_model_length(a); /* the layout's (a padding may split over SP) */
+    return c;
 }
 
 /* megadlm's tensors (fp32; under --bf16 / --fp16 all but the norms' statistics in 16 bits:
@@ -264,10 +266,11 @@ static size_t theoretical_megadlm_stage_count(const megadlm_args *a, int pp_rank
     return megadlm_stage_count(a, a->pipeline_model_parallel_size, pp_rank);
 }
 
-/* Tokens of a micro-batch one rank holds: b x s, b x s / CP under context parallelism. */
+/* Tokens of a micro-batch one rank holds: b x s, b x s / CP under context parallelism (s: the
+ * model's positions, a masked-diffusion sequence's padded length where that is longer). */
 static size_t rank_tokens(const megadlm_args *a) {
     int cp = a->context_parallel_size > 1 ? a->context_parallel_size : 1;
-    return (size_t)a->micro_batch_size * (size_t)(a->seq_length / cp);
+    return (size_t)a->micro_batch_size * (size_t)(difflm_model_length(a) / cp);
 }
 
 size_t theoretical_megadlm_logits_rows(const megadlm_args *a) {

@@ -103,7 +103,7 @@ typedef struct {
     int32_t *sample;   /* [seq_length + 1] */
     int difflm;        /* --model-running-mode difflm-noshift */
     float *lm;         /* [seq_length] one sequence's loss mask (difflm) */
-    int32_t *tokens;   /* [micro_batch_size * seq_length] */
+    int32_t *tokens;   /* [micro_batch_size * the model's seq_length] */
     int32_t *labels;
     float *loss_mask;
     monitor mon;          /* TensorBoard, progress.txt (training/monitor.h) */
@@ -1476,7 +1476,8 @@ int pretrain(megadlm_args *a) {
      * checkpoint_activations_microbatch = k mod window >= K, window = the stores in flight;
      * interleaved: the schedule takes a store of the right kind for each virtual micro-batch) */
     tr.pipe = pipeline_stores_create(tr.model, tr.num_stores, tr.num_unchecked);
-    size_t N = (size_t)a->micro_batch_size * a->seq_length;
+    /* the model's positions: a masked-diffusion batch is padded up to them (difflm.h) */
+    size_t N = (size_t)a->micro_batch_size * tr.model->cfg.seq_length;
     tr.sample = mem_alloc(MEM_OTHER, (a->seq_length + 1) * sizeof(int32_t), "sample");
     tr.tokens = mem_alloc(MEM_OTHER, N * sizeof(int32_t), "batch tokens");
     tr.labels = mem_alloc(MEM_OTHER, N * sizeof(int32_t), "batch labels");

@@ -1663,7 +1663,8 @@ static void test_fraction_and_isqrt_schedule(void) {
 }
 
 /* --context-parallel-size and --cp-comm-type: Megatron's names, the built exchange, the split
- * into 2 x CP chunks (of seq-length - 1 tokens in difflm-noshift), the world TP x PP x CP x DP. */
+ * into 2 x CP chunks (Megatron's rule for --seq-length; difflm-noshift pads instead), the world
+ * TP x PP x CP x DP. */
 static void test_context_parallel_flags(void) {
     static const struct {
         const char *flags, *want; /* want: NULL = valid */
@@ -1677,9 +1678,17 @@ static void test_context_parallel_flags(void) {
         {"--cp-comm-type ring", "--cp-comm-type ring: expected p2p, a2a, allgather or a2a+p2p"},
         {"--context-parallel-size 2 --cp-comm-type allgather", NULL},
         {"--context-parallel-size 4 --cp-comm-type allgather", NULL},
-        {"--context-parallel-size 3 --cp-comm-type allgather", "not divisible by 2 x 3"},
+        {"--context-parallel-size 3 --cp-comm-type allgather",
+         "--seq-length 32 is not divisible by 2 x 3"},
+        /* masked diffusion: its seq-length - 1 = 31 tokens are padded to 2 x CP chunks (and to
+         * the sequence-parallel split), whatever the sizes */
         {"--context-parallel-size 2 --cp-comm-type allgather --model-running-mode difflm-noshift "
-         "--mask-token 99", "(--seq-length - 1 in difflm-noshift) is not divisible by 2 x 2"},
+         "--mask-token 99", NULL},
+        {"--context-parallel-size 3 --model-running-mode difflm-noshift --mask-token 99", NULL},
+        {"--context-parallel-size 2 --model-running-mode difflm-noshift --mask-token 99 "
+         "--tensor-model-parallel-size 2 --sequence-parallel --micro-batch-size 1", NULL},
+        {"--model-running-mode difflm-noshift --mask-token 99 --tensor-model-parallel-size 2 "
+         "--sequence-parallel --micro-batch-size 1", NULL},
         {"--context-parallel-size 2 --cp-comm-type allgather --use-distributed-optimizer", NULL},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

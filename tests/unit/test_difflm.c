@@ -137,6 +137,33 @@ static void check_padded_length(void) {
     CHECK(difflm_padded_length_cp(16, 2, 1, 2) == 16);
     CHECK(difflm_padded_length_cp(13, 2, 1, 4) == 16); /* 8 chunks */
     CHECK(difflm_padded_length_cp(9, 1, 4, 2) == 16);  /* 12: 1 x 6 not a multiple of 4 */
+    /* the model's positions: seq-length, or the padded seq-length - 1 where that is longer */
+    megadlm_args a;
+    memset(&a, 0, sizeof a);
+    snprintf(a.model_running_mode, sizeof a.model_running_mode, "difflm-noshift");
+    a.micro_batch_size = 1;
+    a.tensor_model_parallel_size = 1;
+    a.context_parallel_size = 2;
+    a.seq_length = 64;
+    CHECK(difflm_model_length(&a) == 64);   /* 63 -> 64 */
+    a.seq_length = 2048;
+    a.context_parallel_size = 4;
+    CHECK(difflm_model_length(&a) == 2048); /* 2047 -> 2048 */
+    a.seq_length = 50;
+    CHECK(difflm_model_length(&a) == 56);   /* 49 -> 56 = 7 x 8 */
+    a.seq_length = 17;
+    CHECK(difflm_model_length(&a) == 17);   /* 16 splits already */
+    a.context_parallel_size = 1;
+    a.tensor_model_parallel_size = 4;
+    a.sequence_parallel = 1;
+    a.seq_length = 10;
+    CHECK(difflm_model_length(&a) == 12);   /* 9 -> 12: SP 4 */
+    a.sequence_parallel = 0;
+    CHECK(difflm_model_length(&a) == 10);   /* no split: seq-length */
+    snprintf(a.model_running_mode, sizeof a.model_running_mode, "vanilla");
+    a.context_parallel_size = 4;
+    a.seq_length = 50;
+    CHECK(difflm_model_length(&a) == 50);   /* not masked diffusion */
 }
 
 int main(void) {

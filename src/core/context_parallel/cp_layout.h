@@ -47,10 +47,11 @@ static inline int64_t cp_run(const transformer_config *c, int T_local, int64_t n
 
 /* Rows [first, first + rows) of a [B * T_local, C] activation (first: the rank's first row,
  * its sequence-parallel shard's), whose dropout masks are the global tokens'. T_key: the
- * sequence length of the dropout index. A masked-diffusion micro-batch of a random length L is
- * padded to a multiple of 2 CP (training/difflm.h); its masks are keyed by L, the length one
- * process runs unpadded, so the real tokens draw the single process's masks (the padding's
- * rows draw others' keys: nothing real reads them). Without context parallelism: T_local. */
+ * sequence length of the dropout index. A masked-diffusion micro-batch of length L (seq-length
+ * - 1, or a random length) is padded to a multiple of 2 CP and of the sequence-parallel split
+ * (training/difflm.h); its masks are keyed by L, the length one process runs unpadded, so the
+ * real tokens draw the single process's masks (the padding's rows draw others' keys: nothing
+ * real reads them). Unpadded: T_local x CP. */
 typedef struct {
     const transformer_config *cfg;
     int T_local, T_key;
@@ -58,9 +59,12 @@ typedef struct {
     int rows, C;
 } cp_rows;
 
-/* T_key of a micro-batch of T_local rows per rank whose first T_valid positions are real. */
+/* T_key of a micro-batch of T_local rows per rank whose first T_valid positions are real (of
+ * T_local x CP): T_valid, so a padded sequence's real tokens, with or without context
+ * parallelism (sequence parallelism pads too), draw the masks one process draws unpadded. */
 static inline int cp_key_length(const transformer_config *c, int T_local, int T_valid) {
-    return tc_cp(c) > 1 ? T_valid : T_local;
+    const int whole = T_local * tc_cp(c);
+    return T_valid > 0 && T_valid < whole ? T_valid : whole;
 }
 
 /* dropout.h's four functions on those rows, each run of consecutive global tokens keyed by its

@@ -148,19 +148,23 @@ static att_dims att_dims_of(qkv_layout lay, attention_rows r, attention_opts o) 
     return d;
 }
 
-/* A single process's rows: every query against every key of the same buffer. */
-static attention_rows whole_rows(const float *qkv, int T) {
-    return (attention_rows){qkv, qkv, T, T, 0, T, T, T, T};
+/* A single process's rows: every query against every key of the same buffer; the dropout
+ * masks of a padded sequence (kv_len < T) keyed by its unpadded length, as one process runs
+ * it (cp_layout.h: cp_key_length). */
+static attention_rows whole_rows(const float *qkv, int T, attention_opts o) {
+    int T_key = o.kv_len > 0 && o.kv_len < T ? o.kv_len : T;
+    return (attention_rows){qkv, qkv, T, T, 0, T, T, T, T_key};
 }
 
 void attention_forward(float *out, attention_probs probs, const float *qkv, qkv_batch x,
                        attention_opts o, attention_workspace ws) {
-    attention_forward_rows(out, probs, whole_rows(qkv, x.T), x.B, x.layout, o, ws);
+    attention_forward_rows(out, probs, whole_rows(qkv, x.T, o), x.B, x.layout, o, ws);
 }
 
 void attention_backward(float *dqkv, const float *dout, const float *qkv, attention_probs probs,
                         qkv_batch x, attention_opts o, attention_workspace ws) {
-    attention_backward_rows(dqkv, dqkv, dout, whole_rows(qkv, x.T), probs, x.B, x.layout, o, ws);
+    attention_backward_rows(dqkv, dqkv, dout, whole_rows(qkv, x.T, o), probs, x.B, x.layout, o,
+                            ws);
 }
 
 /* out = dropout(softmax(Q K^T / sqrt(HS) + mask)) @ V   per (b, h);

@@ -471,6 +471,7 @@ static void embedding_forward_into(gpt_model *m, activation_store *s) {
     params_needed(m, 0, m->spec.layer_begin[0]);
     float *h0 = s->input;
     vocab_parallel_embedding emb = embedding_of(m);
+    emb.positions = s->ctx.T_valid; /* the padding past them has no learned position */
     vocab_parallel_embedding_forward(&emb, h0, s->tokens, s->B, s->T);
     cp_rows rows;
     dropout_key ek = embedding_dropout_key(&s->ctx, &rows, Ns);
@@ -795,6 +796,7 @@ static void embedding_backward_from(gpt_model *m, activation_store *s) {
     dropout_key ek = embedding_dropout_key(&s->ctx, &rows, Ns);
     cp_dropout_backward(rows, m->demb, s->grad, s->ctx.training ? c->hidden_dropout : 0.0f, ek);
     vocab_parallel_embedding emb = embedding_of(m);
+    emb.positions = s->ctx.T_valid;
     vocab_parallel_embedding_backward(&emb, m->demb, s->tokens, s->B, s->T);
     params_done(m, 0, m->spec.layer_begin[0]);
     grads_done(m, 0, m->spec.layer_begin[0], NULL);

@@ -78,29 +78,41 @@ static void vocab_lookup_backward(float *dwte_local, const float *dout, const in
     }
 }
 
+/* The learned positions of a sequence whose rank holds T rows (T x CP in the whole sequence):
+ * all of them, or the real ones before the padding. */
+static int real_positions(const vocab_parallel_embedding *e, int T) {
+    int whole = T * tc_cp(e->cfg);
+    return e->positions > 0 && e->positions < whole ? e->positions : whole;
+}
+
 /* out[n, :] += wpe[position of token first_token + n, :] for n < Ns (a shard of the [B*T]
- * tokens; the position within the whole sequence under context parallelism: cp_layout.h). */
+ * tokens; the position within the whole sequence under context parallelism: cp_layout.h);
+ * rows at positions >= P (padding) add none. */
 static void position_embedding_add(const transformer_config *c, float *out, const float *wpe,
-                                   int64_t first_token, int Ns, int T, int C) {
+                                   int64_t first_token, int Ns, int T, int P, int C) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < Ns; n++) {
-        const float *p = wpe + (size_t)cp_position(c, T, (int)((first_token + n) % T)) * C;
+        int pos = cp_position(c, T, (int)((first_token + n) % T));
+        if (pos >= P) continue;
+        const float *p = wpe + (size_t)pos * C;
         float *o = out + (size_t)n * C;
         for (int i = 0; i < C; i++) o[i] += p[i];
     }
 }
 
-/* dwpe[position of token first_token + n, :] += dout[n, :] */
+/* dwpe[position of token first_token + n, :] += dout[n, :] (positions < P) */
 static void position_embedding_add_backward(const transformer_config *c, float *dwpe,
                                             const float *dout, int64_t first_token, int Ns,
-                                            int T, int C) {
+                                            int T, int P, int C) {
     int nblocks = (C + COL_BLOCK - 1) / COL_BLOCK;
 #pragma omp parallel for schedule(static)
     for (int blk = 0; blk < nblocks; blk++) {
         int c0 = blk * COL_BLOCK, w = C - c0 < COL_BLOCK ? C - c0 : COL_BLOCK;
         for (int n = 0; n < Ns; n++) {
+            int pos = cp_position(c, T, (int)((first_token + n) % T));
+            if (pos >= P) continue;
             const float *d = dout + (size_t)n * C + c0;
-            float *p = dwpe + (size_t)cp_position(c, T, (int)((first_token + n) % T)) * C + c0;
+            float *p = dwpe + (size_t)pos * C + c0;
             for (int i = 0; i < w; i++) p[i] += d[i];
         }
     }
@@ -114,16 +126,17 @@ static int64_t shard_first_token(const transformer_config *c, int Ns) {
 void vocab_parallel_embedding_forward(const vocab_parallel_embedding *e, float *out,
                                       const int *tokens, int B, int T) {
     const transformer_config *c = e->cfg;
-    int N = B * T, Ns = tc_tokens_local(c, N), C = c->hidden_size;
-    /* context parallelism: the positions are added below, from the global ones */
-    const float *wpe = tc_cp(c) == 1 ? e->wpe : NULL;
+    int N = B * T, Ns = tc_tokens_local(c, N), C = c->hidden_size, P = real_positions(e, T);
+    /* context parallelism or padding: the positions are added below, from the global ones */
+    const float *wpe = tc_cp(c) == 1 && P == T ? e->wpe : NULL;
     if (tc_tp(c) == 1 && e->wte16)
         embedding_forward_half(out, tokens, e->kind, e->wte16, wpe, B, T, C, c->position_offset);
     else if (tc_tp(c) == 1)
         embedding_forward(out, tokens, e->wte, wpe, B, T, C, c->position_offset);
     if (tc_tp(c) == 1) {
         if (e->wpe && !wpe)
-            position_embedding_add(c, out, e->wpe + (size_t)c->position_offset * C, 0, N, T, C);
+            position_embedding_add(c, out, e->wpe + (size_t)c->position_offset * C, 0, N, T, P,
+                                   C);
         return;
     }
     int Vl = tc_vocab_local(c);
@@ -136,25 +149,26 @@ void vocab_parallel_embedding_forward(const vocab_parallel_embedding *e, float *
     }
     if (e->wpe)
         position_embedding_add(c, out, e->wpe + (size_t)c->position_offset * C,
-                               shard_first_token(c, Ns), Ns, T, C);
+                               shard_first_token(c, Ns), Ns, T, P, C);
 }
 
 void vocab_parallel_embedding_backward(const vocab_parallel_embedding *e, const float *dout,
                                        const int *tokens, int B, int T) {
     const transformer_config *c = e->cfg;
-    int N = B * T, Ns = tc_tokens_local(c, N), C = c->hidden_size;
+    int N = B * T, Ns = tc_tokens_local(c, N), C = c->hidden_size, P = real_positions(e, T);
     if (tc_tp(c) == 1) {
-        embedding_backward(e->dwte, tc_cp(c) == 1 ? e->dwpe : NULL, dout, tokens, B, T, C,
+        int whole = tc_cp(c) == 1 && P == T; /* the kernel's positions: 0 .. T-1, in order */
+        embedding_backward(e->dwte, whole ? e->dwpe : NULL, dout, tokens, B, T, C,
                            c->position_offset);
-        if (e->dwpe && tc_cp(c) > 1)
+        if (e->dwpe && !whole)
             position_embedding_add_backward(c, e->dwpe + (size_t)c->position_offset * C, dout, 0,
-                                            N, T, C);
+                                            N, T, P, C);
         return;
     }
     int Vl = tc_vocab_local(c);
     if (e->wpe)
         position_embedding_add_backward(c, e->dwpe + (size_t)c->position_offset * C, dout,
-                                        shard_first_token(c, Ns), Ns, T, C);
+                                        shard_first_token(c, Ns), Ns, T, P, C);
     const float *full = dout;
     if (tc_sp(c)) {
         tp_all_gather(e->partial, dout, (size_t)Ns * C);

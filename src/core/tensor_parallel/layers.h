@@ -38,6 +38,9 @@ typedef struct {
     const float *wpe; /* [max_position_embeddings, C] learned positions, or NULL (RoPE) */
     float *dwte, *dwpe; /* their gradients (backward; dwpe NULL without positions) */
     float *partial;   /* [N, C] workspace: the lookup before its reduction (TP only) */
+    int positions;    /* > 0: rows at positions >= this (in the whole sequence) are padding
+                       * (a masked-diffusion sequence padded to the CP / SP split, possibly past
+                       * the position table) and add no learned position; 0: none are */
 } vocab_parallel_embedding;
 /* out[Ns, C] (Ns = tc_tokens_local(cfg, B*T)) from tokens[B*T]. */
 void vocab_parallel_embedding_forward(const vocab_parallel_embedding *e, float *out,
