@@ -1,9 +1,11 @@
 /* megadlm: one binary, one subcommand per job (`megadlm <command> [flags]`). */
+#include <omp.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "core/kernels/blas_kernels.h"
 #include "core/parallel_state.h"
+#include "core/util/denormals.h"
 #include "tools/tools.h"
 
 typedef struct {
@@ -38,8 +40,24 @@ static void usage(FILE *out) {
  * it to run their reference GEMMs on the same kernels. */
 static void version(void) { printf("megadlm\nBLAS: %s\n", blas_kernels_line()); }
 
+/* Denormals flushed to zero (or kept, MEGADLM_DENORMALS=keep) on this thread and OpenMP's
+ * workers before any computation, MPI or thread pool: threads made later copy these bits
+ * (core/util/denormals.h). */
+static int denormals_setup(void) {
+    denormals_mode mode;
+    char err[256];
+    if (denormals_mode_from_env(&mode, err, sizeof err) != 0) {
+        fprintf(stderr, "error: %s\n", err);
+        return -1;
+    }
+    denormals_apply_team(mode, omp_get_max_threads());
+    return 0;
+}
+
 int main(int argc, char **argv) {
     blas_kernels_choose(argv); /* may re-execute this program: before MPI and threads */
+    if (denormals_setup() != 0)
+        return 2;
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

@@ -37,6 +37,7 @@
 #include "core/context_parallel/cp_ring.h"
 #include "core/parallel_state.h"
 #include "core/threads.h"
+#include "core/util/denormals.h"
 #include "core/tensor_parallel/comm_overlap.h"
 #include "core/tensor_parallel/mappings.h"
 #include "training/model_provider.h"
@@ -1218,6 +1219,18 @@ static void log_pipeline_bubble(const trainer *tr) {
     fflush(stdout);
 }
 
+/* Whether the compute threads flush denormals (core/util/denormals.h), counted in a team of
+ * this rank's size as the kernels' own regions run (the log rank's). */
+static void log_denormals(int threads) {
+    const int flushing = denormals_team_flushing(threads);
+    if (!strcmp(denormals_mode_name(), "flush"))
+        log_printf("> denormals: flushed to zero (FTZ and DAZ) in %d of %d compute threads "
+                   "(%s=keep keeps them)\n", flushing, threads, DENORMALS_ENV);
+    else
+        log_printf("> denormals: kept (%s=keep) in %d of %d compute threads\n", DENORMALS_ENV,
+                   threads - flushing, threads);
+}
+
 /* Threads per rank (core/threads.h) and the BLAS kernels, for the whole job: the log rank
  * prints the range over all ranks and says once if any node has more processes than CPUs. */
 static void log_threads(void) {
@@ -1243,6 +1256,7 @@ static void log_threads(void) {
                    "affinity mask, shared by %d process%s)\n", range, cpus, cpus == 1 ? "" : "s",
                    sharing, sharing == 1 ? "" : "es");
     log_printf("> BLAS: %s\n", blas_kernels_line());
+    log_denormals(tp->threads);
     const char *better = blas_kernels_missed();
     if (better && !getenv("OPENBLAS_CORETYPE"))
         log_printf(" WARNING: OpenBLAS did not recognise this CPU and runs its %s kernels, which "
