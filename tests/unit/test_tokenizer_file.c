@@ -52,6 +52,8 @@ int main(void) {
     CHECK(ok("{\"\\u0001\": 1}", 1));    /* other escapes are the parser's */
     CHECK(ok("{\"a\": \"\\\"\\u0000\"}", 0)); /* not JSON: not looked at */
     CHECK(says("{\"!\\u0000x\": 256}", 17, 1, "the string \"!\\u0000x\" holds a NUL character"));
+    /* the position is the escape's backslash */
+    CHECK(says("{\"!\\u0000x\": 256}", 17, 1, "byte 3 (line 1, column 4)"));
     CHECK(says("{\"a\": \"\\\"\\u0000\"}", 16, 1, "holds a NUL character"));
     CHECK(says("{\"a\x00\": 1}", 9, 1, "holds a raw NUL byte"));
     CHECK(says("{\"a\tb\": 1}", 10, 1, "holds a raw control character"));

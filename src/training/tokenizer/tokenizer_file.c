@@ -81,6 +81,7 @@ static int check_json_strings(const char *text, size_t len, char *err, size_t er
             continue;
         }
         const char *why = NULL;
+        size_t at = i;
         if (c == '"') {
             in_string = 0;
         } else if (c == '\\') {
@@ -94,7 +95,7 @@ static int check_json_strings(const char *text, size_t len, char *err, size_t er
         }
         if (why) {
             char w[96], s[64];
-            where(text, i, w, sizeof w);
+            where(text, at, w, sizeof w);
             literal(text, len, start, s, sizeof s);
             err_set(err, errlen, "%s: the string %s %s", w, s, why);
             return -1;
@@ -118,7 +119,7 @@ static const char *file_kind(mode_t m) {
 static int open_regular(const char *flag, const char *path, char *err, size_t errlen) {
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
-        err_set(err, errlen, "%s %s: cannot open: %s%s", flag, path, strerror(errno),
+        err_set(err, errlen, "%s %s: %s%s", flag, path, strerror(errno),
                 errno == ELOOP ? " (a symbolic link loop)" : "");
         return -1;
     }
