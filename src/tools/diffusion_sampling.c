@@ -94,11 +94,15 @@ int diffusion_generate(gpt_model *m, activation_store *st, int32_t *x, int promp
     double *work = malloc((size_t)threads * 2 * (size_t)ds->vocab * sizeof(double));
     uint8_t *rows = malloc(total); /* the positions whose logits a round reads */
     gpt_step gs = {.seed = ds->seed, .training = 0};
-    int step_id = 0;
+    /* LLaDA's quotas give each of the first block_length rounds of a block one token or more
+     * and every later round none: those rounds change nothing and are not run (a round's
+     * draws are numbered by its step, so the tokens are those of running them all) */
+    int rounds = steps_per_block < ds->block_length ? steps_per_block : ds->block_length;
     for (int b = 0; b < blocks; b++) {
         int lo = prompt_len + b * ds->block_length, hi = lo + ds->block_length;
         int masked = ds->block_length; /* the block starts fully masked */
-        for (int s = 0; s < steps_per_block; s++, step_id++) {
+        for (int s = 0; s < rounds; s++) {
+            int step_id = b * steps_per_block + s;
             /* LLaDA's get_num_transfer_tokens: even split, remainder to the first steps */
             int quota = masked / steps_per_block + (s < masked % steps_per_block ? 1 : 0);
             for (int i = 0; i < total; i++)

@@ -7,7 +7,9 @@
  * above 0 the prediction is the argmax of exp(logits) / (-log u)^temperature (Gumbel noise, u
  * from the counter-based RNG), among the tokens MegaDLMs' top-p filter keeps when top_p is in
  * (0, 1) (its modeling_dlm.py generate: TopPLogitsWarper on the logits, then the temperature).
- * The mask token is never predicted. The prompt is never changed. */
+ * The mask token is never predicted. The prompt is never changed. With more rounds per block
+ * than the block has tokens, the rounds after the block_length-th unmask nothing (their share
+ * is 0) and are skipped: --steps beyond --gen-length costs nothing and changes no token. */
 #ifndef MEGADLM_TOOLS_DIFFUSION_SAMPLING_H
 #define MEGADLM_TOOLS_DIFFUSION_SAMPLING_H
 

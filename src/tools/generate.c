@@ -1,6 +1,8 @@
 /* `megadlm generate`: sample from an autoregressive checkpoint, Megatron's text-generation
  * semantics: logits / temperature, then top-k or top-p (nucleus) filtering (not both), then a
  * draw from the softmax. The model is rebuilt from the arguments saved in the checkpoint. */
+#include <ctype.h>
+#include <errno.h>
 #include <float.h>
 #include <getopt.h>
 #include <math.h>
@@ -11,6 +13,7 @@
 #include "core/models/gpt_model.h"
 #include "core/random/philox.h"
 #include "core/util/alloc.h"
+#include "core/util/parse.h"
 #include "tools/diffusion_sampling.h"
 #include "tools/tools.h"
 #include "training/arguments.h"
@@ -32,7 +35,10 @@ typedef struct {
     int gen_length, steps, block_length;
     const char *remasking;
     int full_logits; /* --difflm-full-logits */
-    int given_ar, given_dlm, given_temperature; /* which family's flags were used */
+    /* a flag of one family that was given (for the message when the checkpoint is of the
+     * other family), NULL when none was */
+    const char *given_ar, *given_dlm;
+    int given_temperature;
 } generate_args;
 
 static void print_help(FILE *out) {
@@ -47,7 +53,9 @@ static void print_help(FILE *out) {
             "  --seed S              random seed                                    (1234)\n"
             "masked-diffusion checkpoints (difflm-noshift), LLaDA's sampler:\n"
             "  --gen-length N        tokens to generate after the prompt            (128)\n"
-            "  --steps N             unmasking rounds, a multiple of the blocks     (128)\n"
+            "  --steps N             unmasking rounds, a multiple of the blocks;    (128)\n"
+            "                        rounds beyond --gen-length unmask nothing and\n"
+            "                        are skipped\n"
             "  --block-length N      tokens per block, generated left to right      (gen-length)\n"
             "  --remasking R         low_confidence or random                       (low_confidence)\n"
             "  --temperature T       0 = argmax, > 0 Gumbel noise                   (0)\n"
@@ -63,14 +71,89 @@ static void print_help(FILE *out) {
             "                        padded vocabulary\n");
 }
 
-static int parse_number(const char *flag, const char *s, double *out) {
-    char *end;
-    *out = strtod(s, &end);
-    if (end == s || *end || !isfinite(*out)) {
-        fprintf(stderr, "error: %s: expected a finite number, found '%s'\n", flag, s);
+/* The number flags: each parsed strictly for its own type, each error naming its flag. */
+typedef struct {
+    int c;           /* the getopt code */
+    const char *flag;
+    int kind;        /* 'i' an int >= lo, 'f' a finite float, 'u' a 64-bit seed */
+    int lo;
+    const char *expected; /* what an int below lo is told */
+} number_flag;
+
+static const number_flag NUMBER_FLAGS[] = {
+    {'n', "--max-new-tokens", 'i', 0, "an integer >= 0"},
+    {'k', "--top-k", 'i', 0, "an integer >= 0 (0: off)"},
+    {'g', "--gen-length", 'i', 1, "an integer >= 1"},
+    {'S', "--steps", 'i', 1, "an integer >= 1"},
+    {'b', "--block-length", 'i', 1, "an integer >= 1 (leave the flag out for --gen-length)"},
+    {'t', "--temperature", 'f', 0, NULL},
+    {'P', "--top-p", 'f', 0, NULL},
+    {'s', "--seed", 'u', 0, NULL},
+};
+
+/* Stores the value of number flag c in g; -1 after printing the error. */
+static int set_number(generate_args *g, int c, const char *word) {
+    const number_flag *nf = NULL;
+    for (size_t i = 0; i < sizeof NUMBER_FLAGS / sizeof NUMBER_FLAGS[0]; i++)
+        if (NUMBER_FLAGS[i].c == c) nf = &NUMBER_FLAGS[i];
+    char msg[512];
+    int iv = 0;
+    float fv = 0.0f;
+    parse_status st = PARSE_OK;
+    if (nf->kind == 'u') {
+        char *end;
+        errno = 0;
+        unsigned long long u = isdigit((unsigned char)word[0]) ? strtoull(word, &end, 10) : 0;
+        if (!isdigit((unsigned char)word[0]) || *end || errno == ERANGE) {
+            fprintf(stderr, "error: --seed: expected an integer from 0 to 2^64 - 1, found '%s'\n",
+                    word);
+            return -1;
+        }
+        g->seed = u;
+        return 0;
+    }
+    st = nf->kind == 'i' ? parse_int_status(word, nf->lo, &iv) : parse_float_status(word, &fv);
+    if (st != PARSE_OK) {
+        parse_message(msg, sizeof msg, nf->flag, word, st,
+                      nf->kind == 'f' ? "a finite number"
+                      : st == PARSE_BELOW ? nf->expected : "an integer",
+                      nf->kind == 'f');
+        fprintf(stderr, "error: %s\n", msg);
         return -1;
     }
+    switch (c) {
+    case 'n': g->max_new_tokens = iv, g->given_ar = nf->flag; break;
+    case 'k': g->top_k = iv, g->given_ar = nf->flag; break;
+    case 'g': g->gen_length = iv, g->given_dlm = nf->flag; break;
+    case 'S': g->steps = iv, g->given_dlm = nf->flag; break;
+    case 'b': g->block_length = iv, g->given_dlm = nf->flag; break;
+    case 't': g->temperature = fv, g->given_temperature = 1; break;
+    case 'P': g->top_p = fv; break;
+    }
     return 0;
+}
+
+/* The rules of single flags; the ones between flags and the checkpoint come later. */
+static int check_values(const generate_args *g) {
+    const char *bad = NULL;
+    char why[160];
+    if (g->temperature < 0.0f) {
+        bad = "--temperature";
+        snprintf(why, sizeof why, "%g: expected a number >= 0", (double)g->temperature);
+    } else if (g->top_p < 0.0f || g->top_p > 1.0f) {
+        bad = "--top-p";
+        snprintf(why, sizeof why, "%g: expected a number from 0 to 1 (0: off)", (double)g->top_p);
+    } else if (strcmp(g->remasking, "low_confidence") != 0 && strcmp(g->remasking, "random") != 0) {
+        bad = "--remasking";
+        snprintf(why, sizeof why, "'%.60s': expected low_confidence or random", g->remasking);
+    } else if (g->top_k > 0 && g->top_p > 0.0f) {
+        bad = "--top-k";
+        snprintf(why, sizeof why, "%d and --top-p %g: only one can be set (as in Megatron)",
+                 g->top_k, (double)g->top_p);
+    }
+    if (!bad) return 0;
+    fprintf(stderr, "error: %s %s\n", bad, why);
+    return -1;
 }
 
 static int parse(generate_args *g, int argc, char **argv) {
@@ -89,7 +172,6 @@ static int parse(generate_args *g, int argc, char **argv) {
     opterr = 0;
     optind = 1;
     int c;
-    double v;
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         /* only the file flags are in the table, and they take any string */
         if (tokenizer_option(&g->files, c, optarg, NULL, 0)) continue;
@@ -97,26 +179,11 @@ static int parse(generate_args *g, int argc, char **argv) {
         case 'l': g->load = optarg; break;
         case 'p': g->prompt = optarg; break;
         case 'h': print_help(stdout); return 1;
-        case 'r': g->remasking = optarg; g->given_dlm = 1; break;
-        case 'F': g->full_logits = 1; g->given_dlm = 1; break;
-        case 'n': case 't': case 'k': case 'P': case 's': case 'g': case 'S': case 'b': {
-            const char *flag = c == 'n' ? "--max-new-tokens" : c == 't' ? "--temperature"
-                               : c == 'k' ? "--top-k" : c == 'P' ? "--top-p"
-                               : c == 'g' ? "--gen-length" : c == 'S' ? "--steps"
-                               : c == 'b' ? "--block-length" : "--seed";
-            if (parse_number(flag, optarg, &v) != 0) return -1;
-            if (c == 'n') g->max_new_tokens = (int)v;
-            if (c == 't') g->temperature = (float)v, g->given_temperature = 1;
-            if (c == 'k') g->top_k = (int)v;
-            if (c == 'P') g->top_p = (float)v;
-            if (c == 's') g->seed = (uint64_t)v;
-            if (c == 'g') g->gen_length = (int)v;
-            if (c == 'S') g->steps = (int)v;
-            if (c == 'b') g->block_length = (int)v;
-            if (c == 'n' || c == 'k') g->given_ar = 1;
-            if (c == 'g' || c == 'S' || c == 'b') g->given_dlm = 1;
+        case 'r': g->remasking = optarg; g->given_dlm = "--remasking"; break;
+        case 'F': g->full_logits = 1; g->given_dlm = "--difflm-full-logits"; break;
+        case 'n': case 't': case 'k': case 'P': case 's': case 'g': case 'S': case 'b':
+            if (set_number(g, c, optarg) != 0) return -1;
             break;
-        }
         case ':': fprintf(stderr, "error: %s: expects a value\n", argv[optind - 1]); return -1;
         default:
             fprintf(stderr, "error: unknown flag '%s' (see megadlm generate --help)\n",
@@ -132,26 +199,8 @@ static int parse(generate_args *g, int argc, char **argv) {
         fprintf(stderr, "error: --load DIR is required\n");
         return -1;
     }
-    if (g->temperature < 0.0f) {
-        fprintf(stderr, "error: --temperature must be >= 0, found %g\n", g->temperature);
-        return -1;
-    }
-    if (g->block_length == 0) g->block_length = g->gen_length;
-    if (g->gen_length < 1 || g->steps < 1 || g->block_length < 1 ||
-        (strcmp(g->remasking, "low_confidence") != 0 && strcmp(g->remasking, "random") != 0)) {
-        fprintf(stderr, "error: --gen-length, --steps, --block-length >= 1 and --remasking "
-                        "low_confidence|random are required\n");
-        return -1;
-    }
-    if (g->top_k > 0 && g->top_p > 0.0f) {
-        fprintf(stderr, "error: --top-k and --top-p cannot both be set (as in Megatron)\n");
-        return -1;
-    }
-    if (g->top_k < 0 || g->top_p < 0.0f || g->top_p > 1.0f || g->max_new_tokens < 0) {
-        fprintf(stderr, "error: --top-k >= 0, 0 <= --top-p <= 1 and --max-new-tokens >= 0 "
-                        "are required\n");
-        return -1;
-    }
+    if (check_values(g) != 0) return -1;
+    if (g->block_length == 0) g->block_length = g->gen_length; /* not given: one block */
     return 0;
 }
 
@@ -224,6 +273,12 @@ static int generate_diffusion(gpt_model *m, activation_store *st, tokenizer *tok
                              .mask_token = a->mask_token,
                              .vocab = vocab, .full_logits = g->full_logits};
     char err[512];
+    if (g->steps > g->gen_length && g->gen_length % g->block_length == 0 &&
+        g->steps % (g->gen_length / g->block_length) == 0)
+        fprintf(stderr, "note: --steps %d is above --gen-length %d: LLaDA's schedule unmasks at "
+                        "least one token a step, so %d steps unmask every position and the "
+                        "others change nothing (they are skipped)\n",
+                g->steps, g->gen_length, g->gen_length);
     if (diffusion_generate(m, st, x, (int)n, &ds, err, sizeof(err)) != 0) {
         fprintf(stderr, "error: %s\n", err);
         free(x);
@@ -287,47 +342,50 @@ static int generate_autoregressive(gpt_model *m, activation_store *st, tokenizer
     return status;
 }
 
-int generate_main(int argc, char **argv) {
-    generate_args g;
-    int rc = parse(&g, argc, argv);
-    if (rc != 0) return rc > 0 ? 0 : 2;
-
+/* The checkpoint's arguments, validated as train would (one process, fp32), with the tokenizer
+ * file flags applied: 0, or 1 after printing the error. */
+static int checkpoint_args(const generate_args *g, megadlm_args *a, int *iteration) {
     char err[1024];
-    int iteration;
-    rc = ckpt_read_latest(g.load, &iteration, err, sizeof(err));
+    int rc = ckpt_read_latest(g->load, iteration, err, sizeof(err));
     if (rc != 0) {
-        fprintf(stderr, "error: --load %s: %s\n", g.load,
+        fprintf(stderr, "error: --load %s: %s\n", g->load,
                 rc == 1 ? "no latest_checkpointed_iteration.txt (not a checkpoint directory)" : err);
         return 1;
     }
     ckpt_state st = {0};
-    megadlm_args a;
-    args_defaults(&a);
-    if (ckpt_load_state(g.load, iteration, &st, err, sizeof(err)) != 0 ||
-        args_from_json(&a, st.args, err, sizeof(err)) != 0) {
-        fprintf(stderr, "error: --load %s: %s\n", g.load, err);
+    args_defaults(a);
+    if (ckpt_load_state(g->load, *iteration, &st, err, sizeof(err)) != 0 ||
+        args_from_json(a, st.args, err, sizeof(err)) != 0) {
+        fprintf(stderr, "error: --load %s: %s\n", g->load, err);
         ckpt_state_free(&st);
+        return 1;
+    }
+    ckpt_state_free(&st);
+    /* the sizes as saved, before validation (which would call a 0 a missing flag) */
+    if (args_check_sizes(a, err, sizeof err) != 0) {
+        fprintf(stderr, "error: --load %s: state.json of iteration %d: %s\n", g->load,
+                *iteration, err);
+        args_free(a);
         return 1;
     }
     /* fp32 inference: a --bf16 or --fp16 run's model.safetensors holds its 16-bit parameters,
      * widened exactly when loaded */
-    args_fp32(&a);
-    ckpt_state_free(&st);
+    args_fp32(a);
     const struct {
         const char *value;
         char *field;
         size_t size;
-    } overrides[3] = {{g.files.vocab_file, a.vocab_file, sizeof a.vocab_file},
-                      {g.files.merge_file, a.merge_file, sizeof a.merge_file},
-                      {g.files.tokenizer_model, a.tokenizer_model, sizeof a.tokenizer_model}};
+    } overrides[3] = {{g->files.vocab_file, a->vocab_file, sizeof a->vocab_file},
+                      {g->files.merge_file, a->merge_file, sizeof a->merge_file},
+                      {g->files.tokenizer_model, a->tokenizer_model, sizeof a->tokenizer_model}};
     for (int i = 0; i < 3; i++)
         if (overrides[i].value)
             snprintf(overrides[i].field, overrides[i].size, "%s", overrides[i].value);
-    int saved_padded = a.padded_vocab_size;
-    int invalid = args_validate(&a, err, sizeof(err)) != 0;
-    args_free(&a); /* the saved data paths: only validation reads them */
+    int saved_padded = a->padded_vocab_size;
+    int invalid = args_validate(a, err, sizeof(err)) != 0;
+    args_free(a); /* the saved data paths: only validation reads them */
     if (invalid) {
-        fprintf(stderr, "error: --load %s: %s%s\n", g.load, err,
+        fprintf(stderr, "error: --load %s: %s%s\n", g->load, err,
                 strstr(err, "--vocab-file") || strstr(err, "--merge-file") ||
                         strstr(err, "--tokenizer-model")
                     ? " (the checkpoint's tokenizer file: give generate --vocab-file, "
@@ -335,13 +393,56 @@ int generate_main(int argc, char **argv) {
                     : "");
         return 1;
     }
-    if (saved_padded && a.padded_vocab_size != saved_padded) {
+    if (saved_padded && a->padded_vocab_size != saved_padded) {
         fprintf(stderr,
                 "error: --load %s: the tokenizer gives a padded vocabulary of %d, the checkpoint "
                 "was trained with %d\n",
-                g.load, a.padded_vocab_size, saved_padded);
+                g->load, a->padded_vocab_size, saved_padded);
         return 1;
     }
+    return 0;
+}
+
+/* The flags against the checkpoint's family (autoregressive or masked diffusion); LLaDA's
+ * temperature 0 when a diffusion model is sampled without --temperature. 0, or 1 after
+ * printing the error. */
+static int check_family(generate_args *g, int diffusion) {
+    if (diffusion && g->given_ar) {
+        fprintf(stderr, "error: %s: --load %s holds a masked-diffusion model; --max-new-tokens "
+                        "and --top-k are for autoregressive models (use --gen-length, --steps, "
+                        "--block-length, --remasking, --top-p)\n", g->given_ar, g->load);
+        return 1;
+    }
+    if (!diffusion && g->given_dlm) {
+        fprintf(stderr, "error: %s: --load %s holds an autoregressive model; --gen-length, "
+                        "--steps, --block-length, --remasking and --difflm-full-logits are for "
+                        "masked-diffusion models\n", g->given_dlm, g->load);
+        return 1;
+    }
+    if (!diffusion && g->temperature <= 0.0f) {
+        fprintf(stderr, "error: --temperature %g: expected a number > 0 for an autoregressive "
+                        "model\n", (double)g->temperature);
+        return 1;
+    }
+    if (diffusion && !g->given_temperature) g->temperature = 0.0f; /* LLaDA's default */
+    if (diffusion && g->top_p > 0.0f && g->temperature <= 0.0f) {
+        fprintf(stderr, "error: --top-p %g filters a draw: a masked-diffusion model needs "
+                        "--temperature > 0 with it (at 0 the argmax is taken)\n",
+                (double)g->top_p);
+        return 1;
+    }
+    return 0;
+}
+
+int generate_main(int argc, char **argv) {
+    generate_args g;
+    int rc = parse(&g, argc, argv);
+    if (rc != 0) return rc > 0 ? 0 : 2;
+
+    char err[1024];
+    int iteration;
+    megadlm_args a;
+    if (checkpoint_args(&g, &a, &iteration) != 0) return 1;
     tokenizer_options topts = {.type = a.tokenizer_type,
                                .vocab_size = a.vocab_size,
                                .vocab_file = a.vocab_file,
@@ -353,30 +454,7 @@ int generate_main(int argc, char **argv) {
         return 1;
     }
     int diffusion = !strcmp(a.model_running_mode, "difflm-noshift");
-    if (diffusion && g.given_ar) {
-        fprintf(stderr, "error: --load %s holds a masked-diffusion model: --max-new-tokens and "
-                        "--top-k are for autoregressive models (use --gen-length, --steps, "
-                        "--block-length, --remasking, --top-p)\n", g.load);
-        tokenizer_free(tok);
-        return 1;
-    }
-    if (!diffusion && g.given_dlm) {
-        fprintf(stderr, "error: --load %s holds an autoregressive model: --gen-length, --steps, "
-                        "--block-length, --remasking and --difflm-full-logits are for "
-                        "masked-diffusion models\n",
-                g.load);
-        tokenizer_free(tok);
-        return 1;
-    }
-    if (!diffusion && g.temperature <= 0.0f) {
-        fprintf(stderr, "error: --temperature must be > 0 for an autoregressive model\n");
-        tokenizer_free(tok);
-        return 1;
-    }
-    if (diffusion && !g.given_temperature) g.temperature = 0.0f; /* LLaDA's default */
-    if (diffusion && g.top_p > 0.0f && g.temperature <= 0.0f) {
-        fprintf(stderr, "error: --top-p filters a draw: a masked-diffusion model needs "
-                        "--temperature > 0 with it (at 0 the argmax is taken)\n");
+    if (check_family(&g, diffusion) != 0) {
         tokenizer_free(tok);
         return 1;
     }

@@ -310,37 +310,44 @@ static int parse_candidate(search *s, char **cand, int ncand, megadlm_args *a) {
     return 0;
 }
 
-static void add_candidate(search *s, char **cand, int ncand) {
+/* Evaluates base + cand into *r (its memory, time and fit; no layout string yet): 0, or -1
+ * when train's rules refuse it (counted). */
+static int eval_candidate(search *s, char **cand, int ncand, row *r) {
     megadlm_args a;
     if (parse_candidate(s, cand, ncand, &a)) {
         s->refused++;
-        return;
+        return -1;
     }
+    row_from_args(r, &a);
+    plan_cost_compute(&a, s->d, &r->c);
+    r->fits = r->c.memory_bytes <= s->usable;
+    r->layout = NULL;
+    args_free(&a);
+    return 0;
+}
+
+/* Lists r, an evaluated candidate, with the searched flags cand as its layout. */
+static void keep_row(search *s, const row *r, char **cand, int ncand) {
     if (s->nrows == s->cap) {
         int cap = s->cap ? 2 * s->cap : 256;
-        row *r = realloc(s->rows, sizeof(row) * (size_t)cap);
-        if (!r) {
-            args_free(&a);
-            return;
-        }
-        s->rows = r, s->cap = cap;
+        row *rows = realloc(s->rows, sizeof(row) * (size_t)cap);
+        if (!rows) return;
+        s->rows = rows, s->cap = cap;
     }
     char layout[1024];
     size_t off = 0;
     layout[0] = 0;
     for (int i = 0; i < ncand && off < sizeof layout; i++)
         off += (size_t)snprintf(layout + off, sizeof layout - off, "%s%s", i ? " " : "", cand[i]);
-    row *r = &s->rows[s->nrows];
-    r->layout = strdup(layout);
-    if (!r->layout) {
-        args_free(&a);
-        return;
-    }
-    s->nrows++;
-    row_from_args(r, &a);
-    plan_cost_compute(&a, s->d, &r->c);
-    r->fits = r->c.memory_bytes <= s->usable;
-    args_free(&a);
+    char *copy = strdup(layout);
+    if (!copy) return;
+    s->rows[s->nrows] = *r;
+    s->rows[s->nrows++].layout = copy;
+}
+
+static void add_candidate(search *s, char **cand, int ncand) {
+    row r;
+    if (eval_candidate(s, cand, ncand, &r) == 0) keep_row(s, &r, cand, ncand);
 }
 
 /* Candidate words are built into a small pool of strings */
@@ -363,7 +370,7 @@ typedef struct {
     int t, p, v, d, cp, chunk, in_flight;
 } layout;
 
-static void search_rest(search *s, cand_words *c, const layout *l);
+static void search_rest(search *s, cand_words *c, const layout *l, int block_n);
 
 /* 1, 2, 4, ... below in_flight - 1, then in_flight - 1, then in_flight (the end) */
 static int next_partial(int K, int in_flight) {
@@ -373,41 +380,69 @@ static int next_partial(int K, int in_flight) {
 
 static void search_recompute(search *s, cand_words *c, const layout *l) {
     if (s->fixed.recompute) {
-        search_rest(s, c, l);
+        search_rest(s, c, l, -1);
         return;
     }
     int n0 = c->n;
-    search_rest(s, c, l); /* none */
+    search_rest(s, c, l, -1); /* none */
     push(c, "--recompute-activations");
-    search_rest(s, c, l);
+    search_rest(s, c, l, -1);
     c->n = n0;
     for (int n = 1; n <= l->chunk; n++) {
         /* uniform: every layer recomputed; chunks of n layers keep one input each */
-        if (l->chunk % n == 0) {
-            push(c, "--recompute-granularity"), push(c, "full"), push(c, "--recompute-method");
-            push(c, "uniform"), push_int(c, "--recompute-num-layers", n);
-            search_rest(s, c, l);
-            c->n = n0;
-        }
-        /* block: the first n layers of a chunk recomputed, the rest keep everything */
+        if (l->chunk % n != 0) continue;
         push(c, "--recompute-granularity"), push(c, "full"), push(c, "--recompute-method");
-        push(c, "block"), push_int(c, "--recompute-num-layers", n);
-        search_rest(s, c, l);
+        push(c, "uniform"), push_int(c, "--recompute-num-layers", n);
+        search_rest(s, c, l, -1);
         c->n = n0;
     }
+    /* block: the first n layers of a chunk recomputed, the rest keep everything; n is chosen
+     * per micro-batch size, optimizer and precision (add_block), the word after
+     * --recompute-num-layers holding it */
+    push(c, "--recompute-granularity"), push(c, "full"), push(c, "--recompute-method");
+    push(c, "block"), push_int(c, "--recompute-num-layers", l->chunk);
+    search_rest(s, c, l, c->n - 1);
+    c->n = n0;
     /* per-micro-batch partial recompute (pipelines): K of the in-flight micro-batches keep
      * everything; K = 1, 2, 4, ... and in-flight - 1 */
     for (int K = 1; K < l->in_flight; K = next_partial(K, l->in_flight)) {
         push(c, "--recompute-granularity"), push(c, "full"), push(c, "--recompute-method");
         push(c, "uniform"), push_int(c, "--recompute-num-layers", 1);
         push_int(c, "--num-microbatches-with-partial-activation-checkpoints", K);
-        search_rest(s, c, l);
+        search_rest(s, c, l, -1);
         c->n = n0;
     }
 }
 
-/* micro-batch size, distributed optimizer, overlapped reduction, precision */
-static void search_rest(search *s, cand_words *c, const layout *l) {
+/* Full block recomputation of n layers of each chunk, n = 1 .. chunk, the other words fixed
+ * (c, whose word block_n holds n): the more layers recomputed, the less memory is kept and the
+ * more compute is spent, so memory falls and time rises with n (both accounts; checked over
+ * every n by tests/scripts/test_hostile_round3.sh). The one row worth listing is the smallest n
+ * that fits: a larger n fits too but is slower, a smaller one does not fit. It is found by
+ * bisection, log2(chunk) evaluations instead of chunk, which keeps the search's time and
+ * memory from growing with the layers; when no n fits, n = chunk (the least memory) is listed. */
+static void add_block(search *s, cand_words *c, int block_n, int chunk) {
+    row r;
+    snprintf(c->buf[block_n], sizeof c->buf[block_n], "%d", chunk);
+    if (eval_candidate(s, c->w, c->n, &r) != 0) return;
+    if (r.fits) {
+        int lo = 1, hi = chunk; /* hi fits; below lo nothing does */
+        row fit = r;
+        while (lo < hi) {
+            int mid = lo + (hi - lo) / 2;
+            snprintf(c->buf[block_n], sizeof c->buf[block_n], "%d", mid);
+            if (eval_candidate(s, c->w, c->n, &r) == 0 && r.fits) hi = mid, fit = r;
+            else lo = mid + 1;
+        }
+        r = fit;
+        snprintf(c->buf[block_n], sizeof c->buf[block_n], "%d", hi);
+    }
+    keep_row(s, &r, c->w, c->n);
+}
+
+/* micro-batch size, distributed optimizer, overlapped reduction, precision; then the
+ * candidate, or with block_n >= 0 the block recomputation's n (add_block) */
+static void search_rest(search *s, cand_words *c, const layout *l, int block_n) {
     int n0 = c->n;
     int per_replica = s->model->global_batch_size / l->d;
     int mb_lo = 1, mb_hi = per_replica;
@@ -430,7 +465,8 @@ static void search_rest(search *s, cand_words *c, const layout *l) {
                         int half = bf || (s->fixed.precision && (s->model->bf16 || s->model->fp16));
                         push(c, "--cp-comm-type"), push(c, half ? "allgather" : "p2p");
                     }
-                    add_candidate(s, c->w, c->n);
+                    if (block_n >= 0) add_block(s, c, block_n, l->chunk);
+                    else add_candidate(s, c->w, c->n);
                     c->n = n2;
                 }
         c->n = n1;

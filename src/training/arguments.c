@@ -135,12 +135,6 @@ static int parse_double(const char *s, double *out) {
     return 0;
 }
 
-static int parse_float(const char *s, float *out) {
-    double v;
-    if (parse_double(s, &v) || fabs(v) > FLT_MAX) return -1;
-    *out = (float)v;
-    return 0;
-}
 
 /* ------------------------------------------------------------------------------------------ */
 /* the option table                                                                            */
@@ -184,6 +178,7 @@ typedef struct {
     const char *metavar; /* NULL for flags without a value */
     const char *deflt;   /* shown as the default; NULL = format the value args_defaults gives */
     const char *help;
+    int none;            /* the type's "unset prints None" (a negative FLOAT_NONE: None) */
 } opt_def;
 
 #define OFF(f) offsetof(megadlm_args, f)
@@ -191,12 +186,12 @@ typedef struct {
 
 static const opt_def OPTIONS[] = {
 #define ARG_FLAG(field, type, deflt, check, config, group, flag, metavar, shown, help) \
-    {flag, ARGS_KIND(type), group, OFF(field), SZ(field), metavar, shown, help},
+    {flag, ARGS_KIND(type), group, OFF(field), SZ(field), metavar, shown, help, ARGS_NONE(type)},
 #define ARG_ALIAS(field, type, group, flag, metavar, shown, help) \
-    {flag, ARGS_KIND(type), group, OFF(field), SZ(field), metavar, shown, help},
+    {flag, ARGS_KIND(type), group, OFF(field), SZ(field), metavar, shown, help, ARGS_NONE(type)},
 #define ARG_OPTION(kind, group, flag, metavar, shown, help) \
-    {flag, K_##kind, group, 0, 0, metavar, shown, help},
-#define ARG_LATER(flag) {flag, K_LATER, G_LATER, 0, 0, NULL, NULL, NULL},
+    {flag, K_##kind, group, 0, 0, metavar, shown, help, 0},
+#define ARG_LATER(flag) {flag, K_LATER, G_LATER, 0, 0, NULL, NULL, NULL, 0},
 #include "training/arguments.def"
 };
 
@@ -497,19 +492,21 @@ static void flag_word(const char *word, char *buf, size_t n) {
 static int set_option(megadlm_args *a, const opt_def *o, int argc, char **argv, char *err,
                       size_t errlen) {
     void *p = field_ptr(a, o->off);
+    char flag[128];
+    snprintf(flag, sizeof flag, "--%s", o->name);
+    parse_status st;
     switch (o->kind) {
     case K_INT:
-        if (parse_int(optarg, INT_MIN, (int *)p))
-            return fail(err, errlen, "--%s: expected an integer, found '%s'", o->name, optarg);
-        break;
     case K_POS:
     case K_NONNEG: {
-        int lo = o->kind == K_POS ? 1 : 0, tmp;
-        if (!parse_int(optarg, lo, (int *)p)) break;
-        if (!parse_int(optarg, INT_MIN, &tmp)) /* an integer, but below the bound */
-            return fail(err, errlen, "--%s: expected a %s integer, found '%s'", o->name,
-                        lo ? "positive" : "non-negative", optarg);
-        return fail(err, errlen, "--%s: expected an integer, found '%s'", o->name, optarg);
+        st = parse_int_status(optarg, o->kind == K_POS ? 1 : o->kind == K_NONNEG ? 0 : INT_MIN,
+                              (int *)p);
+        if (st == PARSE_OK) break;
+        const char *want = st != PARSE_BELOW  ? "an integer"
+                           : o->kind == K_POS ? "a positive integer"
+                                              : "a non-negative integer";
+        parse_message(err, errlen, flag, optarg, st, want, 0);
+        return -1;
     }
     case K_U64:
         if (parse_u64(optarg, (uint64_t *)p))
@@ -517,14 +514,22 @@ static int set_option(megadlm_args *a, const opt_def *o, int argc, char **argv, 
                         o->name, optarg);
         break;
     case K_FLOAT:
-        if (parse_float(optarg, (float *)p))
-            return fail(err, errlen, "--%s: expected a number, found '%s'", o->name, optarg);
-        /* a negative fraction is the field's "not given": refused rather than ignored */
-        if (o->off == OFF(lr_warmup_fraction) && *(float *)p < 0)
-            return fail(err, errlen, "--lr-warmup-fraction: expected a number in [0, 1), "
-                        "found '%s'", optarg);
+        st = parse_float_status(optarg, (float *)p);
+        if (st != PARSE_OK) {
+            parse_message(err, errlen, flag, optarg, st, "a number", 1);
+            return -1;
+        }
+        /* the type's None is a negative value: one given would silently mean None */
+        if (o->none && *(float *)p < 0.0f)
+            return fail(err, errlen, "--%s: expected a %s number, found '%s' (leave the flag "
+                        "out for Megatron's None%s)", o->name,
+                        o->off == OFF(loss_scale) ? "positive" : "non-negative", optarg,
+                        o->off == OFF(loss_scale) ? ": dynamic loss scaling with --fp16" : "");
         break;
     case K_STR:
+        if (o->none && !optarg[0])
+            return fail(err, errlen, "--%s '': expected one of its choices (leave the flag out "
+                        "for the default)", o->name);
         if (strlen(optarg) >= o->size)
             return fail(err, errlen, "--%s: value longer than %zu characters", o->name,
                         o->size - 1);

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 
 #include "core/util/error.h"
 #include "training/checkpointing.h"
+#include "training/theoretical_memory.h"
 
 void ckpt_non_persistent_dir(const megadlm_args *a, const char *base, char *out, size_t len) {
     if (a->non_persistent_global_ckpt_dir[0])
@@ -192,6 +194,25 @@ static int take_arg(megadlm_args *a, const cJSON *saved, const char *name, int f
     return rc;
 }
 
+/* The sizes a saved model shape must have (a state.json of this program always holds them
+ * positive, derived ones included); 0 would read as "not given" and be reported as a missing
+ * flag of the command line. */
+static const char *const k_sizes[] = {"num_layers", "hidden_size", "ffn_hidden_size",
+                                      "num_attention_heads", "kv_channels", "num_query_groups",
+                                      "max_position_embeddings", "seq_length", NULL};
+
+static int check_saved_sizes(const cJSON *saved, char *err, size_t errlen) {
+    for (int i = 0; k_sizes[i]; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(saved, k_sizes[i]);
+        if (cJSON_IsNumber(v) && !(v->valuedouble >= 1.0)) {
+            err_set(err, errlen, "%s is %g: expected a positive size", k_sizes[i],
+                    v->valuedouble);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int ckpt_apply_checkpoint_args(megadlm_args *a, int verbose, char *err, size_t errlen) {
     ckpt_choice c;
     int rc = ckpt_select(a, &c, 0, err, errlen);
@@ -210,6 +231,7 @@ int ckpt_apply_checkpoint_args(megadlm_args *a, int verbose, char *err, size_t e
         ckpt_state_free(&st);
         return 0;
     }
+    rc = check_saved_sizes(st.args, err, errlen);
     for (int i = 0; rc == 0 && k_unless_given[i]; i++)
         rc = take_arg(a, st.args, k_unless_given[i], 0, verbose, err, errlen);
     for (int i = 0; rc == 0 && k_forced[i]; i++)
@@ -221,4 +243,23 @@ int ckpt_apply_checkpoint_args(megadlm_args *a, int verbose, char *err, size_t e
     }
     ckpt_state_free(&st);
     return rc;
+}
+
+int ckpt_check_checkpoint_args_fit(const megadlm_args *a, char *err, size_t errlen) {
+    ckpt_choice c;
+    int rc = ckpt_select(a, &c, 0, err, errlen);
+    if (rc != 0) return rc < 0 ? -1 : 0;
+    char path[PATH_MAX + 64], why[1024];
+    snprintf(path, sizeof path, "%s/iter_%07d/model.safetensors", c.dir, c.iteration);
+    /* the file holds whole tensors: count them for one rank of every parallel size */
+    megadlm_args whole = *a;
+    whole.tensor_model_parallel_size = whole.pipeline_model_parallel_size = 1;
+    whole.context_parallel_size = 1;
+    whole.sequence_parallel = 0;
+    if (ckpt_check_file_holds(path, theoretical_megadlm_parameter_count(&whole), why,
+                              sizeof why) == 0)
+        return 0;
+    err_set(err, errlen, "--use-checkpoint-args: %s (the model's shape came from %s/iter_%07d/"
+            "state.json)", why, c.dir, c.iteration);
+    return -1;
 }

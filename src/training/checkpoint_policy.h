@@ -48,4 +48,11 @@ void ckpt_remove_other_iterations(const char *dir, int keep);
  * verbose. No checkpoint: a is kept. Before args_validate. 0, or -1 with a message. */
 int ckpt_apply_checkpoint_args(megadlm_args *a, int verbose, char *err, size_t errlen);
 
+/* After --use-checkpoint-args and args_validate, before the model is built: the model file of
+ * the checkpoint ckpt_select picks must be large enough for the model its state.json describes
+ * (ckpt_check_file_holds), so that a state.json edited to a larger model is refused at once
+ * instead of after building that model (as generate and convert check). No checkpoint: 0.
+ * 0, or -1 with a message naming the file. */
+int ckpt_check_checkpoint_args_fit(const megadlm_args *a, char *err, size_t errlen);
+
 #endif

@@ -732,6 +732,40 @@ int ckpt_check_crc(const st_file *f, const char *name, uint32_t want, uint32_t g
     return -1;
 }
 
+/* An unread entry of the optimizer file that is one of its groups' copies of a model tensor */
+static int group_copy_of_model(const char *name, const st_file *model) {
+    for (int g = CKPT_GROUP_PARAMS + 1; g < CKPT_GROUPS; g++) {
+        const char *p = ckpt_group_prefix(g);
+        size_t n = strlen(p);
+        if (!strncmp(name, p, n) && st_find(model, name + n)) return 1;
+    }
+    return 0;
+}
+
+int ckpt_check_unused(const st_file *f, const st_entry *const *ents, size_t nents,
+                      const st_file *model, char *err, size_t errlen) {
+    uint8_t *read = calloc((size_t)f->count + 1, 1);
+    if (!read) {
+        err_set(err, errlen, "%s: out of memory", f->path);
+        return -1;
+    }
+    for (size_t i = 0; i < nents; i++)
+        if (ents[i] >= f->entries && ents[i] < f->entries + f->count)
+            read[ents[i] - f->entries] = 1;
+    int rc = 0;
+    for (int j = 0; j < f->count && rc == 0; j++) {
+        const char *name = f->entries[j].name;
+        if (read[j] || (model && group_copy_of_model(name, model))) continue;
+        err_set(err, errlen,
+                "%s: tensor %s: not a tensor of the model the checkpoint's state.json describes "
+                "(was state.json edited, or the file replaced?): the model would not use it and its "
+                "next save would drop it", f->path, name);
+        rc = -1;
+    }
+    free(read);
+    return rc;
+}
+
 /* Checks that file f holds `name` as a float tensor of t's shape with a matching crc32. */
 static int check_tensor(const st_file *f, const char *name, const param_tensor *t,
                         const st_entry **out, char *err, size_t errlen) {
@@ -770,6 +804,10 @@ static int check_all(const st_file *files, const param_set *ps, int with_optimiz
             if (check_tensor(&files[1], name, &ps->tensors[i], &ents[g * n + i], err, errlen))
                 return -1;
         }
+    if (ckpt_check_unused(&files[0], ents, (size_t)n, NULL, err, errlen)) return -1;
+    if (with_optimizer &&
+        ckpt_check_unused(&files[1], ents, (size_t)end * (size_t)n, &files[0], err, errlen))
+        return -1;
     return 0;
 }
 

@@ -127,4 +127,15 @@ int ckpt_check_entry(const st_file *f, const char *name, int ndim, const int64_t
 int ckpt_check_crc(const st_file *f, const char *name, uint32_t want, uint32_t got, char *err,
                    size_t errlen);
 
+/* A file's tensors that a load does not read: refused (Megatron's load_state_dict is strict), so
+ * that a tensor of another configuration (position embeddings under a state.json changed to
+ * RoPE) is an error at once rather than dropped without a word by the next save. ents[nents]:
+ * the entries the load reads (those of other files and NULLs are skipped). model: NULL when f
+ * is the model file; for the optimizer file, the model file, and an entry named by a group
+ * prefix (ckpt_group_prefix) and a tensor of the model file is accepted unread (fp32_param of
+ * a file the load takes the parameters from elsewhere). 0, or -1 naming the file and the
+ * first such tensor. */
+int ckpt_check_unused(const st_file *f, const st_entry *const *ents, size_t nents,
+                      const st_file *model, char *err, size_t errlen);
+
 #endif

@@ -803,6 +803,10 @@ static int open_and_check(load_src *S, const layout *L, const char *dir, int ite
         S->ngroups = !with_optimizer ? 1 : from_main ? CKPT_GROUP_MAIN + 1
                                                      : CKPT_GROUP_EXP_AVG_SQ + 1;
     }
+    size_t read = (size_t)S->ngroups * (size_t)n;
+    if (rc == 0) rc = ckpt_check_unused(&S->files[0], S->ents, read, NULL, err, errlen);
+    if (rc == 0 && L->nfiles > 1)
+        rc = ckpt_check_unused(&S->files[1], S->ents, read, &S->files[0], err, errlen);
     return rc;
 }
 

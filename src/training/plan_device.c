@@ -80,30 +80,46 @@ static int fail(char *err, size_t errlen, const char *fmt, const char *a, const 
     return -1;
 }
 
+/* A number of the file, within [lo, hi]: the bounds are wide of any real device (rates from
+ * 1 MFLOP/s to 1 EFLOP/s, memory from 1 MiB to 1 PB, bandwidths from 1 MB/s to 1 PB/s, latency
+ * up to 1 s) and keep every term of the cost model a finite, normal number; a denormal rate
+ * or a huge latency would make every row's time inf and the order meaningless. 0 is also
+ * accepted where zero_ok (the key's "none": no latency, no elementwise measurement). */
 typedef struct {
     const char *key;
     size_t off;   /* offset of a double field, or of the int for INT keys */
     int is_int;
     int required;
-    double min;   /* the smallest value accepted (exclusive for > 0 fields: see positive) */
-    int positive;
+    int zero_ok;
+    double lo, hi;
+    const char *unit;
 } num_key;
 
-#define D(key, field, req, pos) {key, offsetof(plan_device, field), 0, req, 0.0, pos}
+#define D(key, field, req, zero, lo, hi, unit) \
+    {key, offsetof(plan_device, field), 0, req, zero, lo, hi, unit}
 static const num_key NUM_KEYS[] = {
-    D("flops_bf16", flops_bf16, 1, 1),
-    D("flops_fp32", flops_fp32, 1, 1),
-    D("efficiency", efficiency, 0, 1),
-    D("memory_bytes", memory_bytes, 1, 1),
-    D("memory_bandwidth", memory_bandwidth, 1, 1),
-    D("intra_node_bandwidth", intra_bandwidth, 1, 1),
-    D("inter_node_bandwidth", inter_bandwidth, 1, 1),
-    D("latency", latency, 0, 0),
-    D("elementwise_bandwidth", elementwise_bandwidth, 0, 0),
-    {"ranks_per_node", offsetof(plan_device, ranks_per_node), 1, 0, 0.0, 0},
+    D("flops_bf16", flops_bf16, 1, 0, 1e6, 1e18, "FLOP/s"),
+    D("flops_fp32", flops_fp32, 1, 0, 1e6, 1e18, "FLOP/s"),
+    D("efficiency", efficiency, 0, 0, 1e-3, 1.0, "a share of the peak"),
+    D("memory_bytes", memory_bytes, 1, 0, 1048576.0, 1e15, "bytes"),
+    D("memory_bandwidth", memory_bandwidth, 1, 0, 1e6, 1e15, "bytes/s"),
+    D("intra_node_bandwidth", intra_bandwidth, 1, 0, 1e6, 1e15, "bytes/s"),
+    D("inter_node_bandwidth", inter_bandwidth, 1, 0, 1e6, 1e15, "bytes/s"),
+    D("latency", latency, 0, 1, 1e-12, 1.0, "seconds"),
+    D("elementwise_bandwidth", elementwise_bandwidth, 0, 1, 1e6, 1e15, "bytes/s"),
+    {"ranks_per_node", offsetof(plan_device, ranks_per_node), 1, 0, 1, 1.0, 1e9, "ranks"},
 };
 #undef D
 #define NUM_NUM_KEYS (int)(sizeof(NUM_KEYS) / sizeof(NUM_KEYS[0]))
+
+/* "\"KEY\": VALUE is outside [LO, HI] UNIT" (or 0) */
+static int out_of_bounds(char *err, size_t errlen, const char *key, double x, double lo,
+                         double hi, int zero_ok, const char *unit) {
+    if (err && errlen)
+        snprintf(err, errlen, "\"%s\": %g is outside [%g, %g] %s%s", key, x, lo, hi, unit,
+                 zero_ok ? " (or 0)" : "");
+    return -1;
+}
 
 static int read_number(const cJSON *o, const num_key *k, plan_device *d, char *err,
                        size_t errlen) {
@@ -112,11 +128,10 @@ static int read_number(const cJSON *o, const num_key *k, plan_device *d, char *e
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
         return fail(err, errlen, "\"%s\": expected a number%s", k->key, "");
     double x = v->valuedouble;
-    if (k->positive ? x <= 0.0 : x < 0.0)
-        return fail(err, errlen, "\"%s\": expected a %s number", k->key,
-                    k->positive ? "positive" : "non-negative");
+    if (!(x == 0.0 && k->zero_ok) && !(x >= k->lo && x <= k->hi))
+        return out_of_bounds(err, errlen, k->key, x, k->lo, k->hi, k->zero_ok, k->unit);
     if (k->is_int) {
-        if (x != floor(x) || x > 1e9)
+        if (x != floor(x))
             return fail(err, errlen, "\"%s\": expected a whole number of ranks%s", k->key, "");
         *(int *)((char *)d + k->off) = (int)x;
     } else {
@@ -147,8 +162,17 @@ static int read_array(const cJSON *o, const char *key, double *out, int *n, char
         return fail(err, errlen, "\"%s\": expected as many numbers as \"gemm_dims\"%s", key, "");
     for (int i = 0; i < len; i++) {
         const cJSON *x = cJSON_GetArrayItem(v, i);
-        if (!cJSON_IsNumber(x) || !(x->valuedouble > 0.0) || !isfinite(x->valuedouble))
+        if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble))
             return fail(err, errlen, "\"%s\": expected positive numbers%s", key, "");
+        /* sizes n of n x n x n GEMMs; rates as flops_* */
+        int dims = !strcmp(key, "gemm_dims");
+        double lo = dims ? 1.0 : 1e6, hi = dims ? 1e6 : 1e18;
+        if (!(x->valuedouble >= lo && x->valuedouble <= hi)) {
+            char at[64];
+            snprintf(at, sizeof at, "%s[%d]", key, i);
+            return out_of_bounds(err, errlen, at, x->valuedouble, lo, hi, 0,
+                                 dims ? "(the GEMM size)" : "FLOP/s");
+        }
         out[i] = x->valuedouble;
         if (!strcmp(key, "gemm_dims") && i > 0 && out[i] <= out[i - 1])
             return fail(err, errlen, "\"%s\": expected increasing sizes%s", key, "");
@@ -189,7 +213,6 @@ int plan_device_from_json(const cJSON *o, plan_device *d, char *err, size_t errl
     snprintf(d->name, sizeof d->name, "custom");
     for (int i = 0; i < NUM_NUM_KEYS; i++)
         if (read_number(o, &NUM_KEYS[i], d, err, errlen)) return -1;
-    if (d->efficiency > 1.0) return fail(err, errlen, "\"efficiency\": expected at most 1%s%s", "", "");
     if (read_gemm_table(o, d, err, errlen)) return -1;
     char account[32] = "megatron";
     const cJSON *sh = cJSON_GetObjectItemCaseSensitive(o, "shared");

@@ -1639,6 +1639,8 @@ int train_main(int argc, char **argv) {
     /* Every rank validates the same arguments, so every rank fails together, each saying why,
      * and all exit cleanly (no rank is left waiting in a collective). */
     if (rc < 0 || args_validate(&a, err, sizeof(err)) != 0 ||
+        (a.use_checkpoint_args && a.load[0] &&
+         ckpt_check_checkpoint_args_fit(&a, err, sizeof err) != 0) ||
         parallel_setup_groups(a.tensor_model_parallel_size, a.pipeline_model_parallel_size,
                               a.context_parallel_size, err,
                               sizeof(err)) != 0) {

@@ -251,7 +251,9 @@ static void test_parse_errors(void) {
     CHECK(parse_line(&a, "--num-layers 1.5") == -1);
     CHECK(strstr(ERR, "--num-layers: expected an integer, found '1.5'") != NULL);
     CHECK(parse_line(&a, "--num-layers 99999999999") == -1);
-    CHECK(strstr(ERR, "--num-layers: expected an integer") != NULL);
+    CHECK(strstr(ERR, "--num-layers: '99999999999' is out of range (a 32-bit integer") != NULL);
+    CHECK(parse_line(&a, "--seq-length -99999999999") == -1);
+    CHECK(strstr(ERR, "--seq-length: '-99999999999' is out of range") != NULL);
     CHECK(parse_line(&a, "--num-layers 0") == -1);
     CHECK(strstr(ERR, "--num-layers: expected a positive integer, found '0'") != NULL);
     CHECK(parse_line(&a, "--hidden-size -64") == -1);
@@ -265,7 +267,24 @@ static void test_parse_errors(void) {
     CHECK(parse_line(&a, "--lr nan") == -1);
     CHECK(strstr(ERR, "--lr: expected a number") != NULL);
     CHECK(parse_line(&a, "--clip-grad 1e400") == -1);
-    CHECK(strstr(ERR, "--clip-grad: expected a number") != NULL);
+    CHECK(strstr(ERR, "--clip-grad: '1e400' is out of range (a 32-bit float") != NULL);
+    /* finite as a double, not as a float (the field's type): out of range, not "not a number" */
+    CHECK(parse_line(&a, "--lr 1e300") == -1);
+    CHECK(strstr(ERR, "--lr: '1e300' is out of range (a 32-bit float") != NULL);
+    CHECK(parse_line(&a, "--lr -1e39") == -1);
+    CHECK(strstr(ERR, "--lr: '-1e39' is out of range") != NULL);
+    CHECK(parse_line(&a, "--lr 1e-50") == -1); /* would round to 0 */
+    CHECK(strstr(ERR, "--lr: '1e-50' is out of range") != NULL);
+    CHECK(parse_line(&a, "--lr 1e-40") == 0 && a.lr > 0.0f); /* a subnormal float */
+    CHECK(parse_line(&a, "--lr 0") == 0 && a.lr == 0.0f);
+    CHECK(parse_line(&a, "--lr inf") == -1);
+    CHECK(strstr(ERR, "--lr: expected a number, found 'inf'") != NULL);
+    /* a FLOAT_NONE flag's None is a negative value: a negative one given is refused, not None */
+    CHECK(parse_line(&a, "--loss-scale -2") == -1);
+    CHECK(strstr(ERR, "--loss-scale: expected a positive number, found '-2'") != NULL);
+    CHECK(parse_line(&a, "--lr-warmup-fraction -0.5") == -1);
+    CHECK(strstr(ERR, "--lr-warmup-fraction: expected a non-negative number, found '-0.5'") != NULL);
+    CHECK(parse_line(&a, "--loss-scale 8") == 0 && a.loss_scale == 8.0f);
     CHECK(parse_line(&a, "--lr=") == -1);
     CHECK(strstr(ERR, "--lr: expected a number, found ''") != NULL);
     CHECK(parse_line(&a, "--seed -1") == -1);

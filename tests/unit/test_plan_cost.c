@@ -200,8 +200,36 @@ static void test_device_json(void) {
                     "\"memory_bandwidth\": 1e9, \"intra_node_bandwidth\": 1e9, "
                     "\"inter_node_bandwidth\": -1, \"ranks_per_node\": 1}");
     CHECK(plan_device_from_json(o, &back, ERR, sizeof ERR) == -1);
-    CHECK(strstr(ERR, "\"inter_node_bandwidth\": expected a positive number") != NULL);
+    CHECK(strstr(ERR, "\"inter_node_bandwidth\": -1 is outside [1e+06, 1e+15] bytes/s") != NULL);
     cJSON_Delete(o);
+    /* positive but denormal or huge: every time would be inf (issue 27); the key, the value and
+     * the bounds are named */
+    const char *const OUTSIDE[][2] = {
+        {"\"memory_bandwidth\": 1e-320", "\"memory_bandwidth\": 9.99989e-321 is outside [1e+06"},
+        {"\"latency\": 1e308", "\"latency\": 1e+308 is outside [1e-12, 1] seconds (or 0)"},
+        {"\"latency\": 1e-320", "\"latency\": 9.99989e-321 is outside"},
+        {"\"flops_bf16\": 1e300", "\"flops_bf16\": 1e+300 is outside [1e+06, 1e+18] FLOP/s"},
+        {"\"efficiency\": 1.5", "\"efficiency\": 1.5 is outside [0.001, 1]"},
+        {"\"memory_bytes\": 5e-324", "\"memory_bytes\": 4.94066e-324 is outside"},
+        {"\"elementwise_bandwidth\": 1e300", "\"elementwise_bandwidth\": 1e+300 is outside"},
+        {"\"gemm_dims\": [32], \"gemm_rates_fp32\": [1e-300], \"gemm_rates_bf16\": [1e9]",
+         "\"gemm_rates_fp32[0]\": 1e-300 is outside [1e+06, 1e+18] FLOP/s"},
+    };
+    for (size_t i = 0; i < sizeof OUTSIDE / sizeof OUTSIDE[0]; i++) {
+        char text[1024];
+        /* the key under test first: cJSON finds the first of a repeated key */
+        snprintf(text, sizeof text, "{%s, \"flops_bf16\": 1e12, \"flops_fp32\": 1e12, "
+                 "\"memory_bytes\": 1e9, \"memory_bandwidth\": 1e9, "
+                 "\"intra_node_bandwidth\": 1e9, \"inter_node_bandwidth\": 1e9, "
+                 "\"ranks_per_node\": 1}", OUTSIDE[i][0]);
+        o = cJSON_Parse(text);
+        CHECK(o != NULL);
+        int rc = plan_device_from_json(o, &back, ERR, sizeof ERR);
+        CHECK(rc == -1 && strstr(ERR, OUTSIDE[i][1]) != NULL);
+        if (rc != -1 || !strstr(ERR, OUTSIDE[i][1]))
+            fprintf(stderr, "  %s: got '%s'\n", OUTSIDE[i][0], rc ? ERR : "accepted");
+        cJSON_Delete(o);
+    }
     /* a measured GEMM table survives the trip; a table without rates is refused */
     o = cJSON_Parse("{\"flops_bf16\": 1e12, \"flops_fp32\": 1e12, \"memory_bytes\": 1e9, "
                     "\"memory_bandwidth\": 1e9, \"intra_node_bandwidth\": 1e9, "
@@ -217,10 +245,10 @@ static void test_device_json(void) {
     plan_device again;
     CHECK(plan_device_from_json(o, &again, ERR, sizeof ERR) == 0 && again.gemm_fp32[1] == 1e11);
     cJSON_Delete(o);
-    o = cJSON_Parse("{\"flops_bf16\": 1, \"flops_fp32\": 1, \"memory_bytes\": 1, "
-                    "\"memory_bandwidth\": 1, \"intra_node_bandwidth\": 1, "
-                    "\"inter_node_bandwidth\": 1, \"ranks_per_node\": 0, \"gemm_dims\": [64, 32], "
-                    "\"gemm_rates_fp32\": [1, 1], \"gemm_rates_bf16\": [1, 1]}");
+    o = cJSON_Parse("{\"flops_bf16\": 1e12, \"flops_fp32\": 1e12, \"memory_bytes\": 1e9, "
+                    "\"memory_bandwidth\": 1e9, \"intra_node_bandwidth\": 1e9, "
+                    "\"inter_node_bandwidth\": 1e9, \"ranks_per_node\": 0, \"gemm_dims\": [64, 32], "
+                    "\"gemm_rates_fp32\": [1e9, 1e9], \"gemm_rates_bf16\": [1e9, 1e9]}");
     CHECK(plan_device_from_json(o, &back, ERR, sizeof ERR) == -1);
     CHECK(strstr(ERR, "\"gemm_dims\": expected increasing sizes") != NULL);
     cJSON_Delete(o);

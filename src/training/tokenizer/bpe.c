@@ -14,7 +14,6 @@
 #include "training/tokenizer/unicode_nfc.h"
 #include "core/util/alloc.h"
 #include "core/util/error.h"
-#include "core/util/io.h"
 
 const char *const BPE_GPT2_PATTERN =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
@@ -1264,12 +1263,4 @@ int bpe_encode(const bpe_model *m, const char *text, size_t len, int32_t **ids, 
     *n = st.out.n;
     *cap = st.out.cap;
     return rc;
-}
-
-char *bpe_read_file(const char *flag, const char *path, size_t *len, char *err, size_t errlen) {
-    int open_failed;
-    const char *why;
-    char *text = io_read_file(path, len, &open_failed, &why);
-    if (!text) err_set(err, errlen, "%s %s: %s", flag, path, why);
-    return text;
 }

@@ -96,10 +96,6 @@ int bpe_encode(const bpe_model *m, const char *text, size_t len, int32_t **ids, 
 /* The bytes of one id (byte-level decoded; added tokens verbatim); NULL for an unknown id. */
 const char *bpe_id_bytes(const bpe_model *m, int id, size_t *len);
 
-/* Reads a whole file given by `flag` (NUL-terminated, *len bytes); NULL with
- * "FLAG PATH: strerror" in err. */
-char *bpe_read_file(const char *flag, const char *path, size_t *len, char *err, size_t errlen);
-
 /* Loaders. Messages name the flag and the file. *eod: the end-of-document id. */
 bpe_model *gpt2_bpe_load(const char *vocab_file, const char *merge_file, int *eod, char *err,
                          size_t errlen);

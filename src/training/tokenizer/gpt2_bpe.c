@@ -12,11 +12,12 @@
 
 #include "core/util/error.h"
 #include "training/tokenizer/bpe.h"
+#include "training/tokenizer/tokenizer_file.h"
 
 static int load_vocab(bpe_model *m, const char *path, char *err, size_t errlen) {
     size_t len;
     char e2[512];
-    char *text = bpe_read_file("--vocab-file", path, &len, err, errlen);
+    char *text = tokenizer_read_file("--vocab-file", path, 1, &len, err, errlen);
     if (!text) return -1;
     cJSON *root = cJSON_ParseWithLength(text, len);
     free(text);
@@ -48,7 +49,7 @@ static int load_vocab(bpe_model *m, const char *path, char *err, size_t errlen) 
 static int load_merges(bpe_model *m, const char *path, char *err, size_t errlen) {
     size_t len;
     char e2[512];
-    char *text = bpe_read_file("--merge-file", path, &len, err, errlen);
+    char *text = tokenizer_read_file("--merge-file", path, 0, &len, err, errlen);
     if (!text) return -1;
     int rank = 0, rc = 0;
     size_t lineno = 0;

@@ -17,6 +17,7 @@
  * bos, as transformers' fast tokenizers (and so Megatron's tokenize()) do; add_eos_token true
  * is refused (--append-eod appends the end of document). */
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -27,6 +28,7 @@
 
 #include "core/util/error.h"
 #include "training/tokenizer/bpe.h"
+#include "training/tokenizer/tokenizer_file.h"
 
 /* The special-token attributes of transformers' SpecialTokensMixin, in its order. */
 static const char *const SPECIAL_KEYS[] = {"bos_token", "eos_token", "unk_token", "sep_token",
@@ -64,14 +66,27 @@ static int exists(const char *dir, const char *file) {
     return access(p, F_OK) == 0;
 }
 
+/* Whether the directory holds `file`: 1, 0 when there is no such name (or a dangling link,
+ * as transformers' os.path.isfile sees it), -1 with the reason when it cannot be told (a
+ * symbolic link loop, no permission): such a file is not taken for absent. */
+static int present(dir_ctx *d, const char *file) {
+    char p[PATH_MAX];
+    join(p, sizeof p, d->dir, file);
+    if (access(p, F_OK) == 0) return 1;
+    if (errno == ENOENT || errno == ENOTDIR) return 0;
+    return dfail(d, file, "cannot access: %s%s", strerror(errno),
+                 errno == ELOOP ? " (a symbolic link loop)" : "");
+}
+
 /* An optional JSON file of the directory: 0 with *out NULL when absent. */
 static int read_opt(dir_ctx *d, const char *file, cJSON **out) {
     char p[PATH_MAX];
     *out = NULL;
-    if (!exists(d->dir, file)) return 0;
+    int here = present(d, file);
+    if (here <= 0) return here;
     join(p, sizeof p, d->dir, file);
     size_t len;
-    char *text = bpe_read_file("--tokenizer-model", p, &len, d->err, d->errlen);
+    char *text = tokenizer_read_file("--tokenizer-model", p, 1, &len, d->err, d->errlen);
     if (!text) return -1;
     *out = cJSON_ParseWithLength(text, len);
     free(text);
@@ -178,7 +193,9 @@ static int token_id(const bpe_model *m, const char *content) {
 /* tokenizer.json, or vocab.json + merges.txt; not finished. */
 static bpe_model *load_model_files(dir_ctx *d) {
     char p[PATH_MAX], q[PATH_MAX];
-    if (exists(d->dir, "tokenizer.json")) {
+    int json = present(d, "tokenizer.json");
+    if (json < 0) return NULL;
+    if (json) {
         bpe_model *m = bpe_new();
         int first_special;
         join(p, sizeof p, d->dir, "tokenizer.json");
@@ -189,7 +206,9 @@ static bpe_model *load_model_files(dir_ctx *d) {
         }
         return m;
     }
-    if (!exists(d->dir, "vocab.json") || !exists(d->dir, "merges.txt")) {
+    int vocab = present(d, "vocab.json"), merges = vocab < 0 ? -1 : present(d, "merges.txt");
+    if (vocab < 0 || merges < 0) return NULL;
+    if (!vocab || !merges) {
         dfail(d, NULL, "a Hugging Face tokenizer directory needs tokenizer.json, or vocab.json "
                        "and merges.txt");
         return NULL;

@@ -29,6 +29,7 @@
 #include <sys/stat.h>
 
 #include "training/tokenizer/bpe.h"
+#include "training/tokenizer/tokenizer_file.h"
 
 typedef struct {
     const char *path;
@@ -272,11 +273,14 @@ static int sp_shape(ctx *c, const cJSON *root) {
 /* Reads and parses a JSON file; NULL with "--tokenizer-model PATH: ..." in c->err. */
 static cJSON *read_json(ctx *c, const char *path) {
     size_t len;
-    char *text = bpe_read_file("--tokenizer-model", path, &len, c->err, c->errlen);
+    char *text = tokenizer_read_file("--tokenizer-model", path, 1, &len, c->err, c->errlen);
     if (!text) return NULL;
-    cJSON *root = cJSON_ParseWithLength(text, len);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (!root)
+        fail(c, NULL, "not valid JSON (parsing stopped at byte %ld)",
+             end ? (long)(end - text) : 0L);
     free(text);
-    if (!root) fail(c, NULL, "not a JSON object (a Hugging Face tokenizer.json)");
     return root;
 }
 
