@@ -809,7 +809,7 @@ static void test_validation_errors(void) {
     EXPECT_ERR(BASE " --lr-decay-style step", "--lr-decay-style", "step", NULL);
     EXPECT_ERR(BASE " --lr-decay-style inverse_square_root", "--lr-decay-style",
                "inverse_square_root", "inverse-square-root or WSD");
-    EXPECT_ERR(BASE " --lr-warmup-fraction -0.1", "--lr-warmup-fraction", "[0, 1)", "-0.1");
+    EXPECT_ERR(BASE " --lr-warmup-fraction -0.1", "--lr-warmup-fraction", "expected a non-negative number", "-0.1");
     EXPECT_ERR(BASE " --lr-warmup-init 0.01", "--lr-warmup-init 0.01", "--lr 0.001", NULL);
     EXPECT_ERR(BASE " --lr-warmup-init -1e-4", "--lr-warmup-init -0.0001", ">= 0", NULL);
     /* iteration- or sample-based (Megatron's asserts), each length in the run's unit */
