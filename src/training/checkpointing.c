@@ -16,6 +16,8 @@
  *
  * Every tensor's zlib crc32 (of its stored little-endian bytes) is in its file's
  * __metadata__ as "crc32.<tensor name>": "%08x"; ckpt_load_tensors verifies it when present.
+ *
+ * The end of the file is a training run's save_checkpoint / load_checkpoint (trainer.h).
  */
 #include "training/checkpointing.h"
 

@@ -10,7 +10,10 @@
  *   DIR/latest_checkpointed_iteration.txt   the iteration number (Megatron's tracker file)
  * Saving writes DIR/iter_NNNNNNN.tmp-<pid>/, fsyncs every file and the directory, renames it
  * into place, then replaces the tracker file atomically (write temp, fsync, rename): a crash at
- * any point leaves the previous checkpoint as "latest". Layout in docs/CHECKPOINT.md. */
+ * any point leaves the previous checkpoint as "latest". Layout in docs/CHECKPOINT.md.
+ * A training run's save_checkpoint / load_checkpoint (Megatron's checkpointing.py: what goes
+ * into state.json, the RNG and loss scaler state, --async-save) are checkpointing.c's too,
+ * declared in trainer.h. */
 #ifndef MEGADLM_TRAINING_CHECKPOINTING_H
 #define MEGADLM_TRAINING_CHECKPOINTING_H
 
