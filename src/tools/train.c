@@ -17,6 +17,7 @@
 #include "training/checkpoint_policy.h"
 #include "training/difflm.h"
 #include "training/training.h"
+#include "training/training_log.h"
 
 /* The buffers of one micro-batch (the model's positions: a masked-diffusion batch is padded up
  * to them, difflm.h). */

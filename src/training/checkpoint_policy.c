@@ -12,7 +12,7 @@
 #include <cjson/cJSON.h>
 
 #include "core/util/error.h"
-#include "training/checkpointing.h"
+#include "training/checkpoint_files.h"
 
 void ckpt_non_persistent_dir(const megadlm_args *a, const char *base, char *out, size_t len) {
     if (a->non_persistent_global_ckpt_dir[0])

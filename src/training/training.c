@@ -18,7 +18,10 @@
 #include "core/util/die.h"
 #include "training/debug.h"
 #include "training/model_provider.h"
+#include "training/checkpointing.h"
 #include "training/trainer.h"
+#include "training/training_log.h"
+#include "training/training_setup.h"
 #include "training/watchdog.h"
 
 /* The schedules' forward_step / backward_step (pipeline_parallel/schedules.h) of one global
@@ -86,11 +89,6 @@ static float global_mean_loss(const trainer *tr, double loss_sum) {
     if (ps->mpi && ps->pp_size > 1)
         MPI_Bcast(&loss_sum, 1, MPI_DOUBLE, ps->pp_size - 1, ps->pp);
     return (float)dp_average(loss_sum / tr->num_microbatches);
-}
-
-int64_t scheduler_samples(const trainer *tr) {
-    int64_t skipped = (int64_t)(tr->iteration - tr->optimizer_steps) * tr->a->global_batch_size;
-    return (int64_t)tr->consumed_train_samples - skipped;
 }
 
 /* The lowest world rank whose own share of an iteration is not finite: its loss sum before

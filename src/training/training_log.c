@@ -2,6 +2,8 @@
  * evaluate_and_print_results' lines, the --log-memory reports (theoretical against measured
  * memory, pipeline stores and transfers, TP and DP communication), threads and kernels, and
  * print_rank_last. */
+#include "training/training_log.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,6 +1,8 @@
 /* Megatron's setup_model_and_optimizer and what pretrain sets up around it: the model, the
  * data-parallel buckets, the distributed optimizer and FSDP, the loss scaler, the lr schedule,
  * the 16-bit GEMMs, TP communication overlap and the datasets; and the teardown. */
+#include "training/training_setup.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -10,8 +12,10 @@
 #include "core/tensor/memory.h"
 #include "core/tensor_parallel/comm_overlap.h"
 #include "core/util/die.h"
+#include "training/checkpointing.h"
 #include "training/debug.h"
 #include "training/trainer.h"
+#include "training/training_log.h"
 #include "training/watchdog.h"
 
 void setup_optimizer(trainer *tr) {
