@@ -17,7 +17,7 @@
 #include "tools/diffusion_sampling.h"
 #include "tools/tools.h"
 #include "training/arguments.h"
-#include "training/checkpointing.h"
+#include "training/checkpoint_files.h"
 #include "training/model_provider.h"
 #include "training/theoretical_memory.h"
 #include "training/tokenizer/tokenizer.h"

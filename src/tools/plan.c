@@ -261,7 +261,7 @@ static void row_from_args(row *r, const megadlm_args *a) {
     r->sp = a->sequence_parallel;
     r->tpo = a->tp_comm_overlap;
     r->mbs = a->micro_batch_size;
-    r->M = a->global_batch_size / (a->micro_batch_size * a->data_parallel_size);
+    r->M = args_num_microbatches(a);
     r->dopt = a->use_distributed_optimizer;
     r->ogr = a->overlap_grad_reduce;
     r->recompute_num_layers = a->recompute_num_layers;

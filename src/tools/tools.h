@@ -9,7 +9,7 @@
 
 #include "training/tokenizer/tokenizer.h"
 
-int train_main(int argc, char **argv);      /* src/training/training.c */
+int train_main(int argc, char **argv);      /* src/tools/train.c */
 int preprocess_main(int argc, char **argv); /* src/tools/preprocess.c */
 int generate_main(int argc, char **argv);   /* src/tools/generate.c */
 int tokenize_main(int argc, char **argv);   /* src/tools/tokenize.c */

@@ -27,6 +27,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "core/num_microbatches_calculator.h"
 #include "core/util/parse.h"
 #include "training/tokenizer/tokenizer.h"
 
@@ -1447,7 +1448,7 @@ static int validate_batch(megadlm_args *a, char *err, size_t errlen) {
                     "data-parallel size %d",
                     a->global_batch_size, a->micro_batch_size, a->data_parallel_size);
     /* Megatron's interleaved schedule: micro-batches in groups of the pipeline size */
-    long long m = a->global_batch_size / mdp;
+    long long m = args_num_microbatches(a); /* mdp divides the global batch: it fits an int */
     if (a->virtual_pipeline_model_parallel_size > 0 &&
         m % a->pipeline_model_parallel_size != 0)
         return fail(err, errlen,
@@ -1565,6 +1566,11 @@ static int validate_lr_schedule(megadlm_args *a, char *err, size_t errlen) {
 int args_train_iters(const megadlm_args *a) {
     if (a->train_iters > 0) return a->train_iters;
     return a->global_batch_size > 0 ? a->train_samples / a->global_batch_size : 0;
+}
+
+int args_num_microbatches(const megadlm_args *a) {
+    return num_microbatches_calculate(a->global_batch_size, a->micro_batch_size,
+                                      a->data_parallel_size);
 }
 
 double args_decimal(float x) {

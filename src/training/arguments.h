@@ -50,6 +50,10 @@ int args_check_sizes(const megadlm_args *a, char *err, size_t errlen);
  * update_train_iters: --train-samples // --global-batch-size (a partial last batch is not
  * trained). */
 int args_train_iters(const megadlm_args *a);
+/* After args_validate: the micro-batches one data-parallel rank runs per iteration,
+ * --global-batch-size / (--micro-batch-size x data-parallel size) (Megatron's
+ * get_num_microbatches; core/num_microbatches_calculator.h). */
+int args_num_microbatches(const megadlm_args *a);
 /* The double of the shortest decimal that reads back as x: the value the user wrote (any
  * decimal of up to 6 significant digits), which Megatron holds as a Python float where
  * megadlm's field holds x. The lr schedule computes from these, so that its doubles, and the

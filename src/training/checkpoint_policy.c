@@ -13,7 +13,7 @@
 #include <cjson/cJSON.h>
 
 #include "core/util/error.h"
-#include "training/checkpointing.h"
+#include "training/checkpoint_files.h"
 #include "training/theoretical_memory.h"
 
 void ckpt_non_persistent_dir(const megadlm_args *a, const char *base, char *out, size_t len) {

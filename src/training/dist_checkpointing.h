@@ -36,7 +36,7 @@
 
 #include "core/optimizer/distrib_optimizer.h"
 #include "core/transformer/transformer_config.h"
-#include "training/checkpointing.h"
+#include "training/checkpoint_files.h"
 
 /* cfg: the model's config (any rank's: only the model's shape and precision are used);
  * local: this rank's parameters (gpt_model's params); dopt: the distributed optimizer holding

@@ -40,8 +40,7 @@ static double activation(const megadlm_args *a) {
     if (v > 0) {
         act *= 1.0 + (p - 1.0) / (p * v);
     } else if (p > 1) {
-        double m = (double)a->global_batch_size /
-                   ((double)a->micro_batch_size * a->data_parallel_size);
+        double m = args_num_microbatches(a); /* validated: the division is exact */
         act *= m / p < 1.0 ? m / p : 1.0;
     }
     if (p == 1) act += s * b * h * 4.0 * (1.0 + V / h); /* output layer and CE loss */

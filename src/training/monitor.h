@@ -3,7 +3,7 @@
  * holds Megatron's writer and, in megadlm, the loss), progress.txt (--log-progress; world rank
  * 0, in the --save directory), and the W&B flags, which megadlm records but cannot act on (no
  * network): one notice says where the scalars go instead. Which scalars, under which tags, is
- * training.c's (Megatron's training_log and evaluate_and_print_results). */
+ * training_log.c's (Megatron's training_log and evaluate_and_print_results). */
 #ifndef MEGADLM_TRAINING_MONITOR_H
 #define MEGADLM_TRAINING_MONITOR_H
 

@@ -87,7 +87,7 @@ static double megatron_memory(const megadlm_args *a) {
 static double megadlm_memory(const megadlm_args *a) {
     transformer_config c = model_config_from_args(a);
     int p = a->pipeline_model_parallel_size;
-    int M = a->global_batch_size / (a->micro_batch_size * a->data_parallel_size);
+    int M = args_num_microbatches(a);
     double most = 0.0;
     for (int r = 0; r < p; r++) {
         int unchecked = 0;

@@ -206,8 +206,7 @@ void theoretical_memory_compute(const megadlm_args *a, theoretical_memory *out) 
     const double s_rank = s / (a->context_parallel_size > 1 ? a->context_parallel_size : 1);
     /* Megatron: token ids (8 bytes each) and the embedding dropout mask, per micro-batch */
     out->embedding_bytes = (8.0 * s_rank * b + s_rank * b * h) / (sp ? t : 1.0);
-    out->num_microbatches =
-        a->global_batch_size / (a->micro_batch_size * a->data_parallel_size);
+    out->num_microbatches = args_num_microbatches(a);
     if (a->pipeline_model_parallel_size == 1)
         out->in_flight_microbatches = 1.0;
     else if (v > 1) /* interleaved 1F1B: p micro-batches times Megatron's penalty */

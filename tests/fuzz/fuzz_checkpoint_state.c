@@ -6,7 +6,7 @@
 #include "fuzz/fuzz_util.h"
 
 #include "training/arguments.h"
-#include "training/checkpointing.h"
+#include "training/checkpoint_files.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static char dir[PATH_MAX], tracker[PATH_MAX], state[PATH_MAX];

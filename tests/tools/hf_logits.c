@@ -12,7 +12,7 @@
 #include "core/models/gpt_model.h"
 #include "core/tensor/safetensors.h"
 #include "training/arguments.h"
-#include "training/checkpointing.h"
+#include "training/checkpoint_files.h"
 #include "training/model_provider.h"
 
 int main(int argc, char **argv) {

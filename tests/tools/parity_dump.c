@@ -30,7 +30,7 @@
 #include "core/optimizer/optimizer.h"
 #include "core/optimizer/optimizer_param_scheduler.h"
 #include "core/tensor/safetensors.h"
-#include "training/checkpointing.h"
+#include "training/checkpoint_files.h"
 
 #define STEPS 3
 #define BATCH 2

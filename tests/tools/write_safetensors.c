@@ -32,7 +32,7 @@
 #include "core/tensor/memory.h"
 #include "core/tensor/safetensors.h"
 #include "core/tensor/tensor.h"
-#include "training/checkpointing.h"
+#include "training/checkpoint_files.h"
 
 typedef struct {
     const char *name;

@@ -25,7 +25,7 @@
 #include "core/tensor/safetensors.h"
 #include "core/tensor/tensor.h"
 #include "test_util.h"
-#include "training/checkpointing.h"
+#include "training/checkpoint_files.h"
 
 static char g_root[256];
 static char g_err[1024];

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/kernels/adamw.h"
+#include "core/optimizer/clip_grads.h"
 #include "core/parallel_state.h"
 #include "core/tensor/memory.h"
 #include "core/tensor_parallel/mappings.h"

@@ -1,30 +1,17 @@
-/* AdamW over a param_set's flat buffers and global-norm gradient clipping (Megatron's
- * clip_grad_norm_fp32); the learning-rate schedule is optimizer_param_scheduler.h. */
+/* AdamW over a param_set's flat buffers; global-norm gradient clipping is clip_grads.h (included
+ * here for the optimizer's users), the learning-rate schedule optimizer_param_scheduler.h. */
 #ifndef MEGADLM_CORE_OPTIMIZER_H
 #define MEGADLM_CORE_OPTIMIZER_H
 
 #include <stdint.h>
 
+#include "core/optimizer/clip_grads.h"
 #include "core/tensor/tensor.h"
 
 typedef struct {
     float beta1, beta2, eps, weight_decay;
     float clip_grad; /* 0 disables clipping */
 } optimizer_config;
-
-/* L2 norm of all gradients (accumulated in double). */
-float optimizer_grad_norm(const param_set *ps);
-/* This rank's share of the squared norm over [begin, end) of the flat gradient buffer (double):
- * tensors every TP rank holds whole (tp_duplicate) count on TP rank 0 only, the last pipeline
- * stage's copy of a tied embedding (pp_shared_copy) not at all (Megatron's
- * param_is_not_tensor_parallel_duplicate and shared-embedding rules). optimizer_grad_norm is
- * sqrt of its TP all-reduce over the whole buffer; the distributed optimizer sums its pieces. */
-double optimizer_grad_sumsq(const param_set *ps, size_t begin, size_t end);
-/* The same over gradients held elsewhere: g[i - begin] is element i's (a gradient shard). */
-double optimizer_grad_sumsq_at(const param_set *ps, const float *g, size_t begin, size_t end);
-
-/* Megatron: coeff = clip / (norm + 1e-6); gradients scaled by coeff when coeff < 1. */
-void optimizer_clip_grads(param_set *ps, float grad_norm, float clip_grad);
 
 /* One AdamW step (step counts from 1): decay only on tensors with weight_decay set. */
 void optimizer_step(param_set *ps, const optimizer_config *oc, float lr, int step);
