@@ -1,4 +1,5 @@
-/* Subcommand entry points of the megadlm binary (src/main.c dispatches to these). Each takes
+/* Subcommand entry points of the megadlm binary (src/main.c dispatches to these; `train`'s is
+ * training/training.h's train_main). Each takes
  * the arguments after the subcommand name (argv[0] is the subcommand) and returns the exit
  * status. */
 #ifndef MEGADLM_TOOLS_TOOLS_H
@@ -9,7 +10,6 @@
 
 #include "training/tokenizer/tokenizer.h"
 
-int train_main(int argc, char **argv);      /* src/training/training.c */
 int preprocess_main(int argc, char **argv); /* src/tools/preprocess.c */
 int generate_main(int argc, char **argv);   /* src/tools/generate.c */
 int tokenize_main(int argc, char **argv);   /* src/tools/tokenize.c */

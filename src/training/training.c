@@ -23,7 +23,6 @@
 #include "core/pipeline_parallel/schedules.h"
 #include "core/tensor/memory.h"
 #include "core/transformer/activation_memory.h"
-#include "tools/tools.h"
 #include "training/checkpoint_policy.h"
 #include "training/checkpointing.h"
 #include "training/watchdog.h"

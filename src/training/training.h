@@ -7,5 +7,8 @@
 
 /* Runs a whole training job from validated arguments. Returns the exit status. */
 int pretrain(megadlm_args *a);
+/* `megadlm train` (src/main.c): parses the arguments after the subcommand name and runs
+ * pretrain; the exit status. */
+int train_main(int argc, char **argv);
 
 #endif
