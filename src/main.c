@@ -7,6 +7,7 @@
 #include "core/parallel_state.h"
 #include "core/util/denormals.h"
 #include "tools/tools.h"
+#include "training/training.h"
 
 typedef struct {
     const char *name;

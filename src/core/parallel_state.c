@@ -21,7 +21,7 @@ static int launched_by_mpirun(void) {
 
 void parallel_init(int *argc, char ***argv) {
     if (launched_by_mpirun()) init_mpi(argc, argv);
-    threads_setup(); /* node-local ranks share the cores (core/threads.h) */
+    threads_setup(g.mpi); /* node-local ranks share the cores (core/threads.h) */
 }
 
 static void abort_world(int code) { MPI_Abort(MPI_COMM_WORLD, code); }

@@ -1,12 +1,12 @@
 #include "core/threads.h"
 
+#include <mpi.h>
 #include <omp.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/kernels/gemm.h"
-#include "core/parallel_state.h"
 #include "core/util/alloc.h"
 
 static thread_plan g_plan = {1, 0, 1, 1, 0};
@@ -20,9 +20,8 @@ int threads_for_share(int cpus, int sharing) {
 
 /* Node-local processes (MPI's shared-memory domain) whose affinity masks overlap `mine`,
  * this one included. 1 without MPI. */
-static int sharing_processes(const cpu_set_t *mine) {
-    const parallel_state *ps = parallel_get();
-    if (!ps->mpi) return 1;
+static int sharing_processes(const cpu_set_t *mine, int mpi) {
+    if (!mpi) return 1;
     MPI_Comm node;
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
     int n = 1, me = 0;
@@ -42,7 +41,7 @@ static int sharing_processes(const cpu_set_t *mine) {
     return sharing;
 }
 
-void threads_setup(void) {
+void threads_setup(int mpi) {
     cpu_set_t mine;
     CPU_ZERO(&mine);
     if (sched_getaffinity(0, sizeof mine, &mine) != 0 || CPU_COUNT(&mine) < 1) {
@@ -52,7 +51,7 @@ void threads_setup(void) {
     thread_plan p = {0};
     p.cpus = CPU_COUNT(&mine);
     /* every rank takes part in the collective, whatever its environment says */
-    p.sharing = sharing_processes(&mine);
+    p.sharing = sharing_processes(&mine, mpi);
     p.oversubscribed = p.sharing > p.cpus;
     const char *env = getenv("OMP_NUM_THREADS");
     if (env && env[0]) {

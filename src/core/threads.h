@@ -23,10 +23,12 @@ typedef struct {
 
 /* Pure rule: the thread count for `cpus` CPUs shared by `sharing` processes. */
 int threads_for_share(int cpus, int sharing);
-/* Decides and applies the plan; with MPI running, a collective over MPI_COMM_WORLD (node-local
- * ranks compare affinity masks). Call once, after MPI is initialised, before any parallel
- * region or BLAS call. */
-void threads_setup(void);
+/* Decides and applies the plan; with `mpi` (MPI is initialised: parallel_state's `mpi`), a
+ * collective over MPI_COMM_WORLD (node-local ranks compare affinity masks). Call once, after
+ * MPI is initialised, before any parallel region or BLAS call. The caller says whether MPI is up
+ * (rather than this asking parallel_state) so that the thread plan sits below the parallel
+ * state, which calls it. */
+void threads_setup(int mpi);
 const thread_plan *threads_plan(void);
 /* The threads this process's kernels run with: the plan's once threads_setup ran, else OpenMP's
  * current maximum (programs that never set a plan: unit tests, single-process tools). Kernels

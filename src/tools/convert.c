@@ -30,7 +30,8 @@
 #include "core/tensor/safetensors.h"
 #include "core/util/io.h"
 #include "core/util/parse.h"
-#include "tools/convert_internal.h"
+#include "tools/convert_difflm.h"
+#include "tools/hf_io.h"
 #include "tools/json_fields.h"
 #include "tools/tools.h"
 #include "training/arguments.h"
@@ -41,56 +42,7 @@
 
 typedef enum { FAM_NONE = 0, FAM_GPT2, FAM_LLAMA, FAM_QWEN3, FAM_DIFFLM } hf_family;
 
-/* ------------------------------------------------------------------ helpers */
-
-double nice_float(float f) {
-    char buf[64];
-    for (int p = 1; p <= 9; p++) {
-        snprintf(buf, sizeof buf, "%.*g", p, (double)f);
-        if ((float)strtod(buf, NULL) == f) return strtod(buf, NULL);
-    }
-    return (double)f;
-}
-
-float *out_add(out_set *o, const char *name, int ndim, int64_t d0, int64_t d1) {
-    if (o->n == o->cap) {
-        o->cap = o->cap ? 2 * o->cap : 64;
-        o->d = realloc(o->d, o->cap * sizeof *o->d);
-        o->names = realloc(o->names, o->cap * sizeof *o->names);
-        o->bufs = realloc(o->bufs, o->cap * sizeof *o->bufs);
-        o->shapes = realloc(o->shapes, o->cap * sizeof *o->shapes);
-    }
-    int i = o->n++;
-    o->names[i] = strdup(name);
-    o->shapes[i][0] = d0;
-    o->shapes[i][1] = d1;
-    size_t numel = (size_t)d0 * (size_t)(ndim == 2 ? d1 : 1);
-    o->bufs[i] = malloc((numel ? numel : 1) * sizeof(float));
-    return o->bufs[i];
-}
-
-void out_free(out_set *o) {
-    for (int i = 0; i < o->n; i++) {
-        free(o->names[i]);
-        free(o->bufs[i]);
-    }
-    free(o->d);
-    free(o->names);
-    free(o->bufs);
-    free(o->shapes);
-}
-
 /* ------------------------------------------------------------------ the layouts */
-
-/* Row of megadlm's grouped linear_qkv (qkv_layout.h) for (part 0 q / 1 k / 2 v, head within
- * its kind, channel r): Hugging Face keeps q, k and v as three separate matrices. */
-int64_t convert_qkv_row(const transformer_config *c, int part, int head, int r) {
-    const qkv_layout l = tc_qkv_layout(c);
-    size_t off = part == 0   ? qkv_query_offset(l, head)
-                 : part == 1 ? qkv_key_offset(l, head)
-                             : qkv_value_offset(l, head);
-    return (int64_t)off + r;
-}
 
 /* What of the model does not fit family f: NULL when everything maps. */
 static const char *misfit(const transformer_config *c, const megadlm_args *a, hf_family f) {
@@ -472,40 +424,6 @@ static cJSON *read_json(const char *path, char *err, size_t errlen) {
         j = NULL;
     }
     return j;
-}
-
-const st_entry *hf_find(const hf_shards *s, const char *name, const st_file **which) {
-    for (int i = 0; i < s->n; i++) {
-        const st_entry *e = st_find(&s->f[i], name);
-        if (e) {
-            if (which) *which = &s->f[i];
-            return e;
-        }
-    }
-    return NULL;
-}
-
-int hf_read(const hf_shards *s, const char *name, int ndim, int64_t d0, int64_t d1, float *out) {
-    const st_file *sf = NULL;
-    const st_entry *e = hf_find(s, name, &sf);
-    if (!e) {
-        fprintf(stderr, "error: convert --from hf: %s%s: tensor %s: missing\n", s->f[0].path,
-                s->n > 1 ? " (and the other shards)" : "", name);
-        return -1;
-    }
-    if (e->ndim != ndim || e->shape[0] != d0 || (ndim == 2 && e->shape[1] != d1)) {
-        fprintf(stderr, "error: convert --from hf: %s: tensor %s: shape [", sf->path, name);
-        for (int i = 0; i < e->ndim; i++) fprintf(stderr, "%s%lld", i ? ", " : "", (long long)e->shape[i]);
-        if (ndim == 2) fprintf(stderr, "], the config gives [%lld, %lld]\n", (long long)d0, (long long)d1);
-        else fprintf(stderr, "], the config gives [%lld]\n", (long long)d0);
-        return -1;
-    }
-    char err[1024];
-    if (st_read_f32(sf, e, out, err, sizeof err) != 0) {
-        fprintf(stderr, "error: convert --from hf: %s\n", err);
-        return -1;
-    }
-    return 0;
 }
 
 static int from_hf_tensors(const transformer_config *c, param_set *ps, hf_family f, const hf_shards *sf) {

@@ -21,7 +21,8 @@
 #include <sys/stat.h>
 
 #include "core/util/io.h"
-#include "tools/convert_internal.h"
+#include "tools/convert_difflm.h"
+#include "tools/hf_io.h"
 #include "tools/json_fields.h"
 #include "training/tokenizer/tokenizer.h"
 
@@ -383,79 +384,4 @@ int difflm_write_export(const char *out, const transformer_config *c, const mega
                         "gptneox_1.7b_dlm into %s for trust_remote_code (or give --hf-code-dir)]\n",
                 shards, shards == 1 ? "" : "s", out);
     return rc;
-}
-
-/* ------------------------------------------------------------------ reading shards */
-
-int hf_shards_open(const char *in, hf_shards *s, char *err, size_t errlen) {
-    char path[PATH_MAX + 64];
-    s->n = 0;
-    s->f = NULL;
-    snprintf(path, sizeof path, "%s/model.safetensors.index.json", in);
-    size_t len;
-    int open_failed;
-    const char *why;
-    char *buf = io_read_file(path, &len, &open_failed, &why);
-    if (!buf) { /* no index: one file */
-        if (!open_failed) {
-            snprintf(err, errlen, "%s: cannot read it: %s", path, why);
-            return -1;
-        }
-        s->f = calloc(1, sizeof *s->f);
-        snprintf(path, sizeof path, "%s/model.safetensors", in);
-        if (st_open(path, &s->f[0], err, errlen) != 0) {
-            free(s->f);
-            s->f = NULL;
-            return -1;
-        }
-        s->n = 1;
-        return 0;
-    }
-    cJSON *j = cJSON_ParseWithLength(buf, len);
-    free(buf);
-    const cJSON *wm = cJSON_GetObjectItemCaseSensitive(j, "weight_map");
-    if (!cJSON_IsObject(wm)) {
-        snprintf(err, errlen, "%s: expected a JSON object with a \"weight_map\" object", path);
-        cJSON_Delete(j);
-        return -1;
-    }
-    /* the distinct file names, each opened once */
-    int cap = cJSON_GetArraySize(wm);
-    s->f = calloc((size_t)(cap ? cap : 1), sizeof *s->f);
-    const cJSON *e;
-    int rc = 0;
-    cJSON_ArrayForEach(e, wm) {
-        if (!cJSON_IsString(e) || strchr(e->valuestring, '/')) {
-            snprintf(err, errlen, "%s: weight_map[\"%s\"]: expected a file name in %s", path,
-                     e->string, in);
-            rc = -1;
-            break;
-        }
-        int seen = 0;
-        for (int k = 0; k < s->n && !seen; k++) {
-            const char *base = strrchr(s->f[k].path, '/');
-            seen = !strcmp(base ? base + 1 : s->f[k].path, e->valuestring);
-        }
-        if (seen) continue;
-        snprintf(path, sizeof path, "%s/%s", in, e->valuestring);
-        if (st_open(path, &s->f[s->n], err, errlen) != 0) {
-            rc = -1;
-            break;
-        }
-        s->n++;
-    }
-    cJSON_Delete(j);
-    if (rc == 0 && s->n == 0) {
-        snprintf(err, errlen, "%s/model.safetensors.index.json: the weight_map names no file", in);
-        rc = -1;
-    }
-    if (rc != 0) hf_shards_close(s);
-    return rc;
-}
-
-void hf_shards_close(hf_shards *s) {
-    for (int i = 0; i < s->n; i++) st_close(&s->f[i]);
-    free(s->f);
-    s->f = NULL;
-    s->n = 0;
 }

@@ -382,12 +382,11 @@ static int checkpoint_args(const generate_args *g, megadlm_args *a, int *iterati
         if (overrides[i].value)
             snprintf(overrides[i].field, overrides[i].size, "%s", overrides[i].value);
     int saved_padded = a->padded_vocab_size;
-    int invalid = args_validate(a, err, sizeof(err)) != 0;
+    args_validity valid = args_validate_kind(a, err, sizeof(err));
     args_free(a); /* the saved data paths: only validation reads them */
-    if (invalid) {
+    if (valid != ARGS_VALID) {
         fprintf(stderr, "error: --load %s: %s%s\n", g->load, err,
-                strstr(err, "--vocab-file") || strstr(err, "--merge-file") ||
-                        strstr(err, "--tokenizer-model")
+                valid == ARGS_INVALID_TOKENIZER_FILE
                     ? " (the checkpoint's tokenizer file: give generate --vocab-file, "
                       "--merge-file or --tokenizer-model to use another copy)"
                     : "");

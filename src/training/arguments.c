@@ -1411,7 +1411,8 @@ static int validate_vocab(megadlm_args *a, char *err, size_t errlen) {
         tok_vocab = a->vocab_size + 1; /* Megatron's _NullTokenizer: eod = vocab_size */
     } else if (!strcmp(a->tokenizer_type, "GPT2BPETokenizer") ||
                !strcmp(a->tokenizer_type, "HuggingFaceTokenizer")) {
-        if (validate_tokenizer_files(a, &tok_vocab, err, errlen)) return -1;
+        if (validate_tokenizer_files(a, &tok_vocab, err, errlen))
+            return ARGS_INVALID_TOKENIZER_FILE;
     } else if (one_of(a->tokenizer_type, MEGATRON_TOKENIZERS)) {
         return fail(err, errlen,
                     "--tokenizer-type %s: not supported yet (ByteLevel, NullTokenizer, "
@@ -1873,22 +1874,29 @@ void args_fp32(megadlm_args *a) {
     a->hysteresis = d.hysteresis;
 }
 
-int args_validate(megadlm_args *a, char *err, size_t errlen) {
+args_validity args_validate_kind(megadlm_args *a, char *err, size_t errlen) {
     if (err && errlen) err[0] = 0;
     /* in this order: a layout that cannot split the model gets the same message whatever the
      * world size */
     if (validate_required(a, err, errlen) || validate_shape(a, err, errlen) ||
         validate_fsdp(a, err, errlen) || /* before the rules of the distributed optimizer */
         validate_parallel(a, err, errlen) || /* tensor, sequence, pipeline: not the world yet */
-        validate_embeddings(a, err, errlen) || validate_data(a, err, errlen) ||
-        validate_vocab(a, err, errlen) || validate_difflm(a, err, errlen) ||
+        validate_embeddings(a, err, errlen) || validate_data(a, err, errlen))
+        return ARGS_INVALID;
+    int vocab = validate_vocab(a, err, errlen); /* the one that tells its failures apart */
+    if (vocab != 0) return vocab == ARGS_INVALID_TOKENIZER_FILE ? vocab : ARGS_INVALID;
+    if (validate_difflm(a, err, errlen) ||
         validate_recompute(a, err, errlen) || validate_world(a, err, errlen) ||
         validate_precision(a, err, errlen) ||
         validate_batch(a, err, errlen) || validate_optimizer(a, err, errlen) ||
         validate_logging(a, err, errlen) || validate_launch_extras(a, err, errlen) ||
         validate_checkpointing(a, err, errlen))
-        return -1;
-    return args_check_sizes(a, err, errlen);
+        return ARGS_INVALID;
+    return args_check_sizes(a, err, errlen) ? ARGS_INVALID : ARGS_VALID;
+}
+
+int args_validate(megadlm_args *a, char *err, size_t errlen) {
+    return args_validate_kind(a, err, errlen) == ARGS_VALID ? 0 : -1;
 }
 
 /* Sizes whose products the model takes as int (a tensor's rows or width): at most INT_MAX. */

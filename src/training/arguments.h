@@ -40,6 +40,17 @@ int args_parse(megadlm_args *a, int argc, char **argv, char *err, size_t errlen)
 /* Applies Megatron's rules and derived defaults. 0, or -1 with a message naming the flags and
  * the rule in err. Run once, after parsing (and after loading a checkpoint's arguments). */
 int args_validate(megadlm_args *a, char *err, size_t errlen);
+/* args_validate's failures, told apart for a caller that words them differently (generate
+ * points at its overrides when a checkpoint's tokenizer file is missing): a tokenizer file
+ * (--vocab-file, --merge-file, --tokenizer-model) that is not given, cannot be read or is not
+ * a tokenizer, or any other rule. */
+typedef enum {
+    ARGS_VALID = 0,
+    ARGS_INVALID = -1,
+    ARGS_INVALID_TOKENIZER_FILE = -2,
+} args_validity;
+/* args_validate, returning which kind of failure (the message is the same). */
+args_validity args_validate_kind(megadlm_args *a, char *err, size_t errlen);
 /* The model's sizes (every size positive, the products the model keeps in an int at most
  * INT_MAX, the whole model and one micro-batch's activations below 2^60 bytes), in 64-bit
  * arithmetic. Part of args_validate; also for arguments read from a checkpoint's state.json

@@ -509,7 +509,7 @@ void plan_device_calibrate(plan_device *d) {
     memset(d, 0, sizeof(*d));
     snprintf(d->name, sizeof d->name, "this-cpu");
     int world = parallel_world_size(), mpi = parallel_get()->mpi && world > 1;
-    threads_setup();
+    threads_setup(parallel_get()->mpi);
     measure_gemm_table(d, mpi);
     double bw[2] = {measure_memory(0.3), measure_elementwise(0.3)};
     if (mpi) MPI_Allreduce(MPI_IN_PLACE, bw, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);

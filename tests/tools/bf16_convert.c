@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/kernels/bf16.h"
+#include "core/tensor/dtype.h"
 
 static void *read_all(const char *path, size_t *bytes) {
     FILE *f = fopen(path, "rb");

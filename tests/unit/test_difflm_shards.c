@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "test_util.h"
-#include "tools/convert_internal.h"
+#include "tools/convert_difflm.h"
 
 enum { LAYERS = 28, H = 2048, A = 16, D = 128, F = 6144, V = 50304, N = 1 + LAYERS * 11 + 2 };
 

@@ -95,13 +95,15 @@ void gpt_data_free(gpt_data *d) {
 }
 
 /* The indices of split s of ds: built, or with --data-cache-path read from the cache (and
- * written there when missing). */
+ * written there when missing). An index_cache_status. */
 static int build_indices(const gpt_data_config *cfg, int s, const indexed_dataset *ds,
                          const int64_t beg[3], const int64_t end[3], uint64_t num_samples,
                          gpt_indices *ix, char *err, size_t errlen) {
     if (!cfg->cache_dir || !cfg->cache_dir[0])
         return gpt_indices_build(ds->sequence_lengths, beg[s], end[s], num_samples,
-                                 cfg->seq_length, (uint32_t)cfg->seed, 1, ix, err, errlen);
+                                 cfg->seq_length, (uint32_t)cfg->seed, 1, ix, err, errlen) == 0
+                   ? INDEX_CACHE_OK
+                   : INDEX_CACHE_BUILD_FAILED;
     uint64_t tokens = 0;
     for (uint64_t i = 0; i < ds->sequence_count; i++) tokens += (uint64_t)ds->sequence_lengths[i];
     index_cache_key key = {.dir = cfg->cache_dir, .prefix = ds->prefix, .split = SPLIT_NAMES[s],
@@ -120,8 +122,9 @@ static int build_mid(gpt_data *d, const gpt_data_config *cfg, int s, mid_ds *m,
     m->beg = beg[s];
     m->end = end[s];
     char e2[512];
-    if (build_indices(cfg, s, ds, beg, end, num_samples, &m->ix, e2, sizeof e2) != 0) {
-        if (!strncmp(e2, "--data-cache-path", 17)) { /* the cache's own error */
+    int rc = build_indices(cfg, s, ds, beg, end, num_samples, &m->ix, e2, sizeof e2);
+    if (rc != INDEX_CACHE_OK) {
+        if (rc == INDEX_CACHE_DIR_FAILED) { /* the cache's own error */
             err_set(err, errlen, "%s", e2);
             return -1;
         }

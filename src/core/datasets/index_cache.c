@@ -243,11 +243,11 @@ static int cache_save(const cache_names *c, const gpt_indices *ix, char *err, si
 
 int index_cache_indices(const index_cache_key *k, const int32_t *sizes, gpt_indices *out,
                         char *err, size_t errlen) {
-    if (make_dirs(k->dir, err, errlen) != 0) return -1;
+    if (make_dirs(k->dir, err, errlen) != 0) return INDEX_CACHE_DIR_FAILED;
     cache_names *c = malloc(sizeof *c);
     if (!c) {
         err_set(err, errlen, "out of memory");
-        return -1;
+        return INDEX_CACHE_BUILD_FAILED;
     }
     cache_names_init(k, c);
     char why[1024];
@@ -257,17 +257,17 @@ int index_cache_indices(const index_cache_key *k, const int32_t *sizes, gpt_indi
             fprintf(k->log, " > loaded the GPTDataset %s indices of %s from the cache: %s, "
                     "sample_index.npy, shuffle_index.npy\n", k->split, k->prefix, c->path[0]);
         free(c);
-        return 0;
+        return INDEX_CACHE_OK;
     }
     if (rc < 0) /* every rank says it: each reads the files */
         fprintf(stderr, "warning: --data-cache-path: %s; rebuilding the indices\n", why);
     rc = gpt_indices_build(sizes, k->doc_beg, k->doc_end, k->num_samples, k->seq_length, k->seed,
-                           1, out, err, errlen);
-    if (rc == 0 && cache_save(c, out, err, errlen) != 0) {
+                           1, out, err, errlen) == 0 ? INDEX_CACHE_OK : INDEX_CACHE_BUILD_FAILED;
+    if (rc == INDEX_CACHE_OK && cache_save(c, out, err, errlen) != 0) {
         gpt_indices_free(out);
-        rc = -1;
+        rc = INDEX_CACHE_DIR_FAILED;
     }
-    if (rc == 0 && k->log)
+    if (rc == INDEX_CACHE_OK && k->log)
         fprintf(k->log, " > built the GPTDataset %s indices of %s and saved them to the cache: "
                 "%s, sample_index.npy, shuffle_index.npy\n", k->split, k->prefix, c->path[0]);
     free(c);

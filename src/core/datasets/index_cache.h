@@ -37,9 +37,17 @@ typedef struct {
     FILE *log; /* where the load/build lines go (NULL: nowhere) */
 } index_cache_key;
 
+/* What index_cache_indices returns: the caller words a failure by whose it is (the split's
+ * indices, or the cache directory), so it is told which, not left to read the message. */
+typedef enum {
+    INDEX_CACHE_OK = 0,
+    INDEX_CACHE_BUILD_FAILED = -1, /* the indices could not be built (or out of memory) */
+    INDEX_CACHE_DIR_FAILED = -2,   /* the cache directory cannot be created or written */
+} index_cache_status;
+
 /* The indices of `key` from the cache, else built with gpt_indices_build(sizes, ...) and
- * written to the cache. 0, or -1 with a message (a build error, or a cache directory that
- * cannot be created or written, naming it). */
+ * written to the cache. INDEX_CACHE_OK, or a failure with a message (a cache directory's names
+ * it). */
 int index_cache_indices(const index_cache_key *key, const int32_t *sizes, gpt_indices *out,
                         char *err, size_t errlen);
 

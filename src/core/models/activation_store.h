@@ -25,8 +25,6 @@
 #include "core/transformer/transformer_block.h"
 #include "core/transformer/transformer_config.h"
 
-struct gpt_model;
-
 typedef struct activation_store {
     transformer_config cfg; /* the model's, with this store's chunk (vp_rank) and recompute kind */
     int max_batch;          /* the model's: B the buffers hold */
@@ -64,9 +62,7 @@ typedef struct activation_store {
     layer_ctx ctx;
 } activation_store;
 
-/* A store for m's micro-batches: with full recompute, checkpointed = 0 makes it keep everything
- * (per-micro-batch partial recompute). Runs model chunk 0. Free it before the model. */
-activation_store *activation_store_create(const struct gpt_model *m, int checkpointed);
+/* activation_store_create (a store for a model's micro-batches) is the model's: gpt_model.h. */
 void activation_store_free(activation_store *s);
 /* Interleaving: the model chunk the store's next forward or backward runs. */
 void activation_store_set_chunk(activation_store *s, int chunk);

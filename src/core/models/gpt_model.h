@@ -105,6 +105,10 @@ typedef struct gpt_model {
  * (activation_store_create). */
 gpt_model *gpt_model_create(const transformer_config *cfg, int max_batch, gpt_model_kind kind);
 void gpt_model_free(gpt_model *m);
+/* A store for m's micro-batches: with full recompute, checkpointed = 0 makes it keep everything
+ * (per-micro-batch partial recompute). Runs model chunk 0. Free it before the model. (The model
+ * builds it, from its own sizes, so that activation_store.c needs nothing of the model.) */
+activation_store *activation_store_create(const gpt_model *m, int checkpointed);
 
 /* Megatron's init: normal(0, init_method_std) for weights and embeddings, std/sqrt(2L) for
  * linear_proj and linear_fc2, norms 1, biases 0. Element values depend only on (seed, tensor

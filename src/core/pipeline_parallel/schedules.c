@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/models/gpt_model.h" /* activation_store_create */
 #include "core/parallel_state.h"
 #include "core/pipeline_parallel/p2p_communication.h"
 #include "core/tensor/memory.h"

@@ -28,6 +28,8 @@
 
 #include "core/models/activation_store.h"
 
+struct gpt_model; /* the schedules never look inside the model */
+
 typedef struct {
     void *user;
     /* runs micro-batch k's forward on its store; returns its loss (last stage) or 0 */

@@ -1,6 +1,6 @@
 /* safetensors reader and writer: see safetensors.h for the format and the guarantees. */
 #include "core/tensor/safetensors.h"
-#include "core/kernels/bf16.h"
+#include "core/tensor/dtype.h"
 #include "core/util/error.h"
 #include "core/util/alloc.h"
 #include "core/util/io.h"

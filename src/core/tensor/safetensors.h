@@ -32,7 +32,7 @@
  * F32, F16 or BF16.
  *
  * F16 is IEEE binary16, BF16 bfloat16, both little-endian 16-bit patterns as PyTorch's
- * torch.float16 / torch.bfloat16 store them; conversions are core/kernels/bf16.h's (to F32
+ * torch.float16 / torch.bfloat16 store them; conversions are core/tensor/dtype.h's (to F32
  * exact, from F32 rounded to nearest even).
  *
  * Only little-endian hosts are supported (checked at compile time). */
@@ -76,7 +76,7 @@ typedef struct {
     const int64_t *shape;    /* [ndim] */
     const void *data;        /* prod(shape) * st_dtype_size(dtype) bytes, little-endian */
     /* Instead of data (which is then NULL): prod(shape) floats, written converted to dtype,
-     * which must be F32 (as they are), F16 or BF16 (rounded to nearest even, bf16.h). */
+     * which must be F32 (as they are), F16 or BF16 (rounded to nearest even, dtype.h). */
     const float *from_f32;
 } st_tensor_desc;
 

@@ -7,7 +7,7 @@
 #ifndef MEGADLM_CORE_TRANSFORMER_ATTENTION_H
 #define MEGADLM_CORE_TRANSFORMER_ATTENTION_H
 
-#include "core/transformer/transformer_layer.h"
+#include "core/transformer/layer_types.h"
 
 /* out_local = reduce(ctx_local @ linear_proj_local^T) + b. Uses s->qkv_raw/qk stats/qkv/probs/ctx. */
 void self_attention_forward(const layer_ctx *ctx, int layer_index, const layer_weights *w,

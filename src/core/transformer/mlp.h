@@ -5,7 +5,7 @@
 #ifndef MEGADLM_CORE_TRANSFORMER_MLP_H
 #define MEGADLM_CORE_TRANSFORMER_MLP_H
 
-#include "core/transformer/transformer_layer.h"
+#include "core/transformer/layer_types.h"
 
 /* out_local = reduce(act(gather(in_local) @ fc1_local^T + b) @ fc2_local^T) + b.
  * Uses s->fc1, s->act. */

@@ -11,66 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/kernels/attention.h"
-#include "core/kernels/dropout.h"
-#include "core/kernels/linear.h"
 #include "core/tensor/memory.h"
-#include "core/transformer/layer_saved.h"
-#include "core/transformer/transformer_config.h"
-
-/* Pointers into a param_set's data (or grad) buffer; NULL where the config has no such tensor
- * (biases without --add-bias-linear, LayerNorm biases with RMSNorm, q/k norms without
- * --qk-layernorm). Under --bf16 / --fp16 a layer's weights are the model's 16-bit parameters:
- * the four GEMM weights by their *_w16 pointers into the 16-bit copy (their fp32 pointers are
- * NULL), the other tensors by fp32 pointers into the model's buffer of their widened values
- * (gpt_model.h); the *_w16 pointers of a gradient's layer_weights are NULL. */
-typedef struct {
-    float *ln1_w, *ln1_b;                   /* input_layernorm [C] */
-    float *qkv_w, *qkv_b;                   /* self_attention.linear_qkv [QKV, C], [QKV] */
-    float *q_ln_w, *q_ln_b, *k_ln_w, *k_ln_b; /* self_attention.{q,k}_layernorm [HS] */
-    float *proj_w, *proj_b;                 /* self_attention.linear_proj [C, NH*HS], [C] */
-    float *ln2_w, *ln2_b;                   /* pre_mlp_layernorm [C] */
-    float *fc1_w, *fc1_b;                   /* mlp.linear_fc1 [FC1, C], [FC1] */
-    float *fc2_w, *fc2_b;                   /* mlp.linear_fc2 [C, F], [C] */
-    const uint16_t *qkv_w16, *proj_w16, *fc1_w16, *fc2_w16; /* --bf16 / --fp16 */
-} layer_weights;
-/* A layer's GEMM weight as the linears take it, e.g. LAYER_LINEAR_W(w, qkv). */
-#define LAYER_LINEAR_W(w, name) ((linear_weight){(w)->name##_w, (w)->name##_w16})
-
-/* What one layer keeps for backward: layer_saved, generated from the table of saved tensors in
- * layer_saved.h (docs/MEMORY.md). */
-
-/* Transient buffers shared by all layers (workspace, not saved). Under sequence parallelism
- * the [Ns, C] and [N, C] buffers are distinct; otherwise the *_full pointers alias them. */
-typedef struct {
-    float *branch;      /* [Ns, C]  reduced output of linear_proj / linear_fc2 (+ bias); its grad */
-    float *branch_full; /* [N, C]   this rank's partial output before the reduction; its grad */
-    float *dln;         /* [Ns, C]  grad w.r.t. a norm output */
-    float *dln_full;    /* [N, C]   this rank's partial grad w.r.t. the gathered norm output */
-    float *gathered;    /* [N, C]   all-gathered norm output (sequence parallelism) */
-    float *dctx;     /* [N, NH*HS] */
-    float *dqkv;     /* [N, QKV] */
-    float *dqkv_raw; /* [N, QKV] (--qk-layernorm only) */
-    float *dfc1;     /* [N, FC1] */
-    float *dact;     /* [N, F] */
-    attention_workspace attn; /* attention_workspace_floats(T, threads) */
-    float *recv;     /* [(N - Ns), C] ring reduce-scatter receive buffers (--tp-comm-overlap) */
-    layer_saved views; /* --bf16: the fp32 views of the table's b16 tensors (layer_saved.h),
-                          shared by every layer's layer_saved; NULL fields otherwise */
-} layer_workspace;
-
-/* Per-call context: shapes of this micro-batch and the dropout key parts. */
-typedef struct {
-    const transformer_config *cfg;
-    int B, T;               /* this micro-batch (<= the allocated maximum) */
-    int T_valid;            /* keys at positions >= T_valid are padding, masked out for every
-                               query (a variable-length micro-batch padded for sequence
-                               parallelism); T when none */
-    int training;           /* dropout on */
-    dropout_key key;        /* seed, iteration, micro-batch; layer and site are set per use */
-    const float *rope_cos;  /* [T, rot_dim/2] (rope only) */
-    const float *rope_sin;
-} layer_ctx;
+#include "core/transformer/layer_types.h"
 
 /* Allocates a layer's saved buffers for up to B x T tokens in category cat (MEM_ACTIVATIONS for
  * a layer that keeps its state, MEM_WORKSPACE for the slots full recompute reuses). */

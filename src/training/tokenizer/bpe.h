@@ -105,12 +105,16 @@ typedef struct {
     int eod, bos, pad, mask, unk;
     int add_bos; /* tokenizer_config.json's add_bos_token: every encoding starts with bos */
 } hf_special_ids;
-/* path: a tokenizer directory (tokenizer.json or vocab.json + merges.txt, with
- * tokenizer_config.json, special_tokens_map.json, added_tokens.json) or a tokenizer.json. */
+/* The parts of HuggingFaceTokenizer; tokenizer.c picks one by what --tokenizer-model names
+ * (a directory or a file), so that neither part calls the other's loader:
+ *   hf_tokenizer_load  a lone tokenizer.json (hf_tokenizer.c);
+ *   hf_json_load       a tokenizer.json read into m (not finished: a directory adds tokens
+ *                      first; *first_special: the first special added token's id or -1);
+ *   hf_dir_load        a tokenizer directory (tokenizer.json or vocab.json + merges.txt, with
+ *                      tokenizer_config.json, special_tokens_map.json, added_tokens.json;
+ *                      hf_dir.c).
+ * Messages name --tokenizer-model and the file. */
 bpe_model *hf_tokenizer_load(const char *path, hf_special_ids *ids, char *err, size_t errlen);
-/* The parts of HuggingFaceTokenizer (hf_tokenizer.c, hf_dir.c): a tokenizer.json read into m
- * (not finished: a directory adds tokens first; *first_special: the first special added token's
- * id or -1), and a tokenizer directory. Messages name --tokenizer-model and the file. */
 int hf_json_load(const char *path, bpe_model *m, int *first_special, char *err, size_t errlen);
 bpe_model *hf_dir_load(const char *dir, hf_special_ids *ids, char *err, size_t errlen);
 /* The flags of an added token object (tokenizer.json's added_tokens, tokenizer_config.json's

@@ -1,6 +1,7 @@
 /* HuggingFaceTokenizer: byte-level BPE models described by a Hugging Face tokenizer.json
  * (GPT-2, GPT-NeoX, Qwen2, Llama-3 style), and SentencePiece-style BPE in Llama 2's exact shape
- * (sp_shape, bpe_set_sentencepiece); a tokenizer directory around it is hf_dir.c's.
+ * (sp_shape, bpe_set_sentencepiece); a tokenizer directory around it is hf_dir.c's (tokenizer.c
+ * tells the two apart).
  * What is read (anything else is refused with a message naming the file and the field):
  *   model          {"type": "BPE", "vocab": {...}, "merges": ["a b", ...] or [["a", "b"], ...],
  *                   "ignore_merges"}; dropout must be null, continuing_subword_prefix and
@@ -25,8 +26,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <sys/stat.h>
 
 #include "training/tokenizer/bpe.h"
 #include "training/tokenizer/tokenizer_file.h"
@@ -366,12 +365,5 @@ bad:
 bpe_model *hf_tokenizer_load(const char *path, hf_special_ids *ids, char *err, size_t errlen) {
     ctx c = {path, err, errlen};
     *ids = (hf_special_ids){-1, -1, -1, -1, -1, 0};
-    if (!path || !path[0]) {
-        snprintf(err, errlen, "--tokenizer-type HuggingFaceTokenizer needs --tokenizer-model "
-                              "(a tokenizer directory or a tokenizer.json)");
-        return NULL;
-    }
-    struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return hf_dir_load(path, ids, err, errlen);
     return load_file(&c, ids);
 }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "training/tokenizer/bpe.h"
 #include "core/util/error.h"
@@ -27,6 +28,20 @@ struct tokenizer {
     bpe_model *bpe; /* GPT2BPETokenizer, HuggingFaceTokenizer */
 };
 
+/* HuggingFaceTokenizer's --tokenizer-model: a tokenizer directory (hf_dir.c) or a lone
+ * tokenizer.json (hf_tokenizer.c). */
+static bpe_model *hf_load(const char *path, hf_special_ids *ids, char *err, size_t errlen) {
+    *ids = (hf_special_ids){-1, -1, -1, -1, -1, 0};
+    if (!path || !path[0]) {
+        snprintf(err, errlen, "--tokenizer-type HuggingFaceTokenizer needs --tokenizer-model "
+                              "(a tokenizer directory or a tokenizer.json)");
+        return NULL;
+    }
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return hf_dir_load(path, ids, err, errlen);
+    return hf_tokenizer_load(path, ids, err, errlen);
+}
+
 tokenizer *tokenizer_create(const char *type, int vocab_size, char *err, size_t errlen) {
     tokenizer_options o = {.type = type, .vocab_size = vocab_size};
     return tokenizer_create_opts(&o, err, errlen);
@@ -43,7 +58,7 @@ tokenizer *tokenizer_create_opts(const tokenizer_options *o, char *err, size_t e
         char e2[1024];
         bpe_model *m = is_gpt2
                            ? gpt2_bpe_load(o->vocab_file, o->merge_file, &sp.eod, e2, sizeof e2)
-                           : hf_tokenizer_load(o->tokenizer_model, &sp, e2, sizeof e2);
+                           : hf_load(o->tokenizer_model, &sp, e2, sizeof e2);
         if (!m) {
             err_set(err, errlen, "%s", e2);
             return NULL;
