@@ -13,10 +13,11 @@
 # finishes. The interleaved schedule's rule on micro-batches (a multiple of PP) is checked.
 # FAMILY=gpt2|llama.
 set -euo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 FAMILY=${FAMILY:-gpt2}
 export OMP_NUM_THREADS=1
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
 common=(--num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16
         --max-position-embeddings 16 --micro-batch-size 2 --global-batch-size 8 --train-iters 6
         --lr 1e-3 --lr-decay-style cosine --mock-data --vocab-size 100 --log-interval 1
@@ -46,11 +47,11 @@ compare() { # compare DIR RTOL [REF]
 }
 run() { # run NAME NP flags...
   local name=$1 np=$2; shift 2
-  "${MPIRUN[@]}" -np "$np" "$BUILD/megadlm" train "${common[@]}" --save "$name" "$@" > "$name.log" 2>&1 ||
+  "${MPIRUN[@]}" -np "$np" "$MEGADLM" train "${common[@]}" --save "$name" "$@" > "$name.log" 2>&1 ||
     { echo "FAILED: $name did not run"; tail -5 "$name.log"; return 1; }
 }
 fail=0
-"$BUILD/megadlm" train "${common[@]}" --make-vocab-size-divisible-by 128 --save ref > ref.log
+"$MEGADLM" train "${common[@]}" --make-vocab-size-divisible-by 128 --save ref > ref.log
 n=$(losses ref.log | wc -l)
 check() { # check NAME NP flags... (REF=ref8: against the 8-layer run)
   local name=$1 rtol=1e-4 ref=${REF:-ref}
@@ -89,7 +90,7 @@ check tp2pp2vp2sp 4 "${VP[@]}" --tensor-model-parallel-size 2 --make-vocab-size-
 check pp2dp2vp2 4 "${VP[@]}" --use-distributed-optimizer --overlap-grad-reduce \
     --overlap-param-gather --ddp-bucket-size 2000
 # PP 4 x 2 chunks needs 8 layers: against an 8-layer single-process run
-"$BUILD/megadlm" train "${common[@]}" --num-layers 8 --make-vocab-size-divisible-by 128 \
+"$MEGADLM" train "${common[@]}" --num-layers 8 --make-vocab-size-divisible-by 128 \
     --save ref8 > ref8.log
 REF=ref8 check pp4vp2 4 --num-layers 8 --pipeline-model-parallel-size 4 \
     --virtual-pipeline-model-parallel-size 2
@@ -97,7 +98,7 @@ REF=ref8 check pp4vp2part 4 --num-layers 8 --pipeline-model-parallel-size 4 \
     --virtual-pipeline-model-parallel-size 2 "${FULL[@]}" \
     --num-microbatches-with-partial-activation-checkpoints 3
 # Megatron's rule: the micro-batches of an iteration (3 here) in groups of PP
-if "${MPIRUN[@]}" -np 2 "$BUILD/megadlm" train "${common[@]}" "${VP[@]}" --global-batch-size 6 \
+if "${MPIRUN[@]}" -np 2 "$MEGADLM" train "${common[@]}" "${VP[@]}" --global-batch-size 6 \
     > vpbad.log 2>&1 || ! grep -q "number of micro-batches (3 = .*) is not divisible by --pipeline-model-parallel-size 2, as the interleaved schedule needs" vpbad.log; then
   echo "FAILED: 3 micro-batches with PP 2 interleaved were not refused as expected"; tail -3 vpbad.log; fail=1
 fi
@@ -106,7 +107,7 @@ run mixed 2 --pipeline-model-parallel-size 2 --exit-interval 3 || fail=1
 run mixed-b 2 --tensor-model-parallel-size 2 --make-vocab-size-divisible-by 64 --load mixed || fail=1
 cat mixed.log mixed-b.log > mixed-all.log
 close ref.log mixed-all.log "$n" || fail=1
-"$BUILD/megadlm" train "${common[@]}" --save single --exit-interval 3 > single.log
+"$MEGADLM" train "${common[@]}" --save single --exit-interval 3 > single.log
 run single-b 4 --pipeline-model-parallel-size 4 --load single || fail=1
 cat single.log single-b.log > single-all.log
 close ref.log single-all.log "$n" || fail=1

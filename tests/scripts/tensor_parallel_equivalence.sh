@@ -6,10 +6,11 @@
 #   parameters and optimizer state after 5 steps within rel 1e-4.
 # FAMILY=gpt2|llama selects the family (two CTest entries keep each under a minute).
 set -euo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 FAMILY=${FAMILY:-gpt2}
 export OMP_NUM_THREADS=1
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
 
 common=(--num-layers 3 --hidden-size 32 --num-attention-heads 4 --seq-length 16
         --max-position-embeddings 16 --micro-batch-size 2 --global-batch-size 4 --train-iters 5
@@ -39,13 +40,13 @@ declare -A RECOMPUTE=(
   [full]="--recompute-granularity full --recompute-method uniform --recompute-num-layers 2"
 )
 fail=0
-"$BUILD/megadlm" train "${common[@]}" --make-vocab-size-divisible-by 128 --save ref > ref.log
+"$MEGADLM" train "${common[@]}" --make-vocab-size-divisible-by 128 --save ref > ref.log
 for t in 2 4; do
   for sp in "" "--sequence-parallel"; do
     for rc in none selective full; do
       name="t$t${sp:+-sp}-$rc"
       # shellcheck disable=SC2086
-      "${MPIRUN[@]}" -np $t "$BUILD/megadlm" train "${common[@]}" --tensor-model-parallel-size $t \
+      "${MPIRUN[@]}" -np $t "$MEGADLM" train "${common[@]}" --tensor-model-parallel-size $t \
           --make-vocab-size-divisible-by "$(vocab_div $t)" $sp ${RECOMPUTE[$rc]} --save "$name" \
           > "$name.log" 2>&1 || { echo "FAILED: $name did not run"; tail -5 "$name.log"; fail=1; continue; }
       echo "$FAMILY $name"
@@ -59,7 +60,7 @@ for t in 2 4; do
   done
 done
 # --distribute-saved-activations (full recompute, t > 1, no sequence parallelism)
-"${MPIRUN[@]}" -np 2 "$BUILD/megadlm" train "${common[@]}" --tensor-model-parallel-size 2 \
+"${MPIRUN[@]}" -np 2 "$MEGADLM" train "${common[@]}" --tensor-model-parallel-size 2 \
     --make-vocab-size-divisible-by 64 --recompute-granularity full --recompute-method block \
     --recompute-num-layers 2 --distribute-saved-activations > dist.log 2>&1 || { echo "FAILED: distribute"; fail=1; }
 echo "$FAMILY t2 distribute-saved-activations"; close_losses ref.log dist.log || fail=1

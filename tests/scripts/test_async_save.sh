@@ -5,7 +5,9 @@
 # background write is in flight leaves the previous checkpoint as the latest, loadable, with
 # the resumed run bitwise equal to an uninterrupted one.
 set -uo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 export OMP_NUM_THREADS=1
 common=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
         --max-position-embeddings 16 --micro-batch-size 2 --global-batch-size 8
@@ -23,7 +25,7 @@ same_files() {
     done
   done
 }
-mpi() { mpirun --allow-run-as-root --oversubscribe -np "$@"; }
+mpi() { "${MPIRUN[@]}" -np "$@"; }
 
 # 1. one process: every save async, the same bytes and losses as synchronous saves
 "$MEGADLM" train "${common[@]}" --train-iters 6 --save sync --save-interval 2 > sync.log 2>&1 ||

@@ -14,7 +14,9 @@
 #    checkpoint); convert --from hf of that BF16 model widens exactly; generate reads a --bf16
 #    checkpoint as its BF16 values widened (the same text as from an F32 copy of them).
 set -euo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 PY=/usr/bin/python3 # Debian's python3 with python3-torch (the python3 first on PATH may lack it)
 CHK="$SRC/tests/python/check_bf16_checkpoint.py"
 "$PY" -c 'import torch' || { echo "FAIL: $PY lacks torch (scripts/install-deps.sh: python3-torch)"; exit 1; }

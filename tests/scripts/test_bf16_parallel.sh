@@ -42,9 +42,10 @@
 #    gathered bf16 copy widened per range under the next forward); PP 2 x DP 2 likewise gives
 #    the bytes of PP 2 x DP 2 without it.
 set -euo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 export OMP_NUM_THREADS=1
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
 fail=0
 say_fail() { echo "FAILED: $*"; fail=1; }
 

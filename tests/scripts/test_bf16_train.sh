@@ -16,7 +16,9 @@
 # The checkpoint files under --bf16, loads across precisions, convert and generate:
 # test_bf16_checkpoint.sh.
 set -euo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 fail=0
 say_fail() { echo "FAILED: $*"; fail=1; }
 

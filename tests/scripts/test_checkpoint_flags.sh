@@ -4,7 +4,9 @@
 # the files of the checkpoint converted (cmp), state.json read with Python's json module, and
 # the directories on disk.
 set -uo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 export OMP_NUM_THREADS=1
 shape=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
        --max-position-embeddings 16)
@@ -155,7 +157,7 @@ diff -q <(losses straight.log | tail -4) <(losses useargs.log) > /dev/null ||
 # the training flags (--non-persistent-save-interval without its type among them) ---
 conv=(--non-persistent-save-interval 16 --no-load-optim --no-save-optim --no-save-rng --no-load-rng --ckpt-convert-format torch
       --ckpt-convert-save converted/ckptstep_4 --ckpt-step 4)
-mpirun --allow-run-as-root --oversubscribe -np 2 "$MEGADLM" train "${common[@]}" --seed 5 \
+"${MPIRUN[@]}" -np 2 "$MEGADLM" train "${common[@]}" --seed 5 \
   --tensor-model-parallel-size 2 --save straight --load straight "${conv[@]}" > convert.log 2>&1 ||
   { FAIL "convert mode"; tail -3 convert.log; }
 grep -q "> converted checkpoint: torch_dist -> torch: iteration 4 of straight written to converted/ckptstep_4/torch in megadlm's format (safetensors; model only, no optimizer state, no RNG state)" convert.log ||

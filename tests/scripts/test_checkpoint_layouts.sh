@@ -15,9 +15,10 @@
 #  4. A flipped byte in a tensor split across TP is caught by the crc32 check every rank takes
 #     part in (each rank hashes only what it owns): every rank refuses to load.
 set -euo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 export OMP_NUM_THREADS=1
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
 common=(--num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16
         --max-position-embeddings 16 --micro-batch-size 2 --global-batch-size 8
         --mock-data --vocab-size 100 --log-interval 1 --eval-iters 0 --seed 17
@@ -25,8 +26,8 @@ common=(--num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16
 fail=0
 run() { # run NAME NP flags...
   local name=$1 np=$2; shift 2
-  if [ "$np" = 1 ]; then "$BUILD/megadlm" train "${common[@]}" --save "$name" "$@" > "$name.log" 2>&1
-  else "${MPIRUN[@]}" -np "$np" "$BUILD/megadlm" train "${common[@]}" --save "$name" "$@" > "$name.log" 2>&1; fi ||
+  if [ "$np" = 1 ]; then "$MEGADLM" train "${common[@]}" --save "$name" "$@" > "$name.log" 2>&1
+  else "${MPIRUN[@]}" -np "$np" "$MEGADLM" train "${common[@]}" --save "$name" "$@" > "$name.log" 2>&1; fi ||
     { echo "FAILED: $name did not run"; tail -5 "$name.log"; return 1; }
 }
 cmpck() { # cmpck FILE A B RTOL: tensors of A and B within RTOL (compare_checkpoints.py)
@@ -125,7 +126,7 @@ with open(p, "r+b") as f:
     at = 8 + n + b + (e - b) * 3 // 4 + 1
     f.seek(at); x = f.read(1); f.seek(at); f.write(bytes([x[0] ^ 0x10]))
 EOF
-if timeout 120 "${MPIRUN[@]}" -np 2 "$BUILD/megadlm" train "${common[@]}" "${train[@]}" \
+if timeout 120 "${MPIRUN[@]}" -np 2 "$MEGADLM" train "${common[@]}" "${train[@]}" \
     --train-iters 7 --tensor-model-parallel-size 2 --load corrupt --distributed-timeout-minutes 1 \
     > corrupt.log 2>&1; then
   echo "FAILED: a corrupted checkpoint loaded"; fail=1
@@ -136,7 +137,7 @@ else
 fi
 # a save that fails on rank 0 (DIR is a file) fails on every rank, with rank 0's message
 touch blocked
-if timeout 120 "${MPIRUN[@]}" -np 2 "$BUILD/megadlm" train "${common[@]}" "${zero[@]}" \
+if timeout 120 "${MPIRUN[@]}" -np 2 "$MEGADLM" train "${common[@]}" "${zero[@]}" \
     --tensor-model-parallel-size 2 --save blocked --distributed-timeout-minutes 1 > blocked.log 2>&1; then
   echo "FAILED: saving into a file succeeded"; fail=1
 elif [ "$(grep -cE "error: saving the checkpoint of iteration [0-9]+ to blocked: blocked: exists and is not a directory" blocked.log)" -ne 2 ]; then

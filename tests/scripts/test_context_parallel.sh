@@ -20,9 +20,10 @@
 # The single process is the independent reference: it never splits a sequence, so a wrong
 # split, position, dropout key, mask or reduction moves the losses by far more than 1e-5.
 set -euo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 export OMP_NUM_THREADS=1
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
 PY=/usr/bin/python3
 
 base=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --micro-batch-size 2

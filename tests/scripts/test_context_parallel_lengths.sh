@@ -22,9 +22,10 @@
 #   - the autoregressive mode keeps Megatron's rule: --seq-length 62 at CP 2 is refused with its
 #     words ("seq-length should be a multiple of 2 * context-parallel-size").
 set -euo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 export OMP_NUM_THREADS=1
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
 PY=/usr/bin/python3
 
 common=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --micro-batch-size 2

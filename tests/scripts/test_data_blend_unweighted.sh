@@ -12,8 +12,9 @@
 #   3. an odd count is prefixes only; mixed weights and prefixes, a split with fewer samples
 #      than the run reads, and a dataset with no sample in a split are clear errors.
 set -uo pipefail
-: "${MEGADLM:?}" "${SRC:?}" "${WORK:?}" "${BUILD:?}"
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 export OMP_NUM_THREADS=1
 PY=/usr/bin/python3
 REF="$SRC/tests/python/megatron_reference.py"

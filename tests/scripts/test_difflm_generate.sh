@@ -8,7 +8,9 @@
 # (--difflm-full-logits), and flags of the other model
 # family are refused.
 set -uo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 train=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 17
        --max-position-embeddings 17 --micro-batch-size 32 --global-batch-size 32 --lr 3e-3
        --lr-decay-style cosine --lr-warmup-iters 20 --mock-data --vocab-size 50 --log-interval 500

@@ -14,9 +14,10 @@
 # step bound: elements whose gradient cancels to rounding noise, which Adam turns into steps of
 # up to lr). With dropout and variable lengths on. The autoregressive objective ignores the flag: bitwise the same log.
 set -uo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 export OMP_NUM_THREADS=1
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
 common=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 289
         --max-position-embeddings 289 --micro-batch-size 2 --global-batch-size 8 --train-iters 5
         --lr 1e-3 --mock-data --vocab-size 100 --make-vocab-size-divisible-by 64

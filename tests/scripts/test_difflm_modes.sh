@@ -18,7 +18,9 @@
 #   (6) --sequence-parallel / --tp-comm-overlap with variable-length batches = one process;
 #   (7) --add-qkv-bias: parameter count, TP / SP, checkpoints across layouts.
 set -uo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 export OMP_NUM_THREADS=1
 base=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
       --max-position-embeddings 16 --micro-batch-size 2 --global-batch-size 4 --train-iters 3
@@ -79,7 +81,7 @@ same dlm_ref anomaly_off "--detect-anomaly --turn-on-debugpy without --debug"
 grep -q "Detecting anomaly\|Waiting for debugger" anomaly_off.log &&
   { echo "FAILED: --detect-anomaly / --turn-on-debugpy acted without --debug"; fail=1; }
 # under 2 ranks: rank 0 waits (naming its PID), rank 1 with it; gdb releases it
-mpirun --allow-run-as-root --oversubscribe -np 2 "$MEGADLM" train "${base[@]}" --debug \
+"${MPIRUN[@]}" -np 2 "$MEGADLM" train "${base[@]}" --debug \
     --turn-on-debugpy > debugpy.log 2>&1 &
 mp=$!
 for _ in $(seq 1 300); do grep -q "Waiting for debugger" debugpy.log && break; sleep 0.1; done
@@ -153,7 +155,7 @@ all_losses() { grep -o 'lm loss: [^ ]*\|lm loss value: [^ ]*' "$1" | awk '{print
   { echo "FAILED: one-process reference"; tail -3 sp_ref.log; fail=1; }
 for extra in "--sequence-parallel" "--sequence-parallel --tp-comm-overlap" \
              "--sequence-parallel --tp-comm-overlap --tp-comm-overlap-num-splits 3"; do
-  mpirun --allow-run-as-root --oversubscribe -np 2 "$MEGADLM" train "${sp[@]}" \
+  "${MPIRUN[@]}" -np 2 "$MEGADLM" train "${sp[@]}" \
       --tensor-model-parallel-size 2 --make-vocab-size-divisible-by 64 $extra > sp.log 2>&1 ||
     { echo "FAILED: TP 2 $extra did not run"; tail -3 sp.log; fail=1; continue; }
   paste <(all_losses sp_ref.log) <(all_losses sp.log) | awk -v name="TP 2 $extra" \
@@ -189,12 +191,12 @@ compare() { # compare NAME REF OTHER [first line]
 "$MEGADLM" train "${qb[@]}" --train-iters 4 --make-vocab-size-divisible-by 128 > qb_ref.log 2>&1 ||
   { echo "FAILED: --add-qkv-bias one process"; tail -3 qb_ref.log; fail=1; }
 for extra in "" "--sequence-parallel"; do
-  mpirun --allow-run-as-root --oversubscribe -np 2 "$MEGADLM" train "${qb[@]}" --train-iters 4 \
+  "${MPIRUN[@]}" -np 2 "$MEGADLM" train "${qb[@]}" --train-iters 4 \
       --tensor-model-parallel-size 2 --make-vocab-size-divisible-by 64 $extra > qb_tp.log 2>&1 ||
     { echo "FAILED: --add-qkv-bias TP 2 $extra"; tail -3 qb_tp.log; fail=1; }
   compare "--add-qkv-bias TP 2 $extra" qb_ref.log qb_tp.log
 done
-mpirun --allow-run-as-root --oversubscribe -np 2 "$MEGADLM" train "${qb[@]}" --train-iters 2 \
+"${MPIRUN[@]}" -np 2 "$MEGADLM" train "${qb[@]}" --train-iters 2 \
     --tensor-model-parallel-size 2 --make-vocab-size-divisible-by 64 --save qb_ckpt > qb_save.log 2>&1 ||
   { echo "FAILED: --add-qkv-bias TP 2 save"; tail -3 qb_save.log; fail=1; }
 "$MEGADLM" train "${qb[@]}" --train-iters 4 --make-vocab-size-divisible-by 128 --load qb_ckpt \

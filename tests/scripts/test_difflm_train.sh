@@ -5,9 +5,10 @@
 # (validation loss falls); (3) the flag rules; (4) generate samples from the diffusion checkpoint
 # and refuses a generation longer than the model was trained on.
 set -uo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 export OMP_NUM_THREADS=1
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
 common=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 17
         --max-position-embeddings 17 --micro-batch-size 2 --global-batch-size 8 --train-iters 5
         --lr 1e-3 --mock-data --vocab-size 50 --log-interval 1 --eval-iters 1 --eval-interval 5

@@ -7,9 +7,11 @@
 # and under N = 2 (its crc32s verified on load: instance 1 must not write or count what
 # instance 0 wrote); --bf16 with N = 2 against N = 1 within rel 1e-3.
 set -uo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 export OMP_NUM_THREADS=1
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe -np 4)
+MPI4=("${MPIRUN[@]}" -np 4)
 PY=/usr/bin/python3
 CMP="$SRC/tests/python/compare_checkpoints.py"
 common=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
@@ -25,7 +27,7 @@ close() { # close REF.log OTHER.log RTOL
 }
 run() { # run NAME ARGS...
   local name=$1; shift
-  "${MPIRUN[@]}" "$MEGADLM" train "${common[@]}" "$@" > "$name.log" 2>&1 \
+  "${MPI4[@]}" "$MEGADLM" train "${common[@]}" "$@" > "$name.log" 2>&1 \
       || { echo "FAILED: $name (exit $?)"; tail -3 "$name.log"; fail=1; }
 }
 same_params() { # same_params DIR_A DIR_B
@@ -66,7 +68,7 @@ same_params r2 n1
 run b1 --bf16
 run b2 --bf16 --num-distributed-optimizer-instances 2
 close b1.log b2.log 1e-3
-"${MPIRUN[@]}" "$MEGADLM" train "${common[@]}" --num-distributed-optimizer-instances 3 > bad.log 2>&1 \
+"${MPI4[@]}" "$MEGADLM" train "${common[@]}" --num-distributed-optimizer-instances 3 > bad.log 2>&1 \
     && { echo "FAILED: 3 instances of DP 4 accepted"; fail=1; }
 grep -q "does not divide the data-parallel size 4" bad.log || { echo "FAILED: no clear error for N = 3"; fail=1; }
 [ $fail = 0 ] && echo "distributed optimizer instances: as one instance, sharded within each"

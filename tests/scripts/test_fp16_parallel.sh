@@ -34,9 +34,10 @@
 #    model-parallel group). Measured without that reduction: the last stage logs 2^20 where one
 #    process logs 2^19.
 set -euo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 export OMP_NUM_THREADS=1
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
 fail=0
 say_fail() { echo "FAILED: $*"; fail=1; }
 

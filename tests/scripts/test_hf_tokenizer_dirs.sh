@@ -23,8 +23,9 @@
 #     without model files, add_eos_token true.
 # Needs `make test-deps` (npm ci in tests/node).
 set -uo pipefail
-: "${MEGADLM:?}" "${SRC:?}" "${WORK:?}"
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 PY=/usr/bin/python3; [ -x "$PY" ] || PY=python3
 if [ ! -d "$SRC/tests/node/node_modules/tokenizers" ] || ! command -v node > /dev/null; then
   echo "FAILED: node and the npm package tokenizers are needed: run 'make test-deps'"

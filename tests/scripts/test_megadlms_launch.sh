@@ -25,15 +25,13 @@
 # A flag megadlm refuses fails the test with megadlm's message, which names the flag.
 # Environment (set by CTest): MEGADLM, SRC, BUILD, WORK.
 set -uo pipefail
-SRC=${SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
-BUILD=${BUILD:-$SRC/build}
-MEGADLM=${MEGADLM:-$BUILD/megadlm}
-WORK=${WORK:-$(mktemp -d)}
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 PY=/usr/bin/python3 # Debian's python3 with python3-torch and python3-protobuf
 [ -x "$BUILD/tests/hf_logits" ] || { echo "FAILED: $BUILD/tests/hf_logits not built (cmake --build $BUILD --target hf_logits)"; exit 1; }
 "$PY" -c 'import torch, google.protobuf' ||
     { echo "FAILED: $PY lacks torch or protobuf (scripts/install-deps.sh --test)"; exit 1; }
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK" || exit 1
+fresh_work || exit 1
 fail=0
 bad() { echo "FAILED: $*"; fail=1; }
 

@@ -9,8 +9,9 @@
 #  - GPT-2 124M on TP 2 with SP and selective recompute: the two agree, one line;
 #  - a small Llama-style and a GPT-2-style `train --log-memory`: the same lines as memory's.
 set -uo pipefail
-: "${MEGADLM:?}" "${SRC:?}" "${WORK:?}"
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 export OMP_NUM_THREADS=1
 REF=(/usr/bin/python3 "$SRC/tests/python/megatron_theoretical_memory.py")
 fail=0

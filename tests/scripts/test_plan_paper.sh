@@ -17,7 +17,9 @@
 #    file): the ratio is the model's, not a fitted constant's;
 #  - bad devices and sizes are refused with a message naming the flag or file.
 set -uo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK" || exit 1
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 fail=0
 say_fail() { echo "FAILED: $*"; fail=1; }
 

@@ -5,8 +5,9 @@
 # JSONL lines are reported with FILE:LINE and skipped (fatal with --strict); --help lists every
 # flag; bad inputs exit 1 with a clear message and leave no output behind.
 set -uo pipefail
-: "${MEGADLM:?}" "${SRC:?}" "${WORK:?}"
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 PY=/usr/bin/python3; [ -x "$PY" ] || PY=python3
 fail=0
 die() { echo "FAILED: $*"; fail=1; }

@@ -4,7 +4,9 @@
 # micro-batches, both families), and a run resumed from a checkpoint under a recompute mode
 # matches too.
 set -euo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 
 common=(--num-layers 3 --hidden-size 32 --num-attention-heads 4 --seq-length 16
         --max-position-embeddings 16 --micro-batch-size 2 --global-batch-size 4 --train-iters 5

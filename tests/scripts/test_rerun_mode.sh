@@ -11,9 +11,10 @@
 #  - report_stats: every iteration re-run; the same process gives the same bits, so the log
 #    counts 0 differing re-runs and the checkpoint equals the plain run's.
 set -uo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 export OMP_NUM_THREADS=1
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
 common=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
         --max-position-embeddings 16 --micro-batch-size 2 --global-batch-size 4 --train-iters 5
         --lr 3e-3 --mock-data --vocab-size 100 --log-interval 1 --eval-iters 0 --seed 7)

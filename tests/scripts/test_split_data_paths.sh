@@ -4,7 +4,9 @@
 # (the path is used), a run with the same data for both matches --data-path with the documents
 # of one file, and the flag rules are refused.
 set -uo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 fail=0
 printf '{"text": "%s"}\n' "In the beginning God created the heaven and the earth." \
     "And the earth was without form, and void." "And God said, Let there be light." \

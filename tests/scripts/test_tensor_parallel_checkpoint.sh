@@ -7,9 +7,10 @@
 # bound 2 x the sum of the lrs (tests/python/compare_checkpoints.py, NOISY, has the numerics;
 # on one machine's release build one element of 3072 of a linear_qkv.weight lands at 1.07e-4).
 set -euo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 export OMP_NUM_THREADS=1
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
 common=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
         --max-position-embeddings 16 --micro-batch-size 2 --global-batch-size 4 --train-iters 6
         --lr 1e-3 --lr-decay-style cosine --mock-data --vocab-size 100 --log-interval 1
@@ -17,8 +18,8 @@ common=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
 run() { # run T "extra flags" args...
   local t=$1 extra=$2; shift 2
   # shellcheck disable=SC2086
-  if [ "$t" = 1 ]; then "$BUILD/megadlm" train "${common[@]}" --make-vocab-size-divisible-by 128 $extra "$@"
-  else "${MPIRUN[@]}" -np "$t" "$BUILD/megadlm" train "${common[@]}" --tensor-model-parallel-size "$t" \
+  if [ "$t" = 1 ]; then "$MEGADLM" train "${common[@]}" --make-vocab-size-divisible-by 128 $extra "$@"
+  else "${MPIRUN[@]}" -np "$t" "$MEGADLM" train "${common[@]}" --tensor-model-parallel-size "$t" \
          --make-vocab-size-divisible-by $((128 / t)) $extra "$@"; fi
 }
 losses() { grep -o 'lm loss: [^ ]*' "$1" | awk '{print $3}'; }

@@ -19,9 +19,10 @@
 #   Flag rules: Megatron's (--tp-comm-overlap needs --sequence-parallel and t > 1); the switches
 #     without --tp-comm-overlap are refused.
 set -euo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 export OMP_NUM_THREADS=1
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
 L=2 M=2 ITERS=3
 common=(--num-layers $L --hidden-size 128 --num-attention-heads 4 --ffn-hidden-size 512
         --seq-length 256 --max-position-embeddings 256 --micro-batch-size 2 --global-batch-size 4
@@ -36,7 +37,7 @@ overlap_counts() { # "ring_ag ring_rs bulk_ag bulk_rs" from the log's last line 
 }
 train() { # train NAME NP FLAGS...
   local name=$1 np=$2; shift 2
-  "${MPIRUN[@]}" -np "$np" "$BUILD/megadlm" train "${common[@]}" "$@" --save "$name" \
+  "${MPIRUN[@]}" -np "$np" "$MEGADLM" train "${common[@]}" "$@" --save "$name" \
       > "$name.log" 2>&1 || { echo "FAILED: $name did not run"; tail -5 "$name.log"; fail=1; return 1; }
 }
 same_as() { # same_as REF NAME EXPECTED_COUNTS: identical losses and checkpoints, overlap counts
@@ -125,9 +126,9 @@ expect_error() { # expect_error NP PATTERN FLAGS...
   local np=$1 pattern=$2; shift 2
   local out
   if [ "$np" = 1 ]; then
-    out=$("$BUILD/megadlm" train "${common[@]}" "$@" 2>&1) && { echo "FAIL: accepted $*"; fail=1; return; }
+    out=$("$MEGADLM" train "${common[@]}" "$@" 2>&1) && { echo "FAIL: accepted $*"; fail=1; return; }
   else
-    out=$("${MPIRUN[@]}" -np "$np" "$BUILD/megadlm" train "${common[@]}" "$@" 2>&1) &&
+    out=$("${MPIRUN[@]}" -np "$np" "$MEGADLM" train "${common[@]}" "$@" 2>&1) &&
       { echo "FAIL: accepted $*"; fail=1; return; }
   fi
   grep -q -- "$pattern" <<< "$out" || { echo "FAIL: '$*' did not say '$pattern':"; echo "$out" | tail -3; fail=1; return; }
@@ -135,7 +136,7 @@ expect_error() { # expect_error NP PATTERN FLAGS...
 }
 NOSP=()
 for x in "${common[@]}"; do [ "$x" = --sequence-parallel ] || NOSP+=("$x"); done
-out=$("${MPIRUN[@]}" -np 2 "$BUILD/megadlm" train "${NOSP[@]}" "${T2[@]}" --tp-comm-overlap 2>&1) &&
+out=$("${MPIRUN[@]}" -np 2 "$MEGADLM" train "${NOSP[@]}" "${T2[@]}" --tp-comm-overlap 2>&1) &&
   { echo "FAIL: --tp-comm-overlap accepted without --sequence-parallel"; fail=1; }
 grep -q -- "--tp-comm-overlap needs --sequence-parallel and --tensor-model-parallel-size > 1" <<< "$out" &&
   echo "ok refused: --tp-comm-overlap without --sequence-parallel" ||

@@ -3,7 +3,9 @@
 # (as logged, every iteration) and bitwise-equal parameters and optimizer state. Runs both model
 # families with dropout on and gradient accumulation (global batch = 2 micro-batches).
 set -euo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 
 common=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
         --max-position-embeddings 16 --micro-batch-size 2 --global-batch-size 4

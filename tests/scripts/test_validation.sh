@@ -2,7 +2,9 @@
 # Every rejected input gives a non-zero exit and a message naming the flag or file at fault, and
 # starts no training.
 set -uo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 fail=0
 base=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
       --max-position-embeddings 16 --micro-batch-size 2 --train-iters 2 --lr 1e-3
