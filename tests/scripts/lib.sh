@@ -1,4 +1,4 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034 # (the arrays are for the scripts that source this)
 # The script tests' shared fixture, sourced by every tests/scripts/*.sh:
 #     # shellcheck source=tests/scripts/lib.sh
 #     . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -15,7 +15,7 @@ MEGADLM=${MEGADLM:-$BUILD/megadlm}
 WORK=${WORK:-$(mktemp -d)}
 
 # fresh_work: an empty $WORK, and the working directory in it
-fresh_work() { rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK"; }
+fresh_work() { rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || return; }
 
 # The mpirun line: tests run as root in containers and with more ranks than cores.
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe)

@@ -8,16 +8,11 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 fresh_work || exit 1
 export OMP_NUM_THREADS=1
-common=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
-        --max-position-embeddings 16 --micro-batch-size 2 --global-batch-size 8 --train-iters 6
-        --lr 1e-3 --lr-decay-style cosine --mock-data --vocab-size 100 --log-interval 1
-        --eval-interval 3 --eval-iters 2 --hidden-dropout 0.1 --attention-dropout 0.1 --seed 21)
-losses() { grep -o 'lm loss: [^ ]*\|lm loss value: [^ ]*' "$1" | awk '{print $NF}'; }
-close() { # close ref.log other.log [expected count]
-  paste <(losses "$1") <(losses "$2") | awk -v n="$2" -v want="${3:-0}" '
-    { d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > w) w = r; if (r > 1e-5) bad = 1; k++ }
-    END { printf "%s: %d losses, worst rel %.3g\n", n, k, w; exit (bad || (want && k != want)) }'
-}
+common=(--num-layers 2 "${GPT_TINY[@]}" --micro-batch-size 2 --global-batch-size 8 --train-iters 6
+        --lr 1e-3 --lr-decay-style cosine --log-interval 1 --eval-interval 3 --eval-iters 2
+        "${DROPOUT[@]}" --seed 21)
+# close REF.log OTHER.log [COUNT]: the losses (training and validation) within rel 1e-5
+close() { close_losses "$1" "$2" 1e-5 "${3:-}"; }
 fail=0
 "$MEGADLM" train "${common[@]}" --make-vocab-size-divisible-by 128 --save ref > ref.log
 nref=$(losses ref.log | wc -l)

@@ -33,26 +33,19 @@ mpirun_log() {
   return $rc
 }
 ITERS=6
-common=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
-        --max-position-embeddings 16 --micro-batch-size 2 --global-batch-size 8
-        --train-iters $ITERS --lr 1e-3 --lr-decay-style cosine --mock-data --vocab-size 100
-        --log-interval 1 --eval-interval 3 --eval-iters 2 --hidden-dropout 0.1
-        --attention-dropout 0.1 --seed 21 --log-memory)
-llama=(--normalization RMSNorm --position-embedding-type rope --swiglu --ffn-hidden-size 64
-       --group-query-attention --num-query-groups 4 --qk-layernorm --disable-bias-linear
-       --untie-embeddings-and-output-weights)
+common=(--num-layers 2 "${GPT_TINY[@]}" --micro-batch-size 2 --global-batch-size 8
+        --train-iters $ITERS --lr 1e-3 --lr-decay-style cosine --log-interval 1 --eval-interval 3
+        --eval-iters 2 "${DROPOUT[@]}" --seed 21 --log-memory)
+llama=("${LLAMA_ARCH[@]}" --ffn-hidden-size 64 --group-query-attention --num-query-groups 4
+       --qk-layernorm)
 declare -A VARIANT=(
   [a]="--ddp-bucket-size 2000"
   [b]="--overlap-grad-reduce --ddp-bucket-size 2000"
   [c]="--use-distributed-optimizer"
   [d]="--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 2000"
 )
-losses() { grep -o 'lm loss: [^ ]*\|lm loss value: [^ ]*' "$1" | awk '{print $NF}'; }
-close() { # close ref.log other.log: every loss within rel 1e-5, as many as the reference
-  paste <(losses "$1") <(losses "$2") | awk -v n="$2" -v want="$(losses "$1" | wc -l)" '
-    { d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > w) w = r; if (r > 1e-5) bad = 1; k++ }
-    END { printf "  %s: %d losses, worst rel %.3g\n", n, k, w; exit (bad || k != want) }'
-}
+# close REF.log OTHER.log: every loss within rel 1e-5, as many as the reference's
+close() { close_losses "$1" "$2" 1e-5 "$(losses "$1" | wc -l)"; }
 compare() { # compare DIR REF: model and optimizer state at the last iteration, rel 1e-4
   local f
   for f in model optimizer; do
