@@ -7,9 +7,8 @@ set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 fresh_work || exit 1
 export OMP_NUM_THREADS=1
-common=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
-        --max-position-embeddings 16 --micro-batch-size 2 --global-batch-size 4 --train-iters 100000
-        --lr 1e-3 --mock-data --vocab-size 100 --log-interval 1000 --eval-iters 0
+common=(--num-layers 2 "${GPT_TINY[@]}" --micro-batch-size 2 --global-batch-size 4
+        --train-iters 100000 --lr 1e-3 --log-interval 1000 --eval-iters 0
         --save-interval 20 --distributed-timeout-minutes 0.1)
 fail=0
 

@@ -82,11 +82,9 @@ done
 
 # (d) refusals name what does not fit
 refuse() { # refuse <substring> <dir>: convert --to hf must fail with the substring
-    if out=$("$MEGADLM" convert --to hf "$2" "$2.hf" 2>&1); then
-        echo "FAIL: convert --to hf $2 succeeded"; fail=1
-    elif ! grep -qF -- "$1" <<<"$out"; then
-        echo "FAIL: convert --to hf $2: '$out' lacks '$1'"; fail=1
-    else echo "refused as expected: $out"; fi
+    if expect_error "$1" "$MEGADLM" convert --to hf "$2" "$2.hf"; then
+        echo "refused as expected: $ERR_OUT"
+    else fail=1; fi
 }
 "$MEGADLM" train "${COMMON[@]}" "${LLAMA[@]}" --rotary-percent 0.5 --train-iters 1 --save partial > partial.log
 refuse "--rotary-percent" partial

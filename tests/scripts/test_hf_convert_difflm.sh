@@ -151,10 +151,8 @@ cmp -s fp32.hf/config.json code.hf/config.json || bad "--hf-code-dir: config.jso
 # (e) refusals name what does not fit
 echo "== refusals"
 expect_fail() { # expect_fail <substring> <command...>
-    local want=$1; shift
-    if out=$("$@" 2>&1); then bad "'$*' succeeded"
-    elif ! grep -qF -- "$want" <<<"$out"; then bad "'$*': '$out' lacks '$want'"
-    else echo "refused as expected: $(tail -1 <<<"$out")"; fi
+    if expect_error "$@"; then echo "refused as expected: $(tail -1 <<<"$ERR_OUT")"
+    else bad "'${*:2}'"; fi
 }
 noqk=()
 for f in "${DLM[@]}"; do [ "$f" = --qk-layernorm ] || noqk+=("$f"); done

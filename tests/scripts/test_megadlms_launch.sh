@@ -228,10 +228,8 @@ fi
 # ---- the shims refuse what they cannot map, naming it
 echo "== shims"
 refused() { # refused SUBSTRING COMMAND...
-    local want=$1 out; shift
-    if out=$("$@" 2>&1); then bad "'$*' succeeded"
-    elif ! grep -qF -- "$want" <<< "$out"; then bad "'$*': '$out' lacks '$want'"
-    else echo "refused as expected: $out"; fi
+    if expect_error "$@"; then echo "refused as expected: $ERR_OUT"
+    else bad "'${*:2}'"; fi
 }
 if [ -d "$C/ckptstep_6/torch" ]; then
     conv=(python "$P/tools/weights_conversion/megatron_to_hf_te.py" --input_dir "$C/ckptstep_6/torch" --output_dir x)

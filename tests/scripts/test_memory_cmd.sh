@@ -124,12 +124,9 @@ grep -qF -- "--world-size: only for \`megadlm memory\` and \`megadlm plan\` (tra
   <<<"$out" || say_fail "train --world-size: $out"
 
 # ---- train --log-memory: predicted == measured ----------------------------------------------------
-common=(--num-layers 3 --hidden-size 32 --num-attention-heads 4 --seq-length 16
-        --max-position-embeddings 16 --micro-batch-size 2 --global-batch-size 4 --train-iters 1
-        --lr 1e-3 --mock-data --vocab-size 100 --eval-iters 0 --log-memory)
-llama=(--normalization RMSNorm --position-embedding-type rope --swiglu --group-query-attention
-       --num-query-groups 2 --qk-layernorm --disable-bias-linear
-       --untie-embeddings-and-output-weights)
+common=(--num-layers 3 "${GPT_TINY[@]}" --micro-batch-size 2 --global-batch-size 4 --train-iters 1
+        --lr 1e-3 --eval-iters 0 --log-memory)
+llama=("${LLAMA[@]}")
 modes=(""
        "--recompute-activations"
        "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"

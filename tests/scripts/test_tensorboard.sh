@@ -136,9 +136,7 @@ fi
 # ---- 3. rules and notices
 expect() { # expect "message" args...
   local want=$1; shift
-  local out; out=$("$MEGADLM" train "${model[@]}" --global-batch-size 4 --train-iters 1 "$@" 2>&1) &&
-    { echo "FAILED: $* succeeded"; fail=1; return; }
-  grep -qF -- "$want" <<<"$out" || { echo "FAILED: '$want' not in: $out" | head -3; fail=1; }
+  expect_error "$want" "$MEGADLM" train "${model[@]}" --global-batch-size 4 --train-iters 1 "$@" || fail=1
 }
 expect "--wandb-project dlm needs --wandb-exp-name" --wandb-project dlm
 expect "--wandb-mode online2: expected online, offline, disabled or shared" --wandb-mode online2
