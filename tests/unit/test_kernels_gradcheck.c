@@ -599,7 +599,9 @@ typedef struct {
     int kv; /* keys j >= kv masked (padding); 0: none */
 } att_ctx;
 /* Naive attention: explicit scores, explicit mask, softmax, dropout via dropout_keep with the
- * global index ((b * NH + h) * T + i) * T + j, then P @ V. */
+ * global index ((b * NH + h) * L + i) * L + j, then P @ V. L = T, or kv when the keys from kv
+ * on are masked: a padded sequence draws the masks of its unpadded length, as one process
+ * running the sequence unpadded (attention.h, attention_rows.T_key). */
 static void attention_ref(att_ctx *c) {
     const int B = c->B, T = c->T, NH = c->NH, NG = c->NG, HS = c->HS, Q = NH / NG;
     const int C3 = NG * (Q + 2) * HS;
@@ -628,10 +630,12 @@ static void attention_ref(att_ctx *c) {
                 for (int j = 0; j < T; j++) {
                     s[j] /= sum;
                     const uint64_t idx = ((uint64_t)(b * NH + h) * T + i) * T + j;
+                    const uint64_t L = c->kv > 0 && c->kv < T ? (uint64_t)c->kv : (uint64_t)T;
+                    const uint64_t didx = ((uint64_t)(b * NH + h) * L + i) * L + j;
                     if (c->probs)
                         c->probs[idx] = s[j];
                     pd[j] = c->p > 0.0f
-                                ? (dropout_keep(c->key, idx, c->p) ? s[j] / (1.0 - c->p) : 0.0)
+                                ? (dropout_keep(c->key, didx, c->p) ? s[j] / (1.0 - c->p) : 0.0)
                                 : s[j];
                 }
                 for (int e = 0; e < HS; e++) {
