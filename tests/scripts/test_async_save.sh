@@ -5,25 +5,23 @@
 # background write is in flight leaves the previous checkpoint as the latest, loadable, with
 # the resumed run bitwise equal to an uninterrupted one.
 set -uo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 export OMP_NUM_THREADS=1
-common=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
-        --max-position-embeddings 16 --micro-batch-size 2 --global-batch-size 8
-        --lr 1e-3 --mock-data --vocab-size 100 --make-vocab-size-divisible-by 64
-        --log-interval 1 --eval-iters 0 --hidden-dropout 0.1 --attention-dropout 0.1 --seed 5)
+common=(--num-layers 2 "${GPT_TINY[@]}" --micro-batch-size 2 --global-batch-size 8
+        --lr 1e-3 --make-vocab-size-divisible-by 64 --log-interval 1 --eval-iters 0
+        "${DROPOUT[@]}" --seed 5)
 fail=0
-losses() { grep -o 'iteration *[0-9]*/.*lm loss: [^ ]*' "$1" | sed 's/|.*lm loss:/ loss/; s/  */ /g'; }
 # same_files A B ITERATIONS...: the tensor files of both directories are identical
 same_files() {
   local a=$1 b=$2; shift 2
   for it in "$@"; do
-    for f in model.safetensors optimizer.safetensors; do
-      cmp -s "$a/iter_$(printf %07d "$it")/$f" "$b/iter_$(printf %07d "$it")/$f" ||
-        { echo "FAILED: $b iteration $it: $f differs from the synchronous save's"; fail=1; }
-    done
+    same_ckpt "$a" "$b" "$it" ||
+      { echo "FAILED: $b iteration $it: the files differ from the synchronous save's"; fail=1; }
   done
 }
-mpi() { mpirun --allow-run-as-root --oversubscribe -np "$@"; }
+mpi() { "${MPIRUN[@]}" -np "$@"; }
 
 # 1. one process: every save async, the same bytes and losses as synchronous saves
 "$MEGADLM" train "${common[@]}" --train-iters 6 --save sync --save-interval 2 > sync.log 2>&1 ||
@@ -33,7 +31,7 @@ mpi() { mpirun --allow-run-as-root --oversubscribe -np "$@"; }
 grep -q "saving checkpoint from iteration       2 to async in the background" async.log ||
   { echo "FAILED: no background save logged"; fail=1; }
 same_files sync async 2 4 6
-diff <(losses sync.log) <(losses async.log) > /dev/null ||
+diff <(losses -n sync.log) <(losses -n async.log) > /dev/null ||
   { echo "FAILED: --async-save changed the losses"; fail=1; }
 [ "$(cat async/latest_checkpointed_iteration.txt)" = 6 ] ||
   { echo "FAILED: the async run's tracker is not 6"; fail=1; }
@@ -83,7 +81,7 @@ mpi 2 "$MEGADLM" train "${common[@]}" "${tp[@]}" --load killed --save killed-res
   { echo "FAILED: the latest checkpoint after the kill does not load"; tail -5 resumed.log; fail=1; }
 grep -q "successfully loaded checkpoint from killed .* at iteration 2" resumed.log ||
   { echo "FAILED: the resume did not start from iteration 2"; fail=1; }
-diff <(losses tsync.log | tail -4) <(losses resumed.log) > /dev/null ||
+diff <(losses -n tsync.log | tail -4) <(losses -n resumed.log) > /dev/null ||
   { echo "FAILED: the resumed run differs from the uninterrupted one"; fail=1; }
 same_files tsync killed-resumed 6
 [ $fail = 0 ] && echo "async save: same bytes as synchronous saves, atomic when killed"

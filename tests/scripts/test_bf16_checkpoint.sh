@@ -14,23 +14,19 @@
 #    checkpoint); convert --from hf of that BF16 model widens exactly; generate reads a --bf16
 #    checkpoint as its BF16 values widened (the same text as from an F32 copy of them).
 set -euo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 PY=/usr/bin/python3 # Debian's python3 with python3-torch (the python3 first on PATH may lack it)
 CHK="$SRC/tests/python/check_bf16_checkpoint.py"
 "$PY" -c 'import torch' || { echo "FAIL: $PY lacks torch (scripts/install-deps.sh: python3-torch)"; exit 1; }
 fail=0
 say_fail() { echo "FAILED: $*"; fail=1; }
 
-common=(--num-layers 3 --hidden-size 32 --num-attention-heads 4 --seq-length 16
-        --max-position-embeddings 16 --micro-batch-size 2 --global-batch-size 4 --train-iters 5
-        --lr 1e-3 --lr-decay-style cosine --lr-warmup-iters 1 --mock-data --vocab-size 100
-        --log-interval 1 --eval-iters 0 --hidden-dropout 0.1 --attention-dropout 0.1 --seed 3)
-llama=(--normalization RMSNorm --position-embedding-type rope --swiglu --group-query-attention
-       --num-query-groups 2 --disable-bias-linear --untie-embeddings-and-output-weights)
-# "N LOSS" per logged iteration
-losses() { sed -nE 's/^ \[[^]]*\] iteration +([0-9]+)\/.*lm loss: ([0-9.E+-]+).*/\1 \2/p' "$1"; }
-same_files() { cmp -s "$1/model.safetensors" "$2/model.safetensors" &&
-               cmp -s "$1/optimizer.safetensors" "$2/optimizer.safetensors"; }
+common=(--num-layers 3 "${GPT_TINY[@]}" --micro-batch-size 2 --global-batch-size 4 --train-iters 5
+        --lr 1e-3 --lr-decay-style cosine --lr-warmup-iters 1 --log-interval 1 --eval-iters 0
+        "${DROPOUT[@]}" --seed 3)
+llama=("${LLAMA_ARCH[@]}" --group-query-attention --num-query-groups 2)
 has_line() { grep -qF -- "$2" "$1" || say_fail "$1 lacks the line '$2'"; }
 
 for family in gpt2 llama; do
@@ -52,10 +48,10 @@ for family in gpt2 llama; do
   cp -r "$f-part" "$f-bf16-3" # the --bf16 checkpoint of iteration 3, for the loads below
   train --bf16 --save "$f-part" --load "$f-part" > "$f-part2.log" 2>&1 ||
     say_fail "$f: the resumed --bf16 run"
-  same_files "$f-full/iter_0000005" "$f-part/iter_0000005" ||
+  same_ckpt "$f-full" "$f-part" 5 ||
     say_fail "$f: resumed --bf16 run's checkpoint differs from the uninterrupted run's"
-  [ "$(losses "$f-full.log" | tail -2)" = "$(losses "$f-part2.log")" ] && [ -n "$(losses "$f-part2.log")" ] ||
-    say_fail "$f: resumed losses '$(losses "$f-part2.log" | tr '\n' ' ')', uninterrupted '$(losses "$f-full.log" | tail -2 | tr '\n' ' ')'"
+  [ "$(losses -n "$f-full.log" | tail -2)" = "$(losses -n "$f-part2.log")" ] && [ -n "$(losses -n "$f-part2.log")" ] ||
+    say_fail "$f: resumed losses '$(losses -n "$f-part2.log" | tr '\n' ' ')', uninterrupted '$(losses -n "$f-full.log" | tail -2 | tr '\n' ' ')'"
   echo "$f: resume under --bf16 bitwise (files and the losses of iterations 4, 5)"
 
   # ---- fp32 checkpoint -> --bf16 run ---------------------------------------------------------
@@ -85,9 +81,8 @@ for family in gpt2 llama; do
     say_fail "$f: --no-load-optim: lr $(lr "$f-b2fw4.log" 4) at iteration 4, a fresh run's first $(lr "$f-fresh4.log" 1)"
   # without the optimizer file, only --no-load-optim / --finetune load it
   cp -r "$f-bf16-3" "$f-noopt"; rm "$f-noopt/iter_0000003/optimizer.safetensors"
-  out=$(train --bf16 --load "$f-noopt" --train-iters 4 2>&1) && say_fail "$f: a checkpoint without optimizer state loaded"
-  grep -qF "optimizer.safetensors: missing: the checkpoint was saved without optimizer state (--no-load-optim or --finetune load the model alone)" <<<"$out" ||
-    say_fail "$f: no optimizer file: $out"
+  expect_error "optimizer.safetensors: missing: the checkpoint was saved without optimizer state (--no-load-optim or --finetune load the model alone)" \
+    train --bf16 --load "$f-noopt" --train-iters 4 || say_fail "$f: a checkpoint without optimizer state"
   train --bf16 --load "$f-noopt" --finetune --train-iters 2 > "$f-ft.log" 2>&1 || say_fail "$f: --finetune"
   has_line "$f-ft.log" "> loading checkpoint: model.safetensors holds BF16 parameters, this run is bf16, without the optimizer state: fp32 main parameters are the BF16 values widened exactly"
   grep -q "successfully loaded checkpoint from $f-noopt .* at iteration 0$" "$f-ft.log" ||

@@ -7,9 +7,8 @@
 # Environment (set by CTest): SRC (source tree), BUILD (build tree), WORK (scratch directory).
 set -euo pipefail
 
-SRC=${SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
-BUILD=${BUILD:-$SRC/build}
-WORK=${WORK:-$(mktemp -d)}
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 PY=/usr/bin/python3 # Debian's python3 with python3-torch (the python3 first on PATH may lack it)
 
 tools=()

@@ -16,17 +16,16 @@
 # The checkpoint files under --bf16, loads across precisions, convert and generate:
 # test_bf16_checkpoint.sh.
 set -euo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 fail=0
 say_fail() { echo "FAILED: $*"; fail=1; }
 
-common=(--num-layers 3 --hidden-size 32 --num-attention-heads 4 --seq-length 16
-        --max-position-embeddings 16 --micro-batch-size 2 --global-batch-size 4 --train-iters 5
-        --lr 1e-3 --lr-decay-style cosine --lr-warmup-iters 1 --mock-data --vocab-size 100
-        --log-interval 1 --eval-iters 0 --hidden-dropout 0.1 --attention-dropout 0.1 --seed 3)
-llama=(--normalization RMSNorm --position-embedding-type rope --swiglu --group-query-attention
-       --num-query-groups 2 --qk-layernorm --disable-bias-linear
-       --untie-embeddings-and-output-weights)
+common=(--num-layers 3 "${GPT_TINY[@]}" --micro-batch-size 2 --global-batch-size 4 --train-iters 5
+        --lr 1e-3 --lr-decay-style cosine --lr-warmup-iters 1 --log-interval 1 --eval-iters 0
+        "${DROPOUT[@]}" --seed 3)
+llama=("${LLAMA[@]}")
 
 # ---- validation -------------------------------------------------------------------------------
 # TP (+ SP), PP, DP and the distributed optimizer (its overlapped parameter all-gather too) take
@@ -38,8 +37,8 @@ for flags in "--tensor-model-parallel-size 2 --sequence-parallel" "--pipeline-mo
   # shellcheck disable=SC2086
   out=$("$MEGADLM" memory "${common[@]}" --bf16 $flags 2>&1) || say_fail "memory --bf16 $flags: $out"
 done
-out=$("$MEGADLM" train "${common[@]}" --bf16 --fp16 2>&1) && say_fail "--bf16 --fp16 accepted"
-grep -qF -- "--fp16 and --bf16 exclude each other" <<<"$out" || say_fail "--bf16 --fp16: $out"
+expect_error "--fp16 and --bf16 exclude each other" "$MEGADLM" train "${common[@]}" --bf16 --fp16 ||
+  say_fail "--bf16 --fp16"
 echo "validation: TP, PP, DP and the distributed optimizer accepted"
 
 # ---- memory, loss, log ------------------------------------------------------------------------
@@ -128,8 +127,7 @@ modes=("--recompute-activations"
        "--recompute-granularity full --recompute-method block --recompute-num-layers 3"
        # not a recompute mode: Megatron's flag asks for what the softmax does anyway
        "--attention-softmax-in-fp32")
-same() { cmp -s "$1/iter_0000005/model.safetensors" "$2/iter_0000005/model.safetensors" &&
-         cmp -s "$1/iter_0000005/optimizer.safetensors" "$2/iter_0000005/optimizer.safetensors"; }
+same() { same_ckpt "$1" "$2" 5; }
 paths=(auto)
 MEGADLM_BF16_GEMM=fallback "$MEGADLM" train "${common[@]}" --bf16 --exit-interval 1 > probe.log 2>&1 &&
   paths+=(fallback)

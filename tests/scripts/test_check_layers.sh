@@ -5,7 +5,9 @@
 # upward include, an include cycle, an upward call and a call cycle that no include shows), and
 # on a copy of src/ with one upward include or one cycle added.
 set -uo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK" || exit 1
+# shellcheck source=tests/scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 PY=${PYTHON:-python3}
 CHECK=$SRC/scripts/check_layers.py
 fail=0

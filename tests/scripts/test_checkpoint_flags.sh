@@ -4,25 +4,25 @@
 # the files of the checkpoint converted (cmp), state.json read with Python's json module, and
 # the directories on disk.
 set -uo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 export OMP_NUM_THREADS=1
 shape=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
        --max-position-embeddings 16)
 run=(--micro-batch-size 2 --global-batch-size 4 --lr 1e-3 --mock-data --vocab-size 100
-     --make-vocab-size-divisible-by 64 --log-interval 1 --eval-iters 0 --hidden-dropout 0.1
-     --attention-dropout 0.1 --train-iters 8)
+     --make-vocab-size-divisible-by 64 --log-interval 1 --eval-iters 0 "${DROPOUT[@]}"
+     --train-iters 8)
 common=("${shape[@]}" "${run[@]}")
 fail=0
-losses() { grep -o 'iteration *[0-9]*/.*lm loss: [^ ]*' "$1" | sed 's/|.*lm loss:/ loss/; s/  */ /g'; }
 FAIL() { echo "FAILED: $*"; fail=1; }
 train() { "$MEGADLM" train "$@"; }
 # refused NAME EXPECTED ARGS...: the run fails with EXPECTED in its message
 refused() {
   local name=$1 want=$2; shift 2
-  if train "$@" > "$name.log" 2>&1; then FAIL "$name: accepted"; return; fi
-  grep -qF -- "$want" "$name.log" || { FAIL "$name: expected \"$want\""; tail -2 "$name.log"; }
+  expect_error "$want" train "$@" || FAIL "$name"
+  printf '%s\n' "$ERR_OUT" > "$name.log"
 }
-iter() { printf 'iter_%07d' "$1"; }
 
 # the uninterrupted reference: saves every 2 iterations
 train "${common[@]}" --seed 5 --save straight --save-interval 2 > straight.log 2>&1 ||
@@ -32,7 +32,7 @@ train "${common[@]}" --seed 5 --save straight --save-interval 2 > straight.log 2
 train "${common[@]}" --seed 5 --exit-interval 2 --save fmt --ckpt-format torch_dist \
   --auto-detect-ckpt-format --ckpt-fully-parallel-load --ckpt-fully-parallel-save \
   --ckpt-assume-constant-structure > fmt.log 2>&1 || FAIL "torch_dist and its companions refused"
-cmp -s fmt/$(iter 2)/model.safetensors straight/$(iter 2)/model.safetensors ||
+cmp -s fmt/$(iter_dir 2)/model.safetensors straight/$(iter_dir 2)/model.safetensors ||
   FAIL "--ckpt-format torch_dist does not write megadlm's checkpoint"
 refused torch "megadlm does not write PyTorch pickles" "${common[@]}" --save x --ckpt-format torch
 refused zarr "--ckpt-format zarr" "${common[@]}" --save x --ckpt-format zarr
@@ -49,7 +49,7 @@ refused megatron-torch "a Megatron torch checkpoint (1 mp_rank_* directories" "$
 # --- --no-save-optim, --no-save-rng, --no-load-rng ---
 train "${common[@]}" --seed 5 --train-iters 4 --save noopt --no-save-optim --no-save-rng \
   --exit-interval 4 > noopt.log 2>&1 || FAIL "--no-save-optim run"
-[ -f noopt/$(iter 4)/optimizer.safetensors ] && FAIL "--no-save-optim wrote optimizer.safetensors"
+[ -f noopt/$(iter_dir 4)/optimizer.safetensors ] && FAIL "--no-save-optim wrote optimizer.safetensors"
 refused noopt-load "optimizer.safetensors: missing: the checkpoint was saved without optimizer state" \
   "${common[@]}" --seed 5 --load noopt
 train "${common[@]}" --seed 5 --load noopt --no-load-optim > noopt-load2.log 2>&1 ||
@@ -73,9 +73,9 @@ train "${common[@]}" --seed 9 --load straight --ckpt-step 4 --no-load-rng > rng-
 train "${common[@]}" --seed 9 --load rng-norng > rng-absent.log 2>&1 || FAIL "rng absent"
 grep -q "the RNG state's seed 5 (dropout and masking) replaces --seed 9" rng-load.log ||
   FAIL "the loaded RNG state is not logged"
-diff -q <(losses rng-noload.log) <(losses rng-absent.log) > /dev/null ||
+diff -q <(losses -n rng-noload.log) <(losses -n rng-absent.log) > /dev/null ||
   FAIL "--no-load-rng differs from a checkpoint saved with --no-save-rng"
-diff -q <(losses rng-load.log) <(losses rng-noload.log) > /dev/null &&
+diff -q <(losses -n rng-load.log) <(losses -n rng-noload.log) > /dev/null &&
   FAIL "loading the RNG state changed nothing"
 # a malformed rng_state is refused, naming the file
 cp -r straight badrng
@@ -86,7 +86,7 @@ refused badrng 'badrng/iter_0000004/state.json: expected "rng_state" to be {"see
   "${common[@]}" --seed 5 --load badrng --ckpt-step 4
 # with the same --seed, loading the RNG state is the plain exact resume
 train "${common[@]}" --seed 5 --load straight --ckpt-step 4 > rng-same.log 2>&1
-diff -q <(losses straight.log | tail -4) <(losses rng-same.log) > /dev/null ||
+diff -q <(losses -n straight.log | tail -4) <(losses -n rng-same.log) > /dev/null ||
   FAIL "resume from iteration 4 differs from the uninterrupted run"
 
 # --- --ckpt-step, --exit-on-missing-checkpoint, --checkpoint-steps ---
@@ -104,7 +104,7 @@ train "${common[@]}" --seed 5 --save steps --save-interval 4 --checkpoint-steps 
 refused steps-bad 'found "x"' "${common[@]}" --save s --checkpoint-steps "3,x"
 # a --checkpoint-steps checkpoint holds the state after that iteration: resume is exact
 train "${common[@]}" --seed 5 --load steps --ckpt-step 3 > steps-resume.log 2>&1
-diff -q <(losses straight.log | tail -5) <(losses steps-resume.log) > /dev/null ||
+diff -q <(losses -n straight.log | tail -5) <(losses -n steps-resume.log) > /dev/null ||
   FAIL "resume from the --checkpoint-steps checkpoint 3 differs from the uninterrupted run"
 
 # --- non-persistent checkpoints: persistent at 4, non-persistent at 2 and 6 (2 removed) ---
@@ -114,14 +114,14 @@ train "${common[@]}" --seed 5 --save np --save-interval 4 "${np[@]}" --exit-inte
 [ "$(ls np/non_persistent | tr '\n' ' ')" = "iter_0000006 latest_checkpointed_iteration.txt " ] ||
   FAIL "non-persistent directory holds: $(ls np/non_persistent)"
 # the job dies during iteration 7, before its persistent save
-rm -rf np/$(iter 7); printf 4 > np/latest_checkpointed_iteration.txt
+rm -rf np/$(iter_dir 7); printf 4 > np/latest_checkpointed_iteration.txt
 train "${common[@]}" --seed 5 --save np --save-interval 4 "${np[@]}" --load np > np2.log 2>&1 ||
   FAIL "resume from the non-persistent checkpoint"
 grep -q "successfully loaded checkpoint from np/non_persistent .* at iteration 6" np2.log ||
   FAIL "resume did not pick the newer non-persistent checkpoint 6"
-diff -q <(losses straight.log | tail -2) <(losses np2.log) > /dev/null ||
+diff -q <(losses -n straight.log | tail -2) <(losses -n np2.log) > /dev/null ||
   FAIL "resume from the non-persistent checkpoint differs from the uninterrupted run"
-cmp -s straight/$(iter 8)/model.safetensors np/$(iter 8)/model.safetensors ||
+cmp -s straight/$(iter_dir 8)/model.safetensors np/$(iter_dir 8)/model.safetensors ||
   FAIL "the final checkpoint after a non-persistent resume differs"
 # a persistent checkpoint newer than the non-persistent one wins (Megatron's warning)
 train "${common[@]}" --seed 5 --load np --non-persistent-ckpt-type global > np3.log 2>&1
@@ -130,8 +130,8 @@ grep -q "non-persistent checkpoints are older than persistent checkpoint" np3.lo
   FAIL "a newer persistent checkpoint was not preferred"
 # a tie goes to the non-persistent checkpoint (Megatron: non-persistent iteration >= persistent)
 mkdir -p tie/non_persistent
-cp -r straight/$(iter 6) tie/; printf 6 > tie/latest_checkpointed_iteration.txt
-cp -r straight/$(iter 6) tie/non_persistent/; printf 6 > tie/non_persistent/latest_checkpointed_iteration.txt
+cp -r straight/$(iter_dir 6) tie/; printf 6 > tie/latest_checkpointed_iteration.txt
+cp -r straight/$(iter_dir 6) tie/non_persistent/; printf 6 > tie/non_persistent/latest_checkpointed_iteration.txt
 train "${common[@]}" --seed 5 --load tie --non-persistent-ckpt-type global > tie.log 2>&1
 grep -q "successfully loaded checkpoint from tie/non_persistent .* at iteration 6" tie.log ||
   FAIL "a tie did not go to the non-persistent checkpoint"
@@ -148,14 +148,14 @@ train "${run[@]}" --seed 5 --load straight --ckpt-step 4 --use-checkpoint-args -
 grep -q "Setting num_layers to 2 from checkpoint" useargs.log &&
   grep -q "Setting swiglu to false from checkpoint" useargs.log ||
   FAIL "--use-checkpoint-args did not log the arguments it took"
-diff -q <(losses straight.log | tail -4) <(losses useargs.log) > /dev/null ||
+diff -q <(losses -n straight.log | tail -4) <(losses -n useargs.log) > /dev/null ||
   FAIL "--use-checkpoint-args resume differs from the uninterrupted run"
 
 # --- convert mode, MegaDLMs' line: 2 ranks (TP 2), model only, into DIR/torch; the line keeps
 # the training flags (--non-persistent-save-interval without its type among them) ---
 conv=(--non-persistent-save-interval 16 --no-load-optim --no-save-optim --no-save-rng --no-load-rng --ckpt-convert-format torch
       --ckpt-convert-save converted/ckptstep_4 --ckpt-step 4)
-mpirun --allow-run-as-root --oversubscribe -np 2 "$MEGADLM" train "${common[@]}" --seed 5 \
+"${MPIRUN[@]}" -np 2 "$MEGADLM" train "${common[@]}" --seed 5 \
   --tensor-model-parallel-size 2 --save straight --load straight "${conv[@]}" > convert.log 2>&1 ||
   { FAIL "convert mode"; tail -3 convert.log; }
 grep -q "> converted checkpoint: torch_dist -> torch: iteration 4 of straight written to converted/ckptstep_4/torch in megadlm's format (safetensors; model only, no optimizer state, no RNG state)" convert.log ||
@@ -163,9 +163,9 @@ grep -q "> converted checkpoint: torch_dist -> torch: iteration 4 of straight wr
 grep -q "iteration        1/\|iteration        5/" convert.log && FAIL "convert mode trained"
 out=converted/ckptstep_4/torch
 [ "$(cat $out/latest_checkpointed_iteration.txt)" = 4 ] || FAIL "converted tracker"
-cmp -s $out/$(iter 4)/model.safetensors straight/$(iter 4)/model.safetensors ||
+cmp -s $out/$(iter_dir 4)/model.safetensors straight/$(iter_dir 4)/model.safetensors ||
   FAIL "converted model.safetensors differs from the source checkpoint's"
-[ -e $out/$(iter 4)/optimizer.safetensors ] && FAIL "--no-save-optim conversion wrote the optimizer"
+[ -e $out/$(iter_dir 4)/optimizer.safetensors ] && FAIL "--no-save-optim conversion wrote the optimizer"
 [ "$(cat straight/latest_checkpointed_iteration.txt)" = 8 ] || FAIL "convert mode touched --save"
 "$MEGADLM" convert --to hf $out hf > hf.log 2>&1 || FAIL "convert --to hf on the converted checkpoint"
 [ -f hf/model.safetensors ] || FAIL "no Hugging Face model written"

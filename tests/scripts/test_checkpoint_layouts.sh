@@ -15,18 +15,17 @@
 #  4. A flipped byte in a tensor split across TP is caught by the crc32 check every rank takes
 #     part in (each rank hashes only what it owns): every rank refuses to load.
 set -euo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 export OMP_NUM_THREADS=1
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
-common=(--num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16
-        --max-position-embeddings 16 --micro-batch-size 2 --global-batch-size 8
-        --mock-data --vocab-size 100 --log-interval 1 --eval-iters 0 --seed 17
-        --make-vocab-size-divisible-by 32)
+common=(--num-layers 4 "${GPT_TINY[@]}" --micro-batch-size 2 --global-batch-size 8
+        --log-interval 1 --eval-iters 0 --seed 17 --make-vocab-size-divisible-by 32)
 fail=0
 run() { # run NAME NP flags...
   local name=$1 np=$2; shift 2
-  if [ "$np" = 1 ]; then "$BUILD/megadlm" train "${common[@]}" --save "$name" "$@" > "$name.log" 2>&1
-  else "${MPIRUN[@]}" -np "$np" "$BUILD/megadlm" train "${common[@]}" --save "$name" "$@" > "$name.log" 2>&1; fi ||
+  if [ "$np" = 1 ]; then "$MEGADLM" train "${common[@]}" --save "$name" "$@" > "$name.log" 2>&1
+  else "${MPIRUN[@]}" -np "$np" "$MEGADLM" train "${common[@]}" --save "$name" "$@" > "$name.log" 2>&1; fi ||
     { echo "FAILED: $name did not run"; tail -5 "$name.log"; return 1; }
 }
 cmpck() { # cmpck FILE A B RTOL: tensors of A and B within RTOL (compare_checkpoints.py)
@@ -44,7 +43,7 @@ run z-tp2dp2 4 "${zero[@]}" --tensor-model-parallel-size 2 "${BUCKETS[@]}" || ex
 run z-pp2dp2vp 4 "${zero[@]}" --pipeline-model-parallel-size 2 \
     --num-layers-per-virtual-pipeline-stage 1 "${BUCKETS[@]}" || exit 1
 for d in z-tp2pp2 z-tp2dp2 z-pp2dp2vp; do
-  if cmp -s z-ref/iter_0000001/model.safetensors $d/iter_0000001/model.safetensors; then
+  if cmp -s z-ref/iter_0000001/model.safetensors "$d"/iter_0000001/model.safetensors; then
     echo "  $d: model.safetensors identical to the single process's"
   else echo "FAILED: $d: model.safetensors differs from the single process's"; fail=1; fi
   cmpck iter_0000001/optimizer.safetensors $d z-ref 1e-4 || fail=1
@@ -89,13 +88,8 @@ check_io z-tp2pp2.log save || fail=1
 check_io z-load.log load || fail=1
 
 # 3. the distributed optimizer's state across layouts (training on, dropout on)
-train=(--train-iters 6 --lr 1e-3 --lr-decay-style cosine --hidden-dropout 0.1 --attention-dropout 0.1)
-losses() { grep -o 'lm loss: [^ ]*' "$1" | awk '{print $3}'; }
-close() { # close REF.log OTHER.log
-  paste <(losses "$1") <(losses "$2") | awk -v n="$2" '
-    { d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > w) w = r; if (r > 1e-5) bad = 1; k++ }
-    END { printf "  %s: %d losses, worst rel %.3g\n", n, k, w; exit (bad || k != 6) }'
-}
+train=(--train-iters 6 --lr 1e-3 --lr-decay-style cosine "${DROPOUT[@]}")
+close() { close_losses "$1" "$2" 1e-5 6; } # close REF.log OTHER.log: the 6 losses within rel 1e-5
 run ref 1 "${train[@]}" || exit 1
 resume() { # resume NAME NP_A "FLAGS_A" NP_B "FLAGS_B"
   local name=$1
@@ -125,7 +119,7 @@ with open(p, "r+b") as f:
     at = 8 + n + b + (e - b) * 3 // 4 + 1
     f.seek(at); x = f.read(1); f.seek(at); f.write(bytes([x[0] ^ 0x10]))
 EOF
-if timeout 120 "${MPIRUN[@]}" -np 2 "$BUILD/megadlm" train "${common[@]}" "${train[@]}" \
+if timeout 120 "${MPIRUN[@]}" -np 2 "$MEGADLM" train "${common[@]}" "${train[@]}" \
     --train-iters 7 --tensor-model-parallel-size 2 --load corrupt --distributed-timeout-minutes 1 \
     > corrupt.log 2>&1; then
   echo "FAILED: a corrupted checkpoint loaded"; fail=1
@@ -136,7 +130,7 @@ else
 fi
 # a save that fails on rank 0 (DIR is a file) fails on every rank, with rank 0's message
 touch blocked
-if timeout 120 "${MPIRUN[@]}" -np 2 "$BUILD/megadlm" train "${common[@]}" "${zero[@]}" \
+if timeout 120 "${MPIRUN[@]}" -np 2 "$MEGADLM" train "${common[@]}" "${zero[@]}" \
     --tensor-model-parallel-size 2 --save blocked --distributed-timeout-minutes 1 > blocked.log 2>&1; then
   echo "FAILED: saving into a file succeeded"; fail=1
 elif [ "$(grep -cE "error: saving the checkpoint of iteration [0-9]+ to blocked: blocked: exists and is not a directory" blocked.log)" -ne 2 ]; then

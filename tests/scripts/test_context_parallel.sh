@@ -20,20 +20,20 @@
 # The single process is the independent reference: it never splits a sequence, so a wrong
 # split, position, dropout key, mask or reduction moves the losses by far more than 1e-5.
 set -euo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 export OMP_NUM_THREADS=1
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
 PY=/usr/bin/python3
 
 base=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --micro-batch-size 2
       --global-batch-size 4 --train-iters 4 --lr 1e-3 --lr-decay-style cosine --lr-warmup-iters 1
       --mock-data --vocab-size 100 --make-vocab-size-divisible-by 64 --log-interval 1
-      --eval-iters 1 --eval-interval 4 --hidden-dropout 0.1 --attention-dropout 0.1 --seed 5)
+      --eval-iters 1 --eval-interval 4 "${DROPOUT[@]}" --seed 5)
 family_flags() {
   if [ "$1" = llama ]; then
-    echo --normalization RMSNorm --position-embedding-type rope --swiglu --ffn-hidden-size 64 \
-         --num-attention-heads 8 --group-query-attention --num-query-groups 4 --disable-bias-linear \
-         --untie-embeddings-and-output-weights
+    echo "${LLAMA_ARCH[@]}" --ffn-hidden-size 64 --num-attention-heads 8 --group-query-attention \
+         --num-query-groups 4
   fi
 }
 mode_flags() {
@@ -59,14 +59,8 @@ declare -A RECOMPUTE=(
   [full]="--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
 )
 
-losses() { grep -o 'lm loss: [^ ]*\|lm loss value: [^ ]*' "$1" | awk '{print $NF}'; }
-close_losses() { # close_losses ref.log other.log: same count (> 0), each within rel 1e-5
-  paste <(losses "$1") <(losses "$2") | awk -v what="$2" '
-    { n++; d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1); if (r > worst) worst = r
-      if ($2 == "" || r > 1e-5) { printf "%s: loss %d: %s vs %s\n", what, n, $2, $1; bad = 1 } }
-    END { if (n < 5) { print what ": expected 5 losses, found " n; bad = 1 }
-          printf "  losses: %d, worst rel %.3g\n", n, worst; exit bad }'
-}
+# close REF.log OTHER.log: the same losses (training and validation, 5 at least) within rel 1e-5
+close() { close_losses "$1" "$2" 1e-5 5+; }
 run() { # run NAME NP FLAGS...
   local name=$1 np=$2; shift 2
   if [ "$np" = 1 ]; then
@@ -91,7 +85,7 @@ for family in gpt llama; do
       # shellcheck disable=SC2086
       run "$name" "$np" "${flags[@]}" "${CP[@]}" $extra || { fail=1; continue; }
       echo "$name"
-      close_losses "$ref.log" "$name.log" || fail=1
+      close "$ref.log" "$name.log" || fail=1
       # 4 heads; gpt: 4 groups with key biases (a key bias's gradient is rounding noise)
       $PY "$SRC/tests/python/compare_checkpoints.py" "$name/iter_0000004/model.safetensors" \
           "$ref/iter_0000004/model.safetensors" 1e-4 4 4 8 1e-2 | sed 's/^/  model: /' || fail=1
@@ -117,7 +111,7 @@ run bf16-ref 1 "${bf[@]}" || fail=1
 for comm in allgather a2a; do
   run "bf16-$comm" 2 "${bf[@]}" --context-parallel-size 2 --cp-comm-type "$comm" || { fail=1; continue; }
   echo "bf16 $comm cp2"
-  close_losses bf16-ref.log "bf16-$comm.log" || fail=1
+  close bf16-ref.log "bf16-$comm.log" || fail=1
 done
 
 # memory (--log-memory): every layer's saved activations per rank are exactly 1/CP of one
@@ -178,10 +172,8 @@ for np in 2 1; do
     "$MEGADLM" train "${res_flags[@]}" --load ck > "ck-res$np.log" 2>&1 || { echo "FAILED: resume np $np"; fail=1; }
   fi
   echo "resume of a CP 2 checkpoint on $np rank(s)"
-  paste <(losses ck-full.log | tail -2) <(losses "ck-res$np.log") | awk '
-    { n++; d = $1 - $2; if (d < 0) d = -d; if ($2 == "" || d > 1e-5 * $1) bad = 1 }
-    END { if (n != 2 || bad) { print "  FAILED: losses after the resume differ"; exit 1 }
-          print "  losses after the resume: equal within rel 1e-5" }' || fail=1
+  rel_close "ck-res$np.log" 1e-5 2 <(losses ck-full.log | tail -2) <(losses "ck-res$np.log") ||
+    { echo "  FAILED: losses after the resume differ"; fail=1; }
 done
 
 # refused layouts name the flag
@@ -189,11 +181,7 @@ for refused in "--cp-comm-type a2a+p2p:--cp-comm-type a2a+p2p: not built yet" \
                "--cp-comm-type a2a --num-query-groups 1 --group-query-attention:not divisible by --context-parallel-size 2" \
                "--bf16:--cp-comm-type p2p with --bf16: not built yet"; do
   # shellcheck disable=SC2086
-  if "$MEGADLM" train "${base[@]}" --seq-length 16 --max-position-embeddings 16 \
-       --context-parallel-size 2 ${refused%%:*} > refused.log 2>&1; then
-    echo "FAILED: ${refused%%:*} was accepted"; fail=1
-  elif ! grep -q -- "${refused#*:}" refused.log; then
-    echo "FAILED: the refusal of ${refused%%:*}:"; cat refused.log; fail=1
-  fi
+  expect_error "${refused#*:}" "$MEGADLM" train "${base[@]}" --seq-length 16 \
+      --max-position-embeddings 16 --context-parallel-size 2 ${refused%%:*} || fail=1
 done
 exit $fail

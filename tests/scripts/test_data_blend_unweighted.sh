@@ -12,8 +12,9 @@
 #   3. an odd count is prefixes only; mixed weights and prefixes, a split with fewer samples
 #      than the run reads, and a dataset with no sample in a split are clear errors.
 set -uo pipefail
-: "${MEGADLM:?}" "${SRC:?}" "${WORK:?}" "${BUILD:?}"
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 export OMP_NUM_THREADS=1
 PY=/usr/bin/python3
 REF="$SRC/tests/python/megatron_reference.py"
@@ -71,9 +72,7 @@ fi
 echo "2. per-split lists: $(grep -c 'blend of' check2.log 2>/dev/null) blended splits equal Megatron's"
 
 # 3. errors
-expect() { local want=$1; shift; local out
-  out=$("$MEGADLM" train "${common[@]}" "$@" 2>&1) && { echo "FAILED: $* succeeded"; fail=1; return; }
-  grep -qF -- "$want" <<<"$out" || { echo "FAILED: '$want' not in: $(tail -2 <<<"$out")"; fail=1; }; }
+expect() { local want=$1; shift; expect_error "$want" "$MEGADLM" train "${common[@]}" "$@" || fail=1; }
 # an odd count is prefixes only: 0.5 is a prefix, and its file is missing
 expect "--data-path: 0.5.idx: cannot open" --data-path 0.5 $P1 $P2
 expect "--data-path: '0.5' (word 1) is a weight but '$P2' (word 3) is not" \

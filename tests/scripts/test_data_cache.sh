@@ -7,7 +7,9 @@
 # prefix is not matched; a cache path that is a file is a clear error. Also with DP 2 (both
 # ranks reading and writing the same directory).
 set -uo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 export OMP_NUM_THREADS=1
 PY=/usr/bin/python3
 REF="$SRC/tests/python/megatron_reference.py"
@@ -71,9 +73,9 @@ grep -q "loaded the GPTDataset" changed.log && { echo "FAILED: indices of the ol
 [ "$(ls cache/sub/*-GPTDataset-train-description.txt | wc -l)" = 2 ] || { echo "FAILED: expected two train descriptions"; fail=1; }
 
 # DP 2 writing and reading one directory
-mpirun --allow-run-as-root --oversubscribe -np 2 "$MEGADLM" train "${common[@]}" --data-cache-path dpcache > dp1.log 2>&1 \
+"${MPIRUN[@]}" -np 2 "$MEGADLM" train "${common[@]}" --data-cache-path dpcache > dp1.log 2>&1 \
     || { echo "FAILED: DP 2 cached run"; tail -3 dp1.log; fail=1; }
-mpirun --allow-run-as-root --oversubscribe -np 2 "$MEGADLM" train "${common[@]}" --data-cache-path dpcache > dp2.log 2>&1 \
+"${MPIRUN[@]}" -np 2 "$MEGADLM" train "${common[@]}" --data-cache-path dpcache > dp2.log 2>&1 \
     || { echo "FAILED: DP 2 second run"; tail -3 dp2.log; fail=1; }
 grep -q "loaded the GPTDataset train" dp2.log || { echo "FAILED: DP 2 did not read the cache"; fail=1; }
 diff <(numbers dp1.log) <(numbers dp2.log) > /dev/null || { echo "FAILED: DP 2 numbers differ with the cache read"; fail=1; }

@@ -4,25 +4,21 @@
 # averaged across DP; logged training and validation losses within rel 1e-5, final parameters
 # within rel 1e-4, dropout 0.1 on, and a checkpoint saved by DP 2 resumes under TP 2 x DP 2.
 set -euo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 export OMP_NUM_THREADS=1
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
-common=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
-        --max-position-embeddings 16 --micro-batch-size 2 --global-batch-size 8 --train-iters 6
-        --lr 1e-3 --lr-decay-style cosine --mock-data --vocab-size 100 --log-interval 1
-        --eval-interval 3 --eval-iters 2 --hidden-dropout 0.1 --attention-dropout 0.1 --seed 21)
-losses() { grep -o 'lm loss: [^ ]*\|lm loss value: [^ ]*' "$1" | awk '{print $NF}'; }
-close() { # close ref.log other.log [expected count]
-  paste <(losses "$1") <(losses "$2") | awk -v n="$2" -v want="${3:-0}" '
-    { d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > w) w = r; if (r > 1e-5) bad = 1; k++ }
-    END { printf "%s: %d losses, worst rel %.3g\n", n, k, w; exit (bad || (want && k != want)) }'
-}
+common=(--num-layers 2 "${GPT_TINY[@]}" --micro-batch-size 2 --global-batch-size 8 --train-iters 6
+        --lr 1e-3 --lr-decay-style cosine --log-interval 1 --eval-interval 3 --eval-iters 2
+        "${DROPOUT[@]}" --seed 21)
+# close REF.log OTHER.log [COUNT]: the losses (training and validation) within rel 1e-5
+close() { close_losses "$1" "$2" 1e-5 "${3:-}"; }
 fail=0
-"$BUILD/megadlm" train "${common[@]}" --make-vocab-size-divisible-by 128 --save ref > ref.log
+"$MEGADLM" train "${common[@]}" --make-vocab-size-divisible-by 128 --save ref > ref.log
 nref=$(losses ref.log | wc -l)
-"${MPIRUN[@]}" -np 2 "$BUILD/megadlm" train "${common[@]}" --save dp2 > dp2.log 2>&1
+"${MPIRUN[@]}" -np 2 "$MEGADLM" train "${common[@]}" --save dp2 > dp2.log 2>&1
 close ref.log dp2.log "$nref" || fail=1
-"${MPIRUN[@]}" -np 4 "$BUILD/megadlm" train "${common[@]}" --tensor-model-parallel-size 2 \
+"${MPIRUN[@]}" -np 4 "$MEGADLM" train "${common[@]}" --tensor-model-parallel-size 2 \
     --make-vocab-size-divisible-by 64 --sequence-parallel --save tp2dp2 > tp2dp2.log 2>&1
 close ref.log tp2dp2.log "$nref" || fail=1
 for d in dp2 tp2dp2; do
@@ -30,8 +26,8 @@ for d in dp2 tp2dp2; do
       ref/iter_0000006/model.safetensors 1e-4 4 4 8 1.2e-2 || fail=1
 done
 # resume across layouts: DP 2 saves at iteration 3, TP 2 x DP 2 finishes
-"${MPIRUN[@]}" -np 2 "$BUILD/megadlm" train "${common[@]}" --save mixed --exit-interval 3 > mixed-a.log 2>&1
-"${MPIRUN[@]}" -np 4 "$BUILD/megadlm" train "${common[@]}" --tensor-model-parallel-size 2 \
+"${MPIRUN[@]}" -np 2 "$MEGADLM" train "${common[@]}" --save mixed --exit-interval 3 > mixed-a.log 2>&1
+"${MPIRUN[@]}" -np 4 "$MEGADLM" train "${common[@]}" --tensor-model-parallel-size 2 \
     --make-vocab-size-divisible-by 64 --save mixed --load mixed > mixed-b.log 2>&1
 grep -q "successfully loaded checkpoint" mixed-b.log || { echo "FAILED: mixed did not load"; fail=1; }
 cat mixed-a.log mixed-b.log > mixed.log

@@ -16,9 +16,10 @@
 # bit for bit. Checkpoints: saved with the distributed optimizer at DP 2, resumed without it at
 # DP 1, and the reverse. Megatron's rules of the overlap flags are refused naming both flags.
 set -euo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 export OMP_NUM_THREADS=1
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
 # mpirun_log LOG NP ARGS...: the ranks' output, each rank's in a file of its own
 # (LOG.ranks/1/rank.N/stdout), written to LOG one rank after the other; the launcher's merged
 # stream (LOG.mpirun) can cut one rank's line with another's, and the checks read lines
@@ -32,26 +33,19 @@ mpirun_log() {
   return $rc
 }
 ITERS=6
-common=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
-        --max-position-embeddings 16 --micro-batch-size 2 --global-batch-size 8
-        --train-iters $ITERS --lr 1e-3 --lr-decay-style cosine --mock-data --vocab-size 100
-        --log-interval 1 --eval-interval 3 --eval-iters 2 --hidden-dropout 0.1
-        --attention-dropout 0.1 --seed 21 --log-memory)
-llama=(--normalization RMSNorm --position-embedding-type rope --swiglu --ffn-hidden-size 64
-       --group-query-attention --num-query-groups 4 --qk-layernorm --disable-bias-linear
-       --untie-embeddings-and-output-weights)
+common=(--num-layers 2 "${GPT_TINY[@]}" --micro-batch-size 2 --global-batch-size 8
+        --train-iters $ITERS --lr 1e-3 --lr-decay-style cosine --log-interval 1 --eval-interval 3
+        --eval-iters 2 "${DROPOUT[@]}" --seed 21 --log-memory)
+llama=("${LLAMA_ARCH[@]}" --ffn-hidden-size 64 --group-query-attention --num-query-groups 4
+       --qk-layernorm)
 declare -A VARIANT=(
   [a]="--ddp-bucket-size 2000"
   [b]="--overlap-grad-reduce --ddp-bucket-size 2000"
   [c]="--use-distributed-optimizer"
   [d]="--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 2000"
 )
-losses() { grep -o 'lm loss: [^ ]*\|lm loss value: [^ ]*' "$1" | awk '{print $NF}'; }
-close() { # close ref.log other.log: every loss within rel 1e-5, as many as the reference
-  paste <(losses "$1") <(losses "$2") | awk -v n="$2" -v want="$(losses "$1" | wc -l)" '
-    { d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > w) w = r; if (r > 1e-5) bad = 1; k++ }
-    END { printf "  %s: %d losses, worst rel %.3g\n", n, k, w; exit (bad || k != want) }'
-}
+# close REF.log OTHER.log: every loss within rel 1e-5, as many as the reference's
+close() { close_losses "$1" "$2" 1e-5 "$(losses "$1" | wc -l)"; }
 compare() { # compare DIR REF: model and optimizer state at the last iteration, rel 1e-4
   local f
   for f in model optimizer; do
@@ -100,7 +94,7 @@ fail=0
 for family in gpt2 llama; do
   fam=(); [ $family = llama ] && fam=("${llama[@]}")
   echo "$family"
-  "$BUILD/megadlm" train "${common[@]}" "${fam[@]}" --save ref-$family > ref-$family.log 2>&1 \
+  "$MEGADLM" train "${common[@]}" "${fam[@]}" --save ref-$family > ref-$family.log 2>&1 \
       || { echo "FAILED: reference"; tail -5 ref-$family.log; exit 1; }
   plain_opt=$(check_memory ref-$family.log)
   for layout in dp2 tp2dp2; do
@@ -109,7 +103,7 @@ for family in gpt2 llama; do
     for v in a b c d; do
       name=$family-$layout-$v
       # shellcheck disable=SC2086
-      mpirun_log "$name.log" $np "$BUILD/megadlm" train "${common[@]}" "${fam[@]}" "${par[@]}" \
+      mpirun_log "$name.log" $np "$MEGADLM" train "${common[@]}" "${fam[@]}" "${par[@]}" \
           ${VARIANT[$v]} --save "$name" \
           || { echo "FAILED: $name did not run"; tail -5 "$name.log"; fail=1; continue; }
       close ref-$family.log "$name.log" || fail=1
@@ -127,17 +121,17 @@ for family in gpt2 llama; do
 done
 
 # DP 1: the distributed optimizer is AdamW, bit for bit
-"$BUILD/megadlm" train "${common[@]}" --use-distributed-optimizer --save dp1-dist > dp1-dist.log 2>&1
+"$MEGADLM" train "${common[@]}" --use-distributed-optimizer --save dp1-dist > dp1-dist.log 2>&1
 if [ "$(losses dp1-dist.log)" != "$(losses ref-gpt2.log)" ]; then echo "FAILED: DP 1 distributed optimizer"; fail=1; fi
 /usr/bin/python3 "$SRC/tests/python/compare_checkpoints.py" dp1-dist/iter_000000$ITERS/optimizer.safetensors \
     ref-gpt2/iter_000000$ITERS/optimizer.safetensors 0 > /dev/null || { echo "FAILED: DP 1 optimizer state"; fail=1; }
 
 # checkpoints across the optimizer's layouts: DP 2 distributed -> DP 1 plain, and the reverse
-mpirun_log to-plain-a.log 2 "$BUILD/megadlm" train "${common[@]}" ${VARIANT[d]} --save to-plain \
+mpirun_log to-plain-a.log 2 "$MEGADLM" train "${common[@]}" ${VARIANT[d]} --save to-plain \
     --exit-interval 3
-"$BUILD/megadlm" train "${common[@]}" --save to-plain --load to-plain > to-plain-b.log 2>&1
-"$BUILD/megadlm" train "${common[@]}" --save to-dist --exit-interval 3 > to-dist-a.log 2>&1
-mpirun_log to-dist-b.log 2 "$BUILD/megadlm" train "${common[@]}" --use-distributed-optimizer \
+"$MEGADLM" train "${common[@]}" --save to-plain --load to-plain > to-plain-b.log 2>&1
+"$MEGADLM" train "${common[@]}" --save to-dist --exit-interval 3 > to-dist-a.log 2>&1
+mpirun_log to-dist-b.log 2 "$MEGADLM" train "${common[@]}" --use-distributed-optimizer \
     --save to-dist --load to-dist
 for d in to-plain to-dist; do
   grep -q "successfully loaded checkpoint" $d-b.log || { echo "FAILED: $d did not load"; fail=1; }
@@ -150,7 +144,7 @@ done
 # gradient reduction; every rank refuses, naming both flags
 for rule in "--overlap-grad-reduce|--use-distributed-optimizer" "--use-distributed-optimizer|--overlap-grad-reduce"; do
   given=${rule%|*} missing=${rule#*|}
-  out=$("${MPIRUN[@]}" -np 2 "$BUILD/megadlm" train "${common[@]}" --overlap-param-gather $given 2>&1) \
+  out=$("${MPIRUN[@]}" -np 2 "$MEGADLM" train "${common[@]}" --overlap-param-gather $given 2>&1) \
       && { echo "FAILED: --overlap-param-gather $given was accepted"; fail=1; }
   if [ "$(grep -c -- "--overlap-param-gather needs $missing" <<<"$out")" -ne 2 ]; then
     echo "FAILED: --overlap-param-gather $given: expected both ranks to name $missing:"; echo "$out" | head -3; fail=1

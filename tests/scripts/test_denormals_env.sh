@@ -5,11 +5,11 @@
 # all, and any other value stops every subcommand with an error naming the variable.
 # test_denormals (unit) checks the arithmetic of every kind of thread under each mode.
 set -euo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
-flags=(--num-layers 1 --hidden-size 32 --num-attention-heads 4 --seq-length 16
-       --max-position-embeddings 16 --micro-batch-size 2 --global-batch-size 4 --lr 1e-3
-       --train-iters 1 --mock-data --vocab-size 100 --eval-iters 0)
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
+flags=(--num-layers 1 "${GPT_TINY[@]}" --micro-batch-size 2 --global-batch-size 4 --lr 1e-3
+       --train-iters 1 --eval-iters 0)
 fail=0
 expect_line() { # NAME LOG TEXT
   if grep -qF -- "$3" "$2"; then echo "ok $1: $(grep -m1 '> denormals:' "$2")"

@@ -8,7 +8,9 @@
 # (--difflm-full-logits), and flags of the other model
 # family are refused.
 set -uo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 train=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 17
        --max-position-embeddings 17 --micro-batch-size 32 --global-batch-size 32 --lr 3e-3
        --lr-decay-style cosine --lr-warmup-iters 20 --mock-data --vocab-size 50 --log-interval 500
@@ -66,9 +68,7 @@ for opts in "--gen-length 8 --steps 8 --block-length 1" "--gen-length 12 --steps
 done
 echo "masked-row logits: the same tokens as --difflm-full-logits"
 
-expect() { local want=$1; shift; local out
-  out=$("$MEGADLM" generate "$@" 2>&1) && { echo "FAILED: generate $* succeeded"; fail=1; return; }
-  grep -qF -- "$want" <<<"$out" || { echo "FAILED: '$want' not in '$out'"; fail=1; }; }
+expect() { local want=$1; shift; expect_error "$want" "$MEGADLM" generate "$@" || fail=1; }
 expect "--top-k" --load trained --top-k 5
 expect "--top-p" --load trained --top-p 0.9
 expect "--steps" --load trained --gen-length 8 --steps 3 --block-length 4

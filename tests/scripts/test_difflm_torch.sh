@@ -9,7 +9,9 @@
 # --seed the mock data (Megatron's datasets read --seed), and the logged real input length must
 # be the length the model saw.
 set -uo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 export OMP_NUM_THREADS=1
 common=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 24
         --max-position-embeddings 24 --micro-batch-size 3 --global-batch-size 6

@@ -3,11 +3,12 @@
 # stops answering ends the job after --distributed-timeout-minutes with a message from the ranks
 # left waiting, nothing hangs, and the latest checkpoint still loads.
 set -uo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 export OMP_NUM_THREADS=1
-common=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
-        --max-position-embeddings 16 --micro-batch-size 2 --global-batch-size 4 --train-iters 100000
-        --lr 1e-3 --mock-data --vocab-size 100 --log-interval 1000 --eval-iters 0
+common=(--num-layers 2 "${GPT_TINY[@]}" --micro-batch-size 2 --global-batch-size 4
+        --train-iters 100000 --lr 1e-3 --log-interval 1000 --eval-iters 0
         --save-interval 20 --distributed-timeout-minutes 0.1)
 fail=0
 
@@ -24,7 +25,7 @@ ranks() {
 }
 # start NAME: a 2-rank TP job in the background that checkpoints every 20 iterations
 start() {
-  mpirun --allow-run-as-root --oversubscribe -np 2 "$MEGADLM" train "${common[@]}" \
+  "${MPIRUN[@]}" -np 2 "$MEGADLM" train "${common[@]}" \
       --tensor-model-parallel-size 2 --make-vocab-size-divisible-by 64 --save "$1" > "$1.log" 2>&1 &
   JOB=$!
   for _ in $(seq 300); do [ -f "$1/latest_checkpointed_iteration.txt" ] && break; sleep 0.1; done

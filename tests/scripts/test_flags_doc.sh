@@ -5,6 +5,8 @@
 # printer of the same table) has a row in docs/FLAGS.md, and the check does fail on an edited
 # copy.
 set -uo pipefail
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 rm -rf "$WORK"; mkdir -p "$WORK/tree/scripts" "$WORK/tree/docs"; cd "$WORK"
 fail=0
 bash "$SRC/scripts/flags_doc.sh" --check "$BUILD" > diff.txt 2>&1 \

@@ -34,31 +34,24 @@
 #    model-parallel group). Measured without that reduction: the last stage logs 2^20 where one
 #    process logs 2^19.
 set -euo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 export OMP_NUM_THREADS=1
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
 fail=0
 say_fail() { echo "FAILED: $*"; fail=1; }
 
-common=(--num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16
-        --max-position-embeddings 16 --micro-batch-size 2 --global-batch-size 8
-        --lr 1e-3 --lr-decay-style cosine --lr-warmup-iters 1 --mock-data --vocab-size 100
-        --log-interval 1 --eval-iters 0 --hidden-dropout 0.1 --attention-dropout 0.1 --seed 3)
-llama=(--normalization RMSNorm --position-embedding-type rope --swiglu --ffn-hidden-size 64
-       --group-query-attention --num-query-groups 2 --qk-layernorm --disable-bias-linear
-       --untie-embeddings-and-output-weights)
+common=(--num-layers 4 "${GPT_TINY[@]}" --micro-batch-size 2 --global-batch-size 8
+        --lr 1e-3 --lr-decay-style cosine --lr-warmup-iters 1 --log-interval 1 --eval-iters 0
+        "${DROPOUT[@]}" --seed 3)
+llama=("${LLAMA[@]}" --ffn-hidden-size 64)
 TP=(--tensor-model-parallel-size 2 --make-vocab-size-divisible-by 64)
 ONE=(--make-vocab-size-divisible-by 128)
 SP=("${TP[@]}" --sequence-parallel)
 calm=(--train-iters 5 --initial-loss-scale 4096)
 seq=(--train-iters 12 --initial-loss-scale 33554432 --loss-scale-window 3 --hysteresis 2)
 
-losses() { grep -o 'lm loss: [^ ]*' "$1" | awk '{print $3}'; }
 first() { losses "$1" | head -1; }
-same_ckpt() { # same_ckpt A B ITER: byte-identical parameters and optimizer state
-  cmp -s "$1/iter_000000$3/model.safetensors" "$2/iter_000000$3/model.safetensors" &&
-    cmp -s "$1/iter_000000$3/optimizer.safetensors" "$2/iter_000000$3/optimizer.safetensors"
-}
 memory_equal() { # memory_equal LOG NP: the four predicted rows on every rank, each difference 0
   local rows bad
   rows=$(grep -c 'memory [a-z ]* (bytes) | predicted [0-9]* | measured [0-9]* | difference' "$1" || true)
@@ -205,8 +198,7 @@ run resume 2 "${PP[@]}" "${seq[@]}" --exit-interval 6 &&
       --load resume > resume-b.log 2>&1 && grep -q "successfully loaded checkpoint" resume-b.log ||
   say_fail "PP 2 resume did not run or load"
 if [ -d resume/iter_0000012 ]; then
-  cmp -s gpt2-seq-pp2/iter_0000012/model.safetensors resume/iter_0000012/model.safetensors &&
-    cmp -s gpt2-seq-pp2/iter_0000012/optimizer.safetensors resume/iter_0000012/optimizer.safetensors ||
+  same_ckpt gpt2-seq-pp2 resume 12 ||
     say_fail "resumed PP 2 --fp16 run differs from the uninterrupted one"
   scales() { grep -o 'loss scale: [^ ]*' "$1" | awk '{print $3}'; }
   diff <(scales gpt2-seq-pp2.log) <(cat <(scales resume.log) <(scales resume-b.log)) > /dev/null ||

@@ -12,13 +12,14 @@
 # GPT-2-like run without it must differ (test: the flag is used). The arguments block shows
 # the switches off (they are recorded).
 set -uo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 export OMP_NUM_THREADS=1
 fail=0
-base=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
-      --max-position-embeddings 16 --micro-batch-size 2 --global-batch-size 4 --train-iters 4
-      --lr 3e-3 --mock-data --vocab-size 100 --log-interval 1 --eval-iters 0 --seed 5)
-gpt2=(--hidden-dropout 0.1 --attention-dropout 0.1)
+base=(--num-layers 2 "${GPT_TINY[@]}" --micro-batch-size 2 --global-batch-size 4 --train-iters 4
+      --lr 3e-3 --log-interval 1 --eval-iters 0 --seed 5)
+gpt2=("${DROPOUT[@]}")
 qwen=(--disable-bias-linear --swiglu --normalization RMSNorm --position-embedding-type rope
       --qk-layernorm --untie-embeddings-and-output-weights --hidden-dropout 0 --attention-dropout 0
       --model-running-mode difflm-noshift --mask-token 99 --attention-mask-type no_mask)
@@ -37,10 +38,7 @@ for model in gpt2 qwen; do
   [ "$(numbers "$model-on.log" | wc -l)" = 8 ] || { echo "FAILED: $model: expected 4 losses and norms"; fail=1; }
   diff <(numbers "$model-on.log") <(numbers "$model-off.log") > /dev/null \
       || { echo "FAILED: $model: losses or norms differ with the fusions off"; fail=1; }
-  for f in model.safetensors optimizer.safetensors; do
-    cmp -s "$model-on/iter_0000004/$f" "$model-off/iter_0000004/$f" \
-        || { echo "FAILED: $model: $f differs with the fusions off"; fail=1; }
-  done
+  same_ckpt "$model-on" "$model-off" 4 || { echo "FAILED: $model: the checkpoint differs with the fusions off"; fail=1; }
   for field in bias_dropout_fusion bias_swiglu_fusion masked_softmax_fusion apply_rope_fusion gradient_accumulation_fusion; do
     grep -q "^  $field \.* False" "$model-off.log" || { echo "FAILED: $model: $field not shown False"; fail=1; }
     grep -q "^  $field \.* True" "$model-on.log" || { echo "FAILED: $model: $field not shown True"; fail=1; }

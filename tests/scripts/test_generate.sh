@@ -2,7 +2,9 @@
 # generate: a model trained on mock data (runs of consecutive ids) continues a run when sampled
 # greedily (top-k 1); sampling is reproducible for a seed; bad flags are refused.
 set -euo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 
 "$MEGADLM" train --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 \
     --max-position-embeddings 32 --micro-batch-size 8 --global-batch-size 8 --train-iters 150 \

@@ -11,10 +11,8 @@
 # Environment (set by CTest): MEGADLM, SRC, BUILD, WORK.
 set -euo pipefail
 
-SRC=${SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
-BUILD=${BUILD:-$SRC/build}
-MEGADLM=${MEGADLM:-$BUILD/megadlm}
-WORK=${WORK:-$(mktemp -d)}
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 PY=/usr/bin/python3 # Debian's python3 with python3-torch (the python3 first on PATH may lack it)
 TOOL=$BUILD/tests/hf_logits
 CHECK="$SRC/tests/python/hf_forward.py"
@@ -22,9 +20,7 @@ CHECK="$SRC/tests/python/hf_forward.py"
 [ -x "$TOOL" ] || { echo "FAIL: $TOOL not built (cmake --build $BUILD --target hf_logits)"; exit 1; }
 "$PY" -c 'import torch' || { echo "FAIL: $PY lacks torch (scripts/install-deps.sh: python3-torch)"; exit 1; }
 
-rm -rf "$WORK"
-mkdir -p "$WORK"
-cd "$WORK"
+fresh_work
 
 COMMON=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 16
         --micro-batch-size 2 --global-batch-size 2 --lr 1e-2 --mock-data --vocab-size 50
@@ -86,11 +82,9 @@ done
 
 # (d) refusals name what does not fit
 refuse() { # refuse <substring> <dir>: convert --to hf must fail with the substring
-    if out=$("$MEGADLM" convert --to hf "$2" "$2.hf" 2>&1); then
-        echo "FAIL: convert --to hf $2 succeeded"; fail=1
-    elif ! grep -qF -- "$1" <<<"$out"; then
-        echo "FAIL: convert --to hf $2: '$out' lacks '$1'"; fail=1
-    else echo "refused as expected: $out"; fi
+    if expect_error "$1" "$MEGADLM" convert --to hf "$2" "$2.hf"; then
+        echo "refused as expected: $ERR_OUT"
+    else fail=1; fi
 }
 "$MEGADLM" train "${COMMON[@]}" "${LLAMA[@]}" --rotary-percent 0.5 --train-iters 1 --save partial > partial.log
 refuse "--rotary-percent" partial

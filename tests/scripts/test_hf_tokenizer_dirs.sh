@@ -23,8 +23,9 @@
 #     without model files, add_eos_token true.
 # Needs `make test-deps` (npm ci in tests/node).
 set -uo pipefail
-: "${MEGADLM:?}" "${SRC:?}" "${WORK:?}"
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 PY=/usr/bin/python3; [ -x "$PY" ] || PY=python3
 if [ ! -d "$SRC/tests/node/node_modules/tokenizers" ] || ! command -v node > /dev/null; then
   echo "FAILED: node and the npm package tokenizers are needed: run 'make test-deps'"
@@ -120,17 +121,18 @@ hf bos < bostext.txt > bos.ids || die "add_bos_token true refused"
 same "add_bos_token true" bos.ref bos.ids
 
 # ---- refusals
-expect_error() {  # path message
-  local o; o=$(echo x | hf "$1" 2>&1) && die "$1 accepted"
-  grep -qF -- "$2" <<<"$o" && echo "refused: $o" || die "$1: expected '$2', got: $o"
+# shellcheck disable=SC2317 # (run by expect_error)
+hf_x() { echo x | hf "$@"; }
+refused() {  # path message
+  if expect_error "$2" hf_x "$1"; then echo "refused: $ERR_OUT"; else die "$1"; fi
 }
 $H byte-fallback "$TD/gptneox_tokenizer/tokenizer.json" > sp.json
-expect_error sp.json "sp.json: decoder: with model.byte_fallback true (SentencePiece-style BPE) only Llama 2's is supported"
+refused sp.json "sp.json: decoder: with model.byte_fallback true (SentencePiece-style BPE) only Llama 2's is supported"
 mkdir -p empty
-expect_error empty "--tokenizer-model empty: a Hugging Face tokenizer directory needs tokenizer.json, or vocab.json and merges.txt"
+refused empty "--tokenizer-model empty: a Hugging Face tokenizer directory needs tokenizer.json, or vocab.json and merges.txt"
 mkdir -p eos && cp "$TD/gptneox_tokenizer"/* eos/
 sed -i 's/"add_eos_token": false/"add_eos_token": true/' eos/tokenizer_config.json
-expect_error eos "--tokenizer-model eos/tokenizer_config.json: add_eos_token true is not supported"
+refused eos "--tokenizer-model eos/tokenizer_config.json: add_eos_token true is not supported"
 
 [ $fail -eq 0 ] && echo "test_hf_tokenizer_dirs: all checks passed"
 exit $fail

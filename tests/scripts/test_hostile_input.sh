@@ -3,13 +3,15 @@
 # file, flag or iteration at fault and a non-zero exit, on every rank; none crashes, hangs or
 # leaves a checkpoint holding a non-finite value.
 set -uo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 export OMP_NUM_THREADS=1
 fail=0
 T=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
    --max-position-embeddings 16 --micro-batch-size 2 --global-batch-size 4 --lr 1e-3
    --train-iters 2 --eval-iters 0)
-MPI=(timeout 60 mpirun --allow-run-as-root --oversubscribe)
+MPI=(timeout 60 "${MPIRUN[@]}")
 
 # expect NAME RANKS "message" command... : exits non-zero (not a timeout, not a signal) within
 # 60 s, and the message appears RANKS times (once per rank; 1 for a single process).

@@ -4,7 +4,9 @@
 # what was expected (or a bound); the cases that are not errors (generate --steps beyond
 # --gen-length, plan over 1000 layers) finish at once with the result they promise.
 set -uo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK" || exit 1
+# shellcheck source=tests/scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 export OMP_NUM_THREADS=1
 fail=0
 say_fail() { echo "FAILED: $*"; fail=1; }
@@ -13,12 +15,10 @@ say_fail() { echo "FAILED: $*"; fail=1; }
 # 128 + n), and prints the message
 expect() {
   local name=$1 want=$2; shift 2
-  local out rc
-  out=$("$@" 2>&1 < /dev/null); rc=$?
-  if [ $rc -eq 0 ] || [ $rc -ge 124 ] || ! grep -qF -- "$want" <<<"$out"; then
-    say_fail "$name: rc $rc, expected '$want'; got:"; tail -3 <<<"$out"
-  else
+  if expect_error "$want" "$@" < /dev/null && [ "$ERR_RC" -lt 124 ]; then
     echo "ok: $name"
+  else
+    say_fail "$name: rc $ERR_RC, expected '$want'; got:"; tail -3 <<<"$ERR_OUT"
   fi
 }
 

@@ -5,7 +5,9 @@
 # objective with them, the arguments block shows each value given, and a run without the
 # kernel-fusion switches, --rerun-mode and --data-cache-path gives the same losses.
 set -uo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 export OMP_NUM_THREADS=1
 fail=0
 printf '{"text": "%s"}\n' "In the beginning God created the heaven and the earth." \
@@ -34,7 +36,7 @@ data=(--train-data-path t_text_document --valid-data-path t_text_document --toke
       --log-interval 1 --eval-interval 2 --eval-iters 1)
 run() { # run NAME ARGS...
   local name=$1; shift
-  mpirun --allow-run-as-root --oversubscribe -np 2 "$MEGADLM" train "$@" > "$name.log" 2>&1 \
+  "${MPIRUN[@]}" -np 2 "$MEGADLM" train "$@" > "$name.log" 2>&1 \
       || { echo "FAILED: $name (exit $?)"; tail -3 "$name.log"; fail=1; }
 }
 run launch "${model[@]}" "${fusions[@]}" "${training[@]}" "${launch[@]}" "${data[@]}" --data-cache-path cache

@@ -6,7 +6,9 @@
 # (--train-samples, --lr-decay-samples, --lr-warmup-samples, --lr-wsd-decay-samples), and a
 # resume in the middle of the warmup-fraction schedule.
 set -uo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 model=(--num-layers 1 --hidden-size 8 --num-attention-heads 2 --seq-length 8
        --max-position-embeddings 8 --micro-batch-size 1 --mock-data --vocab-size 50
        --log-interval 1 --eval-iters 0 --eval-interval 1000)

@@ -25,15 +25,13 @@
 # A flag megadlm refuses fails the test with megadlm's message, which names the flag.
 # Environment (set by CTest): MEGADLM, SRC, BUILD, WORK.
 set -uo pipefail
-SRC=${SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
-BUILD=${BUILD:-$SRC/build}
-MEGADLM=${MEGADLM:-$BUILD/megadlm}
-WORK=${WORK:-$(mktemp -d)}
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 PY=/usr/bin/python3 # Debian's python3 with python3-torch and python3-protobuf
 [ -x "$BUILD/tests/hf_logits" ] || { echo "FAILED: $BUILD/tests/hf_logits not built (cmake --build $BUILD --target hf_logits)"; exit 1; }
 "$PY" -c 'import torch, google.protobuf' ||
     { echo "FAILED: $PY lacks torch or protobuf (scripts/install-deps.sh --test)"; exit 1; }
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK" || exit 1
+fresh_work || exit 1
 fail=0
 bad() { echo "FAILED: $*"; fail=1; }
 
@@ -81,13 +79,12 @@ preprocess 1 20 gpt2_tokenizer "$D/nemotron_cc_extracted/processed_gpt2/1b/extra
 preprocess 21 4 gpt2_tokenizer "$D/c4_data_constrained/processed_gpt2/validation/c4-en-validation_text_document"
 
 # ---- checks of one training run
-losses() { grep -o 'iteration *[0-9]*/ *[0-9]* .*lm loss: [^ ]*' "$1" | sed 's/iteration *\([0-9]*\)\/.*lm loss: \([^ ]*\)/\1 \2/'; }
 check_trained() { # check_trained LOG FIRST LAST: one finite loss per iteration FIRST..LAST
     local got want
-    got=$(losses "$1" | awk '{ print $1 }' | tr '\n' ' ')
+    got=$(losses -n "$1" | awk -F'[/ ]' '{ print $1 }' | tr '\n' ' ')
     want=$(seq -s ' ' "$2" "$3")' '
     [ "$got" = "$want" ] || bad "$1: loss lines of iterations '$got', expected '$want'"
-    losses "$1" | awk '$2 !~ /^[0-9.E+-]+$/ { exit 1 }' || bad "$1: a loss that is not finite: $(losses "$1" | tr '\n' ' ')"
+    losses -n "$1" | awk '$2 !~ /^[0-9.E+-]+$/ { exit 1 }' || bad "$1: a loss that is not finite: $(losses -n "$1" | tr '\n' ' ')"
 }
 check_saved() { # check_saved CKPT_PATH LATEST ITER...
     local d=$1 latest=$2 it; shift 2
@@ -141,7 +138,7 @@ if run_script one.log $S1; then
     if run_script again.log $S1; then
         grep -q "The last checkpoint of the training exists. We will not run the training script" again.log ||
             bad "the second run did not skip the finished training"
-        [ -z "$(losses again.log)" ] || bad "the second run trained"
+        [ -z "$(losses -n again.log)" ] || bad "the second run trained"
     fi
     # interrupted between the saves at 6 and 9: the script runs the training, which resumes at 6
     rm -rf "$CK1/iter_0000009"; echo 6 > "$CK1/latest_checkpointed_iteration.txt"
@@ -152,8 +149,8 @@ if run_script one.log $S1; then
         grep -q "successfully loaded checkpoint from $CK1 .* at iteration 6$" resume.log || bad "no resume from iteration 6"
         check_trained resume.log 7 9
         check_saved "$CK1" 9 3 6 9
-        [ "$(losses resume.log)" = "$(losses one.log | tail -3)" ] ||
-            bad "the resumed iterations' losses differ from the uninterrupted run's: $(losses resume.log | tr '\n' ' ')"
+        [ "$(losses -n resume.log)" = "$(losses -n one.log | tail -3)" ] ||
+            bad "the resumed iterations' losses differ from the uninterrupted run's: $(losses -n resume.log | tr '\n' ' ')"
         check_tb resume.log "$TB1" --start-iteration 6
     fi
 fi
@@ -231,10 +228,8 @@ fi
 # ---- the shims refuse what they cannot map, naming it
 echo "== shims"
 refused() { # refused SUBSTRING COMMAND...
-    local want=$1 out; shift
-    if out=$("$@" 2>&1); then bad "'$*' succeeded"
-    elif ! grep -qF -- "$want" <<< "$out"; then bad "'$*': '$out' lacks '$want'"
-    else echo "refused as expected: $out"; fi
+    if expect_error "$@"; then echo "refused as expected: $ERR_OUT"
+    else bad "'${*:2}'"; fi
 }
 if [ -d "$C/ckptstep_6/torch" ]; then
     conv=(python "$P/tools/weights_conversion/megatron_to_hf_te.py" --input_dir "$C/ckptstep_6/torch" --output_dir x)

@@ -11,8 +11,9 @@
 #      builds equal Megatron's (numpy.random.RandomState) for single, weighted and
 #      unweighted blends, several seeds, and runs with and without a separate final epoch.
 set -euo pipefail
-: "${MEGADLM:?}" "${SRC:?}" "${WORK:?}" "${BUILD:?}"
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 PY=/usr/bin/python3
 REF="$SRC/tests/python/megatron_reference.py"
 DUMP="$BUILD/tests/dump_gpt_indices"

@@ -13,7 +13,9 @@
 #    vocabulary 100 padded to 128 per rank), predicted == measured alone, with TP 2 + SP and PP 2,
 #    and with --difflm-full-logits all 600 rows.
 set -uo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 fail=0
 say_fail() { echo "FAILED: $*"; fail=1; }
 
@@ -122,12 +124,9 @@ grep -qF -- "--world-size: only for \`megadlm memory\` and \`megadlm plan\` (tra
   <<<"$out" || say_fail "train --world-size: $out"
 
 # ---- train --log-memory: predicted == measured ----------------------------------------------------
-common=(--num-layers 3 --hidden-size 32 --num-attention-heads 4 --seq-length 16
-        --max-position-embeddings 16 --micro-batch-size 2 --global-batch-size 4 --train-iters 1
-        --lr 1e-3 --mock-data --vocab-size 100 --eval-iters 0 --log-memory)
-llama=(--normalization RMSNorm --position-embedding-type rope --swiglu --group-query-attention
-       --num-query-groups 2 --qk-layernorm --disable-bias-linear
-       --untie-embeddings-and-output-weights)
+common=(--num-layers 3 "${GPT_TINY[@]}" --micro-batch-size 2 --global-batch-size 4 --train-iters 1
+        --lr 1e-3 --eval-iters 0 --log-memory)
+llama=("${LLAMA[@]}")
 modes=(""
        "--recompute-activations"
        "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
@@ -192,7 +191,7 @@ if command -v mpirun > /dev/null; then
   for layout in "--tensor-model-parallel-size 2 --sequence-parallel" "--pipeline-model-parallel-size 2"; do
     rm -rf ranks
     # shellcheck disable=SC2086
-    OMP_NUM_THREADS=1 mpirun --allow-run-as-root --oversubscribe -np 2 --output-filename ranks \
+    OMP_NUM_THREADS=1 "${MPIRUN[@]}" -np 2 --output-filename ranks \
         "$MEGADLM" train "${dlm[@]}" $layout > dlm.log 2>&1 || { say_fail "difflm $layout: train"; tail -3 dlm.log; continue; }
     cat ranks/1/rank.*/stdout > dlm.log
     check_log dlm.log 2 "difflm $layout"
@@ -205,7 +204,7 @@ fi
 # tensor and sequence parallelism (two ranks)
 # each rank's stdout in a file of its own (ranks/1/rank.N/stdout): the launcher's merged stream
 # may cut a line of one rank with another's when it reads more than a pipe's atomic write
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe -np 2 --output-filename ranks)
+MPI2=("${MPIRUN[@]}" -np 2 --output-filename ranks)
 if command -v mpirun > /dev/null; then
   for layout in "--tensor-model-parallel-size 2" "--tensor-model-parallel-size 2 --sequence-parallel" \
                 "--tensor-model-parallel-size 2 --recompute-granularity full --recompute-method uniform --recompute-num-layers 1 --distribute-saved-activations"; do
@@ -214,7 +213,7 @@ if command -v mpirun > /dev/null; then
       [ "$family" = llama ] && extra=("${llama[@]}")
       rm -rf ranks
       # shellcheck disable=SC2086
-      OMP_NUM_THREADS=1 "${MPIRUN[@]}" "$MEGADLM" train "${common[@]}" "${extra[@]}" $layout \
+      OMP_NUM_THREADS=1 "${MPI2[@]}" "$MEGADLM" train "${common[@]}" "${extra[@]}" $layout \
           > tp.log 2>&1 || { say_fail "$family $layout: train"; tail -3 tp.log; continue; }
       cat ranks/1/rank.*/stdout > tp.log
       check_log tp.log 2 "$family $layout"
@@ -228,7 +227,7 @@ if command -v mpirun > /dev/null; then
                 "--pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2 --recompute-granularity full --recompute-method uniform --recompute-num-layers 1 --num-microbatches-with-partial-activation-checkpoints 1"; do
     rm -rf ranks
     # shellcheck disable=SC2086
-    OMP_NUM_THREADS=1 "${MPIRUN[@]}" "$MEGADLM" train "${common[@]}" --num-layers 4 $layout \
+    OMP_NUM_THREADS=1 "${MPI2[@]}" "$MEGADLM" train "${common[@]}" --num-layers 4 $layout \
         > pp.log 2>&1 || { say_fail "$layout: train"; tail -3 pp.log; continue; }
     cat ranks/1/rank.*/stdout > pp.log
     check_log pp.log 2 "$layout"
@@ -239,7 +238,7 @@ if command -v mpirun > /dev/null; then
   for layout in "--use-distributed-optimizer" "--use-distributed-optimizer --bf16"; do
     rm -rf ranks
     # shellcheck disable=SC2086
-    OMP_NUM_THREADS=1 "${MPIRUN[@]}" "$MEGADLM" train "${common[@]}" $layout \
+    OMP_NUM_THREADS=1 "${MPI2[@]}" "$MEGADLM" train "${common[@]}" $layout \
         > dp.log 2>&1 || { say_fail "$layout: train"; tail -3 dp.log; continue; }
     cat ranks/1/rank.*/stdout > dp.log
     check_log dp.log 2 "DP 2 $layout"

@@ -9,8 +9,9 @@
 #  - GPT-2 124M on TP 2 with SP and selective recompute: the two agree, one line;
 #  - a small Llama-style and a GPT-2-style `train --log-memory`: the same lines as memory's.
 set -uo pipefail
-: "${MEGADLM:?}" "${SRC:?}" "${WORK:?}"
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 export OMP_NUM_THREADS=1
 REF=(/usr/bin/python3 "$SRC/tests/python/megatron_theoretical_memory.py")
 fail=0
@@ -82,8 +83,7 @@ echo "gpt2 TP 2 SP selective: one line, Megatron's own: $want"
 # h = 256: the norms' biases Megatron counts, (2hL + h) x 18 bytes, show at two decimals of MB
 small=(--num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 16
        --max-position-embeddings 16 --micro-batch-size 2 --global-batch-size 4 --vocab-size 100)
-llama=(--normalization RMSNorm --position-embedding-type rope --swiglu --group-query-attention
-       --num-query-groups 2 --disable-bias-linear --untie-embeddings-and-output-weights)
+llama=("${LLAMA_ARCH[@]}" --group-query-attention --num-query-groups 2)
 train_only=(--train-iters 1 --lr 1e-3 --mock-data --eval-iters 0 --log-memory)
 for family in gpt2 llama; do
   extra=(); [ $family = llama ] && extra=("${llama[@]}")

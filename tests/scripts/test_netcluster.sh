@@ -5,6 +5,8 @@
 # a failed one and a TERM nothing it created is left: no namespace, link, bridge, process or
 # temporary file. Needs root (network namespaces); says SKIPPED otherwise.
 set -uo pipefail
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 rm -rf "$WORK"; mkdir -p "$WORK/tmp"; cd "$WORK" || exit 1
 NC="$SRC/bench/netcluster"
 PROBE="$BUILD/tests/net_probe"

@@ -13,11 +13,12 @@
 #    trains under mpirun -np 4;
 #  - bad cache files are refused naming the file.
 set -uo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK" || exit 1
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 fail=0
 say_fail() { echo "FAILED: $*"; fail=1; }
 export OMP_NUM_THREADS=1
-MPI=(mpirun --allow-run-as-root --oversubscribe)
 model=(--num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 32
        --max-position-embeddings 32 --vocab-size 100 --global-batch-size 8)
 
@@ -54,7 +55,7 @@ diff <(sed -n 1,3p first.txt) <(sed -n 1,3p second.txt) > /dev/null || say_fail 
 grep -q "measured and saved" third.err || say_fail "--calibrate did not measure"
 
 # ---- under mpirun: the link is measured, rank 0 prints ----------------------------------------
-"${MPI[@]}" -np 2 "$MEGADLM" plan "${model[@]}" --world-size 2 --device this-cpu \
+"${MPIRUN[@]}" -np 2 "$MEGADLM" plan "${model[@]}" --world-size 2 --device this-cpu \
   --device-cache mpi.json --top 2 > mpi.txt 2> mpi.err || say_fail "mpirun plan: $(cat mpi.err)"
 grep -q "measured on this machine by 2 ranks" mpi.json || say_fail "source: $(grep source mpi.json)"
 [ "$(grep -c '^megadlm plan:' mpi.txt)" = 1 ] || say_fail "not one report: $(cat mpi.txt)"
@@ -70,7 +71,7 @@ for layout in "--pipeline-model-parallel-size 2 --micro-batch-size 2" \
   [[ " $layout " == *" --tensor-model-parallel-size "* ]] || flags+=(--tensor-model-parallel-size 1)
   "$MEGADLM" plan "${model[@]}" --world-size 2 "${flags[@]}" --fp32 --device-file mpi.json \
     --all --top 0 --json > plan.json 2> plan.err || { say_fail "plan $layout: $(cat plan.err)"; continue; }
-  "${MPI[@]}" -np 2 "$MEGADLM" train "${model[@]}" "${flags[@]}" --mock-data \
+  "${MPIRUN[@]}" -np 2 "$MEGADLM" train "${model[@]}" "${flags[@]}" --mock-data \
     --tokenizer-type NullTokenizer --train-iters 2 --lr 1e-4 --eval-iters 0 --log-memory \
     > train.log 2>&1 || { say_fail "train $layout: $(tail -3 train.log)"; continue; }
   python3 - plan.json train.log "$layout" <<'EOF' || fail=1
@@ -105,7 +106,7 @@ while read -r line; do
 done < lines.txt
 echo "$n listed configurations accepted by train's validation (megadlm memory)"
 read -r -a best <<<"$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["configurations"][0]["train_flags"])' all.json)"
-"${MPI[@]}" -np 4 "$MEGADLM" train "${best[@]}" --mock-data --tokenizer-type NullTokenizer \
+"${MPIRUN[@]}" -np 4 "$MEGADLM" train "${best[@]}" --mock-data --tokenizer-type NullTokenizer \
   --train-iters 1 --lr 1e-4 --eval-iters 0 > best.log 2>&1 ||
   say_fail "the fastest's train line failed: ${best[*]}: $(tail -3 best.log)"
 

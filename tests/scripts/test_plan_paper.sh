@@ -17,7 +17,9 @@
 #    file): the ratio is the model's, not a fitted constant's;
 #  - bad devices and sizes are refused with a message naming the flag or file.
 set -uo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK" || exit 1
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 fail=0
 say_fail() { echo "FAILED: $*"; fail=1; }
 
@@ -117,9 +119,8 @@ grep -q -- '^  --num-layers 96 .*--tensor-model-parallel-size' <<<"$out" ||
 
 # ---- errors ------------------------------------------------------------------------------------
 expect_err() { # words... -- expected fragment is the last argument
-  local want=${*: -1} out
-  out=$("$MEGADLM" plan "${@:1:$#-1}" 2>&1) && { say_fail "accepted: $*"; return; }
-  grep -qF -- "$want" <<<"$out" || say_fail "'$*': got '$out', expected '$want'"
+  local want=${*: -1}
+  expect_error "$want" "$MEGADLM" plan "${@:1:$#-1}" || say_fail "$*"
 }
 small=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32
        --max-position-embeddings 32 --vocab-size 100 --global-batch-size 8)

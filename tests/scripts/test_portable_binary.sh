@@ -5,6 +5,8 @@
 # A build made with -march=native on an AVX-512 machine fails this (measured: 3676 such
 # instructions in megadlm).
 set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 if [ "${MEGADLM_NATIVE:-OFF}" = ON ]; then echo "SKIPPED: a -DMEGADLM_NATIVE=ON build"; exit 0; fi
 fail=0
 for bin in "$MEGADLM" "$BUILD"/tests/test_kernels_gradcheck; do

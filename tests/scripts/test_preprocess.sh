@@ -5,8 +5,9 @@
 # JSONL lines are reported with FILE:LINE and skipped (fatal with --strict); --help lists every
 # flag; bad inputs exit 1 with a clear message and leave no output behind.
 set -uo pipefail
-: "${MEGADLM:?}" "${SRC:?}" "${WORK:?}"
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 PY=/usr/bin/python3; [ -x "$PY" ] || PY=python3
 fail=0
 die() { echo "FAILED: $*"; fail=1; }
@@ -116,13 +117,11 @@ done
 grep -q "default: text" <<<"$help" || die "--help lacks the --json-keys default"
 
 # ---- bad inputs: exit 1, message, no outputs
-expect_error() {  # expect_error "<message substring>" args...
+refused() {  # refused "<message substring>" args...
   local want=$1; shift
   rm -f bad_*
-  local o rc
-  o=$("$MEGADLM" preprocess "$@" 2>&1); rc=$?
-  if [ $rc -ne 1 ] || ! grep -qF -- "$want" <<<"$o"; then
-    die "preprocess $* -> rc=$rc, expected 1 and '$want'; got: $(head -3 <<<"$o")"
+  if ! expect_error "$want" "$MEGADLM" preprocess "$@" || [ "$ERR_RC" -ne 1 ]; then
+    die "preprocess $* -> rc=$ERR_RC, expected 1 and '$want'; got: $(head -3 <<<"$ERR_OUT")"
   fi
   if ls bad_* > /dev/null 2>&1; then die "preprocess $* left files: $(ls bad_*)"; fi
 }
@@ -132,32 +131,32 @@ printf '%s\n' '{"text": 5}' > notstring.jsonl
 printf '%s\n' '[1, 2]' > notobject.jsonl
 printf '%s\n' '{"text": "1 two 3"}' > nullbad.jsonl
 B=(--output-prefix bad --tokenizer-type ByteLevel)
-expect_error "unknown option '--no-such-flag'" --input in.jsonl "${B[@]}" --no-such-flag
-expect_error "--input: missing" "${B[@]}"
-expect_error "nonexistent.jsonl: cannot open: No such file or directory" --input nonexistent.jsonl "${B[@]}"
-expect_error "badjson.jsonl:2: not valid JSON" --input badjson.jsonl "${B[@]}" --strict
-expect_error "nokey.jsonl:2: key 'text' missing" --input nokey.jsonl "${B[@]}" --strict
-expect_error "notstring.jsonl:1: key 'text': expected a string or a list of strings" --input notstring.jsonl "${B[@]}" --strict
-expect_error "notobject.jsonl:1: expected a JSON object" --input notobject.jsonl "${B[@]}" --strict
-expect_error "mixed.jsonl:2: not valid JSON" --input mixed.jsonl "${B[@]}" --strict
-expect_error "--log-interval: expected a non-negative integer, found '-1'" --input in.jsonl "${B[@]}" --log-interval -1
-expect_error "--tokenizer-type: expected ByteLevel, NullTokenizer, GPT2BPETokenizer or HuggingFaceTokenizer, found 'Llama2Tokenizer'" \
+refused "unknown option '--no-such-flag'" --input in.jsonl "${B[@]}" --no-such-flag
+refused "--input: missing" "${B[@]}"
+refused "nonexistent.jsonl: cannot open: No such file or directory" --input nonexistent.jsonl "${B[@]}"
+refused "badjson.jsonl:2: not valid JSON" --input badjson.jsonl "${B[@]}" --strict
+refused "nokey.jsonl:2: key 'text' missing" --input nokey.jsonl "${B[@]}" --strict
+refused "notstring.jsonl:1: key 'text': expected a string or a list of strings" --input notstring.jsonl "${B[@]}" --strict
+refused "notobject.jsonl:1: expected a JSON object" --input notobject.jsonl "${B[@]}" --strict
+refused "mixed.jsonl:2: not valid JSON" --input mixed.jsonl "${B[@]}" --strict
+refused "--log-interval: expected a non-negative integer, found '-1'" --input in.jsonl "${B[@]}" --log-interval -1
+refused "--tokenizer-type: expected ByteLevel, NullTokenizer, GPT2BPETokenizer or HuggingFaceTokenizer, found 'Llama2Tokenizer'" \
   --input in.jsonl --output-prefix bad --tokenizer-type Llama2Tokenizer
-expect_error "--tokenizer-type GPT2BPETokenizer needs --vocab-file (vocab.json) and --merge-file (merges.txt)" \
+refused "--tokenizer-type GPT2BPETokenizer needs --vocab-file (vocab.json) and --merge-file (merges.txt)" \
   --input in.jsonl --output-prefix bad --tokenizer-type GPT2BPETokenizer
-expect_error "--tokenizer-model nonexistent.json: No such file or directory" \
+refused "--tokenizer-model nonexistent.json: No such file or directory" \
   --input in.jsonl --output-prefix bad --tokenizer-type HuggingFaceTokenizer --tokenizer-model nonexistent.json
-expect_error "--tokenizer-type: missing" --input in.jsonl --output-prefix bad
-expect_error "--vocab-size" --input in.jsonl --output-prefix bad --tokenizer-type NullTokenizer
-expect_error "--vocab-size: expected a positive integer, found 'x'" --input in.jsonl --output-prefix bad \
+refused "--tokenizer-type: missing" --input in.jsonl --output-prefix bad
+refused "--vocab-size" --input in.jsonl --output-prefix bad --tokenizer-type NullTokenizer
+refused "--vocab-size: expected a positive integer, found 'x'" --input in.jsonl --output-prefix bad \
   --tokenizer-type NullTokenizer --vocab-size x
-expect_error "nullbad.jsonl:1: key 'text': token 'two' at byte 2 is not an integer" --input nullbad.jsonl \
+refused "nullbad.jsonl:1: key 'text': token 'two' at byte 2 is not an integer" --input nullbad.jsonl \
   --output-prefix bad --tokenizer-type NullTokenizer --vocab-size 10
-expect_error "--workers: expected a positive integer, found '0'" --input in.jsonl "${B[@]}" --workers 0
-expect_error "--output-prefix: missing" --input in.jsonl --tokenizer-type ByteLevel
-expect_error "--output-prefix: no_such_dir/bad_text_document.bin.tmp: cannot create" --input in.jsonl \
+refused "--workers: expected a positive integer, found '0'" --input in.jsonl "${B[@]}" --workers 0
+refused "--output-prefix: missing" --input in.jsonl --tokenizer-type ByteLevel
+refused "--output-prefix: no_such_dir/bad_text_document.bin.tmp: cannot create" --input in.jsonl \
   --output-prefix no_such_dir/bad --tokenizer-type ByteLevel
-expect_error "--input: missing value" "${B[@]}" --input
+refused "--input: missing value" "${B[@]}" --input
 
 [ $fail -eq 0 ] && echo "PASSED" || echo "FAILED"
 exit $fail

@@ -4,15 +4,14 @@
 # micro-batches, both families), and a run resumed from a checkpoint under a recompute mode
 # matches too.
 set -euo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 
-common=(--num-layers 3 --hidden-size 32 --num-attention-heads 4 --seq-length 16
-        --max-position-embeddings 16 --micro-batch-size 2 --global-batch-size 4 --train-iters 5
-        --lr 1e-3 --lr-decay-style cosine --lr-warmup-iters 1 --mock-data --vocab-size 100
-        --log-interval 1 --eval-iters 0 --hidden-dropout 0.1 --attention-dropout 0.1 --seed 3)
-llama=(--normalization RMSNorm --position-embedding-type rope --swiglu --group-query-attention
-       --num-query-groups 2 --qk-layernorm --disable-bias-linear
-       --untie-embeddings-and-output-weights)
+common=(--num-layers 3 "${GPT_TINY[@]}" --micro-batch-size 2 --global-batch-size 4 --train-iters 5
+        --lr 1e-3 --lr-decay-style cosine --lr-warmup-iters 1 --log-interval 1 --eval-iters 0
+        "${DROPOUT[@]}" --seed 3)
+llama=("${LLAMA[@]}")
 modes=("--recompute-activations"
        "--recompute-granularity selective"
        "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
@@ -22,8 +21,7 @@ modes=("--recompute-activations"
        "--recompute-granularity full --recompute-method block --recompute-num-layers 2"
        "--recompute-granularity full --recompute-method block --recompute-num-layers 3")
 
-same() { cmp -s "$1/iter_0000005/model.safetensors" "$2/iter_0000005/model.safetensors" &&
-         cmp -s "$1/iter_0000005/optimizer.safetensors" "$2/iter_0000005/optimizer.safetensors"; }
+same() { same_ckpt "$1" "$2" 5; }
 
 for family in gpt2 llama; do
   extra=()

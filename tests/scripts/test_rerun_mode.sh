@@ -11,17 +11,15 @@
 #  - report_stats: every iteration re-run; the same process gives the same bits, so the log
 #    counts 0 differing re-runs and the checkpoint equals the plain run's.
 set -uo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 export OMP_NUM_THREADS=1
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
-common=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
-        --max-position-embeddings 16 --micro-batch-size 2 --global-batch-size 4 --train-iters 5
-        --lr 3e-3 --mock-data --vocab-size 100 --log-interval 1 --eval-iters 0 --seed 7)
+common=(--num-layers 2 "${GPT_TINY[@]}" --micro-batch-size 2 --global-batch-size 4 --train-iters 5
+        --lr 3e-3 --log-interval 1 --eval-iters 0 --seed 7)
 fail=0
-same_ckpt() { # same_ckpt DIR_A DIR_B: the saved parameters and optimizer state, bit for bit
-  for f in model.safetensors optimizer.safetensors; do
-    cmp -s "$1/iter_0000005/$f" "$2/iter_0000005/$f" || { echo "FAILED: $1 and $2 differ ($f)"; fail=1; }
-  done
+same() { # same DIR_A DIR_B: the saved parameters and optimizer state of iteration 5, bit for bit
+  same_ckpt "$1" "$2" 5 || { echo "FAILED: $1 and $2 differ"; fail=1; }
 }
 "$MEGADLM" train "${common[@]}" --save clean > clean.log 2>&1 || { echo "FAILED: clean run"; tail -3 clean.log; exit 1; }
 
@@ -33,7 +31,7 @@ grep -q "Unexpected result at iteration #3" transient.log || { echo "FAILED: the
 grep -q "Need to rerun step to check reproducibility of initial result" transient.log || { echo "FAILED: no re-run"; fail=1; }
 grep -q "not reproducible within the tolerance" transient.log || { echo "FAILED: not judged transient"; fail=1; }
 grep -q "Possible transient error" transient.log || { echo "FAILED: no transient error line"; fail=1; }
-same_ckpt clean transient
+same clean transient
 
 MEGADLM_RERUN_FAULT=3:persistent "$MEGADLM" train "${common[@]}" --rerun-mode validate_results --save persistent > persistent.log 2>&1
 rc=$?
@@ -54,11 +52,11 @@ MEGADLM_RERUN_FAULT=4:spike "$MEGADLM" train "${common[@]}" "${spiky[@]}" --save
     || { echo "FAILED: transient spike"; tail -3 spike.log; fail=1; }
 grep -q "message='Spiky loss'" spike.log && grep -q "Possible transient error" spike.log \
     || { echo "FAILED: transient spike not re-run"; fail=1; }
-same_ckpt clean spike
+same clean spike
 MEGADLM_RERUN_FAULT=4:spike:persistent "$MEGADLM" train "${common[@]}" "${spiky[@]}" --save spikep > spikep.log 2>&1 \
     || { echo "FAILED: a reproducible spike stopped the job"; tail -3 spikep.log; fail=1; }
 grep -q "a spiky loss, not an error" spikep.log || { echo "FAILED: reproducible spike not reported"; fail=1; }
-same_ckpt clean spikep
+same clean spikep
 # the clean run's losses are no spikes (else the spike checks above would test nothing)
 "$MEGADLM" train "${common[@]}" "${spiky[@]}" > nospike.log 2>&1
 grep -q "Spiky loss" nospike.log && { echo "FAILED: the clean run has a spiky loss"; fail=1; }
@@ -79,7 +77,7 @@ grep -q "MEGADLM_RERUN_FAULT='x'" badenv.log || { echo "FAILED: bad hook value n
     || { echo "FAILED: report_stats run"; tail -3 report.log; fail=1; }
 [ "$(grep -c 'rerun stats at iteration [0-9]*: 0 of 1 iterations gave other bits' report.log)" = 5 ] \
     || { echo "FAILED: report_stats did not count 5 identical re-runs"; grep 'rerun stats' report.log; fail=1; }
-same_ckpt clean report
+same clean report
 
 # DP 2, distributed optimizer, overlapped reductions and gathers: every rank re-runs together
 dp=(--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather)
@@ -89,6 +87,6 @@ MEGADLM_RERUN_FAULT=2 "${MPIRUN[@]}" -np 2 "$MEGADLM" train "${common[@]}" "${dp
     --rerun-mode validate_results --save dpfault > dpfault.log 2>&1 \
     || { echo "FAILED: DP 2 transient fault"; tail -5 dpfault.log; fail=1; }
 [ "$(grep -c 'Possible transient error' dpfault.log)" = 2 ] || { echo "FAILED: DP 2: not both ranks re-ran"; fail=1; }
-same_ckpt dpclean dpfault
+same dpclean dpfault
 [ $fail = 0 ] && echo "rerun mode: transient re-run, persistent stop, report counts as expected"
 exit $fail

@@ -9,9 +9,8 @@
 # Environment (set by CTest): SRC (source tree), BUILD (build tree), WORK (scratch directory).
 set -euo pipefail
 
-SRC=${SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
-BUILD=${BUILD:-$SRC/build}
-WORK=${WORK:-$(mktemp -d)}
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 PY=/usr/bin/python3 # Debian's python3 with python3-numpy and python3-torch
 TOOL=$BUILD/tests/write_safetensors
 CHECK="$SRC/tests/python/check_safetensors.py"

@@ -4,7 +4,9 @@
 # (the path is used), a run with the same data for both matches --data-path with the documents
 # of one file, and the flag rules are refused.
 set -uo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 fail=0
 printf '{"text": "%s"}\n' "In the beginning God created the heaven and the earth." \
     "And the earth was without form, and void." "And God said, Let there be light." \
@@ -31,9 +33,7 @@ grep -q "test loss" aa.log && { echo "FAILED: a test evaluation without --test-d
 # training losses do not depend on where validation data comes from
 diff <(grep -o 'lm loss: [^ ]*' aa.log) <(grep -o 'lm loss: [^ ]*' ab.log) > /dev/null ||
   { echo "FAILED: training changed with the validation data"; fail=1; }
-expect() { local want=$1; shift; local out
-  out=$("$MEGADLM" train "${common[@]}" "$@" 2>&1) && { echo "FAILED: $* succeeded"; fail=1; return; }
-  grep -qF -- "$want" <<<"$out" || { echo "FAILED: '$want' not in '$out'"; fail=1; }; }
+expect() { local want=$1; shift; expect_error "$want" "$MEGADLM" train "${common[@]}" "$@" || fail=1; }
 expect "--train-data-path" --valid-data-path b_text_document
 expect "exclude --data-path" --train-data-path a_text_document --data-path b_text_document
 # three words are three prefixes (Megatron's get_blend_from_list), the first one missing

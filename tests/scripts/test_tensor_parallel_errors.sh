@@ -3,7 +3,9 @@
 # non-zero within seconds (never a hang). Sequence parallelism at t = 1 is turned off with a note,
 # as Megatron does.
 set -uo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 export OMP_NUM_THREADS=1
 base=(--num-layers 2 --hidden-size 48 --num-attention-heads 4 --seq-length 16
       --max-position-embeddings 16 --micro-batch-size 2 --train-iters 2 --lr 1e-3 --mock-data
@@ -13,7 +15,7 @@ expect() { # expect NP "message" flags...
   local np=$1 want=$2; shift 2
   local start out rc n
   start=$(date +%s)
-  out=$(timeout 60 mpirun --allow-run-as-root --oversubscribe -np "$np" "$MEGADLM" train \
+  out=$(timeout 60 "${MPIRUN[@]}" -np "$np" "$MEGADLM" train \
         "${base[@]}" "$@" 2>&1); rc=$?
   n=$(grep -cF -- "$want" <<<"$out")
   if [ $rc -eq 0 ] || [ $rc -eq 124 ] || [ "$n" -ne "$np" ] || [ $(( $(date +%s) - start )) -gt 30 ]; then

@@ -15,8 +15,9 @@
 #      resume);
 #   3. the W&B flags: recorded in the checkpoint's arguments, a notice, Megatron's rules.
 set -uo pipefail
-: "${MEGADLM:?}" "${SRC:?}" "${WORK:?}"
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 export OMP_NUM_THREADS=1
 PY=/usr/bin/python3
 if ! "$PY" -c 'import google.protobuf, numpy' 2>/dev/null; then
@@ -24,7 +25,6 @@ if ! "$PY" -c 'import google.protobuf, numpy' 2>/dev/null; then
 fi
 CHECK_TB=("$PY" "$SRC/tests/python/check_tensorboard.py")
 CHECK_NUM=("$PY" "$SRC/tests/python/check_logged_numbers.py")
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
 fail=0
 model=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
        --max-position-embeddings 16 --micro-batch-size 2 --lr 1e-3 --mock-data --vocab-size 50
@@ -136,9 +136,7 @@ fi
 # ---- 3. rules and notices
 expect() { # expect "message" args...
   local want=$1; shift
-  local out; out=$("$MEGADLM" train "${model[@]}" --global-batch-size 4 --train-iters 1 "$@" 2>&1) &&
-    { echo "FAILED: $* succeeded"; fail=1; return; }
-  grep -qF -- "$want" <<<"$out" || { echo "FAILED: '$want' not in: $out" | head -3; fail=1; }
+  expect_error "$want" "$MEGADLM" train "${model[@]}" --global-batch-size 4 --train-iters 1 "$@" || fail=1
 }
 expect "--wandb-project dlm needs --wandb-exp-name" --wandb-project dlm
 expect "--wandb-mode online2: expected online, offline, disabled or shared" --wandb-mode online2

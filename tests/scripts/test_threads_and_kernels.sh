@@ -10,11 +10,11 @@
 #     OpenBLAS's SSE-only kernels (its fallback for CPUs it does not know), one process or two
 #     ranks; where megadlm restarted itself for that, the set it chose follows the CPU's flags.
 set -euo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
-flags=(--num-layers 1 --hidden-size 32 --num-attention-heads 4 --seq-length 16
-       --max-position-embeddings 16 --micro-batch-size 2 --global-batch-size 4 --lr 1e-3
-       --train-iters 1 --mock-data --vocab-size 100 --eval-iters 0)
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
+flags=(--num-layers 1 "${GPT_TINY[@]}" --micro-batch-size 2 --global-batch-size 4 --lr 1e-3
+       --train-iters 1 --eval-iters 0)
 fail=0
 cpus=$(nproc)
 kernels_of() { grep -m1 '> BLAS:' "$1" | sed 's/.*; kernels \([A-Za-z0-9]*\).*/\1/'; }

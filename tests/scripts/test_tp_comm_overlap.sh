@@ -19,24 +19,23 @@
 #   Flag rules: Megatron's (--tp-comm-overlap needs --sequence-parallel and t > 1); the switches
 #     without --tp-comm-overlap are refused.
 set -euo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 export OMP_NUM_THREADS=1
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
 L=2 M=2 ITERS=3
 common=(--num-layers $L --hidden-size 128 --num-attention-heads 4 --ffn-hidden-size 512
         --seq-length 256 --max-position-embeddings 256 --micro-batch-size 2 --global-batch-size 4
         --train-iters $ITERS --lr 1e-3 --mock-data --vocab-size 1000 --log-interval 1
-        --eval-iters 0 --hidden-dropout 0.1 --attention-dropout 0.1 --seed 3 --sequence-parallel)
-llama=(--normalization RMSNorm --position-embedding-type rope --swiglu --group-query-attention
-       --num-query-groups 2 --qk-layernorm --disable-bias-linear --untie-embeddings-and-output-weights)
+        --eval-iters 0 "${DROPOUT[@]}" --seed 3 --sequence-parallel)
+llama=("${LLAMA[@]}")
 fail=0
-losses() { grep -o 'lm loss: [^ ]*' "$1" | awk '{print $3}'; }
 overlap_counts() { # "ring_ag ring_rs bulk_ag bulk_rs" from the log's last line about it
   grep 'TP communication overlapped' "$1" | sed -E 's/.*: ([0-9]+) ring all-gathers, ([0-9]+) ring reduce-scatters, ([0-9]+) bulk all-gathers, ([0-9]+) bulk.*/\1 \2 \3 \4/'
 }
 train() { # train NAME NP FLAGS...
   local name=$1 np=$2; shift 2
-  "${MPIRUN[@]}" -np "$np" "$BUILD/megadlm" train "${common[@]}" "$@" --save "$name" \
+  "${MPIRUN[@]}" -np "$np" "$MEGADLM" train "${common[@]}" "$@" --save "$name" \
       > "$name.log" 2>&1 || { echo "FAILED: $name did not run"; tail -5 "$name.log"; fail=1; return 1; }
 }
 same_as() { # same_as REF NAME EXPECTED_COUNTS: identical losses and checkpoints, overlap counts
@@ -56,11 +55,7 @@ counts_are() { # counts_are NAME EXPECTED_COUNTS
   [ "$got" = "$2" ] || { echo "FAIL $1: overlapped (ring ag, ring rs, bulk ag, bulk rs) = '$got', expected '$2'"; return 1; }
 }
 losses_near() { # losses_near REF NAME LABEL: every logged loss within rel 1e-6
-  paste <(losses "$1.log") <(losses "$2.log") | awk -v label="$3" '
-    { n++; d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1); if (r > w) w = r
-      if (r > 1e-6) { printf "FAIL %s: iteration %d loss %s vs %s (rel %.3g)\n", label, n, $2, $1, r; bad = 1 } }
-    END { if (n != '$ITERS') { printf "FAIL %s: expected '$ITERS' losses, found %d\n", label, n; bad = 1 }
-          printf "  %s losses: worst rel %.3g\n", label, w; exit bad }'
+  rel_close "$3 losses" 1e-6 "$ITERS" <(losses "$1.log") <(losses "$2.log") || { echo "FAIL $3: losses"; return 1; }
 }
 near() { # near REF NAME EXPECTED_COUNTS [HEADS GROUPS KV]: losses rel 1e-6, parameters 1e-3 of scale
   local ref=$1 name=$2 want=$3 bad=0; shift 3
@@ -121,28 +116,24 @@ train overlap4 4 "${T4[@]}" --tp-comm-overlap --tp-comm-overlap-rs-dgrad
 [ -f overlap4.log ] && near ref4 overlap4 "$((4 * per + h)) $((4 * per + h)) $((2 * per + h)) 0"
 
 # ---- flag rules ----
-expect_error() { # expect_error NP PATTERN FLAGS...
-  local np=$1 pattern=$2; shift 2
-  local out
+refused() { # refused NP MESSAGE FLAGS...
+  local np=$1 want=$2; shift 2
   if [ "$np" = 1 ]; then
-    out=$("$BUILD/megadlm" train "${common[@]}" "$@" 2>&1) && { echo "FAIL: accepted $*"; fail=1; return; }
+    expect_error "$want" "$MEGADLM" train "${common[@]}" "$@" || { fail=1; return; }
   else
-    out=$("${MPIRUN[@]}" -np "$np" "$BUILD/megadlm" train "${common[@]}" "$@" 2>&1) &&
-      { echo "FAIL: accepted $*"; fail=1; return; }
+    expect_error "$want" "${MPIRUN[@]}" -np "$np" "$MEGADLM" train "${common[@]}" "$@" || { fail=1; return; }
   fi
-  grep -q -- "$pattern" <<< "$out" || { echo "FAIL: '$*' did not say '$pattern':"; echo "$out" | tail -3; fail=1; return; }
   echo "ok refused: $*"
 }
 NOSP=()
 for x in "${common[@]}"; do [ "$x" = --sequence-parallel ] || NOSP+=("$x"); done
-out=$("${MPIRUN[@]}" -np 2 "$BUILD/megadlm" train "${NOSP[@]}" "${T2[@]}" --tp-comm-overlap 2>&1) &&
-  { echo "FAIL: --tp-comm-overlap accepted without --sequence-parallel"; fail=1; }
-grep -q -- "--tp-comm-overlap needs --sequence-parallel and --tensor-model-parallel-size > 1" <<< "$out" &&
-  echo "ok refused: --tp-comm-overlap without --sequence-parallel" ||
-  { echo "FAIL: no message for --tp-comm-overlap without --sequence-parallel"; fail=1; }
-expect_error 1 "--tp-comm-overlap needs --sequence-parallel and --tensor-model-parallel-size > 1" --tp-comm-overlap
-expect_error 2 "--disable-tp-comm-overlap-ag has no effect without --tp-comm-overlap" "${T2[@]}" --disable-tp-comm-overlap-ag
-expect_error 2 "--tp-comm-overlap-rs-dgrad has no effect without --tp-comm-overlap" "${T2[@]}" --tp-comm-overlap-rs-dgrad
-expect_error 2 "--tp-comm-overlap-progress poll: expected test or thread" "${T2[@]}" --tp-comm-overlap --tp-comm-overlap-progress poll
-expect_error 1 "--tp-comm-overlap-num-splits has no effect without --sequence-parallel" --tp-comm-overlap-num-splits 3
+if expect_error "--tp-comm-overlap needs --sequence-parallel and --tensor-model-parallel-size > 1" \
+     "${MPIRUN[@]}" -np 2 "$MEGADLM" train "${NOSP[@]}" "${T2[@]}" --tp-comm-overlap; then
+  echo "ok refused: --tp-comm-overlap without --sequence-parallel"
+else fail=1; fi
+refused 1 "--tp-comm-overlap needs --sequence-parallel and --tensor-model-parallel-size > 1" --tp-comm-overlap
+refused 2 "--disable-tp-comm-overlap-ag has no effect without --tp-comm-overlap" "${T2[@]}" --disable-tp-comm-overlap-ag
+refused 2 "--tp-comm-overlap-rs-dgrad has no effect without --tp-comm-overlap" "${T2[@]}" --tp-comm-overlap-rs-dgrad
+refused 2 "--tp-comm-overlap-progress poll: expected test or thread" "${T2[@]}" --tp-comm-overlap --tp-comm-overlap-progress poll
+refused 1 "--tp-comm-overlap-num-splits has no effect without --sequence-parallel" --tp-comm-overlap-num-splits 3
 exit $fail

@@ -3,18 +3,14 @@
 # (as logged, every iteration) and bitwise-equal parameters and optimizer state. Runs both model
 # families with dropout on and gradient accumulation (global batch = 2 micro-batches).
 set -euo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 
-common=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
-        --max-position-embeddings 16 --micro-batch-size 2 --global-batch-size 4
+common=(--num-layers 2 "${GPT_TINY[@]}" --micro-batch-size 2 --global-batch-size 4
         --lr 1e-3 --lr-decay-style cosine --lr-warmup-iters 2 --min-lr 1e-4
-        --mock-data --vocab-size 100 --log-interval 1 --eval-interval 1000 --eval-iters 0
-        --hidden-dropout 0.1 --attention-dropout 0.1 --seed 5)
-llama=(--normalization RMSNorm --position-embedding-type rope --swiglu --group-query-attention
-       --num-query-groups 2 --qk-layernorm --disable-bias-linear
-       --untie-embeddings-and-output-weights)
-
-losses() { grep -o 'iteration *[0-9]*/.*lm loss: [^ ]*' "$1" | sed 's/|.*lm loss:/ loss/; s/  */ /g'; }
+        --log-interval 1 --eval-interval 1000 --eval-iters 0 "${DROPOUT[@]}" --seed 5)
+llama=("${LLAMA[@]}")
 
 for family in gpt2 llama; do
   extra=()
@@ -30,12 +26,9 @@ for family in gpt2 llama; do
   fi
   "$MEGADLM" train "${common[@]}" "${extra[@]}" --train-iters 6 --save "$family-resumed" \
       --load "$family-resumed" > "$family-second.log"
-  diff <(losses "$family-straight.log") <(cat <(losses "$family-first.log") <(losses "$family-second.log")) \
+  diff <(losses -n "$family-straight.log") <(cat <(losses -n "$family-first.log") <(losses -n "$family-second.log")) \
       || { echo "$family: losses differ after resume"; exit 1; }
-  for f in model.safetensors optimizer.safetensors; do
-    cmp "$family-straight/iter_0000006/$f" "$family-resumed/iter_0000006/$f" \
-      || { echo "$family: $f differs after resume"; exit 1; }
-  done
+  same_ckpt "$family-straight" "$family-resumed" 6 || { echo "$family: the checkpoint differs after resume"; exit 1; }
   [ "$(cat "$family-resumed/latest_checkpointed_iteration.txt")" = 6 ] || exit 1
-  echo "$family: resume is bitwise exact ($(losses "$family-straight.log" | wc -l) iterations)"
+  echo "$family: resume is bitwise exact ($(losses -n "$family-straight.log" | wc -l) iterations)"
 done

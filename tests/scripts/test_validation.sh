@@ -2,75 +2,75 @@
 # Every rejected input gives a non-zero exit and a message naming the flag or file at fault, and
 # starts no training.
 set -uo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK"; cd "$WORK"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 fail=0
 base=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
       --max-position-embeddings 16 --micro-batch-size 2 --train-iters 2 --lr 1e-3
       --mock-data --vocab-size 50 --eval-iters 0)
 
-# expect_error "<substring>" args... : must exit non-zero, print the substring, and not train.
-expect_error() {
+# refused "<substring>" args... : must exit non-zero, print the substring, and not train.
+refused() {
   local want=$1; shift
-  local out rc
-  out=$("$MEGADLM" "$@" 2>&1); rc=$?
-  if [ $rc -eq 0 ] || ! grep -qF -- "$want" <<<"$out" || grep -q "iteration " <<<"$out"; then
-    echo "FAILED: megadlm $* -> rc=$rc, expected an error containing '$want'; got:"
-    echo "$out" | head -5
+  if ! expect_error "$want" "$MEGADLM" "$@" || grep -q "iteration " <<<"$ERR_OUT"; then
+    echo "FAILED: megadlm $* -> rc=$ERR_RC, expected an error containing '$want'; got:"
+    echo "$ERR_OUT" | head -5
     fail=1
   fi
 }
 
-expect_error "--num-attention-heads" train "${base[@]}" --num-attention-heads 5
-expect_error "--num-query-groups" train "${base[@]}" --group-query-attention --num-query-groups 3
-expect_error "--global-batch-size" train "${base[@]}" --global-batch-size 3
-expect_error "--max-position-embeddings" train "${base[@]}" --seq-length 32
-expect_error "--data-path" train "${base[@]/--mock-data/}"
-expect_error "unknown flag '--no-such-flag'" train "${base[@]}" --no-such-flag
+refused "--num-attention-heads" train "${base[@]}" --num-attention-heads 5
+refused "--num-query-groups" train "${base[@]}" --group-query-attention --num-query-groups 3
+refused "--global-batch-size" train "${base[@]}" --global-batch-size 3
+refused "--max-position-embeddings" train "${base[@]}" --seq-length 32
+refused "--data-path" train "${base[@]/--mock-data/}"
+refused "unknown flag '--no-such-flag'" train "${base[@]}" --no-such-flag
 # Megatron's rules of the overlap flags: each message names both flags
-expect_error "--overlap-param-gather needs --use-distributed-optimizer" train "${base[@]}" \
+refused "--overlap-param-gather needs --use-distributed-optimizer" train "${base[@]}" \
     --overlap-param-gather --overlap-grad-reduce
-expect_error "--overlap-param-gather needs --overlap-grad-reduce" train "${base[@]}" \
+refused "--overlap-param-gather needs --overlap-grad-reduce" train "${base[@]}" \
     --overlap-param-gather --use-distributed-optimizer
-expect_error "--pipeline-model-parallel-size" train "${base[@]}" --pipeline-model-parallel-size 2
+refused "--pipeline-model-parallel-size" train "${base[@]}" --pipeline-model-parallel-size 2
 # the interleaved schedule (Megatron's rules): layers divisible by PP x chunks, chunks a divisor of
 # a stage's layers, PP > 1, --recompute-num-layers within a chunk (the micro-batch rule needs
 # ranks: tests/scripts/pipeline_parallel_equivalence.sh)
-expect_error "--num-layers 6 is not divisible by --pipeline-model-parallel-size 2 x 2 model chunks" \
+refused "--num-layers 6 is not divisible by --pipeline-model-parallel-size 2 x 2 model chunks" \
     train "${base[@]}" --num-layers 6 --pipeline-model-parallel-size 2 \
     --virtual-pipeline-model-parallel-size 2
-expect_error "--num-layers-per-virtual-pipeline-stage 3 does not divide the 4 layers" \
+refused "--num-layers-per-virtual-pipeline-stage 3 does not divide the 4 layers" \
     train "${base[@]}" --num-layers 8 --pipeline-model-parallel-size 2 \
     --num-layers-per-virtual-pipeline-stage 3
-expect_error "needs --pipeline-model-parallel-size > 1" train "${base[@]}" --num-layers 4 \
+refused "needs --pipeline-model-parallel-size > 1" train "${base[@]}" --num-layers 4 \
     --virtual-pipeline-model-parallel-size 2
-expect_error "give one of --num-layers-per-virtual-pipeline-stage" train "${base[@]}" \
+refused "give one of --num-layers-per-virtual-pipeline-stage" train "${base[@]}" \
     --num-layers 8 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2 \
     --virtual-pipeline-model-parallel-size 4
-expect_error "between 1 and the 1 layers of a model chunk" train "${base[@]}" --num-layers 4 \
+refused "between 1 and the 1 layers of a model chunk" train "${base[@]}" --num-layers 4 \
     --pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2 \
     --recompute-granularity full --recompute-method uniform --recompute-num-layers 2
-expect_error "--world-size: only for \`megadlm memory\`" train "${base[@]}" --world-size 2
-expect_error "--recompute-granularity" train "${base[@]}" --recompute-granularity full
-expect_error "--fp16 with --use-distributed-optimizer: not supported yet" train "${base[@]}" \
+refused "--world-size: only for \`megadlm memory\`" train "${base[@]}" --world-size 2
+refused "--recompute-granularity" train "${base[@]}" --recompute-granularity full
+refused "--fp16 with --use-distributed-optimizer: not supported yet" train "${base[@]}" \
     --fp16 --use-distributed-optimizer
-expect_error "--tensor-model-parallel-size" train "${base[@]}" --tensor-model-parallel-size 2
-expect_error "--lr" train "${base[@]}" --lr abc
-expect_error "unknown command" frobnicate
+refused "--tensor-model-parallel-size" train "${base[@]}" --tensor-model-parallel-size 2
+refused "--lr" train "${base[@]}" --lr abc
+refused "unknown command" frobnicate
 
 # data files: missing, not MMIDIDX, truncated
 base_nodata=("${base[@]/--mock-data/}")
-expect_error "missing.idx" train "${base_nodata[@]}" --tokenizer-type ByteLevel --data-path missing
+refused "missing.idx" train "${base_nodata[@]}" --tokenizer-type ByteLevel --data-path missing
 printf 'NOTANIDX\0\0\0\0\0\0\0\0\0\0\0\0' > bad.idx; : > bad.bin
-expect_error "bad.idx" train "${base_nodata[@]}" --tokenizer-type ByteLevel --data-path bad
+refused "bad.idx" train "${base_nodata[@]}" --tokenizer-type ByteLevel --data-path bad
 printf '{"text": "hello world"}\n{"text": "second document"}\n' > tiny.jsonl
 "$MEGADLM" preprocess --input tiny.jsonl --output-prefix tiny --tokenizer-type ByteLevel \
     --append-eod > /dev/null || { echo "FAILED: preprocess"; fail=1; }
 head -c 30 tiny_text_document.idx > trunc.idx; cp tiny_text_document.bin trunc.bin
-expect_error "trunc.idx" train "${base_nodata[@]}" --tokenizer-type ByteLevel --data-path trunc
-expect_error "tiny.jsonl" preprocess --strict --input tiny.jsonl --output-prefix t2 --json-keys nokey \
+refused "trunc.idx" train "${base_nodata[@]}" --tokenizer-type ByteLevel --data-path trunc
+refused "tiny.jsonl" preprocess --strict --input tiny.jsonl --output-prefix t2 --json-keys nokey \
     --tokenizer-type ByteLevel
 printf '{"text": "ok"}\nnot json\n' > broken.jsonl
-expect_error "broken.jsonl:2" preprocess --strict --input broken.jsonl --output-prefix t3 \
+refused "broken.jsonl:2" preprocess --strict --input broken.jsonl --output-prefix t3 \
     --tokenizer-type ByteLevel
 
 # --help lists flags with defaults and exits 0

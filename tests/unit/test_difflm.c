@@ -5,6 +5,7 @@
 
 #include "core/models/gpt_model.h"
 #include "core/random/philox.h"
+#include "fixture.h"
 #include "test_util.h"
 #include "training/difflm.h"
 
@@ -54,25 +55,16 @@ static void check_forward_process(void) {
     CHECK(difflm_length(7, 1, 1, 64, 0.0f) == 64);
 }
 
+#define DIFFLM_TINY_FLAGS                                                                  \
+    "--num-layers 2 --hidden-size 32 --ffn-hidden-size 64 --num-attention-heads 4 "        \
+    "--seq-length 12 --max-position-embeddings 13 --vocab-size 63 "                        \
+    "--make-vocab-size-divisible-by 64 --init-method-std 0.2 --hidden-dropout 0 "         \
+    "--attention-dropout 0 --model-running-mode difflm-noshift --mask-token 62"
+/* difflm-noshift (learned positions from 1) over 11 tokens, bidirectional or causal; padded
+ * vocabulary 64 (63 tokens and the mock data's EOD) */
 static transformer_config tiny(int causal) {
-    transformer_config c = {0};
-    c.num_layers = 2;
-    c.hidden_size = 32;
-    c.ffn_hidden_size = 64;
-    c.num_attention_heads = 4;
-    c.num_query_groups = 4;
-    c.kv_channels = 8;
-    c.seq_length = 12;
-    c.max_position_embeddings = 13;
-    c.padded_vocab_size = 64;
-    c.normalization = NORM_LAYERNORM;
-    c.norm_epsilon = 1e-5f;
-    c.gelu = GELU_TANH;
-    c.add_bias_linear = 1;
-    c.init_method_std = 0.2f;
-    c.causal = causal;
-    c.position_offset = 1;
-    return c;
+    return fixture_config(causal ? DIFFLM_TINY_FLAGS " --attention-mask-type causal"
+                                 : DIFFLM_TINY_FLAGS " --attention-mask-type no_mask");
 }
 
 static void check_loss_and_attention(void) {

@@ -11,29 +11,23 @@
 #include <string.h>
 
 #include "core/models/gpt_model.h"
+#include "fixture.h"
 #include "test_util.h"
 
 enum { B = 2, T = 300, N = B * T };
 
+/* difflm-noshift, bidirectional, over T tokens (--seq-length T + 1); padded vocabulary 64 (63
+ * tokens and the mock data's EOD) */
 static transformer_config tiny(void) {
-    transformer_config c = {0};
-    c.num_layers = 2;
-    c.hidden_size = 32;
-    c.ffn_hidden_size = 64;
-    c.num_attention_heads = 4;
-    c.num_query_groups = 4;
-    c.kv_channels = 8;
-    c.seq_length = T + 1;
-    c.max_position_embeddings = T + 2;
-    c.padded_vocab_size = 64;
-    c.normalization = NORM_LAYERNORM;
-    c.norm_epsilon = 1e-5f;
-    c.gelu = GELU_TANH;
-    c.add_bias_linear = 1;
-    c.init_method_std = 0.2f;
-    c.causal = 0;
-    c.position_offset = 1;
-    return c;
+    char flags[512];
+    snprintf(flags, sizeof flags,
+             "--num-layers 2 --hidden-size 32 --ffn-hidden-size 64 --num-attention-heads 4 "
+             "--seq-length %d --max-position-embeddings %d --vocab-size 63 "
+             "--make-vocab-size-divisible-by 64 --init-method-std 0.2 --hidden-dropout 0 "
+             "--attention-dropout 0 --model-running-mode difflm-noshift --mask-token 62 "
+             "--attention-mask-type no_mask",
+             T + 1, T + 2);
+    return fixture_config(flags);
 }
 
 static int32_t tok[N], lab[N];

@@ -10,52 +10,31 @@
 #include "core/optimizer/optimizer.h"
 #include "core/random/philox.h"
 #include "core/tensor/memory.h"
+#include "fixture.h"
 #include "test_util.h"
 
-static transformer_config gpt2_config(void) {
-    transformer_config c = {0};
-    c.num_layers = 2;
-    c.hidden_size = 32;
-    c.ffn_hidden_size = 128;
-    c.num_attention_heads = 4;
-    c.num_query_groups = 4;
-    c.kv_channels = 8;
-    c.seq_length = 12;
-    c.max_position_embeddings = 16;
-    c.padded_vocab_size = 64;
-    c.normalization = NORM_LAYERNORM;
-    c.norm_epsilon = 1e-5f;
-    c.gelu = GELU_TANH;
-    c.add_bias_linear = 1;
-    c.init_method_std = 0.2f; /* large enough that every path matters */
-    c.hidden_dropout = 0.1f;
-    c.attention_dropout = 0.1f;
-    c.causal = 1;
-    return c;
-}
+/* GPT-2-like: init std large enough that every path matters; padded vocabulary 64 (63 tokens
+ * and the mock data's EOD) */
+#define GPT2_FLAGS                                                                         \
+    "--num-layers 2 --hidden-size 32 --ffn-hidden-size 128 --num-attention-heads 4 "       \
+    "--seq-length 12 --max-position-embeddings 16 --vocab-size 63 "                        \
+    "--make-vocab-size-divisible-by 64 --init-method-std 0.2 --hidden-dropout 0.1 "        \
+    "--attention-dropout 0.1"
+/* Llama-like on top, without its QK layernorm: kv_channels 12 (!= hidden / heads) and partial
+ * rotary (8 of the 12 channels) */
+#define LLAMA_ARCH_FLAGS                                                                   \
+    GPT2_FLAGS " --normalization RMSNorm --swiglu --ffn-hidden-size 48 "                   \
+               "--group-query-attention --num-query-groups 2 --kv-channels 12 "            \
+               "--disable-bias-linear --position-embedding-type rope --rotary-base 10000 " \
+               "--rotary-percent 0.6666667 --untie-embeddings-and-output-weights"
 
+static transformer_config gpt2_config(void) { return fixture_config(GPT2_FLAGS); }
 static transformer_config llama_config(void) {
-    transformer_config c = gpt2_config();
-    c.normalization = NORM_RMSNORM;
-    c.swiglu = 1;
-    c.ffn_hidden_size = 48;
-    c.num_query_groups = 2;
-    c.kv_channels = 12; /* != hidden / heads */
-    c.qk_layernorm = 1;
-    c.add_bias_linear = 0;
-    c.rope = 1;
-    c.rotary_base = 10000.0f;
-    c.rot_dim = 8; /* partial rotary */
-    c.untie_embeddings_and_output_weights = 1;
-    return c;
+    return fixture_config(LLAMA_ARCH_FLAGS " --qk-layernorm");
 }
-
 /* Qwen2 (--disable-bias-linear --add-qkv-bias): a bias on linear_qkv alone. */
 static transformer_config qwen2_config(void) {
-    transformer_config c = llama_config();
-    c.qk_layernorm = 0;
-    c.add_qkv_bias = 1;
-    return c;
+    return fixture_config(LLAMA_ARCH_FLAGS " --add-qkv-bias");
 }
 
 /* --add-qkv-bias: linear_qkv.bias in every layer, no other linear bias. */

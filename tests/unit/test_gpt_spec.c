@@ -8,37 +8,22 @@
 #include <string.h>
 
 #include "core/models/gpt_spec.h"
+#include "fixture.h"
 #include "test_util.h"
 
-static transformer_config gpt2_config(void) {
-    transformer_config c = {0};
-    c.num_layers = 8;
-    c.hidden_size = 32;
-    c.ffn_hidden_size = 128;
-    c.num_attention_heads = 4;
-    c.num_query_groups = 4;
-    c.kv_channels = 8;
-    c.seq_length = 12;
-    c.max_position_embeddings = 16;
-    c.padded_vocab_size = 64;
-    c.normalization = NORM_LAYERNORM;
-    c.add_bias_linear = 1;
-    c.init_method_std = 0.02f;
-    return c;
-}
-
+/* 8 layers (for every pipeline and interleaving layout below); padded vocabulary 64 (63 tokens
+ * and the mock data's EOD) */
+#define GPT2_FLAGS                                                                         \
+    "--num-layers 8 --hidden-size 32 --ffn-hidden-size 128 --num-attention-heads 4 "       \
+    "--seq-length 12 --max-position-embeddings 16 --vocab-size 63 "                        \
+    "--make-vocab-size-divisible-by 64 --init-method-std 0.02 --hidden-dropout 0 "         \
+    "--attention-dropout 0"
+static transformer_config gpt2_config(void) { return fixture_config(GPT2_FLAGS); }
 static transformer_config llama_config(void) {
-    transformer_config c = gpt2_config();
-    c.normalization = NORM_RMSNORM;
-    c.swiglu = 1;
-    c.ffn_hidden_size = 48;
-    c.num_query_groups = 2;
-    c.qk_layernorm = 1;
-    c.add_bias_linear = 0;
-    c.rope = 1;
-    c.rot_dim = 8;
-    c.untie_embeddings_and_output_weights = 1;
-    return c;
+    return fixture_config(GPT2_FLAGS " --normalization RMSNorm --swiglu --ffn-hidden-size 48 "
+                          "--group-query-attention --num-query-groups 2 --qk-layernorm "
+                          "--disable-bias-linear --position-embedding-type rope "
+                          "--untie-embeddings-and-output-weights");
 }
 
 static void check_whole(const transformer_config *c, int per_layer) {

@@ -12,43 +12,27 @@
 #include "core/random/philox.h"
 #include "core/tensor/memory.h"
 #include "core/transformer/activation_memory.h"
+#include "fixture.h"
 #include "test_util.h"
 
 #define ITERS 5
 #define MICRO 2
 
+/* GPT-2-like or Llama-like with L layers; padded vocabulary 64 (63 tokens and the mock data's
+ * EOD) */
 static transformer_config family(int llama, int L) {
-    transformer_config c = {0};
-    c.num_layers = L;
-    c.hidden_size = 32;
-    c.ffn_hidden_size = 128;
-    c.num_attention_heads = 4;
-    c.num_query_groups = 4;
-    c.kv_channels = 8;
-    c.seq_length = 16;
-    c.max_position_embeddings = 16;
-    c.padded_vocab_size = 64;
-    c.normalization = NORM_LAYERNORM;
-    c.norm_epsilon = 1e-5f;
-    c.gelu = GELU_TANH;
-    c.add_bias_linear = 1;
-    c.init_method_std = 0.1f;
-    c.hidden_dropout = 0.1f;
-    c.attention_dropout = 0.1f;
-    c.causal = 1;
-    if (llama) {
-        c.normalization = NORM_RMSNORM;
-        c.swiglu = 1;
-        c.ffn_hidden_size = 48;
-        c.num_query_groups = 2;
-        c.qk_layernorm = 1;
-        c.add_bias_linear = 0;
-        c.rope = 1;
-        c.rotary_base = 10000.0f;
-        c.rot_dim = 8;
-        c.untie_embeddings_and_output_weights = 1;
-    }
-    return c;
+    char flags[1024];
+    snprintf(flags, sizeof flags,
+             "--num-layers %d --hidden-size 32 --ffn-hidden-size 128 --num-attention-heads 4 "
+             "--seq-length 16 --max-position-embeddings 16 --vocab-size 63 "
+             "--make-vocab-size-divisible-by 64 --init-method-std 0.1 --hidden-dropout 0.1 "
+             "--attention-dropout 0.1%s",
+             L, llama ? " --normalization RMSNorm --swiglu --ffn-hidden-size 48 "
+                        "--group-query-attention --num-query-groups 2 --qk-layernorm "
+                        "--disable-bias-linear --position-embedding-type rope --rotary-base 10000 "
+                        "--untie-embeddings-and-output-weights"
+                      : "");
+    return fixture_config(flags);
 }
 
 typedef struct {
