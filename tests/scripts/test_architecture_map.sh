@@ -5,9 +5,10 @@
 # page, and the heading an anchor names), and a reference 'docs/PAGE.md, "Title"' in README.md or
 # docs/ names a heading of that page. The check is shown failing on copies of the tree with a
 # file renamed, a name removed, a deep-dive page removed and a stale section reference.
-# Usage: SRC=<repo> WORK=<scratch dir> bash test_architecture_map.sh   (CTest sets both)
 set -uo pipefail
-rm -rf "$WORK"; mkdir -p "$WORK" || exit 1
+# shellcheck source=tests/scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fresh_work || exit 1
 
 # GitHub's anchor of a heading: lower case, punctuation but '-' and '_' dropped, spaces to '-'.
 anchor() { printf '%s' "$1" | tr 'A-Z' 'a-z' | sed 's/[^a-z0-9 _-]//g; s/ /-/g'; }
