@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Denormals in a diffusion run (docs/ARCHITECTURE.md, "Denormals"): the iteration time early and
+# Denormals in a diffusion run (docs/architecture/determinism.md, "Denormals"): the iteration time early and
 # late in a run, with denormals flushed (megadlm's default) and kept (MEGADLM_DENORMALS=keep),
 # for the byte-level diffusion LM of the issue that found the slowdown and three variants
 # (--bf16, TP 2 + SP, the Llama family). Prints per run the mean ms/iteration of the log

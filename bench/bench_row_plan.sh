@@ -2,7 +2,7 @@
 # Cost of sequence parallelism's row plan: with --sequence-parallel every GEMM over the gathered
 # token rows runs once per piece of each rank's shard (--tp-comm-overlap-num-splits, default 2),
 # with or without --tp-comm-overlap, so that the overlapped and the plain path make the same BLAS
-# calls and get the same bits on any BLAS (docs/ARCHITECTURE.md). This times one rank's GEMMs of
+# calls and get the same bits on any BLAS (docs/architecture/parallelism.md, "The row plan"). This times one rank's GEMMs of
 # a GPT layer and the output layer as one call over all rows against the plan's calls, the two
 # alternating in one run, under each OpenBLAS kernel set given.
 #

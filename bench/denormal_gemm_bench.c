@@ -1,4 +1,4 @@
-/* The GEMMs a diffusion step feeds denormal operands (docs/ARCHITECTURE.md, "Denormals"), timed
+/* The GEMMs a diffusion step feeds denormal operands (docs/architecture/determinism.md, "Denormals"), timed
  * with normal operands and with a fraction of denormal ones, with denormals kept (IEEE gradual
  * underflow) and flushed (megadlm's default, core/util/denormals.h). Prints, per shape and
  * mode, the time ratio denormal / normal operands: a cliff when kept on CPUs that take a

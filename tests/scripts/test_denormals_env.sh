@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# MEGADLM_DENORMALS (core/util/denormals.h; docs/ARCHITECTURE.md, "Denormals"), through the
+# MEGADLM_DENORMALS (core/util/denormals.h; docs/architecture/determinism.md, "Denormals"), through the
 # binary: by default every compute thread of a run flushes denormals (the log's count, made by
 # the threads themselves, one process and each of two ranks' log rank), `keep` keeps them in
 # all, and any other value stops every subcommand with an error naming the variable.
