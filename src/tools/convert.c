@@ -582,7 +582,8 @@ static int difflm_tied(const cJSON *j, const hf_shards *sh) {
 /* The model part of a DiffLM config.json (the Llama keys read by the caller). */
 static const char *difflm_from_config(const cJSON *j, const hf_shards *sh, const char *path,
                                       megadlm_args *a, int *rc) {
-    snprintf(a->model_running_mode, sizeof a->model_running_mode, "difflm-noshift");
+    snprintf(a->model_running_mode, sizeof a->model_running_mode, "%s",
+             args_choice_name(ARGS_MODE_DIFFLM_NOSHIFT));
     const char *mask = jstr(j, "attn_mask_type");
     /* DLMConfig's default is bidirectional; anything else makes DLMAttention causal */
     snprintf(a->attention_mask_type, sizeof a->attention_mask_type, "%s",
@@ -682,7 +683,7 @@ static int from_hf_shards(const char *in, cJSON *j, hf_family f, const hf_shards
     if (t->vocab_file) snprintf(a.vocab_file, sizeof a.vocab_file, "%s", t->vocab_file);
     if (t->merge_file) snprintf(a.merge_file, sizeof a.merge_file, "%s", t->merge_file);
     if (t->tokenizer_model) snprintf(a.tokenizer_model, sizeof a.tokenizer_model, "%s", t->tokenizer_model);
-    if (!strcmp(a.tokenizer_type, "NullTokenizer")) {
+    if (ARGS_CHOICE(&a, tokenizer_type) == ARGS_TOKENIZER_NULL) {
         /* default: ids < V-1, end-of-document V-1 (the whole HF vocabulary) */
         a.vocab_size = t->vocab_size ? t->vocab_size : V - 1;
         if (!op->divisible_by && !t->vocab_size) a.make_vocab_size_divisible_by = V % 128 ? 1 : 128;

@@ -27,7 +27,7 @@
 #include "training/tokenizer/tokenizer.h"
 
 int difflm_is_model(const transformer_config *c, const megadlm_args *a) {
-    return !c->causal || !strcmp(a->model_running_mode, "difflm-noshift");
+    return !c->causal || ARGS_CHOICE(a, model_running_mode) == ARGS_MODE_DIFFLM_NOSHIFT;
 }
 
 const char *difflm_misfit(const transformer_config *c, const megadlm_args *a) {
@@ -213,7 +213,7 @@ static int copy_file(const char *from, const char *to) {
  * special_tokens_map.json next to it (what AutoTokenizer.save_pretrained writes in MegaDLMs'
  * write_tokenizer). Other tokenizers have no Hugging Face file; a note says so. */
 static int copy_tokenizer(const char *out, const megadlm_args *a) {
-    if (strcmp(a->tokenizer_type, "HuggingFaceTokenizer") || !a->tokenizer_model[0]) {
+    if (ARGS_CHOICE(a, tokenizer_type) != ARGS_TOKENIZER_HUGGINGFACE || !a->tokenizer_model[0]) {
         fprintf(stderr, "note: convert --to hf: tokenizer %s has no tokenizer.json; none is "
                         "written (AutoTokenizer.from_pretrained needs one next to the weights)\n",
                 a->tokenizer_type[0] ? a->tokenizer_type : "NullTokenizer");

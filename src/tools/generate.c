@@ -452,7 +452,7 @@ int generate_main(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", err);
         return 1;
     }
-    int diffusion = !strcmp(a.model_running_mode, "difflm-noshift");
+    int diffusion = ARGS_CHOICE(&a, model_running_mode) == ARGS_MODE_DIFFLM_NOSHIFT;
     if (check_family(&g, diffusion) != 0) {
         tokenizer_free(tok);
         return 1;

@@ -22,9 +22,10 @@
 static double mb(double bytes) { return bytes / TM_BYTES_PER_MB; }
 
 static const char *recompute_name(const megadlm_args *a) {
-    if (!strcmp(a->recompute_granularity, "selective")) return "selective recompute";
-    if (!strcmp(a->recompute_granularity, "full"))
-        return !strcmp(a->recompute_method, "block") ? "full recompute (block)"
+    args_choice g = ARGS_CHOICE(a, recompute_granularity);
+    if (g == ARGS_RECOMPUTE_SELECTIVE) return "selective recompute";
+    if (g == ARGS_RECOMPUTE_FULL)
+        return ARGS_CHOICE(a, recompute_method) == ARGS_RECOMPUTE_BLOCK ? "full recompute (block)"
                                                      : "full recompute (uniform)";
     return "no recompute";
 }
@@ -64,7 +65,7 @@ static void print_report(const megadlm_args *a, const theoretical_memory *m) {
            m->in_flight_microbatches == 1.0 ? "" : "es");
     printf("parameters (Megatron's formula%s): %.3f B in the model, %.4f B on this rank, x %g "
            "bytes = %.2f MB\n",
-           strcmp(a->normalization, "RMSNorm") ? "" : ", RMSNorm without a bias",
+           ARGS_CHOICE(a, normalization) != ARGS_NORM_RMSNORM ? "" : ", RMSNorm without a bias",
            m->parameters / 1e9, m->parameters_most_loaded_shard / 1e9, m->bytes_per_parameter,
            mb(m->weight_and_optimizer_bytes));
     if (p == 1)
@@ -95,8 +96,8 @@ static void print_report(const megadlm_args *a, const theoretical_memory *m) {
            mb(m->per_layer_activation_bytes), mb(m->per_layer_saved_bytes_megadlm));
     printf("\n");
 
-    int sel = !strcmp(a->recompute_granularity, "selective");
-    int full = !strcmp(a->recompute_granularity, "full");
+    int sel = ARGS_CHOICE(a, recompute_granularity) == ARGS_RECOMPUTE_SELECTIVE;
+    int full = ARGS_CHOICE(a, recompute_granularity) == ARGS_RECOMPUTE_FULL;
     printf("FLOPs per iteration (global batch %d; Korthikanti et al. 2022, appendix A):\n",
            a->global_batch_size);
     printf("  model     %.4e  72BLsh^2(1 + s/(6h) + V/(12hL))%s\n", m->model_flops_per_iteration,

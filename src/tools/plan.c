@@ -246,6 +246,7 @@ typedef struct {
     char cp_comm_type[32];
     int recompute_num_layers, partial; /* partial: K, or -1 */
     char granularity[32], method[32], precision[8];
+    int full_recompute; /* --recompute-granularity full */
     plan_cost c;
     int fits;
     char *layout; /* the searched flags */
@@ -269,6 +270,7 @@ static void row_from_args(row *r, const megadlm_args *a) {
     snprintf(r->granularity, sizeof r->granularity, "%s",
              a->recompute_granularity[0] ? a->recompute_granularity : "none");
     snprintf(r->method, sizeof r->method, "%s", a->recompute_method);
+    r->full_recompute = ARGS_CHOICE(a, recompute_granularity) == ARGS_RECOMPUTE_FULL;
     snprintf(r->precision, sizeof r->precision, "%s", a->bf16 ? "bf16" : a->fp16 ? "fp16" : "fp32");
 }
 
@@ -528,7 +530,7 @@ static void search_all(search *s) {
                 /* Megatron's 2 x CP chunks of --seq-length (masked diffusion pads its
                  * sequence to them: any CP) */
                 if (!s->fixed.cp && cp > 1 && m->seq_length % (2 * cp) &&
-                    strcmp(m->model_running_mode, "difflm-noshift") != 0)
+                    ARGS_CHOICE(m, model_running_mode) != ARGS_MODE_DIFFLM_NOSHIFT)
                     continue;
                 search_layout(s, t, p, cp);
             }
@@ -546,7 +548,7 @@ static int by_fit_then_time(const void *x, const void *y) {
 }
 
 static void recompute_text(const row *r, char *out, size_t n) {
-    if (strcmp(r->granularity, "full") != 0) snprintf(out, n, "%s", r->granularity);
+    if (!r->full_recompute) snprintf(out, n, "%s", r->granularity);
     else if (r->partial > 0)
         snprintf(out, n, "full %s %d, %d kept", r->method, r->recompute_num_layers, r->partial);
     else snprintf(out, n, "full %s %d", r->method, r->recompute_num_layers);

@@ -40,7 +40,7 @@ static void *batch_create(const megadlm_args *a, const tokenizer *tok, const gpt
     bb->loss_mask = mem_alloc_floats(MEM_OTHER, N, "batch loss mask");
     bb->lm = mem_alloc_floats(MEM_OTHER, a->seq_length, "sequence loss mask");
     bb->eod = tokenizer_eod(tok);
-    bb->difflm = !strcmp(a->model_running_mode, "difflm-noshift");
+    bb->difflm = ARGS_CHOICE(a, model_running_mode) == ARGS_MODE_DIFFLM_NOSHIFT;
     return bb;
 }
 

@@ -696,6 +696,31 @@ static int one_of(const char *s, const char *const *list) {
     return 0;
 }
 
+/* Every choice of every choice flag (arguments.def's ARG_CHOICE entries). */
+static const struct {
+    const char *field, *value;
+    args_choice id;
+} CHOICES[] = {
+#define ARG_CHOICE(field, name, value) {#field, value, name},
+#include "training/arguments.def"
+};
+
+args_choice args_choice_of(const char *field, const char *value) {
+    for (size_t i = 0; i < sizeof CHOICES / sizeof CHOICES[0]; i++)
+        if (!strcmp(CHOICES[i].field, field) && !strcmp(CHOICES[i].value, value))
+            return CHOICES[i].id;
+    return ARGS_CHOICE_NONE;
+}
+
+const char *args_choice_name(args_choice c) {
+    for (size_t i = 0; i < sizeof CHOICES / sizeof CHOICES[0]; i++)
+        if (CHOICES[i].id == c) return CHOICES[i].value;
+    return "";
+}
+
+/* Is the field's value one of its choices (the table's, not a list of the validator's)? */
+#define IS_CHOICE(a, field) (ARGS_CHOICE(a, field) != ARGS_CHOICE_NONE)
+
 /* Megatron's parse_and_normalize_split: numbers separated by commas (spaces allowed), at most
  * three (train, valid, test; missing ones are 0), all >= 0, not all 0. */
 static int check_split(const char *s, char *err, size_t errlen) {
@@ -807,9 +832,7 @@ static int validate_difflm_extras(megadlm_args *a, char *err, size_t errlen) {
 
 /* MegaDLMs' running modes and masks (pretrain_difflm.py, models/difflm/gpt_model.py). */
 static int validate_difflm_mode(megadlm_args *a, int dlm, char *err, size_t errlen) {
-    static const char *const modes[] = {"vanilla", "difflm-noshift", "test-forward", NULL};
-    static const char *const masks[] = {"causal_bottom_right", "causal", "no_mask", NULL};
-    if (!one_of(a->model_running_mode, modes))
+    if (!IS_CHOICE(a, model_running_mode))
         return fail(err, errlen, "--model-running-mode %s: expected vanilla, difflm-noshift or "
                                  "test-forward", a->model_running_mode);
     if (!a->attention_mask_type[0])
@@ -821,7 +844,7 @@ static int validate_difflm_mode(megadlm_args *a, int dlm, char *err, size_t errl
                                  "implementations builds it (TransformerEngine rejects the mask "
                                  "type, FlexAttention ignores it); use causal_bottom_right, "
                                  "causal or no_mask");
-    if (!one_of(a->attention_mask_type, masks))
+    if (!IS_CHOICE(a, attention_mask_type))
         return fail(err, errlen, "--attention-mask-type %s: expected causal_bottom_right, causal "
                                  "or no_mask", a->attention_mask_type);
     return 0;
@@ -829,7 +852,7 @@ static int validate_difflm_mode(megadlm_args *a, int dlm, char *err, size_t errl
 
 /* MegaDLMs' masked-diffusion flags. */
 static int validate_difflm(megadlm_args *a, char *err, size_t errlen) {
-    int dlm = !strcmp(a->model_running_mode, "difflm-noshift");
+    int dlm = ARGS_CHOICE(a, model_running_mode) == ARGS_MODE_DIFFLM_NOSHIFT;
     if (validate_difflm_mode(a, dlm, err, errlen) || validate_difflm_extras(a, err, errlen))
         return -1;
     if (!dlm) return 0; /* --mask-token: unused, as MegaDLMs (whose default is always set) */
@@ -868,9 +891,9 @@ static int validate_recompute(megadlm_args *a, char *err, size_t errlen) {
      * virtual stage), whose layers the recompute plan counts */
     int vp = a->virtual_pipeline_model_parallel_size;
     if (vp > 1) stage_layers /= vp;
-    if (g[0] && strcmp(g, "full") != 0 && strcmp(g, "selective") != 0)
+    if (g[0] && !IS_CHOICE(a, recompute_granularity))
         return fail(err, errlen, "--recompute-granularity %s: expected full or selective", g);
-    if (m[0] && strcmp(m, "uniform") != 0 && strcmp(m, "block") != 0)
+    if (m[0] && !IS_CHOICE(a, recompute_method))
         return fail(err, errlen, "--recompute-method %s: expected uniform or block", m);
     if (!g[0] && (m[0] || a->recompute_num_layers))
         return fail(err, errlen, "--recompute-method / --recompute-num-layers need "
@@ -948,8 +971,7 @@ static int validate_tp_comm_overlap(megadlm_args *a, int t, char *err, size_t er
         return fail(err, errlen,
                     "--tp-comm-overlap-num-splits has no effect without --sequence-parallel and "
                     "--tensor-model-parallel-size > 1");
-    if (a->tp_comm_overlap_progress[0] && strcmp(a->tp_comm_overlap_progress, "test") &&
-        strcmp(a->tp_comm_overlap_progress, "thread"))
+    if (a->tp_comm_overlap_progress[0] && !IS_CHOICE(a, tp_comm_overlap_progress))
         return fail(err, errlen, "--tp-comm-overlap-progress %s: expected test or thread",
                     a->tp_comm_overlap_progress);
     if (!a->tp_comm_overlap) return 0;
@@ -963,10 +985,7 @@ static int validate_tp_comm_overlap(megadlm_args *a, int t, char *err, size_t er
  * context-parallel-size"; a masked-diffusion sequence of any length is padded to one instead,
  * training/difflm.h), and the exchanges built here. */
 static int validate_context_parallel(megadlm_args *a, char *err, size_t errlen) {
-    const char *types[] = {"p2p", "a2a", "allgather", "a2a+p2p"};
-    int known = 0;
-    for (int i = 0; i < 4; i++) known |= !strcmp(a->cp_comm_type, types[i]);
-    if (!known)
+    if (!IS_CHOICE(a, cp_comm_type))
         return fail(err, errlen, "--cp-comm-type %s: expected p2p, a2a, allgather or a2a+p2p",
                     a->cp_comm_type);
     int cp = a->context_parallel_size;
@@ -1116,10 +1135,8 @@ static int validate_torch_fsdp2(megadlm_args *a, char *err, size_t errlen) {
  * optimizer, that optimizer shards what the strategy says: optim is megadlm's distributed
  * optimizer (the same code), no_shard plain data parallelism. */
 static int validate_fsdp(megadlm_args *a, char *err, size_t errlen) {
-    static const char *const STRATEGIES[] = {"no_shard", "optim", "optim_grads",
-                                             "optim_grads_params", NULL};
     char *s = a->data_parallel_sharding_strategy;
-    if (s[0] && !one_of(s, STRATEGIES))
+    if (s[0] && !IS_CHOICE(a, data_parallel_sharding_strategy))
         return fail(err, errlen, "--data-parallel-sharding-strategy '%s': expected no_shard, "
                     "optim, optim_grads or optim_grads_params", s);
     if (a->use_megatron_fsdp) a->use_custom_fsdp = 1; /* Megatron: the deprecated name too */
@@ -1286,8 +1303,7 @@ static int validate_shape(megadlm_args *a, char *err, size_t errlen) {
 
 /* Normalization, embeddings, initialization, dropout */
 static int validate_embeddings(megadlm_args *a, char *err, size_t errlen) {
-    static const char *const NORMS[] = {"LayerNorm", "RMSNorm", NULL};
-    if (!one_of(a->normalization, NORMS))
+    if (!IS_CHOICE(a, normalization))
         return fail(err, errlen, "--normalization '%s': expected LayerNorm or RMSNorm",
                     a->normalization);
     if (!(a->norm_epsilon > 0))
@@ -1296,12 +1312,11 @@ static int validate_embeddings(megadlm_args *a, char *err, size_t errlen) {
     /* Megatron's validate_args, "Legacy RoPE arguments" */
     if (a->use_rotary_position_embeddings)
         snprintf(a->position_embedding_type, sizeof(a->position_embedding_type), "rope");
-    static const char *const PE_OK[] = {"learned_absolute", "rope", NULL};
     static const char *const PE_LATER[] = {"mrope", "relative", "none", NULL};
     if (one_of(a->position_embedding_type, PE_LATER))
         return fail(err, errlen, "--position-embedding-type %s: not supported yet",
                     a->position_embedding_type);
-    if (!one_of(a->position_embedding_type, PE_OK))
+    if (!IS_CHOICE(a, position_embedding_type))
         return fail(err, errlen,
                     "--position-embedding-type '%s': expected learned_absolute or rope",
                     a->position_embedding_type);
@@ -1400,17 +1415,17 @@ static int validate_vocab(megadlm_args *a, char *err, size_t errlen) {
                         "GPT2BPETokenizer or HuggingFaceTokenizer)");
     }
     int tok_vocab = 0;
-    if (!strcmp(a->tokenizer_type, "ByteLevel")) {
+    args_choice tok = ARGS_CHOICE(a, tokenizer_type);
+    if (tok == ARGS_TOKENIZER_BYTE_LEVEL) {
         tok_vocab = 257; /* --vocab-size is not used (Megatron ignores it too) */
-    } else if (!strcmp(a->tokenizer_type, "NullTokenizer")) {
+    } else if (tok == ARGS_TOKENIZER_NULL) {
         if (a->vocab_size <= 0)
             return fail(err, errlen,
                         "--tokenizer-type NullTokenizer%s needs --vocab-size",
                         a->mock_data ? " (the tokenizer of --mock-data)" : "");
         if (a->vocab_size == INT_MAX) return fail(err, errlen, "--vocab-size is too large");
         tok_vocab = a->vocab_size + 1; /* Megatron's _NullTokenizer: eod = vocab_size */
-    } else if (!strcmp(a->tokenizer_type, "GPT2BPETokenizer") ||
-               !strcmp(a->tokenizer_type, "HuggingFaceTokenizer")) {
+    } else if (tok == ARGS_TOKENIZER_GPT2BPE || tok == ARGS_TOKENIZER_HUGGINGFACE) {
         if (validate_tokenizer_files(a, &tok_vocab, err, errlen))
             return ARGS_INVALID_TOKENIZER_FILE;
     } else if (one_of(a->tokenizer_type, MEGATRON_TOKENIZERS)) {
@@ -1549,14 +1564,11 @@ static int validate_lr_schedule(megadlm_args *a, char *err, size_t errlen) {
     if (a->lr_warmup_init > a->lr) /* Megatron's scheduler: assert init_lr <= max_lr */
         return fail(err, errlen, "--lr-warmup-init %s is larger than --lr %s (init <= lr)", b1,
                     b2);
-    static const char *const DECAY_OK[] = {"constant", "linear", "cosine",
-                                           "inverse-square-root", "WSD", NULL};
-    if (!one_of(a->lr_decay_style, DECAY_OK))
+    if (!IS_CHOICE(a, lr_decay_style))
         return fail(err, errlen,
                     "--lr-decay-style '%s': expected constant, linear, cosine, "
                     "inverse-square-root or WSD", a->lr_decay_style);
-    static const char *const WSD_OK[] = {"exponential", "linear", "cosine", "minus_sqrt", NULL};
-    if (!one_of(a->lr_wsd_decay_style, WSD_OK))
+    if (!IS_CHOICE(a, lr_wsd_decay_style))
         return fail(err, errlen,
                     "--lr-wsd-decay-style '%s': expected exponential, linear, cosine or minus_sqrt",
                     a->lr_wsd_decay_style);
@@ -1621,15 +1633,13 @@ static int validate_optimizer(megadlm_args *a, char *err, size_t errlen) {
 /* W&B's flags are recorded, not acted on (no network): what wandb.init would refuse is refused
  * here too, and Megatron's own rule (_set_wandb_writer: an experiment name with a project). */
 static int validate_monitoring(megadlm_args *a, char *err, size_t errlen) {
-    static const char *const modes[] = {"online", "offline", "disabled", "shared", NULL};
-    static const char *const resumes[] = {"allow", "must", "never", "auto", NULL};
     if (a->wandb_project[0] && !a->wandb_exp_name[0])
         return fail(err, errlen, "--wandb-project %s needs --wandb-exp-name NAME (Megatron: "
                     "\"Please specify the wandb experiment name!\")", a->wandb_project);
-    if (!one_of(a->wandb_mode, modes))
+    if (!IS_CHOICE(a, wandb_mode))
         return fail(err, errlen, "--wandb-mode %s: expected online, offline, disabled or shared",
                     a->wandb_mode);
-    if (!one_of(a->wandb_resume, resumes))
+    if (!IS_CHOICE(a, wandb_resume))
         return fail(err, errlen, "--wandb-resume %s: expected allow, must, never or auto",
                     a->wandb_resume);
     return 0;

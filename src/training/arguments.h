@@ -27,6 +27,23 @@ typedef struct {
     int data_weighted;            /* 1 when weights were given */
 } megadlm_args;
 
+/* The values of the choice flags (arguments.def's ARG_CHOICE entries: ARGS_MODE_DIFFLM_NOSHIFT,
+ * ARGS_RECOMPUTE_FULL, ...). The fields keep the strings (what state.json saves and
+ * args_print shows); code outside the parser reads them as these constants, through
+ * ARGS_CHOICE. */
+typedef enum {
+    ARGS_CHOICE_NONE = 0, /* "" (not given) or a value that is not one of the field's choices */
+#define ARG_CHOICE(field, name, value) name,
+#include "training/arguments.def"
+} args_choice;
+/* The constant of `value` among the choices of the field named `field` (ARGS_CHOICE_NONE when
+ * it is none of them). */
+args_choice args_choice_of(const char *field, const char *value);
+/* The choice a flag holds: ARGS_CHOICE(a, recompute_granularity) == ARGS_RECOMPUTE_FULL */
+#define ARGS_CHOICE(a, field) args_choice_of(#field, (a)->field)
+/* The string of a choice constant (what the flag takes), "" for ARGS_CHOICE_NONE. */
+const char *args_choice_name(args_choice c);
+
 /* Fills Megatron's defaults. */
 void args_defaults(megadlm_args *a);
 

@@ -37,7 +37,7 @@ int difflm_padded_length_cp(int L, int B, int ranks, int cp) {
 
 int difflm_model_length(const megadlm_args *a) {
     int s = a->seq_length;
-    if (strcmp(a->model_running_mode, "difflm-noshift") != 0 || s < 2) return s;
+    if (ARGS_CHOICE(a, model_running_mode) != ARGS_MODE_DIFFLM_NOSHIFT || s < 2) return s;
     int t = a->tensor_model_parallel_size, sp = a->sequence_parallel && t > 1 ? t : 1;
     int Lp = difflm_padded_length_cp(s - 1, a->micro_batch_size, sp, a->context_parallel_size);
     return Lp > s ? Lp : s;
@@ -71,5 +71,5 @@ int difflm_mask_sequence(const int32_t *sample, const float *lm, int L, int mask
 }
 
 int difflm_logits_in_chunks(const megadlm_args *a) {
-    return !strcmp(a->model_running_mode, "difflm-noshift") && !a->difflm_full_logits;
+    return ARGS_CHOICE(a, model_running_mode) == ARGS_MODE_DIFFLM_NOSHIFT && !a->difflm_full_logits;
 }

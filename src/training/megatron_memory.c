@@ -52,7 +52,9 @@ void megatron_memory_compute(const megadlm_args *a, megatron_memory_report *out)
     weight_and_optimizer(a, out);
     /* report_theoretical_memory: "Formulae here assume sequence parallelism and selective
      * activation recomputation"; otherwise it prints the weight and optimizer alone */
-    if (!a->sequence_parallel || strcmp(a->recompute_granularity, "selective") != 0) return;
+    if (!a->sequence_parallel ||
+        ARGS_CHOICE(a, recompute_granularity) != ARGS_RECOMPUTE_SELECTIVE)
+        return;
     out->has_activation = 1;
     out->activation_bytes = activation(a);
     out->total_bytes = out->weight_and_optimizer_bytes + out->activation_bytes;
@@ -84,11 +86,11 @@ static void add_reason(char *buf, size_t n, const char *why) {
 void megatron_memory_why(const megadlm_args *a, const megatron_memory_report *r, char *buf,
                          size_t n) {
     buf[0] = 0;
-    if (!strcmp(a->normalization, "RMSNorm"))
+    if (ARGS_CHOICE(a, normalization) == ARGS_NORM_RMSNORM)
         add_reason(buf, n, "it counts a bias in every RMSNorm");
     if ((a->use_custom_fsdp || a->use_torch_fsdp2) &&
-        strcmp(a->data_parallel_sharding_strategy, "optim") != 0 &&
-        strcmp(a->data_parallel_sharding_strategy, "no_shard") != 0)
+        ARGS_CHOICE(a, data_parallel_sharding_strategy) != ARGS_SHARDING_OPTIM &&
+        ARGS_CHOICE(a, data_parallel_sharding_strategy) != ARGS_SHARDING_NO_SHARD)
         add_reason(buf, n, "it has no FSDP sharding of gradients or parameters (6 + 12/DP bytes "
                            "per parameter)");
     if (!r->has_activation) return;

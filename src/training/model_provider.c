@@ -13,28 +13,32 @@ transformer_config model_config_from_args(const megadlm_args *a) {
 #define ARG_FIELD(field, type, deflt, check, config) ARGS_COPY_##config(c.field = a->field;)
 #include "training/arguments.def"
     /* the converted ones (CODE) */
-    c.normalization = strcmp(a->normalization, "RMSNorm") == 0 ? NORM_RMSNORM : NORM_LAYERNORM;
+    c.normalization =
+        ARGS_CHOICE(a, normalization) == ARGS_NORM_RMSNORM ? NORM_RMSNORM : NORM_LAYERNORM;
     /* Megatron-core: the fused bias-GELU (tanh approximation) when bias_gelu_fusion holds,
      * --openai-gelu is the tanh form too; otherwise torch's exact erf GELU. */
     c.gelu = (a->openai_gelu || a->bias_gelu_fusion) ? GELU_TANH : GELU_ERF;
     /* masked diffusion pads its seq-length - 1 tokens to what CP / SP split evenly */
     c.seq_length = difflm_model_length(a);
-    c.rope = strcmp(a->position_embedding_type, "rope") == 0;
+    c.rope = ARGS_CHOICE(a, position_embedding_type) == ARGS_PE_ROPE;
     c.rot_dim = (int)(a->kv_channels * a->rotary_percent);
     /* MegaDLMs: vanilla runs causal_bottom_right whatever --attention-mask-type says
      * (vanilla_forward); difflm-noshift and test-forward run the type given, where
      * causal_bottom_right and causal are one mask for self-attention (queries and keys the same
      * length) and no_mask is bidirectional */
-    c.causal = !strcmp(a->model_running_mode, "vanilla") ||
-               strcmp(a->attention_mask_type, "no_mask") != 0;
+    c.causal = ARGS_CHOICE(a, model_running_mode) == ARGS_MODE_VANILLA ||
+               ARGS_CHOICE(a, attention_mask_type) != ARGS_MASK_NO_MASK;
     /* difflm-noshift drops the first token and looks up learned positions from 1 (MegaDLMs'
      * unshift keeps position_ids[:, 1:]); RoPE starts at 0 either way */
-    c.position_offset = !strcmp(a->model_running_mode, "difflm-noshift") && !c.rope ? 1 : 0;
-    if (!strcmp(a->recompute_granularity, "selective"))
+    c.position_offset =
+        ARGS_CHOICE(a, model_running_mode) == ARGS_MODE_DIFFLM_NOSHIFT && !c.rope ? 1 : 0;
+    if (ARGS_CHOICE(a, recompute_granularity) == ARGS_RECOMPUTE_SELECTIVE)
         c.recompute_granularity = RECOMPUTE_SELECTIVE;
-    else if (!strcmp(a->recompute_granularity, "full"))
+    else if (ARGS_CHOICE(a, recompute_granularity) == ARGS_RECOMPUTE_FULL)
         c.recompute_granularity = RECOMPUTE_FULL;
-    c.recompute_method = !strcmp(a->recompute_method, "block") ? RECOMPUTE_BLOCK : RECOMPUTE_UNIFORM;
+    c.recompute_method = ARGS_CHOICE(a, recompute_method) == ARGS_RECOMPUTE_BLOCK
+                             ? RECOMPUTE_BLOCK
+                             : RECOMPUTE_UNIFORM;
     /* this process's place in the tensor-parallel group (set up by parallel_setup_groups) */
     c.tp_size = a->tensor_model_parallel_size;
     c.tp_rank = c.tp_size > 1 ? parallel_get()->tp_rank : 0;
@@ -43,8 +47,8 @@ transformer_config model_config_from_args(const megadlm_args *a) {
     c.tp_comm_overlap_num_splits = args_sp_pieces(a);
     c.cp_size = a->context_parallel_size;
     c.cp_rank = c.cp_size > 1 ? parallel_get()->cp_rank : 0;
-    c.cp_ring = c.cp_size > 1 && !strcmp(a->cp_comm_type, "p2p");
-    c.cp_a2a = c.cp_size > 1 && !strcmp(a->cp_comm_type, "a2a");
+    c.cp_ring = c.cp_size > 1 && ARGS_CHOICE(a, cp_comm_type) == ARGS_CP_COMM_P2P;
+    c.cp_a2a = c.cp_size > 1 && ARGS_CHOICE(a, cp_comm_type) == ARGS_CP_COMM_A2A;
     c.pp_size = a->pipeline_model_parallel_size;
     c.pp_rank = c.pp_size > 1 ? parallel_get()->pp_rank : 0;
     c.vp_size = a->virtual_pipeline_model_parallel_size; /* 0: no interleaving */

@@ -113,8 +113,8 @@ static void notices(const megadlm_args *a, int writes_tb) {
                a->tensorboard_dir);
     else if (a->wandb_exp_name[0] || a->wandb_run_id[0] || a->wandb_save_dir[0] ||
              a->wandb_tags[0] || a->wandb_group[0] || a->wandb_notes[0] ||
-             a->wandb_resume_from[0] || strcmp(a->wandb_mode, "online") ||
-             strcmp(a->wandb_resume, "auto"))
+             a->wandb_resume_from[0] || ARGS_CHOICE(a, wandb_mode) != ARGS_WANDB_ONLINE ||
+             ARGS_CHOICE(a, wandb_resume) != ARGS_WANDB_RESUME_AUTO)
         printf("> W&B: --wandb-* flags without --wandb-project are recorded in the checkpoint's "
                "arguments only (Megatron starts no W&B run without a project)\n");
     if (!a->tensorboard_dir[0] &&

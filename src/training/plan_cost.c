@@ -28,7 +28,7 @@ int plan_ranks_per_node(const plan_device *d, int world_size) {
 }
 
 static int full_recompute(const megadlm_args *a) {
-    return !strcmp(a->recompute_granularity, "full");
+    return ARGS_CHOICE(a, recompute_granularity) == ARGS_RECOMPUTE_FULL;
 }
 
 /* The same arguments with recomputation off: what partial recompute's unchecked micro-batches
@@ -126,7 +126,7 @@ static double hardware_flops(const megadlm_args *a, const shape *s, double *mode
 static double recomputed_layers(const megadlm_args *a, const shape *s) {
     if (!full_recompute(a)) return 0.0;
     double chunk = s->stage_layers / s->v;
-    double n = !strcmp(a->recompute_method, "block")
+    double n = ARGS_CHOICE(a, recompute_method) == ARGS_RECOMPUTE_BLOCK
                    ? fmin((double)a->recompute_num_layers, chunk) * s->v
                    : s->stage_layers;
     return n * (1.0 - (s->partial > 0.0 ? s->partial / s->in_flight : 0.0));
@@ -218,10 +218,10 @@ static double cp_per_microbatch(const megadlm_args *a, const plan_device *d, con
     double kv = 2.0 * b * (sq / s->c) * g * dk / s->t * bytes_v; /* this rank's K and V */
     double bw = s->t * s->c <= s->rpn ? d->intra_bandwidth : d->inter_bandwidth;
     double fwd = 0.0, bwd = 0.0;
-    if (!strcmp(a->cp_comm_type, "allgather")) {
+    if (ARGS_CHOICE(a, cp_comm_type) == ARGS_CP_COMM_ALLGATHER) {
         fwd = ring_half(kv * s->c, s->c, bw, d->latency);
         bwd = 2.0 * fwd; /* gathered again, gradients reduce-scattered */
-    } else if (!strcmp(a->cp_comm_type, "a2a")) {
+    } else if (ARGS_CHOICE(a, cp_comm_type) == ARGS_CP_COMM_A2A) {
         double q = b * (sq / s->c) * heads * dk / s->t * bytes_v; /* Q, and the context */
         double moved = (s->c - 1.0) / s->c * (kv + 2.0 * q);
         fwd = moved / bw + (s->c - 1.0) * d->latency;
@@ -302,7 +302,7 @@ static double elementwise_time(const megadlm_args *a, const plan_device *d, cons
     megadlm_args none = without_recompute(a);
     double bytes = (double)theoretical_megadlm_rank(&none, 0, 1, 0).saved_activations;
     double again = recomputed / s->stage_layers * bytes;
-    if (!strcmp(a->recompute_granularity, "selective")) {
+    if (ARGS_CHOICE(a, recompute_granularity) == ARGS_RECOMPUTE_SELECTIVE) {
         const theoretical_memory *m = &s->m;
         int sp = a->sequence_parallel;
         double keep = m->per_layer_megadlm[sp ? TM_TENSOR_SEQUENCE : TM_TENSOR_PARALLEL];
@@ -352,7 +352,9 @@ void plan_cost_compute(const megadlm_args *a, const plan_device *d, plan_cost *c
     double attention;
     c->cp_comm = s.M * cp_per_microbatch(a, d, &s, c->recomputed_layers, c->gemm_rate, &attention);
     /* the ring's transfers travel under the attention products of the step before */
-    c->cp_hidden = !strcmp(a->cp_comm_type, "p2p") ? fmin(c->cp_comm, s.M * attention) : 0.0;
+    c->cp_hidden = ARGS_CHOICE(a, cp_comm_type) == ARGS_CP_COMM_P2P
+                       ? fmin(c->cp_comm, s.M * attention)
+                       : 0.0;
     c->cp_comm -= c->cp_hidden;
     if (s.p > 1.0)
         c->bubble = (s.p - 1.0) / (s.v * s.M) * (c->compute + c->tp_comm + c->cp_comm);

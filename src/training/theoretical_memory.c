@@ -32,7 +32,8 @@ static void megatron_parameters(const megadlm_args *a, double *total, double *sh
     double heads = a->num_attention_heads, groups = a->num_query_groups;
     double q_ratio = (double)a->kv_channels * heads / h; /* query projection / hidden size */
     double gated = a->swiglu ? 1.5 : 1.0;
-    double norm = strcmp(a->normalization, "RMSNorm") == 0 ? 1.0 : 2.0; /* RMSNorm: no bias */
+    /* RMSNorm: no bias */
+    double norm = ARGS_CHOICE(a, normalization) == ARGS_NORM_RMSNORM ? 1.0 : 2.0;
     double attention = 2.0 * h * h * ((1.0 + groups / heads) * q_ratio);
     double layer = 2.0 * h * (a->ffn_hidden_size * gated + norm) + attention;
     double embedding = h * V;
@@ -286,7 +287,7 @@ size_t theoretical_megadlm_head_saved_bytes(const megadlm_args *a) {
     size_t t = (size_t)a->tensor_model_parallel_size;
     size_t N = rank_tokens(a), h = a->hidden_size;
     size_t Ns = a->sequence_parallel ? N / t : N; /* tokens outside tensor-parallel regions */
-    size_t stats = strcmp(a->normalization, "LayerNorm") == 0 ? 2 * Ns : Ns;
+    size_t stats = ARGS_CHOICE(a, normalization) == ARGS_NORM_LAYERNORM ? 2 * Ns : Ns;
     /* block output, final norm output and statistics (token shards with SP), this rank's
      * vocabulary columns of the logits (one chunk of rows in masked-diffusion training),
      * per-token loss and logsumexp */
@@ -326,8 +327,8 @@ theoretical_megadlm_bytes theoretical_megadlm_rank(const megadlm_args *a, int pp
     /* optim_grads_params: the parameter shard (16-bit under --bf16, beside the optimizer's
      * fp32 main pieces); the units gathered during a step are freed by its end
      * (fsdp_params_drop) */
-    if (args_fsdp_shards_grads(a) && !strcmp(a->data_parallel_sharding_strategy,
-                                             "optim_grads_params"))
+    if (args_fsdp_shards_grads(a) &&
+        ARGS_CHOICE(a, data_parallel_sharding_strategy) == ARGS_SHARDING_OPTIM_GRADS_PARAMS)
         r.parameters = (half ? 2 : 4) * ((n + dp - 1) / dp);
     /* every micro-batch in flight has its own store (pipeline schedules): the stage's layers
      * (one model chunk's with interleaving), the block output, and on the last stage the head

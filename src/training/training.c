@@ -381,7 +381,7 @@ int pretrain(megadlm_args *a, const pretrain_providers *prov) {
      * interleaved: the schedule takes a store of the right kind for each virtual micro-batch) */
     tr.pipe = pipeline_stores_create(tr.model, tr.num_stores, tr.num_unchecked);
     tr.batch = prov->batch_create(a, tr.tok, tr.model);
-    tr.difflm = !strcmp(a->model_running_mode, "difflm-noshift");
+    tr.difflm = ARGS_CHOICE(a, model_running_mode) == ARGS_MODE_DIFFLM_NOSHIFT;
 
     if (rerun_setup(&tr.rerun, a->rerun_mode, a->check_for_nan_in_loss_and_grad,
                     a->check_for_spiky_loss, err, sizeof err) != 0) {

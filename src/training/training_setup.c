@@ -18,6 +18,25 @@
 #include "training/training_log.h"
 #include "training/watchdog.h"
 
+lr_decay_style training_lr_decay_style(const megadlm_args *a) {
+    switch (ARGS_CHOICE(a, lr_decay_style)) {
+    case ARGS_LR_DECAY_CONSTANT: return LR_CONSTANT;
+    case ARGS_LR_DECAY_COSINE: return LR_COSINE;
+    case ARGS_LR_DECAY_INVERSE_SQUARE_ROOT: return LR_INVERSE_SQRT;
+    case ARGS_LR_DECAY_WSD: return LR_WSD;
+    default: return LR_LINEAR; /* linear, Megatron's default (validation refuses the rest) */
+    }
+}
+
+lr_wsd_style training_lr_wsd_style(const megadlm_args *a) {
+    switch (ARGS_CHOICE(a, lr_wsd_decay_style)) {
+    case ARGS_WSD_DECAY_LINEAR: return WSD_LINEAR;
+    case ARGS_WSD_DECAY_COSINE: return WSD_COSINE;
+    case ARGS_WSD_DECAY_MINUS_SQRT: return WSD_MINUS_SQRT;
+    default: return WSD_EXPONENTIAL; /* exponential, Megatron's default */
+    }
+}
+
 void setup_optimizer(trainer *tr) {
     megadlm_args *a = tr->a;
     tr->oc = (optimizer_config){.beta1 = a->adam_beta1, .beta2 = a->adam_beta2,
@@ -31,8 +50,8 @@ void setup_optimizer(trainer *tr) {
                                .init_lr = args_decimal(a->lr_warmup_init),
                                .warmup_steps = warmup, .decay_steps = decay,
                                .wsd_decay_steps = wsd_decay,
-                               .style = lr_decay_style_parse(a->lr_decay_style),
-                               .wsd_style = lr_wsd_style_parse(a->lr_wsd_decay_style)};
+                               .style = training_lr_decay_style(a),
+                               .wsd_style = training_lr_wsd_style(a)};
     if (a->train_samples > 0) /* Megatron's update_train_iters says so too */
         print_rank_last("setting training iterations to %d\n", tr->train_iters);
 }
@@ -91,7 +110,7 @@ static void setup_data_parallel(trainer *tr) {
                        "backward, %zu elements kept per rank\n",
                        a->data_parallel_sharding_strategy, tr->fsdp->shard_numel);
         }
-        if (!strcmp(a->data_parallel_sharding_strategy, "optim_grads_params") &&
+        if (ARGS_CHOICE(a, data_parallel_sharding_strategy) == ARGS_SHARDING_OPTIM_GRADS_PARAMS &&
             args_fsdp_shards_grads(a))
             setup_fsdp_params(tr);
         if (a->overlap_param_gather && !tr->fsdp_params) { /* (FSDP: its own prefetch) */
@@ -163,8 +182,9 @@ static void setup_loss_scaler(trainer *tr) {
 /* --tp-comm-overlap: the overlap engine's progress mode, and what overlaps (the log rank). */
 void setup_tp_comm_overlap(const megadlm_args *a) {
     char err[1024];
-    tp_progress_mode mode = strcmp(a->tp_comm_overlap_progress, "thread") ? TP_PROGRESS_TEST
-                                                                         : TP_PROGRESS_THREAD;
+    tp_progress_mode mode = ARGS_CHOICE(a, tp_comm_overlap_progress) != ARGS_TP_PROGRESS_THREAD
+                                ? TP_PROGRESS_TEST
+                                : TP_PROGRESS_THREAD;
     if (tp_overlap_init(mode, err, sizeof(err)) != 0)
         die(2, "--tp-comm-overlap: %s", err);
     print_rank_last("> TP communication overlap: all-gather %s, reduce-scatter %s, %s (linear_qkv "

@@ -3,6 +3,7 @@
 #ifndef MEGADLM_TRAINING_TRAINING_SETUP_H
 #define MEGADLM_TRAINING_TRAINING_SETUP_H
 
+#include "core/optimizer/optimizer_param_scheduler.h"
 #include "training/trainer.h"
 
 /* The model (the provider's, initialised), the data-parallel buckets and distributed optimizer,
@@ -12,6 +13,9 @@ int setup_model_and_optimizer(trainer *tr, const transformer_config *cfg);
 /* --bf16 / --fp16: the 16-bit GEMM chosen now (serial code, before any parallel region). 0, or
  * -1 after printing the error. */
 int setup_half(const megadlm_args *a);
+/* The scheduler's styles of --lr-decay-style and --lr-wsd-decay-style (validated). */
+lr_decay_style training_lr_decay_style(const megadlm_args *a);
+lr_wsd_style training_lr_wsd_style(const megadlm_args *a);
 /* The optimizer's hyperparameters and the lr schedule (get_optimizer_param_scheduler). */
 void setup_optimizer(trainer *tr);
 /* --tp-comm-overlap: the overlap engine (ends the job when it cannot start). */

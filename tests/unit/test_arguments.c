@@ -15,6 +15,7 @@
 #include "core/optimizer/optimizer_param_scheduler.h"
 #include "training/arguments.h"
 #include "training/model_provider.h"
+#include "training/training_setup.h"
 
 #define BASE                                                                                  \
     "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "               \
@@ -1678,7 +1679,10 @@ static void test_fraction_and_isqrt_schedule(void) {
                        .style = LR_COSINE};                 /* ratio (3 - 2.5) / 7.5 = 1/15 */
     CHECK(fabs(lr_scheduler_get(&s, 3) - 0.9890738003669028) < 1e-12);
     CHECK(fabs(lr_scheduler_get(&s, 2) - 0.8) < 1e-12);    /* still warming up: 2 / 2.5 */
-    CHECK(lr_decay_style_parse("inverse-square-root") == LR_INVERSE_SQRT);
+    megadlm_args a;
+    args_defaults(&a);
+    snprintf(a.lr_decay_style, sizeof a.lr_decay_style, "inverse-square-root");
+    CHECK(training_lr_decay_style(&a) == LR_INVERSE_SQRT);
 }
 
 /* --context-parallel-size and --cp-comm-type: Megatron's names, the built exchange, the split
@@ -1736,6 +1740,57 @@ static void test_context_parallel_flags(void) {
     }
 }
 
+/* Choice flags (arguments.def's ARG_CHOICE entries): each value maps to its constant and back,
+ * the flag's --help names every value, a value of another flag is none of this one's, and
+ * validation accepts exactly the table's values (a constant read outside the parser is never
+ * ARGS_CHOICE_NONE after args_validate). */
+static void test_choice_table(void) {
+#define ARGS_STR_(x) #x
+#define ARGS_STR(x) ARGS_STR_(x)
+    static const struct {
+        const char *field, *help;
+    } FLAGS[] = {
+#define ARG_FLAG(field, type, deflt, check, config, group, flag, metavar, shown, help) \
+    {#field, help},
+#include "training/arguments.def"
+    };
+    static const struct {
+        const char *field, *value;
+        args_choice id;
+    } CHOICES[] = {
+#define ARG_CHOICE(field, name, value) {#field, value, name},
+#include "training/arguments.def"
+    };
+    size_t nflags = sizeof FLAGS / sizeof FLAGS[0], n = sizeof CHOICES / sizeof CHOICES[0];
+    CHECK(n >= 40);
+    for (size_t i = 0; i < n; i++) {
+        CHECK(CHOICES[i].id != ARGS_CHOICE_NONE);
+        CHECK(args_choice_of(CHOICES[i].field, CHOICES[i].value) == CHOICES[i].id);
+        CHECK(!strcmp(args_choice_name(CHOICES[i].id), CHOICES[i].value));
+        const char *help = NULL;
+        for (size_t f = 0; f < nflags; f++)
+            if (!strcmp(FLAGS[f].field, CHOICES[i].field)) help = FLAGS[f].help;
+        CHECK(help && strstr(help, CHOICES[i].value));
+    }
+    CHECK(args_choice_of("model_running_mode", "") == ARGS_CHOICE_NONE);
+    CHECK(args_choice_of("model_running_mode", "full") == ARGS_CHOICE_NONE);
+    CHECK(args_choice_of("recompute_granularity", "full") == ARGS_RECOMPUTE_FULL);
+    CHECK(!strcmp(args_choice_name(ARGS_CHOICE_NONE), ""));
+    megadlm_args a;
+    args_defaults(&a);
+    CHECK(ARGS_CHOICE(&a, model_running_mode) == ARGS_MODE_VANILLA);
+    CHECK(ARGS_CHOICE(&a, recompute_granularity) == ARGS_CHOICE_NONE); /* "": not given */
+    char *argv[] = {"train", "--num-layers", "2", "--hidden-size", "32",
+                    "--num-attention-heads", "4", "--seq-length", "16",
+                    "--max-position-embeddings", "16", "--micro-batch-size", "1",
+                    "--train-iters", "1", "--lr", "1e-3", "--mock-data", "--vocab-size", "100",
+                    "--recompute-granularity", "fulll"};
+    char err[512];
+    CHECK(args_parse(&a, (int)(sizeof argv / sizeof argv[0]), argv, err, sizeof err) == 0);
+    CHECK(args_validate(&a, err, sizeof err) != 0);
+    CHECK(strstr(err, "--recompute-granularity fulll: expected full or selective") != NULL);
+}
+
 int main(void) {
     test_wsd_schedule();
     test_fraction_and_isqrt_schedule();
@@ -1760,5 +1815,6 @@ int main(void) {
     test_difflm_flags();
     test_string_flag_sizes();
     test_launch_line_flags();
+    test_choice_table();
     TEST_DONE();
 }

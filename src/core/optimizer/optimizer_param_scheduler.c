@@ -1,7 +1,6 @@
 #include "core/optimizer/optimizer_param_scheduler.h"
 
 #include <math.h>
-#include <string.h>
 
 /* WSD's annealing coefficient at ratio r in [0, 1] of the annealing phase. */
 static double wsd_coeff(lr_wsd_style style, double r) {
@@ -45,21 +44,4 @@ double lr_scheduler_get(const lr_scheduler *s, int64_t num_steps) {
     case LR_INVERSE_SQRT: break; /* returned above */
     }
     return s->min_lr + coeff * (s->max_lr - s->min_lr);
-}
-
-int lr_decay_style_parse(const char *s) {
-    if (!strcmp(s, "constant")) return LR_CONSTANT;
-    if (!strcmp(s, "linear")) return LR_LINEAR;
-    if (!strcmp(s, "cosine")) return LR_COSINE;
-    if (!strcmp(s, "inverse-square-root")) return LR_INVERSE_SQRT;
-    if (!strcmp(s, "WSD")) return LR_WSD;
-    return -1;
-}
-
-int lr_wsd_style_parse(const char *s) {
-    if (!strcmp(s, "linear")) return WSD_LINEAR;
-    if (!strcmp(s, "cosine")) return WSD_COSINE;
-    if (!strcmp(s, "exponential")) return WSD_EXPONENTIAL;
-    if (!strcmp(s, "minus_sqrt")) return WSD_MINUS_SQRT;
-    return -1;
 }

@@ -26,9 +26,4 @@ typedef struct {
 /* The lr after num_steps samples of steps taken (Megatron's get_lr at num_steps). */
 double lr_scheduler_get(const lr_scheduler *s, int64_t num_steps);
 
-/* Parse "constant|linear|cosine|inverse-square-root|WSD" and
- * "linear|cosine|exponential|minus_sqrt"; -1 if unknown. */
-int lr_decay_style_parse(const char *s);
-int lr_wsd_style_parse(const char *s);
-
 #endif
