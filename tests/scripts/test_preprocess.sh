@@ -149,7 +149,7 @@ expect_error "--tokenizer-model nonexistent.json: No such file or directory" \
   --input in.jsonl --output-prefix bad --tokenizer-type HuggingFaceTokenizer --tokenizer-model nonexistent.json
 expect_error "--tokenizer-type: missing" --input in.jsonl --output-prefix bad
 expect_error "--vocab-size" --input in.jsonl --output-prefix bad --tokenizer-type NullTokenizer
-expect_error "--vocab-size: expected a positive integer, found 'x'" --input in.jsonl --output-prefix bad \
+expect_error "--vocab-size: expected an integer, found 'x'" --input in.jsonl --output-prefix bad \
   --tokenizer-type NullTokenizer --vocab-size x
 expect_error "nullbad.jsonl:1: key 'text': token 'two' at byte 2 is not an integer" --input nullbad.jsonl \
   --output-prefix bad --tokenizer-type NullTokenizer --vocab-size 10
