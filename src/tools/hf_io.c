@@ -49,10 +49,7 @@ void out_free(out_set *o) {
         free(o->names[i]);
         free(o->bufs[i]);
     }
-    free(o->d);
-    free(o->names);
-    free(o->bufs);
-    free(o->shapes);
+    free_all(o->d, o->names, o->bufs, o->shapes);
 }
 
 /* Row of megadlm's grouped linear_qkv (qkv_layout.h) for (part 0 q / 1 k / 2 v, head within
