@@ -25,6 +25,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "core/util/alloc.h"
 #include "core/models/gpt_spec.h"
 #include "core/tensor/memory.h"
 #include "core/tensor/safetensors.h"
@@ -435,7 +436,8 @@ static int from_hf_tensors(const transformer_config *c, param_set *ps, hf_family
     if (m2 > big) big = m2;
     if (m3 > big) big = m3;
     if (m4 > big) big = m4;
-    float *tmp = malloc(big * sizeof(float)), *tmpb = malloc((size_t)(3 * h + 1) * sizeof(float));
+    float *tmp = xcalloc(big, sizeof(float), "the conversion buffer (the largest tensor)"),
+          *tmpb = xcalloc((size_t)3 * h + 1, sizeof(float), "the conversion bias buffer");
     int rc = -1;
 #define R(nm, nd, d0, d1, dst) \
     if (hf_read(sf, nm, nd, d0, d1, dst) != 0) goto done;
@@ -783,11 +785,13 @@ int convert_main(int argc, char **argv) {
         if (tflag > 0) continue;
         /* the same check of numbers as train's flags (positive integers) */
         if (tflag == 0 && (ch == 'D' || ch == 'S' || ch == 'N') &&
-            parse_int(optarg, 1, ch == 'D' ? &op.divisible_by : ch == 'S' ? &op.seq_length : &shards) != 0) {
-            snprintf(err, sizeof err, "--%s: expected a positive integer, found '%s'",
-                     ch == 'D' ? "make-vocab-size-divisible-by" : ch == 'S' ? "seq-length" : "num-output-shards", optarg);
+            parse_int_flag(ch == 'D'   ? "--make-vocab-size-divisible-by"
+                           : ch == 'S' ? "--seq-length"
+                                       : "--num-output-shards",
+                           optarg, 1,
+                           ch == 'D' ? &op.divisible_by : ch == 'S' ? &op.seq_length : &shards,
+                           err, sizeof err))
             tflag = -1;
-        }
         if (tflag < 0) {
             fprintf(stderr, "error: convert: %s\n", err);
             return 2;

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/util/alloc.h"
 #include "core/util/io.h"
 #include "tools/convert_difflm.h"
 #include "tools/hf_io.h"
@@ -257,7 +258,8 @@ int difflm_plan_shards(int n, const int64_t (*shapes)[2], uint64_t inv_freq_valu
     /* group[i]: the shard tensor i joins, numbered as created; pos[g]: where shard g lands in
      * hub's shard_list (an oversized tensor's shard is appended at once, the one being filled
      * when it is closed) */
-    int *group = malloc((size_t)n * sizeof *group), *pos = malloc((size_t)(n + 1) * sizeof *pos);
+    int *group = xcalloc((size_t)n, sizeof *group, "the shard of each tensor"),
+        *pos = xcalloc((size_t)n + 1, sizeof *pos, "the shard order");
     int groups = 0, current = -1, appended = 0;
     uint64_t current_size = 0;
     for (int i = 0; i < n; i++) {
@@ -289,7 +291,7 @@ static int write_shards(const char *out, const out_set *o, const int *shard_of, 
                         st_dtype dt) {
     char path[PATH_MAX + 64], file[64], err[1024];
     st_meta meta[1] = {{"format", "pt"}};
-    st_tensor_desc *sel = malloc((size_t)o->n * sizeof *sel);
+    st_tensor_desc *sel = xcalloc((size_t)o->n, sizeof *sel, "a shard's tensor list");
     cJSON *index = cJSON_CreateObject(), *wm = cJSON_CreateObject();
     uint64_t total = 0;
     int rc = 0;
@@ -363,7 +365,7 @@ int difflm_write_export(const char *out, const transformer_config *c, const mega
         o->d[i] = (st_tensor_desc){.name = o->names[i], .dtype = dt,
                                    .ndim = o->shapes[i][1] ? 2 : 1, .shape = o->shapes[i],
                                    .from_f32 = o->bufs[i]};
-    int *shard_of = malloc((size_t)o->n * sizeof *shard_of);
+    int *shard_of = xcalloc((size_t)o->n, sizeof *shard_of, "the shard of each tensor");
     const uint64_t inv_freq = (uint64_t)c->num_layers * (uint64_t)(c->kv_channels / 2);
     const int shards = difflm_plan_shards(o->n, (const int64_t(*)[2])o->shapes, inv_freq,
                                           st_dtype_size(dt), num_output_shards, shard_of);

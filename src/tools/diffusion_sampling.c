@@ -1,3 +1,4 @@
+#include "core/util/alloc.h"
 #include "tools/diffusion_sampling.h"
 
 #include <math.h>
@@ -86,13 +87,15 @@ int diffusion_generate(gpt_model *m, activation_store *st, int32_t *x, int promp
     }
     int steps_per_block = ds->steps / blocks;
     for (int i = prompt_len; i < total; i++) x[i] = ds->mask_token;
-    int *pred = malloc(total * sizeof(int));
-    float *conf = malloc(total * sizeof(float));
-    int *cand = malloc(total * sizeof(int)); /* a round's masked positions of the block */
+    int *pred = xcalloc((size_t)total, sizeof(int), "the predicted tokens");
+    float *conf = xcalloc((size_t)total, sizeof(float), "the prediction confidences");
+    /* a round's masked positions of the block */
+    int *cand = xcalloc((size_t)total, sizeof(int), "the masked positions");
     /* predict's work space, [vocab] probs and [vocab] scratch per thread */
     const int threads = omp_get_max_threads();
-    double *work = malloc((size_t)threads * 2 * (size_t)ds->vocab * sizeof(double));
-    uint8_t *rows = malloc(total); /* the positions whose logits a round reads */
+    double *work = xcalloc((size_t)threads * 2 * (size_t)ds->vocab, sizeof(double),
+                           "the sampling work space (2 x vocabulary per thread)");
+    uint8_t *rows = xcalloc((size_t)total, 1, "the logit rows"); /* the positions a round reads */
     gpt_step gs = {.seed = ds->seed, .training = 0};
     /* LLaDA's quotas give each of the first block_length rounds of a block one token or more
      * and every later round none: those rounds change nothing and are not run (a round's

@@ -262,7 +262,7 @@ static int generate_diffusion(gpt_model *m, activation_store *st, tokenizer *tok
                 n, g->gen_length, a->seq_length - 1);
         return 1;
     }
-    int32_t *x = malloc(total * sizeof(int32_t));
+    int32_t *x = xcalloc((size_t)total, sizeof(int32_t), "the prompt and generated tokens");
     for (size_t i = 0; i < n; i++) x[i] = ids[i];
     int vocab = tokenizer_vocab_size(tok);
     diffusion_sampling ds = {.gen_length = g->gen_length, .steps = g->steps,

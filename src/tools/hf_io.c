@@ -1,6 +1,7 @@
 /* The Hugging Face side of `megadlm convert` that both layouts share (hf_io.h): the set of
  * tensors being written, the grouped-QKV row arithmetic, and the reader over one or several
  * safetensors files. */
+#include "core/util/alloc.h"
 #include "tools/hf_io.h"
 
 #include <limits.h>
@@ -29,17 +30,17 @@ double nice_float(float f) {
 float *out_add(out_set *o, const char *name, int ndim, int64_t d0, int64_t d1) {
     if (o->n == o->cap) {
         o->cap = o->cap ? 2 * o->cap : 64;
-        o->d = realloc(o->d, o->cap * sizeof *o->d);
-        o->names = realloc(o->names, o->cap * sizeof *o->names);
-        o->bufs = realloc(o->bufs, o->cap * sizeof *o->bufs);
-        o->shapes = realloc(o->shapes, o->cap * sizeof *o->shapes);
+        o->d = xrealloc(o->d, o->cap * sizeof *o->d, "the output tensor list");
+        o->names = xrealloc(o->names, o->cap * sizeof *o->names, "the output tensor list");
+        o->bufs = xrealloc(o->bufs, o->cap * sizeof *o->bufs, "the output tensor list");
+        o->shapes = xrealloc(o->shapes, o->cap * sizeof *o->shapes, "the output tensor list");
     }
     int i = o->n++;
-    o->names[i] = strdup(name);
+    o->names[i] = xstrdup(name, "an output tensor name");
     o->shapes[i][0] = d0;
     o->shapes[i][1] = d1;
     size_t numel = (size_t)d0 * (size_t)(ndim == 2 ? d1 : 1);
-    o->bufs[i] = malloc((numel ? numel : 1) * sizeof(float));
+    o->bufs[i] = xcalloc(numel ? numel : 1, sizeof(float), name);
     return o->bufs[i];
 }
 
@@ -48,10 +49,7 @@ void out_free(out_set *o) {
         free(o->names[i]);
         free(o->bufs[i]);
     }
-    free(o->d);
-    free(o->names);
-    free(o->bufs);
-    free(o->shapes);
+    free_all(o->d, o->names, o->bufs, o->shapes);
 }
 
 /* Row of megadlm's grouped linear_qkv (qkv_layout.h) for (part 0 q / 1 k / 2 v, head within
@@ -114,7 +112,7 @@ int hf_shards_open(const char *in, hf_shards *s, char *err, size_t errlen) {
             snprintf(err, errlen, "%s: cannot read it: %s", path, why);
             return -1;
         }
-        s->f = calloc(1, sizeof *s->f);
+        s->f = xcalloc(1, sizeof *s->f, "the safetensors file");
         snprintf(path, sizeof path, "%s/model.safetensors", in);
         if (st_open(path, &s->f[0], err, errlen) != 0) {
             free(s->f);
@@ -134,7 +132,7 @@ int hf_shards_open(const char *in, hf_shards *s, char *err, size_t errlen) {
     }
     /* the distinct file names, each opened once */
     int cap = cJSON_GetArraySize(wm);
-    s->f = calloc((size_t)(cap ? cap : 1), sizeof *s->f);
+    s->f = xcalloc((size_t)(cap ? cap : 1), sizeof *s->f, "the safetensors shard list");
     const cJSON *e;
     int rc = 0;
     cJSON_ArrayForEach(e, wm) {

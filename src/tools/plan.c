@@ -12,11 +12,13 @@
 
 #include <cjson/cJSON.h>
 
+#include "core/util/alloc.h"
 #include "core/parallel_state.h"
 #include "tools/json_fields.h"
 #include "tools/tools.h"
 #include "training/arguments.h"
 #include "training/plan_cost.h"
+#include "core/util/parse.h"
 #include "training/plan_device.h"
 
 #define MAX_WORDS 512
@@ -118,13 +120,7 @@ static int split_args(int argc, char **argv, plan_opts *o, char **words, int *nw
         const char **slot[] = {&o->device, &o->device_file, &o->device_cache, &o->memory_per_rank,
                                &o->memory_reserve, NULL, &o->account};
         if (k == 5) {
-            char *end;
-            long t = strtol(v, &end, 10);
-            if (*end || end == v || t < 0 || t > INT_MAX) {
-                snprintf(err, errlen, "--top %s: expected a whole number >= 0", v);
-                return -1;
-            }
-            o->top = (int)t;
+            if (parse_int_flag("--top", v, 0, &o->top, err, errlen)) return -1;
         } else {
             *slot[k] = v;
         }
@@ -332,9 +328,8 @@ static int eval_candidate(search *s, char **cand, int ncand, row *r) {
 static void keep_row(search *s, const row *r, char **cand, int ncand) {
     if (s->nrows == s->cap) {
         int cap = s->cap ? 2 * s->cap : 256;
-        row *rows = realloc(s->rows, sizeof(row) * (size_t)cap);
-        if (!rows) return;
-        s->rows = rows, s->cap = cap;
+        s->rows = xrealloc(s->rows, sizeof(row) * (size_t)cap, "the plan's rows");
+        s->cap = cap;
     }
     char layout[1024];
     size_t off = 0;

@@ -178,7 +178,7 @@ static int encode_sentence(const tokenizer *tok, const char *s, size_t len, enco
 static void finish_doc(const tokenizer *tok, int append_eod, encoded *e, size_t *cap) {
     if (e->n > 0 && append_eod) {
         if (e->n + 1 > *cap) {
-            e->ids = realloc(e->ids, (e->n + 1) * sizeof(int32_t));
+            e->ids = xrealloc(e->ids, (e->n + 1) * sizeof(int32_t), "a document's tokens");
             *cap = e->n + 1;
         }
         e->ids[e->n++] = tokenizer_eod(tok);
@@ -225,7 +225,7 @@ static const char *line_without_nul(const char *line, size_t n, size_t *out_len,
              0x80 | (c & 0x3F));
     char esc[8];
     snprintf(esc, sizeof esc, "\\u%04x", c);
-    char *o = malloc(6 * n + 1);
+    char *o = xmalloc(6 * n + 1, "a JSON line with its NUL bytes escaped");
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         if (line[i] == 0 || (line[i] == '\\' && i + 6 <= n && !strncmp(line + i + 1, "u0000", 5))) {
@@ -518,15 +518,19 @@ static int parse_flags(int argc, char **argv, pp_flags *o) {
         case 'e': o->append_eod = 1; break;
         case 's': o->strict = 1; break;
         case 'l':
-            if (parse_int(optarg, 0, &v) != 0) {
-                errmsg("--log-interval: expected a non-negative integer, found '%s'", optarg);
+            if (parse_int_flag("--log-interval", optarg, 0, &v, err, sizeof err)) {
+                errmsg("%s", err);
                 return -1;
             }
             o->log_interval = v;
             break;
         case 'w':
-            if (parse_int(optarg, 1, &v) != 0 || v > 4096) {
-                errmsg("--workers: expected a positive integer, found '%s'", optarg);
+            if (parse_int_flag("--workers", optarg, 1, &v, err, sizeof err)) {
+                errmsg("%s", err);
+                return -1;
+            }
+            if (v > 4096) {
+                errmsg("--workers: expected a positive integer up to 4096, found '%s'", optarg);
                 return -1;
             }
             o->workers = v;
@@ -673,8 +677,8 @@ int preprocess_main(int argc, char **argv) {
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     reader rd = {.f = f, .is_txt = is_txt};
-    item *items = calloc(CHUNK_LINES + 1, sizeof(item));
-    item_result *results = calloc(CHUNK_LINES + 1, sizeof(item_result));
+    item *items = xcalloc(CHUNK_LINES + 1, sizeof(item), "a chunk of lines");
+    item_result *results = xcalloc(CHUNK_LINES + 1, sizeof(item_result), "a chunk's results");
     uint64_t docs = 0, skipped = 0, next_log = (uint64_t)log_interval;
     long long bytes_read = 0;
     int failed = 0;
@@ -748,8 +752,8 @@ long preprocess_encode_stream(FILE *f, int is_txt, const tokenizer *tok, int nke
                               uint64_t *failed) {
     if (nkeys < 1 || nkeys > MAX_KEYS) return -1;
     reader rd = {.f = f, .is_txt = is_txt};
-    item *items = calloc(CHUNK_LINES + 1, sizeof(item));
-    item_result *results = calloc(CHUNK_LINES + 1, sizeof(item_result));
+    item *items = xcalloc(CHUNK_LINES + 1, sizeof(item), "a chunk of lines");
+    item_result *results = xcalloc(CHUNK_LINES + 1, sizeof(item_result), "a chunk's results");
     long count = 0;
     *tokens = *malformed = *failed = 0;
     if (!items || !results) {

@@ -46,11 +46,7 @@ static void *batch_create(const megadlm_args *a, const tokenizer *tok, const gpt
 
 static void batch_free(void *batch) {
     gpt_batch_buffers *bb = batch;
-    mem_free(bb->sample);
-    mem_free(bb->tokens);
-    mem_free(bb->labels);
-    mem_free(bb->loss_mask);
-    mem_free(bb->lm);
+    mem_free_all(bb->sample, bb->tokens, bb->labels, bb->loss_mask, bb->lm);
     free(bb);
 }
 

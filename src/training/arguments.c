@@ -500,14 +500,10 @@ static int set_option(megadlm_args *a, const opt_def *o, int argc, char **argv, 
     case K_INT:
     case K_POS:
     case K_NONNEG: {
-        st = parse_int_status(optarg, o->kind == K_POS ? 1 : o->kind == K_NONNEG ? 0 : INT_MIN,
-                              (int *)p);
-        if (st == PARSE_OK) break;
-        const char *want = st != PARSE_BELOW  ? "an integer"
-                           : o->kind == K_POS ? "a positive integer"
-                                              : "a non-negative integer";
-        parse_message(err, errlen, flag, optarg, st, want, 0);
-        return -1;
+        if (parse_int_flag(flag, optarg, o->kind == K_POS ? 1 : o->kind == K_NONNEG ? 0 : INT_MIN,
+                           (int *)p, err, errlen))
+            return -1;
+        break;
     }
     case K_U64:
         if (parse_u64(optarg, (uint64_t *)p))

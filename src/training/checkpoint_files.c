@@ -22,7 +22,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -67,19 +66,6 @@ static int mkdir_p(const char *dir, char *err, size_t errlen) {
     return io_mkdir_p(buf, 1, err, errlen);
 }
 
-static int rm_one(const char *path, const struct stat *sb, int type, struct FTW *ftw) {
-    (void)sb;
-    (void)type;
-    (void)ftw;
-    return remove(path) == 0 || errno == ENOENT ? 0 : -1;
-}
-
-/* rm -rf; 0 when path is gone. */
-static int rm_rf(const char *path) {
-    struct stat sb;
-    if (lstat(path, &sb) != 0) return errno == ENOENT ? 0 : -1;
-    return nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
 
 /* Creates path with text, fsyncs and closes it. */
 static int write_text_file(const char *path, const char *text, char *err, size_t errlen) {
@@ -277,7 +263,7 @@ static void remove_leftovers(const char *dir) {
     while ((de = readdir(d)) != NULL) {
         if (!is_leftover(de->d_name)) continue;
         if (snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= (int)sizeof path) continue;
-        rm_rf(path);
+        io_rm_rf(path);
     }
     closedir(d);
 }
@@ -305,7 +291,7 @@ int ckpt_begin(ckpt_txn *x, const char *dir, int iteration, char *err, size_t er
     char probe[PATH_MAX];
     if (path_join(probe, sizeof probe, err, errlen, "%s/optimizer.safetensors", x->tmp_dir))
         return -1;
-    rm_rf(x->tmp_dir); /* a leftover of this pid's own earlier failed attempt */
+    io_rm_rf(x->tmp_dir); /* a leftover of this pid's own earlier failed attempt */
     if (ckpt_stage_hook("tmpdir", x->tmp_dir, err, errlen)) return -1;
     if (mkdir(x->tmp_dir, 0755) != 0) {
         err_set(err, errlen, "%s: cannot create directory: %s", x->tmp_dir, strerror(errno));
@@ -315,7 +301,7 @@ int ckpt_begin(ckpt_txn *x, const char *dir, int iteration, char *err, size_t er
 }
 
 void ckpt_abort(ckpt_txn *x) {
-    if (x->tmp_dir[0]) rm_rf(x->tmp_dir);
+    if (x->tmp_dir[0]) io_rm_rf(x->tmp_dir);
 }
 
 int ckpt_commit(ckpt_txn *x, const ckpt_state *st, char *err, size_t errlen) {
@@ -386,10 +372,10 @@ int ckpt_commit(ckpt_txn *x, const ckpt_state *st, char *err, size_t errlen) {
             err_set(err, errlen, "%s: fsync failed: %s", dir, strerror(errno));
             goto fail;
         }
-        rm_rf(tmp_dir);
+        io_rm_rf(tmp_dir);
     } else {
         /* No atomic exchange here: move the old one away first. */
-        rm_rf(old_dir);
+        io_rm_rf(old_dir);
         if (rename(final_dir, old_dir) != 0) {
             err_set(err, errlen, "%s: rename to %s failed: %s", final_dir, old_dir, strerror(errno));
             goto fail;
@@ -404,7 +390,7 @@ int ckpt_commit(ckpt_txn *x, const ckpt_state *st, char *err, size_t errlen) {
             err_set(err, errlen, "%s: fsync failed: %s", dir, strerror(errno));
             goto fail;
         }
-        rm_rf(old_dir);
+        io_rm_rf(old_dir);
     }
     if (io_fsync_path(dir) != 0) {
         err_set(err, errlen, "%s: fsync failed: %s", dir, strerror(errno));
@@ -433,7 +419,7 @@ int ckpt_commit(ckpt_txn *x, const ckpt_state *st, char *err, size_t errlen) {
 fail:
     /* The tracker is untouched. A new directory already in place stays (complete but not
      * "latest"); otherwise its temporary is removed. */
-    if (!in_place) rm_rf(tmp_dir);
+    if (!in_place) io_rm_rf(tmp_dir);
     unlink(tracker_tmp);
     return -1;
 }

@@ -3,7 +3,6 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <ftw.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +12,7 @@
 #include <cjson/cJSON.h>
 
 #include "core/util/error.h"
+#include "core/util/io.h"
 #include "training/checkpoint_files.h"
 #include "training/theoretical_memory.h"
 
@@ -118,12 +118,6 @@ int ckpt_select(const megadlm_args *a, ckpt_choice *c, int verbose, char *err, s
     return ckpt_check_foreign(c->dir, c->iteration, err, errlen);
 }
 
-static int rm_one(const char *path, const struct stat *sb, int type, struct FTW *ftw) {
-    (void)sb;
-    (void)type;
-    (void)ftw;
-    return remove(path) == 0 || errno == ENOENT ? 0 : -1;
-}
 
 /* Is name "iter_" followed by digits only (a complete iteration directory)? */
 static int iteration_of(const char *name) {
@@ -145,7 +139,7 @@ void ckpt_remove_other_iterations(const char *dir, int keep) {
         int it = iteration_of(de->d_name);
         if (it < 0 || it == keep) continue;
         if (snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= (int)sizeof path) continue;
-        nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+        io_rm_rf(path);
     }
     closedir(d);
 }

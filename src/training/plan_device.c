@@ -28,34 +28,32 @@
  * assumption (docs/PLAN.md says why 0.7 and what it moves), replaced by a device file's own. */
 #define PLAN_GPU_EFFICIENCY 0.7
 
+/* What every GPU preset shares: the assumed efficiency, an 8-GPU node, memory of its own per
+ * rank, Megatron's accounting of it, no modelled latency */
+#define GPU_PRESET                                                                             \
+    .efficiency = PLAN_GPU_EFFICIENCY, .latency = 0.0, .ranks_per_node = 8, .shared = 0,       \
+    .account = PLAN_ACCOUNT_MEGATRON
+
 static const plan_device PRESETS[] = {
-    {.name = "A100-80GB",
+    {GPU_PRESET,
+     .name = "A100-80GB",
      .flops_bf16 = 312e12,
      .flops_fp32 = 19.5e12,
-     .efficiency = PLAN_GPU_EFFICIENCY,
      .memory_bytes = 80.0 * GIB,
      .memory_bandwidth = 2039e9,
      .intra_bandwidth = 300e9,
      .inter_bandwidth = 25e9,
-     .latency = 0.0,
-     .ranks_per_node = 8,
-     .shared = 0,
-     .account = PLAN_ACCOUNT_MEGATRON,
      .source = "NVIDIA A100 80GB SXM datasheet: 312 TFLOP/s bf16 dense, 19.5 TFLOP/s fp32, "
                "80 GB HBM2e at 2039 GB/s, NVLink 600 GB/s (300 per direction); DGX A100: 8 "
                "GPUs, one 200 Gb/s HDR InfiniBand port each (25 GB/s)"},
-    {.name = "H100-80GB",
+    {GPU_PRESET,
+     .name = "H100-80GB",
      .flops_bf16 = 989e12,
      .flops_fp32 = 67e12,
-     .efficiency = PLAN_GPU_EFFICIENCY,
      .memory_bytes = 80.0 * GIB,
      .memory_bandwidth = 3350e9,
      .intra_bandwidth = 450e9,
      .inter_bandwidth = 50e9,
-     .latency = 0.0,
-     .ranks_per_node = 8,
-     .shared = 0,
-     .account = PLAN_ACCOUNT_MEGATRON,
      .source = "NVIDIA H100 SXM5 80GB datasheet: 989 TFLOP/s bf16 dense, 67 TFLOP/s fp32, 80 GB "
                "HBM3 at 3.35 TB/s, NVLink 900 GB/s (450 per direction); DGX H100: 8 GPUs, one "
                "400 Gb/s NDR InfiniBand port each (50 GB/s)"},

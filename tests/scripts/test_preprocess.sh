@@ -148,7 +148,7 @@ refused "--tokenizer-model nonexistent.json: No such file or directory" \
   --input in.jsonl --output-prefix bad --tokenizer-type HuggingFaceTokenizer --tokenizer-model nonexistent.json
 refused "--tokenizer-type: missing" --input in.jsonl --output-prefix bad
 refused "--vocab-size" --input in.jsonl --output-prefix bad --tokenizer-type NullTokenizer
-refused "--vocab-size: expected a positive integer, found 'x'" --input in.jsonl --output-prefix bad \
+refused "--vocab-size: expected an integer, found 'x'" --input in.jsonl --output-prefix bad \
   --tokenizer-type NullTokenizer --vocab-size x
 refused "nullbad.jsonl:1: key 'text': token 'two' at byte 2 is not an integer" --input nullbad.jsonl \
   --output-prefix bad --tokenizer-type NullTokenizer --vocab-size 10

@@ -334,14 +334,8 @@ struct idx_builder {
 static void builder_free(idx_builder *b) {
     if (!b) return;
     if (b->bin) fclose(b->bin);
-    free(b->idx_path);
-    free(b->bin_path);
-    free(b->idx_tmp);
-    free(b->bin_tmp);
-    free(b->lengths);
-    free(b->doc_indices);
-    free(b->buf);
-    free(b);
+    free_all(b->idx_path, b->bin_path, b->idx_tmp, b->bin_tmp, b->lengths, b->doc_indices,
+             b->buf, b);
 }
 
 idx_builder *idx_builder_create(const char *prefix, int dtype, char *err, size_t errlen) {

@@ -176,15 +176,10 @@ void fsdp_params_free(fsdp_params *f) {
             free(un->parts[k].displs);
             mem_free(un->grecv[k]);
         }
-        free(un->parts);
-        free(un->reqs);
-        free(un->greqs);
-        free(un->grecv);
+        free_all(un->parts, un->reqs, un->greqs, un->grecv);
     }
-    free(f->units);
     mem_free(f->shard);
-    free(f->piece_at);
-    free(f);
+    free_all(f->units, f->piece_at, f);
 }
 
 static int single(const fsdp_params *f) {

@@ -34,11 +34,18 @@ static float *slice(attention_workspace ws, size_t per) {
     return ws.data + (size_t)omp_get_thread_num() * per;
 }
 
-/* Global dropout index of element (b, h, q0 + i, k0) (attention.h). */
-static uint64_t drop_first(const attention_block *blk, attention_opts o, int b, int h, int i) {
+/* out[0, L) = the attention-probability dropout of in, row i of head h of batch b: the mask
+ * drawn at the global index of element (b, h, q0 + i, k0) (attention.h), so that the forward
+ * and the backward draw the same one. */
+static void probs_dropout(float *out, const float *in, int L, const attention_block *blk,
+                          attention_opts o, int b, int h, int i) {
     const uint64_t T = (uint64_t)blk->T_key;
-    return ((uint64_t)b * (uint64_t)o.heads.total + (uint64_t)(o.heads.first + h)) * T * T +
-           (uint64_t)(blk->q0 + i) * T + (uint64_t)blk->k0;
+    const uint64_t first =
+        ((uint64_t)b * (uint64_t)o.heads.total + (uint64_t)(o.heads.first + h)) * T * T +
+        (uint64_t)(blk->q0 + i) * T + (uint64_t)blk->k0;
+    dropout_key key = o.key;
+    key.site = DROPOUT_SITE_ATTENTION_PROBS;
+    dropout_forward(out, in, (size_t)L, o.dropout_p, key, first);
 }
 
 /* S[Lq, Lk] = scale Q K^T for head h's queries and its group's keys. */
@@ -68,8 +75,6 @@ void attention_block_forward(float *out, int out_rows, float *lse, int lse_rows,
     const int QKV_C = (int)qkv_row_width(lay), OC = NH * HS;
     const float scale = 1.0f / sqrtf((float)HS);
     const size_t per = attention_block_workspace_floats(Lq, Lk, HS);
-    dropout_key key = o.key;
-    key.site = DROPOUT_SITE_ATTENTION_PROBS;
     const int blas_threads = gemm_serial_begin();
 #pragma omp parallel for schedule(static) num_threads(team(ws))
     for (int bh = 0; bh < B * NH; bh++) {
@@ -92,7 +97,7 @@ void attention_block_forward(float *out, int out_rows, float *lse, int lse_rows,
             const float inv = L > 0 ? 1.0f / sum : 0.0f;
             for (int j = 0; j < L; j++) p[j] *= inv;
             if (o.dropout_p > 0.0f && L > 0)
-                dropout_forward(p, p, (size_t)L, o.dropout_p, key, drop_first(&blk, o, b, h, i));
+                probs_dropout(p, p, L, &blk, o, b, h, i);
         }
         gemm((gemm_dims){Lq, HS, Lk}, 1.0f, gemm_n(P, Lk), gemm_n(v, QKV_C), 0.0f,
              gemm_o(Ob, HS));
@@ -132,8 +137,6 @@ void attention_block_backward(float *dq_all, float *dkv_all, const float *dout, 
     const int Q = qkv_heads_per_group(lay), QKV_C = (int)qkv_row_width(lay), OC = NH * HS;
     const float scale = 1.0f / sqrtf((float)HS);
     const size_t per = attention_block_workspace_floats(Lq, Lk, HS);
-    dropout_key key = o.key;
-    key.site = DROPOUT_SITE_ATTENTION_PROBS;
     const int blas_threads = gemm_serial_begin();
 #pragma omp parallel for schedule(static) num_threads(team(ws))
     for (int bg = 0; bg < B * NG; bg++) {
@@ -156,8 +159,7 @@ void attention_block_backward(float *dq_all, float *dkv_all, const float *dout, 
                 float *p = P + (size_t)i * Lk, *pu = Pu + (size_t)i * Lk;
                 row_exp(p, p, L, Lk, lse_bh[i]);
                 if (o.dropout_p > 0.0f && L > 0)
-                    dropout_forward(pu, p, (size_t)L, o.dropout_p, key,
-                                    drop_first(&blk, o, b, h, i));
+                    probs_dropout(pu, p, L, &blk, o, b, h, i);
                 else
                     memcpy(pu, p, (size_t)Lk * sizeof(float));
                 for (int j = L < 0 ? 0 : L; j < Lk; j++) pu[j] = 0.0f;
@@ -173,8 +175,7 @@ void attention_block_backward(float *dq_all, float *dkv_all, const float *dout, 
                 float *d = dS + (size_t)i * Lk;
                 const float *p = P + (size_t)i * Lk;
                 if (o.dropout_p > 0.0f && L > 0)
-                    dropout_forward(d, d, (size_t)L, o.dropout_p, key,
-                                    drop_first(&blk, o, b, h, i));
+                    probs_dropout(d, d, L, &blk, o, b, h, i);
                 for (int j = 0; j < L; j++) d[j] = p[j] * (d[j] - D_bh[i]);
                 for (int j = L < 0 ? 0 : L; j < Lk; j++) d[j] = 0.0f;
             }

@@ -326,20 +326,12 @@ void gpt_model_free(gpt_model *m) {
     transformer_block_free(&m->block);
     param_set *ps = &m->params;
     if (ps->data_bf16) linear_half_setup(HALF_NONE, 0, 0);
-    mem_free(ps->data_bf16);
-    mem_free(m->widened);
-    free(m->widened_at);
-    free(m->widen_pending);
-    mem_free(ps->data);
-    mem_free(ps->main);
-    mem_free(ps->grad);
-    mem_free(ps->exp_avg);
-    mem_free(ps->exp_avg_sq);
+    mem_free_all(ps->data_bf16, m->widened, ps->data, ps->main, ps->grad, ps->exp_avg,
+                 ps->exp_avg_sq);
     gpt_spec_free(&m->spec); /* the tensor table */
-    void *bufs[] = {m->dlosses,  m->dres,     m->demb,       m->rope_cos,
-                    m->rope_sin, m->emb_partial, m->ce_sumexp, m->cp_batch};
-    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) mem_free(bufs[i]);
-    free(m);
+    mem_free_all(m->dlosses, m->dres, m->demb, m->rope_cos, m->rope_sin, m->emb_partial,
+                 m->ce_sumexp, m->cp_batch);
+    free_all(m->widened_at, m->widen_pending, m);
 }
 
 int gpt_model_linear_max_width(const transformer_config *c) {

@@ -54,6 +54,10 @@ float *mem_alloc_floats(mem_category cat, size_t count, const char *what) {
     return (float *)mem_alloc(cat, count * sizeof(float), what);
 }
 
+void mem_free_list(void *const *p, size_t n) {
+    for (size_t i = 0; i < n; i++) mem_free(p[i]);
+}
+
 void mem_free(void *p) {
     if (!p) return;
     mem_header *h = (mem_header *)((char *)p - MEM_ALIGN);

@@ -29,6 +29,10 @@ void *mem_alloc(mem_category cat, size_t bytes, const char *what);
 /* Like mem_alloc for `count` floats. */
 float *mem_alloc_floats(mem_category cat, size_t count, const char *what);
 void mem_free(void *p); /* NULL is fine */
+/* mem_free of every block given (NULL ones too). */
+#define mem_free_all(...)                                                                      \
+    mem_free_list((void *[]){__VA_ARGS__}, sizeof((void *[]){__VA_ARGS__}) / sizeof(void *))
+void mem_free_list(void *const *p, size_t n);
 size_t mem_block_bytes(const void *p); /* the bytes mem_alloc gave block p (NULL: 0) */
 
 size_t mem_current(mem_category cat);

@@ -334,11 +334,7 @@ void st_close(st_file *f) {
         free(f->meta_keys[i]);
         free(f->meta_values[i]);
     }
-    free(f->meta_keys);
-    free(f->meta_values);
-    free(f->entries);
-    free(f->by_name);
-    free(f->path);
+    free_all(f->meta_keys, f->meta_values, f->entries, f->by_name, f->path);
     memset(f, 0, sizeof(*f));
 }
 

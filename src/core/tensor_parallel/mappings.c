@@ -78,11 +78,16 @@ double tp_all_reduce_sum_double(double x) {
     return x;
 }
 
+/* Without tensor parallelism a gather or scatter is a copy of n floats: 1 after making it, 0
+ * when there are ranks to talk to. */
+static int alone_copy(float *dst, const float *src, size_t n) {
+    if (tp_active()) return 0;
+    if (dst != src) memcpy(dst, src, n * sizeof(float));
+    return 1;
+}
+
 void tp_all_gather(float *full, const float *shard, size_t shard_n) {
-    if (!tp_active()) {
-        if (full != shard) memcpy(full, shard, shard_n * sizeof(float));
-        return;
-    }
+    if (alone_copy(full, shard, shard_n)) return;
     observe(TP_COMM_ALL_GATHER, shard_n);
     if (replaced(TP_COMM_ALL_GATHER, full, shard, shard_n)) return;
     MPI_Allgather(shard, (int)shard_n, MPI_FLOAT, full, (int)shard_n, MPI_FLOAT,
@@ -107,10 +112,7 @@ void tp_all_gather_half(half_kind kind, float *full, const float *shard, size_t 
 }
 
 void tp_reduce_scatter(float *shard, const float *full, size_t shard_n) {
-    if (!tp_active()) {
-        if (full != shard) memcpy(shard, full, shard_n * sizeof(float));
-        return;
-    }
+    if (alone_copy(shard, full, shard_n)) return;
     observe(TP_COMM_REDUCE_SCATTER, shard_n);
     if (replaced(TP_COMM_REDUCE_SCATTER, shard, full, shard_n)) return;
     MPI_Reduce_scatter_block(full, shard, (int)shard_n, MPI_FLOAT, MPI_SUM, parallel_get()->tp);

@@ -79,11 +79,7 @@ void block_activations_free(block_activations *a) {
             mem_free(a->hidden[l]);
     }
     mem_free(a->hidden[a->num_layers]);
-    free(a->kept_shard);
-    free(a->saved);
-    free(a->hidden);
-    free(a->hidden16);
-    free(a->layer_saved_bytes);
+    free_all(a->kept_shard, a->saved, a->hidden, a->hidden16, a->layer_saved_bytes);
     memset(a, 0, sizeof(*a));
 }
 

@@ -59,3 +59,7 @@ void *xgrow_array(void *p, size_t *cap, size_t need, size_t elem, size_t first, 
     *cap = nc;
     return q;
 }
+
+void free_list(void *const *p, size_t n) {
+    for (size_t i = 0; i < n; i++) free(p[i]);
+}

@@ -22,4 +22,9 @@ char *xstrdup(const char *s, const char *what);
 void *grow_array(void *p, size_t *cap, size_t need, size_t elem, size_t first);
 void *xgrow_array(void *p, size_t *cap, size_t need, size_t elem, size_t first, const char *what);
 
+/* free() of every pointer given (NULL ones too): a struct's owned buffers in one statement. */
+#define free_all(...)                                                                          \
+    free_list((void *[]){__VA_ARGS__}, sizeof((void *[]){__VA_ARGS__}) / sizeof(void *))
+void free_list(void *const *p, size_t n);
+
 #endif

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -185,4 +186,17 @@ char *io_read_file(const char *path, size_t *len, int *open_failed, const char *
     buf[n] = 0;
     *len = n;
     return buf;
+}
+
+static int rm_one(const char *path, const struct stat *sb, int type, struct FTW *ftw) {
+    (void)sb;
+    (void)type;
+    (void)ftw;
+    return remove(path) == 0 || errno == ENOENT ? 0 : -1;
+}
+
+int io_rm_rf(const char *path) {
+    struct stat sb;
+    if (lstat(path, &sb) != 0) return errno == ENOENT ? 0 : -1;
+    return nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }

@@ -29,6 +29,9 @@ int io_fsync_close(int fd, const char *path, int rc, char *err, size_t errlen);
  * is not a directory" in err. */
 int io_mkdir_p(const char *dir, int sync_parents, char *err, size_t errlen);
 
+/* rm -rf path (a link is removed, not followed): 0 when path is gone, -1 (errno) otherwise. */
+int io_rm_rf(const char *path);
+
 /* Reads a whole file into a NUL-terminated buffer of *len bytes (malloc'ed; free it). NULL with
  * the reason in *why: the system's (strerror) when it cannot be opened (*open_failed = 1) or
  * read (a directory: "Is a directory"), or "out of memory". The callers word the message. */

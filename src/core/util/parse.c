@@ -48,3 +48,17 @@ void parse_message(char *buf, size_t n, const char *flag, const char *word, pars
     else
         snprintf(buf, n, "%s: expected %s, found '%s'", flag, expected, word);
 }
+
+int parse_int_flag(const char *flag, const char *word, long lo, int *out, char *err,
+                   size_t errlen) {
+    parse_status st = parse_int_status(word, lo, out);
+    if (st == PARSE_OK) return 0;
+    char below[64];
+    snprintf(below, sizeof below, "an integer >= %ld", lo);
+    const char *want = st != PARSE_BELOW ? "an integer"
+                       : lo == 1         ? "a positive integer"
+                       : lo == 0         ? "a non-negative integer"
+                                         : below;
+    parse_message(err, errlen, flag, word, st, want, 0);
+    return -1;
+}

@@ -30,4 +30,10 @@ parse_status parse_float_status(const char *s, float *out);
 void parse_message(char *buf, size_t n, const char *flag, const char *word, parse_status st,
                    const char *expected, int is_float);
 
+/* An integer flag's word, >= lo, parsed and refused the same way by every subcommand: 0, or -1
+ * with parse_message's text in err ("FLAG: expected an integer, found 'WORD'", below lo "a
+ * positive integer" (lo 1), "a non-negative integer" (lo 0), else "an integer >= LO"). */
+int parse_int_flag(const char *flag, const char *word, long lo, int *out, char *err,
+                   size_t errlen);
+
 #endif

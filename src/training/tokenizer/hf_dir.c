@@ -45,16 +45,9 @@ typedef struct {
     int nextra;
 } dir_ctx;
 
-static int dfail(dir_ctx *d, const char *file, const char *fmt, ...) {
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    err_set(d->err, d->errlen, "--tokenizer-model %s%s%s: %s", d->dir, file ? "/" : "",
-            file ? file : "", msg);
-    return -1;
-}
+/* "--tokenizer-model DIR/FILE: message" (FILE NULL: the directory itself); -1 */
+#define dfail(d, file, ...)                                                                    \
+    tokenizer_model_fail((d)->err, (d)->errlen, (d)->dir, (file), NULL, __VA_ARGS__)
 
 static void join(char *out, size_t n, const char *dir, const char *file) {
     snprintf(out, n, "%s/%s", dir, file);

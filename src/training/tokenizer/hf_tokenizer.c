@@ -36,16 +36,9 @@ typedef struct {
     size_t errlen;
 } ctx;
 
-static int fail(ctx *c, const char *field, const char *fmt, ...) {
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    snprintf(c->err, c->errlen, "--tokenizer-model %s: %s%s%s", c->path, field ? field : "",
-             field ? ": " : "", msg);
-    return -1;
-}
+/* "--tokenizer-model PATH: FIELD: message" (FIELD NULL: none); -1 */
+#define fail(c, field, ...)                                                                    \
+    tokenizer_model_fail((c)->err, (c)->errlen, (c)->path, NULL, (field), __VA_ARGS__)
 
 static const char *type_of(const cJSON *o) {
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "type");

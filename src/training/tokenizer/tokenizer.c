@@ -266,9 +266,7 @@ int tokenizer_option(tokenizer_options *o, int c, const char *arg, char *err, si
     case TOKENIZER_OPT_MERGE_FILE: o->merge_file = arg; return 1;
     case TOKENIZER_OPT_MODEL: o->tokenizer_model = arg; return 1;
     case TOKENIZER_OPT_VOCAB_SIZE:
-        if (parse_int(arg, 1, &o->vocab_size) == 0) return 1;
-        err_set(err, errlen, "--vocab-size: expected a positive integer, found '%s'", arg);
-        return -1;
+        return parse_int_flag("--vocab-size", arg, 1, &o->vocab_size, err, errlen) ? -1 : 1;
     default: return 0;
     }
 }

@@ -2,6 +2,7 @@
 #include "training/tokenizer/tokenizer_file.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -184,4 +185,16 @@ char *tokenizer_read_file(const char *flag, const char *path, int json, size_t *
     }
     *len = n;
     return buf;
+}
+
+int tokenizer_model_fail(char *err, size_t errlen, const char *model, const char *file,
+                         const char *field, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    err_set(err, errlen, "--tokenizer-model %s%s%s: %s%s%s", model, file ? "/" : "",
+            file ? file : "", field ? field : "", field ? ": " : "", msg);
+    return -1;
 }

@@ -18,6 +18,13 @@
 
 #define TOKENIZER_FILE_MAX_BYTES ((size_t)256 << 20) /* 256 MiB */
 
+/* The error of a --tokenizer-model's content, the same shape from the directory reader and the
+ * tokenizer.json parser: "--tokenizer-model MODEL[/FILE]: [FIELD: ]message" into err (the
+ * message cut at 511 bytes); returns -1. */
+int tokenizer_model_fail(char *err, size_t errlen, const char *model, const char *file,
+                         const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+
 /* Reads path (given by `flag`, for messages) whole: NUL-terminated, *len bytes, malloc'ed.
  * json: also the string checks above. NULL with "FLAG PATH: ..." in err. */
 char *tokenizer_read_file(const char *flag, const char *path, int json, size_t *len, char *err,
