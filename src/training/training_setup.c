@@ -149,7 +149,7 @@ int setup_half(const megadlm_args *a) {
     print_rank_last("> %s\n", gemm_half_describe(k));
     p2p_set_half_activations(k);
     if (a->tensor_model_parallel_size > 1 || a->pipeline_model_parallel_size > 1 ||
-        a->data_parallel_size > 1) /* docs/ARCHITECTURE.md, "Mixed precision" */
+        a->data_parallel_size > 1) /* docs/architecture/precision.md, "Mixed precision" */
         print_rank_last("> %s communication: tensor-parallel reductions and data-parallel gradient "
                    "all-reduces (reduce-scatters) in fp32; the distributed optimizer's parameter "
                    "all-gathers in %s; sequence parallelism's all-gathers of GEMM operands in "

@@ -20,7 +20,7 @@
  *     when nothing moved; GEMMs run untiled. MPI calls never overlap between the two threads
  *     (the computing thread calls no MPI while transfers are outstanding), so MPI needs only
  *     MPI_THREAD_SERIALIZED.
- * docs/ARCHITECTURE.md has the measurements behind the default.
+ * docs/architecture/parallelism.md ("TP communication hides under the GEMMs") has the measurements behind the default.
  *
  * Under --bf16 the all-gathers (ring and bulk, the _bf16 forms) move bf16 values: the gathered
  * tensors are GEMM operands that their readers round to bf16, so nothing changes but the bytes.
@@ -47,7 +47,7 @@ int tp_overlap_ready(void);
 void tp_overlap_poll(void);
 /* Rows per GEMM tile when `rows` rows (a piece) are computed under communication: the whole
  * piece in thread mode and without the engine; tiles in test mode, so progress runs between
- * them (a finer decomposition than the plan's: not bit-identical to it, docs/ARCHITECTURE.md). */
+ * them (a finer decomposition than the plan's: not bit-identical to it, docs/architecture/parallelism.md, "The row plan"). */
 int tp_overlap_tile_rows(int rows);
 
 /* Called on rows [row0, row0 + rows) of the whole [t * Ns, C] matrix. */

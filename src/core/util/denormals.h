@@ -5,7 +5,7 @@
  * output gradients give denormal entries in the softmax backward's dS (about 6% of its entries
  * after 300 iterations of the README's byte-level run), and fewer in the probabilities and the
  * output layer's logit gradients; OpenBLAS's GEMMs fed such operands slow down on x86 (the
- * step took 1.9x as long by iteration 500 on SkylakeX kernels). docs/ARCHITECTURE.md
+ * step took 1.9x as long by iteration 500 on SkylakeX kernels). docs/architecture/determinism.md
  * ("Denormals") has the measurements. Flushing makes the hardware treat a denormal operand as 0
  * (DAZ) and round a denormal result to 0 (FTZ): values below 2^-126 ~ 1.2e-38, far under
  * anything a loss or an update can resolve, become exact zeros, at full speed.

@@ -1,5 +1,5 @@
 /* Error messages returned to the caller: every module that can fail on user input writes a
- * message naming the file, offset or flag into a caller-provided buffer (docs/ARCHITECTURE.md,
+ * message naming the file, offset or flag into a caller-provided buffer (docs/architecture/design.md,
  * "Errors a user can act on, and internal errors"; internal errors go through die.h). */
 #ifndef MEGADLM_CORE_UTIL_ERROR_H
 #define MEGADLM_CORE_UTIL_ERROR_H
