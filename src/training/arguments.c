@@ -1582,6 +1582,11 @@ int args_num_microbatches(const megadlm_args *a) {
                                       a->data_parallel_size);
 }
 
+int args_grad_reduce_ranks(const megadlm_args *a) {
+    const int dp = a->data_parallel_size > 0 ? a->data_parallel_size : 1;
+    return dp * (a->context_parallel_size > 1 ? a->context_parallel_size : 1);
+}
+
 double args_decimal(float x) {
     char b[48];
     for (int p = 0; p < 9; p++) { /* 9 significant digits always read back as the float */

@@ -82,6 +82,11 @@ int args_train_iters(const megadlm_args *a);
  * --global-batch-size / (--micro-batch-size x data-parallel size) (Megatron's
  * get_num_microbatches; core/num_microbatches_calculator.h). */
 int args_num_microbatches(const megadlm_args *a);
+/* After args_validate: the ranks one gradient reduction spans, DP x CP (the data-parallel group
+ * with context parallelism): what the distributed optimizer shards over (before
+ * --num-distributed-optimizer-instances splits it), as Megatron's data_parallel_group with
+ * with_context_parallel=True. */
+int args_grad_reduce_ranks(const megadlm_args *a);
 /* The double of the shortest decimal that reads back as x: the value the user wrote (any
  * decimal of up to 6 significant digits), which Megatron holds as a Python float where
  * megadlm's field holds x. The lr schedule computes from these, so that its doubles, and the

@@ -70,7 +70,7 @@ static double megatron_memory(const megadlm_args *a) {
     /* Megatron's report divides the distributed optimizer's 12 bytes by DP alone, but its
      * optimizer shards over DP x CP (the data-parallel group with context parallelism): the
      * plan counts what runs */
-    double cp = a->context_parallel_size > 1 ? a->context_parallel_size : 1;
+    double cp = (double)args_grad_reduce_ranks(a) / a->data_parallel_size;
     if (cp > 1.0 && a->use_distributed_optimizer && !a->use_custom_fsdp && !a->use_torch_fsdp2)
         m.total_bytes -= m.parameters_most_loaded_shard * 12.0 / a->data_parallel_size * (1.0 - 1.0 / cp);
     int K = a->num_microbatches_with_partial_activation_checkpoints;

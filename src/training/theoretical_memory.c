@@ -312,9 +312,8 @@ theoretical_megadlm_bytes theoretical_megadlm_rank(const megadlm_args *a, int pp
     /* exp_avg, exp_avg_sq (and the fp32 main parameters in 16-bit runs); the distributed
      * optimizer holds ceil(n / DP) of each on every rank (its pieces of the buckets,
      * core/optimizer/distrib_optimizer.h): Megatron's 6 + 12/DP bytes per parameter */
-    size_t dp = a->data_parallel_size > 0 ? (size_t)a->data_parallel_size : 1;
     /* context parallelism: the optimizer shards over DP x CP (the gradients' group) */
-    if (a->context_parallel_size > 1) dp *= (size_t)a->context_parallel_size;
+    size_t dp = (size_t)args_grad_reduce_ranks(a);
     /* --num-distributed-optimizer-instances N: each instance of DP/N ranks holds it all
      * (Megatron's theoretical report above ignores instances: it keeps 6 + 12/DP) */
     if (a->num_distributed_optimizer_instances > 1)
