@@ -3,10 +3,13 @@
 # late in a run, with denormals flushed (megadlm's default) and kept (MEGADLM_DENORMALS=keep),
 # for the byte-level diffusion LM of the issue that found the slowdown and three variants
 # (--bf16, TP 2 + SP, the Llama family). Prints per run the mean ms/iteration of the log
-# interval ending at iteration FIRST and of the last one, and last / first: a run whose GEMMs
-# slow down on denormal operands drifts up (1.9x by iteration 500 on SkylakeX kernels, kept);
-# the target is within 5% (<= 1.05), flushed. Then the GEMMs that carry the denormals, timed
-# with and without denormal operands (bench/denormal_gemm_bench.c).
+# interval (25 iterations) ending at iteration FIRST and of the last one, and last / first; and,
+# less exposed to a shared machine's moments, the median of the three intervals from FIRST on
+# against the median of the last three, and their ratio. A run whose GEMMs slow down on
+# denormal operands drifts up (1.9x by iteration 500 on SkylakeX kernels, kept); the target is
+# within 5% (<= 1.05), flushed. Then the GEMMs that carry the denormals, timed with and without
+# denormal operands (bench/denormal_gemm_bench.c). REUSE=1 reports the logs of an earlier run
+# (those that reached ITERS) instead of running them again.
 #
 # usage: bash bench/bench_denormals.sh [BUILD=build]
 #   env: ITERS=500 FIRST=50 RUNS="difflm bf16 tp2sp llama" MODES="flush keep" THREADS (all CPUs)
@@ -52,18 +55,26 @@ declare -A EXTRA=(
 interval_ms() {
   sed -n "s/.*iteration *$2\/.*elapsed time per iteration (ms): \([0-9.]*\).*/\1/p" "$1"
 }
+# the median of the intervals ending at iterations $2, $2 + 25 and $2 + 50 in log $1
+median3_ms() {
+  local i
+  for i in 0 1 2; do interval_ms "$1" $(( $2 + i * LOG_INTERVAL )); done | sort -g | sed -n 2p
+}
 
 echo "== denormals: ms/iteration at iteration $FIRST and $ITERS, flushed and kept"
 echo "   $(date -u '+%Y-%m-%d %H:%M UTC') | $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')" \
   "| $CPUS cores, $THREADS threads in all | load average $(cut -d' ' -f1-3 /proc/loadavg)" \
   "| OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE"
-printf '%-8s %-6s %12s %12s %10s\n' run mode "ms @$FIRST" "ms @$ITERS" last/first
+printf '%-8s %-6s %10s %10s %10s %14s %14s %10s\n' run mode "ms @$FIRST" "ms @$ITERS" last/first \
+  "median first 3" "median last 3" ratio
 for run in $RUNS; do
   for mode in $MODES; do
     log=$OUT/$run.$mode.log
     # shellcheck disable=SC2206
     extra=(${EXTRA[$run]})
-    if [ "$run" = tp2sp ]; then
+    if [ "${REUSE:-0}" = 1 ] && [ -n "$(interval_ms "$log" "$ITERS" 2> /dev/null)" ]; then
+      : # the earlier run's log
+    elif [ "$run" = tp2sp ]; then
       MEGADLM_DENORMALS=$mode OMP_NUM_THREADS=$(( THREADS / 2 > 0 ? THREADS / 2 : 1 )) \
         mpirun --allow-run-as-root --oversubscribe -np 2 -x MEGADLM_DENORMALS -x OMP_NUM_THREADS \
         -x OPENBLAS_CORETYPE "$BUILD/megadlm" train "${base[@]}" "${extra[@]}" > "$log" 2>&1
@@ -77,8 +88,10 @@ for run in $RUNS; do
       echo "bench: $log lacks iteration $FIRST or $ITERS" >&2
       exit 1
     fi
-    printf '%-8s %-6s %12s %12s %10s\n' "$run" "$mode" "$first" "$last" \
-      "$(awk -v a="$first" -v b="$last" 'BEGIN { printf "%.3f", b / a }')"
+    m1=$(median3_ms "$log" "$FIRST") m2=$(median3_ms "$log" $(( ITERS - 2 * LOG_INTERVAL )))
+    printf '%-8s %-6s %10s %10s %10s %14s %14s %10s\n' "$run" "$mode" "$first" "$last" \
+      "$(awk -v a="$first" -v b="$last" 'BEGIN { printf "%.3f", b / a }')" "$m1" "$m2" \
+      "$(awk -v a="$m1" -v b="$m2" 'BEGIN { printf "%.3f", b / a }')"
   done
 done
 echo "== GEMMs with denormal operands (one thread), kept and flushed"
