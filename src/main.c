@@ -1,5 +1,4 @@
 /* megadlm: one binary, one subcommand per job (`megadlm <command> [flags]`). */
-#include <omp.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -41,9 +40,10 @@ static void usage(FILE *out) {
  * it to run their reference GEMMs on the same kernels. */
 static void version(void) { printf("megadlm\nBLAS: %s\n", blas_kernels_line()); }
 
-/* Denormals flushed to zero (or kept, MEGADLM_DENORMALS=keep) on this thread and OpenMP's
- * workers before any computation, MPI or thread pool: threads made later copy these bits
- * (core/util/denormals.h). */
+/* Denormals flushed to zero (or kept, MEGADLM_DENORMALS=keep) on this thread before any
+ * computation, MPI or thread pool: no worker exists yet, and every thread made later (OpenMP's
+ * pool, sized afterwards by threads_setup) copies these bits (core/util/denormals.h). A team
+ * of one: no workers are started here that the rank's thread plan may not want. */
 static int denormals_setup(void) {
     denormals_mode mode;
     char err[256];
@@ -51,7 +51,7 @@ static int denormals_setup(void) {
         fprintf(stderr, "error: %s\n", err);
         return -1;
     }
-    denormals_apply_team(mode, omp_get_max_threads());
+    denormals_apply_team(mode, 1);
     return 0;
 }
 

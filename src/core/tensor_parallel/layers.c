@@ -79,10 +79,10 @@ static void vocab_lookup_backward(float *dwte_local, const float *dout, const in
 }
 
 /* The learned positions of a sequence whose rank holds T rows (T x CP in the whole sequence):
- * all of them, or the real ones before the padding. */
+ * all of them, or the real ones before the padding: the padded sequence's real length, the
+ * same rule its dropout masks are keyed by (cp_layout.h). */
 static int real_positions(const vocab_parallel_embedding *e, int T) {
-    int whole = T * tc_cp(e->cfg);
-    return e->positions > 0 && e->positions < whole ? e->positions : whole;
+    return cp_key_length(e->cfg, T, e->positions);
 }
 
 /* out[n, :] += wpe[position of token first_token + n, :] for n < Ns (a shard of the [B*T]
