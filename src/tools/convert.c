@@ -33,6 +33,7 @@
 #include "core/util/parse.h"
 #include "tools/convert_difflm.h"
 #include "tools/hf_io.h"
+#include "tools/hf_names.h"
 #include "tools/json_fields.h"
 #include "tools/tools.h"
 #include "training/arguments.h"
@@ -95,96 +96,9 @@ static void whole_params_free(gpt_spec *spec, param_set *ps) {
     gpt_spec_free(spec);
 }
 
-/* megadlm params -> HF tensors (in the order transformers lists them). */
-static void to_hf_tensors(const transformer_config *c, const param_set *ps, hf_family f,
-                          out_set *o) {
-    const int h = c->hidden_size, d = c->kv_channels, a = c->num_attention_heads,
-              g = c->num_query_groups, F = c->ffn_hidden_size, V = c->padded_vocab_size;
-    char name[160], src[160];
-#define P(fmt, ...) (snprintf(src, sizeof src, fmt, __VA_ARGS__), ps->data + ps->tensors[param_set_find(ps, src)].offset)
-#define COPY(dst, srcp, n) memcpy(dst, srcp, (size_t)(n) * sizeof(float))
-    if (f == FAM_GPT2) {
-        COPY(out_add(o, "transformer.wte.weight", 2, V, h), P("%s", "embedding.word_embeddings.weight"), (size_t)V * h);
-        COPY(out_add(o, "transformer.wpe.weight", 2, c->max_position_embeddings, h),
-             P("%s", "embedding.position_embeddings.weight"), (size_t)c->max_position_embeddings * h);
-        for (int l = 0; l < c->num_layers; l++) {
-            const char *pre = "decoder.layers";
-#define LN(hfname, mname)                                                                      \
-    snprintf(name, sizeof name, "transformer.h.%d.%s.weight", l, hfname);                      \
-    COPY(out_add(o, name, 1, h, 0), P("%s.%d.%s.weight", pre, l, mname), h);                  \
-    snprintf(name, sizeof name, "transformer.h.%d.%s.bias", l, hfname);                        \
-    COPY(out_add(o, name, 1, h, 0), P("%s.%d.%s.bias", pre, l, mname), h);
-            LN("ln_1", "input_layernorm")
-            /* c_attn: Conv1D [h, 3h], columns q | k | v; megadlm rows grouped per head */
-            const float *W = P("%s.%d.self_attention.linear_qkv.weight", pre, l);
-            const float *B = P("%s.%d.self_attention.linear_qkv.bias", pre, l);
-            snprintf(name, sizeof name, "transformer.h.%d.attn.c_attn.weight", l);
-            float *cw = out_add(o, name, 2, h, 3 * h);
-            snprintf(name, sizeof name, "transformer.h.%d.attn.c_attn.bias", l);
-            float *cb = out_add(o, name, 1, 3 * h, 0);
-            for (int col = 0; col < 3 * h; col++) {
-                int part = col / h, within = col % h;
-                int64_t row = convert_qkv_row(c, part, within / d, within % d);
-                cb[col] = B[row];
-                for (int i = 0; i < h; i++) cw[(size_t)i * 3 * h + col] = W[(size_t)row * h + i];
-            }
-#define CONV(hfname, mname, in, outd)                                                          \
-    {                                                                                          \
-        const float *w = P("%s.%d.%s.weight", pre, l, mname);                                  \
-        snprintf(name, sizeof name, "transformer.h.%d.%s.weight", l, hfname);                  \
-        float *t = out_add(o, name, 2, in, outd);                                              \
-        for (int r = 0; r < (outd); r++)                                                       \
-            for (int i = 0; i < (in); i++) t[(size_t)i * (outd) + r] = w[(size_t)r * (in) + i]; \
-        snprintf(name, sizeof name, "transformer.h.%d.%s.bias", l, hfname);                    \
-        COPY(out_add(o, name, 1, outd, 0), P("%s.%d.%s.bias", pre, l, mname), outd);          \
-    }
-            CONV("attn.c_proj", "self_attention.linear_proj", h, h)
-            LN("ln_2", "pre_mlp_layernorm")
-            CONV("mlp.c_fc", "mlp.linear_fc1", h, F)
-            CONV("mlp.c_proj", "mlp.linear_fc2", F, h)
-        }
-        COPY(out_add(o, "transformer.ln_f.weight", 1, h, 0), P("%s", "decoder.final_layernorm.weight"), h);
-        COPY(out_add(o, "transformer.ln_f.bias", 1, h, 0), P("%s", "decoder.final_layernorm.bias"), h);
-        return;
-    }
-    COPY(out_add(o, "model.embed_tokens.weight", 2, V, h), P("%s", "embedding.word_embeddings.weight"), (size_t)V * h);
-    for (int l = 0; l < c->num_layers; l++) {
-        const char *pre = "decoder.layers";
-        snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", l);
-        COPY(out_add(o, name, 1, h, 0), P("%s.%d.input_layernorm.weight", pre, l), h);
-        const float *W = P("%s.%d.self_attention.linear_qkv.weight", pre, l);
-        static const char *const proj[3] = {"q_proj", "k_proj", "v_proj"};
-        for (int part = 0; part < 3; part++) {
-            int heads = part == 0 ? a : g;
-            snprintf(name, sizeof name, "model.layers.%d.self_attn.%s.weight", l, proj[part]);
-            float *t = out_add(o, name, 2, (int64_t)heads * d, h);
-            for (int hd = 0; hd < heads; hd++)
-                for (int r = 0; r < d; r++)
-                    COPY(t + ((size_t)hd * d + r) * h, W + (size_t)convert_qkv_row(c, part, hd, r) * h, h);
-        }
-        snprintf(name, sizeof name, "model.layers.%d.self_attn.o_proj.weight", l);
-        COPY(out_add(o, name, 2, h, (int64_t)a * d), P("%s.%d.self_attention.linear_proj.weight", pre, l), (size_t)h * a * d);
-        if (c->qk_layernorm) {
-            snprintf(name, sizeof name, "model.layers.%d.self_attn.q_norm.weight", l);
-            COPY(out_add(o, name, 1, d, 0), P("%s.%d.self_attention.q_layernorm.weight", pre, l), d);
-            snprintf(name, sizeof name, "model.layers.%d.self_attn.k_norm.weight", l);
-            COPY(out_add(o, name, 1, d, 0), P("%s.%d.self_attention.k_layernorm.weight", pre, l), d);
-        }
-        snprintf(name, sizeof name, "model.layers.%d.post_attention_layernorm.weight", l);
-        COPY(out_add(o, name, 1, h, 0), P("%s.%d.pre_mlp_layernorm.weight", pre, l), h);
-        const float *fc1 = P("%s.%d.mlp.linear_fc1.weight", pre, l);
-        snprintf(name, sizeof name, "model.layers.%d.mlp.gate_proj.weight", l);
-        COPY(out_add(o, name, 2, F, h), fc1, (size_t)F * h);
-        snprintf(name, sizeof name, "model.layers.%d.mlp.up_proj.weight", l);
-        COPY(out_add(o, name, 2, F, h), fc1 + (size_t)F * h, (size_t)F * h);
-        snprintf(name, sizeof name, "model.layers.%d.mlp.down_proj.weight", l);
-        COPY(out_add(o, name, 2, h, F), P("%s.%d.mlp.linear_fc2.weight", pre, l), (size_t)h * F);
-    }
-    COPY(out_add(o, "model.norm.weight", 1, h, 0), P("%s", "decoder.final_layernorm.weight"), h);
-    if (c->untie_embeddings_and_output_weights)
-        COPY(out_add(o, "lm_head.weight", 2, V, h), P("%s", "output_layer.weight"), (size_t)V * h);
-#undef LN
-#undef CONV
+/* The name map of family f (hf_names.h): Qwen3 is Llama's with q_norm / k_norm. */
+static const hf_name_map *name_map(hf_family f) {
+    return f == FAM_GPT2 ? &HF_MAP_GPT2 : f == FAM_DIFFLM ? &HF_MAP_DIFFLM : &HF_MAP_LLAMA;
 }
 
 /* torch_dtype: the dtype of the tensors written (the checkpoint's parameters'). */
@@ -312,8 +226,7 @@ static int to_hf(const char *dir, const char *out, const difflm_export_opts *eo)
         return 1;
     }
     out_set o = {0};
-    if (f == FAM_DIFFLM) difflm_to_hf_tensors(&c, &ps, &o);
-    else to_hf_tensors(&c, &ps, f, &o);
+    hf_names_export(name_map(f), &c, &ps, &o);
     whole_params_free(&spec, &ps);
     if (f == FAM_DIFFLM) {
         rc = io_mkdir_p(out, 0, err, sizeof err);
@@ -425,111 +338,6 @@ static cJSON *read_json(const char *path, char *err, size_t errlen) {
         j = NULL;
     }
     return j;
-}
-
-static int from_hf_tensors(const transformer_config *c, param_set *ps, hf_family f, const hf_shards *sf) {
-    const int h = c->hidden_size, d = c->kv_channels, a = c->num_attention_heads,
-              g = c->num_query_groups, F = c->ffn_hidden_size, V = c->padded_vocab_size;
-    char name[160], src[160];
-    size_t big = (size_t)V * h;
-    size_t m2 = (size_t)3 * h * h, m3 = (size_t)2 * F * h, m4 = (size_t)(a + 2 * g) * d * h;
-    if (m2 > big) big = m2;
-    if (m3 > big) big = m3;
-    if (m4 > big) big = m4;
-    float *tmp = xcalloc(big, sizeof(float), "the conversion buffer (the largest tensor)"),
-          *tmpb = xcalloc((size_t)3 * h + 1, sizeof(float), "the conversion bias buffer");
-    int rc = -1;
-#define R(nm, nd, d0, d1, dst) \
-    if (hf_read(sf, nm, nd, d0, d1, dst) != 0) goto done;
-    if (f == FAM_GPT2) {
-        R("transformer.wte.weight", 2, V, h, P("%s", "embedding.word_embeddings.weight"));
-        R("transformer.wpe.weight", 2, c->max_position_embeddings, h, P("%s", "embedding.position_embeddings.weight"));
-        for (int l = 0; l < c->num_layers; l++) {
-            const char *pre = "decoder.layers";
-#define LN(hfname, mname)                                                                      \
-    snprintf(name, sizeof name, "transformer.h.%d.%s.weight", l, hfname);                      \
-    R(name, 1, h, 0, P("%s.%d.%s.weight", pre, l, mname));                                    \
-    snprintf(name, sizeof name, "transformer.h.%d.%s.bias", l, hfname);                        \
-    R(name, 1, h, 0, P("%s.%d.%s.bias", pre, l, mname));
-            LN("ln_1", "input_layernorm")
-            float *W = P("%s.%d.self_attention.linear_qkv.weight", pre, l);
-            float *B = P("%s.%d.self_attention.linear_qkv.bias", pre, l);
-            snprintf(name, sizeof name, "transformer.h.%d.attn.c_attn.weight", l);
-            R(name, 2, h, 3 * h, tmp);
-            snprintf(name, sizeof name, "transformer.h.%d.attn.c_attn.bias", l);
-            R(name, 1, 3 * h, 0, tmpb);
-            for (int col = 0; col < 3 * h; col++) {
-                int part = col / h, within = col % h;
-                int64_t row = convert_qkv_row(c, part, within / d, within % d);
-                B[row] = tmpb[col];
-                for (int i = 0; i < h; i++) W[(size_t)row * h + i] = tmp[(size_t)i * 3 * h + col];
-            }
-#define CONV(hfname, mname, in, outd)                                                          \
-    {                                                                                          \
-        float *w = P("%s.%d.%s.weight", pre, l, mname);                                        \
-        snprintf(name, sizeof name, "transformer.h.%d.%s.weight", l, hfname);                  \
-        R(name, 2, in, outd, tmp);                                                             \
-        for (int r = 0; r < (outd); r++)                                                       \
-            for (int i = 0; i < (in); i++) w[(size_t)r * (in) + i] = tmp[(size_t)i * (outd) + r]; \
-        snprintf(name, sizeof name, "transformer.h.%d.%s.bias", l, hfname);                    \
-        R(name, 1, outd, 0, P("%s.%d.%s.bias", pre, l, mname));                               \
-    }
-            CONV("attn.c_proj", "self_attention.linear_proj", h, h)
-            LN("ln_2", "pre_mlp_layernorm")
-            CONV("mlp.c_fc", "mlp.linear_fc1", h, F)
-            CONV("mlp.c_proj", "mlp.linear_fc2", F, h)
-        }
-        R("transformer.ln_f.weight", 1, h, 0, P("%s", "decoder.final_layernorm.weight"));
-        R("transformer.ln_f.bias", 1, h, 0, P("%s", "decoder.final_layernorm.bias"));
-        rc = 0;
-        goto done;
-    }
-    R("model.embed_tokens.weight", 2, V, h, P("%s", "embedding.word_embeddings.weight"));
-    for (int l = 0; l < c->num_layers; l++) {
-        const char *pre = "decoder.layers";
-        snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", l);
-        R(name, 1, h, 0, P("%s.%d.input_layernorm.weight", pre, l));
-        float *W = P("%s.%d.self_attention.linear_qkv.weight", pre, l);
-        static const char *const proj[3] = {"q_proj", "k_proj", "v_proj"};
-        for (int part = 0; part < 3; part++) {
-            int heads = part == 0 ? a : g;
-            snprintf(name, sizeof name, "model.layers.%d.self_attn.%s.weight", l, proj[part]);
-            R(name, 2, (int64_t)heads * d, h, tmp);
-            for (int hd = 0; hd < heads; hd++)
-                for (int r = 0; r < d; r++)
-                    memcpy(W + (size_t)convert_qkv_row(c, part, hd, r) * h, tmp + ((size_t)hd * d + r) * h, h * sizeof(float));
-        }
-        snprintf(name, sizeof name, "model.layers.%d.self_attn.o_proj.weight", l);
-        R(name, 2, h, (int64_t)a * d, P("%s.%d.self_attention.linear_proj.weight", pre, l));
-        if (c->qk_layernorm) {
-            snprintf(name, sizeof name, "model.layers.%d.self_attn.q_norm.weight", l);
-            R(name, 1, d, 0, P("%s.%d.self_attention.q_layernorm.weight", pre, l));
-            snprintf(name, sizeof name, "model.layers.%d.self_attn.k_norm.weight", l);
-            R(name, 1, d, 0, P("%s.%d.self_attention.k_layernorm.weight", pre, l));
-        }
-        snprintf(name, sizeof name, "model.layers.%d.post_attention_layernorm.weight", l);
-        R(name, 1, h, 0, P("%s.%d.pre_mlp_layernorm.weight", pre, l));
-        float *fc1 = P("%s.%d.mlp.linear_fc1.weight", pre, l);
-        snprintf(name, sizeof name, "model.layers.%d.mlp.gate_proj.weight", l);
-        R(name, 2, F, h, fc1);
-        snprintf(name, sizeof name, "model.layers.%d.mlp.up_proj.weight", l);
-        R(name, 2, F, h, fc1 + (size_t)F * h);
-        snprintf(name, sizeof name, "model.layers.%d.mlp.down_proj.weight", l);
-        R(name, 2, h, F, P("%s.%d.mlp.linear_fc2.weight", pre, l));
-    }
-    R("model.norm.weight", 1, h, 0, P("%s", "decoder.final_layernorm.weight"));
-    if (c->untie_embeddings_and_output_weights)
-        R("lm_head.weight", 2, V, h, P("%s", "output_layer.weight"));
-    rc = 0;
-done:
-    free(tmp);
-    free(tmpb);
-    return rc;
-#undef R
-#undef LN
-#undef CONV
-#undef P
-#undef COPY
 }
 
 static int from_hf_shards(const char *in, cJSON *j, hf_family f, const hf_shards *sh,
@@ -718,7 +526,7 @@ static int from_hf_shards(const char *in, cJSON *j, hf_family f, const hf_shards
     gpt_spec spec;
     param_set ps;
     whole_params_alloc(&c, 1, &spec, &ps); /* the moments stay zero */
-    rc = from_hf_tensors(&c, &ps, f, sh);
+    rc = hf_names_import(name_map(f), &c, &ps, sh);
     if (rc == 0) {
         ckpt_state st = {.iteration = 0, .consumed_train_samples = 0, .optimizer_step = 0,
                          .args = args_to_json(&a)};

@@ -16,8 +16,6 @@
 int difflm_is_model(const transformer_config *c, const megadlm_args *a);
 /* What of the model DiffLM lacks, NULL when everything maps. */
 const char *difflm_misfit(const transformer_config *c, const megadlm_args *a);
-/* The tensors in DiffLM's state_dict order. */
-void difflm_to_hf_tensors(const transformer_config *c, const param_set *ps, out_set *o);
 /* Writes OUT/config.json, generation_config.json, the weights (model.safetensors, or
  * model-0000i-of-0000N.safetensors + model.safetensors.index.json as transformers'
  * save_pretrained shards them for MegaDLMs' --num_output_shards), the tokenizer files and the

@@ -1,6 +1,5 @@
 /* The Hugging Face side of `megadlm convert` that both layouts share (hf_io.h): the set of
- * tensors being written, the grouped-QKV row arithmetic, and the reader over one or several
- * safetensors files. */
+ * tensors being written and the reader over one or several safetensors files. */
 #include "core/util/alloc.h"
 #include "tools/hf_io.h"
 
@@ -11,7 +10,6 @@
 
 #include <cjson/cJSON.h>
 
-#include "core/kernels/qkv_layout.h"
 #include "core/util/io.h"
 
 /* ------------------------------------------------------------------ numbers */
@@ -50,16 +48,6 @@ void out_free(out_set *o) {
         free(o->bufs[i]);
     }
     free_all(o->d, o->names, o->bufs, o->shapes);
-}
-
-/* Row of megadlm's grouped linear_qkv (qkv_layout.h) for (part 0 q / 1 k / 2 v, head within
- * its kind, channel r): Hugging Face keeps q, k and v as three separate matrices. */
-int64_t convert_qkv_row(const transformer_config *c, int part, int head, int r) {
-    const qkv_layout l = tc_qkv_layout(c);
-    size_t off = part == 0   ? qkv_query_offset(l, head)
-                 : part == 1 ? qkv_key_offset(l, head)
-                             : qkv_value_offset(l, head);
-    return (int64_t)off + r;
 }
 
 /* ------------------------------------------------------------------ reading */

@@ -1,7 +1,7 @@
-/* What the two layouts of `megadlm convert` share (convert.c: GPT-2 / Llama / Qwen3, the
- * command; convert_difflm.c: MegaDLMs' DiffLM layout): the list of tensors being written, the
- * grouped-QKV row arithmetic, and a reader over one or several safetensors files (a sharded
- * export). In a file of their own, below both, so that neither layout includes the other. */
+/* What the layouts of `megadlm convert` share (convert.c: GPT-2 / Llama / Qwen3, the command;
+ * convert_difflm.c: MegaDLMs' DiffLM files; hf_names.c: the name maps of all three): the list
+ * of tensors being written and a reader over one or several safetensors files (a sharded
+ * export). In a file of their own, below them, so that no layout includes another. */
 #ifndef MEGADLM_TOOLS_HF_IO_H
 #define MEGADLM_TOOLS_HF_IO_H
 
@@ -9,7 +9,6 @@
 #include <stdint.h>
 
 #include "core/tensor/safetensors.h"
-#include "core/transformer/transformer_config.h"
 
 /* Output tensors, in the order they are added: names and float buffers owned here. */
 typedef struct {
@@ -23,10 +22,6 @@ typedef struct {
 /* A new [d0] (ndim 1) or [d0, d1] (ndim 2) tensor; returns its buffer to fill. */
 float *out_add(out_set *o, const char *name, int ndim, int64_t d0, int64_t d1);
 void out_free(out_set *o);
-
-/* Row of megadlm's grouped linear_qkv for (part 0 q / 1 k / 2 v, head within its kind,
- * channel r). */
-int64_t convert_qkv_row(const transformer_config *c, int part, int head, int r);
 
 /* The safetensors files of an HF export: model.safetensors, or the shards its
  * model.safetensors.index.json names. */
