@@ -5,6 +5,7 @@
 
 #include "core/models/gpt_model.h"
 #include "core/models/gpt_spec.h"
+#include "core/models/head_saved.h"
 #include "core/transformer/activation_memory.h"
 #include "core/transformer/transformer_block.h"
 #include "training/difflm.h"
@@ -278,20 +279,24 @@ size_t theoretical_megadlm_logits_rows(const megadlm_args *a) {
                                         difflm_logits_in_chunks(a));
 }
 
+/* The sizes of head_saved.h's table for one micro-batch on one tensor-parallel rank. */
+static head_dims head_dims_of_args(const megadlm_args *a) {
+    transformer_config c = model_config_from_args(a);
+    return head_dims_of(&c, rank_tokens(a), theoretical_megadlm_logits_rows(a));
+}
+
 size_t theoretical_megadlm_logits_bytes(const megadlm_args *a) {
-    size_t t = (size_t)a->tensor_model_parallel_size;
-    return 4 * theoretical_megadlm_logits_rows(a) * ((size_t)a->padded_vocab_size / t);
+    const head_dims d = head_dims_of_args(a);
+    return sizeof(float) * d.logits_rows * d.V;
 }
 
 size_t theoretical_megadlm_head_saved_bytes(const megadlm_args *a) {
-    size_t t = (size_t)a->tensor_model_parallel_size;
-    size_t N = rank_tokens(a), h = a->hidden_size;
-    size_t Ns = a->sequence_parallel ? N / t : N; /* tokens outside tensor-parallel regions */
-    size_t stats = ARGS_CHOICE(a, normalization) == ARGS_NORM_LAYERNORM ? 2 * Ns : Ns;
-    /* block output, final norm output and statistics (token shards with SP), this rank's
-     * vocabulary columns of the logits (one chunk of rows in masked-diffusion training),
-     * per-token loss and logsumexp */
-    return 4 * (Ns * h + Ns * h + stats + 2 * N) + theoretical_megadlm_logits_bytes(a);
+    const head_dims d = head_dims_of_args(a);
+    /* the block output (the final norm's input: the block's, not a layer's), then the head's
+     * table: final norm output and statistics (token shards with SP), this rank's vocabulary
+     * columns of the logits (one chunk of rows in masked-diffusion training), per-token loss
+     * and logsumexp */
+    return sizeof(float) * d.Ns * d.C + head_saved_bytes(d);
 }
 
 theoretical_megadlm_bytes theoretical_megadlm(const megadlm_args *a) {

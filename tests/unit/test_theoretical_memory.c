@@ -512,6 +512,30 @@ static void test_megadlm_difflm_logits(void) {
         }
 }
 
+/* The head's saved bytes (core/models/head_saved.h's table, which the allocator reads too, so
+ * predicted == measured above cannot catch a wrong row): hand-computed for FAMILY's models,
+ * N = 2 x 16 = 32 tokens, h = 32, 128 vocabulary columns a rank (100 padded to 128 x t):
+ * 4 x (block output Ns h + final norm output Ns h + statistics (mean, rstd: LayerNorm; rstd:
+ * RMSNorm) + logits N x 128 + per-token loss and logsumexp 2N), Ns = N / 2 under SP. */
+static void test_megadlm_head_bytes(void) {
+    const size_t want[2][3] = {
+        {4 * (1024 + 1024 + 64 + 4096 + 64), 4 * (1024 + 1024 + 64 + 4096 + 64),
+         4 * (512 + 512 + 32 + 4096 + 64)},
+        {4 * (1024 + 1024 + 32 + 4096 + 64), 4 * (1024 + 1024 + 32 + 4096 + 64),
+         4 * (512 + 512 + 16 + 4096 + 64)},
+    };
+    for (int fam = 0; fam < 2; fam++)
+        for (size_t ly = 0; ly < sizeof(LAYOUTS) / sizeof(LAYOUTS[0]); ly++) {
+            char line[1024];
+            snprintf(line, sizeof line, "%s %s", FAMILY[fam], LAYOUTS[ly]);
+            megadlm_args a;
+            CHECK(setup(&a, line) == 0);
+            CHECK(theoretical_megadlm_head_saved_bytes(&a) == want[fam][ly]);
+            CHECK(theoretical_megadlm_logits_bytes(&a) == 4 * 32 * 128);
+            args_free(&a);
+        }
+}
+
 /* megadlm's rows at t = 1 are activation_memory.c's modes; at t = 2 its TP layout's. */
 static void test_megadlm_rows(void) {
     for (int fam = 0; fam < 2; fam++) {
@@ -564,5 +588,6 @@ int main(void) {
     test_megadlm_rows();
     test_megadlm_measured();
     test_megadlm_difflm_logits();
+    test_megadlm_head_bytes();
     TEST_DONE();
 }

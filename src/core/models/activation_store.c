@@ -8,9 +8,10 @@
 void activation_store_free(activation_store *s) {
     if (!s) return;
     block_activations_free(&s->block);
-    void *bufs[] = {s->tokens, s->labels, s->loss_mask, s->lnf,   s->lnf_mean,
-                    s->lnf_rstd, s->logits, s->losses,  s->lse};
-    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) mem_free(bufs[i]);
+    mem_free_all(s->tokens, s->labels, s->loss_mask);
+#define HEAD_SAVED_FREE(field, what, kept, floats) mem_free(s->field);
+    HEAD_SAVED_TENSORS(HEAD_SAVED_FREE)
+#undef HEAD_SAVED_FREE
     free(s);
 }
 

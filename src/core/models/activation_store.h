@@ -22,6 +22,7 @@
 
 #include <stddef.h>
 
+#include "core/models/head_saved.h"
 #include "core/transformer/transformer_block.h"
 #include "core/transformer/transformer_config.h"
 
@@ -41,13 +42,13 @@ typedef struct activation_store {
     int *tokens;            /* [N] */
     int *labels;            /* [N] */
     float *loss_mask;       /* [N] per-token loss weights */
-    /* the head's (last rank; with interleaving every store may run the last chunk) */
-    float *lnf;             /* [Ns, C] final norm output */
-    float *lnf_mean, *lnf_rstd; /* [Ns] */
-    float *logits;          /* [logits_rows, V/t] (dlogits during backward) */
+    /* the head's saved tensors (last rank; with interleaving every store may run the last
+     * chunk): lnf, lnf_mean, lnf_rstd, logits, losses, lse, from head_saved.h's table */
+#define ACTIVATION_STORE_HEAD_FIELD(field, what, kept, floats) float *field;
+    HEAD_SAVED_TENSORS(ACTIVATION_STORE_HEAD_FIELD)
+#undef ACTIVATION_STORE_HEAD_FIELD
     int logits_rows;        /* N, or min(N, GPT_HEAD_CHUNK_ROWS) for a model whose forwards
                                run the loss-weighted rows in chunks (logits_in_chunks) */
-    float *losses, *lse;    /* [N] per-token loss, logsumexp */
 
     /* the last forward, which backward differentiates */
     int B, T;

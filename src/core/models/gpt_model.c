@@ -425,21 +425,18 @@ activation_store *activation_store_create(const gpt_model *m, int checkpointed) 
     s->grad = m->dres;
     s->stage_floats = m->block.hidden_floats;
 
-    size_t N = (size_t)m->max_batch * tc_seq_local(c), C = c->hidden_size, V = tc_vocab_local(c);
-    size_t Ns = tc_tokens_local(c, (int)N);
+    size_t N = (size_t)m->max_batch * tc_seq_local(c);
     s->tokens = mem_alloc(MEM_OTHER, N * sizeof(int), "tokens");
     s->labels = mem_alloc(MEM_OTHER, N * sizeof(int), "labels");
     s->loss_mask = mem_alloc_floats(MEM_OTHER, N, "loss mask");
     if (!tc_last_rank(c)) return s; /* (interleaved: every store may hold the last chunk) */
-    s->lnf = mem_alloc_floats(MEM_ACTIVATIONS, Ns * C, "final norm output");
-    if (c->normalization == NORM_LAYERNORM)
-        s->lnf_mean = mem_alloc_floats(MEM_ACTIVATIONS, Ns, "final norm mean");
-    s->lnf_rstd = mem_alloc_floats(MEM_ACTIVATIONS, Ns, "final norm rstd");
     /* masked diffusion: the head runs its rows in chunks, the logits buffer holds one */
     s->logits_rows = gpt_head_logits_rows((int)N, m->logits_in_chunks);
-    s->logits = mem_alloc_floats(MEM_ACTIVATIONS, (size_t)s->logits_rows * V, "logits");
-    s->losses = mem_alloc_floats(MEM_ACTIVATIONS, N, "per-token loss");
-    s->lse = mem_alloc_floats(MEM_ACTIVATIONS, N, "logsumexp");
+    const head_dims d = head_dims_of(c, N, (size_t)s->logits_rows);
+#define HEAD_SAVED_ALLOC(field, what, kept, floats) \
+    if (kept) s->field = mem_alloc_floats(MEM_ACTIVATIONS, (floats), what);
+    HEAD_SAVED_TENSORS(HEAD_SAVED_ALLOC)
+#undef HEAD_SAVED_ALLOC
     return s;
 }
 
