@@ -213,7 +213,7 @@ static void move(const hf_name_row *r, const hf_row_at *x, const transformer_con
     case HF_TRANSPOSE: transpose(hf, mg, (size_t)x->d0, L, to_hf); return;
     case HF_QKV_PART: qkv_part(c, r->part, hf, mg, L, to_hf); return;
     case HF_QKV_CONV1D:
-        /* the weight [h, 3h] holds L = 3h per HF row: megadlm's rows are h long */
+        /* a linear_qkv row holds d0 = h values for the weight [h, 3h], 1 for the bias [3h] */
         qkv_conv1d(c, hf, mg, x->ndim == 2 ? (size_t)x->d0 : 1, to_hf);
         return;
     }
