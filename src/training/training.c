@@ -73,8 +73,8 @@ static void backward_step(void *user, int k, activation_store *store) {
     float seed = grad_seed(tr);
     if (tr->model->detect_anomaly)
         snprintf(tr->model->anomaly_where, sizeof tr->model->anomaly_where,
-                 "iteration %d, micro-batch %d of data-parallel rank %d", tr->iteration + 1, k,
-                 tr->dp_rank);
+                 "--detect-anomaly: iteration %d, micro-batch %d of data-parallel rank %d",
+                 tr->iteration + 1, k, tr->dp_rank);
     gpt_model_backward(tr->model, store, seed);
     if (tr->fsdp_params)
         fsdp_params_backward(tr->fsdp_params, 0);
