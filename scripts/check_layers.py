@@ -11,10 +11,17 @@ time (megadlm_tools -> megadlm_training -> megadlm_core, CMakeLists.txt). Within
 modules (a .c and its .h are one module) no include cycle is allowed either: a cycle means two
 modules are one concept split in two files, or that a shared piece wants a file of its own.
 
+The core knows no command-line flag: a string literal of a file under core/ that holds a flag
+name ("--" and a letter) is a problem too. The core's messages describe the problem in its own
+terms ("expected up to 3 comma-separated weights, found 'x'") and the layer that read the flag
+prefixes its name ("--split: ..."). Comments may name flags (they explain where a value comes
+from).
+
 Every `#include "..."` is resolved against SRC_DIR first (the project's style), then against the
 including file's directory; an include that resolves to no file under SRC_DIR (a generated header
 of the build directory, such as event.pb-c.h) is not part of the graph. Exits 1 with one line per
-upward edge and per cycle, naming the files; 0 when the tree is layered; 2 on bad usage.
+upward edge, per cycle and per flag name in the core, naming the files; 0 when the tree is
+layered; 2 on bad usage.
 """
 import os
 import re
@@ -23,6 +30,10 @@ import sys
 
 LAYERS = ["core", "training", "tools", "main"]  # bottom to top
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+# C's comments, string literals and character literals, in the order they start: a "//" in a
+# string is part of the string, a quote in a comment or a character literal starts no string
+C_TOKEN = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
+FLAG_NAME = re.compile(r'--[A-Za-z]')
 
 
 def layer_of(rel):
@@ -192,6 +203,23 @@ def read_symbol_edges(build, files):
     return len(objects), edges
 
 
+def flag_literals(src, files):
+    """A problem line for every string literal of a core/ file that names a flag."""
+    problems = []
+    for rel in files:
+        if layer_of(rel) != "core":
+            continue
+        with open(os.path.join(src, rel), encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        for m in C_TOKEN.finditer(text):
+            lit = m.group(0)
+            if lit.startswith('"') and FLAG_NAME.search(lit):
+                problems.append("flag name in the core: %s:%d: %s (the core describes the "
+                                "problem; the layer that reads the flag names it)"
+                                % (rel, text.count("\n", 0, m.start()) + 1, lit))
+    return problems
+
+
 def layer_problem(a, b, how):
     la, lb = layer_of(a), layer_of(b)
     rank = {name: i for i, name in enumerate(LAYERS)}
@@ -231,6 +259,7 @@ def check(src, build=None):
         steps = [witness[(cyc[i], cyc[i + 1])] for i in range(len(cyc) - 1)]
         more = "" if len(comp) == len(cyc) - 1 else "; the cycles join %s" % ", ".join(comp)
         problems.append("cycle: %s (%s%s)" % (" -> ".join(cyc), "; ".join(steps), more))
+    problems += flag_literals(src, files)
     return len(files), nobjects, len(edges), problems
 
 
@@ -259,7 +288,7 @@ def main(argv):
         print("check_layers: %d problem(s) in %s (layers, bottom to top: %s)"
               % (len(problems), what, " < ".join(LAYERS)))
         return 1
-    print("check_layers: %s: no upward edge, no cycle" % what)
+    print("check_layers: %s: no upward edge, no cycle, no flag name in the core" % what)
     return 0
 
 

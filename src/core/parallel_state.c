@@ -62,8 +62,8 @@ int parallel_setup_groups(int tp_size, int pp_size, int cp_size, char *err, size
     if (tp_size < 1 || pp_size < 1 || cp_size < 1 ||
         g.world_size % (tp_size * pp_size * cp_size) != 0) {
         snprintf(err, errlen,
-                 "world size %d is not divisible by --tensor-model-parallel-size %d x "
-                 "--pipeline-model-parallel-size %d x --context-parallel-size %d",
+                 "world size %d is not divisible by the tensor-parallel size %d x the "
+                 "pipeline-parallel size %d x the context-parallel size %d",
                  g.world_size, tp_size, pp_size, cp_size);
         return -1;
     }

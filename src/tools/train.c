@@ -56,7 +56,8 @@ static void read_sample(const forward_step_args *s, uint64_t index) {
     gpt_batch_buffers *bb = s->batch;
     char err[1024];
     if (gpt_data_get(s->data, s->split, index, bb->sample, err, sizeof err) != 0)
-        die(1, "%s", err);
+        die(1, "%s (was it preprocessed with another tokenizer? check --tokenizer-type, "
+               "--vocab-size and the tokenizer files)", err);
 }
 
 /* Fills the micro-batch whose first sample is global sample s->first of the split:
@@ -170,6 +171,31 @@ static int check_split_size(const char *flag, const gpt_data *d, int s, uint64_t
     return -1;
 }
 
+/* A failed dataset build as the user hears it: the flag that gave the input at fault (the
+ * data's messages describe the input, not the flag), then the message; paths_flag: the flag
+ * that named the datasets; split_flag: the one that gave the split weights (NULL: the weights
+ * are this provider's, and a split its sequences cannot fill is the datasets' fault). */
+static void report_data_error(gpt_data_fault fault, const char *paths_flag,
+                              const char *split_flag, const char *msg) {
+    const char *flag = paths_flag, *hint = "";
+    switch (fault) {
+    case GPT_DATA_FAULT_SPLIT: flag = split_flag ? split_flag : paths_flag; break;
+    case GPT_DATA_FAULT_SAMPLES: hint = " (lower --train-iters or --global-batch-size)"; break;
+    case GPT_DATA_FAULT_SEQ_LENGTH: flag = "--seq-length"; break;
+    case GPT_DATA_FAULT_SEED: flag = "--seed"; break;
+    case GPT_DATA_FAULT_MOCK: flag = "--mock-data"; break;
+    case GPT_DATA_FAULT_CACHE: flag = "--data-cache-path"; break;
+    default: break;
+    }
+    fprintf(stderr, "error: %s: %s%s\n", flag, msg, hint);
+}
+
+/* A cached index of --data-cache-path that cannot be read back: rebuilt, and said so. */
+static void data_cache_stale(void *ctx, const char *why) {
+    (void)ctx;
+    fprintf(stderr, "warning: --data-cache-path: %s; rebuilding the indices\n", why);
+}
+
 /* --train-data-path / --valid-data-path / --test-data-path: each split from its own datasets,
  * all of whose documents go to that split (Megatron's blend_per_split). */
 static int build_split_data(const megadlm_args *a, const gpt_data_config *dc,
@@ -190,7 +216,6 @@ static int build_split_data(const megadlm_args *a, const gpt_data_config *dc,
         }
         c.num_paths = count;
         c.data_paths = (const char **)paths;
-        c.flag = flags[k];
         /* one prefix is one GPTDataset here even with a weight (Megatron's blend_per_split
          * branch tests len(prefixes) == 1 alone; --data-path's tests the weights too) */
         c.weights = weighted && count > 1 ? w : NULL;
@@ -198,13 +223,11 @@ static int build_split_data(const megadlm_args *a, const gpt_data_config *dc,
         for (int j = 0; j < 3; j++)
             if (j != k) c.num_samples[j] = 0;
         if (!specs[k][0]) c.num_samples[k] = 0; /* no such split: nothing to build */
-        data[k] = gpt_data_build(&c, err, sizeof(err));
+        gpt_data_fault fault;
+        data[k] = gpt_data_build(&c, &fault, err, sizeof(err));
         for (int i = 0; i < count; i++) free(paths[i]);
         if (!data[k]) {
-            if (!strncmp(err, flags[k], strlen(flags[k])))
-                fprintf(stderr, "error: %s\n", err); /* it names the flag already */
-            else
-                fprintf(stderr, "error: %s: %s\n", flags[k], err);
+            report_data_error(fault, flags[k], NULL, err);
             return -1;
         }
         if (check_split_size(flags[k], data[k], k, c.num_samples[k]) != 0) return -1;
@@ -229,15 +252,17 @@ static int datasets_provider(const megadlm_args *a, const tokenizer *tok,
         .num_samples = {num_samples[0], num_samples[1], num_samples[2]},
         .cache_dir = a->data_cache_path,
         .log = print_rank_last_on() ? stdout : NULL,
+        .cache_stale = data_cache_stale,
     };
     if (a->data_cache_path[0] && a->mock_data)
         print_rank_last(" > --data-cache-path %s: mock data has no indices to cache\n",
                         a->data_cache_path);
     char err[1024];
     if (a->train_data_path[0]) return build_split_data(a, &dc, data);
-    gpt_data *d = gpt_data_build(&dc, err, sizeof(err)); /* one source split by --split */
+    gpt_data_fault fault;
+    gpt_data *d = gpt_data_build(&dc, &fault, err, sizeof(err)); /* one source split by --split */
     if (!d) {
-        fprintf(stderr, "error: %s\n", err);
+        report_data_error(fault, "--data-path", "--split", err);
         return -1;
     }
     data[0] = data[1] = data[2] = d;

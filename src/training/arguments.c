@@ -806,15 +806,13 @@ static const char *const MEGATRON_TOKENIZERS[] = {
  * that select among implementations giving the same numbers, and flags MegaDLMs reads
  * nowhere. */
 static int validate_difflm_extras(megadlm_args *a, char *err, size_t errlen) {
-    static const char *const impls[] = {"TEDotProductAttention", "FlexAttention", NULL};
-    static const char *const backends[] = {"flash", "fused", "unfused", "local", "auto", NULL};
-    if (strcmp(a->base_model, "vanilla") != 0)
+    if (!IS_CHOICE(a, base_model))
         return fail(err, errlen, "--base-model %s: expected vanilla (MegaDLMs' only choice: "
                                  "Megatron's GPT model)", a->base_model);
-    if (!one_of(a->core_attn_implementation, impls))
+    if (!IS_CHOICE(a, core_attn_implementation))
         return fail(err, errlen, "--core-attn-implementation %s: expected TEDotProductAttention "
                                  "or FlexAttention", a->core_attn_implementation);
-    if (!one_of(a->attention_backend, backends))
+    if (!IS_CHOICE(a, attention_backend))
         return fail(err, errlen, "--attention-backend %s: expected flash, fused, unfused, local "
                                  "or auto%s", a->attention_backend,
                     strcmp(a->attention_backend, "custom") ? ""
@@ -1615,7 +1613,7 @@ void args_lr_schedule_samples(const megadlm_args *a, double *warmup, int64_t *de
 /* Adam and the learning-rate schedule */
 static int validate_optimizer(megadlm_args *a, char *err, size_t errlen) {
     /* ---- optimizer ---- */
-    if (strcmp(a->optimizer, "adam") != 0) {
+    if (!IS_CHOICE(a, optimizer)) {
         static const char *const OPT_LATER[] = {"sgd", "muon", "dist_muon", NULL};
         if (one_of(a->optimizer, OPT_LATER))
             return fail(err, errlen, "--optimizer %s: not supported yet (adam only)", a->optimizer);
@@ -1719,10 +1717,10 @@ static int refuse_ckpt_format(const char *flag, const char *fmt, char *err, size
 /* Megatron's checkpointing group (docs/CHECKPOINT.md): formats, non-persistent checkpoints,
  * convert mode, and the flags that only mean something with --save or --load. */
 static int validate_checkpointing(megadlm_args *a, char *err, size_t errlen) {
-    if (strcmp(a->ckpt_format, "torch_dist"))
+    if (!IS_CHOICE(a, ckpt_format))
         return refuse_ckpt_format("--ckpt-format", a->ckpt_format, err, errlen);
     const char *np = a->non_persistent_ckpt_type;
-    if (np[0] && strcmp(np, "global")) {
+    if (np[0] && !IS_CHOICE(a, non_persistent_ckpt_type)) {
         if (!strcmp(np, "local") || !strcmp(np, "in_memory"))
             return fail(err, errlen, "--non-persistent-ckpt-type %s: not supported (Megatron "
                         "does not implement it either); use global", np);
@@ -1757,7 +1755,7 @@ static int validate_checkpointing(megadlm_args *a, char *err, size_t errlen) {
                                                              : NULL;
     if (needs_load && !a->load[0]) return fail(err, errlen, "%s needs --load DIR", needs_load);
     if (a->ckpt_convert_format[0]) {
-        if (strcmp(a->ckpt_convert_format, "torch") && strcmp(a->ckpt_convert_format, "torch_dist"))
+        if (!IS_CHOICE(a, ckpt_convert_format))
             return refuse_ckpt_format("--ckpt-convert-format", a->ckpt_convert_format, err,
                                       errlen);
         if (!a->ckpt_convert_save[0])
@@ -1834,19 +1832,21 @@ static int validate_precision(megadlm_args *a, char *err, size_t errlen) {
  * instances and the rerun mode (Megatron's choices; the ones megadlm does not compute are
  * refused by name rather than accepted and ignored). */
 static int validate_launch_extras(megadlm_args *a, char *err, size_t errlen) {
+#define ARGS_DTYPE(field, flag, ...) {flag, #field, offsetof(megadlm_args, field), {__VA_ARGS__}}
     static const struct {
-        const char *flag;
+        const char *flag, *field;
         size_t off;
         const char *const later[4]; /* Megatron's other choices */
     } DTYPES[] = {
-        {"--main-params-dtype", offsetof(megadlm_args, main_params_dtype), {"fp16", NULL}},
-        {"--main-grads-dtype", offsetof(megadlm_args, main_grads_dtype), {"bf16", NULL}},
-        {"--exp-avg-dtype", offsetof(megadlm_args, exp_avg_dtype), {"fp16", "fp8", NULL}},
-        {"--exp-avg-sq-dtype", offsetof(megadlm_args, exp_avg_sq_dtype), {"fp16", "fp8", NULL}},
+        ARGS_DTYPE(main_params_dtype, "--main-params-dtype", "fp16", NULL),
+        ARGS_DTYPE(main_grads_dtype, "--main-grads-dtype", "bf16", NULL),
+        ARGS_DTYPE(exp_avg_dtype, "--exp-avg-dtype", "fp16", "fp8", NULL),
+        ARGS_DTYPE(exp_avg_sq_dtype, "--exp-avg-sq-dtype", "fp16", "fp8", NULL),
     };
+#undef ARGS_DTYPE
     for (size_t i = 0; i < sizeof DTYPES / sizeof DTYPES[0]; i++) {
         const char *v = (const char *)a + DTYPES[i].off;
-        if (!strcmp(v, "fp32")) continue;
+        if (args_choice_of(DTYPES[i].field, v) != ARGS_CHOICE_NONE) continue; /* fp32 */
         if (one_of(v, DTYPES[i].later))
             return fail(err, errlen, "%s %s: not supported yet (megadlm's optimizer keeps fp32 "
                         "main parameters, gradients and moments: fp32 only)", DTYPES[i].flag, v);
@@ -1860,12 +1860,10 @@ static int validate_launch_extras(megadlm_args *a, char *err, size_t errlen) {
     if (n > 1 && a->data_parallel_size % n != 0)
         return fail(err, errlen, "--num-distributed-optimizer-instances %d does not divide the "
                     "data-parallel size %d", n, a->data_parallel_size);
-    static const char *const RERUN[] = {"disabled", "validate_results", "report_stats",
-                                        "report_determinism_stats", NULL};
-    if (!one_of(a->rerun_mode, RERUN))
+    if (!IS_CHOICE(a, rerun_mode))
         return fail(err, errlen, "--rerun-mode '%s': expected disabled, validate_results or "
                     "report_stats", a->rerun_mode);
-    if (a->check_for_spiky_loss && strcmp(a->rerun_mode, "validate_results") != 0)
+    if (a->check_for_spiky_loss && ARGS_CHOICE(a, rerun_mode) != ARGS_RERUN_VALIDATE_RESULTS)
         return fail(err, errlen, "--check-for-spiky-loss needs --rerun-mode validate_results "
                     "(Megatron validates results only in that mode)");
     return 0;

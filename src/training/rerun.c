@@ -32,16 +32,13 @@ static int is_log_rank(void) {
     return ps->world_rank == ps->world_size - 1;
 }
 
-int rerun_setup(rerun_state *rs, const char *mode, int check_nan, int check_spiky, char *err,
+int rerun_setup(rerun_state *rs, rerun_mode mode, int check_nan, int check_spiky, char *err,
                 size_t errlen) {
     memset(rs, 0, sizeof *rs);
     rs->check_nan = check_nan;
     rs->check_spiky = check_spiky;
     rs->last_loss = NAN;
-    rs->mode = !strcmp(mode, "validate_results") ? RERUN_VALIDATE_RESULTS
-               : (!strcmp(mode, "report_stats") || !strcmp(mode, "report_determinism_stats"))
-                   ? RERUN_REPORT_STATS
-                   : RERUN_DISABLED;
+    rs->mode = mode;
     const char *f = getenv("MEGADLM_RERUN_FAULT");
     if (f && *f) {
         char *end;

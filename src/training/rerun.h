@@ -51,9 +51,10 @@ typedef struct {
     double max_rel_diff;
 } rerun_state;
 
-/* Reads the mode (a value args_validate accepted) and the test hook. 0, or -1 with a message
+/* Sets the mode (the caller maps --rerun-mode's choice: report_stats and
+ * report_determinism_stats are one mode) and reads the test hook. 0, or -1 with a message
  * naming MEGADLM_RERUN_FAULT. */
-int rerun_setup(rerun_state *rs, const char *mode, int check_nan, int check_spiky, char *err,
+int rerun_setup(rerun_state *rs, rerun_mode mode, int check_nan, int check_spiky, char *err,
                 size_t errlen);
 
 /* The test hook: corrupts r when it applies to computation `run` (0: the first) of

@@ -73,8 +73,8 @@ static void backward_step(void *user, int k, activation_store *store) {
     float seed = grad_seed(tr);
     if (tr->model->detect_anomaly)
         snprintf(tr->model->anomaly_where, sizeof tr->model->anomaly_where,
-                 "iteration %d, micro-batch %d of data-parallel rank %d", tr->iteration + 1, k,
-                 tr->dp_rank);
+                 "--detect-anomaly: iteration %d, micro-batch %d of data-parallel rank %d",
+                 tr->iteration + 1, k, tr->dp_rank);
     gpt_model_backward(tr->model, store, seed);
     if (tr->fsdp_params)
         fsdp_params_backward(tr->fsdp_params, 0);
@@ -331,6 +331,17 @@ static void evaluate_final(trainer *tr) {
         print_eval(tr, "test", tr->iteration, evaluate(tr, SPLIT_TEST, 0));
 }
 
+/* --rerun-mode's choice as the rerun state machine's mode (report_determinism_stats is
+ * Megatron's RerunMode name of report_stats). */
+static rerun_mode rerun_mode_of(const megadlm_args *a) {
+    switch (ARGS_CHOICE(a, rerun_mode)) {
+    case ARGS_RERUN_VALIDATE_RESULTS: return RERUN_VALIDATE_RESULTS;
+    case ARGS_RERUN_REPORT_STATS:
+    case ARGS_RERUN_REPORT_DETERMINISM_STATS: return RERUN_REPORT_STATS;
+    default: return RERUN_DISABLED;
+    }
+}
+
 int pretrain(megadlm_args *a, const pretrain_providers *prov) {
     trainer tr = {.a = a, .prov = prov, .train_iters = args_train_iters(a)};
     char err[1024];
@@ -383,7 +394,7 @@ int pretrain(megadlm_args *a, const pretrain_providers *prov) {
     tr.batch = prov->batch_create(a, tr.tok, tr.model);
     tr.difflm = ARGS_CHOICE(a, model_running_mode) == ARGS_MODE_DIFFLM_NOSHIFT;
 
-    if (rerun_setup(&tr.rerun, a->rerun_mode, a->check_for_nan_in_loss_and_grad,
+    if (rerun_setup(&tr.rerun, rerun_mode_of(a), a->check_for_nan_in_loss_and_grad,
                     a->check_for_spiky_loss, err, sizeof err) != 0) {
         fprintf(stderr, "error: %s\n", err);
         goto done;

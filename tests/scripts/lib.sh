@@ -33,6 +33,16 @@ LLAMA_ARCH=(--normalization RMSNorm --position-embedding-type rope --swiglu --di
 # ... with grouped-query attention (2 groups) and QK layernorm, as most tests train it
 LLAMA=("${LLAMA_ARCH[@]}" --group-query-attention --num-query-groups 2 --qk-layernorm)
 DROPOUT=(--hidden-dropout 0.1 --attention-dropout 0.1)
+# the context-parallel tests' tiny model (test_context_parallel*.sh): 2 layers, dropout on, a
+# cosine schedule, logged every iteration and evaluated once (with --train-iters N and
+# --eval-interval N of the test's own); CP_LLAMA turns it Llama-like with 8 heads in 4 groups
+# (so CP 4 x TP splits them evenly)
+CP_TINY=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --micro-batch-size 2
+         --global-batch-size 4 --lr 1e-3 --lr-decay-style cosine --lr-warmup-iters 1
+         --mock-data --vocab-size 100 --make-vocab-size-divisible-by 64 --log-interval 1
+         --eval-iters 1 "${DROPOUT[@]}" --seed 5)
+CP_LLAMA=("${LLAMA_ARCH[@]}" --ffn-hidden-size 64 --num-attention-heads 8 --group-query-attention
+          --num-query-groups 4)
 
 # ---- reading logs
 # losses LOG: the lm loss of every logged iteration, one a line, and of every evaluation

@@ -2,8 +2,9 @@
 # The layering check (scripts/check_layers.py): src/ has no upward edge (core < training <
 # tools < main.c) and no cycle between modules, in its includes and in the symbols its objects
 # use; and the check does fail, naming the edge, on small trees made to break each rule (an
-# upward include, an include cycle, an upward call and a call cycle that no include shows), and
-# on a copy of src/ with one upward include or one cycle added.
+# upward include, an include cycle, an upward call and a call cycle that no include shows, a
+# flag name in a string of the core), and on a copy of src/ with one upward include, one cycle
+# or one flag name in a core message added.
 set -uo pipefail
 # shellcheck source=tests/scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -79,7 +80,17 @@ compile_tree callcyc callcyc_obj
 expect_pass callcyc_includes_only callcyc
 expect_fail call_cycle "check_layers: cycle: core/p -> core/q -> core/p (core/p.c uses q_fn of core/q.c; core/q.c uses p_fn of core/p.c)" --objects callcyc_obj callcyc
 
-# a copy of the real tree with one upward include, then with one cycle
+# a flag name in a string literal of the core ("--" and a letter); not in a comment, not "---",
+# not in training/
+mk_tree flagstr
+printf '/* --split: a comment may name a flag */\nstatic const char *ok = "--- ok -- 1";\n' >> flagstr/core/a.c
+printf 'static const char *t = "--split: training names flags";\n' >> flagstr/training/b.c
+expect_pass flag_in_comment_or_training flagstr
+printf 'static const char *m = "a \\"quoted\\" --seq-length: %%d";\n' >> flagstr/core/a.c
+expect_fail flag_in_core 'check_layers: flag name in the core: core/a.c:5: "a \"quoted\" --seq-length: %d" (the core describes the problem; the layer that reads the flag names it)' flagstr
+
+# a copy of the real tree with one upward include, then with one cycle, then with a flag name in
+# a core message
 cp -r "$SRC/src" real_up
 printf '#include "training/arguments.h"\n' >> real_up/core/tensor/tensor.c
 expect_fail real_upward "check_layers: upward include: core/tensor/tensor.c (core) includes training/arguments.h (training)" real_up
@@ -88,10 +99,15 @@ printf '#include "core/models/gpt_model.h"\n' >> real_cyc/core/util/alloc.c
 "$PY" "$CHECK" real_cyc > real_cyc.out 2>&1
 [ $? = 1 ] && grep -q '^check_layers: cycle: .*core/util/alloc.c includes core/models/gpt_model.h' real_cyc.out \
     || { echo "FAILED: a cycle through core/util/alloc.c was not reported:"; cat real_cyc.out; fail=1; }
+cp -r "$SRC/src" real_flag
+printf 'const char *core_flag_message = "--tensor-model-parallel-size: too large";\n' >> real_flag/core/parallel_state.c
+"$PY" "$CHECK" real_flag > real_flag.out 2>&1
+[ $? = 1 ] && grep -q '^check_layers: flag name in the core: core/parallel_state.c:[0-9]*: "--tensor-model-parallel-size: too large"' real_flag.out \
+    || { echo "FAILED: a flag name in core/parallel_state.c was not reported:"; cat real_flag.out; fail=1; }
 
 # bad usage
 "$PY" "$CHECK" "$WORK/no-such-dir" > usage.out 2>&1
 [ $? = 2 ] || { echo "FAILED: a missing SRC_DIR did not exit 2"; fail=1; }
 
-[ $fail = 0 ] && echo "the layering check passes on src/ and fails on each kind of break"
+[ $fail = 0 ] && echo "the layering check passes on src/ and fails on each kind of break (a flag name in the core too)"
 exit $fail

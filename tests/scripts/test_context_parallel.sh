@@ -26,14 +26,10 @@ fresh_work || exit 1
 export OMP_NUM_THREADS=1
 PY=/usr/bin/python3
 
-base=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --micro-batch-size 2
-      --global-batch-size 4 --train-iters 4 --lr 1e-3 --lr-decay-style cosine --lr-warmup-iters 1
-      --mock-data --vocab-size 100 --make-vocab-size-divisible-by 64 --log-interval 1
-      --eval-iters 1 --eval-interval 4 "${DROPOUT[@]}" --seed 5)
+base=("${CP_TINY[@]}" --train-iters 4 --eval-interval 4)
 family_flags() {
   if [ "$1" = llama ]; then
-    echo "${LLAMA_ARCH[@]}" --ffn-hidden-size 64 --num-attention-heads 8 --group-query-attention \
-         --num-query-groups 4
+    echo "${CP_LLAMA[@]}"
   fi
 }
 mode_flags() {

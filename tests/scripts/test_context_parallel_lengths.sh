@@ -28,14 +28,10 @@ fresh_work || exit 1
 export OMP_NUM_THREADS=1
 PY=/usr/bin/python3
 
-common=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --micro-batch-size 2
-        --global-batch-size 4 --train-iters 3 --lr 1e-3 --lr-decay-style cosine --lr-warmup-iters 1
-        --mock-data --vocab-size 100 --make-vocab-size-divisible-by 64 --log-interval 1
-        --eval-iters 1 --eval-interval 3 "${DROPOUT[@]}" --seed 5)
+common=("${CP_TINY[@]}" --train-iters 3 --eval-interval 3)
 base=("${common[@]}" --model-running-mode difflm-noshift --mask-token 100
       --attention-mask-type no_mask --difflm-varilen-prob 0.5)
-llama=("${LLAMA_ARCH[@]}" --ffn-hidden-size 64 --num-attention-heads 8 --group-query-attention
-       --num-query-groups 4)
+llama=("${CP_LLAMA[@]}")
 len() { echo --seq-length "$1" --max-position-embeddings "$1"; }
 COMMS=(p2p allgather a2a)
 

@@ -98,7 +98,7 @@ static int dump_indices(int argc, char **argv) {
     cfg.vocab_size = 1 << 30;
     cfg.eod = 0;
     char err[1024];
-    gpt_data *d = gpt_data_build(&cfg, err, sizeof err);
+    gpt_data *d = gpt_data_build(&cfg, NULL, err, sizeof err);
     if (!d) {
         fprintf(stderr, "%s\n", err);
         return 1;

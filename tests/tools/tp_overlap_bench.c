@@ -171,7 +171,8 @@ int main(int argc, char **argv) {
     if (!a.tp_comm_overlap) die(2, "give --tp-comm-overlap (and its switches)");
     tp_comm_set_interposer(&(tp_comm_interposer){.observe = observe, .replace = replace});
     tp_progress_mode pm =
-        strcmp(a.tp_comm_overlap_progress, "thread") ? TP_PROGRESS_TEST : TP_PROGRESS_THREAD;
+        ARGS_CHOICE(&a, tp_comm_overlap_progress) == ARGS_TP_PROGRESS_THREAD ? TP_PROGRESS_THREAD
+                                                                             : TP_PROGRESS_TEST;
     if (tp_overlap_init(pm, err, sizeof(err))) die(2, "%s", err);
 
     transformer_config cfg = model_config_from_args(&a);

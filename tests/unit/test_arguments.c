@@ -1780,6 +1780,23 @@ static void test_choice_table(void) {
     args_defaults(&a);
     CHECK(ARGS_CHOICE(&a, model_running_mode) == ARGS_MODE_VANILLA);
     CHECK(ARGS_CHOICE(&a, recompute_granularity) == ARGS_CHOICE_NONE); /* "": not given */
+    /* the string flags of a fixed set are choices too, their defaults among them */
+    CHECK(ARGS_CHOICE(&a, base_model) == ARGS_BASE_MODEL_VANILLA);
+    CHECK(ARGS_CHOICE(&a, core_attn_implementation) == ARGS_CORE_ATTN_TE);
+    CHECK(ARGS_CHOICE(&a, attention_backend) == ARGS_ATTN_BACKEND_AUTO);
+    CHECK(ARGS_CHOICE(&a, optimizer) == ARGS_OPTIMIZER_ADAM);
+    CHECK(ARGS_CHOICE(&a, rerun_mode) == ARGS_RERUN_DISABLED);
+    CHECK(ARGS_CHOICE(&a, ckpt_format) == ARGS_CKPT_FORMAT_TORCH_DIST);
+    CHECK(ARGS_CHOICE(&a, non_persistent_ckpt_type) == ARGS_CHOICE_NONE); /* None */
+    CHECK(ARGS_CHOICE(&a, ckpt_convert_format) == ARGS_CHOICE_NONE);     /* None */
+    CHECK(ARGS_CHOICE(&a, main_params_dtype) == ARGS_MAIN_PARAMS_FP32);
+    CHECK(ARGS_CHOICE(&a, main_grads_dtype) == ARGS_MAIN_GRADS_FP32);
+    CHECK(ARGS_CHOICE(&a, exp_avg_dtype) == ARGS_EXP_AVG_FP32);
+    CHECK(ARGS_CHOICE(&a, exp_avg_sq_dtype) == ARGS_EXP_AVG_SQ_FP32);
+    CHECK(args_choice_of("rerun_mode", "report_determinism_stats") ==
+          ARGS_RERUN_REPORT_DETERMINISM_STATS);
+    CHECK(args_choice_of("ckpt_convert_format", "torch") == ARGS_CKPT_CONVERT_TORCH);
+    CHECK(args_choice_of("ckpt_format", "torch") == ARGS_CHOICE_NONE); /* refused by name */
     char *argv[] = {"train", "--num-layers", "2", "--hidden-size", "32",
                     "--num-attention-heads", "4", "--seq-length", "16",
                     "--max-position-embeddings", "16", "--micro-batch-size", "1",

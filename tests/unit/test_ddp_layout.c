@@ -21,8 +21,10 @@
 
 /* A param_set of tensors of these sizes (names: "t<i>", or `first_name` for tensor 0, `last`
  * for the last one when given); buffers only when `buffers`. */
-static param_set make_set(const size_t *sizes, int n, const char *first_name,
-                          const char *last_name, int buffers) {
+/* n tensors of the given sizes named t0, t1, ...; mark_first / mark_last: tensor 0 / n - 1
+ * is marked as the word embedding (param_tensor.word_embedding) */
+static param_set make_set(const size_t *sizes, int n, int mark_first, int mark_last,
+                          int buffers) {
     param_set ps;
     memset(&ps, 0, sizeof(ps));
     ps.count = n;
@@ -30,8 +32,7 @@ static param_set make_set(const size_t *sizes, int n, const char *first_name,
     for (int i = 0; i < n; i++) {
         param_tensor *t = &ps.tensors[i];
         snprintf(t->name, sizeof(t->name), "t%d", i);
-        if (i == 0 && first_name) snprintf(t->name, sizeof(t->name), "%s", first_name);
-        if (i == n - 1 && last_name) snprintf(t->name, sizeof(t->name), "%s", last_name);
+        t->word_embedding = (i == 0 && mark_first) || (i == n - 1 && mark_last);
         t->ndim = 1;
         t->shape[0] = t->full_shape[0] = (int64_t)sizes[i];
         t->numel = sizes[i];
@@ -84,7 +85,7 @@ static void check_buckets(const param_set *ps, const ddp *d, size_t bucket_size)
 }
 
 static void test_buckets(void) {
-    param_set ps = make_set(SIZES, NS, NULL, NULL, 0);
+    param_set ps = make_set(SIZES, NS, 0, 0, 0);
     /* no overlap: one bucket whatever --ddp-bucket-size says (Megatron: bucket_size = None) */
     ddp_config c = {.overlap_grad_reduce = 0, .bucket_size = 30};
     ddp *d = ddp_create_layout(&ps, &c, 2, 0, 1, 0);
@@ -117,7 +118,7 @@ static void test_buckets(void) {
 }
 
 static void test_pieces(void) {
-    param_set ps = make_set(SIZES, NS, NULL, NULL, 1);
+    param_set ps = make_set(SIZES, NS, 0, 0, 1);
     int64_t bucket_sizes[] = {0, 1, 25, 60};
     for (int overlap = 0; overlap < 2; overlap++)
         for (size_t k = 0; k < sizeof(bucket_sizes) / sizeof(bucket_sizes[0]); k++)
@@ -169,9 +170,8 @@ static void test_pieces(void) {
 /* The tied word embedding on the first stage (tensor 0) and the last stage's copy (last
  * tensor): a bucket of its own, split alike, whatever else the stages hold. */
 static void test_shared_embedding(void) {
-    const char *emb = "embedding.word_embeddings.weight";
     size_t first[] = {101, 13, 50, 7}, last[] = {29, 3, 64, 9, 101};
-    param_set a = make_set(first, 4, emb, NULL, 0), b = make_set(last, 5, NULL, emb, 0);
+    param_set a = make_set(first, 4, 1, 0, 0), b = make_set(last, 5, 0, 1, 0);
     for (int dp = 2; dp <= 4; dp++)
         for (int r = 0; r < dp; r++) {
             ddp_config c = {.overlap_grad_reduce = 1, .use_distributed_optimizer = 1,
@@ -192,6 +192,15 @@ static void test_shared_embedding(void) {
             CHECK(da->buckets[da->num_buckets - 1].end != 101);
             ddp_free(da);
         }
+    /* the mark, not the name, makes the tensor the embedding: named as Megatron names it but
+     * unmarked, it shares a bucket */
+    param_set u = make_set(first, 4, 0, 0, 0);
+    snprintf(u.tensors[0].name, sizeof u.tensors[0].name, "embedding.word_embeddings.weight");
+    ddp_config c = {.overlap_grad_reduce = 1, .use_distributed_optimizer = 1, .bucket_size = 40};
+    ddp *du = ddp_create_layout(&u, &c, 2, 0, 2, 0);
+    CHECK(du->buckets[du->num_buckets - 1].end != 101);
+    ddp_free(du);
+    free(u.tensors);
     free(a.tensors);
     free(b.tensors);
 }
@@ -206,7 +215,7 @@ static float rnd(void) {
 
 /* DP 1: the distributed optimizer is plain AdamW, bit for bit. */
 static void test_dp1_equals_adamw(void) {
-    param_set p = make_set(SIZES, NS, NULL, NULL, 1), q = make_set(SIZES, NS, NULL, NULL, 1);
+    param_set p = make_set(SIZES, NS, 0, 0, 1), q = make_set(SIZES, NS, 0, 0, 1);
     p.exp_avg = mem_alloc_floats(MEM_OPTIMIZER, p.numel, "test exp_avg");
     p.exp_avg_sq = mem_alloc_floats(MEM_OPTIMIZER, p.numel, "test exp_avg_sq");
     for (size_t i = 0; i < p.numel; i++) p.data[i] = q.data[i] = rnd();

@@ -67,10 +67,10 @@ static void test_split_parse(void) {
     for (int i = 0; i < 7; i++) {
         err[0] = 0;
         CHECK(gpt_split_parse(bad[i], w, err, sizeof err) != 0);
-        CHECK(strncmp(err, "--split: expected", 17) == 0);
+        CHECK(strncmp(err, "expected", 8) == 0);
     }
     gpt_split_parse("abc", w, err, sizeof err);
-    CHECK(strcmp(err, "--split: expected up to 3 comma-separated non-negative weights, found 'abc'") == 0);
+    CHECK(strcmp(err, "expected up to 3 comma-separated non-negative weights, found 'abc'") == 0);
 
     int present[3];
     int64_t beg[3], end[3];
@@ -206,7 +206,7 @@ static void test_single(void) {
     cfg.num_samples[0] = 1500; /* several epochs of the ~160 training documents */
     cfg.num_samples[1] = 20;
     cfg.num_samples[2] = 0; /* not built */
-    gpt_data *d = gpt_data_build(&cfg, err, sizeof err);
+    gpt_data *d = gpt_data_build(&cfg, NULL, err, sizeof err);
     CHECK(d != NULL);
     if (!d) {
         fprintf(stderr, "%s\n", err);
@@ -229,23 +229,23 @@ static void test_single(void) {
     uint64_t per_epoch = (T - 1) / 16;
     cfg.num_samples[0] = per_epoch + 3;
     cfg.num_samples[1] = 0;
-    d = gpt_data_build(&cfg, err, sizeof err);
+    d = gpt_data_build(&cfg, NULL, err, sizeof err);
     CHECK(d && gpt_data_component(d, SPLIT_TRAIN, 0)->separate_final_epoch == 1);
     CHECK(d && gpt_data_component(d, SPLIT_TRAIN, 0)->num_epochs == 2);
     if (d) check_split_structure(d, ds, SPLIT_TRAIN, 16, per_epoch + 3);
     gpt_data_free(d);
     cfg.num_samples[0] = per_epoch * 2 - 1; /* most of the final epoch: not separated */
-    d = gpt_data_build(&cfg, err, sizeof err);
+    d = gpt_data_build(&cfg, NULL, err, sizeof err);
     CHECK(d && gpt_data_component(d, SPLIT_TRAIN, 0)->separate_final_epoch == 0);
     if (d) check_split_structure(d, ds, SPLIT_TRAIN, 16, per_epoch * 2 - 1);
     gpt_data_free(d);
 
     /* same seed -> same samples; another seed -> another order */
     cfg.num_samples[0] = 100;
-    gpt_data *d1 = gpt_data_build(&cfg, err, sizeof err);
-    gpt_data *d2 = gpt_data_build(&cfg, err, sizeof err);
+    gpt_data *d1 = gpt_data_build(&cfg, NULL, err, sizeof err);
+    gpt_data *d2 = gpt_data_build(&cfg, NULL, err, sizeof err);
     cfg.seed = 99;
-    gpt_data *d3 = gpt_data_build(&cfg, err, sizeof err);
+    gpt_data *d3 = gpt_data_build(&cfg, NULL, err, sizeof err);
     int32_t a[17], b[17], c[17];
     int same = 1, differ = 0;
     for (uint64_t i = 0; i < 100; i++) {
@@ -281,7 +281,7 @@ static void test_blend(void) {
     cfg.vocab_size = 1 << 20;
     cfg.num_samples[0] = 1000;
     cfg.num_samples[1] = 40;
-    gpt_data *d = gpt_data_build(&cfg, err, sizeof err);
+    gpt_data *d = gpt_data_build(&cfg, NULL, err, sizeof err);
     CHECK(d != NULL);
     if (!d) {
         fprintf(stderr, "%s\n", err);
@@ -329,7 +329,7 @@ static void test_blend(void) {
     cfg.weights = NULL;
     cfg.num_samples[0] = 50;
     cfg.num_samples[1] = 100000;
-    d = gpt_data_build(&cfg, err, sizeof err);
+    d = gpt_data_build(&cfg, NULL, err, sizeof err);
     CHECK(d != NULL);
     if (d) {
         CHECK(gpt_data_num_samples(d, 0) == 50);
@@ -363,8 +363,8 @@ static void test_mock(void) {
     cfg.eod = 256;
     cfg.num_samples[0] = 64;
     cfg.num_samples[1] = 8;
-    gpt_data *d = gpt_data_build(&cfg, err, sizeof err);
-    gpt_data *d2 = gpt_data_build(&cfg, err, sizeof err);
+    gpt_data *d = gpt_data_build(&cfg, NULL, err, sizeof err);
+    gpt_data *d2 = gpt_data_build(&cfg, NULL, err, sizeof err);
     CHECK(d && d2);
     if (!d || !d2) return;
     CHECK(gpt_data_num_samples(d, 0) == 64 && gpt_data_num_samples(d, 1) == 8 &&
@@ -408,26 +408,37 @@ static void test_errors(void) {
     cfg.seq_length = 8;
     cfg.seed = 1;
     cfg.num_samples[0] = 10;
-    CHECK(gpt_data_build(&cfg, err, sizeof err) == NULL);
-    snprintf(want, sizeof want, "--data-path: %s.idx: cannot open: No such file or directory", prefix);
-    CHECK(strcmp(err, want) == 0);
+    /* each failure says which input it is about (the caller names its flag) and describes
+     * the problem without naming any flag */
+    gpt_data_fault fault = GPT_DATA_OK;
+    CHECK(gpt_data_build(&cfg, &fault, err, sizeof err) == NULL);
+    snprintf(want, sizeof want, "%s.idx: cannot open: No such file or directory", prefix);
+    CHECK(strcmp(err, want) == 0 && fault == GPT_DATA_FAULT_PATHS);
     cfg.split = "abc";
-    CHECK(gpt_data_build(&cfg, err, sizeof err) == NULL);
-    CHECK(strstr(err, "--split: expected up to 3 comma-separated") == err);
+    CHECK(gpt_data_build(&cfg, &fault, err, sizeof err) == NULL);
+    CHECK(strstr(err, "expected up to 3 comma-separated") == err && fault == GPT_DATA_FAULT_SPLIT);
     cfg.split = "969,30,1";
     cfg.seq_length = 1;
-    CHECK(gpt_data_build(&cfg, err, sizeof err) == NULL);
-    CHECK(strstr(err, "--seq-length") == err);
+    CHECK(gpt_data_build(&cfg, &fault, err, sizeof err) == NULL);
+    CHECK(strcmp(err, "expected at least 2, found 1") == 0 && fault == GPT_DATA_FAULT_SEQ_LENGTH);
     /* a split that gets no documents */
     snprintf(prefix, sizeof prefix, "%s/tiny", g_dir);
     make_dataset(prefix, 3, 5, 10);
     cfg.seq_length = 4;
     cfg.num_samples[1] = 5;
-    CHECK(gpt_data_build(&cfg, err, sizeof err) == NULL);
-    CHECK(strstr(err, "--split: the valid split of") == err);
+    CHECK(gpt_data_build(&cfg, &fault, err, sizeof err) == NULL);
+    CHECK(strstr(err, "the valid split of") == err && fault == GPT_DATA_FAULT_SPLIT);
+    CHECK(strstr(err, "with split weights 969,30,1)") != NULL && !strstr(err, "--"));
     cfg.seed = 1ULL << 32;
-    CHECK(gpt_data_build(&cfg, err, sizeof err) == NULL);
-    CHECK(strstr(err, "--seed") == err);
+    CHECK(gpt_data_build(&cfg, &fault, err, sizeof err) == NULL);
+    CHECK(strstr(err, "expected a value below 2^32") == err && fault == GPT_DATA_FAULT_SEED);
+    /* mock data with a vocabulary of one id */
+    cfg.seed = 1;
+    cfg.mock = 1;
+    cfg.vocab_size = 1;
+    CHECK(gpt_data_build(&cfg, &fault, err, sizeof err) == NULL);
+    CHECK(strcmp(err, "expected a vocabulary of at least 2 ids, found 1") == 0 &&
+          fault == GPT_DATA_FAULT_MOCK);
 }
 
 int main(void) {

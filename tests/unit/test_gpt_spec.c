@@ -97,6 +97,11 @@ static void check_layout(transformer_config c, int tp, int pp, int vp) {
                               "embedding.word_embeddings.weight"));
             else
                 CHECK(s.tied_embedding == -1);
+            /* the word embedding (and the last stage's copy of a tied one) carries the mark
+             * the distributed optimizer finds it by; no other tensor does */
+            for (int i = 0; i < s.params.count; i++)
+                CHECK(s.params.tensors[i].word_embedding ==
+                      !strcmp(s.params.tensors[i].name, "embedding.word_embeddings.weight"));
             /* each model chunk's layers are one range, in the chunk's order */
             int Lc = c.num_layers / (pp * (vp > 1 ? vp : 1));
             for (int l = 0; l < s.num_layers; l++) {

@@ -67,11 +67,6 @@ struct gpt_data {
 
 static const char *SPLIT_NAMES[3] = {"train", "valid", "test"};
 
-/* The flag that named the datasets, for messages. */
-static const char *data_flag(const gpt_data_config *cfg) {
-    return cfg->flag && cfg->flag[0] ? cfg->flag : "--data-path";
-}
-
 static uint64_t mix64(uint64_t x) {
     x += 0x9e3779b97f4a7c15ULL;
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -94,51 +89,48 @@ void gpt_data_free(gpt_data *d) {
     free(d);
 }
 
-/* The indices of split s of ds: built, or with --data-cache-path read from the cache (and
+/* The indices of split s of ds: built, or with a cache directory read from the cache (and
  * written there when missing). An index_cache_status. */
 static int build_indices(const gpt_data_config *cfg, int s, const indexed_dataset *ds,
                          const int64_t beg[3], const int64_t end[3], uint64_t num_samples,
                          gpt_indices *ix, char *err, size_t errlen) {
     if (!cfg->cache_dir || !cfg->cache_dir[0])
-        return gpt_indices_build(ds->sequence_lengths, beg[s], end[s], num_samples,
-                                 cfg->seq_length, (uint32_t)cfg->seed, 1, ix, err, errlen) == 0
-                   ? INDEX_CACHE_OK
-                   : INDEX_CACHE_BUILD_FAILED;
+        return index_cache_status_of(gpt_indices_build(ds->sequence_lengths, beg[s], end[s],
+                                                       num_samples, cfg->seq_length,
+                                                       (uint32_t)cfg->seed, 1, ix, err, errlen));
     uint64_t tokens = 0;
     for (uint64_t i = 0; i < ds->sequence_count; i++) tokens += (uint64_t)ds->sequence_lengths[i];
     index_cache_key key = {.dir = cfg->cache_dir, .prefix = ds->prefix, .split = SPLIT_NAMES[s],
                            .sequence_count = ds->sequence_count, .token_count = tokens,
                            .doc_beg = beg[s], .doc_end = end[s], .num_samples = num_samples,
                            .seq_length = cfg->seq_length, .seed = (uint32_t)cfg->seed,
-                           .log = cfg->log};
+                           .log = cfg->log, .stale = cfg->cache_stale,
+                           .stale_ctx = cfg->cache_stale_ctx};
     return index_cache_indices(&key, ds->sequence_lengths, ix, err, errlen);
 }
 
 /* Builds component k of split s over prefix k's split range. */
-static int build_mid(gpt_data *d, const gpt_data_config *cfg, int s, mid_ds *m,
-                     indexed_dataset *ds, const int64_t beg[3], const int64_t end[3],
-                     uint64_t num_samples, char *err, size_t errlen) {
+static gpt_data_fault build_mid(const gpt_data_config *cfg, int s, mid_ds *m,
+                                indexed_dataset *ds, const int64_t beg[3], const int64_t end[3],
+                                uint64_t num_samples, char *err, size_t errlen) {
     m->ds = ds;
     m->beg = beg[s];
     m->end = end[s];
     char e2[512];
     int rc = build_indices(cfg, s, ds, beg, end, num_samples, &m->ix, e2, sizeof e2);
-    if (rc != INDEX_CACHE_OK) {
-        if (rc == INDEX_CACHE_DIR_FAILED) { /* the cache's own error */
-            err_set(err, errlen, "%s", e2);
-            return -1;
-        }
-        err_set(err, errlen,
-               "--split: the %s split of %s (sequences [%" PRId64 ", %" PRId64 ") of %" PRIu64
-               " with --split %s): %s",
-               SPLIT_NAMES[s], ds->prefix, beg[s], end[s], ds->sequence_count, cfg->split, e2);
-        return -1;
+    if (rc == INDEX_CACHE_OK) return GPT_DATA_OK;
+    if (rc == INDEX_CACHE_DIR_FAILED) { /* the cache's own error */
+        err_set(err, errlen, "%s", e2);
+        return GPT_DATA_FAULT_CACHE;
     }
-    (void)d;
-    return 0;
+    err_set(err, errlen,
+            "the %s split of %s (sequences [%" PRId64 ", %" PRId64 ") of %" PRIu64
+            " with split weights %s): %s",
+            SPLIT_NAMES[s], ds->prefix, beg[s], end[s], ds->sequence_count, cfg->split, e2);
+    return rc == INDEX_CACHE_TOO_MANY ? GPT_DATA_FAULT_SAMPLES : GPT_DATA_FAULT_SPLIT;
 }
 
-/* The blend weights of --data-path normalised (malloc'ed; NULL with an error, or without
+/* The blend weights of the datasets normalised (malloc'ed; NULL with an error, or without
  * weights: *ok tells them apart). */
 static double *blend_weights(const gpt_data_config *cfg, int *ok, char *err, size_t errlen) {
     const int n = cfg->num_paths;
@@ -148,19 +140,18 @@ static double *blend_weights(const gpt_data_config *cfg, int *ok, char *err, siz
     double sum = 0;
     for (int k = 0; k < n; k++) {
         if (!isfinite(cfg->weights[k]) || cfg->weights[k] < 0) {
-            err_set(err, errlen, "%s: expected a non-negative weight for %s, found %g",
-                    data_flag(cfg), cfg->data_paths[k], cfg->weights[k]);
+            err_set(err, errlen, "expected a non-negative weight for %s, found %g",
+                    cfg->data_paths[k], cfg->weights[k]);
             return NULL;
         }
         sum += cfg->weights[k];
     }
     if (!(sum > 0) || !isfinite(sum)) {
-        err_set(err, errlen, "%s: expected weights with a positive finite sum, found %g",
-                data_flag(cfg), sum);
+        err_set(err, errlen, "expected weights with a positive finite sum, found %g", sum);
         return NULL;
     }
     if (n > 32766) {
-        err_set(err, errlen, "%s: expected at most 32766 datasets, found %d", data_flag(cfg), n);
+        err_set(err, errlen, "expected at most 32766 datasets, found %d", n);
         return NULL;
     }
     double *w = xcalloc((size_t)n, sizeof(double), "blend weights");
@@ -171,21 +162,21 @@ static double *blend_weights(const gpt_data_config *cfg, int *ok, char *err, siz
 
 /* Without weights, Megatron weighs each dataset by its sample count, and BlendedDataset
  * asserts that every weight is positive: a dataset with no sample in the split is refused. */
-static int check_unweighted(const gpt_data *d, const gpt_data_config *cfg, int s,
-                            const mid_ds *mid, char *err, size_t errlen) {
+static gpt_data_fault check_unweighted(const gpt_data *d, const gpt_data_config *cfg, int s,
+                                       const mid_ds *mid, char *err, size_t errlen) {
     for (int k = 0; k < d->num_ds; k++)
         if (mid[k].ix.num_samples == 0) {
             err_set(err, errlen,
-                    "%s: the %s split of %s (sequences [%" PRId64 ", %" PRId64
-                    "), %" PRIu64 " tokens) holds no sample of --seq-length %d + 1 tokens; "
+                    "the %s split of %s (sequences [%" PRId64 ", %" PRId64
+                    "), %" PRIu64 " tokens) holds no sample of sequence length %d + 1 tokens; "
                     "without weights each dataset is weighted by its samples, and a weight of "
                     "0 is refused (as Megatron's BlendedDataset does): give weights "
                     "W1 P1 W2 P2 ..., or leave this dataset out",
-                    data_flag(cfg), SPLIT_NAMES[s], mid[k].ds->prefix, mid[k].beg, mid[k].end,
+                    SPLIT_NAMES[s], mid[k].ds->prefix, mid[k].beg, mid[k].end,
                     mid[k].ix.num_tokens_per_epoch, cfg->seq_length);
-            return -1;
+            return GPT_DATA_FAULT_PATHS;
         }
-    return 0;
+    return GPT_DATA_OK;
 }
 
 /* The blend's size and, per dataset, its weight and samples: the weights Megatron derives
@@ -205,19 +196,19 @@ static void log_blend(const gpt_data *d, const gpt_data_config *cfg, int s, int 
 /* A blended split of N samples from n datasets: with weights w, Megatron's per-dataset sizes
  * and BlendedDataset's indices; without, each dataset whole (one epoch), weighted by its
  * samples, min(N, their sum) samples. */
-static int build_blended(gpt_data *d, const gpt_data_config *cfg, int s, const double *w,
-                         int64_t (*beg)[3], int64_t (*end)[3], uint64_t N, char *err,
-                         size_t errlen) {
+static gpt_data_fault build_blended(gpt_data *d, const gpt_data_config *cfg, int s,
+                                    const double *w, int64_t (*beg)[3], int64_t (*end)[3],
+                                    uint64_t N, char *err, size_t errlen) {
     split_ds *sp = &d->split[s];
     const int n = d->num_ds;
     sp->kind = GPT_SPLIT_BLENDED;
     sp->blend_weights = xcalloc((size_t)n, sizeof(double), "blend weights");
     uint64_t size = 0;
-    int fail = 0;
+    gpt_data_fault fail = GPT_DATA_OK;
     if (w) {
         for (int k = 0; k < n && !fail; k++) {
             uint64_t nk = gpt_blend_dataset_size(N, w[k]);
-            fail = build_mid(d, cfg, s, &sp->mid[k], d->ds[k], beg[k], end[k], nk, err, errlen);
+            fail = build_mid(cfg, s, &sp->mid[k], d->ds[k], beg[k], end[k], nk, err, errlen);
             size += nk;
         }
         /* BlendedDataset normalizes the (already normalized) weights again */
@@ -227,7 +218,7 @@ static int build_blended(gpt_data *d, const gpt_data_config *cfg, int s, const d
         uint64_t total = 0;
         for (int k = 0; k < n && !fail; k++) {
             /* num_samples 0: Megatron's None, one epoch */
-            fail = build_mid(d, cfg, s, &sp->mid[k], d->ds[k], beg[k], end[k], 0, err, errlen);
+            fail = build_mid(cfg, s, &sp->mid[k], d->ds[k], beg[k], end[k], 0, err, errlen);
             if (!fail) {
                 lens[k] = (double)sp->mid[k].ix.num_samples;
                 total += sp->mid[k].ix.num_samples;
@@ -238,7 +229,7 @@ static int build_blended(gpt_data *d, const gpt_data_config *cfg, int s, const d
         free(lens);
         size = N < total ? N : total;
     }
-    if (fail) return -1;
+    if (fail) return fail;
     sp->size = size;
     sp->dataset_index =
         mem_alloc(MEM_OTHER, (size ? size : 1) * sizeof(int16_t), "blend dataset index");
@@ -247,21 +238,23 @@ static int build_blended(gpt_data *d, const gpt_data_config *cfg, int s, const d
     gpt_blending_indices(sp->blend_weights, n, size, sp->dataset_index,
                          sp->dataset_sample_index);
     log_blend(d, cfg, s, w != NULL);
-    return 0;
+    return GPT_DATA_OK;
 }
 
 /* Split s (train/valid/test) of cfg->num_samples[s] samples; nothing when that is 0 or the
- * split's --split weight is 0 (Megatron builds no dataset then). */
-static int build_split(gpt_data *d, const gpt_data_config *cfg, int s, const double *split_w,
-                       const double *w, char *err, size_t errlen) {
+ * split's weight is 0 (Megatron builds no dataset then). */
+static gpt_data_fault build_split(gpt_data *d, const gpt_data_config *cfg, int s,
+                                  const double *split_w, const double *w, char *err,
+                                  size_t errlen) {
     split_ds *sp = &d->split[s];
     const uint64_t N = cfg->num_samples[s];
     const int n = d->num_ds;
-    if (N == 0) return 0;
+    if (N == 0) return GPT_DATA_OK;
     /* Per-prefix ranges (each prefix is split by its own sequence count). */
     int64_t (*beg)[3] = xcalloc((size_t)n, sizeof *beg, "split ranges");
     int64_t (*end)[3] = xcalloc((size_t)n, sizeof *end, "split ranges");
-    int present[3], fail = 0;
+    int present[3];
+    gpt_data_fault fail = GPT_DATA_OK;
     for (int k = 0; k < n; k++)
         gpt_split_ranges(split_w, d->ds[k]->sequence_count, present, beg[k], end[k]);
     if (present[s]) {
@@ -269,7 +262,7 @@ static int build_split(gpt_data *d, const gpt_data_config *cfg, int s, const dou
         sp->mid = xcalloc((size_t)n, sizeof(mid_ds), "split datasets");
         if (n == 1 && !w) {
             sp->kind = GPT_SPLIT_SINGLE;
-            fail = build_mid(d, cfg, s, &sp->mid[0], d->ds[0], beg[0], end[0], N, err, errlen);
+            fail = build_mid(cfg, s, &sp->mid[0], d->ds[0], beg[0], end[0], N, err, errlen);
             if (!fail) sp->size = sp->mid[0].ix.num_samples;
         } else {
             fail = build_blended(d, cfg, s, w, beg, end, N, err, errlen);
@@ -277,44 +270,49 @@ static int build_split(gpt_data *d, const gpt_data_config *cfg, int s, const dou
     }
     free(beg);
     free(end);
-    return fail ? -1 : 0;
+    return fail;
 }
 
 /* Mock data: every split of its sample count, ids below the vocabulary. */
-static int build_mock(gpt_data *d, const gpt_data_config *cfg, char *err, size_t errlen) {
+static gpt_data_fault build_mock(gpt_data *d, const gpt_data_config *cfg, char *err,
+                                 size_t errlen) {
     if (cfg->vocab_size < 2) {
-        err_set(err, errlen, "--mock-data: expected a vocabulary of at least 2 ids, found %d",
+        err_set(err, errlen, "expected a vocabulary of at least 2 ids, found %d",
                 cfg->vocab_size);
-        return -1;
+        return GPT_DATA_FAULT_MOCK;
     }
     for (int s = 0; s < 3; s++) {
         d->split[s].kind = cfg->num_samples[s] ? GPT_SPLIT_MOCK : GPT_SPLIT_EMPTY;
         d->split[s].size = cfg->num_samples[s];
     }
-    return 0;
+    return GPT_DATA_OK;
 }
 
-/* The flags a dataset build needs before anything is opened. */
-static int check_data_flags(const gpt_data_config *cfg, double *split_w, char *err,
-                            size_t errlen) {
+/* The inputs a dataset build needs before anything is opened. */
+static gpt_data_fault check_data_inputs(const gpt_data_config *cfg, double *split_w, char *err,
+                                        size_t errlen) {
     if (cfg->num_paths < 1 || !cfg->data_paths) {
-        err_set(err, errlen, "%s: expected at least one dataset prefix (or --mock-data)",
-                data_flag(cfg));
-        return -1;
+        err_set(err, errlen, "expected at least one dataset prefix (or mock data)");
+        return GPT_DATA_FAULT_PATHS;
     }
     if (cfg->seed > 0xffffffffULL) {
         err_set(err, errlen,
-               "--seed: expected a value below 2^32 (numpy.random.RandomState seeds the data "
+               "expected a value below 2^32 (numpy.random.RandomState seeds the data "
                "indices), found %" PRIu64,
                cfg->seed);
-        return -1;
+        return GPT_DATA_FAULT_SEED;
     }
-    return gpt_split_parse(cfg->split, split_w, err, errlen);
+    return gpt_split_parse(cfg->split, split_w, err, errlen) ? GPT_DATA_FAULT_SPLIT : GPT_DATA_OK;
 }
 
-gpt_data *gpt_data_build(const gpt_data_config *cfg_in, char *err, size_t errlen) {
+gpt_data *gpt_data_build(const gpt_data_config *cfg_in, gpt_data_fault *fault, char *err,
+                         size_t errlen) {
+    gpt_data_fault dummy;
+    if (!fault) fault = &dummy;
+    *fault = GPT_DATA_OK;
     if (cfg_in->seq_length < 2) {
-        err_set(err, errlen, "--seq-length: expected at least 2, found %d", cfg_in->seq_length);
+        err_set(err, errlen, "expected at least 2, found %d", cfg_in->seq_length);
+        *fault = GPT_DATA_FAULT_SEQ_LENGTH;
         return NULL;
     }
     gpt_data *d = xcalloc(1, sizeof *d, "the datasets");
@@ -323,15 +321,18 @@ gpt_data *gpt_data_build(const gpt_data_config *cfg_in, char *err, size_t errlen
     d->vocab_size = cfg_in->vocab_size;
     d->eod = cfg_in->eod;
     if (cfg_in->mock) {
-        if (build_mock(d, cfg_in, err, errlen) == 0) return d;
+        *fault = build_mock(d, cfg_in, err, errlen);
+        if (*fault == GPT_DATA_OK) return d;
         gpt_data_free(d);
         return NULL;
     }
     gpt_data_config cfg = *cfg_in;
     if (!cfg.split) cfg.split = "969,30,1";
     double split_w[3], *w = NULL;
-    int ok = check_data_flags(&cfg, split_w, err, errlen) == 0;
+    *fault = check_data_inputs(&cfg, split_w, err, errlen);
+    int ok = *fault == GPT_DATA_OK;
     if (ok) w = blend_weights(&cfg, &ok, err, errlen);
+    if (!ok && *fault == GPT_DATA_OK) *fault = GPT_DATA_FAULT_PATHS;
     if (ok) {
         d->ds = xcalloc((size_t)cfg.num_paths, sizeof(indexed_dataset *), "datasets");
         d->num_ds = cfg.num_paths;
@@ -340,11 +341,15 @@ gpt_data *gpt_data_build(const gpt_data_config *cfg_in, char *err, size_t errlen
         char e2[768];
         d->ds[k] = indexed_dataset_open(cfg.data_paths[k], e2, sizeof e2);
         if (!d->ds[k]) {
-            err_set(err, errlen, "%s: %s", data_flag(&cfg), e2);
+            err_set(err, errlen, "%s", e2);
+            *fault = GPT_DATA_FAULT_PATHS;
             ok = 0;
         }
     }
-    for (int s = 0; ok && s < 3; s++) ok = build_split(d, &cfg, s, split_w, w, err, errlen) == 0;
+    for (int s = 0; ok && s < 3; s++) {
+        *fault = build_split(d, &cfg, s, split_w, w, err, errlen);
+        ok = *fault == GPT_DATA_OK;
+    }
     free(w);
     if (ok) return d;
     gpt_data_free(d);
@@ -367,10 +372,7 @@ static int check_ids(const gpt_data *d, const mid_ds *m, const int32_t *tokens, 
     if (d->vocab_size <= 0) return 0;
     for (uint64_t t = 0; t < n; t++)
         if (tokens[t] < 0 || tokens[t] >= d->vocab_size) {
-            err_set(err, errlen,
-                    "dataset %s holds id %" PRId32 " but the vocabulary has %d (was it "
-                    "preprocessed with another tokenizer? check --tokenizer-type, "
-                    "--vocab-size and the tokenizer files)",
+            err_set(err, errlen, "dataset %s holds id %" PRId32 " but the vocabulary has %d",
                     m->ds->prefix, tokens[t], d->vocab_size);
             return -1;
         }

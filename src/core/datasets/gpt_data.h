@@ -25,7 +25,6 @@ typedef struct {
     int mock;               /* --mock-data */
     int num_paths;          /* number of prefixes in data_paths */
     const char **data_paths; /* --data-path prefixes */
-    const char *flag;       /* the flag that named them, for messages (NULL: --data-path) */
     const double *weights;  /* one per prefix, or NULL: no weights (one prefix, or several
                                blended by their sample counts, as Megatron) */
     const char *split;      /* --split, e.g. "969,30,1" */
@@ -37,20 +36,41 @@ typedef struct {
     const char *cache_dir;  /* --data-cache-path: indices cached there (NULL or "": not) */
     FILE *log;              /* where the cache's load/build lines and each blend's weights
                                and sizes go (NULL: nowhere) */
+    /* a cached index that cannot be read back (why) is rebuilt; this says so (NULL: a
+     * "warning: index cache: WHY; rebuilding the indices" line on stderr) */
+    void (*cache_stale)(void *ctx, const char *why);
+    void *cache_stale_ctx;
 } gpt_data_config;
+
+/* Which input of gpt_data_config a failed build is about. The messages describe the problem in
+ * the data's own terms ("expected up to 3 comma-separated weights, found 'x'"); the caller
+ * knows which of its settings gave that input and names it (training: the flag). */
+typedef enum {
+    GPT_DATA_OK = 0,
+    GPT_DATA_FAULT_PATHS,      /* data_paths / weights: a dataset, its files or its weight */
+    GPT_DATA_FAULT_SPLIT,      /* split: the weights, or a split its sequences cannot fill */
+    GPT_DATA_FAULT_SAMPLES,    /* num_samples: more than a split's indices can hold */
+    GPT_DATA_FAULT_SEQ_LENGTH, /* seq_length */
+    GPT_DATA_FAULT_SEED,       /* seed */
+    GPT_DATA_FAULT_MOCK,       /* mock: the vocabulary is too small */
+    GPT_DATA_FAULT_CACHE       /* cache_dir: cannot be created or written */
+} gpt_data_fault;
 
 typedef struct gpt_data gpt_data;
 
-/* Builds the three splits. NULL on error with a message naming the file (and offset) or the
- * flag at fault in err: e.g. "data.idx: offset 0: expected magic MMIDIDX, found ...". */
-gpt_data *gpt_data_build(const gpt_data_config *cfg, char *err, size_t errlen);
+/* Builds the three splits. NULL on error with a message naming the file (and offset) or
+ * describing the input at fault in err (e.g. "data.idx: offset 0: expected magic MMIDIDX,
+ * found ..."), and which input that is in *fault (fault may be NULL). */
+gpt_data *gpt_data_build(const gpt_data_config *cfg, gpt_data_fault *fault, char *err,
+                         size_t errlen);
 void gpt_data_free(gpt_data *d);
 
 /* Number of samples available in a split (0 if the split is empty). */
 uint64_t gpt_data_num_samples(const gpt_data *d, int split);
 /* Copies sample `index` (wraps modulo the split size) of `split`: seq_length + 1 tokens.
  * 0, or -1 when the sample holds an id outside [0, vocab_size), with a message naming the
- * dataset, the id and the vocabulary size (tokens are filled either way). */
+ * dataset, the id and the vocabulary size (tokens are filled either way; the caller adds
+ * which of its settings to check). */
 int gpt_data_get(const gpt_data *d, int split, uint64_t index, int32_t *tokens, char *err,
                  size_t errlen);
 

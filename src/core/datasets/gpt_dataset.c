@@ -96,8 +96,8 @@ int gpt_indices_build(const int32_t *sizes, int64_t doc_beg, int64_t doc_end,
                       int drop_last_partial, gpt_indices *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     if (seq_length < 2) {
-        err_set(err, errlen, "--seq-length: expected at least 2, found %d", seq_length);
-        return -1;
+        err_set(err, errlen, "expected a sequence length of at least 2, found %d", seq_length);
+        return GPT_INDICES_BAD;
     }
     if (doc_end < doc_beg || doc_end - doc_beg > INT32_MAX || doc_end > INT32_MAX) {
         err_set(err, errlen, "documents [%" PRId64 ", %" PRId64 "): expected at most 2^31 - 1",
@@ -121,10 +121,9 @@ int gpt_indices_build(const int32_t *sizes, int64_t doc_beg, int64_t doc_end,
     if (num_samples_requested > 0) {
         if (num_samples_requested > (uint64_t)(INT64_MAX - ADD_EXTRA_TOKEN) / (uint64_t)seq_length) {
             err_set(err, errlen,
-                    "%" PRIu64 " samples of --seq-length %d: more tokens than 2^63 (lower "
-                    "--train-iters or --global-batch-size)",
+                    "%" PRIu64 " samples of %d tokens: more tokens than 2^63",
                     num_samples_requested, seq_length);
-            return -1;
+            return GPT_INDICES_TOO_MANY;
         }
         uint64_t requested = num_samples_requested * (uint64_t)seq_length + ADD_EXTRA_TOKEN;
         uint64_t tpe = (uint64_t)num_tokens_per_epoch;
@@ -135,10 +134,10 @@ int gpt_indices_build(const int32_t *sizes, int64_t doc_beg, int64_t doc_end,
         /* build_sample_idx indexes the document index with int32 in Megatron too */
         err_set(err, errlen,
                "%" PRIu64 " epochs of %" PRId64 " documents (for %" PRIu64 " samples of %d "
-               "tokens): the document index would exceed 2^31 - 1 entries (lower "
-               "--train-iters or --global-batch-size, or use more data)",
+               "tokens): the document index would exceed 2^31 - 1 entries (a larger dataset needs "
+               "fewer epochs)",
                epochs, docs, num_samples_requested, seq_length);
-        return -1;
+        return GPT_INDICES_TOO_MANY;
     }
     int num_epochs = (int)epochs;
 
@@ -257,7 +256,7 @@ int gpt_split_parse(const char *split, double weights[3], char *err, size_t errl
     const char *p = split ? split : "";
     while (*p && isspace((unsigned char)*p)) p++;
     if (!*p) {
-        err_set(err, errlen, "--split: expected up to 3 comma-separated weights, found '%s'",
+        err_set(err, errlen, "expected up to 3 comma-separated weights, found '%s'",
                split ? split : "");
         return -1;
     }
@@ -267,7 +266,7 @@ int gpt_split_parse(const char *split, double weights[3], char *err, size_t errl
         double v = strtod(p, &e);
         if (e == p || n >= 3 || !isfinite(v) || v < 0) {
             err_set(err, errlen,
-                   "--split: expected up to 3 comma-separated non-negative weights, found '%s'",
+                   "expected up to 3 comma-separated non-negative weights, found '%s'",
                    split);
             return -1;
         }
@@ -276,14 +275,14 @@ int gpt_split_parse(const char *split, double weights[3], char *err, size_t errl
         while (isspace((unsigned char)*p)) p++;
         if (*p == 0) break;
         if (*p != ',' && *p != '/') {
-            err_set(err, errlen, "--split: expected up to 3 comma-separated weights, found '%s'",
+            err_set(err, errlen, "expected up to 3 comma-separated weights, found '%s'",
                    split);
             return -1;
         }
         p++;
     }
     if (w[0] + w[1] + w[2] <= 0) {
-        err_set(err, errlen, "--split: expected weights with a positive sum, found '%s'", split);
+        err_set(err, errlen, "expected weights with a positive sum, found '%s'", split);
         return -1;
     }
     gpt_normalize(w, 3, weights);

@@ -34,8 +34,11 @@ typedef struct {
  * sequence lengths are `sizes`. num_samples_requested: Megatron's num_samples (0 means None:
  * one epoch). seed: RandomState seed (Megatron's --seed; NumPy needs it < 2^32).
  * drop_last_partial: Megatron's drop_last_partial_sequence (True except, optionally, valid).
- * Returns 0, or -1 with a message (e.g. a split with no tokens, which Megatron would loop on
+ * Returns GPT_INDICES_OK, or a failure with a message: GPT_INDICES_TOO_MANY when the samples
+ * asked for are more than the indices can hold (the caller says which of its settings asks for
+ * them), GPT_INDICES_BAD otherwise (e.g. a split with no tokens, which Megatron would loop on
  * forever). */
+enum { GPT_INDICES_OK = 0, GPT_INDICES_BAD = -1, GPT_INDICES_TOO_MANY = -2 };
 int gpt_indices_build(const int32_t *sizes, int64_t doc_beg, int64_t doc_end,
                       uint64_t num_samples_requested, int seq_length, uint32_t seed,
                       int drop_last_partial, gpt_indices *out, char *err, size_t errlen);
@@ -53,8 +56,9 @@ uint64_t gpt_indices_sample(const gpt_indices *ix, const int32_t *sizes, int seq
 /* Megatron's normalize(): w / numpy.sum(w) with NumPy's pairwise summation. */
 void gpt_normalize(const double *w, int n, double *out);
 
-/* --split "969,30,1": up to 3 non-negative weights separated by ',' or '/', missing ones are
- * 0, normalized (parse_and_normalize_split). Error names --split. */
+/* Split weights "969,30,1" (Megatron's --split): up to 3 non-negative weights separated by ','
+ * or '/', missing ones are 0, normalized (parse_and_normalize_split). The error describes the
+ * weights ("expected up to 3 comma-separated weights, found ..."); the caller names its flag. */
 int gpt_split_parse(const char *split, double weights[3], char *err, size_t errlen);
 
 /* Megatron's split matrix and bookends: split s covers sequences

@@ -31,11 +31,11 @@ static void describe(const index_cache_key *k, char *buf, size_t n) {
              k->num_samples, k->seed, k->seq_length);
 }
 
-/* mkdir -p (io.h), its error naming the flag */
+/* mkdir -p (io.h), its error naming the directory */
 static int make_dirs(const char *dir, char *err, size_t errlen) {
     char why[1024];
     if (io_mkdir_p(dir, 0, why, sizeof why) == 0) return 0;
-    err_set(err, errlen, "--data-cache-path %s: %s", dir, why);
+    err_set(err, errlen, "%s: %s", dir, why);
     return -1;
 }
 
@@ -67,7 +67,7 @@ static int npy_write(const char *path, const char *descr, const uint64_t *shape,
              fwrite(h, 1, hl, f) == hl && (bytes == 0 || fwrite(data, 1, bytes, f) == bytes);
     if (f && fclose(f) != 0) ok = 0;
     if (!ok || rename(tmp, path) != 0) {
-        err_set(err, errlen, "--data-cache-path: cannot write %s: %s", path, strerror(errno));
+        err_set(err, errlen, "cannot write %s: %s", path, strerror(errno));
         unlink(tmp);
         return -1;
     }
@@ -233,8 +233,7 @@ static int cache_save(const cache_names *c, const gpt_indices *ix, char *err, si
                           ix->separate_final_epoch, ix->num_tokens_per_epoch) > 0;
     if (f && fclose(f) != 0) ok = 0;
     if (!ok || rename(tmp, c->path[3]) != 0) {
-        err_set(err, errlen, "--data-cache-path: cannot write %s: %s", c->path[3],
-                strerror(errno));
+        err_set(err, errlen, "cannot write %s: %s", c->path[3], strerror(errno));
         unlink(tmp);
         return -1;
     }
@@ -259,10 +258,14 @@ int index_cache_indices(const index_cache_key *k, const int32_t *sizes, gpt_indi
         free(c);
         return INDEX_CACHE_OK;
     }
-    if (rc < 0) /* every rank says it: each reads the files */
-        fprintf(stderr, "warning: --data-cache-path: %s; rebuilding the indices\n", why);
-    rc = gpt_indices_build(sizes, k->doc_beg, k->doc_end, k->num_samples, k->seq_length, k->seed,
-                           1, out, err, errlen) == 0 ? INDEX_CACHE_OK : INDEX_CACHE_BUILD_FAILED;
+    if (rc < 0) { /* every rank says it: each reads the files */
+        if (k->stale)
+            k->stale(k->stale_ctx, why);
+        else
+            fprintf(stderr, "warning: index cache: %s; rebuilding the indices\n", why);
+    }
+    rc = index_cache_status_of(gpt_indices_build(sizes, k->doc_beg, k->doc_end, k->num_samples,
+                                                 k->seq_length, k->seed, 1, out, err, errlen));
     if (rc == INDEX_CACHE_OK && cache_save(c, out, err, errlen) != 0) {
         gpt_indices_free(out);
         rc = INDEX_CACHE_DIR_FAILED;

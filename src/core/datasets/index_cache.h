@@ -1,4 +1,4 @@
-/* --data-cache-path: Megatron's dataset index cache (megatron/core/datasets/gpt_dataset.py,
+/* Megatron's dataset index cache (its --data-cache-path) (megatron/core/datasets/gpt_dataset.py,
  * _build_document_sample_shuffle_indices with path_to_cache). A GPTDataset's document, sample
  * and shuffle indices are written to DIR as NumPy .npy files named by a hash of the dataset's
  * configuration,
@@ -26,7 +26,7 @@
 #include "core/datasets/gpt_dataset.h"
 
 typedef struct {
-    const char *dir;    /* --data-cache-path */
+    const char *dir;    /* the cache directory */
     const char *prefix; /* the indexed dataset */
     const char *split;  /* "train", "valid", "test" */
     uint64_t sequence_count, token_count;
@@ -35,6 +35,10 @@ typedef struct {
     int seq_length;
     uint32_t seed;
     FILE *log; /* where the load/build lines go (NULL: nowhere) */
+    /* told why a cached index cannot be read back, before it is rebuilt (NULL: a warning line
+     * on stderr); the caller words it, naming its setting */
+    void (*stale)(void *ctx, const char *why);
+    void *stale_ctx;
 } index_cache_key;
 
 /* What index_cache_indices returns: the caller words a failure by whose it is (the split's
@@ -43,11 +47,19 @@ typedef enum {
     INDEX_CACHE_OK = 0,
     INDEX_CACHE_BUILD_FAILED = -1, /* the indices could not be built (or out of memory) */
     INDEX_CACHE_DIR_FAILED = -2,   /* the cache directory cannot be created or written */
+    INDEX_CACHE_TOO_MANY = -3,     /* more samples asked for than the indices can hold */
 } index_cache_status;
+
+/* The status of a gpt_indices_build result (GPT_INDICES_*). */
+static inline int index_cache_status_of(int gpt_indices_rc) {
+    return gpt_indices_rc == GPT_INDICES_OK         ? INDEX_CACHE_OK
+           : gpt_indices_rc == GPT_INDICES_TOO_MANY ? INDEX_CACHE_TOO_MANY
+                                                    : INDEX_CACHE_BUILD_FAILED;
+}
 
 /* The indices of `key` from the cache, else built with gpt_indices_build(sizes, ...) and
  * written to the cache. INDEX_CACHE_OK, or a failure with a message (a cache directory's names
- * it). */
+ * the directory or the file). */
 int index_cache_indices(const index_cache_key *key, const int32_t *sizes, gpt_indices *out,
                         char *err, size_t errlen);
 

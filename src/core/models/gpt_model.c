@@ -26,7 +26,7 @@
 #include "core/util/alloc.h"
 #include "core/util/die.h"
 
-/* --detect-anomaly: the first non-finite (nan_only: NaN) element of x[0 .. n), or n. */
+/* The anomaly check: the first non-finite (nan_only: NaN) element of x[0 .. n), or n. */
 static size_t first_nonfinite(const float *x, size_t n, int nan_only) {
     for (size_t i = 0; i < n; i++)
         if (nan_only ? isnan(x[i]) : !isfinite(x[i])) return i;
@@ -43,13 +43,13 @@ static void check_anomaly(const gpt_model *m, size_t begin, size_t end, const ch
         if (t->offset < begin || t->offset >= end) continue;
         size_t k = first_nonfinite(ps->grad + t->offset, t->numel, m->anomaly_nan_only);
         if (k < t->numel)
-            die(1, "--detect-anomaly: %s: the gradient of %s has a non-finite value (%g at "
+            die(1, "%s: the gradient of %s has a non-finite value (%g at "
                    "element %zu)", m->anomaly_where, t->name, ps->grad[t->offset + k], k);
     }
     if (!dres_of || !m->anomaly_dres) return;
     size_t k = first_nonfinite(m->anomaly_dres, m->anomaly_dres_len, m->anomaly_nan_only);
     if (k < m->anomaly_dres_len)
-        die(1, "--detect-anomaly: %s: the gradient w.r.t. %s has a non-finite value (%g at "
+        die(1, "%s: the gradient w.r.t. %s has a non-finite value (%g at "
                "element %zu)", m->anomaly_where, dres_of, m->anomaly_dres[k], k);
 }
 

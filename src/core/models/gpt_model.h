@@ -89,12 +89,13 @@ typedef struct gpt_model {
     void *params_done_user;
     /* --debug --detect-anomaly (torch.autograd.detect_anomaly's CPU meaning): backward checks
      * each range's gradients and the residual-stream gradient it hands on for NaN/Inf and
-     * dies naming the first tensor where one appears and anomaly_where (set by the caller:
-     * which iteration and micro-batch) */
+     * dies naming the first tensor where one appears after anomaly_where (set by the caller:
+     * what it checks for and which iteration and micro-batch, e.g. training's
+     * "--detect-anomaly: iteration 3, micro-batch 0 of data-parallel rank 0") */
     int detect_anomaly;
     int anomaly_nan_only; /* with loss scaling: an Inf is an overflow, the scaler's business
                              (torch's anomaly mode checks for NaN only) */
-    char anomaly_where[96];
+    char anomaly_where[128];
     const float *anomaly_dres; /* during backward: the store's residual-stream gradient */
     size_t anomaly_dres_len;
 } gpt_model;

@@ -51,6 +51,7 @@ static void add(builder *b, gpt_param_place pl, tensor_desc d) {
     p->init_std = d.init_std;
     p->init_value = d.init_value;
     p->init_stream = (uint64_t)b->n;
+    p->word_embedding = pl.part == GPT_PARAM_WORD_EMBEDDING;
     b->place[b->n++] = pl;
 }
 

@@ -32,6 +32,10 @@ typedef struct {
     int pp_shared_copy;    /* the last stage's copy of the tied word embedding: kept equal to the
                               first stage's by an all-reduce of gradients, saved once, counted
                               once in the gradient norm */
+    int word_embedding;    /* the word embedding, or a later pipeline stage's copy of it (the
+                              same tensor: the copy keeps this mark): the one tensor the
+                              distributed optimizer gives a bucket of its own with PP (ddp.c);
+                              found by this mark, never by its name */
     uint64_t init_stream;  /* random stream of the init: the tensor's index in the whole model,
                               so every layout initialises it with the same values */
 } param_tensor;
