@@ -26,7 +26,7 @@
 #include <cjson/cJSON.h>
 
 #include "core/util/alloc.h"
-#include "core/models/gpt_spec.h"
+#include "core/models/gpt_param_table.h"
 #include "core/tensor/memory.h"
 #include "core/tensor/safetensors.h"
 #include "core/util/io.h"
@@ -76,11 +76,11 @@ static const char *misfit(const transformer_config *c, const megadlm_args *a, hf
     return NULL;
 }
 
-/* The whole model's tensors (core/models/gpt_spec.h) over buffers of their own: the
+/* The whole model's tensors (core/models/gpt_param_table.h) over buffers of their own: the
  * parameters, and with_moments AdamW's two moments (zero); no model, no activations. */
-static void whole_params_alloc(const transformer_config *c, int with_moments, gpt_spec *spec,
+static void whole_params_alloc(const transformer_config *c, int with_moments, gpt_param_table *spec,
                                param_set *ps) {
-    gpt_spec_whole(c, spec);
+    gpt_param_table_whole(c, spec);
     *ps = spec->params;
     ps->data = mem_alloc_floats(MEM_PARAMS, ps->numel, "parameters");
     if (with_moments) {
@@ -89,11 +89,11 @@ static void whole_params_alloc(const transformer_config *c, int with_moments, gp
     }
 }
 
-static void whole_params_free(gpt_spec *spec, param_set *ps) {
+static void whole_params_free(gpt_param_table *spec, param_set *ps) {
     mem_free(ps->data);
     mem_free(ps->exp_avg);
     mem_free(ps->exp_avg_sq);
-    gpt_spec_free(spec);
+    gpt_param_table_free(spec);
 }
 
 /* The name map of family f (hf_names.h): Qwen3 is Llama's with q_norm / k_norm. */
@@ -217,7 +217,7 @@ static int to_hf(const char *dir, const char *out, const difflm_export_opts *eo)
                 eo->code_dir ? "--hf-code-dir" : "--num-output-shards");
         return 1;
     }
-    gpt_spec spec;
+    gpt_param_table spec;
     param_set ps;
     whole_params_alloc(&c, 0, &spec, &ps);
     if (ckpt_load_tensors(dir, it, &ps, 0, err, sizeof err) != 0) {
@@ -523,7 +523,7 @@ static int from_hf_shards(const char *in, cJSON *j, hf_family f, const hf_shards
         args_free(&a);
         return 1;
     }
-    gpt_spec spec;
+    gpt_param_table spec;
     param_set ps;
     whole_params_alloc(&c, 1, &spec, &ps); /* the moments stay zero */
     rc = hf_names_import(name_map(f), &c, &ps, sh);

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/models/gpt_spec.h"
+#include "core/models/gpt_param_table.h"
 #include "tools/hf_io.h"
 #include "training/arguments.h"
 #include "training/checkpoint_precision.h"

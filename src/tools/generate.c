@@ -34,6 +34,7 @@ typedef struct {
     /* masked-diffusion models (LLaDA's sampler, tools/diffusion_sampling.h) */
     int gen_length, steps, block_length;
     const char *remasking;
+    int low_confidence; /* --remasking low_confidence (set where the flag is parsed) */
     int full_logits; /* --difflm-full-logits */
     /* a flag of one family that was given (for the message when the checkpoint is of the
      * other family), NULL when none was */
@@ -143,7 +144,7 @@ static int check_values(const generate_args *g) {
     } else if (g->top_p < 0.0f || g->top_p > 1.0f) {
         bad = "--top-p";
         snprintf(why, sizeof why, "%g: expected a number from 0 to 1 (0: off)", (double)g->top_p);
-    } else if (strcmp(g->remasking, "low_confidence") != 0 && strcmp(g->remasking, "random") != 0) {
+    } else if (!g->low_confidence && strcmp(g->remasking, "random") != 0) {
         bad = "--remasking";
         snprintf(why, sizeof why, "'%.60s': expected low_confidence or random", g->remasking);
     } else if (g->top_k > 0 && g->top_p > 0.0f) {
@@ -168,7 +169,8 @@ static int parse(generate_args *g, int argc, char **argv) {
         {"difflm-full-logits", no_argument, 0, 'F'},
         {0, 0, 0, 0}};
     *g = (generate_args){.prompt = "", .max_new_tokens = 64, .temperature = 1.0f, .seed = 1234,
-                         .gen_length = 128, .steps = 128, .remasking = "low_confidence"};
+                         .gen_length = 128, .steps = 128, .remasking = "low_confidence",
+                         .low_confidence = 1};
     opterr = 0;
     optind = 1;
     int c;
@@ -179,7 +181,10 @@ static int parse(generate_args *g, int argc, char **argv) {
         case 'l': g->load = optarg; break;
         case 'p': g->prompt = optarg; break;
         case 'h': print_help(stdout); return 1;
-        case 'r': g->remasking = optarg; g->given_dlm = "--remasking"; break;
+        case 'r':
+            g->remasking = optarg, g->low_confidence = !strcmp(optarg, "low_confidence");
+            g->given_dlm = "--remasking";
+            break;
         case 'F': g->full_logits = 1; g->given_dlm = "--difflm-full-logits"; break;
         case 'n': case 't': case 'k': case 'P': case 's': case 'g': case 'S': case 'b':
             if (set_number(g, c, optarg) != 0) return -1;
@@ -267,7 +272,7 @@ static int generate_diffusion(gpt_model *m, activation_store *st, tokenizer *tok
     int vocab = tokenizer_vocab_size(tok);
     diffusion_sampling ds = {.gen_length = g->gen_length, .steps = g->steps,
                              .block_length = g->block_length,
-                             .low_confidence = !strcmp(g->remasking, "low_confidence"),
+                             .low_confidence = g->low_confidence,
                              .temperature = g->temperature, .top_p = g->top_p,
                              .seed = g->seed,
                              .mask_token = a->mask_token,

@@ -7,7 +7,7 @@
 #ifndef MEGADLM_TOOLS_HF_NAMES_H
 #define MEGADLM_TOOLS_HF_NAMES_H
 
-#include "core/models/gpt_spec.h"
+#include "core/models/gpt_param_table.h"
 #include "tools/hf_io.h"
 
 /* How an HF tensor is made of a megadlm parameter (and back). */

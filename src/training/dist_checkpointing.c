@@ -13,7 +13,7 @@
 
 #include <zlib.h>
 
-#include "core/models/gpt_spec.h"
+#include "core/models/gpt_param_table.h"
 #include "core/parallel_state.h"
 #include "core/tensor/memory.h"
 #include "core/tensor_parallel/layers.h"
@@ -99,14 +99,14 @@ static int layout_make(layout *L, const char *dir, int iteration, const transfor
                        size_t errlen) {
     memset(L, 0, sizeof *L);
     L->prec = dist_ckpt_precision(cfg);
-    gpt_spec spec;
-    gpt_spec_whole(cfg, &spec);
+    gpt_param_table spec;
+    gpt_param_table_whole(cfg, &spec);
     param_set w = spec.params;
     L->whole = w;
     L->whole.tensors = mem_alloc(MEM_OTHER, ((size_t)w.count + 1) * sizeof(param_tensor),
                                  "checkpoint layout (tensor list)");
     memcpy(L->whole.tensors, w.tensors, (size_t)w.count * sizeof(param_tensor));
-    gpt_spec_free(&spec);
+    gpt_param_table_free(&spec);
     int n = L->whole.count;
     L->local_of = mem_alloc(MEM_OTHER, ((size_t)n + 1) * sizeof(int), "checkpoint layout (map)");
     for (int k = 0; k < n; k++) L->local_of[k] = -1;

@@ -3,7 +3,7 @@
  * (unsharded), in the whole model's order, so a checkpoint saved with one layout loads into any
  * other. No rank holds more than its own slices.
  *
- * Saving: every rank lays the files out from the model config alone (gpt_spec_whole:
+ * Saving: every rank lays the files out from the model config alone (gpt_param_table_whole:
  * names, whole shapes, offsets; the header's length does not depend on the crc32 values).
  * World rank 0 creates DIR/iter_NNNNNNN.tmp-<pid>/ and the files at their final size; after a
  * barrier every rank that owns data pwrite()s its slices at their offsets, straight from its

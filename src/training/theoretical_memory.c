@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "core/models/gpt_model.h"
-#include "core/models/gpt_spec.h"
+#include "core/models/gpt_param_table.h"
 #include "core/models/head_saved.h"
 #include "core/transformer/activation_memory.h"
 #include "core/transformer/transformer_block.h"
@@ -178,12 +178,12 @@ void theoretical_memory_compute(const megadlm_args *a, theoretical_memory *out) 
      * parameters and moments); the distributed optimizer divides the 12 by DP, FSDP's
      * optim_grads the gradients' 4 too, optim_grads_params all 18 */
     double dp = a->data_parallel_size;
-    const char *fsdp = a->use_custom_fsdp || a->use_torch_fsdp2
-                           ? a->data_parallel_sharding_strategy : "";
-    out->bytes_per_parameter = !strcmp(fsdp, "optim_grads_params") ? 18.0 / dp
-                               : !strcmp(fsdp, "optim_grads")      ? 2.0 + 16.0 / dp
-                               : a->use_distributed_optimizer      ? 6.0 + 12.0 / dp
-                                                                   : 18.0;
+    int fsdp = a->use_custom_fsdp || a->use_torch_fsdp2
+                   ? (int)ARGS_CHOICE(a, data_parallel_sharding_strategy) : -1;
+    out->bytes_per_parameter = fsdp == ARGS_SHARDING_OPTIM_GRADS_PARAMS ? 18.0 / dp
+                               : fsdp == ARGS_SHARDING_OPTIM_GRADS      ? 2.0 + 16.0 / dp
+                               : a->use_distributed_optimizer           ? 6.0 + 12.0 / dp
+                                                                        : 18.0;
     out->weight_and_optimizer_bytes = out->parameters_most_loaded_shard * out->bytes_per_parameter;
 
     /* per layer: Table 2 at the paper's convention, and megadlm's fp32 tensors */
@@ -246,7 +246,7 @@ void theoretical_memory_compute(const megadlm_args *a, theoretical_memory *out) 
 /* ---- megadlm's exact bytes ---- */
 
 /* Parameters on one tensor-parallel rank of pipeline stage pp_rank of a layout with pp
- * stages: what the model holds there, counted from its own description (core/models/gpt_spec.h:
+ * stages: what the model holds there, counted from its own description (core/models/gpt_param_table.h:
  * every tensor gpt_model registers: biases, norms, q/k norms, learned positions, untied output
  * layer or the last stage's copy of a tied embedding). The paper's formulas above are the
  * independent check. */
@@ -256,7 +256,7 @@ static size_t megadlm_stage_count(const megadlm_args *a, int pp, int pp_rank) {
     c.pp_size = pp;
     c.pp_rank = pp_rank;
     if (pp <= 1) c.vp_size = 0;
-    return gpt_spec_rank_numel(&c);
+    return gpt_param_table_rank_numel(&c);
 }
 
 size_t theoretical_megadlm_parameter_count(const megadlm_args *a) {

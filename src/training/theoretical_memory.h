@@ -85,7 +85,7 @@ typedef struct {
 } theoretical_megadlm_bytes;
 
 /* Parameters megadlm's GPTModel holds on one tensor-parallel rank of the whole model (every
- * tensor of core/models/gpt_spec.h: biases, norms, q/k norms, learned positions, untied output
+ * tensor of core/models/gpt_param_table.h: biases, norms, q/k norms, learned positions, untied output
  * layer; the whole model at TP 1). */
 size_t theoretical_megadlm_parameter_count(const megadlm_args *a);
 /* Rows of an activation store's logits buffer: N = b x s, or in masked-diffusion training on

@@ -20,7 +20,7 @@ static double now_seconds(void) {
 
 /* Megatron's _does_param_require_new_bucket: with the distributed optimizer, the word embedding
  * shared by the first and last pipeline stage gets a bucket of its own. The tensor is known by
- * its mark in the parameter table (gpt_spec sets it on the embedding and on the last stage's
+ * its mark in the parameter table (gpt_param_table sets it on the embedding and on the last stage's
  * copy), not by its name. */
 static int own_bucket(const ddp *d, const param_tensor *t) {
     return d->cfg.use_distributed_optimizer && d->pp_size > 1 && t->word_embedding;

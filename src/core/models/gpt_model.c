@@ -1,4 +1,4 @@
-/* The GPT model: its parameters from gpt_spec, forward and backward over an activation store
+/* The GPT model: its parameters from gpt_param_table, forward and backward over an activation store
  * (gpt_model.h). */
 #include "core/models/gpt_model.h"
 
@@ -14,7 +14,7 @@
 #include "core/kernels/dropout.h"
 #include "core/kernels/norm.h"
 #include "core/kernels/rope.h"
-#include "core/models/gpt_spec.h"
+#include "core/models/gpt_param_table.h"
 #include "core/parallel_state.h"
 #include "core/random/philox.h"
 #include "core/tensor/memory.h"
@@ -161,7 +161,7 @@ static void place_tensor(gpt_model *m, int i, int l, int bw) {
 
 /* Every tensor placed (place_tensor), and the tied output layer pointed at the embedding. */
 static void place_all(gpt_model *m, int bw) {
-    const gpt_spec *sp = &m->spec;
+    const gpt_param_table *sp = &m->spec;
     const param_set *ps = &m->params;
     for (int l = 0; l < sp->num_layers; l++)
         for (int i = sp->layer_first[l]; i < sp->layer_first[l + 1]; i++) place_tensor(m, i, l, bw);
@@ -176,7 +176,7 @@ static void place_all(gpt_model *m, int bw) {
 
 /* The fp32 pointers (grad: the gradients') of the tensors in [lo, hi) set into base. */
 static void set_range(gpt_model *m, size_t lo, size_t hi, float *base, int grad) {
-    const gpt_spec *sp = &m->spec;
+    const gpt_param_table *sp = &m->spec;
     const param_set *ps = &m->params;
     for (int i = 0; i < ps->count; i++) {
         const param_tensor *t = &ps->tensors[i];
@@ -203,7 +203,7 @@ static void set_range(gpt_model *m, size_t lo, size_t hi, float *base, int grad)
  * values), every other tensor's widened fp32 values refreshed from it (kept when base is
  * NULL: they are the model's own copy, not the unit's). */
 static void set_half_range(gpt_model *m, size_t lo, size_t hi, const uint16_t *base) {
-    const gpt_spec *sp = &m->spec;
+    const gpt_param_table *sp = &m->spec;
     const param_set *ps = &m->params;
     for (int i = 0; i < ps->count; i++) {
         const param_tensor *t = &ps->tensors[i];
@@ -243,14 +243,14 @@ void gpt_model_set_grad(void *model, float *grad) {
     place_all(m, m->kind != GPT_MODEL_FORWARD_ONLY);
 }
 
-/* The rank's parameters as gpt_spec_rank describes them, over flat buffers (gradients and
+/* The rank's parameters as gpt_param_table_rank describes them, over flat buffers (gradients and
  * AdamW's moments as the model's kind asks); every weight pointer of the model and of its
  * layers points into them through its tensor's place. */
 static void build_params(gpt_model *m) {
     const transformer_config *c = &m->cfg;
     int bw = m->kind != GPT_MODEL_FORWARD_ONLY;
-    gpt_spec *sp = &m->spec;
-    gpt_spec_rank(c, sp);
+    gpt_param_table *sp = &m->spec;
+    gpt_param_table_rank(c, sp);
     param_set *ps = &m->params;
     *ps = sp->params; /* the spec's table; the buffers are the model's */
     if (tc_half(c)) { /* the model's 16-bit parameters; the fp32 main ones are the optimizer's */
@@ -328,7 +328,7 @@ void gpt_model_free(gpt_model *m) {
     if (ps->data_bf16) linear_half_setup(HALF_NONE, 0, 0);
     mem_free_all(ps->data_bf16, m->widened, ps->data, ps->main, ps->grad, ps->exp_avg,
                  ps->exp_avg_sq);
-    gpt_spec_free(&m->spec); /* the tensor table */
+    gpt_param_table_free(&m->spec); /* the tensor table */
     mem_free_all(m->dlosses, m->dres, m->demb, m->rope_cos, m->rope_sin, m->emb_partial,
                  m->ce_sumexp, m->cp_batch);
     free_all(m->widened_at, m->widen_pending, m);

@@ -2,7 +2,7 @@
  * output layer (tied to the word embedding unless untied) -> cross-entropy with a loss mask.
  *
  * The model holds what every micro-batch shares: the parameters (one param_set of flat
- * buffers laid out from core/models/gpt_spec.h, Megatron-core names, docs/CHECKPOINT.md), their
+ * buffers laid out from core/models/gpt_param_table.h, Megatron-core names, docs/CHECKPOINT.md), their
  * gradients and AdamW's moments, and the workspaces, allocated once in gpt_model_create for up to
  * max_batch x seq_length tokens. What one micro-batch keeps between forward and backward is an
  * activation store's (activation_store.h), also allocated once; so a training step never
@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #include "core/models/activation_store.h"
-#include "core/models/gpt_spec.h"
+#include "core/models/gpt_param_table.h"
 #include "core/tensor/tensor.h"
 #include "core/transformer/transformer_block.h"
 #include "core/transformer/transformer_config.h"
@@ -64,10 +64,10 @@ typedef struct gpt_model {
     int logits_in_chunks;
 
     /* The rank's parameters (names, shapes, where each part's parameters sit in the flat
-     * buffers: spec.layer_begin; gpt_spec.h); params.tensors is spec's table. With
+     * buffers: spec.layer_begin; gpt_param_table.h); params.tensors is spec's table. With
      * interleaving the rank's layers are its model chunks' in chunk order (local layer l is
      * chunk l / layers per chunk), so each chunk's parameters are one range. */
-    gpt_spec spec;
+    gpt_param_table spec;
     int num_chunks;      /* model chunks of this rank (1 without interleaving) */
     /* Called during backward whenever a range of the gradient buffer has received this
      * micro-batch's last contribution (head, each layer, then the embedding, which also holds
@@ -100,7 +100,7 @@ typedef struct gpt_model {
     size_t anomaly_dres_len;
 } gpt_model;
 
-/* Lays the parameters out (gpt_spec_rank), allocates them and what `kind` asks for, and the
+/* Lays the parameters out (gpt_param_table_rank), allocates them and what `kind` asks for, and the
  * workspaces for max_batch x cfg->seq_length tokens. Parameters are left zero: call
  * gpt_model_init_params or load a checkpoint. Forward and backward need an activation store
  * (activation_store_create). */

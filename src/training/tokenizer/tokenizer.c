@@ -47,13 +47,19 @@ tokenizer *tokenizer_create(const char *type, int vocab_size, char *err, size_t 
     return tokenizer_create_opts(&o, err, errlen);
 }
 
+/* The kind a --tokenizer-type name means (KIND_NAMES, the one list of names), or -1. */
+static int kind_of(const char *type) {
+    for (int k = 0; type && k < (int)(sizeof KIND_NAMES / sizeof *KIND_NAMES); k++)
+        if (strcmp(type, KIND_NAMES[k]) == 0) return k;
+    return -1;
+}
+
 tokenizer *tokenizer_create_opts(const tokenizer_options *o, char *err, size_t errlen) {
-    int kind;
     const char *type = o->type;
     int vocab_size = o->vocab_size;
-    if (type && (strcmp(type, "GPT2BPETokenizer") == 0 ||
-                 strcmp(type, "HuggingFaceTokenizer") == 0)) {
-        int is_gpt2 = type[0] == 'G';
+    int kind = kind_of(type);
+    if (kind == TOK_GPT2 || kind == TOK_HF) {
+        int is_gpt2 = kind == TOK_GPT2;
         hf_special_ids sp = {-1, -1, -1, -1, -1, 0};
         char e2[1024];
         bpe_model *m = is_gpt2
@@ -80,10 +86,7 @@ tokenizer *tokenizer_create_opts(const tokenizer_options *o, char *err, size_t e
         t->vocab_size = bpe_vocab_size(m);
         return t;
     }
-    if (type && strcmp(type, "ByteLevel") == 0) {
-        kind = TOK_BYTELEVEL;
-    } else if (type && strcmp(type, "NullTokenizer") == 0) {
-        kind = TOK_NULL;
+    if (kind == TOK_NULL) {
         if (vocab_size <= 0) {
             err_set(err, errlen,
                    "--vocab-size: NullTokenizer needs a vocabulary size V > 0 (ids 0..V-1, "
@@ -91,7 +94,7 @@ tokenizer *tokenizer_create_opts(const tokenizer_options *o, char *err, size_t e
                    vocab_size);
             return NULL;
         }
-    } else {
+    } else if (kind != TOK_BYTELEVEL) {
         err_set(err, errlen,
                "--tokenizer-type: expected ByteLevel, NullTokenizer, GPT2BPETokenizer or "
                "HuggingFaceTokenizer, found '%s'",

@@ -2,18 +2,18 @@
  * name, whole and local shape, tensor-parallel partition, init (normal(std) or a constant) and
  * init stream, and where it belongs (embedding, layer l and which of its weights, final norm,
  * output layer). Whatever needs the parameters' shape reads it here: gpt_model_create lays its
- * flat buffers out from gpt_spec_rank and points its weights through `place`; the checkpoint
+ * flat buffers out from gpt_param_table_rank and points its weights through `place`; the checkpoint
  * layout (training/dist_checkpointing.c), the Hugging Face converter (tools/convert.c) and
- * megadlm's exact parameter count (training/theoretical_memory.c) use gpt_spec_whole /
- * gpt_spec_rank_numel.
+ * megadlm's exact parameter count (training/theoretical_memory.c) use gpt_param_table_whole /
+ * gpt_param_table_rank_numel.
  *
  * Init streams: the whole model's tensors, in its order (word and position embedding, layer
  * 0 .. L-1 each in layer_weights' order, final norm, untied output layer), have init_stream
- * 0, 1, 2, ...; a rank's spec is a selection of those tensors with their streams (the last
+ * 0, 1, 2, ...; a rank's table is a selection of those tensors with their streams (the last
  * pipeline stage's copy of a tied word embedding has the embedding's), so every layout starts
  * from the same weights and no tensor count is written anywhere by hand. */
-#ifndef MEGADLM_CORE_MODELS_GPT_SPEC_H
-#define MEGADLM_CORE_MODELS_GPT_SPEC_H
+#ifndef MEGADLM_CORE_MODELS_GPT_PARAM_TABLE_H
+#define MEGADLM_CORE_MODELS_GPT_PARAM_TABLE_H
 
 #include <stddef.h>
 
@@ -42,7 +42,7 @@ typedef struct {
     gpt_param_part part;
     int layer;          /* GPT_PARAM_LAYER: global layer index; else -1 */
     size_t field;       /* GPT_PARAM_LAYER: offsetof(layer_weights, the tensor's pointer) */
-    int split;          /* TP_SPLIT_*: the partition under TP, whatever this spec's TP size */
+    int split;          /* TP_SPLIT_*: the partition under TP, whatever this table's TP size */
     gpt_grad_kind grad; /* partial gradients (summed across TP after backward) */
     /* A GEMM weight (linear_qkv, linear_proj, linear_fc1, linear_fc2, the word embedding and the
      * output layer): under --bf16 / --fp16 the model reads it from the 16-bit copy (a layer's
@@ -57,7 +57,7 @@ typedef struct {
      * flags); no buffers: data, grad, exp_avg, exp_avg_sq are NULL */
     param_set params;
     gpt_param_place *place; /* [params.count] */
-    /* The layers this spec holds (a rank: all its model chunks, chunk by chunk: local layer l
+    /* The layers this table holds (a rank: all its model chunks, chunk by chunk: local layer l
      * is layer l % Lc of chunk l / Lc, Lc = tc_chunk_layers): local layer l's tensors are
      * [layer_first[l], layer_first[l + 1]) and its parameters the floats
      * [layer_begin[l], layer_begin[l + 1]); before layer_first[0] the embedding, from
@@ -68,20 +68,20 @@ typedef struct {
     /* the word embedding (first stage) or its copy (last stage) that the first and last
      * pipeline stage both hold with tied embeddings (p > 1); -1 where none */
     int tied_embedding;
-} gpt_spec;
+} gpt_param_table;
 
 /* The whole model as one process holds it (cfg's TP, PP and interleaving ignored): whole
  * shapes, tensor i with init_stream i, offsets as in one flat buffer. The same on every rank of
  * any layout of cfg. */
-void gpt_spec_whole(const transformer_config *cfg, gpt_spec *spec);
+void gpt_param_table_whole(const transformer_config *cfg, gpt_param_table *table);
 /* This rank's share of cfg's layout: its pipeline stage's tensors (every model chunk), TP
  * slices of the partitioned ones. */
-void gpt_spec_rank(const transformer_config *cfg, gpt_spec *spec);
-void gpt_spec_free(gpt_spec *spec);
+void gpt_param_table_rank(const transformer_config *cfg, gpt_param_table *table);
+void gpt_param_table_free(gpt_param_table *table);
 
-/* gpt_spec_rank(cfg)'s params.numel, in constant time and memory whatever the number of layers
+/* gpt_param_table_rank(cfg)'s params.numel, in constant time and memory whatever the number of layers
  * (one layer described, times the stage's layers): a configuration read from a file is
  * checked against the tensor file before anything is built for it. */
-size_t gpt_spec_rank_numel(const transformer_config *cfg);
+size_t gpt_param_table_rank_numel(const transformer_config *cfg);
 
 #endif

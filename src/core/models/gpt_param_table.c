@@ -1,4 +1,4 @@
-#include "core/models/gpt_spec.h"
+#include "core/models/gpt_param_table.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -155,7 +155,7 @@ static void describe_head(builder *b, const transformer_config *c) {
 /* ---- a rank's selection ---- */
 
 /* Appends whole tensor w, as this rank holds it (TP slice, TP flags), to s's tables. */
-static void take(gpt_spec *s, int *cap, const param_tensor *w, gpt_param_place pl,
+static void take(gpt_param_table *s, int *cap, const param_tensor *w, gpt_param_place pl,
                  const transformer_config *c) {
     if (s->params.count == *cap) {
         *cap = *cap ? 2 * *cap : 64;
@@ -194,7 +194,7 @@ static void describe_whole(const transformer_config *c, builder *b, int *first) 
     describe_head(b, c);
 }
 
-void gpt_spec_rank(const transformer_config *c, gpt_spec *s) {
+void gpt_param_table_rank(const transformer_config *c, gpt_param_table *s) {
     memset(s, 0, sizeof(*s));
     builder w = {0};
     int *first = xcalloc((size_t)c->num_layers + 1, sizeof(int), "layer table");
@@ -253,12 +253,12 @@ static transformer_config whole_config(const transformer_config *cfg) {
     return c;
 }
 
-void gpt_spec_whole(const transformer_config *cfg, gpt_spec *spec) {
+void gpt_param_table_whole(const transformer_config *cfg, gpt_param_table *spec) {
     transformer_config c = whole_config(cfg);
-    gpt_spec_rank(&c, spec);
+    gpt_param_table_rank(&c, spec);
 }
 
-void gpt_spec_free(gpt_spec *s) {
+void gpt_param_table_free(gpt_param_table *s) {
     free(s->params.tensors);
     free(s->place);
     free(s->layer_first);
@@ -266,7 +266,7 @@ void gpt_spec_free(gpt_spec *s) {
     memset(s, 0, sizeof(*s));
 }
 
-size_t gpt_spec_rank_numel(const transformer_config *c) {
+size_t gpt_param_table_rank_numel(const transformer_config *c) {
     builder b = {.count_only = 1, .tp = tc_tp(c)};
     describe_embedding(&b, c);
     describe_head(&b, c);

@@ -1,13 +1,13 @@
-/* The parameter description (core/models/gpt_spec.h), without any buffer:
+/* The parameter description (core/models/gpt_param_table.h), without any buffer:
  *  - the whole model: tensor i has init_stream i, in Megatron-core's order and names;
  *  - every rank of every layout (TP, PP, interleaving; tied or untied, both model families):
  *    its tensors are whole-model tensors with their streams, names and whole shapes; the
  *    stages together hold each whole tensor exactly once (the last stage's copy of a tied
  *    embedding aside, which has the embedding's stream); TP slices divide the whole shape;
- *  - gpt_spec_rank_numel, the constant-time count, equals the rank's table. */
+ *  - gpt_param_table_rank_numel, the constant-time count, equals the rank's table. */
 #include <string.h>
 
-#include "core/models/gpt_spec.h"
+#include "core/models/gpt_param_table.h"
 #include "fixture.h"
 #include "test_util.h"
 
@@ -27,8 +27,8 @@ static transformer_config llama_config(void) {
 }
 
 static void check_whole(const transformer_config *c, int per_layer) {
-    gpt_spec w;
-    gpt_spec_whole(c, &w);
+    gpt_param_table w;
+    gpt_param_table_whole(c, &w);
     const param_set *p = &w.params;
     size_t offset = 0;
     for (int i = 0; i < p->count; i++) {
@@ -36,7 +36,7 @@ static void check_whole(const transformer_config *c, int per_layer) {
         CHECK(p->tensors[i].offset == offset);
         offset += p->tensors[i].numel;
     }
-    CHECK(offset == p->numel && gpt_spec_rank_numel(c) == p->numel);
+    CHECK(offset == p->numel && gpt_param_table_rank_numel(c) == p->numel);
     CHECK(!strcmp(p->tensors[0].name, "embedding.word_embeddings.weight"));
     int emb = c->rope ? 1 : 2;
     CHECK(w.num_layers == c->num_layers && w.layer_first[0] == emb);
@@ -47,13 +47,13 @@ static void check_whole(const transformer_config *c, int per_layer) {
     }
     CHECK(!strcmp(p->tensors[w.layer_first[c->num_layers]].name, "decoder.final_layernorm.weight"));
     CHECK(w.tied_embedding == -1);
-    gpt_spec_free(&w);
+    gpt_param_table_free(&w);
 }
 
 /* Every rank of the layout (tp, pp, vp). */
 static void check_layout(transformer_config c, int tp, int pp, int vp) {
-    gpt_spec w;
-    gpt_spec_whole(&c, &w);
+    gpt_param_table w;
+    gpt_param_table_whole(&c, &w);
     int n = w.params.count, tied = !c.untie_embeddings_and_output_weights && pp > 1;
     int held[256] = {0};
     CHECK(n <= 256);
@@ -66,9 +66,9 @@ static void check_layout(transformer_config c, int tp, int pp, int vp) {
         for (int r = 0; r < pp; r++) {
             c.tp_rank = t;
             c.pp_rank = r;
-            gpt_spec s;
-            gpt_spec_rank(&c, &s);
-            CHECK(gpt_spec_rank_numel(&c) == s.params.numel);
+            gpt_param_table s;
+            gpt_param_table_rank(&c, &s);
+            CHECK(gpt_param_table_rank_numel(&c) == s.params.numel);
             size_t offset = 0;
             for (int i = 0; i < s.params.count; i++) {
                 const param_tensor *p = &s.params.tensors[i];
@@ -110,11 +110,11 @@ static void check_layout(transformer_config c, int tp, int pp, int vp) {
                 CHECK(s.layer_begin[l] == s.params.tensors[s.layer_first[l]].offset);
                 CHECK(s.layer_begin[l + 1] >= s.layer_begin[l]);
             }
-            gpt_spec_free(&s);
+            gpt_param_table_free(&s);
         }
         for (int k = 0; k < n; k++) CHECK(held[k] == 1);
     }
-    gpt_spec_free(&w);
+    gpt_param_table_free(&w);
 }
 
 int main(void) {
