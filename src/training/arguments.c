@@ -861,6 +861,14 @@ static int validate_difflm(megadlm_args *a, char *err, size_t errlen) {
         return fail(err, errlen, "--difflm-varilen-prob must be in [0, 1]");
     if (a->seq_length < 2)
         return fail(err, errlen, "--model-running-mode difflm-noshift needs --seq-length >= 2");
+    /* MegaDLMs' _get_packed_seq_params: packing across the sequences of a micro-batch is not
+     * supported ("the dataset blending & shuffling will break the consecutive sequence
+     * assumption"), so each sequence must be cut off at its own end */
+    if (a->reset_position_ids && a->reset_attention_mask && !a->cut_off_varlen_to_seqlen)
+        return fail(err, errlen, "--reset-position-ids with --reset-attention-mask (packed "
+                                 "documents) under difflm-noshift needs "
+                                 "--cut-off-varlen-to-seqlen, as MegaDLMs: packing across the "
+                                 "sequences of a micro-batch is not supported");
     /* the model sees seq-length - 1 tokens (or a random length), padded to what sequence and
      * context parallelism split evenly, the padding's keys masked and its loss weight 0
      * (training/difflm.h: difflm_padded_length_cp): no length is refused */
@@ -1003,6 +1011,11 @@ static int validate_context_parallel(megadlm_args *a, char *err, size_t errlen) 
                     "--cp-comm-type p2p with %s: not built yet (the ring merges fp32 blocks; "
                     "--cp-comm-type allgather keeps the 16-bit attention)",
                     a->bf16 ? "--bf16" : "--fp16");
+    if (!strcmp(a->cp_comm_type, "p2p") && a->reset_attention_mask)
+        return fail(err, errlen,
+                    "--cp-comm-type p2p with --reset-attention-mask: not built yet (the ring's "
+                    "block kernel has no document bounds); --cp-comm-type allgather or a2a "
+                    "skip the blocks across documents");
     /* difflm-noshift: its seq-length - 1 tokens are padded to 2 x CP chunks (difflm.h) */
     if (!strcmp(a->model_running_mode, "difflm-noshift")) return 0;
     int s = a->seq_length;

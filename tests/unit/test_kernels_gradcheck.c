@@ -668,7 +668,7 @@ static void test_attention_kv(int B, int T, int NH, int NG, int HS, int causal, 
     const int threads = omp_get_max_threads();
     const attention_workspace ws = {falloc(attention_workspace_floats(T, threads)), threads};
     const qkv_batch xb = {B, T, {NH, NG, HS}};
-    const attention_opts opts = {causal, p, key, {0, NH}, HALF_NONE, kv};
+    const attention_opts opts = {causal, p, key, {0, NH}, HALF_NONE, kv, {NULL, NULL, 0}};
     att_ctx c = {B,
                  T,
                  NH,
@@ -753,7 +753,7 @@ static void test_attention_bf16(int B, int T, int NH, int NG, int HS, int causal
     const int threads = omp_get_max_threads();
     const attention_workspace ws = {falloc(attention_workspace_floats(T, threads)), threads};
     const qkv_batch xb = {B, T, {NH, NG, HS}};
-    const attention_opts opts = {causal, p, key, {0, NH}, HALF_BF16, 0};
+    const attention_opts opts = {causal, p, key, {0, NH}, HALF_BF16, 0, {NULL, NULL, 0}};
     float *probs = falloc(nprobs), *out[3], *dq[3];
     bf16 *probs16 = calloc(nprobs, sizeof(bf16));
     const attention_probs keep[3] = {{probs, NULL}, {NULL, probs16}, {NULL, NULL}};

@@ -9,7 +9,7 @@ void activation_store_free(activation_store *s) {
     if (!s) return;
     block_activations_free(&s->block);
     void *bufs[] = {s->tokens, s->labels, s->loss_mask, s->lnf,   s->lnf_mean,
-                    s->lnf_rstd, s->logits, s->losses,  s->lse};
+                    s->lnf_rstd, s->logits, s->losses,  s->lse, s->docs};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) mem_free(bufs[i]);
     free(s);
 }

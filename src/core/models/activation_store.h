@@ -41,6 +41,8 @@ typedef struct activation_store {
     int *tokens;            /* [N] */
     int *labels;            /* [N] */
     float *loss_mask;       /* [N] per-token loss weights */
+    int32_t *docs;          /* cfg.packed_docs: [3, max_batch x seq_length] the micro-batch's
+                               document starts, ends and position ids (gpt_batch); else NULL */
     /* the head's (last rank; with interleaving every store may run the last chunk) */
     float *lnf;             /* [Ns, C] final norm output */
     float *lnf_mean, *lnf_rstd; /* [Ns] */
