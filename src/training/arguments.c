@@ -1011,11 +1011,6 @@ static int validate_context_parallel(megadlm_args *a, char *err, size_t errlen) 
                     "--cp-comm-type p2p with %s: not built yet (the ring merges fp32 blocks; "
                     "--cp-comm-type allgather keeps the 16-bit attention)",
                     a->bf16 ? "--bf16" : "--fp16");
-    if (!strcmp(a->cp_comm_type, "p2p") && a->reset_attention_mask)
-        return fail(err, errlen,
-                    "--cp-comm-type p2p with --reset-attention-mask: not built yet (the ring's "
-                    "block kernel has no document bounds); --cp-comm-type allgather or a2a "
-                    "skip the blocks across documents");
     /* difflm-noshift: its seq-length - 1 tokens are padded to 2 x CP chunks (difflm.h) */
     if (!strcmp(a->model_running_mode, "difflm-noshift")) return 0;
     int s = a->seq_length;

@@ -4,10 +4,10 @@
 # so each 128-token sequence holds several, crossing the attention kernel's 64-row blocks and
 # the 2 x CP chunks. For causal GPT (learned positions) and bidirectional difflm-noshift (with
 # --cut-off-varlen-to-seqlen, variable lengths): TP 2 + SP, TP 2 + SP + --tp-comm-overlap,
-# PP 2, CP 2 allgather, CP 2 a2a: every logged loss within rel 1e-5 of one process's;
+# PP 2, CP 2 allgather, CP 2 a2a, CP 2 p2p (the ring), CP 2 x TP 2 + SP: every logged loss within rel 1e-5 of one process's;
 # selective and full recompute: the same loss lines as none (bitwise). The packed run's losses
-# differ from the unpacked run's (the flags act). Refusals: difflm packing without
-# --cut-off-varlen-to-seqlen (MegaDLMs refuses it too), the ring (p2p) with the attention reset.
+# differ from the unpacked run's (the flags act). Refused: difflm packing without
+# --cut-off-varlen-to-seqlen (MegaDLMs refuses it too).
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -52,6 +52,8 @@ declare -A LAYOUT=(
   [pp2]="2 --pipeline-model-parallel-size 2"
   [cp2_allgather]="2 --context-parallel-size 2 --cp-comm-type allgather"
   [cp2_a2a]="2 --context-parallel-size 2 --cp-comm-type a2a"
+  [cp2_p2p]="2 --context-parallel-size 2 --cp-comm-type p2p"
+  [cp2_p2p_tp2sp]="4 --context-parallel-size 2 --tensor-model-parallel-size 2 --sequence-parallel"
 )
 for mode in gpt difflm; do
   # shellcheck disable=SC2207
@@ -78,7 +80,4 @@ done
 expect_error "--cut-off-varlen-to-seqlen" "$MEGADLM" train "${base[@]}" --seq-length 129 \
   --max-position-embeddings 129 --model-running-mode difflm-noshift --mask-token 256 \
   --attention-mask-type no_mask "${PACK[@]}" || fail=1
-expect_error "--cp-comm-type p2p with --reset-attention-mask" "${MPIRUN[@]}" -np 2 \
-  "$MEGADLM" train "${base[@]}" $(mode_flags gpt) "${PACK[@]}" --context-parallel-size 2 \
-  || fail=1
 exit $fail
