@@ -6,7 +6,8 @@
 # --cut-off-varlen-to-seqlen, variable lengths): TP 2 + SP, TP 2 + SP + --tp-comm-overlap,
 # PP 2, CP 2 allgather, CP 2 a2a, CP 2 p2p (the ring), CP 2 x TP 2 + SP: every logged loss within rel 1e-5 of one process's;
 # selective and full recompute: the same loss lines as none (bitwise). The packed run's losses
-# differ from the unpacked run's (the flags act). Refused: difflm packing without
+# differ from the unpacked run's (the flags act). --log-memory's saved activations and
+# workspaces are the unpacked run's. Refused: difflm packing without
 # --cut-off-varlen-to-seqlen (MegaDLMs refuses it too).
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -75,6 +76,16 @@ for mode in gpt difflm; do
     train $mode.$name.log "${spec[0]}" "${base[@]}" "${m[@]}" "${PACK[@]}" "${spec[@]:1}"
     close_losses $mode.one.log $mode.$name.log 1e-5 5 || fail=1
   done
+done
+
+# --log-memory: packing changes compute, not saved activations nor workspaces (the document
+# bounds are batch data, counted under "other" beside the tokens)
+m=($(mode_flags gpt))
+train mem.unpacked.log 1 "${base[@]}" "${m[@]}" --log-memory --train-iters 1
+train mem.packed.log 1 "${base[@]}" "${m[@]}" "${PACK[@]}" --log-memory --train-iters 1
+for cat in "saved activations" workspace; do
+  a=$(grep "memory (bytes) | $cat " mem.unpacked.log); b=$(grep "memory (bytes) | $cat " mem.packed.log)
+  [ -n "$a" ] && [ "$a" = "$b" ] || { echo "FAILED: --log-memory $cat: '$a' vs '$b'"; fail=1; }
 done
 
 expect_error "--cut-off-varlen-to-seqlen" "$MEGADLM" train "${base[@]}" --seq-length 129 \
