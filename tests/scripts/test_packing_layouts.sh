@@ -27,6 +27,7 @@ PY
 "$MEGADLM" preprocess --input docs.jsonl --output-prefix docs --tokenizer-type ByteLevel \
     --append-eod > /dev/null || { echo "FAILED: preprocess"; exit 1; }
 
+# shellcheck disable=SC2054 # --split's commas are one argument
 base=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --micro-batch-size 2
       --global-batch-size 4 --train-iters 3 --lr 1e-3 --log-interval 1 --eval-iters 1
       --eval-interval 3 --seed 5 --tokenizer-type ByteLevel --data-path docs_text_document
@@ -65,7 +66,8 @@ for mode in gpt difflm; do
     echo "FAILED: $mode: packing changed no loss"; fail=1
   fi
   for g in selective full; do
-    extra=(--recompute-granularity $g); [ $g = full ] && extra+=(--recompute-method uniform --recompute-num-layers 1)
+    extra=(--recompute-granularity "$g")
+    [ "$g" = full ] && extra+=(--recompute-method uniform --recompute-num-layers 1)
     train $mode.$g.log 1 "${base[@]}" "${m[@]}" "${PACK[@]}" "${extra[@]}"
     diff <(losses $mode.one.log) <(losses $mode.$g.log) > /dev/null \
       || { echo "FAILED: $mode: --recompute-granularity $g changed the losses"; fail=1; }
@@ -73,19 +75,19 @@ for mode in gpt difflm; do
   for name in "${!LAYOUT[@]}"; do
     # shellcheck disable=SC2206
     spec=(${LAYOUT[$name]})
-    train $mode.$name.log "${spec[0]}" "${base[@]}" "${m[@]}" "${PACK[@]}" "${spec[@]:1}"
-    close_losses $mode.one.log $mode.$name.log 1e-5 5 || fail=1
+    train "$mode.$name.log" "${spec[0]}" "${base[@]}" "${m[@]}" "${PACK[@]}" "${spec[@]:1}"
+    close_losses "$mode.one.log" "$mode.$name.log" 1e-5 5 || fail=1
   done
 done
 
 # --log-memory: packing changes compute, not saved activations nor workspaces (the document
 # bounds are batch data, counted under "other" beside the tokens)
-m=($(mode_flags gpt))
+read -ra m <<< "$(mode_flags gpt)"
 train mem.unpacked.log 1 "${base[@]}" "${m[@]}" --log-memory --train-iters 1
 train mem.packed.log 1 "${base[@]}" "${m[@]}" "${PACK[@]}" --log-memory --train-iters 1
 for cat in "saved activations" workspace; do
   a=$(grep "memory (bytes) | $cat " mem.unpacked.log); b=$(grep "memory (bytes) | $cat " mem.packed.log)
-  [ -n "$a" ] && [ "$a" = "$b" ] || { echo "FAILED: --log-memory $cat: '$a' vs '$b'"; fail=1; }
+  if [ -z "$a" ] || [ "$a" != "$b" ]; then echo "FAILED: --log-memory $cat: '$a' vs '$b'"; fail=1; fi
 done
 
 expect_error "--cut-off-varlen-to-seqlen" "$MEGADLM" train "${base[@]}" --seq-length 129 \
