@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/datasets/gpt_data.h"
+#include "core/datasets/packing.h"
 #include "core/models/gpt_model.h"
 #include "core/parallel_state.h"
 #include "core/tensor/memory.h"
@@ -29,6 +30,10 @@ typedef struct {
     float *loss_mask;
     int eod;
     int difflm;        /* --model-running-mode difflm-noshift */
+    /* packed documents (core/datasets/packing.h), [micro_batch_size * the model's seq_length]
+     * each: learned-position rows (--reset-position-ids), document bounds (attention reset) */
+    int32_t *position_ids, *doc_start, *doc_end;
+    int reset_positions, reset_attention;
 } gpt_batch_buffers;
 
 static void *batch_create(const megadlm_args *a, const tokenizer *tok, const gpt_model *m) {
@@ -41,12 +46,22 @@ static void *batch_create(const megadlm_args *a, const tokenizer *tok, const gpt
     bb->lm = mem_alloc_floats(MEM_OTHER, a->seq_length, "sequence loss mask");
     bb->eod = tokenizer_eod(tok);
     bb->difflm = ARGS_CHOICE(a, model_running_mode) == ARGS_MODE_DIFFLM_NOSHIFT;
+    bb->reset_positions = a->reset_position_ids;
+    /* MegaDLMs packs a masked-diffusion batch only with both flags ("we must turn on both to
+     * use packed sequence"); its --reset-attention-mask alone leaves no_mask attention whole */
+    bb->reset_attention = a->reset_attention_mask && (!bb->difflm || a->reset_position_ids);
+    if (bb->reset_positions || bb->reset_attention) {
+        bb->position_ids = mem_alloc(MEM_OTHER, N * sizeof(int32_t), "batch position ids");
+        bb->doc_start = mem_alloc(MEM_OTHER, N * sizeof(int32_t), "batch document starts");
+        bb->doc_end = mem_alloc(MEM_OTHER, N * sizeof(int32_t), "batch document ends");
+    }
     return bb;
 }
 
 static void batch_free(void *batch) {
     gpt_batch_buffers *bb = batch;
     mem_free_all(bb->sample, bb->tokens, bb->labels, bb->loss_mask, bb->lm);
+    mem_free_all(bb->position_ids, bb->doc_start, bb->doc_end);
     free(bb);
 }
 
@@ -75,7 +90,18 @@ static void get_batch(const forward_step_args *s) {
             bb->labels[i] = bb->sample[t + 1];
             bb->loss_mask[i] = (a->eod_mask_loss && bb->sample[t] == eod) ? 0.0f : 1.0f;
         }
+        if (bb->position_ids)
+            packing_ltor(bb->tokens + (size_t)b * T, T, eod, bb->reset_positions,
+                         s->model->cfg.position_offset, bb->position_ids + (size_t)b * T,
+                         bb->doc_start + (size_t)b * T, bb->doc_end + (size_t)b * T);
     }
+}
+
+/* The packed-document fields of a batch (NULL where the flags ask for none). */
+static void batch_docs(const gpt_batch_buffers *bb, gpt_batch *b) {
+    b->position_ids = bb->reset_positions ? bb->position_ids : NULL;
+    b->doc_start = bb->reset_attention ? bb->doc_start : NULL;
+    b->doc_end = bb->reset_attention ? bb->doc_end : NULL;
 }
 
 /* The masked-diffusion batch (training/difflm.h): L = R - 1 unshifted tokens per sequence
@@ -95,6 +121,9 @@ static float get_difflm_batch(const forward_step_args *s, int L, int Lp) {
         size_t row = (size_t)b * Lp;
         difflm_mask_sequence(bb->sample, bb->lm, L, a->mask_token, s->seed, s->first + b,
                              bb->tokens + row, bb->labels + row, bb->loss_mask + row);
+        if (bb->position_ids)
+            packing_difflm(bb->sample, L, Lp, eod, bb->reset_positions, bb->position_ids + row,
+                           bb->doc_start + row, bb->doc_end + row);
         for (int j = L; j < Lp; j++) {
             bb->tokens[row + j] = bb->labels[row + j] = a->mask_token;
             bb->loss_mask[row + j] = 0.0f;
@@ -130,11 +159,13 @@ static float forward_step(const forward_step_args *s, activation_store *store) {
                        .B = a->micro_batch_size, .T = Lp, .T_valid = L,
                        .loss_rows_only = !a->difflm_full_logits,
                        .grad_seed = s->grad_seed};
+        batch_docs(bb, &b);
         return gpt_model_forward(s->model, store, &b, step);
     }
     get_batch(s);
     gpt_batch b = {.tokens = bb->tokens, .labels = bb->labels, .loss_mask = bb->loss_mask,
                    .B = a->micro_batch_size, .T = a->seq_length};
+    batch_docs(bb, &b);
     return gpt_model_forward(s->model, store, &b, step);
 }
 

@@ -859,6 +859,14 @@ static int validate_difflm(megadlm_args *a, char *err, size_t errlen) {
         return fail(err, errlen, "--difflm-varilen-prob must be in [0, 1]");
     if (a->seq_length < 2)
         return fail(err, errlen, "--model-running-mode difflm-noshift needs --seq-length >= 2");
+    /* MegaDLMs' _get_packed_seq_params: packing across the sequences of a micro-batch is not
+     * supported ("the dataset blending & shuffling will break the consecutive sequence
+     * assumption"), so each sequence must be cut off at its own end */
+    if (a->reset_position_ids && a->reset_attention_mask && !a->cut_off_varlen_to_seqlen)
+        return fail(err, errlen, "--reset-position-ids with --reset-attention-mask (packed "
+                                 "documents) under difflm-noshift needs "
+                                 "--cut-off-varlen-to-seqlen, as MegaDLMs: packing across the "
+                                 "sequences of a micro-batch is not supported");
     /* the model sees seq-length - 1 tokens (or a random length), padded to what sequence and
      * context parallelism split evenly, the padding's keys masked and its loss weight 0
      * (training/difflm.h: difflm_padded_length_cp): no length is refused */

@@ -32,6 +32,7 @@ transformer_config model_config_from_args(const megadlm_args *a) {
      * unshift keeps position_ids[:, 1:]); RoPE starts at 0 either way */
     c.position_offset =
         ARGS_CHOICE(a, model_running_mode) == ARGS_MODE_DIFFLM_NOSHIFT && !c.rope ? 1 : 0;
+    c.packed_docs = a->reset_position_ids || a->reset_attention_mask;
     if (ARGS_CHOICE(a, recompute_granularity) == ARGS_RECOMPUTE_SELECTIVE)
         c.recompute_granularity = RECOMPUTE_SELECTIVE;
     else if (ARGS_CHOICE(a, recompute_granularity) == ARGS_RECOMPUTE_FULL)

@@ -79,6 +79,11 @@ for _base in ("gpt", "llama", "qwen2"):
     for _mask in ("no_mask", "causal_bottom_right"):
         FAMILIES[f"{_base}_{_mask}"] = dict(FAMILIES[_base], family=f"{_base}_{_mask}",
                                             attention_mask_type=_mask)
+# Packed documents (--reset-position-ids --reset-attention-mask): the batch holds end-of-document
+# tokens (id 299); positions and the block-diagonal mask from Megatron's definition (below)
+for _base in ("gpt", "llama_no_mask"):
+    FAMILIES[f"{_base}_packed"] = dict(FAMILIES[_base], family=f"{_base}_packed",
+                                       reset_position_ids=1, reset_attention_mask=1, eod=299)
 
 
 class Mismatch(Exception):
@@ -216,7 +221,28 @@ def attention_mask(kind, sq, skv):
     raise Mismatch(f"unknown attention mask type {kind}")
 
 
-def self_attention(c, x, P, p, rope):
+def packed_masks(c, tokens):
+    """Packed documents: an end-of-document token ends its document. The mask is
+    block-diagonal (True where query and key lie in different documents): with a causal mask
+    type that is Megatron's get_ltor_masks_and_position_ids with reset_attention_mask (which
+    masks keys up to each eod for the queries after it, the causal mask doing the rest); with
+    no_mask it is MegaDLMs' THD packing (cu_seqlens: each document attends to itself only).
+    Positions restart after each eod (Megatron's reset_position_ids loop). Returns (mask
+    [B, 1, T, T], position ids [B, T])."""
+    B, T = tokens.shape
+    is_eod = (tokens == c["eod"]).long()
+    doc = torch.cumsum(is_eod, dim=1) - is_eod  # the eod belongs to the document it ends
+    masked = (doc[:, :, None] != doc[:, None, :])[:, None]
+    positions = torch.arange(T).repeat(B, 1)
+    for b in range(B):
+        prev = 0
+        for i in (tokens[b] == c["eod"]).nonzero().flatten().tolist():
+            positions[b, i + 1:] -= i + 1 - prev
+            prev = i + 1
+    return masked, positions
+
+
+def self_attention(c, x, P, p, rope, doc_mask=None):
     B, T, _ = x.shape
     NH, NG, HS = c["num_attention_heads"], c["num_query_groups"], c["kv_channels"]
     Q = NH // NG
@@ -236,7 +262,10 @@ def self_attention(c, x, P, p, rope):
     v = v.repeat_interleave(Q, dim=2)
     q, k, v = (t.permute(0, 2, 1, 3) for t in (q, k, v))  # [B, NH, T, HS]
     scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(HS)
-    scores = scores.masked_fill(attention_mask(c["attention_mask_type"], T, T), float("-inf"))
+    mask = attention_mask(c["attention_mask_type"], T, T)
+    if doc_mask is not None:
+        mask = mask | doc_mask  # the document's block of the mask type's
+    scores = scores.masked_fill(mask, float("-inf"))
     probs = torch.softmax(scores, dim=-1)
     ctx = torch.matmul(probs, v).permute(0, 2, 1, 3).reshape(B, T, NH * HS)
     return linear(ctx, P, p + "linear_proj")
@@ -258,14 +287,17 @@ def gpt_loss(c, P, tokens, labels, loss_mask):
     wte = P["embedding.word_embeddings.weight"]
     x = F.embedding(tokens, wte)
     rope = None
+    doc_mask, positions = None, torch.arange(T)[None]
+    if c.get("reset_attention_mask"):
+        doc_mask, positions = packed_masks(c, tokens)
     if c["position_embedding_type"] == "learned_absolute":
-        x = x + P["embedding.position_embeddings.weight"][torch.arange(T)][None]
+        x = x + P["embedding.position_embeddings.weight"][positions]
     else:
         rope = rope_freqs(c, T, x.dtype)
     for l in range(c["num_layers"]):
         p = f"decoder.layers.{l}."
         x = x + self_attention(c, norm(c, x, P, p + "input_layernorm"), P, p + "self_attention.",
-                               rope)
+                               rope, doc_mask)
         x = x + mlp(c, norm(c, x, P, p + "pre_mlp_layernorm"), P, p + "mlp.")
     x = norm(c, x, P, "decoder.final_layernorm")
     out_w = P["output_layer.weight"] if c["untie_embeddings_and_output_weights"] else wte

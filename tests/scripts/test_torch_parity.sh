@@ -27,8 +27,11 @@ mkdir -p "$WORK"
 # qwen2: --add-qkv-bias (a QKV bias without the other biases); _no_mask /
 # _causal_bottom_right: MegaDLMs' --attention-mask-type (as test-forward runs it), the torch
 # side building each mask from its definition
+# _packed: documents ended by eod tokens in the batch under --reset-position-ids
+# --reset-attention-mask, against an explicit block-diagonal mask (causal GPT with learned
+# positions restarting per document; bidirectional Llama with RoPE)
 for family in gpt llama qwen2 gpt_no_mask llama_no_mask qwen2_no_mask gpt_causal_bottom_right \
-              llama_causal_bottom_right; do
+              llama_causal_bottom_right gpt_packed llama_no_mask_packed; do
     echo "== $family"
     "$TOOL" "$family" "$WORK/$family"
     "$PY" "$CHECK" "$family" "$WORK/$family" || { echo "FAIL: $family differs from PyTorch"; exit 1; }

@@ -8,7 +8,10 @@
  *                                      _no_mask or _causal_bottom_right (the attention mask,
  *                                      MegaDLMs' test-forward); bf16 / fp16: the model
  *                                      under --bf16 / --fp16 (tests/python/torch_bf16.py
- *                                      compares that one; no loss scaling here)
+ *                                      compares that one; no loss scaling here);
+ *                                      FAMILY may end in _packed: end-of-document tokens in
+ *                                      the batch, --reset-position-ids and
+ *                                      --reset-attention-mask (core/datasets/packing.h)
  *
  * Writes into OUTDIR:
  *   ckpt/iter_0000000/{model,optimizer}.safetensors, state.json   (ckpt_save; args = the config)
@@ -26,6 +29,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "core/datasets/packing.h"
 #include "core/models/gpt_model.h"
 #include "core/optimizer/optimizer.h"
 #include "core/optimizer/optimizer_param_scheduler.h"
@@ -36,6 +40,7 @@
 #define BATCH 2
 #define SEQ 16
 #define VOCAB 300 /* tokens drawn below this; the model's vocabulary is padded to 384 */
+#define EOD (VOCAB - 1) /* the _packed families' end-of-document id (never drawn otherwise) */
 
 typedef struct {
     const char *family;
@@ -46,6 +51,7 @@ typedef struct {
     double lr, min_lr;
     int warmup_iters, decay_iters;
     uint64_t seed;
+    int packed; /* _packed: documents in the batch, both reset flags */
 } parity_setup;
 
 /* A family name's attention-mask suffix (MegaDLMs' --attention-mask-type, as test-forward
@@ -67,8 +73,14 @@ static const char *mask_suffix(const char *family, char *base, size_t size) {
 static int make_setup(const char *family, parity_setup *s) {
     memset(s, 0, sizeof(*s));
     s->family = family;
-    char base[64];
-    s->mask_type = mask_suffix(family, base, sizeof base);
+    char base[64], unpacked[64];
+    snprintf(unpacked, sizeof unpacked, "%s", family);
+    size_t n = strlen(unpacked);
+    if (n > 7 && !strcmp(unpacked + n - 7, "_packed")) {
+        unpacked[n - 7] = 0;
+        s->packed = 1;
+    }
+    s->mask_type = mask_suffix(unpacked, base, sizeof base);
     family = base;
     transformer_config *c = &s->cfg;
     c->num_layers = 2;
@@ -119,6 +131,7 @@ static int make_setup(const char *family, parity_setup *s) {
         return -1;
     }
     c->rot_dim = (int)(c->kv_channels * s->rotary_percent);
+    c->packed_docs = s->packed;
     /* clip between the gradient norms of the steps (about 5 for steps 1-2, 3-3.5 for step 3
      * with these weights and batch): clipping triggers in steps 1 and 2, not in step 3 */
     s->oc = (optimizer_config){.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
@@ -135,6 +148,9 @@ static cJSON *setup_json(const parity_setup *s) {
     const transformer_config *c = &s->cfg;
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "family", s->family);
+    cJSON_AddNumberToObject(j, "reset_position_ids", s->packed);
+    cJSON_AddNumberToObject(j, "reset_attention_mask", s->packed);
+    cJSON_AddNumberToObject(j, "eod", EOD);
 #define NUM(key, val) cJSON_AddNumberToObject(j, key, (double)(val))
     NUM("num_layers", c->num_layers);
     NUM("hidden_size", c->hidden_size);
@@ -248,6 +264,19 @@ int main(int argc, char **argv) {
             loss_mask[b * T + t] = ((b * T + t) % 5 == 2 || (b == 1 && t == 0)) ? 0.0f : 1.0f;
         }
     }
+    /* _packed: documents of 4, 6, 1 and 5 tokens in row 0, 9 and 7 in row 1 (the eod ends a
+     * document); Megatron's position ids and document bounds from them */
+    int32_t pos_ids[BATCH * SEQ], doc_start[BATCH * SEQ], doc_end[BATCH * SEQ];
+    if (s.packed) {
+        const int eods[] = {3, 9, 10, 16 + 8};
+        for (size_t i = 0; i < sizeof eods / sizeof eods[0]; i++) {
+            tokens[eods[i]] = EOD;
+            if (eods[i] > 0) labels[eods[i] - 1] = EOD;
+        }
+        for (int b = 0; b < B; b++)
+            packing_ltor(tokens + b * T, T, EOD, 1, 0, pos_ids + b * T, doc_start + b * T,
+                         doc_end + b * T);
+    }
     {
         int64_t shape[2] = {B, T};
         st_tensor_desc d[3] = {
@@ -266,6 +295,11 @@ int main(int argc, char **argv) {
     memset(ps->grad, 0, ps->numel * sizeof(float));
     gpt_step step0 = {.seed = s.seed, .iteration = 0, .microbatch = 0, .training = 0};
     gpt_batch batch = {.tokens = tokens, .labels = labels, .loss_mask = loss_mask, .B = B, .T = T};
+    if (s.packed) {
+        batch.position_ids = pos_ids;
+        batch.doc_start = doc_start;
+        batch.doc_end = doc_end;
+    }
     float loss = gpt_model_forward(m, store, &batch, step0);
     gpt_model_backward(m, store, 1.0f);
     {

@@ -597,7 +597,12 @@ typedef struct {
     dropout_key key;
     double *qkv, *R, *out, *probs;
     int kv; /* keys j >= kv masked (padding); 0: none */
+    const int32_t *ds, *de; /* packed documents [B, T]: keys outside [ds, de) masked; NULL: none */
 } att_ctx;
+
+/* Packed documents for the attention tests (attention.h: attention_docs), set by
+ * test_attention_docs around its calls; NULL: none. */
+static const int32_t *g_doc_start, *g_doc_end;
 /* Naive attention: explicit scores, explicit mask, softmax, dropout via dropout_keep with the
  * global index ((b * NH + h) * L + i) * L + j, then P @ V. L = T, or kv when the keys from kv
  * on are masked: a padded sequence draws the masks of its unpadded length, as one process
@@ -614,7 +619,8 @@ static void attention_ref(att_ctx *c) {
             for (int i = 0; i < T; i++) {
                 double mx = -INFINITY;
                 for (int j = 0; j < T; j++) {
-                    const int masked = (c->causal && j > i) || (c->kv > 0 && j >= c->kv);
+                    const int masked = (c->causal && j > i) || (c->kv > 0 && j >= c->kv) ||
+                                       (c->ds && (j < c->ds[b * T + i] || j >= c->de[b * T + i]));
                     double d = 0.0;
                     for (int e = 0; e < HS; e++)
                         d += c->qkv[(b * T + i) * C3 + qo + e] * c->qkv[(b * T + j) * C3 + ko + e];
@@ -668,7 +674,8 @@ static void test_attention_kv(int B, int T, int NH, int NG, int HS, int causal, 
     const int threads = omp_get_max_threads();
     const attention_workspace ws = {falloc(attention_workspace_floats(T, threads)), threads};
     const qkv_batch xb = {B, T, {NH, NG, HS}};
-    const attention_opts opts = {causal, p, key, {0, NH}, HALF_NONE, kv};
+    const attention_opts opts = {causal, p,  key, {0, NH}, HALF_NONE, kv,
+                                 {g_doc_start, g_doc_end, T}};
     att_ctx c = {B,
                  T,
                  NH,
@@ -681,7 +688,9 @@ static void test_attention_kv(int B, int T, int NH, int NG, int HS, int causal, 
                  to_double(R, nout),
                  dalloc(nout),
                  dalloc(nprobs),
-                 kv};
+                 kv,
+                 g_doc_start,
+                 g_doc_end};
     attention_forward(out, (attention_probs){probs, NULL}, qkv, xb, opts, ws);
     attention_ref(&c);
     check_fwd("attention out", out, c.out, nout);
@@ -691,7 +700,9 @@ static void test_attention_kv(int B, int T, int NH, int NG, int HS, int causal, 
     for (int bh = 0; bh < B * NH; bh++)
         for (int i = 0; i < T; i++)
             for (int j = 0; j < T; j++)
-                if ((causal && j > i) || (kv > 0 && j >= kv))
+                if ((causal && j > i) || (kv > 0 && j >= kv) ||
+                    (g_doc_start && (j < g_doc_start[bh / NH * T + i] ||
+                                     j >= g_doc_end[bh / NH * T + i])))
                     mbad += probs[((size_t)bh * T + i) * T + j] != 0.0f;
     CHECK(mbad == 0);
     /* probs == NULL (no saved probabilities) gives the same output */
@@ -726,6 +737,72 @@ static void test_attention(int B, int T, int NH, int NG, int HS, int causal, flo
     test_attention_kv(B, T, NH, NG, HS, causal, p, 0);
 }
 
+/* Packed documents (--reset-attention-mask): the kernel that skips the query x key blocks across
+ * documents against the reference's explicit mask (dropout masks at the unpacked indices),
+ * output, probabilities and gradients; then under --bf16 with dropout the three ways of keeping
+ * the probabilities (fp32, bf16, recomputed) give the same bits. Row b's documents end at
+ * ends[b][k] (the last at T); a one-document row takes the code without documents. */
+static void test_attention_docs(int B, int T, int NH, int NG, int HS, int causal, float p, int kv,
+                                const int *ends) {
+    int32_t *ds = malloc((size_t)B * T * sizeof(int32_t)), *de = malloc((size_t)B * T * sizeof(int32_t));
+    for (int b = 0, k = 0; b < B; b++) {
+        int start = 0;
+        for (int t = 0; t < T; t++) {
+            int end = T;
+            for (int e = k; ends[e] >= 0; e++)
+                if (ends[e] > t) {
+                    end = ends[e];
+                    break;
+                }
+            ds[b * T + t] = start;
+            de[b * T + t] = end;
+            if (t + 1 == end) start = end;
+        }
+        while (ends[k] >= 0) k++;
+        k++; /* past this row's -1 */
+    }
+    printf("attention with documents: ");
+    g_doc_start = ds;
+    g_doc_end = de;
+    test_attention_kv(B, T, NH, NG, HS, causal, p, kv);
+    /* bf16 with dropout: fp32-kept, bf16-kept and recomputed probabilities, the same bits */
+    const int Q = NH / NG, C3 = NG * (Q + 2) * HS;
+    const size_t nqkv = (size_t)B * T * C3, nout = (size_t)B * T * NH * HS,
+                 nprobs = (size_t)B * NH * T * T;
+    float *qkv = frandom(nqkv, -3, 3), *R = frandom(nout, -1, 1), *probs = falloc(nprobs);
+    bf16_round_f32(qkv, nqkv);
+    bf16 *probs16 = calloc(nprobs, sizeof(bf16));
+    const int threads = omp_get_max_threads();
+    const attention_workspace ws = {falloc(attention_workspace_floats(T, threads)), threads};
+    const qkv_batch xb = {B, T, {NH, NG, HS}};
+    const dropout_key key = {.seed = 5, .iteration = 1, .layer = 1};
+    const attention_opts opts = {causal, 0.2f, key, {0, NH}, HALF_BF16, kv, {ds, de, T}};
+    const attention_probs keep[3] = {{probs, NULL}, {NULL, probs16}, {NULL, NULL}};
+    float *out[3], *dq[3];
+    for (int k = 0; k < 3; k++) {
+        out[k] = falloc(nout);
+        dq[k] = falloc(nqkv);
+        attention_forward(out[k], keep[k], qkv, xb, opts, ws);
+        attention_backward(dq[k], R, qkv, keep[k], xb, opts, ws);
+    }
+    for (int k = 1; k < 3; k++) {
+        CHECK(memcmp(out[0], out[k], nout * sizeof(float)) == 0);
+        CHECK(memcmp(dq[0], dq[k], nqkv * sizeof(float)) == 0);
+    }
+    for (int k = 0; k < 3; k++) {
+        free(out[k]);
+        free(dq[k]);
+    }
+    free(qkv);
+    free(R);
+    free(probs);
+    free(probs16);
+    free(ws.data);
+    g_doc_start = g_doc_end = NULL;
+    free(ds);
+    free(de);
+}
+
 /* --bf16 attention (opts.bf16): Megatron's bf16 core attention rounds the scaled scores, the
  * probabilities and the dropped probabilities to bf16. Checked against a double-precision
  * reference that rounds at the same three places (scores and probabilities may differ by one
@@ -753,7 +830,7 @@ static void test_attention_bf16(int B, int T, int NH, int NG, int HS, int causal
     const int threads = omp_get_max_threads();
     const attention_workspace ws = {falloc(attention_workspace_floats(T, threads)), threads};
     const qkv_batch xb = {B, T, {NH, NG, HS}};
-    const attention_opts opts = {causal, p, key, {0, NH}, HALF_BF16, 0};
+    const attention_opts opts = {causal, p, key, {0, NH}, HALF_BF16, 0, {NULL, NULL, 0}};
     float *probs = falloc(nprobs), *out[3], *dq[3];
     bf16 *probs16 = calloc(nprobs, sizeof(bf16));
     const attention_probs keep[3] = {{probs, NULL}, {NULL, probs16}, {NULL, NULL}};
@@ -1220,6 +1297,16 @@ int main(void) {
     test_attention_kv(2, 7, 4, 2, 4, 0, 0.2f, 4);
     test_attention_kv(2, 7, 4, 2, 4, 1, 0.0f, 5);
     test_attention_kv(1, 70, 2, 1, 4, 0, 0.1f, 66);
+    /* packed documents: rows of several documents (crossing the 64-row blocks at T = 70) and
+     * a row of one (the code without documents); dropout on; padding */
+    {
+        const int ends7[] = {2, 3, 7, -1, 7, -1};
+        const int ends70[] = {5, 63, 66, 70, -1};
+        test_attention_docs(2, 7, 4, 2, 4, 1, 0.2f, 0, ends7);
+        test_attention_docs(2, 7, 4, 2, 4, 0, 0.2f, 0, ends7);
+        test_attention_docs(1, 70, 2, 1, 4, 1, 0.1f, 0, ends70);
+        test_attention_docs(1, 70, 2, 1, 4, 0, 0.1f, 68, ends70);
+    }
     test_attention_bf16(2, 7, 4, 2, 4, 1, 0.0f);
     test_attention_bf16(2, 9, 3, 3, 5, 0, 0.2f);
     test_attention_bf16(1, 70, 2, 1, 8, 1, 0.1f);

@@ -42,7 +42,64 @@ static inline int block_cols(int i1, int q0, int Tk, int causal) {
 typedef struct {
     int Tq, Tk, q0, causal, kv;
     int Tkey; /* the sequence length of the dropout index (attention_rows.T_key) */
+    const int32_t *ds, *de; /* packed documents: this sequence's rows of attention_docs (global
+                               positions); NULL: none */
 } att_shape;
+
+/* The shape of sequence b: its rows of the document bounds. */
+static inline att_shape shape_of_seq(att_shape sh, attention_docs docs, int b) {
+    if (docs.start) {
+        sh.ds = docs.start + (size_t)b * docs.stride;
+        sh.de = docs.end + (size_t)b * docs.stride;
+        /* one document (starts are non-decreasing: all 0): the code without documents, so such
+         * a sequence computes today's numbers bit for bit */
+        if (sh.ds[docs.stride - 1] == 0) sh.ds = sh.de = NULL;
+    }
+    return sh;
+}
+
+/* What row i of a matrix [Tq, Tk] holds: the keys it attends to, [lo, hi), and the columns the
+ * GEMMs of its query block read, [zlo, zhi), whose entries outside [lo, hi) must be zero.
+ * Without documents: [0, row_len) and the whole row (the code before packing, kept bit for bit).
+ * With documents: the row's document (causal: up to itself) and its block's span
+ * (block_span). */
+typedef struct {
+    int lo, hi, zlo, zhi;
+} row_zone;
+
+/* Key columns of the query block [i0, i1) with documents: from the first row's document start
+ * to the last row's last key (both non-decreasing in the row). */
+static inline void block_span(const att_shape *sh, int i0, int i1, int *c0, int *c1) {
+    if (!sh->ds) {
+        *c0 = 0;
+        *c1 = block_cols(i1, sh->q0, sh->Tk, sh->causal);
+        return;
+    }
+    const int p0 = sh->q0 + i0, p1 = sh->q0 + i1 - 1;
+    int hi = sh->causal ? p1 + 1 : sh->de[p1];
+    if (hi > sh->kv) hi = sh->kv;
+    *c0 = sh->ds[p0];
+    *c1 = hi > *c0 ? hi : *c0;
+}
+
+static inline row_zone zone_of(const att_shape *sh, int i) {
+    if (!sh->ds) return (row_zone){0, row_len(i, sh->q0, sh->causal, sh->kv), 0, sh->Tk};
+    const int p = sh->q0 + i, i0 = i - i % ATT_BLOCK;
+    const int i1 = i0 + ATT_BLOCK < sh->Tq ? i0 + ATT_BLOCK : sh->Tq;
+    row_zone z;
+    block_span(sh, i0, i1, &z.zlo, &z.zhi);
+    z.lo = sh->ds[p];
+    z.hi = sh->causal ? p + 1 : sh->de[p];
+    if (z.hi > sh->kv) z.hi = sh->kv;
+    if (z.hi < z.lo) z.hi = z.lo;
+    return z;
+}
+
+/* Zeroes row x's entries of its zone outside its keys. */
+static inline void zero_outside(float *x, row_zone z) {
+    for (int j = z.zlo; j < z.lo; j++) x[j] = 0.0f;
+    for (int j = z.hi; j < z.zhi; j++) x[j] = 0.0f;
+}
 
 /* One head's attention probabilities: S[Tq,Tk] = scale * Q K^T (workspace), then
  * P[Tq,Tk] = row softmax of S over the unmasked keys, masked entries 0. P may alias S. The only
@@ -52,28 +109,33 @@ typedef struct {
 static void head_probs(float *P, float *S, const float *q, const float *k, att_shape sh, int HS,
                        int QKV_C, float scale, half_kind half) {
     const int Tq = sh.Tq, Tk = sh.Tk;
-    /* S = scale * Q K^T  (causal: block [i0,i1) x [0,q0+i1)) */
+    /* S = scale * Q K^T  (causal: block [i0,i1) x [0,q0+i1); documents: the block's span) */
     for (int i0 = 0; i0 < Tq; i0 += ATT_BLOCK) {
         const int i1 = i0 + ATT_BLOCK < Tq ? i0 + ATT_BLOCK : Tq;
-        gemm((gemm_dims){i1 - i0, block_cols(i1, sh.q0, Tk, sh.causal), HS}, scale,
-             gemm_n(q + (size_t)i0 * QKV_C, QKV_C), gemm_t(k, QKV_C), 0.0f,
-             gemm_o(S + (size_t)i0 * Tk, Tk));
+        int c0, c1;
+        block_span(&sh, i0, i1, &c0, &c1);
+        if (c1 > c0)
+            gemm((gemm_dims){i1 - i0, c1 - c0, HS}, scale,
+                 gemm_n(q + (size_t)i0 * QKV_C, QKV_C), gemm_t(k + (size_t)c0 * QKV_C, QKV_C),
+                 0.0f, gemm_o(S + (size_t)i0 * Tk + c0, Tk));
     }
-    /* P = softmax over the unmasked j < L (max-subtracted); masked entries 0. */
+    /* P = softmax over the unmasked keys [lo, hi) (max-subtracted); masked entries 0. */
     for (int i = 0; i < Tq; i++) {
-        const int L = row_len(i, sh.q0, sh.causal, sh.kv);
-        float *s = S + (size_t)i * Tk;
-        float *p = P + (size_t)i * Tk;
-        if (half) half_round_f32(half, s, (size_t)L);
-        const float mx = simd_max(s, L);
-        for (int j = 0; j < L; j++)
-            p[j] = simd_expf(s[j] - mx);
-        const float inv = 1.0f / simd_sum(p, L);
-        for (int j = 0; j < L; j++)
-            p[j] *= inv;
-        if (half) half_round_f32(half, p, (size_t)L);
-        for (int j = L; j < Tk; j++)
-            p[j] = 0.0f;
+        const row_zone z = zone_of(&sh, i);
+        const int L = z.hi - z.lo;
+        float *s = S + (size_t)i * Tk + z.lo;
+        float *p = P + (size_t)i * Tk + z.lo;
+        if (L > 0) {
+            if (half) half_round_f32(half, s, (size_t)L);
+            const float mx = simd_max(s, L);
+            for (int j = 0; j < L; j++)
+                p[j] = simd_expf(s[j] - mx);
+            const float inv = 1.0f / simd_sum(p, L);
+            for (int j = 0; j < L; j++)
+                p[j] *= inv;
+            if (half) half_round_f32(half, p, (size_t)L);
+        }
+        zero_outside(P + (size_t)i * Tk, z);
     }
 }
 
@@ -86,14 +148,43 @@ static const float *dropped_probs(float *Pd, const float *P, att_shape sh, float
     if (dropout_p <= 0.0f) return P;
     const int Tk = sh.Tk;
     for (int i = 0; i < sh.Tq; i++) {
-        const int L = row_len(i, sh.q0, sh.causal, sh.kv);
+        const row_zone z = zone_of(&sh, i);
+        const int L = z.hi - z.lo;
         float *pd = Pd + (size_t)i * Tk;
-        dropout_forward(pd, P + (size_t)i * Tk, (size_t)L, dropout_p, key,
-                        first + (uint64_t)(sh.q0 + i) * sh.Tkey);
-        if (half) half_round_f32(half, pd, (size_t)L);
-        for (int j = L; j < Tk; j++) pd[j] = 0.0f;
+        dropout_forward(pd + z.lo, P + (size_t)i * Tk + z.lo, (size_t)L, dropout_p, key,
+                        first + (uint64_t)(sh.q0 + i) * sh.Tkey + (uint64_t)z.lo);
+        if (half) half_round_f32(half, pd + z.lo, (size_t)L);
+        zero_outside(pd, z);
     }
     return Pd;
+}
+
+/* The kept 16-bit probabilities: the whole matrix, or with documents each row's zone only (the
+ * entries backward reads; converting the rest would cost what packing saves). */
+static void probs_to_b16(half_kind half, uint16_t *dst, const float *P, const att_shape *sh) {
+    const size_t TT = (size_t)sh->Tq * sh->Tk;
+    if (!sh->ds) {
+        half_from_f32(half, dst, P, TT);
+        return;
+    }
+    for (int i = 0; i < sh->Tq; i++) {
+        const row_zone z = zone_of(sh, i);
+        const size_t at = (size_t)i * sh->Tk + z.zlo;
+        half_from_f32(half, dst + at, P + at, (size_t)(z.zhi - z.zlo));
+    }
+}
+
+static void probs_from_b16(half_kind half, float *P, const uint16_t *src, const att_shape *sh) {
+    const size_t TT = (size_t)sh->Tq * sh->Tk;
+    if (!sh->ds) {
+        half_to_f32(half, P, src, TT);
+        return;
+    }
+    for (int i = 0; i < sh->Tq; i++) {
+        const row_zone z = zone_of(sh, i);
+        const size_t at = (size_t)i * sh->Tk + z.zlo;
+        half_to_f32(half, P + at, src + at, (size_t)(z.zhi - z.zlo));
+    }
 }
 
 size_t attention_workspace_floats(int T, int threads) {
@@ -143,7 +234,7 @@ static att_dims att_dims_of(qkv_layout lay, attention_rows r, attention_opts o) 
     att_dims d = {(int)qkv_row_width(lay), lay.NH * lay.HS, 1.0f / sqrtf((float)lay.HS),
                   (size_t)r.Tq * (size_t)r.Tk, o.key,
                   {r.Tq, r.Tk, r.q0, o.causal, o.kv_len > 0 && o.kv_len < r.Tk ? o.kv_len : r.Tk,
-                   r.T_key > 0 ? r.T_key : r.Tk}};
+                   r.T_key > 0 ? r.T_key : r.Tk, NULL, NULL}};
     d.key.site = DROPOUT_SITE_ATTENTION_PROBS;
     return d;
 }
@@ -188,20 +279,27 @@ void attention_forward_rows(float *out, attention_probs probs, attention_rows r,
                          qkv_key_offset(lay, h / qkv_heads_per_group(lay));
         const float *v = k + HS;
         float *P = probs.f32 ? probs.f32 + (size_t)bh * d.TT : S;
+        const att_shape sh = shape_of_seq(d.sh, o.docs, b);
 
-        head_probs(P, S, q, k, d.sh, HS, QKV_C, d.scale, o.half);
-        if (probs.b16) half_from_f32(o.half, probs.b16 + (size_t)bh * d.TT, P, d.TT); /* exact */
+        head_probs(P, S, q, k, sh, HS, QKV_C, d.scale, o.half);
+        if (probs.b16) probs_to_b16(o.half, probs.b16 + (size_t)bh * d.TT, P, &sh); /* exact */
         /* Dropout on the probabilities (the same mask is regenerated in backward). */
         const float *Pu =
-            dropped_probs(Pd, P, d.sh, o.dropout_p, d.key,
+            dropped_probs(Pd, P, sh, o.dropout_p, d.key,
                           probs_index(0, b, o.heads.total, o.heads.first, h, d.sh.Tkey, 0),
                           o.half);
         /* out_h = Pu @ V */
         for (int i0 = 0; i0 < Tq; i0 += ATT_BLOCK) {
             const int i1 = i0 + ATT_BLOCK < Tq ? i0 + ATT_BLOCK : Tq;
-            gemm((gemm_dims){i1 - i0, HS, block_cols(i1, r.q0, Tk, o.causal)}, 1.0f,
-                 gemm_n(Pu + (size_t)i0 * Tk, Tk), gemm_n(v, QKV_C), 0.0f,
-                 gemm_o(out + ((size_t)b * r.out_rows + i0) * OC + (size_t)h * HS, OC));
+            float *o_rows = out + ((size_t)b * r.out_rows + i0) * OC + (size_t)h * HS;
+            int c0, c1;
+            block_span(&sh, i0, i1, &c0, &c1);
+            if (c1 > c0)
+                gemm((gemm_dims){i1 - i0, HS, c1 - c0}, 1.0f,
+                     gemm_n(Pu + (size_t)i0 * Tk + c0, Tk), gemm_n(v + (size_t)c0 * QKV_C, QKV_C),
+                     0.0f, gemm_o(o_rows, OC));
+            else
+                for (int i = i0; i < i1; i++) memset(o_rows + (size_t)(i - i0) * OC, 0, HS * 4);
         }
     }
     gemm_serial_end(blas_threads);
@@ -215,24 +313,69 @@ static void softmax_backward_rows(float *dS, const float *P, att_shape sh, float
                                   dropout_key key, uint64_t first) {
     const int Tq = sh.Tq, Tk = sh.Tk;
     for (int i = 0; i < Tq; i++) {
-        const int L = row_len(i, sh.q0, sh.causal, sh.kv);
-        float *d = dS + (size_t)i * Tk;
-        const float *p = P + (size_t)i * Tk;
+        row_zone z = zone_of(&sh, i);
+        const int L = z.hi - z.lo;
+        float *d = dS + (size_t)i * Tk + z.lo;
+        const float *p = P + (size_t)i * Tk + z.lo;
         if (dropout_p > 0.0f)
             dropout_forward(d, d, (size_t)L, dropout_p, key,
-                            first + (uint64_t)(sh.q0 + i) * sh.Tkey);
+                            first + (uint64_t)(sh.q0 + i) * sh.Tkey + (uint64_t)z.lo);
         float dot = 0.0f;
         for (int j = 0; j < L; j++)
             dot += p[j] * d[j];
         for (int j = 0; j < L; j++)
             d[j] = p[j] * (d[j] - dot);
         /* causal from position 0: the GEMMs read up to the row's block end (the key blocks
-         * align with the query blocks); shifted queries (q0 > 0) or padding: every column */
-        const int block_end =
-            (i / ATT_BLOCK + 1) * ATT_BLOCK < Tq ? (i / ATT_BLOCK + 1) * ATT_BLOCK : Tq;
-        const int end = sh.causal && sh.q0 == 0 && Tq == Tk ? block_end : Tk;
-        for (int j = L; j < end; j++)
-            d[j] = 0.0f;
+         * align with the query blocks); shifted queries (q0 > 0) or padding: every column;
+         * documents: the row's zone (every GEMM of the pass tiles by query block) */
+        if (!sh.ds) {
+            const int block_end =
+                (i / ATT_BLOCK + 1) * ATT_BLOCK < Tq ? (i / ATT_BLOCK + 1) * ATT_BLOCK : Tq;
+            z.zhi = sh.causal && sh.q0 == 0 && Tq == Tk ? block_end : Tk;
+        }
+        zero_outside(dS + (size_t)i * Tk, z);
+    }
+}
+
+/* One head's operands and gradients for docs_backward (row strides QKV_C and OC). */
+typedef struct {
+    const float *q, *k, *v, *dO;
+    float *dq, *dk, *dv;
+    int QKV_C, OC, HS;
+    float scale;
+} doc_grads;
+
+/* The backward of one head over packed documents: every GEMM tiles by query block [i0, i1)
+ * against the block's key span [c0, c1) only (block_span), so blocks across a document boundary
+ * are never computed and each row's entries are read only within its zone (zone_of). */
+static void docs_backward(float *dS, const float *P, const float *Pu, const att_shape *sh,
+                          const doc_grads *g, float dropout_p, dropout_key key, uint64_t first) {
+    const int Tq = sh->Tq, Tk = sh->Tk, HS = g->HS, QKV_C = g->QKV_C, OC = g->OC;
+    for (int i0 = 0; i0 < Tq; i0 += ATT_BLOCK) {
+        const int i1 = i0 + ATT_BLOCK < Tq ? i0 + ATT_BLOCK : Tq;
+        int c0, c1;
+        block_span(sh, i0, i1, &c0, &c1);
+        if (c1 <= c0) continue;
+        /* dV += Pu^T dO;  dPu = dO V^T */
+        gemm((gemm_dims){c1 - c0, HS, i1 - i0}, 1.0f, gemm_t(Pu + (size_t)i0 * Tk + c0, Tk),
+             gemm_n(g->dO + (size_t)i0 * OC, OC), 1.0f, gemm_o(g->dv + (size_t)c0 * QKV_C, QKV_C));
+        gemm((gemm_dims){i1 - i0, c1 - c0, HS}, 1.0f, gemm_n(g->dO + (size_t)i0 * OC, OC),
+             gemm_t(g->v + (size_t)c0 * QKV_C, QKV_C), 0.0f,
+             gemm_o(dS + (size_t)i0 * Tk + c0, Tk));
+    }
+    softmax_backward_rows(dS, P, *sh, dropout_p, key, first);
+    for (int i0 = 0; i0 < Tq; i0 += ATT_BLOCK) {
+        const int i1 = i0 + ATT_BLOCK < Tq ? i0 + ATT_BLOCK : Tq;
+        int c0, c1;
+        block_span(sh, i0, i1, &c0, &c1);
+        if (c1 <= c0) continue;
+        /* dQ += scale dS K;  dK += scale dS^T Q */
+        gemm((gemm_dims){i1 - i0, HS, c1 - c0}, g->scale, gemm_n(dS + (size_t)i0 * Tk + c0, Tk),
+             gemm_n(g->k + (size_t)c0 * QKV_C, QKV_C), 1.0f,
+             gemm_o(g->dq + (size_t)i0 * QKV_C, QKV_C));
+        gemm((gemm_dims){c1 - c0, HS, i1 - i0}, g->scale, gemm_t(dS + (size_t)i0 * Tk + c0, Tk),
+             gemm_n(g->q + (size_t)i0 * QKV_C, QKV_C), 1.0f,
+             gemm_o(g->dk + (size_t)c0 * QKV_C, QKV_C));
     }
 }
 
@@ -266,21 +409,27 @@ void attention_backward_rows(float *dq_all, float *dkv_all, const float *dout, a
         const float *v = kv_b + qkv_value_offset(lay, g);
         float *dk = dkv_b + qkv_key_offset(lay, g);
         float *dv = dkv_b + qkv_value_offset(lay, g);
+        const att_shape sh = shape_of_seq(d.sh, o.docs, b);
         for (int h = g * Q; h < (g + 1) * Q; h++) {
             const float *q = q_b + qkv_query_offset(lay, h);
             const size_t at = ((size_t)b * NH + h) * d.TT;
             const float *P = probs.f32 ? probs.f32 + at : Pr;
             if (probs.b16)
-                half_to_f32(o.half, Pr, probs.b16 + at, d.TT);
+                probs_from_b16(o.half, Pr, probs.b16 + at, &sh);
             else if (!probs.f32) /* selective recompute: the probabilities were not kept */
-                head_probs(Pr, Pr, q, k, d.sh, HS, QKV_C, d.scale, o.half);
+                head_probs(Pr, Pr, q, k, sh, HS, QKV_C, d.scale, o.half);
             float *dq = dq_b + qkv_query_offset(lay, h);
             const float *dO = dout + (size_t)b * r.out_rows * OC + (size_t)h * HS;
             const uint64_t first =
                 probs_index(0, b, o.heads.total, o.heads.first, h, d.sh.Tkey, 0);
 
             /* Regenerate the dropped probabilities. */
-            const float *Pu = dropped_probs(Pd, P, d.sh, o.dropout_p, d.key, first, o.half);
+            const float *Pu = dropped_probs(Pd, P, sh, o.dropout_p, d.key, first, o.half);
+            if (sh.ds) {
+                const doc_grads dg = {q, k, v, dO, dq, dk, dv, QKV_C, OC, HS, d.scale};
+                docs_backward(dS, P, Pu, &sh, &dg, o.dropout_p, d.key, first);
+                continue;
+            }
             /* dV += Pu^T dO  (causal: key block [j0,j1) gets query rows at positions >= j0) */
             for (int j0 = 0; j0 < Tk; j0 += ATT_BLOCK) {
                 const int j1 = j0 + ATT_BLOCK < Tk ? j0 + ATT_BLOCK : Tk;

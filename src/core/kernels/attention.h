@@ -37,6 +37,18 @@ typedef struct {
     int first, total;
 } head_range;
 
+/* Packed documents (--reset-attention-mask): for sequence b and global position p,
+ * start[b * stride + p] and end[b * stride + p] bound the document holding p (global positions,
+ * end exclusive); a query attends only to keys of its own document (and with causal, to those
+ * at or before it). Per-position bounds rather than a list of offsets: every kernel (the whole
+ * sequence, context parallelism's chunks of it, the ring's blocks) asks "which keys does the
+ * query at global position p see" and "which queries see the key at p", and both answers are
+ * two array reads. start NULL: one document per sequence (no mask beyond causal and kv_len). */
+typedef struct {
+    const int32_t *start, *end;
+    int stride; /* the whole sequence's length */
+} attention_docs;
+
 /* What attention does beyond the shapes: the causal mask, dropout on the probabilities, and the
  * head range that keys the dropout masks. */
 typedef struct {
@@ -47,6 +59,8 @@ typedef struct {
     half_kind half; /* --bf16 / --fp16: round scores, probabilities and dropped probabilities
                        to that format; HALF_NONE: fp32 */
     int kv_len;     /* keys j >= kv_len masked for every query (padding); 0 or T: none */
+    attention_docs docs; /* packed documents; .start NULL: none. Blocks of queries x keys
+                            that cross a document boundary are skipped, not computed */
 } attention_opts;
 
 /* The saved probabilities [B,NH,T,T]: fp32 (f32), or 16-bit storage in o.half's format (b16:

@@ -20,9 +20,34 @@ static int block_row_len(const attention_block *b, int causal, int i) {
     return L;
 }
 
-/* Does any row of the block attend to any key? */
+/* Does any row of the block attend to any key? (Without documents; with them, seq_live.) */
 static int block_live(const attention_block *b, int causal) {
     return block_row_len(b, causal, b->Lq - 1) > 0;
+}
+
+/* Keys of the block row i of sequence `seq` attends to: [*lo, hi), hi returned (hi <= *lo:
+ * none). Without documents *lo = 0 and hi = block_row_len; with them (attention.h:
+ * attention_docs) also within the row's document. */
+static int row_keys(const attention_block *b, const attention_opts *o, int seq, int i, int *lo) {
+    int hi = block_row_len(b, o->causal, i);
+    *lo = 0;
+    if (!o->docs.start) return hi;
+    const size_t at = (size_t)seq * o->docs.stride + (size_t)(b->q0 + i);
+    const int dlo = o->docs.start[at] - b->k0, dhi = o->docs.end[at] - b->k0;
+    if (dlo > 0) *lo = dlo;
+    if (dhi < hi) hi = dhi;
+    return hi;
+}
+
+/* With documents: does any row of sequence seq attend to any key of the block? (A block pair
+ * of chunks in different documents is skipped whole.) */
+static int seq_live(const attention_block *b, const attention_opts *o, int seq) {
+    if (!o->docs.start) return 1;
+    for (int i = 0; i < b->Lq; i++) {
+        int lo;
+        if (row_keys(b, o, seq, i, &lo) > lo) return 1;
+    }
+    return 0;
 }
 
 static int team(attention_workspace ws) {
@@ -38,11 +63,11 @@ static float *slice(attention_workspace ws, size_t per) {
  * drawn at the global index of element (b, h, q0 + i, k0) (attention.h), so that the forward
  * and the backward draw the same one. */
 static void probs_dropout(float *out, const float *in, int L, const attention_block *blk,
-                          attention_opts o, int b, int h, int i) {
+                          attention_opts o, int b, int h, int i, int lo) {
     const uint64_t T = (uint64_t)blk->T_key;
     const uint64_t first =
         ((uint64_t)b * (uint64_t)o.heads.total + (uint64_t)(o.heads.first + h)) * T * T +
-        (uint64_t)(blk->q0 + i) * T + (uint64_t)blk->k0;
+        (uint64_t)(blk->q0 + i) * T + (uint64_t)(blk->k0 + lo);
     dropout_key key = o.key;
     key.site = DROPOUT_SITE_ATTENTION_PROBS;
     dropout_forward(out, in, (size_t)L, o.dropout_p, key, first);
@@ -55,15 +80,16 @@ static void block_scores(float *S, const float *q, const float *k, const attenti
          gemm_o(S, blk->Lk));
 }
 
-/* Row i's probabilities within the block: p[j] = exp(s[j] - ref) for j < L, 0 elsewhere;
- * returns their sum. */
-static float row_exp(float *p, const float *s, int L, int Lk, float ref) {
+/* Row i's probabilities within the block: p[j] = exp(s[j] - ref) for lo <= j < hi, 0
+ * elsewhere; returns their sum. */
+static float row_exp(float *p, const float *s, int lo, int hi, int Lk, float ref) {
     float sum = 0.0f;
-    for (int j = 0; j < L; j++) {
+    for (int j = 0; j < lo && j < Lk; j++) p[j] = 0.0f;
+    for (int j = lo; j < hi; j++) {
         p[j] = expf(s[j] - ref);
         sum += p[j];
     }
-    for (int j = L < 0 ? 0 : L; j < Lk; j++) p[j] = 0.0f;
+    for (int j = hi < lo ? lo : hi; j < Lk; j++) p[j] = 0.0f;
     return sum;
 }
 
@@ -86,18 +112,20 @@ void attention_block_forward(float *out, int out_rows, float *lse, int lse_rows,
         const float *v = k + HS;
         float *lse_bh = lse + (size_t)bh * lse_rows;
         float lse_b[Lq];
+        if (!seq_live(&blk, &o, b)) continue; /* no row of it sees these keys */
         block_scores(S, q, k, &blk, HS, QKV_C, scale);
         for (int i = 0; i < Lq; i++) {
-            const int L = block_row_len(&blk, o.causal, i);
+            int lo;
+            const int hi = row_keys(&blk, &o, b, i, &lo), L = hi - lo;
             float *s = S + (size_t)i * Lk, *p = P + (size_t)i * Lk;
             float mx = -INFINITY;
-            for (int j = 0; j < L; j++) mx = s[j] > mx ? s[j] : mx;
-            const float sum = row_exp(p, s, L, Lk, mx);
+            for (int j = lo; j < hi; j++) mx = s[j] > mx ? s[j] : mx;
+            const float sum = row_exp(p, s, lo, hi, Lk, mx);
             lse_b[i] = L > 0 ? mx + logf(sum) : -INFINITY;
             const float inv = L > 0 ? 1.0f / sum : 0.0f;
-            for (int j = 0; j < L; j++) p[j] *= inv;
+            for (int j = lo; j < hi; j++) p[j] *= inv;
             if (o.dropout_p > 0.0f && L > 0)
-                probs_dropout(p, p, L, &blk, o, b, h, i);
+                probs_dropout(p + lo, p + lo, L, &blk, o, b, h, i, lo);
         }
         gemm((gemm_dims){Lq, HS, Lk}, 1.0f, gemm_n(P, Lk), gemm_n(v, QKV_C), 0.0f,
              gemm_o(Ob, HS));
@@ -153,16 +181,16 @@ void attention_block_backward(float *dq_all, float *dkv_all, const float *dout, 
             const float *dO = dout + (size_t)b * out_rows * OC + (size_t)h * HS;
             const float *lse_bh = lse + ((size_t)b * NH + h) * lse_rows;
             const float *D_bh = D + ((size_t)b * NH + h) * lse_rows;
+            if (!seq_live(&blk, &o, b)) continue; /* no row of it sees these keys */
             block_scores(P, q, k, &blk, HS, QKV_C, scale);
             for (int i = 0; i < Lq; i++) { /* P = exp(S - lse), Pu = dropout(P) */
-                const int L = block_row_len(&blk, o.causal, i);
+                int lo;
+                const int hi = row_keys(&blk, &o, b, i, &lo), L = hi - lo;
                 float *p = P + (size_t)i * Lk, *pu = Pu + (size_t)i * Lk;
-                row_exp(p, p, L, Lk, lse_bh[i]);
+                row_exp(p, p, lo, hi, Lk, lse_bh[i]);
+                memcpy(pu, p, (size_t)Lk * sizeof(float));
                 if (o.dropout_p > 0.0f && L > 0)
-                    probs_dropout(pu, p, L, &blk, o, b, h, i);
-                else
-                    memcpy(pu, p, (size_t)Lk * sizeof(float));
-                for (int j = L < 0 ? 0 : L; j < Lk; j++) pu[j] = 0.0f;
+                    probs_dropout(pu + lo, p + lo, L, &blk, o, b, h, i, lo);
             }
             /* dV += Pu^T dO */
             gemm((gemm_dims){Lk, HS, Lq}, 1.0f, gemm_t(Pu, Lk), gemm_n(dO, OC), 1.0f,
@@ -171,13 +199,15 @@ void attention_block_backward(float *dq_all, float *dkv_all, const float *dout, 
             gemm((gemm_dims){Lq, Lk, HS}, 1.0f, gemm_n(dO, OC), gemm_t(v, QKV_C), 0.0f,
                  gemm_o(dS, Lk));
             for (int i = 0; i < Lq; i++) {
-                const int L = block_row_len(&blk, o.causal, i);
+                int lo;
+                const int hi = row_keys(&blk, &o, b, i, &lo), L = hi - lo;
                 float *d = dS + (size_t)i * Lk;
                 const float *p = P + (size_t)i * Lk;
                 if (o.dropout_p > 0.0f && L > 0)
-                    probs_dropout(d, d, L, &blk, o, b, h, i);
-                for (int j = 0; j < L; j++) d[j] = p[j] * (d[j] - D_bh[i]);
-                for (int j = L < 0 ? 0 : L; j < Lk; j++) d[j] = 0.0f;
+                    probs_dropout(d + lo, d + lo, L, &blk, o, b, h, i, lo);
+                for (int j = 0; j < lo && j < Lk; j++) d[j] = 0.0f;
+                for (int j = lo; j < hi; j++) d[j] = p[j] * (d[j] - D_bh[i]);
+                for (int j = hi < lo ? lo : hi; j < Lk; j++) d[j] = 0.0f;
             }
             /* dQ += scale dS K,  dK += scale dS^T Q */
             gemm((gemm_dims){Lq, HS, Lk}, scale, gemm_n(dS, Lk), gemm_n(k, QKV_C), 1.0f,

@@ -8,7 +8,7 @@
 void activation_store_free(activation_store *s) {
     if (!s) return;
     block_activations_free(&s->block);
-    mem_free_all(s->tokens, s->labels, s->loss_mask);
+    mem_free_all(s->tokens, s->labels, s->loss_mask, s->docs);
 #define HEAD_SAVED_FREE(field, what, kept, floats) mem_free(s->field);
     HEAD_SAVED_TENSORS(HEAD_SAVED_FREE)
 #undef HEAD_SAVED_FREE

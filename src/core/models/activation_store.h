@@ -42,6 +42,8 @@ typedef struct activation_store {
     int *tokens;            /* [N] */
     int *labels;            /* [N] */
     float *loss_mask;       /* [N] per-token loss weights */
+    int32_t *docs;          /* cfg.packed_docs: [3, max_batch x seq_length] the micro-batch's
+                               document starts, ends and position ids (gpt_batch); else NULL */
     /* the head's saved tensors (last rank; with interleaving every store may run the last
      * chunk): lnf, lnf_mean, lnf_rstd, logits, losses, lse, from head_saved.h's table */
 #define ACTIVATION_STORE_HEAD_FIELD(field, what, kept, floats) float *field;

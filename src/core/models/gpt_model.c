@@ -429,6 +429,11 @@ activation_store *activation_store_create(const gpt_model *m, int checkpointed) 
     s->tokens = mem_alloc(MEM_OTHER, N * sizeof(int), "tokens");
     s->labels = mem_alloc(MEM_OTHER, N * sizeof(int), "labels");
     s->loss_mask = mem_alloc_floats(MEM_OTHER, N, "loss mask");
+    /* packed documents: the whole sequences' bounds and position ids (batch data, as the
+     * tokens: not an activation, so --log-memory's activation bytes do not change) */
+    if (c->packed_docs)
+        s->docs = mem_alloc(MEM_OTHER, 3 * (size_t)m->max_batch * c->seq_length * sizeof(int32_t),
+                            "document bounds");
     if (!tc_last_rank(c)) return s; /* (interleaved: every store may hold the last chunk) */
     /* masked diffusion: the head runs its rows in chunks, the logits buffer holds one */
     s->logits_rows = gpt_head_logits_rows((int)N, m->logits_in_chunks);
@@ -463,6 +468,27 @@ static dropout_key embedding_dropout_key(const layer_ctx *ctx, cp_rows *rows, in
     return ek;
 }
 
+/* Copies b's document bounds and position ids (over the whole sequences: b->T x CP positions
+ * each, b being a context-parallel rank's local batch) into s and points the context at them. */
+static void keep_docs(activation_store *s, const gpt_batch *b) {
+    layer_ctx *ctx = &s->ctx;
+    ctx->doc_start = ctx->doc_end = ctx->position_ids = NULL;
+    if (!b->doc_start && !b->position_ids) return;
+    if (!s->docs) die(1, "internal error: a packed micro-batch on a model built without packing");
+    const size_t n = (size_t)b->B * b->T * tc_cp(&s->cfg), max = (size_t)s->max_batch *
+                                                                 s->cfg.seq_length;
+    if (b->doc_start) {
+        memcpy(s->docs, b->doc_start, n * sizeof(int32_t));
+        memcpy(s->docs + max, b->doc_end, n * sizeof(int32_t));
+        ctx->doc_start = s->docs;
+        ctx->doc_end = s->docs + max;
+    }
+    if (b->position_ids) {
+        memcpy(s->docs + 2 * max, b->position_ids, n * sizeof(int32_t));
+        ctx->position_ids = s->docs + 2 * max;
+    }
+}
+
 /* Records the micro-batch's shape, tokens and dropout key in s (backward reads them), and the
  * model's config with the store's chunk and recompute kind (the model's may have changed since
  * the store was made: a benchmark switches the TP overlap modes). */
@@ -488,6 +514,7 @@ static void begin_forward(gpt_model *m, activation_store *s, const gpt_batch *b,
                              .microbatch = step.microbatch, .layer = 0, .site = 0};
     ctx->rope_cos = m->rope_cos;
     ctx->rope_sin = m->rope_sin;
+    keep_docs(s, b);
 }
 
 /* First stage: embedding + dropout into the block's input. */
@@ -498,6 +525,7 @@ static void embedding_forward_into(gpt_model *m, activation_store *s) {
     float *h0 = s->input;
     vocab_parallel_embedding emb = embedding_of(m);
     emb.positions = s->ctx.T_valid; /* the padding past them has no learned position */
+    emb.position_ids = s->ctx.position_ids;
     vocab_parallel_embedding_forward(&emb, h0, s->tokens, s->B, s->T);
     cp_rows rows;
     dropout_key ek = embedding_dropout_key(&s->ctx, &rows, Ns);
@@ -823,6 +851,7 @@ static void embedding_backward_from(gpt_model *m, activation_store *s) {
     cp_dropout_backward(rows, m->demb, s->grad, s->ctx.training ? c->hidden_dropout : 0.0f, ek);
     vocab_parallel_embedding emb = embedding_of(m);
     emb.positions = s->ctx.T_valid;
+    emb.position_ids = s->ctx.position_ids;
     vocab_parallel_embedding_backward(&emb, m->demb, s->tokens, s->B, s->T);
     params_done(m, 0, m->spec.layer_begin[0]);
     grads_done(m, 0, m->spec.layer_begin[0], NULL);

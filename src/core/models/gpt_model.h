@@ -180,6 +180,9 @@ typedef struct {
                                rounding: the others weigh 0); 0: every row */
     const uint8_t *logit_rows; /* [B, T] without labels: only the rows marked nonzero get
                                logits, in order (s->head_rows of them); NULL: every row */
+    /* Packed documents (models with cfg.packed_docs), [B, T] over the whole sequences: */
+    const int32_t *position_ids; /* learned-position rows (position_offset included), or NULL */
+    const int32_t *doc_start, *doc_end; /* each position's document [start, end), or NULL */
     float grad_seed;        /* loss_rows_only, training forward: d(objective)/d(loss), the
                                loss_scale the backward will be given (Megatron's loss scale /
                                num_microbatches); the head's backward runs in forward with it */

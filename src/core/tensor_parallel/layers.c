@@ -88,20 +88,31 @@ static int real_positions(const vocab_parallel_embedding *e, int T) {
 /* out[n, :] += wpe[position of token first_token + n, :] for n < Ns (a shard of the [B*T]
  * tokens; the position within the whole sequence under context parallelism: cp_layout.h);
  * rows at positions >= P (padding) add none. */
-static void position_embedding_add(const transformer_config *c, float *out, const float *wpe,
+/* The learned-position row of local token n (of first_token + n): its position in the whole
+ * sequence + position_offset, or with packed position ids that token's id; -1 for padding
+ * (positions >= P). */
+static inline int position_row(const vocab_parallel_embedding *e, int64_t token, int T, int P) {
+    const transformer_config *c = e->cfg;
+    int pos = cp_position(c, T, (int)(token % T));
+    if (pos >= P) return -1;
+    if (!e->position_ids) return c->position_offset + pos;
+    return e->position_ids[(token / T) * (int64_t)T * tc_cp(c) + pos];
+}
+
+static void position_embedding_add(const vocab_parallel_embedding *e, float *out,
                                    int64_t first_token, int Ns, int T, int P, int C) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < Ns; n++) {
-        int pos = cp_position(c, T, (int)((first_token + n) % T));
-        if (pos >= P) continue;
-        const float *p = wpe + (size_t)pos * C;
+        int row = position_row(e, first_token + n, T, P);
+        if (row < 0) continue;
+        const float *p = e->wpe + (size_t)row * C;
         float *o = out + (size_t)n * C;
         for (int i = 0; i < C; i++) o[i] += p[i];
     }
 }
 
 /* dwpe[position of token first_token + n, :] += dout[n, :] (positions < P) */
-static void position_embedding_add_backward(const transformer_config *c, float *dwpe,
+static void position_embedding_add_backward(const vocab_parallel_embedding *e,
                                             const float *dout, int64_t first_token, int Ns,
                                             int T, int P, int C) {
     int nblocks = (C + COL_BLOCK - 1) / COL_BLOCK;
@@ -109,10 +120,10 @@ static void position_embedding_add_backward(const transformer_config *c, float *
     for (int blk = 0; blk < nblocks; blk++) {
         int c0 = blk * COL_BLOCK, w = C - c0 < COL_BLOCK ? C - c0 : COL_BLOCK;
         for (int n = 0; n < Ns; n++) {
-            int pos = cp_position(c, T, (int)((first_token + n) % T));
-            if (pos >= P) continue;
+            int row = position_row(e, first_token + n, T, P);
+            if (row < 0) continue;
             const float *d = dout + (size_t)n * C + c0;
-            float *p = dwpe + (size_t)pos * C + c0;
+            float *p = e->dwpe + (size_t)row * C + c0;
             for (int i = 0; i < w; i++) p[i] += d[i];
         }
     }
@@ -128,15 +139,14 @@ void vocab_parallel_embedding_forward(const vocab_parallel_embedding *e, float *
     const transformer_config *c = e->cfg;
     int N = B * T, Ns = tc_tokens_local(c, N), C = c->hidden_size, P = real_positions(e, T);
     /* context parallelism or padding: the positions are added below, from the global ones */
-    const float *wpe = tc_cp(c) == 1 && P == T ? e->wpe : NULL;
+    const float *wpe = tc_cp(c) == 1 && P == T && !e->position_ids ? e->wpe : NULL;
     if (tc_tp(c) == 1 && e->wte16)
         embedding_forward_half(out, tokens, e->kind, e->wte16, wpe, B, T, C, c->position_offset);
     else if (tc_tp(c) == 1)
         embedding_forward(out, tokens, e->wte, wpe, B, T, C, c->position_offset);
     if (tc_tp(c) == 1) {
         if (e->wpe && !wpe)
-            position_embedding_add(c, out, e->wpe + (size_t)c->position_offset * C, 0, N, T, P,
-                                   C);
+            position_embedding_add(e, out, 0, N, T, P, C);
         return;
     }
     int Vl = tc_vocab_local(c);
@@ -148,8 +158,7 @@ void vocab_parallel_embedding_forward(const vocab_parallel_embedding *e, float *
         memcpy(out, e->partial, (size_t)N * C * sizeof(float));
     }
     if (e->wpe)
-        position_embedding_add(c, out, e->wpe + (size_t)c->position_offset * C,
-                               shard_first_token(c, Ns), Ns, T, P, C);
+        position_embedding_add(e, out, shard_first_token(c, Ns), Ns, T, P, C);
 }
 
 void vocab_parallel_embedding_backward(const vocab_parallel_embedding *e, const float *dout,
@@ -157,18 +166,17 @@ void vocab_parallel_embedding_backward(const vocab_parallel_embedding *e, const 
     const transformer_config *c = e->cfg;
     int N = B * T, Ns = tc_tokens_local(c, N), C = c->hidden_size, P = real_positions(e, T);
     if (tc_tp(c) == 1) {
-        int whole = tc_cp(c) == 1 && P == T; /* the kernel's positions: 0 .. T-1, in order */
+        /* the kernel's positions: 0 .. T-1, in order */
+        int whole = tc_cp(c) == 1 && P == T && !e->position_ids;
         embedding_backward(e->dwte, whole ? e->dwpe : NULL, dout, tokens, B, T, C,
                            c->position_offset);
         if (e->dwpe && !whole)
-            position_embedding_add_backward(c, e->dwpe + (size_t)c->position_offset * C, dout, 0,
-                                            N, T, P, C);
+            position_embedding_add_backward(e, dout, 0, N, T, P, C);
         return;
     }
     int Vl = tc_vocab_local(c);
     if (e->wpe)
-        position_embedding_add_backward(c, e->dwpe + (size_t)c->position_offset * C, dout,
-                                        shard_first_token(c, Ns), Ns, T, P, C);
+        position_embedding_add_backward(e, dout, shard_first_token(c, Ns), Ns, T, P, C);
     const float *full = dout;
     if (tc_sp(c)) {
         tp_all_gather(e->partial, dout, (size_t)Ns * C);

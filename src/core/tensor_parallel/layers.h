@@ -41,6 +41,9 @@ typedef struct {
     int positions;    /* > 0: rows at positions >= this (in the whole sequence) are padding
                        * (a masked-diffusion sequence padded to the CP / SP split, possibly past
                        * the position table) and add no learned position; 0: none are */
+    const int32_t *position_ids; /* [B, T x CP] the learned-position row of each token of the
+                                    whole sequences (position_offset included), or NULL: the
+                                    sequence index + position_offset */
 } vocab_parallel_embedding;
 /* out[Ns, C] (Ns = tc_tokens_local(cfg, B*T)) from tokens[B*T]. */
 void vocab_parallel_embedding_forward(const vocab_parallel_embedding *e, float *out,

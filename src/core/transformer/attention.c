@@ -25,6 +25,8 @@ static attention_opts core_attention_opts(const layer_ctx *ctx, int layer_index)
     o.key.layer = (uint32_t)layer_index;
     o.key.site = DROPOUT_SITE_ATTENTION_PROBS;
     o.half = tc_half(c);
+    if (ctx->doc_start)
+        o.docs = (attention_docs){ctx->doc_start, ctx->doc_end, ctx->T * tc_cp(c)};
     return o;
 }
 

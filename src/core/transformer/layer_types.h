@@ -65,6 +65,9 @@ typedef struct {
     int training;           /* dropout on */
     dropout_key key;        /* seed, iteration, micro-batch; layer and site are set per use */
     const float *rope_cos;  /* [T, rot_dim/2] (rope only) */
+    /* packed documents: [B, T x CP] bounds of each position's document (attention_docs), or
+     * NULL; and the learned-position rows of the tokens, or NULL (sequence index) */
+    const int32_t *doc_start, *doc_end, *position_ids;
     const float *rope_sin;
 } layer_ctx;
 

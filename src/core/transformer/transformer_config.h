@@ -43,6 +43,8 @@ typedef struct {
                                    parameter copy) and bf16-rounded inputs, fp32 sums */
     int fp16;                   /* --fp16: the same in IEEE fp16 (tc_half: the run's format) */
     int position_offset;        /* first learned position (1 for difflm-noshift, as MegaDLMs) */
+    int packed_docs;            /* micro-batches may carry position ids and document bounds
+                                   (gpt_batch): the stores hold a copy for backward */
     recompute_granularity recompute_granularity;
     recompute_method recompute_method; /* with RECOMPUTE_FULL */
     int recompute_num_layers;          /* with RECOMPUTE_FULL: chunk size (uniform) or number of
