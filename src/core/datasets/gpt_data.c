@@ -35,12 +35,14 @@
 #include "core/datasets/gpt_dataset.h"
 #include "core/datasets/index_cache.h"
 #include "core/datasets/indexed_dataset.h"
+#include "core/datasets/sft_dataset.h"
 #include "core/tensor/memory.h"
 #include "core/util/error.h"
 #include "core/util/alloc.h"
 
 typedef struct {
     indexed_dataset *ds; /* not owned */
+    indexed_dataset *mask; /* its loss mask (SFT), not owned; NULL without */
     int64_t beg, end;    /* sequence range of the split */
     gpt_indices ix;
 } mid_ds;
@@ -62,6 +64,8 @@ struct gpt_data {
     int eod;
     int num_ds;
     indexed_dataset **ds;
+    indexed_dataset **mask; /* SFT: one per dataset; NULL without */
+    int sft_padded, sft_pad_mask;
     split_ds split[3];
 };
 
@@ -89,8 +93,12 @@ void gpt_data_free(gpt_data *d) {
         mem_free(sp->dataset_sample_index);
         free(sp->blend_weights);
     }
-    for (int i = 0; i < d->num_ds; i++) indexed_dataset_close(d->ds[i]);
+    for (int i = 0; i < d->num_ds; i++) {
+        indexed_dataset_close(d->ds[i]);
+        if (d->mask) indexed_dataset_close(d->mask[i]);
+    }
     free(d->ds);
+    free(d->mask);
     free(d);
 }
 
@@ -99,6 +107,11 @@ void gpt_data_free(gpt_data *d) {
 static int build_indices(const gpt_data_config *cfg, int s, const indexed_dataset *ds,
                          const int64_t beg[3], const int64_t end[3], uint64_t num_samples,
                          gpt_indices *ix, char *err, size_t errlen) {
+    if (cfg->sft && cfg->sft_padded) /* one sequence a sample: cheap, never cached */
+        return sft_doc_index_build(beg[s], end[s], num_samples, (uint32_t)cfg->seed, ix, err,
+                                   errlen) == 0
+                   ? INDEX_CACHE_OK
+                   : INDEX_CACHE_BUILD_FAILED;
     if (!cfg->cache_dir || !cfg->cache_dir[0])
         return gpt_indices_build(ds->sequence_lengths, beg[s], end[s], num_samples,
                                  cfg->seq_length, (uint32_t)cfg->seed, 1, ix, err, errlen) == 0
@@ -119,6 +132,8 @@ static int build_mid(gpt_data *d, const gpt_data_config *cfg, int s, mid_ds *m,
                      indexed_dataset *ds, const int64_t beg[3], const int64_t end[3],
                      uint64_t num_samples, char *err, size_t errlen) {
     m->ds = ds;
+    for (int k = 0; d->mask && k < d->num_ds; k++)
+        if (d->ds[k] == ds) m->mask = d->mask[k];
     m->beg = beg[s];
     m->end = end[s];
     char e2[512];
@@ -134,7 +149,6 @@ static int build_mid(gpt_data *d, const gpt_data_config *cfg, int s, mid_ds *m,
                SPLIT_NAMES[s], ds->prefix, beg[s], end[s], ds->sequence_count, cfg->split, e2);
         return -1;
     }
-    (void)d;
     return 0;
 }
 
@@ -312,6 +326,22 @@ static int check_data_flags(const gpt_data_config *cfg, double *split_w, char *e
     return gpt_split_parse(cfg->split, split_w, err, errlen);
 }
 
+/* SFT: the loss mask beside every prefix. */
+static int open_masks(gpt_data *d, const gpt_data_config *cfg, char *err, size_t errlen) {
+    d->mask = xcalloc((size_t)d->num_ds, sizeof(indexed_dataset *), "loss masks");
+    d->sft_padded = cfg->sft_padded;
+    d->sft_pad_mask = cfg->sft_pad_mask;
+    for (int k = 0; k < d->num_ds; k++) {
+        char e2[900];
+        d->mask[k] = sft_mask_open(d->ds[k], e2, sizeof e2);
+        if (!d->mask[k]) {
+            err_set(err, errlen, "%s: %s", data_flag(cfg), e2);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 gpt_data *gpt_data_build(const gpt_data_config *cfg_in, char *err, size_t errlen) {
     if (cfg_in->seq_length < 2) {
         err_set(err, errlen, "--seq-length: expected at least 2, found %d", cfg_in->seq_length);
@@ -322,6 +352,12 @@ gpt_data *gpt_data_build(const gpt_data_config *cfg_in, char *err, size_t errlen
     d->seed = cfg_in->seed;
     d->vocab_size = cfg_in->vocab_size;
     d->eod = cfg_in->eod;
+    if (cfg_in->mock && cfg_in->sft) {
+        err_set(err, errlen, "--mock-data has no loss masks for supervised fine-tuning: give "
+                             "--data-path the output of megadlm preprocess --sft");
+        gpt_data_free(d);
+        return NULL;
+    }
     if (cfg_in->mock) {
         if (build_mock(d, cfg_in, err, errlen) == 0) return d;
         gpt_data_free(d);
@@ -344,6 +380,7 @@ gpt_data *gpt_data_build(const gpt_data_config *cfg_in, char *err, size_t errlen
             ok = 0;
         }
     }
+    if (ok && cfg.sft) ok = open_masks(d, &cfg, err, errlen) == 0;
     for (int s = 0; ok && s < 3; s++) ok = build_split(d, &cfg, s, split_w, w, err, errlen) == 0;
     free(w);
     if (ok) return d;
@@ -377,26 +414,49 @@ static int check_ids(const gpt_data *d, const mid_ds *m, const int32_t *tokens, 
     return 0;
 }
 
-static int mid_get(const gpt_data *d, const mid_ds *m, uint64_t j, int32_t *tokens, char *err,
-                   size_t errlen) {
-    uint64_t want = (uint64_t)d->seq_length + 1;
+/* Sample j of component m: its tokens and, when mask is not NULL, its loss mask. */
+static int mid_get(const gpt_data *d, const mid_ds *m, uint64_t j, int32_t *tokens,
+                   int32_t *mask, char *err, size_t errlen) {
+    uint64_t want = (uint64_t)d->seq_length + 1, got;
     if (m->ix.num_samples == 0) {
         for (uint64_t t = 0; t < want; t++) tokens[t] = d->eod;
+        if (mask) memset(mask, 0, want * sizeof(int32_t));
         return 0;
     }
+    if (m->mask && d->sft_padded) { /* one sequence a sample */
+        uint64_t seq = (uint64_t)m->ix.document_index[j % m->ix.num_samples];
+        if (mask) {
+            got = sft_padded_sample(m->ds, m->mask, seq, want, d->eod, d->sft_pad_mask, tokens,
+                                    mask);
+        } else {
+            uint64_t len = (uint64_t)m->ds->sequence_lengths[seq];
+            got = len < want ? len : want;
+            indexed_dataset_read(m->ds, seq, 0, got, tokens);
+            for (uint64_t t = got; t < want; t++) tokens[t] = d->eod;
+        }
+        if (check_ids(d, m, tokens, got, err, errlen) != 0) return -1;
+        return mask ? sft_mask_check(m->mask, mask, got, err, errlen) : 0;
+    }
     uint64_t s = (uint64_t)m->ix.shuffle_index[j % m->ix.num_samples];
-    uint64_t got = gpt_indices_sample(&m->ix, m->ds->sequence_lengths, d->seq_length, s,
-                                      read_ds, m->ds, tokens);
+    got = gpt_indices_sample(&m->ix, m->ds->sequence_lengths, d->seq_length, s, read_ds, m->ds,
+                             tokens);
     /* Only a partial last sample (never built: drop_last_partial is on) is short; Megatron
      * pads with its pad id and masks the loss, we pad with end-of-document. */
     for (uint64_t t = got; t < want; t++) tokens[t] = d->eod;
-    return check_ids(d, m, tokens, got, err, errlen);
+    if (check_ids(d, m, tokens, got, err, errlen) != 0) return -1;
+    if (!mask) return 0;
+    /* the mask has the tokens' shape: the same reads through the sample index */
+    uint64_t mgot = gpt_indices_sample(&m->ix, m->ds->sequence_lengths, d->seq_length, s,
+                                       read_ds, m->mask, mask);
+    for (uint64_t t = mgot; t < want; t++) mask[t] = 0;
+    return sft_mask_check(m->mask, mask, mgot, err, errlen);
 }
 
-int gpt_data_get(const gpt_data *d, int split, uint64_t index, int32_t *tokens, char *err,
-                 size_t errlen) {
+static int data_get(const gpt_data *d, int split, uint64_t index, int32_t *tokens,
+                    int32_t *mask, char *err, size_t errlen) {
     uint64_t want = (uint64_t)d->seq_length + 1;
     const split_ds *sp = (split >= 0 && split <= 2) ? &d->split[split] : NULL;
+    if (mask) memset(mask, 0, want * sizeof(int32_t));
     if (!sp || sp->size == 0) {
         for (uint64_t t = 0; t < want; t++) tokens[t] = d->eod;
         return 0;
@@ -409,15 +469,29 @@ int gpt_data_get(const gpt_data *d, int split, uint64_t index, int32_t *tokens, 
         for (uint64_t t = 0; t < want; t++) tokens[t] = (int32_t)((start + t) % m);
         return 0;
     }
-    case GPT_SPLIT_SINGLE: return mid_get(d, &sp->mid[0], i, tokens, err, errlen);
+    case GPT_SPLIT_SINGLE: return mid_get(d, &sp->mid[0], i, tokens, mask, err, errlen);
     case GPT_SPLIT_BLENDED: {
         const mid_ds *m = &sp->mid[sp->dataset_index[i]];
-        return mid_get(d, m, (uint64_t)sp->dataset_sample_index[i], tokens, err, errlen);
+        return mid_get(d, m, (uint64_t)sp->dataset_sample_index[i], tokens, mask, err, errlen);
     }
     default:
         for (uint64_t t = 0; t < want; t++) tokens[t] = d->eod;
         return 0;
     }
+}
+
+int gpt_data_get(const gpt_data *d, int split, uint64_t index, int32_t *tokens, char *err,
+                 size_t errlen) {
+    return data_get(d, split, index, tokens, NULL, err, errlen);
+}
+
+int gpt_data_get_sft(const gpt_data *d, int split, uint64_t index, int32_t *tokens,
+                     int32_t *mask, char *err, size_t errlen) {
+    if (!d->mask) {
+        err_set(err, errlen, "the data was built without loss masks (no SFT data)");
+        return -1;
+    }
+    return data_get(d, split, index, tokens, mask, err, errlen);
 }
 
 /* ---- introspection (gpt_data_debug.h) ---- */
