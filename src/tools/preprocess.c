@@ -816,11 +816,16 @@ int preprocess_main(int argc, char **argv) {
             errmsg("%s", err);
             goto done;
         }
-        printf("preprocess: %s '%s': %" PRIu64 " documents, %" PRIu64 " sequences, %" PRIu64
+        char what[160];
+        if (!o.sft)
+            snprintf(what, sizeof what, "key '%s'", keys[k]);
+        else
+            snprintf(what, sizeof what, "--sft '%s' + '%s'%s", keys[0], keys[1],
+                     k ? ", its loss mask" : "");
+        printf("preprocess: %s: %" PRIu64 " documents, %" PRIu64 " sequences, %" PRIu64
                " %s -> %s.bin, %s.idx (dtype %s)\n",
-               o.sft ? (k ? "response mask of" : "prompt+response of") : "key",
-               o.sft ? keys[0] : keys[k], nd, ns, nt, o.sft && k ? "values" : "tokens",
-               prefixes[k], prefixes[k], idx_dtype_name(o.sft && k ? IDX_DTYPE_UINT8 : dtype));
+               what, nd, ns, nt, o.sft && k ? "values" : "tokens", prefixes[k], prefixes[k],
+               idx_dtype_name(o.sft && k ? IDX_DTYPE_UINT8 : dtype));
     }
     printf("preprocess: %s: %" PRIu64 " documents read, %" PRIu64 " malformed line%s skipped, "
            "tokenizer %s (vocab %d, eod %d%s), %d workers, %.3f s, %.2f MB/s\n",
