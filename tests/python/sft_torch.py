@@ -18,7 +18,8 @@ taken from megadlm but the weights of its checkpoint at iteration K-1 and the lo
 usage: sft_torch.py ar|difflm JSONL CKPT LOG K key=value ...
 keys: template, layers, hidden, heads, seq, mbs, gbs, iters (the run's --train-iters), seed,
 padding (pad|eos), mask (the mask token), weights (a checkpoint iteration directory whose
-weights to use instead of CKPT's iteration K-1)."""
+weights to use instead of CKPT's iteration K-1), split=validation with docs=LO:HI and
+nsamples=N (the validation loss logged at iteration K, the split's sequences and samples)."""
 import json
 import os
 import sys
@@ -46,9 +47,10 @@ def documents(path, template):
 
 
 def samples(cfg, docs):
-    n, want = len(docs), cfg["iters"] * cfg["gbs"]
+    lo, hi = (int(x) for x in cfg.get("docs", f"0:{len(docs)}").split(":"))
+    n, want = hi - lo, int(cfg.get("nsamples", cfg["iters"] * cfg["gbs"]))
     epochs = -(-want // n)
-    index = np.tile(np.arange(n, dtype=np.int32), epochs)
+    index = np.tile(np.arange(lo, hi, dtype=np.int32), epochs)
     np.random.RandomState(cfg["seed"]).shuffle(index)
     out, S = [], cfg["seq"] + 1
     pad_mask = 1 if cfg["padding"] == "eos" else 0
@@ -128,19 +130,34 @@ def main():
     all_samples = samples(cfg, documents(jsonl, cfg["template"]))
     # weights=DIR: the weights of another checkpoint directory (a pretrained model that
     # --finetune --load read) instead of CKPT's iteration K-1
-    path = cfg.get("weights") or f"{ckpt}/iter_{K - 1:07d}"
+    # split=validation: the validation loss logged at iteration K, on the weights after K
+    # iterations, from the validation samples' start (docs=LO:HI, nsamples=N: the split's
+    # sequence range and sample count)
+    valid = cfg.get("split") == "validation"
+    path = cfg.get("weights") or f"{ckpt}/iter_{K - (0 if valid else 1):07d}"
     P = {n: t.double() for n, t in D.load(f"{path}/model.safetensors").items()}
-    first = (K - 1) * cfg["gbs"]
+    first = 0 if valid else (K - 1) * cfg["gbs"]
     losses = []
     for mb in range(cfg["gbs"] // cfg["mbs"]):
         f = first + mb * cfg["mbs"]
         batch = all_samples[f:f + cfg["mbs"]]
         losses.append(ar_loss(P, cfg, batch) if mode == "ar" else difflm_loss(P, cfg, batch, f))
     want = sum(losses) / len(losses)
-    got = D.logged(log)[K][0] if mode == "difflm" else logged_ar(log)[K]
+    got = (logged_valid(log)[K] if valid else
+           D.logged(log)[K][0] if mode == "difflm" else logged_ar(log)[K])
     rel = abs(got - want) / abs(want)
     print(f"{mode} SFT iteration {K}: megadlm {got:.7g}, PyTorch {want:.7g} (rel {rel:.2g})")
     return 0 if rel <= 1e-5 else 1
+
+
+def logged_valid(log):
+    import re
+    out = {}
+    for line in open(log):
+        m = re.match(r" validation loss at iteration (\d+) \| lm loss value: (\S+)", line)
+        if m:
+            out[int(m.group(1))] = float(m.group(2))
+    return out
 
 
 def logged_ar(log):

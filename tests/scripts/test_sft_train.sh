@@ -100,6 +100,14 @@ for K in 2 3; do
       iters=3 padding=eos || fail=1
 done
 
+# the validation loss is on response tokens too: --split 1,1,0 puts pairs 7..13 in the
+# validation split, (3 / 2 + 1) x 1 x 6 = 12 samples; evaluated at iteration 2
+"$MEGADLM" train "${model[@]/1,0,0/1,1,0}" --data-path sft_sft_document --sft --sft-padding pad \
+    --micro-batch-size 3 --global-batch-size 6 --train-iters 3 --eval-iters 1 --eval-interval 2 \
+    --save val --save-interval 1 > val.log 2>&1 || { echo "FAILED: validation run"; tail -5 val.log; exit 1; }
+$PY "$SRC/tests/python/sft_torch.py" ar pairs.jsonl val val.log 2 "${cfg[@]}" mbs=3 gbs=6 iters=3 \
+    padding=pad split=validation docs=7:14 nsamples=12 || { echo "FAILED: validation loss"; fail=1; }
+
 # ---- --finetune --load from pretrained checkpoints of both families (pretrained on the
 # responses as plain documents)
 "$MEGADLM" preprocess --input pairs.jsonl --output-prefix plain --tokenizer-type ByteLevel \
