@@ -852,6 +852,10 @@ static int validate_sft(const megadlm_args *a, char *err, size_t errlen) {
         return fail(err, errlen, "--sft-padding %s: expected none, pad or eos", a->sft_padding);
     if (!a->sft && ARGS_CHOICE(a, sft_padding) != ARGS_SFT_PACKED)
         return fail(err, errlen, "--sft-padding %s needs --sft", a->sft_padding);
+    if (a->sft && a->eod_mask_loss)
+        return fail(err, errlen, "--eod-mask-loss with --sft: the loss mask of preprocess --sft "
+                                 "decides, and it trains the end of document that closes each "
+                                 "response (the model learns to stop)");
     if (a->sft && a->mock_data)
         return fail(err, errlen, "--sft: --mock-data has no loss masks; give --data-path the "
                                  "output of megadlm preprocess --sft");

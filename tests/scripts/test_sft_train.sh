@@ -149,5 +149,7 @@ expect_error "plain_response_document_loss_mask.idx: cannot open" "$MEGADLM" tra
     --data-path plain_response_document --sft --micro-batch-size 2 --train-iters 1 || fail=1
 expect_error "--sft-padding eos needs --sft" "$MEGADLM" train "${model[@]}" \
     --data-path sft_sft_document --sft-padding eos --micro-batch-size 2 --train-iters 1 || fail=1
+expect_error "--eod-mask-loss with --sft" "$MEGADLM" train "${model[@]}" \
+    --data-path sft_sft_document --sft --eod-mask-loss --micro-batch-size 2 --train-iters 1 || fail=1
 [ $fail = 0 ] && echo "PASS: supervised fine-tuning"
 exit $fail
