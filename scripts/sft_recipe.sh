@@ -6,7 +6,8 @@
 # the diffusion LM fine-tuned twice on the same pairs, packed (the default) and with LLaDA's
 # EOS padding (--sft-padding eos), and the share of end-of-document tokens among the tokens
 # each generates after HELDOUT held-out prompts at a long generation length.
-#   bash scripts/sft_recipe.sh [BUILD_DIR]      (SFT_OUT=dir, ITERS=N, SFT_ITERS=N, HELDOUT=N)
+#   bash scripts/sft_recipe.sh [BUILD_DIR]      (SFT_OUT=dir, ITERS=N, SFT_ITERS=N, HELDOUT=N;
+#                                                REUSE=1: keep SFT_OUT's checkpoints, sample only)
 set -euo pipefail
 BUILD=${1:-build}
 OUT=${SFT_OUT:-sft_out}
@@ -60,16 +61,19 @@ pretrain=(--data-path "$OUT/kjv_text_document" --train-iters "$ITERS")
 sft=(--data-path "$OUT/verses_sft_document" --sft --train-iters "$SFT_ITERS" --finetune
      --lr 2e-3 --min-lr 2e-4)
 
+train() { # train LOGNAME FLAGS...: a run, its log in $OUT (skipped with REUSE=1)
+  local log=$1; shift
+  [ -n "${REUSE:-}" ] || "$MEGADLM" train "$@" > "$OUT/$log.log"
+}
 echo "== pretrain a GPT and a diffusion LM on the corpus ($ITERS iterations each) =="
-rm -rf "$OUT/gpt" "$OUT/dlm" "$OUT/gpt_sft" "$OUT/dlm_sft" "$OUT/dlm_sft_eos"
-"$MEGADLM" train "${model[@]}" "${pretrain[@]}" --save "$OUT/gpt" > "$OUT/gpt.log"
-"$MEGADLM" train "${model[@]}" "${DLM[@]}" "${pretrain[@]}" --save "$OUT/dlm" > "$OUT/dlm.log"
+[ -n "${REUSE:-}" ] || rm -rf "$OUT/gpt" "$OUT/dlm" "$OUT/gpt_sft" "$OUT/dlm_sft" "$OUT/dlm_sft_eos"
+train gpt "${model[@]}" "${pretrain[@]}" --save "$OUT/gpt"
+train dlm "${model[@]}" "${DLM[@]}" "${pretrain[@]}" --save "$OUT/dlm"
 echo "== fine-tune both on the pairs ($SFT_ITERS iterations; the diffusion LM twice) =="
-"$MEGADLM" train "${model[@]}" "${sft[@]}" --load "$OUT/gpt" --save "$OUT/gpt_sft" > "$OUT/gpt_sft.log"
-"$MEGADLM" train "${model[@]}" "${DLM[@]}" "${sft[@]}" --load "$OUT/dlm" --save "$OUT/dlm_sft" \
-    > "$OUT/dlm_sft.log"
-"$MEGADLM" train "${model[@]}" "${DLM[@]}" "${sft[@]}" --sft-padding eos --load "$OUT/dlm" \
-    --save "$OUT/dlm_sft_eos" > "$OUT/dlm_sft_eos.log"
+train gpt_sft "${model[@]}" "${sft[@]}" --load "$OUT/gpt" --save "$OUT/gpt_sft"
+train dlm_sft "${model[@]}" "${DLM[@]}" "${sft[@]}" --load "$OUT/dlm" --save "$OUT/dlm_sft"
+train dlm_sft_eos "${model[@]}" "${DLM[@]}" "${sft[@]}" --sft-padding eos --load "$OUT/dlm" \
+    --save "$OUT/dlm_sft_eos"
 for r in gpt dlm gpt_sft dlm_sft dlm_sft_eos; do
   printf '%-12s last lm loss %s\n' "$r" "$(grep -o 'lm loss: [^ ]*' "$OUT/$r.log" | tail -1 | cut -d' ' -f3)"
 done
@@ -77,7 +81,8 @@ done
 prompt_of() { python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readlines()[int(sys.argv[2])])["prompt"])' "$OUT/heldout.jsonl" "$1"; }
 answer_of() { python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readlines()[int(sys.argv[2])])["response"])' "$OUT/heldout.jsonl" "$1"; }
 ar=(--max-new-tokens 40 --top-k 1)
-dlm=(--gen-length 32 --steps 32 --block-length 8)
+# the demo's diffusion sampler: blocks of one token, one a step, a filtered draw
+dlm=(--gen-length 32 --steps 32 --block-length 1 --temperature 0.7 --top-p 0.9 --seed 7)
 for i in 0 1 2; do
   p="Continue the verse: $(prompt_of $i)
 "
@@ -90,15 +95,17 @@ for i in 0 1 2; do
   done
 done
 
-echo "== EOS over-prediction: end-of-document share of the tokens generated after $HELDOUT held-out prompts (gen-length 96, one block, 96 steps, greedy) =="
+# LLaDA's plain setting, where EOS over-prediction shows: one block, greedy, low-confidence
+# remasking; 64 positions (prompt + 64 stay within the 127 the model was trained on)
+echo "== EOS over-prediction: end-of-document share of the tokens generated after $HELDOUT held-out prompts (gen-length 64, one block, 64 steps, greedy) =="
 for r in dlm_sft dlm_sft_eos; do
   eos=0 total=0
   for i in $(seq 0 $((HELDOUT - 1))); do
     p="Continue the verse: $(prompt_of $i)
 "
-    line=$("$MEGADLM" generate --load "$OUT/$r" --prompt "$p" --gen-length 96 --steps 96 2>&1 >/dev/null | grep '^\[diffusion')
+    line=$("$MEGADLM" generate --load "$OUT/$r" --prompt "$p" --gen-length 64 --steps 64 2>&1 >/dev/null | grep '^\[diffusion')
     e=$(sed -E 's/.*; ([0-9]+) of them end of document.*/\1/' <<<"$line")
-    eos=$((eos + e)) total=$((total + 96))
+    eos=$((eos + e)) total=$((total + 64))
   done
   awk -v r="$r" -v e="$eos" -v t="$total" 'BEGIN { printf "%-12s %d of %d generated tokens are end of document: %.1f%%\n", r, e, t, 100 * e / t }'
 done
