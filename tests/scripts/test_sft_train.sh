@@ -8,8 +8,9 @@
 #     batches, masks and weights rebuilt from the documented formulas);
 #   - --finetune --load from a pretrained checkpoint of each family: the first SFT loss is
 #     PyTorch's on the pretrained weights;
-#   - packed SFT (the default): a resumed run bitwise equal to an uninterrupted one; 2-rank data
-#     and tensor parallelism equal to one process.
+#   - packed SFT (the default): a resumed run bitwise equal to an uninterrupted one; 2-rank data,
+#     tensor (+ sequence), pipeline and context parallelism equal to one process;
+#   - the validation loss on response tokens (against PyTorch); the refusals.
 set -uo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -142,6 +143,12 @@ for fam in ar dlm; do
       > tp_$fam.log 2>&1 ||
       { echo "FAILED: TP $fam"; tail -5 tp_$fam.log; exit 1; }
   close_losses full_$fam.log tp_$fam.log 1e-5 4 || { echo "FAILED: TP 2 $fam"; fail=1; }
+  for lay in "--pipeline-model-parallel-size 2" "--context-parallel-size 2"; do
+    # shellcheck disable=SC2086
+    "${MPIRUN[@]}" -np 2 "$MEGADLM" train "${packed[@]}" "${extra[@]}" --train-iters 4 $lay \
+        > lay_$fam.log 2>&1 || { echo "FAILED: $lay $fam"; tail -5 lay_$fam.log; exit 1; }
+    close_losses full_$fam.log lay_$fam.log 1e-5 4 || { echo "FAILED: $lay $fam"; fail=1; }
+  done
 done
 
 # ---- refusals
