@@ -18,7 +18,8 @@ typedef struct {
 struct sft_template {
     piece *p;
     int n;
-    size_t bos_prefix; /* ids every encoding starts with (a BOS with add_bos_token) */
+    int32_t *prefix;   /* the ids every encoding starts with (a BOS with add_bos_token) */
+    size_t bos_prefix; /* their count */
 };
 
 static void add_piece(sft_template *t, piece pc) {
@@ -112,11 +113,8 @@ sft_template *sft_template_parse(const char *spec, const tokenizer *tok, char *e
     }
     if (rc == 0) flush_text(t, buf, &len, &prompt_at);
     free(buf);
-    int32_t *ids = NULL;
-    size_t n = 0;
-    if (rc == 0 && tokenizer_encode(tok, "", 0, &ids, &n, err, errlen) != 0) rc = -1;
-    free(ids);
-    t->bos_prefix = n;
+    if (rc == 0 && tokenizer_encode(tok, "", 0, &t->prefix, &t->bos_prefix, err, errlen) != 0)
+        rc = -1;
     if (rc == 0) return t;
     sft_template_free(t);
     return NULL;
@@ -126,6 +124,7 @@ void sft_template_free(sft_template *t) {
     if (!t) return;
     for (int i = 0; i < t->n; i++) free(t->p[i].text);
     free(t->p);
+    free(t->prefix);
     free(t);
 }
 
@@ -141,6 +140,9 @@ int sft_template_prompt(const sft_template *t, const tokenizer *tok, const char 
                         size_t len, int32_t **ids, size_t *n, char *err, size_t errlen) {
     *ids = NULL;
     *n = 0;
+    /* the tokenizer's BOS prefix comes once, at the start of the document, whatever the
+     * template starts with; every encoded piece drops its own */
+    append_ids(ids, n, t->prefix, t->bos_prefix, 0);
     for (int i = 0; i < t->n; i++) {
         const piece *pc = &t->p[i];
         if (!pc->text) {
@@ -162,8 +164,7 @@ int sft_template_prompt(const sft_template *t, const tokenizer *tok, const char 
             *ids = NULL;
             return -1;
         }
-        /* the tokenizer's BOS prefix comes once, at the start of the document */
-        append_ids(ids, n, piece_ids, pn, i > 0 ? t->bos_prefix : 0);
+        append_ids(ids, n, piece_ids, pn, t->bos_prefix);
         free(piece_ids);
     }
     return 0;

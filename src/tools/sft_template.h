@@ -8,7 +8,8 @@
  * merges across the boundary as it would on the whole string); added tokens of a Hugging Face
  * tokenizer written in T as text (e.g. "<|im_start|>") are matched by the tokenizer itself.
  * The response is encoded on its own after the prompt. A tokenizer that puts a BOS first in
- * every encoding (add_bos_token) gets it once, at the start of the document. */
+ * every encoding (add_bos_token) gets it once, first in the document (before the template's
+ * own first token). */
 #ifndef MEGADLM_TOOLS_SFT_TEMPLATE_H
 #define MEGADLM_TOOLS_SFT_TEMPLATE_H
 

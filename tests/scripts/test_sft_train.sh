@@ -68,6 +68,52 @@ def check(prefix, wrap):
 check("sft", lambda p: list(sys.argv[1].replace("{prompt}", p).encode()))
 check("spec", lambda p: list(("{" + p + "}").encode()) + [256] + list(b">"))
 PYEOF
+# a Hugging Face directory's special tokens by name: GPT-2's (pad 50258, mask 50257, eod 50256),
+# and GPT-NeoX's with add_bos_token: its BOS once, at the start of each document
+cp -r "$SRC/data/tokenizers/gptneox_tokenizer" neox_bos
+sed -i 's/"add_bos_token": false/"add_bos_token": true/' neox_bos/tokenizer_config.json
+grep -q '"add_bos_token": true' neox_bos/tokenizer_config.json || { echo "FAILED: add_bos_token not set"; fail=1; }
+for dir in "$SRC/data/tokenizers/gpt2_tokenizer" neox_bos; do
+  name=$(basename "$dir")
+  HF=(--tokenizer-type HuggingFaceTokenizer --tokenizer-model "$dir")
+  "$MEGADLM" preprocess --input pairs.jsonl --output-prefix "hf_$name" "${HF[@]}" --sft \
+      --json-keys 'prompt response' --prompt-template '{pad}User: {prompt}{mask}' > hf.log 2>&1 ||
+      { echo "FAILED: preprocess --sft $name"; cat hf.log; fail=1; continue; }
+  read -r _ _ _ eod _ bos _ pad _ mask < <("$MEGADLM" tokenize "${HF[@]}" --special-ids < /dev/null 2>/dev/null)
+  # the pieces as `megadlm tokenize` encodes each line (the tokenizer is checked against
+  # Hugging Face's elsewhere): the prompt line with its text around it, the response line
+  $PY -c 'import json,sys; [print("User: " + json.loads(l)["prompt"]) for l in open("pairs.jsonl")]' |
+      "$MEGADLM" tokenize "${HF[@]}" > p.ids 2>/dev/null
+  $PY -c 'import json,sys; [print(json.loads(l)["response"]) for l in open("pairs.jsonl")]' |
+      "$MEGADLM" tokenize "${HF[@]}" > r.ids 2>/dev/null
+  $PY - "hf_$name" "$eod" "$bos" "$pad" "$mask" "$name" <<'PYEOF' || fail=1
+import struct, sys
+import numpy as np
+prefix, eod, bos, pad, mask, name = sys.argv[1], *map(int, sys.argv[2:6]), sys.argv[6]
+idx = open(prefix + "_sft_document.idx", "rb").read()
+S, D = struct.unpack("<QQ", idx[18:34])
+lens = np.frombuffer(idx, np.int32, S, 34)
+toks = np.fromfile(prefix + "_sft_document.bin", np.uint16 if idx[17] == 8 else np.int32).tolist()
+masks = np.fromfile(prefix + "_sft_document_loss_mask.bin", np.uint8).tolist()
+P = [list(map(int, l.split())) for l in open("p.ids")]
+R = [list(map(int, l.split())) for l in open("r.ids")]
+add_bos = name == "neox_bos"
+off = 0
+for i, n in enumerate(lens):
+    t, m = toks[off:off + n], masks[off:off + n]
+    off += n
+    p, r = P[i], R[i]
+    if add_bos:  # the tokenizer's BOS once, first; none before the text piece or the response
+        assert p[0] == bos and r[0] == bos, (p[:2], r[:2])
+        want_p = [bos, pad] + p[1:] + [mask]
+        r = r[1:]
+    else:
+        want_p = [pad] + p + [mask]
+    assert t == want_p + r + [eod], (i, t, want_p + r + [eod])
+    assert m == [0] * len(want_p) + [1] * (len(r) + 1), (i, m)
+print(f"{name}: the template's special tokens by name, {len(lens)} documents")
+PYEOF
+done
 expect_error "--prompt-template: unknown placeholder '{user}'" "$MEGADLM" preprocess --input pairs.jsonl \
     --output-prefix x --tokenizer-type ByteLevel --sft --json-keys 'prompt response' \
     --prompt-template '{user}: {prompt}' || fail=1
