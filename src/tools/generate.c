@@ -291,9 +291,13 @@ static int generate_diffusion(gpt_model *m, activation_store *st, tokenizer *tok
     }
     char *text = tokenizer_decode(tok, x, total);
     printf("%s\n", text);
+    /* the decoded text drops them: counted here (a model fine-tuned on EOS padding fills
+     * long generations with them, docs/DATA.md section 6) */
+    int eos = 0;
+    for (int i = (int)n; i < total; i++) eos += x[i] == tokenizer_eod(tok);
     fprintf(stderr, "[diffusion: %d tokens in %d steps (blocks of %d) after a %zu-token prompt "
-                    "from %s iteration %d]\n",
-            g->gen_length, g->steps, g->block_length, n, dir, iteration);
+                    "from %s iteration %d; %d of them end of document]\n",
+            g->gen_length, g->steps, g->block_length, n, dir, iteration, eos);
     free(text);
     free(x);
     return 0;

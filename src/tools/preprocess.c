@@ -44,6 +44,8 @@
 #include "core/datasets/indexed_dataset.h"
 #include "core/util/alloc.h"
 #include "core/util/parse.h"
+#include "core/datasets/sft_dataset.h"
+#include "tools/sft_template.h"
 #include "tools/tools.h"
 #include "training/tokenizer/tokenizer.h"
 
@@ -106,6 +108,14 @@ static void usage(FILE *f) {
             "  --strict                a malformed JSONL line (not a JSON object, a key missing,\n"
             "                          a value not a string or list of strings) is fatal\n"
             "                          (default: reported with FILE:LINE and skipped)\n"
+            "  --sft                   supervised fine-tuning pairs: --json-keys PROMPT RESPONSE;\n"
+            "                          writes PREFIX_sft_document (template(prompt), response,\n"
+            "                          end of document: one document a line) and its loss\n"
+            "                          mask PREFIX_sft_document_loss_mask (uint8: 0 prompt,\n"
+            "                          1 response)\n"
+            "  --prompt-template T     --sft: wraps each prompt; {prompt} is the prompt, {bos}\n"
+            "                          {eos} {pad} {mask} the tokenizer's special tokens, {{ }}\n"
+            "                          braces (default: {prompt})\n"
             "  --help                  print this help and exit\n",
             omp_get_max_threads());
 }
@@ -260,8 +270,36 @@ static size_t restore_nul(char *s, const nul_map *m) {
     return k;
 }
 
+/* --sft: key k's value (0 the prompt, wrapped by the template; 1 the response) as one
+ * sequence. 0, or -1 with r->error set. */
+static int encode_sft_value(const tokenizer *tok, const sft_template *sft, const char *input,
+                            const item *it, const char *key, int k, cJSON *v, const nul_map *nm,
+                            item_result *r) {
+    char err[512];
+    if (!cJSON_IsString(v)) {
+        r->error = xstrdup_printf("%s:%ld: key '%s': expected a string (--sft)", input, it->line,
+                                  key);
+        r->malformed = 1;
+        return -1;
+    }
+    size_t len = restore_nul(v->valuestring, nm);
+    encoded *e = &r->enc[k];
+    size_t n;
+    int rc = k == 0 ? sft_template_prompt(sft, tok, v->valuestring, len, &e->ids, &n, err,
+                                          sizeof err)
+                    : sft_template_response(sft, tok, v->valuestring, len, &e->ids, &n, err,
+                                            sizeof err);
+    if (rc != 0) {
+        r->error = xstrdup_printf("%s:%ld: key '%s': %s", input, it->line, key, err);
+        return -1;
+    }
+    e->n = n;
+    return 0;
+}
+
 static void encode_item(const tokenizer *tok, const char *input, int is_txt, int nkeys,
-                        char **keys, int append_eod, const item *it, item_result *r) {
+                        char **keys, int append_eod, const sft_template *sft, const item *it,
+                        item_result *r) {
     char err[512];
     if (is_txt) {
         size_t cap = 0;
@@ -311,6 +349,10 @@ static void encode_item(const tokenizer *tok, const char *input, int is_txt, int
                                       keys[k]);
             r->malformed = 1;
             break;
+        }
+        if (sft) {
+            if (encode_sft_value(tok, sft, input, it, keys[k], k, v, &nm, r) != 0) break;
+            continue;
         }
         if (cJSON_IsString(v)) {
             if (encode_sentence(tok, v->valuestring, restore_nul(v->valuestring, &nm),
@@ -485,8 +527,10 @@ static int split_keys(char *spec, char **keys, int *nkeys) {
 /* The flags of `megadlm preprocess`. */
 typedef struct {
     const char *input, *output_prefix, *json_keys;
+    const char *prompt_template; /* --prompt-template (NULL: "{prompt}") */
     tokenizer_options tok;
     int append_eod, workers, strict; /* workers 0: every OpenMP thread */
+    int sft;                         /* --sft */
     long log_interval;
 } pp_flags;
 
@@ -499,6 +543,7 @@ static int parse_flags(int argc, char **argv, pp_flags *o) {
         {"json-keys", required_argument, 0, 'k'},    {"append-eod", no_argument, 0, 'e'},
         {"workers", required_argument, 0, 'w'},      {"help", no_argument, 0, 'h'},
         {"log-interval", required_argument, 0, 'l'}, {"strict", no_argument, 0, 's'},
+        {"sft", no_argument, 0, 'S'},                {"prompt-template", required_argument, 0, 'T'},
         {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
@@ -517,6 +562,8 @@ static int parse_flags(int argc, char **argv, pp_flags *o) {
         case 'k': o->json_keys = optarg; break;
         case 'e': o->append_eod = 1; break;
         case 's': o->strict = 1; break;
+        case 'S': o->sft = 1; break;
+        case 'T': o->prompt_template = optarg; break;
         case 'l':
             if (parse_int_flag("--log-interval", optarg, 0, &v, err, sizeof err)) {
                 errmsg("%s", err);
@@ -558,6 +605,14 @@ static int parse_flags(int argc, char **argv, pp_flags *o) {
         errmsg("--output-prefix: missing (see megadlm preprocess --help)");
         return -1;
     }
+    if (o->prompt_template && !o->sft) {
+        errmsg("--prompt-template needs --sft");
+        return -1;
+    }
+    if (o->sft && ends_with(o->input, ".txt")) {
+        errmsg("--sft: expected a .jsonl input of prompt/response pairs, found '%s'", o->input);
+        return -1;
+    }
     if (!o->tok.type) {
         errmsg("--tokenizer-type: missing, expected ByteLevel, NullTokenizer, GPT2BPETokenizer or "
                "HuggingFaceTokenizer");
@@ -566,11 +621,30 @@ static int parse_flags(int argc, char **argv, pp_flags *o) {
     return 0;
 }
 
+/* --sft: one document of one sequence, the wrapped prompt, the response and the end of
+ * document, into builders[0]; its loss mask (0 on the prompt, 1 on the rest) into builders[1]. */
+static int store_sft_item(idx_builder **builders, int32_t eod, const item_result *r, char *err,
+                          size_t errlen) {
+    size_t np = r->enc[0].n, nr = r->enc[1].n, n = np + nr + 1;
+    int32_t *ids = xmalloc(n * sizeof(int32_t), "an SFT document");
+    int32_t *mask = xmalloc(n * sizeof(int32_t), "an SFT loss mask");
+    if (np) memcpy(ids, r->enc[0].ids, np * sizeof(int32_t));
+    if (nr) memcpy(ids + np, r->enc[1].ids, nr * sizeof(int32_t));
+    ids[n - 1] = eod;
+    for (size_t i = 0; i < n; i++) mask[i] = i >= np;
+    int rc = idx_builder_add_document(builders[0], ids, n, err, errlen);
+    if (rc == 0) rc = idx_builder_add_document(builders[1], mask, n, err, errlen);
+    free(ids);
+    free(mask);
+    return rc;
+}
+
 /* Appends the chunk's encoded items to the builders, in input order, and frees them. A
  * malformed line is skipped with a warning (fatal with --strict). 0, or 1 after printing the
  * first failure (the rest of the chunk is only freed). */
-static int store_chunk(idx_builder **builders, int nkeys, const pp_flags *o, item *items,
-                       item_result *results, size_t n, uint64_t *docs, uint64_t *skipped) {
+static int store_chunk(idx_builder **builders, int nkeys, const pp_flags *o, int32_t eod,
+                       item *items, item_result *results, size_t n, uint64_t *docs,
+                       uint64_t *skipped) {
     char err[1024];
     int failed = 0;
     for (size_t i = 0; i < n; i++) {
@@ -587,7 +661,12 @@ static int store_chunk(idx_builder **builders, int nkeys, const pp_flags *o, ite
                 failed = 1;
             }
         }
-        for (int k = 0; k < nkeys && !failed && !skip; k++) {
+        if (o->sft && !failed && !skip &&
+            store_sft_item(builders, eod, &results[i], err, sizeof err) != 0) {
+            errmsg("%s:%ld: %s", o->input, items[i].line, err);
+            failed = 1;
+        }
+        for (int k = 0; k < nkeys && !failed && !skip && !o->sft; k++) {
             encoded *e = &results[i].enc[k];
             size_t off = 0;
             for (size_t s = 0; s < e->n_seq && !failed; s++) {
@@ -654,9 +733,24 @@ int preprocess_main(int argc, char **argv) {
     char *prefixes[MAX_KEYS] = {0};
     int rc = 1, sigs_set = 0;
     struct sigaction old_int, old_term;
+    sft_template *sft = NULL;
+    if (o.sft && nkeys != 2) {
+        errmsg("--sft: expected --json-keys PROMPT_KEY RESPONSE_KEY (two keys), found '%s'",
+               json_keys_arg);
+        goto done;
+    }
+    if (o.sft && !(sft = sft_template_parse(o.prompt_template, tok, err, sizeof err))) {
+        errmsg("%s", err);
+        goto done;
+    }
     for (int k = 0; k < nkeys; k++) {
-        prefixes[k] = xstrdup_printf("%s_%s_document", output_prefix, keys[k]);
-        builders[k] = idx_builder_create(prefixes[k], dtype, err, sizeof err);
+        /* --sft: the tokens P_sft_document and their loss mask beside them (sft_dataset.h) */
+        prefixes[k] = !o.sft ? xstrdup_printf("%s_%s_document", output_prefix, keys[k])
+                      : k == 0 ? xstrdup_printf("%s_sft_document", output_prefix)
+                               : xstrdup_printf("%s_sft_document%s", output_prefix,
+                                                SFT_MASK_SUFFIX);
+        builders[k] = idx_builder_create(prefixes[k], o.sft && k ? IDX_DTYPE_UINT8 : dtype, err,
+                                         sizeof err);
         if (!builders[k]) {
             errmsg("--output-prefix: %s", err);
             goto done;
@@ -695,8 +789,10 @@ int preprocess_main(int argc, char **argv) {
         for (size_t i = 0; i < n; i++) bytes_read += (long long)items[i].len;
 #pragma omp parallel for schedule(dynamic, 16) num_threads(workers)
         for (size_t i = 0; i < n; i++)
-            encode_item(tok, input, is_txt, nkeys, keys, append_eod, &items[i], &results[i]);
-        failed = store_chunk(builders, nkeys, &o, items, results, n, &docs, &skipped);
+            encode_item(tok, input, is_txt, nkeys, keys, append_eod, sft, &items[i],
+                        &results[i]);
+        failed = store_chunk(builders, nkeys, &o, tokenizer_eod(tok), items, results, n, &docs,
+                             &skipped);
         if (failed) break;
         if (log_interval > 0 && docs >= next_log) {
             /* bytes: the input consumed so far (newlines included), for MB/s and the ETA */
@@ -721,15 +817,22 @@ int preprocess_main(int argc, char **argv) {
             errmsg("%s", err);
             goto done;
         }
-        printf("preprocess: key '%s': %" PRIu64 " documents, %" PRIu64 " sequences, %" PRIu64
-               " tokens -> %s.bin, %s.idx (dtype %s)\n",
-               keys[k], nd, ns, nt, prefixes[k], prefixes[k], idx_dtype_name(dtype));
+        char what[160];
+        if (!o.sft)
+            snprintf(what, sizeof what, "key '%s'", keys[k]);
+        else
+            snprintf(what, sizeof what, "--sft '%s' + '%s'%s", keys[0], keys[1],
+                     k ? ", its loss mask" : "");
+        printf("preprocess: %s: %" PRIu64 " documents, %" PRIu64 " sequences, %" PRIu64
+               " %s -> %s.bin, %s.idx (dtype %s)\n",
+               what, nd, ns, nt, o.sft && k ? "values" : "tokens", prefixes[k], prefixes[k],
+               idx_dtype_name(o.sft && k ? IDX_DTYPE_UINT8 : dtype));
     }
     printf("preprocess: %s: %" PRIu64 " documents read, %" PRIu64 " malformed line%s skipped, "
            "tokenizer %s (vocab %d, eod %d%s), %d workers, %.3f s, %.2f MB/s\n",
            input, docs, skipped, skipped == 1 ? "" : "s", tokenizer_type(tok),
            tokenizer_vocab_size(tok), tokenizer_eod(tok),
-           append_eod ? ", appended" : ", not appended", workers, secs,
+           append_eod || o.sft ? ", appended" : ", not appended", workers, secs,
            secs > 0 ? (double)(in_size > 0 ? in_size : bytes_read) / secs / 1e6 : 0.0);
     rc = 0;
 done:
@@ -743,6 +846,7 @@ done:
     }
     fclose(f);
     free(keys_buf);
+    sft_template_free(sft);
     tokenizer_free(tok);
     return rc;
 }
@@ -764,7 +868,8 @@ long preprocess_encode_stream(FILE *f, int is_txt, const tokenizer *tok, int nke
     size_t n;
     while ((n = read_chunk(&rd, items, CHUNK_LINES)) > 0) {
         for (size_t i = 0; i < n; i++) {
-            encode_item(tok, "input", is_txt, nkeys, keys, append_eod, &items[i], &results[i]);
+            encode_item(tok, "input", is_txt, nkeys, keys, append_eod, NULL, &items[i],
+                        &results[i]);
             if (results[i].error) {
                 if (results[i].malformed) (*malformed)++;
                 else (*failed)++;

@@ -17,6 +17,7 @@
 #include "training/arguments.h"
 #include "training/checkpoint_policy.h"
 #include "training/difflm.h"
+#include "training/sft.h"
 #include "training/training.h"
 #include "training/training_log.h"
 
@@ -28,6 +29,7 @@ typedef struct {
     int32_t *tokens;   /* [micro_batch_size * the model's seq_length] */
     int32_t *labels;
     float *loss_mask;
+    int32_t *mask;     /* [seq_length + 1] the sample's loss mask (--sft), else NULL */
     int eod;
     int difflm;        /* --model-running-mode difflm-noshift */
     /* packed documents (core/datasets/packing.h), [micro_batch_size * the model's seq_length]
@@ -44,6 +46,7 @@ static void *batch_create(const megadlm_args *a, const tokenizer *tok, const gpt
     bb->labels = mem_alloc(MEM_OTHER, N * sizeof(int32_t), "batch labels");
     bb->loss_mask = mem_alloc_floats(MEM_OTHER, N, "batch loss mask");
     bb->lm = mem_alloc_floats(MEM_OTHER, a->seq_length, "sequence loss mask");
+    if (a->sft) bb->mask = mem_alloc(MEM_OTHER, (a->seq_length + 1) * sizeof(int32_t), "mask");
     bb->eod = tokenizer_eod(tok);
     bb->difflm = ARGS_CHOICE(a, model_running_mode) == ARGS_MODE_DIFFLM_NOSHIFT;
     bb->reset_positions = a->reset_position_ids;
@@ -60,7 +63,7 @@ static void *batch_create(const megadlm_args *a, const tokenizer *tok, const gpt
 
 static void batch_free(void *batch) {
     gpt_batch_buffers *bb = batch;
-    mem_free_all(bb->sample, bb->tokens, bb->labels, bb->loss_mask, bb->lm);
+    mem_free_all(bb->sample, bb->tokens, bb->labels, bb->loss_mask, bb->lm, bb->mask);
     mem_free_all(bb->position_ids, bb->doc_start, bb->doc_end);
     free(bb);
 }
@@ -70,31 +73,39 @@ static void batch_free(void *batch) {
 static void read_sample(const forward_step_args *s, uint64_t index) {
     gpt_batch_buffers *bb = s->batch;
     char err[1024];
-    if (gpt_data_get(s->data, s->split, index, bb->sample, err, sizeof err) != 0)
+    if ((bb->mask ? gpt_data_get_sft(s->data, s->split, index, bb->sample, bb->mask, err,
+                                     sizeof err)
+                  : gpt_data_get(s->data, s->split, index, bb->sample, err, sizeof err)) != 0)
         die(1, "%s (was it preprocessed with another tokenizer? check --tokenizer-type, "
                "--vocab-size and the tokenizer files)", err);
 }
 
 /* Fills the micro-batch whose first sample is global sample s->first of the split:
  * tokens = sample[:-1], labels = sample[1:], loss mask 1 (0 on eod tokens with --eod-mask-loss,
- * as Megatron's get_ltor_masks_and_position_ids). */
-static void get_batch(const forward_step_args *s) {
+ * as Megatron's get_ltor_masks_and_position_ids; --sft: the response labels, training/sft.h).
+ * Returns the loss's denominator: 0 (the mask's sum), or with --sft that sum, at least 1. */
+static float get_batch(const forward_step_args *s) {
     const megadlm_args *a = s->a;
     gpt_batch_buffers *bb = s->batch;
     int T = a->seq_length, eod = bb->eod;
+    double response = 0.0;
     for (int b = 0; b < a->micro_batch_size; b++) {
         read_sample(s, s->first + b);
+        if (bb->mask) response += sft_ar_loss_mask(bb->mask, T, bb->loss_mask + b * T);
         for (int t = 0; t < T; t++) {
             int i = b * T + t;
             bb->tokens[i] = bb->sample[t];
             bb->labels[i] = bb->sample[t + 1];
-            bb->loss_mask[i] = (a->eod_mask_loss && bb->sample[t] == eod) ? 0.0f : 1.0f;
+            if (!bb->mask)
+                bb->loss_mask[i] = (a->eod_mask_loss && bb->sample[t] == eod) ? 0.0f : 1.0f;
         }
         if (bb->position_ids)
             packing_ltor(bb->tokens + (size_t)b * T, T, eod, bb->reset_positions,
                          s->model->cfg.position_offset, bb->position_ids + (size_t)b * T,
                          bb->doc_start + (size_t)b * T, bb->doc_end + (size_t)b * T);
     }
+    /* a micro-batch of prompts only has no response label: loss 0, not 0 / 0 */
+    return bb->mask ? (float)(response > 1.0 ? response : 1.0) : 0.0f;
 }
 
 /* The packed-document fields of a batch (NULL where the flags ask for none). */
@@ -106,7 +117,8 @@ static void batch_docs(const gpt_batch_buffers *bb, gpt_batch *b) {
 
 /* The masked-diffusion batch (training/difflm.h): L = R - 1 unshifted tokens per sequence
  * with masked positions replaced, labels, weights m/p * loss mask, in rows of Lp >= L tokens
- * (positions L .. Lp-1 padding: --mask-token, weight 0); returns sum(loss mask). */
+ * (positions L .. Lp-1 padding: --mask-token, weight 0); returns the loss's denominator:
+ * sum(loss mask), or with --sft the micro-batch size (LLaDA's SFT objective, training/sft.h). */
 static float get_difflm_batch(const forward_step_args *s, int L, int Lp) {
     const megadlm_args *a = s->a;
     gpt_batch_buffers *bb = s->batch;
@@ -119,8 +131,13 @@ static float get_difflm_batch(const forward_step_args *s, int L, int Lp) {
             denominator += bb->lm[j];
         }
         size_t row = (size_t)b * Lp;
-        difflm_mask_sequence(bb->sample, bb->lm, L, a->mask_token, s->seed, s->first + b,
-                             bb->tokens + row, bb->labels + row, bb->loss_mask + row);
+        if (bb->mask) /* LLaDA's SFT (training/sft.h) */
+            sft_difflm_mask_sequence(bb->sample, bb->mask, L, a->mask_token, s->seed,
+                                     s->first + b, bb->tokens + row, bb->labels + row,
+                                     bb->loss_mask + row);
+        else
+            difflm_mask_sequence(bb->sample, bb->lm, L, a->mask_token, s->seed, s->first + b,
+                                 bb->tokens + row, bb->labels + row, bb->loss_mask + row);
         if (bb->position_ids)
             packing_difflm(bb->sample, L, Lp, eod, bb->reset_positions, bb->position_ids + row,
                            bb->doc_start + row, bb->doc_end + row);
@@ -129,7 +146,8 @@ static float get_difflm_batch(const forward_step_args *s, int L, int Lp) {
             bb->loss_mask[row + j] = 0.0f;
         }
     }
-    return (float)denominator;
+    /* LLaDA's SFT: each sequence is normalised by its answer length, then averaged */
+    return bb->mask ? (float)a->micro_batch_size : (float)denominator;
 }
 
 /* Ranks a micro-batch's tokens are split across outside the tensor-parallel regions: the
@@ -149,7 +167,8 @@ static float forward_step(const forward_step_args *s, activation_store *store) {
                      .training = s->training};
     if (bb->difflm) {
         /* variable length: training only, with bidirectional attention (as MegaDLMs) */
-        float varilen = s->training && !s->model->cfg.causal ? a->difflm_varilen_prob : 0.0f;
+        float varilen = s->training && !s->model->cfg.causal && !a->sft ? a->difflm_varilen_prob
+                                                                         : 0.0f;
         int L = difflm_length(s->seed, s->iteration, s->global_microbatch, a->seq_length,
                               varilen) - 1;
         int Lp = difflm_padded_length_cp(L, a->micro_batch_size, sp_ranks(s->model),
@@ -162,9 +181,9 @@ static float forward_step(const forward_step_args *s, activation_store *store) {
         batch_docs(bb, &b);
         return gpt_model_forward(s->model, store, &b, step);
     }
-    get_batch(s);
+    float denominator = get_batch(s);
     gpt_batch b = {.tokens = bb->tokens, .labels = bb->labels, .loss_mask = bb->loss_mask,
-                   .B = a->micro_batch_size, .T = a->seq_length};
+                   .denominator = denominator, .B = a->micro_batch_size, .T = a->seq_length};
     batch_docs(bb, &b);
     return gpt_model_forward(s->model, store, &b, step);
 }
@@ -284,6 +303,9 @@ static int datasets_provider(const megadlm_args *a, const tokenizer *tok,
         .cache_dir = a->data_cache_path,
         .log = print_rank_last_on() ? stdout : NULL,
         .cache_stale = data_cache_stale,
+        .sft = a->sft,
+        .sft_padded = ARGS_CHOICE(a, sft_padding) != ARGS_SFT_PACKED,
+        .sft_pad_mask = ARGS_CHOICE(a, sft_padding) == ARGS_SFT_EOS,
     };
     if (a->data_cache_path[0] && a->mock_data)
         print_rank_last(" > --data-cache-path %s: mock data has no indices to cache\n",

@@ -844,6 +844,22 @@ static int validate_difflm_mode(megadlm_args *a, int dlm, char *err, size_t errl
     return 0;
 }
 
+/* Supervised fine-tuning (--sft, --sft-padding). */
+static int validate_sft(const megadlm_args *a, char *err, size_t errlen) {
+    if (!IS_CHOICE(a, sft_padding))
+        return fail(err, errlen, "--sft-padding %s: expected none, pad or eos", a->sft_padding);
+    if (!a->sft && ARGS_CHOICE(a, sft_padding) != ARGS_SFT_PACKED)
+        return fail(err, errlen, "--sft-padding %s needs --sft", a->sft_padding);
+    if (a->sft && a->eod_mask_loss)
+        return fail(err, errlen, "--eod-mask-loss with --sft: the loss mask of preprocess --sft "
+                                 "decides, and it trains the end of document that closes each "
+                                 "response (the model learns to stop)");
+    if (a->sft && a->mock_data)
+        return fail(err, errlen, "--sft: --mock-data has no loss masks; give --data-path the "
+                                 "output of megadlm preprocess --sft");
+    return 0;
+}
+
 /* MegaDLMs' masked-diffusion flags. */
 static int validate_difflm(megadlm_args *a, char *err, size_t errlen) {
     int dlm = ARGS_CHOICE(a, model_running_mode) == ARGS_MODE_DIFFLM_NOSHIFT;
@@ -1898,7 +1914,8 @@ args_validity args_validate_kind(megadlm_args *a, char *err, size_t errlen) {
     if (validate_required(a, err, errlen) || validate_shape(a, err, errlen) ||
         validate_fsdp(a, err, errlen) || /* before the rules of the distributed optimizer */
         validate_parallel(a, err, errlen) || /* tensor, sequence, pipeline: not the world yet */
-        validate_embeddings(a, err, errlen) || validate_data(a, err, errlen))
+        validate_embeddings(a, err, errlen) || validate_data(a, err, errlen) ||
+        validate_sft(a, err, errlen))
         return ARGS_INVALID;
     int vocab = validate_vocab(a, err, errlen); /* the one that tells its failures apart */
     if (vocab != 0) return vocab == ARGS_INVALID_TOKENIZER_FILE ? vocab : ARGS_INVALID;

@@ -35,12 +35,14 @@
 #include "core/datasets/gpt_dataset.h"
 #include "core/datasets/index_cache.h"
 #include "core/datasets/indexed_dataset.h"
+#include "core/datasets/sft_dataset.h"
 #include "core/tensor/memory.h"
 #include "core/util/error.h"
 #include "core/util/alloc.h"
 
 typedef struct {
     indexed_dataset *ds; /* not owned */
+    indexed_dataset *mask; /* its loss mask (SFT), not owned; NULL without */
     int64_t beg, end;    /* sequence range of the split */
     gpt_indices ix;
 } mid_ds;
@@ -62,6 +64,8 @@ struct gpt_data {
     int eod;
     int num_ds;
     indexed_dataset **ds;
+    indexed_dataset **mask; /* SFT: one per dataset; NULL without */
+    int sft_padded, sft_pad_mask;
     split_ds split[3];
 };
 
@@ -84,8 +88,12 @@ void gpt_data_free(gpt_data *d) {
         mem_free(sp->dataset_sample_index);
         free(sp->blend_weights);
     }
-    for (int i = 0; i < d->num_ds; i++) indexed_dataset_close(d->ds[i]);
+    for (int i = 0; i < d->num_ds; i++) {
+        indexed_dataset_close(d->ds[i]);
+        if (d->mask) indexed_dataset_close(d->mask[i]);
+    }
     free(d->ds);
+    free(d->mask);
     free(d);
 }
 
@@ -94,6 +102,11 @@ void gpt_data_free(gpt_data *d) {
 static int build_indices(const gpt_data_config *cfg, int s, const indexed_dataset *ds,
                          const int64_t beg[3], const int64_t end[3], uint64_t num_samples,
                          gpt_indices *ix, char *err, size_t errlen) {
+    if (cfg->sft && cfg->sft_padded) /* one sequence a sample: cheap, never cached */
+        return sft_doc_index_build(beg[s], end[s], num_samples, (uint32_t)cfg->seed, ix, err,
+                                   errlen) == 0
+                   ? INDEX_CACHE_OK
+                   : INDEX_CACHE_BUILD_FAILED;
     if (!cfg->cache_dir || !cfg->cache_dir[0])
         return index_cache_status_of(gpt_indices_build(ds->sequence_lengths, beg[s], end[s],
                                                        num_samples, cfg->seq_length,
@@ -110,10 +123,12 @@ static int build_indices(const gpt_data_config *cfg, int s, const indexed_datase
 }
 
 /* Builds component k of split s over prefix k's split range. */
-static gpt_data_fault build_mid(const gpt_data_config *cfg, int s, mid_ds *m,
+static gpt_data_fault build_mid(gpt_data *d, const gpt_data_config *cfg, int s, mid_ds *m,
                                 indexed_dataset *ds, const int64_t beg[3], const int64_t end[3],
                                 uint64_t num_samples, char *err, size_t errlen) {
     m->ds = ds;
+    for (int k = 0; d->mask && k < d->num_ds; k++)
+        if (d->ds[k] == ds) m->mask = d->mask[k];
     m->beg = beg[s];
     m->end = end[s];
     char e2[512];
@@ -208,7 +223,7 @@ static gpt_data_fault build_blended(gpt_data *d, const gpt_data_config *cfg, int
     if (w) {
         for (int k = 0; k < n && !fail; k++) {
             uint64_t nk = gpt_blend_dataset_size(N, w[k]);
-            fail = build_mid(cfg, s, &sp->mid[k], d->ds[k], beg[k], end[k], nk, err, errlen);
+            fail = build_mid(d, cfg, s, &sp->mid[k], d->ds[k], beg[k], end[k], nk, err, errlen);
             size += nk;
         }
         /* BlendedDataset normalizes the (already normalized) weights again */
@@ -218,7 +233,7 @@ static gpt_data_fault build_blended(gpt_data *d, const gpt_data_config *cfg, int
         uint64_t total = 0;
         for (int k = 0; k < n && !fail; k++) {
             /* num_samples 0: Megatron's None, one epoch */
-            fail = build_mid(cfg, s, &sp->mid[k], d->ds[k], beg[k], end[k], 0, err, errlen);
+            fail = build_mid(d, cfg, s, &sp->mid[k], d->ds[k], beg[k], end[k], 0, err, errlen);
             if (!fail) {
                 lens[k] = (double)sp->mid[k].ix.num_samples;
                 total += sp->mid[k].ix.num_samples;
@@ -262,7 +277,7 @@ static gpt_data_fault build_split(gpt_data *d, const gpt_data_config *cfg, int s
         sp->mid = xcalloc((size_t)n, sizeof(mid_ds), "split datasets");
         if (n == 1 && !w) {
             sp->kind = GPT_SPLIT_SINGLE;
-            fail = build_mid(cfg, s, &sp->mid[0], d->ds[0], beg[0], end[0], N, err, errlen);
+            fail = build_mid(d, cfg, s, &sp->mid[0], d->ds[0], beg[0], end[0], N, err, errlen);
             if (!fail) sp->size = sp->mid[0].ix.num_samples;
         } else {
             fail = build_blended(d, cfg, s, w, beg, end, N, err, errlen);
@@ -305,6 +320,18 @@ static gpt_data_fault check_data_inputs(const gpt_data_config *cfg, double *spli
     return gpt_split_parse(cfg->split, split_w, err, errlen) ? GPT_DATA_FAULT_SPLIT : GPT_DATA_OK;
 }
 
+/* SFT: the loss mask beside every prefix (a bad one is a data_paths fault). */
+static int open_masks(gpt_data *d, const gpt_data_config *cfg, char *err, size_t errlen) {
+    d->mask = xcalloc((size_t)d->num_ds, sizeof(indexed_dataset *), "loss masks");
+    d->sft_padded = cfg->sft_padded;
+    d->sft_pad_mask = cfg->sft_pad_mask;
+    for (int k = 0; k < d->num_ds; k++) {
+        d->mask[k] = sft_mask_open(d->ds[k], err, errlen);
+        if (!d->mask[k]) return -1;
+    }
+    return 0;
+}
+
 gpt_data *gpt_data_build(const gpt_data_config *cfg_in, gpt_data_fault *fault, char *err,
                          size_t errlen) {
     gpt_data_fault dummy;
@@ -320,6 +347,12 @@ gpt_data *gpt_data_build(const gpt_data_config *cfg_in, gpt_data_fault *fault, c
     d->seed = cfg_in->seed;
     d->vocab_size = cfg_in->vocab_size;
     d->eod = cfg_in->eod;
+    if (cfg_in->mock && cfg_in->sft) {
+        err_set(err, errlen, "--mock-data has no loss masks for supervised fine-tuning: give "
+                             "--data-path the output of megadlm preprocess --sft");
+        gpt_data_free(d);
+        return NULL;
+    }
     if (cfg_in->mock) {
         *fault = build_mock(d, cfg_in, err, errlen);
         if (*fault == GPT_DATA_OK) return d;
@@ -345,6 +378,10 @@ gpt_data *gpt_data_build(const gpt_data_config *cfg_in, gpt_data_fault *fault, c
             *fault = GPT_DATA_FAULT_PATHS;
             ok = 0;
         }
+    }
+    if (ok && cfg.sft && open_masks(d, &cfg, err, errlen) != 0) {
+        *fault = GPT_DATA_FAULT_PATHS;
+        ok = 0;
     }
     for (int s = 0; ok && s < 3; s++) {
         *fault = build_split(d, &cfg, s, split_w, w, err, errlen);
@@ -379,26 +416,49 @@ static int check_ids(const gpt_data *d, const mid_ds *m, const int32_t *tokens, 
     return 0;
 }
 
-static int mid_get(const gpt_data *d, const mid_ds *m, uint64_t j, int32_t *tokens, char *err,
-                   size_t errlen) {
-    uint64_t want = (uint64_t)d->seq_length + 1;
+/* Sample j of component m: its tokens and, when mask is not NULL, its loss mask. */
+static int mid_get(const gpt_data *d, const mid_ds *m, uint64_t j, int32_t *tokens,
+                   int32_t *mask, char *err, size_t errlen) {
+    uint64_t want = (uint64_t)d->seq_length + 1, got;
     if (m->ix.num_samples == 0) {
         for (uint64_t t = 0; t < want; t++) tokens[t] = d->eod;
+        if (mask) memset(mask, 0, want * sizeof(int32_t));
         return 0;
     }
+    if (m->mask && d->sft_padded) { /* one sequence a sample */
+        uint64_t seq = (uint64_t)m->ix.document_index[j % m->ix.num_samples];
+        if (mask) {
+            got = sft_padded_sample(m->ds, m->mask, seq, want, d->eod, d->sft_pad_mask, tokens,
+                                    mask);
+        } else {
+            uint64_t len = (uint64_t)m->ds->sequence_lengths[seq];
+            got = len < want ? len : want;
+            indexed_dataset_read(m->ds, seq, 0, got, tokens);
+            for (uint64_t t = got; t < want; t++) tokens[t] = d->eod;
+        }
+        if (check_ids(d, m, tokens, got, err, errlen) != 0) return -1;
+        return mask ? sft_mask_check(m->mask, mask, got, err, errlen) : 0;
+    }
     uint64_t s = (uint64_t)m->ix.shuffle_index[j % m->ix.num_samples];
-    uint64_t got = gpt_indices_sample(&m->ix, m->ds->sequence_lengths, d->seq_length, s,
-                                      read_ds, m->ds, tokens);
+    got = gpt_indices_sample(&m->ix, m->ds->sequence_lengths, d->seq_length, s, read_ds, m->ds,
+                             tokens);
     /* Only a partial last sample (never built: drop_last_partial is on) is short; Megatron
      * pads with its pad id and masks the loss, we pad with end-of-document. */
     for (uint64_t t = got; t < want; t++) tokens[t] = d->eod;
-    return check_ids(d, m, tokens, got, err, errlen);
+    if (check_ids(d, m, tokens, got, err, errlen) != 0) return -1;
+    if (!mask) return 0;
+    /* the mask has the tokens' shape: the same reads through the sample index */
+    uint64_t mgot = gpt_indices_sample(&m->ix, m->ds->sequence_lengths, d->seq_length, s,
+                                       read_ds, m->mask, mask);
+    for (uint64_t t = mgot; t < want; t++) mask[t] = 0;
+    return sft_mask_check(m->mask, mask, mgot, err, errlen);
 }
 
-int gpt_data_get(const gpt_data *d, int split, uint64_t index, int32_t *tokens, char *err,
-                 size_t errlen) {
+static int data_get(const gpt_data *d, int split, uint64_t index, int32_t *tokens,
+                    int32_t *mask, char *err, size_t errlen) {
     uint64_t want = (uint64_t)d->seq_length + 1;
     const split_ds *sp = (split >= 0 && split <= 2) ? &d->split[split] : NULL;
+    if (mask) memset(mask, 0, want * sizeof(int32_t));
     if (!sp || sp->size == 0) {
         for (uint64_t t = 0; t < want; t++) tokens[t] = d->eod;
         return 0;
@@ -411,15 +471,29 @@ int gpt_data_get(const gpt_data *d, int split, uint64_t index, int32_t *tokens, 
         for (uint64_t t = 0; t < want; t++) tokens[t] = (int32_t)((start + t) % m);
         return 0;
     }
-    case GPT_SPLIT_SINGLE: return mid_get(d, &sp->mid[0], i, tokens, err, errlen);
+    case GPT_SPLIT_SINGLE: return mid_get(d, &sp->mid[0], i, tokens, mask, err, errlen);
     case GPT_SPLIT_BLENDED: {
         const mid_ds *m = &sp->mid[sp->dataset_index[i]];
-        return mid_get(d, m, (uint64_t)sp->dataset_sample_index[i], tokens, err, errlen);
+        return mid_get(d, m, (uint64_t)sp->dataset_sample_index[i], tokens, mask, err, errlen);
     }
     default:
         for (uint64_t t = 0; t < want; t++) tokens[t] = d->eod;
         return 0;
     }
+}
+
+int gpt_data_get(const gpt_data *d, int split, uint64_t index, int32_t *tokens, char *err,
+                 size_t errlen) {
+    return data_get(d, split, index, tokens, NULL, err, errlen);
+}
+
+int gpt_data_get_sft(const gpt_data *d, int split, uint64_t index, int32_t *tokens,
+                     int32_t *mask, char *err, size_t errlen) {
+    if (!d->mask) {
+        err_set(err, errlen, "the data was built without loss masks (no SFT data)");
+        return -1;
+    }
+    return data_get(d, split, index, tokens, mask, err, errlen);
 }
 
 /* ---- introspection (gpt_data_debug.h) ---- */

@@ -40,6 +40,12 @@ typedef struct {
      * "warning: index cache: WHY; rebuilding the indices" line on stderr) */
     void (*cache_stale)(void *ctx, const char *why);
     void *cache_stale_ctx;
+    int sft;                /* open each prefix's loss mask PREFIX_loss_mask (sft_dataset.h);
+                               gpt_data_get_sft reads it with the tokens */
+    int sft_padded;         /* with sft: one sequence per sample, cut or padded with eod
+                               (sft_dataset.h), instead of Megatron's packed samples */
+    int sft_pad_mask;       /* the padding's mask value: 0 (no loss) or 1 (LLaDA: the padding
+                               end-of-document tokens are part of the response) */
 } gpt_data_config;
 
 /* Which input of gpt_data_config a failed build is about. The messages describe the problem in
@@ -73,5 +79,10 @@ uint64_t gpt_data_num_samples(const gpt_data *d, int split);
  * which of its settings to check). */
 int gpt_data_get(const gpt_data *d, int split, uint64_t index, int32_t *tokens, char *err,
                  size_t errlen);
+/* gpt_data_get plus the sample's loss mask (seq_length + 1 values of 0/1, aligned with the
+ * tokens) from data built with cfg.sft; -1 with a message naming the mask dataset when a value
+ * is not 0 or 1, or when the data has no masks. */
+int gpt_data_get_sft(const gpt_data *d, int split, uint64_t index, int32_t *tokens,
+                     int32_t *mask, char *err, size_t errlen);
 
 #endif
