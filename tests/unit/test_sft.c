@@ -54,7 +54,7 @@ static void check_packed(const char *prefix) {
     const char *paths[1] = {prefix};
     gpt_data_config c = sft_config(paths, 0, 0);
     char err[1024];
-    gpt_data *d = gpt_data_build(&c, err, sizeof err);
+    gpt_data *d = gpt_data_build(&c, NULL, err, sizeof err);
     CHECK(d != NULL);
     if (!d) return;
     int32_t tok[10], mask[10];
@@ -84,7 +84,7 @@ static void check_padded(const char *prefix, int pad_mask) {
     gpt_data_config c = sft_config(paths, 1, pad_mask);
     c.num_samples[0] = DOCS;
     char err[1024];
-    gpt_data *d = gpt_data_build(&c, err, sizeof err);
+    gpt_data *d = gpt_data_build(&c, NULL, err, sizeof err);
     CHECK(d != NULL);
     if (!d) return;
     CHECK(gpt_data_num_samples(d, SPLIT_TRAIN) == DOCS);
@@ -118,14 +118,15 @@ static void check_refusals(const char *bad_prefix) {
     const char *paths[1] = {bad_prefix};
     gpt_data_config c = sft_config(paths, 0, 0);
     char err[1024];
-    gpt_data *d = gpt_data_build(&c, err, sizeof err);
+    gpt_data *d = gpt_data_build(&c, NULL, err, sizeof err);
     CHECK(d == NULL);
     printf("refused: %s\n", err);
     CHECK(strstr(err, "_loss_mask.idx: not the loss mask of") != NULL);
     CHECK(strstr(err, "sequence 3 holds") != NULL);
     c.mock = 1;
-    d = gpt_data_build(&c, err, sizeof err);
-    CHECK(d == NULL && strstr(err, "--mock-data") != NULL);
+    gpt_data_fault fault = GPT_DATA_OK;
+    d = gpt_data_build(&c, &fault, err, sizeof err);
+    CHECK(d == NULL && fault == GPT_DATA_FAULT_MOCK && strstr(err, "mock data") != NULL);
 }
 
 static void check_ar_mask(void) {

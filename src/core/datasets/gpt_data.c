@@ -348,8 +348,9 @@ gpt_data *gpt_data_build(const gpt_data_config *cfg_in, gpt_data_fault *fault, c
     d->vocab_size = cfg_in->vocab_size;
     d->eod = cfg_in->eod;
     if (cfg_in->mock && cfg_in->sft) {
-        err_set(err, errlen, "--mock-data has no loss masks for supervised fine-tuning: give "
-                             "--data-path the output of megadlm preprocess --sft");
+        err_set(err, errlen, "mock data has no loss masks for supervised fine-tuning: give "
+                             "data written by preprocess in SFT mode");
+        *fault = GPT_DATA_FAULT_MOCK;
         gpt_data_free(d);
         return NULL;
     }
