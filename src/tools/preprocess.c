@@ -685,6 +685,35 @@ static int store_chunk(idx_builder **builders, int nkeys, const pp_flags *o, int
     return failed;
 }
 
+/* Finishes each output (a temporary file renamed into place) and says what it holds; a builder
+ * finished or failed is set to NULL, so the caller aborts only the ones left. */
+static int finalize_outputs(idx_builder **builders, char **prefixes, int nkeys, char **keys,
+                            const pp_flags *o, int dtype) {
+    char err[1024];
+    for (int k = 0; k < nkeys; k++) {
+        uint64_t nd = idx_builder_num_documents(builders[k]);
+        uint64_t ns = idx_builder_num_sequences(builders[k]);
+        uint64_t nt = idx_builder_num_tokens(builders[k]);
+        idx_builder *b = builders[k];
+        builders[k] = NULL;
+        if (idx_builder_finalize(b, err, sizeof err) != 0) {
+            errmsg("%s", err);
+            return -1;
+        }
+        char what[160];
+        if (!o->sft)
+            snprintf(what, sizeof what, "key '%s'", keys[k]);
+        else
+            snprintf(what, sizeof what, "--sft '%s' + '%s'%s", keys[0], keys[1],
+                     k ? ", its loss mask" : "");
+        printf("preprocess: %s: %" PRIu64 " documents, %" PRIu64 " sequences, %" PRIu64
+               " %s -> %s.bin, %s.idx (dtype %s)\n",
+               what, nd, ns, nt, o->sft && k ? "values" : "tokens", prefixes[k], prefixes[k],
+               idx_dtype_name(o->sft && k ? IDX_DTYPE_UINT8 : dtype));
+    }
+    return 0;
+}
+
 int preprocess_main(int argc, char **argv) {
     pp_flags o;
     int pr = parse_flags(argc, argv, &o);
@@ -807,27 +836,7 @@ int preprocess_main(int argc, char **argv) {
     if (failed) goto done;
     double secs = seconds_since(&t0);
 
-    for (int k = 0; k < nkeys; k++) {
-        uint64_t nd = idx_builder_num_documents(builders[k]);
-        uint64_t ns = idx_builder_num_sequences(builders[k]);
-        uint64_t nt = idx_builder_num_tokens(builders[k]);
-        idx_builder *b = builders[k];
-        builders[k] = NULL;
-        if (idx_builder_finalize(b, err, sizeof err) != 0) {
-            errmsg("%s", err);
-            goto done;
-        }
-        char what[160];
-        if (!o.sft)
-            snprintf(what, sizeof what, "key '%s'", keys[k]);
-        else
-            snprintf(what, sizeof what, "--sft '%s' + '%s'%s", keys[0], keys[1],
-                     k ? ", its loss mask" : "");
-        printf("preprocess: %s: %" PRIu64 " documents, %" PRIu64 " sequences, %" PRIu64
-               " %s -> %s.bin, %s.idx (dtype %s)\n",
-               what, nd, ns, nt, o.sft && k ? "values" : "tokens", prefixes[k], prefixes[k],
-               idx_dtype_name(o.sft && k ? IDX_DTYPE_UINT8 : dtype));
-    }
+    if (finalize_outputs(builders, prefixes, nkeys, keys, &o, dtype) != 0) goto done;
     printf("preprocess: %s: %" PRIu64 " documents read, %" PRIu64 " malformed line%s skipped, "
            "tokenizer %s (vocab %d, eod %d%s), %d workers, %.3f s, %.2f MB/s\n",
            input, docs, skipped, skipped == 1 ? "" : "s", tokenizer_type(tok),
