@@ -159,32 +159,28 @@ static const float *dropped_probs(float *Pd, const float *P, att_shape sh, float
     return Pd;
 }
 
-/* The kept 16-bit probabilities: the whole matrix, or with documents each row's zone only (the
- * entries backward reads; converting the rest would cost what packing saves). */
-static void probs_to_b16(half_kind half, uint16_t *dst, const float *P, const att_shape *sh) {
-    const size_t TT = (size_t)sh->Tq * sh->Tk;
-    if (!sh->ds) {
-        half_from_f32(half, dst, P, TT);
-        return;
-    }
-    for (int i = 0; i < sh->Tq; i++) {
-        const row_zone z = zone_of(sh, i);
-        const size_t at = (size_t)i * sh->Tk + z.zlo;
-        half_from_f32(half, dst + at, P + at, (size_t)(z.zhi - z.zlo));
+/* The kept 16-bit probabilities, written from P (to_b16) or widened into P: the whole matrix,
+ * or with documents each row's zone only (the entries backward reads; converting the rest would
+ * cost what packing saves). */
+static void probs_b16(half_kind half, float *P, uint16_t *b16, const att_shape *sh, int to_b16) {
+    const int whole = !sh->ds;
+    for (int i = 0; i < (whole ? 1 : sh->Tq); i++) {
+        const row_zone z = whole ? (row_zone){0} : zone_of(sh, i);
+        const size_t at = whole ? 0 : (size_t)i * sh->Tk + z.zlo;
+        const size_t n = whole ? (size_t)sh->Tq * sh->Tk : (size_t)(z.zhi - z.zlo);
+        if (to_b16)
+            half_from_f32(half, b16 + at, P + at, n);
+        else
+            half_to_f32(half, P + at, b16 + at, n);
     }
 }
 
+static void probs_to_b16(half_kind half, uint16_t *dst, const float *P, const att_shape *sh) {
+    probs_b16(half, (float *)P, dst, sh, 1);
+}
+
 static void probs_from_b16(half_kind half, float *P, const uint16_t *src, const att_shape *sh) {
-    const size_t TT = (size_t)sh->Tq * sh->Tk;
-    if (!sh->ds) {
-        half_to_f32(half, P, src, TT);
-        return;
-    }
-    for (int i = 0; i < sh->Tq; i++) {
-        const row_zone z = zone_of(sh, i);
-        const size_t at = (size_t)i * sh->Tk + z.zlo;
-        half_to_f32(half, P + at, src + at, (size_t)(z.zhi - z.zlo));
-    }
+    probs_b16(half, P, (uint16_t *)src, sh, 0);
 }
 
 size_t attention_workspace_floats(int T, int threads) {
