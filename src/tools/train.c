@@ -50,9 +50,9 @@ static void *batch_create(const megadlm_args *a, const tokenizer *tok, const gpt
     bb->eod = tokenizer_eod(tok);
     bb->difflm = ARGS_CHOICE(a, model_running_mode) == ARGS_MODE_DIFFLM_NOSHIFT;
     bb->reset_positions = a->reset_position_ids;
-    /* MegaDLMs packs a masked-diffusion batch only with both flags ("we must turn on both to
-     * use packed sequence"); its --reset-attention-mask alone leaves no_mask attention whole */
-    bb->reset_attention = a->reset_attention_mask && (!bb->difflm || a->reset_position_ids);
+    /* (a masked-diffusion batch packs only with both flags: arguments.c refuses the mask
+     * alone, as MegaDLMs packs only with both) */
+    bb->reset_attention = a->reset_attention_mask;
     if (bb->reset_positions || bb->reset_attention) {
         bb->position_ids = mem_alloc(MEM_OTHER, N * sizeof(int32_t), "batch position ids");
         bb->doc_start = mem_alloc(MEM_OTHER, N * sizeof(int32_t), "batch document starts");

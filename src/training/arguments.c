@@ -878,6 +878,12 @@ static int validate_difflm(megadlm_args *a, char *err, size_t errlen) {
     /* MegaDLMs' _get_packed_seq_params: packing across the sequences of a micro-batch is not
      * supported ("the dataset blending & shuffling will break the consecutive sequence
      * assumption"), so each sequence must be cut off at its own end */
+    /* MegaDLMs packs a masked-diffusion batch only with both flags ("we must turn on both to use
+     * packed sequence"): the mask alone would be accepted and change nothing */
+    if (a->reset_attention_mask && !a->reset_position_ids)
+        return fail(err, errlen, "--reset-attention-mask under difflm-noshift needs "
+                                 "--reset-position-ids too: MegaDLMs packs documents only with "
+                                 "both flags");
     if (a->reset_position_ids && a->reset_attention_mask && !a->cut_off_varlen_to_seqlen)
         return fail(err, errlen, "--reset-position-ids with --reset-attention-mask (packed "
                                  "documents) under difflm-noshift needs "

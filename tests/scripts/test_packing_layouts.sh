@@ -93,4 +93,7 @@ done
 expect_error "--cut-off-varlen-to-seqlen" "$MEGADLM" train "${base[@]}" --seq-length 129 \
   --max-position-embeddings 129 --model-running-mode difflm-noshift --mask-token 256 \
   --attention-mask-type no_mask "${PACK[@]}" || fail=1
+expect_error "needs --reset-position-ids too" "$MEGADLM" train "${base[@]}" --seq-length 129 \
+  --max-position-embeddings 129 --model-running-mode difflm-noshift --mask-token 256 \
+  --reset-attention-mask --cut-off-varlen-to-seqlen || fail=1
 exit $fail
