@@ -84,9 +84,9 @@ ar=(--max-new-tokens 40 --top-k 1)
 # the demo's diffusion sampler: blocks of one token, one a step, a filtered draw
 dlm=(--gen-length 32 --steps 32 --block-length 1 --temperature 0.7 --top-p 0.9 --seed 7)
 for i in 0 1 2; do
-  p="Continue the verse: $(prompt_of $i)
+  p="Continue the verse: $(prompt_of "$i")
 "
-  echo "== held-out prompt $i: $(prompt_of $i) | expected: $(answer_of $i)"
+  echo "== held-out prompt $i: $(prompt_of "$i") | expected: $(answer_of $i)"
   for r in gpt gpt_sft; do
     printf '%-12s ' "$r:"; "$MEGADLM" generate --load "$OUT/$r" --prompt "$p" "${ar[@]}" 2>/dev/null | tail -n +2 | tr '\n' ' '; echo
   done
@@ -101,7 +101,7 @@ echo "== EOS over-prediction: end-of-document share of the tokens generated afte
 for r in dlm_sft dlm_sft_eos; do
   eos=0 total=0
   for i in $(seq 0 $((HELDOUT - 1))); do
-    p="Continue the verse: $(prompt_of $i)
+    p="Continue the verse: $(prompt_of "$i")
 "
     line=$("$MEGADLM" generate --load "$OUT/$r" --prompt "$p" --gen-length 64 --steps 64 2>&1 >/dev/null | grep '^\[diffusion')
     e=$(sed -E 's/.*; ([0-9]+) of them end of document.*/\1/' <<<"$line")

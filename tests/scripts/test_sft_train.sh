@@ -129,7 +129,7 @@ expect_error "--prompt-template needs --sft" "$MEGADLM" preprocess --input pairs
 model=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 24
        --max-position-embeddings 24 --tokenizer-type ByteLevel --hidden-dropout 0
        --attention-dropout 0 --lr 3e-3 --lr-decay-style constant --log-interval 1
-       --eval-iters 0 --seed 11 --split 1,0,0)
+       --eval-iters 0 --seed 11 --split "1,0,0")
 cfg=(template="$TPL" layers=2 hidden=32 heads=4 seq=24 seed=11 mask=300)
 DLM=(--model-running-mode difflm-noshift --mask-token 300)
 "$MEGADLM" train "${model[@]}" --data-path sft_sft_document --sft --sft-padding pad \
@@ -160,7 +160,7 @@ $PY "$SRC/tests/python/sft_torch.py" ar pairs.jsonl val val.log 2 "${cfg[@]}" mb
 "$MEGADLM" preprocess --input pairs.jsonl --output-prefix plain --tokenizer-type ByteLevel \
     --json-keys response --append-eod > plain.log 2>&1 || { echo "FAILED: preprocess"; exit 1; }
 for fam in ar dlm; do
-  extra=(); mode=ar; [ $fam = dlm ] && extra=("${DLM[@]}") && mode=difflm
+  extra=(); mode="ar"; [ "$fam" = dlm ] && extra=("${DLM[@]}") && mode="difflm"
   "$MEGADLM" train "${model[@]}" "${extra[@]}" --data-path plain_response_document \
       --micro-batch-size 2 --global-batch-size 2 --train-iters 3 --save pre_$fam \
       --save-interval 3 > pre_$fam.log 2>&1 || { echo "FAILED: pretrain $fam"; tail -5 pre_$fam.log; exit 1; }
