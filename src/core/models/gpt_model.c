@@ -514,6 +514,7 @@ static void begin_forward(gpt_model *m, activation_store *s, const gpt_batch *b,
                              .microbatch = step.microbatch, .layer = 0, .site = 0};
     ctx->rope_cos = m->rope_cos;
     ctx->rope_sin = m->rope_sin;
+    ctx->inference = b->inference;
     keep_docs(s, b);
 }
 

@@ -183,6 +183,9 @@ typedef struct {
     /* Packed documents (models with cfg.packed_docs), [B, T] over the whole sequences: */
     const int32_t *position_ids; /* learned-position rows (position_offset included), or NULL */
     const int32_t *doc_start, *doc_end; /* each position's document [start, end), or NULL */
+    struct inference_context *inference; /* or NULL: a forward without labels also fills this
+                               key/value cache with every position's rows (generation:
+                               core/inference/gpt_inference_wrapper.h) */
     float grad_seed;        /* loss_rows_only, training forward: d(objective)/d(loss), the
                                loss_scale the backward will be given (Megatron's loss scale /
                                num_microbatches); the head's backward runs in forward with it */

@@ -12,6 +12,7 @@
 #include "core/kernels/linear.h"
 #include "core/kernels/norm.h"
 #include "core/kernels/rope.h"
+#include "core/inference/static_context.h"
 #include "core/tensor_parallel/parallel_linear.h"
 
 /* Mask, dropout key and head range of this rank's core attention. */
@@ -74,6 +75,8 @@ void self_attention_forward(const layer_ctx *ctx, int layer_index, const layer_w
         cp_rope_forward(c, s->qkv, qkv_shape(ctx), rope_of(ctx));
         half_round_f32(tc_half(c), s->qkv, nqkv);
     }
+    if (ctx->inference) /* the rows as attention reads them: later steps attend to them */
+        inference_context_store(ctx->inference, layer_index, s->qkv, ctx->B, 0, ctx->T);
 
     /* context parallelism: the local queries against the whole sequence's keys */
     if (tc_cp(c) > 1 && c->cp_ring)

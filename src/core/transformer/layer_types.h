@@ -69,6 +69,9 @@ typedef struct {
      * NULL; and the learned-position rows of the tokens, or NULL (sequence index) */
     const int32_t *doc_start, *doc_end, *position_ids;
     const float *rope_sin;
+    /* inference: each layer's attention also stores its QKV rows (after RoPE) into this key/
+     * value cache (core/inference/static_context.h); NULL in training */
+    struct inference_context *inference;
 } layer_ctx;
 
 #endif
