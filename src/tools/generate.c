@@ -15,6 +15,7 @@
 #include "core/util/alloc.h"
 #include "core/util/parse.h"
 #include "tools/diffusion_sampling.h"
+#include "tools/text_generation.h"
 #include "tools/tools.h"
 #include "training/arguments.h"
 #include "training/checkpoint_files.h"
@@ -25,6 +26,8 @@
 typedef struct {
     const char *load;
     const char *prompt;
+    const char *input_file; /* one prompt per line; NULL: --prompt */
+    int max_batch;          /* --inference-max-batch-size */
     int max_new_tokens;
     float temperature;
     int top_k;
@@ -33,9 +36,10 @@ typedef struct {
     tokenizer_options files; /* the file flags only: override the checkpoint's */
     /* masked-diffusion models (LLaDA's sampler, tools/diffusion_sampling.h) */
     int gen_length, steps, block_length;
-    const char *remasking;
-    int low_confidence; /* --remasking low_confidence (set where the flag is parsed) */
+    dlm_remasking remasking;
     int full_logits; /* --difflm-full-logits */
+    float threshold, factor; /* Fast-dLLM's parallel unmasking (0: off) */
+    dlm_cache cache;        /* --cache; for autoregressive models prefix = the KV cache */
     /* a flag of one family that was given (for the message when the checkpoint is of the
      * other family), NULL when none was */
     const char *given_ar, *given_dlm;
@@ -47,25 +51,37 @@ static void print_help(FILE *out) {
             "usage: megadlm generate --load DIR [flags]\n\n"
             "  --load DIR            checkpoint directory (its latest iteration)   (required)\n"
             "  --prompt TEXT         text to continue                               (\"\")\n"
+            "  --input-file F        prompts, one per line, instead of --prompt; prints one\n"
+            "                        JSON line per prompt: {\"context\", \"continuation\"}\n"
+            "  --inference-max-batch-size N\n"
+            "                        prompts run together (left-padded)             (8)\n"
+            "  --cache C             none, prefix or dual (diffusion: Fast-dLLM's caches,\n"
+            "                        refreshed at each block; autoregressive: prefix = the\n"
+            "                        key/value cache)                               (none)\n"
+            "  --seed S              random seed                                    (1234)\n"
+            "autoregressive checkpoints:\n"
             "  --max-new-tokens N    tokens to sample                               (64)\n"
             "  --temperature T       divide logits by T (> 0)                       (1.0)\n"
             "  --top-k K             sample among the K most likely tokens; 0 = off (0)\n"
             "  --top-p P             nucleus sampling with mass P; 0 = off          (0.0)\n"
-            "  --seed S              random seed                                    (1234)\n"
             "masked-diffusion checkpoints (difflm-noshift), LLaDA's sampler:\n"
             "  --gen-length N        tokens to generate after the prompt            (128)\n"
             "  --steps N             unmasking rounds, a multiple of the blocks;    (128)\n"
             "                        rounds beyond --gen-length unmask nothing and\n"
             "                        are skipped\n"
             "  --block-length N      tokens per block, generated left to right      (gen-length)\n"
-            "  --remasking R         low_confidence or random                       (low_confidence)\n"
+            "  --remasking R         low_confidence, random, topk_margin or entropy\n"
+            "                        (the last two Dream's)                         (low_confidence)\n"
+            "  --threshold TAU       unmask every position of the block with confidence\n"
+            "                        >= TAU (at least one a round) until the block is\n"
+            "                        done, instead of --steps' fixed count (Fast-dLLM) (off)\n"
+            "  --factor F            Fast-dLLM's factor rule instead                (off)\n"
             "  --temperature T       0 = argmax, > 0 Gumbel noise                   (0)\n"
             "  --top-p P             draw among the most likely tokens holding mass P\n"
             "                        (MegaDLMs' filter; with --temperature > 0)    (0.0)\n"
             "  --difflm-full-logits  logits for every position each round (LLaDA's);\n"
             "                        default: only the block's still-masked positions,\n"
             "                        the same tokens, faster                        (off)\n"
-            "  (--max-new-tokens and --top-k are for autoregressive checkpoints)\n"
             "  --vocab-file F, --merge-file F, --tokenizer-model F\n"
             "                        tokenizer files instead of the checkpoint's (which are\n"
             "                        stored as absolute paths); they must give the same\n"
@@ -87,8 +103,11 @@ static const number_flag NUMBER_FLAGS[] = {
     {'g', "--gen-length", 'i', 1, "an integer >= 1"},
     {'S', "--steps", 'i', 1, "an integer >= 1"},
     {'b', "--block-length", 'i', 1, "an integer >= 1 (leave the flag out for --gen-length)"},
+    {'B', "--inference-max-batch-size", 'i', 1, "an integer >= 1"},
     {'t', "--temperature", 'f', 0, NULL},
     {'P', "--top-p", 'f', 0, NULL},
+    {'H', "--threshold", 'f', 0, NULL},
+    {'A', "--factor", 'f', 0, NULL},
     {'s', "--seed", 'u', 0, NULL},
 };
 
@@ -128,33 +147,89 @@ static int set_number(generate_args *g, int c, const char *word) {
     case 'g': g->gen_length = iv, g->given_dlm = nf->flag; break;
     case 'S': g->steps = iv, g->given_dlm = nf->flag; break;
     case 'b': g->block_length = iv, g->given_dlm = nf->flag; break;
+    case 'B': g->max_batch = iv; break;
     case 't': g->temperature = fv, g->given_temperature = 1; break;
     case 'P': g->top_p = fv; break;
+    case 'H': g->threshold = fv, g->given_dlm = nf->flag; break;
+    case 'A': g->factor = fv, g->given_dlm = nf->flag; break;
     }
     return 0;
+}
+
+/* The word flags: a value among fixed names. */
+static const char *const REMASKING_NAMES[] = {"low_confidence", "random", "topk_margin",
+                                              "entropy"};
+static const char *const CACHE_NAMES[] = {"none", "prefix", "dual"};
+
+static int choice_of(const char *flag, const char *word, const char *const *names, int n,
+                     const char *expected) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(word, names[i])) return i;
+    fprintf(stderr, "error: %s '%.60s': expected %s\n", flag, word, expected);
+    return -1;
 }
 
 /* The rules of single flags; the ones between flags and the checkpoint come later. */
 static int check_values(const generate_args *g) {
     const char *bad = NULL;
-    char why[160];
+    char why[200];
     if (g->temperature < 0.0f) {
         bad = "--temperature";
         snprintf(why, sizeof why, "%g: expected a number >= 0", (double)g->temperature);
     } else if (g->top_p < 0.0f || g->top_p > 1.0f) {
         bad = "--top-p";
         snprintf(why, sizeof why, "%g: expected a number from 0 to 1 (0: off)", (double)g->top_p);
-    } else if (!g->low_confidence && strcmp(g->remasking, "random") != 0) {
-        bad = "--remasking";
-        snprintf(why, sizeof why, "'%.60s': expected low_confidence or random", g->remasking);
     } else if (g->top_k > 0 && g->top_p > 0.0f) {
         bad = "--top-k";
         snprintf(why, sizeof why, "%d and --top-p %g: only one can be set (as in Megatron)",
                  g->top_k, (double)g->top_p);
+    } else if (g->threshold < 0.0f || g->threshold > 1.0f) {
+        bad = "--threshold";
+        snprintf(why, sizeof why, "%g: expected a probability from 0 to 1 (0: off)",
+                 (double)g->threshold);
+    } else if (g->factor < 0.0f) {
+        bad = "--factor";
+        snprintf(why, sizeof why, "%g: expected a number > 0 (0: off)", (double)g->factor);
+    } else if (g->threshold > 0.0f && g->factor > 0.0f) {
+        bad = "--threshold";
+        snprintf(why, sizeof why, "and --factor: two rules for how many positions a round "
+                                  "unmasks; give one");
+    } else if ((g->threshold > 0.0f || g->factor > 0.0f) &&
+               g->remasking != DLM_REMASK_LOW_CONFIDENCE) {
+        bad = g->threshold > 0.0f ? "--threshold" : "--factor";
+        snprintf(why, sizeof why, "compares the predicted token's probability: it needs "
+                                  "--remasking low_confidence, not %s",
+                 REMASKING_NAMES[g->remasking]);
+    } else if (g->input_file && g->prompt) {
+        bad = "--input-file";
+        snprintf(why, sizeof why, "and --prompt: give the prompts one way");
     }
     if (!bad) return 0;
     fprintf(stderr, "error: %s %s\n", bad, why);
     return -1;
+}
+
+/* The flags without a number: 1 when c was one of them, -1 after an error, 0 otherwise. */
+static int set_word(generate_args *g, int c, const char *word) {
+    int v;
+    switch (c) {
+    case 'l': g->load = word; return 1;
+    case 'p': g->prompt = word; return 1;
+    case 'I': g->input_file = word; return 1;
+    case 'r':
+        v = choice_of("--remasking", word, REMASKING_NAMES, 4,
+                      "low_confidence, random, topk_margin or entropy");
+        if (v < 0) return -1;
+        g->remasking = (dlm_remasking)v, g->given_dlm = "--remasking";
+        return 1;
+    case 'C':
+        v = choice_of("--cache", word, CACHE_NAMES, 3, "none, prefix or dual");
+        if (v < 0) return -1;
+        g->cache = (dlm_cache)v;
+        return 1;
+    case 'F': g->full_logits = 1; g->given_dlm = "--difflm-full-logits"; return 1;
+    }
+    return 0;
 }
 
 static int parse(generate_args *g, int argc, char **argv) {
@@ -166,27 +241,26 @@ static int parse(generate_args *g, int argc, char **argv) {
         TOKENIZER_FILE_LONG_OPTIONS,
         {"gen-length", required_argument, 0, 'g'},   {"steps", required_argument, 0, 'S'},
         {"block-length", required_argument, 0, 'b'}, {"remasking", required_argument, 0, 'r'},
-        {"difflm-full-logits", no_argument, 0, 'F'},
+        {"difflm-full-logits", no_argument, 0, 'F'}, {"cache", required_argument, 0, 'C'},
+        {"threshold", required_argument, 0, 'H'},    {"factor", required_argument, 0, 'A'},
+        {"input-file", required_argument, 0, 'I'},
+        {"inference-max-batch-size", required_argument, 0, 'B'},
         {0, 0, 0, 0}};
-    *g = (generate_args){.prompt = "", .max_new_tokens = 64, .temperature = 1.0f, .seed = 1234,
-                         .gen_length = 128, .steps = 128, .remasking = "low_confidence",
-                         .low_confidence = 1};
+    *g = (generate_args){.max_new_tokens = 64, .temperature = 1.0f, .seed = 1234,
+                         .gen_length = 128, .steps = 128, .max_batch = 8};
     opterr = 0;
     optind = 1;
     int c;
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         /* only the file flags are in the table, and they take any string */
         if (tokenizer_option(&g->files, c, optarg, NULL, 0)) continue;
+        int w = set_word(g, c, optarg);
+        if (w < 0) return -1;
+        if (w > 0) continue;
         switch (c) {
-        case 'l': g->load = optarg; break;
-        case 'p': g->prompt = optarg; break;
         case 'h': print_help(stdout); return 1;
-        case 'r':
-            g->remasking = optarg, g->low_confidence = !strcmp(optarg, "low_confidence");
-            g->given_dlm = "--remasking";
-            break;
-        case 'F': g->full_logits = 1; g->given_dlm = "--difflm-full-logits"; break;
         case 'n': case 't': case 'k': case 'P': case 's': case 'g': case 'S': case 'b':
+        case 'B': case 'H': case 'A':
             if (set_number(g, c, optarg) != 0) return -1;
             break;
         case ':': fprintf(stderr, "error: %s: expects a value\n", argv[optind - 1]); return -1;
@@ -205,150 +279,9 @@ static int parse(generate_args *g, int argc, char **argv) {
         return -1;
     }
     if (check_values(g) != 0) return -1;
+    if (!g->input_file && !g->prompt) g->prompt = "";
     if (g->block_length == 0) g->block_length = g->gen_length; /* not given: one block */
     return 0;
-}
-
-static int cmp_desc(const void *x, const void *y) {
-    float a = *(const float *)x, b = *(const float *)y;
-    return (a < b) - (a > b);
-}
-
-/* Draws a token from logits[V] (only ids < vocab are eligible). probs is scratch [V]. */
-static int sample_token(const float *logits, int V, int vocab, const generate_args *g,
-                        float *probs, float *sorted, float u) {
-    float maxl = -FLT_MAX;
-    for (int i = 0; i < vocab; i++) maxl = fmaxf(maxl, logits[i] / g->temperature);
-    double sum = 0.0;
-    for (int i = 0; i < V; i++) {
-        probs[i] = i < vocab ? expf(logits[i] / g->temperature - maxl) : 0.0f;
-        sum += probs[i];
-    }
-    for (int i = 0; i < V; i++) probs[i] = (float)(probs[i] / sum);
-    float threshold = 0.0f; /* keep tokens with prob >= threshold */
-    if (g->top_k > 0 || g->top_p > 0.0f) {
-        memcpy(sorted, probs, V * sizeof(float));
-        qsort(sorted, V, sizeof(float), cmp_desc);
-        if (g->top_k > 0) {
-            threshold = sorted[(g->top_k < vocab ? g->top_k : vocab) - 1];
-        } else {
-            /* smallest set whose mass reaches top_p (the token crossing it is kept) */
-            double mass = 0.0;
-            for (int i = 0; i < V; i++) {
-                mass += sorted[i];
-                threshold = sorted[i];
-                if (mass >= g->top_p) break;
-            }
-        }
-    }
-    double kept = 0.0;
-    for (int i = 0; i < V; i++)
-        if (probs[i] >= threshold) kept += probs[i];
-    double target = u * kept, acc = 0.0;
-    int last = 0;
-    for (int i = 0; i < vocab; i++) {
-        if (probs[i] < threshold || probs[i] == 0.0f) continue;
-        acc += probs[i];
-        last = i;
-        if (acc > target) return i;
-    }
-    return last;
-}
-
-/* A masked-diffusion checkpoint: LLaDA's sampler over prompt + gen_length positions. */
-static int generate_diffusion(gpt_model *m, activation_store *st, tokenizer *tok, const int32_t *ids, size_t n,
-                              const generate_args *g, const megadlm_args *a, const char *dir,
-                              int iteration) {
-    /* the model saw at most seq_length - 1 tokens (positions 1 .. s-1) in training */
-    int total = (int)n + g->gen_length;
-    if (total > a->seq_length - 1) {
-        fprintf(stderr, "error: the prompt (%zu tokens) + --gen-length %d exceed the %d tokens "
-                        "the model was trained on (--seq-length - 1)\n",
-                n, g->gen_length, a->seq_length - 1);
-        return 1;
-    }
-    int32_t *x = xcalloc((size_t)total, sizeof(int32_t), "the prompt and generated tokens");
-    for (size_t i = 0; i < n; i++) x[i] = ids[i];
-    int vocab = tokenizer_vocab_size(tok);
-    diffusion_sampling ds = {.gen_length = g->gen_length, .steps = g->steps,
-                             .block_length = g->block_length,
-                             .low_confidence = g->low_confidence,
-                             .temperature = g->temperature, .top_p = g->top_p,
-                             .seed = g->seed,
-                             .mask_token = a->mask_token,
-                             .vocab = vocab, .full_logits = g->full_logits};
-    char err[512];
-    if (g->steps > g->gen_length && g->gen_length % g->block_length == 0 &&
-        g->steps % (g->gen_length / g->block_length) == 0)
-        fprintf(stderr, "note: --steps %d is above --gen-length %d: LLaDA's schedule unmasks at "
-                        "least one token a step, so %d steps unmask every position and the "
-                        "others change nothing (they are skipped)\n",
-                g->steps, g->gen_length, g->gen_length);
-    if (diffusion_generate(m, st, x, (int)n, &ds, err, sizeof(err)) != 0) {
-        fprintf(stderr, "error: %s\n", err);
-        free(x);
-        return 1;
-    }
-    char *text = tokenizer_decode(tok, x, total);
-    printf("%s\n", text);
-    /* the decoded text drops them: counted here (a model fine-tuned on EOS padding fills
-     * long generations with them, docs/DATA.md section 6) */
-    int eos = 0;
-    for (int i = (int)n; i < total; i++) eos += x[i] == tokenizer_eod(tok);
-    fprintf(stderr, "[diffusion: %d tokens in %d steps (blocks of %d) after a %zu-token prompt "
-                    "from %s iteration %d; %d of them end of document]\n",
-            g->gen_length, g->steps, g->block_length, n, dir, iteration, eos);
-    free(text);
-    free(x);
-    return 0;
-}
-
-/* Samples up to --max-new-tokens after the prompt ids[n] (which it frees) and prints the text.
- * 0, or 1 when the logits stop being finite. */
-static int generate_autoregressive(gpt_model *m, activation_store *st, tokenizer *tok,
-                                   int32_t *ids, size_t n, const generate_args *g,
-                                   int iteration) {
-    int T = m->cfg.seq_length, V = m->cfg.padded_vocab_size, vocab = tokenizer_vocab_size(tok);
-    int32_t *seq = xmalloc((n + g->max_new_tokens + 1) * sizeof(int32_t), "the generated tokens");
-    size_t len = 0;
-    if (n == 0) seq[len++] = tokenizer_eod(tok); /* empty prompt: start from end-of-document */
-    for (size_t i = 0; i < n; i++) seq[len++] = ids[i];
-    free(ids);
-    float *probs = xmalloc(V * sizeof(float), "sampling probabilities"),
-          *sorted = xmalloc(V * sizeof(float), "sampling probabilities");
-    size_t prompt_len = len;
-    int status = 0;
-    for (int step = 0; step < g->max_new_tokens; step++) {
-        size_t start = len > (size_t)T ? len - T : 0; /* the last seq_length tokens */
-        int t = (int)(len - start);
-        gpt_step gs = {.seed = g->seed, .training = 0};
-        gpt_batch b = {.tokens = seq + start, .B = 1, .T = t};
-        gpt_model_forward(m, st, &b, gs);
-        uint32_t ctr[4] = {(uint32_t)step, 0, 0, 0}, key[2] = {(uint32_t)g->seed, 0x67656e21u},
-                 r[4];
-        philox4x32_10(ctr, key, r);
-        const float *row = st->logits + (size_t)(t - 1) * V;
-        if (ckpt_first_nonfinite(row, (size_t)vocab) < (size_t)vocab) {
-            fprintf(stderr, "error: --load %s: the logits of new token %d are not finite (the "
-                            "model's activations overflow)\n", g->load, step + 1);
-            status = 1;
-            break;
-        }
-        int next = sample_token(row, V, vocab, g, probs, sorted, philox_to_uniform(r[0]));
-        if (next == tokenizer_eod(tok)) break;
-        seq[len++] = next;
-    }
-    if (status == 0) {
-        char *text = tokenizer_decode(tok, seq, len);
-        printf("%s\n", text);
-        fprintf(stderr, "[generated %zu tokens after a %zu-token prompt from %s iteration %d]\n",
-                len - prompt_len, prompt_len, g->load, iteration);
-        free(text);
-    }
-    free(seq);
-    free(probs);
-    free(sorted);
-    return status;
 }
 
 /* The checkpoint's arguments, validated as train would (one process, fp32), with the tokenizer
@@ -423,8 +356,15 @@ static int check_family(generate_args *g, int diffusion) {
     }
     if (!diffusion && g->given_dlm) {
         fprintf(stderr, "error: %s: --load %s holds an autoregressive model; --gen-length, "
-                        "--steps, --block-length, --remasking and --difflm-full-logits are for "
-                        "masked-diffusion models\n", g->given_dlm, g->load);
+                        "--steps, --block-length, --remasking, --threshold, --factor and "
+                        "--difflm-full-logits are for masked-diffusion models\n",
+                g->given_dlm, g->load);
+        return 1;
+    }
+    if (!diffusion && g->cache == DLM_CACHE_DUAL) {
+        fprintf(stderr, "error: --cache dual: --load %s holds an autoregressive model, whose "
+                        "positions see no later ones: its key/value cache is --cache prefix\n",
+                g->load);
         return 1;
     }
     if (!diffusion && g->temperature <= 0.0f) {
@@ -442,77 +382,296 @@ static int check_family(generate_args *g, int diffusion) {
     return 0;
 }
 
+/* The prompts: --prompt's one, or --input-file's lines (without their line ends). */
+typedef struct {
+    char **text;
+    int n;
+} prompt_list;
+
+static void prompts_free(prompt_list *p) {
+    for (int i = 0; i < p->n; i++) free(p->text[i]);
+    free(p->text);
+    memset(p, 0, sizeof *p);
+}
+
+static int prompts_read(const generate_args *g, prompt_list *p) {
+    memset(p, 0, sizeof *p);
+    if (!g->input_file) {
+        p->text = xmalloc(sizeof(char *), "the prompts");
+        p->text[p->n++] = xstrdup(g->prompt, "the prompt");
+        return 0;
+    }
+    FILE *f = fopen(g->input_file, "r");
+    if (!f) {
+        fprintf(stderr, "error: --input-file %s: %s\n", g->input_file, strerror(errno));
+        return 1;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    while ((len = getline(&line, &cap, f)) >= 0) {
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+        p->text = xrealloc(p->text, (size_t)(p->n + 1) * sizeof(char *), "the prompts");
+        p->text[p->n++] = xstrdup(line, "the prompts");
+    }
+    free(line);
+    fclose(f);
+    if (p->n == 0) {
+        fprintf(stderr, "error: --input-file %s: no prompt (the file is empty)\n",
+                g->input_file);
+        return 1;
+    }
+    return 0;
+}
+
+/* One JSON string, escaped (RFC 8259). */
+static void print_json_string(FILE *out, const char *s) {
+    fputc('"', out);
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+        if (*c == '"' || *c == '\\') fprintf(out, "\\%c", *c);
+        else if (*c == '\n') fputs("\\n", out);
+        else if (*c == '\t') fputs("\\t", out);
+        else if (*c == '\r') fputs("\\r", out);
+        else if (*c < 0x20) fprintf(out, "\\u%04x", *c);
+        else fputc(*c, out);
+    }
+    fputc('"', out);
+}
+
+/* What a run prints: the whole text for --prompt (as before), a JSON line per prompt for
+ * --input-file. gen: the generated tokens only. */
+static void print_sample(const generate_args *g, tokenizer *tok, const char *prompt,
+                         const int32_t *all, size_t n_all, const int32_t *gen, size_t n_gen) {
+    if (!g->input_file) {
+        char *text = tokenizer_decode(tok, all, n_all);
+        printf("%s\n", text);
+        free(text);
+        return;
+    }
+    char *text = tokenizer_decode(tok, gen, n_gen);
+    fputs("{\"context\": ", stdout);
+    print_json_string(stdout, prompt);
+    fputs(", \"continuation\": ", stdout);
+    print_json_string(stdout, text);
+    fputs("}\n", stdout);
+    free(text);
+}
+
+/* The run: the checkpoint's model, the tokenizer, the sampler's engine. */
+typedef struct {
+    const generate_args *g;
+    const megadlm_args *a;
+    tokenizer *tok;
+    inference_engine e;
+    int iteration;
+} generate_run;
+
+/* A batch of prompts (tokenized) through LLaDA's sampler. */
+static int diffusion_batch(generate_run *gr, const prompt_list *p, int first, int B,
+                           int32_t **ids, const size_t *n, diffusion_stats *stats) {
+    const generate_args *g = gr->g;
+    size_t P = 0;
+    for (int b = 0; b < B; b++) P = n[b] > P ? n[b] : P;
+    /* the model saw at most seq_length - 1 tokens (positions 1 .. s-1) in training */
+    if ((int)P + g->gen_length > gr->a->seq_length - 1) {
+        fprintf(stderr, "error: the prompt (%zu tokens) + --gen-length %d exceed the %d tokens "
+                        "the model was trained on (--seq-length - 1)\n",
+                P, g->gen_length, gr->a->seq_length - 1);
+        return 1;
+    }
+    const int total = (int)P + g->gen_length;
+    int32_t *x = xcalloc((size_t)B * total, sizeof(int32_t), "the prompt and generated tokens");
+    int pad[B], id[B];
+    for (int b = 0; b < B; b++) {
+        pad[b] = (int)(P - n[b]);
+        id[b] = first + b;
+        for (int i = 0; i < pad[b]; i++) x[(size_t)b * total + i] = tokenizer_eod(gr->tok);
+        memcpy(x + (size_t)b * total + pad[b], ids[b], n[b] * sizeof(int32_t));
+    }
+    diffusion_sampling ds = {.gen_length = g->gen_length, .steps = g->steps,
+                             .block_length = g->block_length, .remasking = g->remasking,
+                             .temperature = g->temperature, .top_p = g->top_p,
+                             .threshold = g->threshold, .factor = g->factor, .cache = g->cache,
+                             .seed = g->seed, .mask_token = gr->a->mask_token,
+                             .vocab = tokenizer_vocab_size(gr->tok),
+                             .full_logits = g->full_logits};
+    dlm_batch batch = {.x = x, .B = B, .prompt_len = (int)P, .pad = B > 1 ? pad : NULL,
+                       .seq_id = id};
+    char err[512];
+    if (diffusion_generate(&gr->e, &batch, &ds, stats, err, sizeof(err)) != 0) {
+        fprintf(stderr, "error: %s\n", err);
+        free(x);
+        return 1;
+    }
+    int eos = 0;
+    for (int b = 0; b < B; b++) {
+        const int32_t *row = x + (size_t)b * total;
+        /* the decoded text drops them: counted here (a model fine-tuned on EOS padding fills
+         * long generations with them, docs/DATA.md section 6) */
+        for (int i = (int)P; i < total; i++) eos += row[i] == tokenizer_eod(gr->tok);
+        print_sample(g, gr->tok, p->text[first + b], row + pad[b], total - pad[b], row + P,
+                     (size_t)g->gen_length);
+    }
+    fprintf(stderr, "[diffusion: %d tokens in %d steps (blocks of %d) after a %zu-token prompt "
+                    "from %s iteration %d; %d of them end of document]\n",
+            g->gen_length, g->steps, g->block_length, P, g->load, gr->iteration, eos);
+    free(x);
+    return 0;
+}
+
+/* A batch of prompts (tokenized) through Megatron's autoregressive sampler. */
+static int autoregressive_batch(generate_run *gr, const prompt_list *p, int first, int B,
+                                int32_t **ids, const size_t *n) {
+    const generate_args *g = gr->g;
+    int32_t *seq[B];
+    size_t len[B], plen[B];
+    int id[B];
+    size_t P = 0;
+    for (int b = 0; b < B; b++) {
+        seq[b] = xmalloc((n[b] + g->max_new_tokens + 1) * sizeof(int32_t), "the generated tokens");
+        len[b] = 0;
+        if (n[b] == 0) seq[b][len[b]++] = tokenizer_eod(gr->tok); /* empty: from end-of-document */
+        memcpy(seq[b] + len[b], ids[b], n[b] * sizeof(int32_t));
+        len[b] += n[b];
+        plen[b] = len[b];
+        P = len[b] > P ? len[b] : P;
+        id[b] = first + b;
+    }
+    int status = 0;
+    if (B > 1 && (int)P + g->max_new_tokens - 1 > gr->a->seq_length) {
+        fprintf(stderr, "error: --inference-max-batch-size %d: the longest prompt of a batch "
+                        "(%zu tokens) + --max-new-tokens %d exceed the model's %d positions; "
+                        "prompts that outgrow the model run one at a time "
+                        "(--inference-max-batch-size 1)\n",
+                g->max_batch, P, g->max_new_tokens, gr->a->seq_length);
+        status = 1;
+    }
+    ar_sampling s = {.max_new_tokens = g->max_new_tokens, .temperature = g->temperature,
+                     .top_k = g->top_k, .top_p = g->top_p, .seed = g->seed,
+                     .vocab = tokenizer_vocab_size(gr->tok), .eod = tokenizer_eod(gr->tok),
+                     .use_cache = g->cache != DLM_CACHE_NONE};
+    ar_batch batch = {.seq = seq, .len = len, .B = B, .seq_id = id};
+    char err[512];
+    if (status == 0 && ar_generate(&gr->e, &batch, &s, err, sizeof err) != 0) {
+        fprintf(stderr, "error: --load %s: %s\n", g->load, err);
+        status = 1;
+    }
+    for (int b = 0; b < B; b++) {
+        if (status == 0) {
+            print_sample(g, gr->tok, p->text[first + b], seq[b], len[b], seq[b] + plen[b],
+                         len[b] - plen[b]);
+            fprintf(stderr, "[generated %zu tokens after a %zu-token prompt from %s iteration "
+                            "%d]\n", len[b] - plen[b], plen[b], g->load, gr->iteration);
+        }
+        free(seq[b]);
+    }
+    return status;
+}
+
+/* Every prompt, in batches of --inference-max-batch-size. */
+static int generate_all(generate_run *gr, const prompt_list *p, int diffusion) {
+    const generate_args *g = gr->g;
+    int status = 0;
+    diffusion_stats stats = {0};
+    for (int first = 0; first < p->n && status == 0; first += g->max_batch) {
+        int B = p->n - first < g->max_batch ? p->n - first : g->max_batch;
+        int32_t *ids[B];
+        size_t n[B];
+        char err[512];
+        int got = 0;
+        for (; got < B; got++)
+            if (tokenizer_encode(gr->tok, p->text[first + got], strlen(p->text[first + got]),
+                                 &ids[got], &n[got], err, sizeof(err)) != 0) {
+                if (g->input_file)
+                    fprintf(stderr, "error: --input-file %s: line %d: %s\n", g->input_file,
+                            first + got + 1, err);
+                else
+                    fprintf(stderr, "error: --prompt: %s\n", err);
+                status = 1;
+                break;
+            }
+        if (status == 0)
+            status = diffusion ? diffusion_batch(gr, p, first, B, ids, n, &stats)
+                               : autoregressive_batch(gr, p, first, B, ids, n);
+        for (int b = 0; b < got; b++) free(ids[b]);
+    }
+    if (diffusion && status == 0 && g->cache != DLM_CACHE_NONE)
+        fprintf(stderr, "[cache %s: %ld full forwards, %ld on the cache, %ld positions run]\n",
+                CACHE_NAMES[g->cache], stats.full_forwards, stats.row_forwards, stats.rows);
+    return status;
+}
+
+/* The checkpoint's model for batches of B prompts, its parameters loaded; the store, and the
+ * cache's workspaces when one is asked for. 0, or 1 after printing the error. */
+static int build_engine(generate_run *gr, megadlm_args *a, int B) {
+    const generate_args *g = gr->g;
+    char err[1024];
+    /* one process: whatever layout the checkpoint was trained with, its tensors are whole */
+    a->tensor_model_parallel_size = 1;
+    a->pipeline_model_parallel_size = 1;
+    a->context_parallel_size = 1;
+    a->sequence_parallel = 0;
+    a->distribute_saved_activations = 0;
+    char model_path[PATH_MAX + 64];
+    snprintf(model_path, sizeof model_path, "%s/iter_%07d/model.safetensors", g->load,
+             gr->iteration);
+    if (ckpt_check_file_holds(model_path, theoretical_megadlm_parameter_count(a), err,
+                              sizeof err) != 0) {
+        fprintf(stderr, "error: --load %s: %s\n", g->load, err);
+        return 1;
+    }
+    transformer_config cfg = model_config_from_args(a);
+    cfg.packed_docs = B > 1; /* left padding: the document arrays of packed sequences */
+    gr->e.m = gpt_model_create(&cfg, B, GPT_MODEL_FORWARD_ONLY);
+    gr->e.st = activation_store_create(gr->e.m, 1);
+    if (ckpt_load_tensors(g->load, gr->iteration, &gr->e.m->params, 0, err, sizeof(err)) != 0 ||
+        ckpt_check_finite(&gr->e.m->params, 0, err, sizeof err) != 0) {
+        fprintf(stderr, "error: --load %s: %s\n", g->load, err);
+        return 1;
+    }
+    if (g->cache != DLM_CACHE_NONE) {
+        gr->e.ic = inference_context_create(&gr->e.m->cfg, B, cfg.seq_length);
+        gr->e.gi = gpt_inference_create(gr->e.m, B, cfg.seq_length);
+    }
+    return 0;
+}
+
+static void engine_free(inference_engine *e) {
+    gpt_inference_free(e->gi);
+    inference_context_free(e->ic);
+    if (e->st) activation_store_free(e->st);
+    if (e->m) gpt_model_free(e->m);
+    memset(e, 0, sizeof *e);
+}
+
 int generate_main(int argc, char **argv) {
     generate_args g;
     int rc = parse(&g, argc, argv);
     if (rc != 0) return rc > 0 ? 0 : 2;
 
     char err[1024];
-    int iteration;
     megadlm_args a;
-    if (checkpoint_args(&g, &a, &iteration) != 0) return 1;
+    generate_run gr = {.g = &g, .a = &a};
+    if (checkpoint_args(&g, &a, &gr.iteration) != 0) return 1;
     tokenizer_options topts = {.type = a.tokenizer_type,
                                .vocab_size = a.vocab_size,
                                .vocab_file = a.vocab_file,
                                .merge_file = a.merge_file,
                                .tokenizer_model = a.tokenizer_model};
-    tokenizer *tok = tokenizer_create_opts(&topts, err, sizeof(err));
-    if (!tok) {
+    gr.tok = tokenizer_create_opts(&topts, err, sizeof(err));
+    if (!gr.tok) {
         fprintf(stderr, "error: %s\n", err);
         return 1;
     }
     int diffusion = ARGS_CHOICE(&a, model_running_mode) == ARGS_MODE_DIFFLM_NOSHIFT;
-    if (check_family(&g, diffusion) != 0) {
-        tokenizer_free(tok);
-        return 1;
-    }
-    /* one process: whatever layout the checkpoint was trained with, its tensors are whole */
-    a.tensor_model_parallel_size = 1;
-    a.pipeline_model_parallel_size = 1;
-    a.context_parallel_size = 1;
-    a.sequence_parallel = 0;
-    a.distribute_saved_activations = 0;
-    char model_path[PATH_MAX + 64];
-    snprintf(model_path, sizeof model_path, "%s/iter_%07d/model.safetensors", g.load, iteration);
-    if (ckpt_check_file_holds(model_path, theoretical_megadlm_parameter_count(&a), err,
-                              sizeof err) != 0) {
-        fprintf(stderr, "error: --load %s: %s\n", g.load, err);
-        tokenizer_free(tok);
-        args_free(&a);
-        return 1;
-    }
-    transformer_config cfg = model_config_from_args(&a);
-    gpt_model *m = gpt_model_create(&cfg, 1, GPT_MODEL_FORWARD_ONLY);
-    activation_store *store = activation_store_create(m, 1);
-    if (ckpt_load_tensors(g.load, iteration, &m->params, 0, err, sizeof(err)) != 0 ||
-        ckpt_check_finite(&m->params, 0, err, sizeof err) != 0) {
-        fprintf(stderr, "error: --load %s: %s\n", g.load, err);
-        activation_store_free(store);
-        gpt_model_free(m);
-        tokenizer_free(tok);
-        return 1;
-    }
-
-    int32_t *ids = NULL;
-    size_t n = 0;
-    if (tokenizer_encode(tok, g.prompt, strlen(g.prompt), &ids, &n, err, sizeof(err)) != 0) {
-        fprintf(stderr, "error: --prompt: %s\n", err);
-        activation_store_free(store);
-        gpt_model_free(m);
-        tokenizer_free(tok);
-        return 1;
-    }
-    if (diffusion) {
-        int status = generate_diffusion(m, store, tok, ids, n, &g, &a, g.load, iteration);
-        free(ids);
-        activation_store_free(store);
-        gpt_model_free(m);
-        tokenizer_free(tok);
-        return status;
-    }
-    int status = generate_autoregressive(m, store, tok, ids, n, &g, iteration);
-    activation_store_free(store);
-    gpt_model_free(m);
-    tokenizer_free(tok);
+    prompt_list p = {0};
+    int status = check_family(&g, diffusion) || prompts_read(&g, &p);
+    if (status == 0)
+        status = build_engine(&gr, &a, p.n < g.max_batch ? p.n : g.max_batch);
+    if (status == 0) status = generate_all(&gr, &p, diffusion);
+    prompts_free(&p);
+    engine_free(&gr.e);
+    tokenizer_free(gr.tok);
+    args_free(&a);
     return status;
 }

@@ -47,6 +47,22 @@ int gpt_inference_forward(gpt_inference *gi, inference_context *ic, const infere
  * tensor-parallel rank: gathered into gi's buffer; with one rank s->logits itself). */
 const float *gpt_inference_full_logits(gpt_inference *gi, const activation_store *s, int M);
 
+/* What a sampler runs: the model and its store (full forwards), and for a cache or tensor
+ * parallelism the row forward's workspaces and the cache (NULL otherwise). Megatron-core's
+ * inference engine holds the same. */
+typedef struct {
+    gpt_model *m;
+    activation_store *st;
+    gpt_inference *gi;
+    inference_context *ic;
+} inference_engine;
+
+/* The whole vocabulary's logits of a full forward's M rows: the store's, or gathered across
+ * tensor-parallel ranks by gi. */
+static inline const float *inference_engine_logits(const inference_engine *e, int M) {
+    return e->gi ? gpt_inference_full_logits(e->gi, e->st, M) : e->st->logits;
+}
+
 /* The packed-document layout of left padding for B sequences of T positions ([B, T] each):
  * the padding's keys are seen by no real position, the learned positions start at the first
  * real token (cfg's position_offset there). */
