@@ -105,6 +105,16 @@ static int predict(const float *logits, const diffusion_sampling *ds, draw_key k
     return best;
 }
 
+int dlm_unmask_count(const float *sorted, int n, float threshold, float factor) {
+    int k = n ? 1 : 0; /* the most confident always */
+    if (threshold > 0.0f)
+        while (k < n && sorted[k] >= threshold) k++;
+    else
+        /* the (k+1)-th most confident, k from 0: c >= 1 - factor / (k + 2) */
+        while (k < n && sorted[k] >= 1.0f - factor / (float)(k + 2)) k++;
+    return k;
+}
+
 /* One sampling run's state. */
 typedef struct {
     const inference_engine *e;
@@ -225,12 +235,7 @@ static int unmask_count(const run *r, int b, int lo, int hi, int quota) {
         if (r->conf[(size_t)b * r->total + i] > -INFINITY)
             sorted[n++] = r->conf[(size_t)b * r->total + i];
     qsort(sorted, (size_t)n, sizeof(float), cmp_float_desc);
-    int k = n ? 1 : 0; /* the most confident always */
-    if (ds->threshold > 0.0f)
-        while (k < n && sorted[k] >= ds->threshold) k++;
-    else
-        while (k < n && sorted[k] >= 1.0f - ds->factor / (float)(k + 2)) k++;
-    return k;
+    return dlm_unmask_count(sorted, n, ds->threshold, ds->factor);
 }
 
 /* Unmasks, in each sequence, its count of most confident candidates of [lo, hi). */

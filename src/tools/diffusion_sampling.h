@@ -80,6 +80,10 @@ typedef struct {
     const int *seq_id;
 } dlm_batch;
 
+/* How many of a round's n candidates of one sequence a threshold (> 0) or a factor (> 0)
+ * unmasks, their confidences sorted[n] in descending order: at least one (when n > 0). */
+int dlm_unmask_count(const float *sorted, int n, float threshold, float factor);
+
 /* Fills the generated positions of every sequence. The model must have been built for B
  * sequences of at least that many tokens (and with packed_docs when pad is given). Returns 0,
  * or -1 with a message in err. stats may be NULL. */

@@ -498,6 +498,7 @@ static int diffusion_batch(generate_run *gr, const prompt_list *p, int first, in
     dlm_batch batch = {.x = x, .B = B, .prompt_len = (int)P, .pad = B > 1 ? pad : NULL,
                        .seq_id = id};
     char err[512];
+    long before = stats->full_forwards + stats->row_forwards;
     if (diffusion_generate(&gr->e, &batch, &ds, stats, err, sizeof(err)) != 0) {
         fprintf(stderr, "error: %s\n", err);
         free(x);
@@ -512,9 +513,18 @@ static int diffusion_batch(generate_run *gr, const prompt_list *p, int first, in
         print_sample(g, gr->tok, p->text[first + b], row + pad[b], total - pad[b], row + P,
                      (size_t)g->gen_length);
     }
-    fprintf(stderr, "[diffusion: %d tokens in %d steps (blocks of %d) after a %zu-token prompt "
-                    "from %s iteration %d; %d of them end of document]\n",
-            g->gen_length, g->steps, g->block_length, P, g->load, gr->iteration, eos);
+    /* the model forwards this batch ran: the steps, past those --steps' schedule skips or a
+     * threshold saves */
+    long forwards = stats->full_forwards + stats->row_forwards - before;
+    char who[64];
+    if (B == 1)
+        snprintf(who, sizeof who, "a %zu-token prompt", P);
+    else
+        snprintf(who, sizeof who, "%d prompts of up to %zu tokens", B, P);
+    fprintf(stderr, "[diffusion: %d tokens in %d steps (blocks of %d) after %s from %s "
+                    "iteration %d; %ld model forwards; %d of them end of document]\n",
+            g->gen_length, g->steps, g->block_length, who, g->load, gr->iteration, forwards,
+            eos);
     free(x);
     return 0;
 }
