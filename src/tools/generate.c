@@ -448,13 +448,22 @@ static void print_sample(const generate_args *g, tokenizer *tok, const char *pro
         free(text);
         return;
     }
-    char *text = tokenizer_decode(tok, gen, n_gen);
+    /* the continuation is what the generated tokens add to the prompt's text, so that
+     * context + continuation is the whole text (the token-id tokenizer puts a space between
+     * ids: " 15 16", not "15 16"); the generated tokens' own text where the prompt does not
+     * decode back to a prefix */
+    char *whole = tokenizer_decode(tok, all, n_all);
+    char *head = tokenizer_decode(tok, all, n_all - n_gen);
+    size_t h = strlen(head);
+    char *text = strncmp(whole, head, h) == 0 ? NULL : tokenizer_decode(tok, gen, n_gen);
     fputs("{\"context\": ", stdout);
     print_json_string(stdout, prompt);
     fputs(", \"continuation\": ", stdout);
-    print_json_string(stdout, text);
+    print_json_string(stdout, text ? text : whole + h);
     fputs("}\n", stdout);
     free(text);
+    free(head);
+    free(whole);
 }
 
 /* The run: the checkpoint's model, the tokenizer, the sampler's engine. */
