@@ -5,6 +5,7 @@
 
 #include "core/threads.h"
 #include "core/util/die.h"
+#include "core/util/error.h"
 
 static void init_mpi(int *argc, char ***argv);
 
@@ -91,6 +92,18 @@ int parallel_setup_groups(int tp_size, int pp_size, int cp_size, char *err, size
                    ends ? (g.dp_rank * c + g.cp_rank) * t + g.tp_rank : MPI_UNDEFINED, g.pp_rank,
                    &g.embedding);
     return 0;
+}
+
+int parallel_agree(int rc, char *err, size_t errlen) {
+    if (!g.mpi || g.world_size == 1) return rc ? -1 : 0;
+    int me = rc ? g.world_rank : g.world_size, first;
+    MPI_Allreduce(&me, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (first == g.world_size) return 0;
+    char msg[1024] = "";
+    if (g.world_rank == first) snprintf(msg, sizeof msg, "%s", err ? err : "");
+    MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, first, MPI_COMM_WORLD);
+    if (g.world_rank != first) err_set(err, errlen, "%s", msg);
+    return -1;
 }
 
 void parallel_finalize(void) {

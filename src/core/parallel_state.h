@@ -46,6 +46,11 @@ typedef enum { PARALLEL_GROUP_DP, PARALLEL_GROUP_PP, PARALLEL_GROUP_CP,
                PARALLEL_GROUP_DP_CP } parallel_group;
 /* x summed over the ranks of this rank's group (x itself without MPI or in a group of one). */
 double parallel_sum_double(parallel_group group, double x);
+/* Collective over the world: 0 when rc is 0 on every rank, else -1 on every rank with err
+ * (errlen bytes, at most 1024 of them carried) holding the message of the lowest failing rank:
+ * so that ranks that checked different data (their own shards) fail together, and one of them
+ * can print the one message for all. */
+int parallel_agree(int rc, char *err, size_t errlen);
 /* Finalises MPI (if initialised). */
 void parallel_finalize(void);
 

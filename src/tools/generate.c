@@ -11,16 +11,16 @@
 #include <string.h>
 
 #include "core/models/gpt_model.h"
+#include "core/parallel_state.h"
 #include "core/random/philox.h"
 #include "core/util/alloc.h"
 #include "core/util/parse.h"
 #include "tools/diffusion_sampling.h"
+#include "tools/generate_model.h"
 #include "tools/text_generation.h"
 #include "tools/tools.h"
 #include "training/arguments.h"
 #include "training/checkpoint_files.h"
-#include "training/model_provider.h"
-#include "training/theoretical_memory.h"
 #include "training/tokenizer/tokenizer.h"
 
 typedef struct {
@@ -44,6 +44,7 @@ typedef struct {
      * other family), NULL when none was */
     const char *given_ar, *given_dlm;
     int given_temperature;
+    int tp_size; /* --tensor-model-parallel-size: the ranks the model is split over */
 } generate_args;
 
 static void print_help(FILE *out) {
@@ -59,6 +60,10 @@ static void print_help(FILE *out) {
             "                        refreshed at each block; autoregressive: prefix = the\n"
             "                        key/value cache)                               (none)\n"
             "  --seed S              random seed                                    (1234)\n"
+            "  --tensor-model-parallel-size N\n"
+            "                        split the model over N ranks as training does (run\n"
+            "                        under mpirun -np N; any saved layout loads; every\n"
+            "                        rank samples the same tokens, rank 0 prints)   (1)\n"
             "autoregressive checkpoints:\n"
             "  --max-new-tokens N    tokens to sample                               (64)\n"
             "  --temperature T       divide logits by T (> 0)                       (1.0)\n"
@@ -109,6 +114,7 @@ static const number_flag NUMBER_FLAGS[] = {
     {'H', "--threshold", 'f', 0, NULL},
     {'A', "--factor", 'f', 0, NULL},
     {'s', "--seed", 'u', 0, NULL},
+    {'T', "--tensor-model-parallel-size", 'i', 1, "an integer >= 1"},
 };
 
 /* Stores the value of number flag c in g; -1 after printing the error. */
@@ -152,6 +158,7 @@ static int set_number(generate_args *g, int c, const char *word) {
     case 'P': g->top_p = fv; break;
     case 'H': g->threshold = fv, g->given_dlm = nf->flag; break;
     case 'A': g->factor = fv, g->given_dlm = nf->flag; break;
+    case 'T': g->tp_size = iv; break;
     }
     return 0;
 }
@@ -245,9 +252,11 @@ static int parse(generate_args *g, int argc, char **argv) {
         {"threshold", required_argument, 0, 'H'},    {"factor", required_argument, 0, 'A'},
         {"input-file", required_argument, 0, 'I'},
         {"inference-max-batch-size", required_argument, 0, 'B'},
+        {"tensor-model-parallel-size", required_argument, 0, 'T'},
         {0, 0, 0, 0}};
     *g = (generate_args){.max_new_tokens = 64, .temperature = 1.0f, .seed = 1234,
-                         .gen_length = 128, .steps = 128, .max_batch = 8};
+                         .gen_length = 128, .steps = 128, .max_batch = 8,
+                         .tp_size = 1};
     opterr = 0;
     optind = 1;
     int c;
@@ -260,7 +269,7 @@ static int parse(generate_args *g, int argc, char **argv) {
         switch (c) {
         case 'h': print_help(stdout); return 1;
         case 'n': case 't': case 'k': case 'P': case 's': case 'g': case 'S': case 'b':
-        case 'B': case 'H': case 'A':
+        case 'B': case 'H': case 'A': case 'T':
             if (set_number(g, c, optarg) != 0) return -1;
             break;
         case ':': fprintf(stderr, "error: %s: expects a value\n", argv[optind - 1]); return -1;
@@ -530,10 +539,11 @@ static int diffusion_batch(generate_run *gr, const prompt_list *p, int first, in
         snprintf(who, sizeof who, "a %zu-token prompt", P);
     else
         snprintf(who, sizeof who, "%d prompts of up to %zu tokens", B, P);
-    fprintf(stderr, "[diffusion: %d tokens in %d steps (blocks of %d) after %s from %s "
-                    "iteration %d; %ld model forwards; %d of them end of document]\n",
-            g->gen_length, g->steps, g->block_length, who, g->load, gr->iteration, forwards,
-            eos);
+    if (parallel_world_rank() == 0) /* every rank ran the same rounds */
+        fprintf(stderr, "[diffusion: %d tokens in %d steps (blocks of %d) after %s from %s "
+                        "iteration %d; %ld model forwards; %d of them end of document]\n",
+                g->gen_length, g->steps, g->block_length, who, g->load, gr->iteration,
+                forwards, eos);
     free(x);
     return 0;
 }
@@ -579,8 +589,10 @@ static int autoregressive_batch(generate_run *gr, const prompt_list *p, int firs
         if (status == 0) {
             print_sample(g, gr->tok, p->text[first + b], seq[b], len[b], seq[b] + plen[b],
                          len[b] - plen[b]);
-            fprintf(stderr, "[generated %zu tokens after a %zu-token prompt from %s iteration "
-                            "%d]\n", len[b] - plen[b], plen[b], g->load, gr->iteration);
+            if (parallel_world_rank() == 0)
+                fprintf(stderr, "[generated %zu tokens after a %zu-token prompt from %s "
+                                "iteration %d]\n",
+                        len[b] - plen[b], plen[b], g->load, gr->iteration);
         }
         free(seq[b]);
     }
@@ -614,7 +626,7 @@ static int generate_all(generate_run *gr, const prompt_list *p, int diffusion) {
                                : autoregressive_batch(gr, p, first, B, ids, n);
         for (int b = 0; b < got; b++) free(ids[b]);
     }
-    if (diffusion && status == 0 && g->cache != DLM_CACHE_NONE)
+    if (diffusion && status == 0 && g->cache != DLM_CACHE_NONE && parallel_world_rank() == 0)
         fprintf(stderr, "[cache %s: %ld full forwards, %ld on the cache, %ld positions run]\n",
                 CACHE_NAMES[g->cache], stats.full_forwards, stats.row_forwards, stats.rows);
     return status;
@@ -625,33 +637,21 @@ static int generate_all(generate_run *gr, const prompt_list *p, int diffusion) {
 static int build_engine(generate_run *gr, megadlm_args *a, int B) {
     const generate_args *g = gr->g;
     char err[1024];
-    /* one process: whatever layout the checkpoint was trained with, its tensors are whole */
-    a->tensor_model_parallel_size = 1;
-    a->pipeline_model_parallel_size = 1;
-    a->context_parallel_size = 1;
-    a->sequence_parallel = 0;
-    a->distribute_saved_activations = 0;
-    char model_path[PATH_MAX + 64];
-    snprintf(model_path, sizeof model_path, "%s/iter_%07d/model.safetensors", g->load,
-             gr->iteration);
-    if (ckpt_check_file_holds(model_path, theoretical_megadlm_parameter_count(a), err,
-                              sizeof err) != 0) {
-        fprintf(stderr, "error: --load %s: %s\n", g->load, err);
+    const generate_model_spec spec = {.load = g->load, .iteration = gr->iteration,
+                                      .tp_size = g->tp_size, .max_batch = B,
+                                      .packed_docs = B > 1 /* left padding */};
+    gr->e.m = generate_model_load(a, &spec, err, sizeof err);
+    if (!gr->e.m) {
+        /* every rank holds the same message: printed once */
+        if (parallel_world_rank() == 0) fprintf(stderr, "error: %s\n", err);
         return 1;
     }
-    transformer_config cfg = model_config_from_args(a);
-    cfg.packed_docs = B > 1; /* left padding: the document arrays of packed sequences */
-    gr->e.m = gpt_model_create(&cfg, B, GPT_MODEL_FORWARD_ONLY);
     gr->e.st = activation_store_create(gr->e.m, 1);
-    if (ckpt_load_tensors(g->load, gr->iteration, &gr->e.m->params, 0, err, sizeof(err)) != 0 ||
-        ckpt_check_finite(&gr->e.m->params, 0, err, sizeof err) != 0) {
-        fprintf(stderr, "error: --load %s: %s\n", g->load, err);
-        return 1;
-    }
-    if (g->cache != DLM_CACHE_NONE) {
-        gr->e.ic = inference_context_create(&gr->e.m->cfg, B, cfg.seq_length);
-        gr->e.gi = gpt_inference_create(gr->e.m, B, cfg.seq_length);
-    }
+    const int T = gr->e.m->cfg.seq_length;
+    if (g->cache != DLM_CACHE_NONE) gr->e.ic = inference_context_create(&gr->e.m->cfg, B, T);
+    /* the row forwards of a cache; under TP also the gather of a full forward's
+     * vocab-parallel logits */
+    if (g->cache != DLM_CACHE_NONE || g->tp_size > 1) gr->e.gi = gpt_inference_create(gr->e.m, B, T);
     return 0;
 }
 
@@ -664,6 +664,8 @@ static void engine_free(inference_engine *e) {
 }
 
 int generate_main(int argc, char **argv) {
+    /* under mpirun every rank runs the same loop and holds the same text: rank 0's is printed */
+    if (parallel_world_rank() > 0 && !freopen("/dev/null", "w", stdout)) return 1;
     generate_args g;
     int rc = parse(&g, argc, argv);
     if (rc != 0) return rc > 0 ? 0 : 2;

@@ -49,18 +49,7 @@ static uint32_t crc_final(uint32_t g, uint64_t n) {
 
 /* Every rank's status becomes the worst one: -1 if any rank failed, with the message of the
  * lowest failing rank. Collective over the world (a barrier). */
-static int agree(int rc, char *err, size_t errlen) {
-    const parallel_state *ps = parallel_get();
-    if (!ps->mpi || ps->world_size == 1) return rc ? -1 : 0;
-    int me = rc ? ps->world_rank : ps->world_size, first;
-    MPI_Allreduce(&me, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (first == ps->world_size) return 0;
-    char msg[1024] = "";
-    if (ps->world_rank == first) snprintf(msg, sizeof msg, "%s", err ? err : "");
-    MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, first, MPI_COMM_WORLD);
-    if (ps->world_rank != first) err_set(err, errlen, "%s", msg);
-    return -1;
-}
+static int agree(int rc, char *err, size_t errlen) { return parallel_agree(rc, err, errlen); }
 
 /* ---- the layout: the whole model's tensors and where they are in the files ---- */
 
