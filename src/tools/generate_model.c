@@ -15,11 +15,13 @@
 static int check_layout(const megadlm_args *a, int tp, char *err, size_t errlen) {
     int world = parallel_world_size();
     if (tp != world) {
+        char run[64] = "in one process";
+        if (tp > 1) snprintf(run, sizeof run, "under mpirun -np %d", tp);
         err_set(err, errlen,
                 "--tensor-model-parallel-size %d: expected the number of ranks, %d (generate "
-                "splits the model over every rank, one tensor-parallel group: run it with "
-                "mpirun -np %d, or without mpirun for size 1)",
-                tp, world, tp);
+                "splits the model over all of its ranks, one tensor-parallel group: give "
+                "--tensor-model-parallel-size %d, or run it %s)",
+                tp, world, world, run);
         return -1;
     }
     const struct {
