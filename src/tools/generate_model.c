@@ -2,6 +2,7 @@
 
 #include <limits.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "core/parallel_state.h"
 #include "core/util/error.h"
@@ -81,8 +82,13 @@ gpt_model *generate_model_load(const megadlm_args *saved, const generate_model_s
      * must the finiteness of the slices, which differ from rank to rank */
     int rc = dist_ckpt_load_tensors(load, iteration, &m->cfg, &m->params, NULL, 0, why,
                                     sizeof why);
-    if (rc == 0) rc = parallel_agree(ckpt_check_finite(&m->params, 0, why, sizeof why), why,
-                                     sizeof why);
+    if (rc == 0) {
+        int bad = ckpt_check_finite(&m->params, 0, why, sizeof why);
+        if (bad && tp_size > 1) /* its element index counts in the slice */
+            err_set(why + strlen(why), sizeof why - strlen(why),
+                    " in tensor-parallel rank %d's slice", cfg.tp_rank);
+        rc = parallel_agree(bad, why, sizeof why);
+    }
     if (rc != 0) {
         err_set(err, errlen, "--load %s: %s", load, why);
         gpt_model_free(m);

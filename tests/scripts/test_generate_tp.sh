@@ -88,6 +88,26 @@ expect "--tensor-model-parallel-size 2: the checkpoint's padded vocabulary (101)
   "${MPIRUN[@]}" -np 2 "$MEGADLM" generate --load odd-vocab --tensor-model-parallel-size 2
 expect "--tensor-model-parallel-size 3: the checkpoint's --num-attention-heads (4) is not divisible" \
   "${MPIRUN[@]}" -np 3 "$MEGADLM" generate --load gpt-tp1 --tensor-model-parallel-size 3
+# a NaN in rank 1's half of a split tensor only (crc32 updated): rank 0's slices are finite, and
+# every rank must still stop (with rank 1's message, printed by rank 0) instead of sampling
+cp -r gpt-tp1 poison
+/usr/bin/python3 - <<'PY'
+import json, struct, zlib
+p = "poison/iter_0000200/model.safetensors"
+b = bytearray(open(p, "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+name = "decoder.layers.1.mlp.linear_fc1.bias"  # [128]: rank 1 holds 64 .. 127
+lo, hi = h[name]["data_offsets"]
+b[8 + n + hi - 4:8 + n + hi] = struct.pack("<f", float("nan"))
+h["__metadata__"]["crc32." + name] = "%08x" % zlib.crc32(bytes(b[8 + n + lo:8 + n + hi]))
+hdr = json.dumps(h, separators=(",", ":")).encode()
+hdr += b" " * (n - len(hdr))
+assert len(hdr) == n
+open(p, "wb").write(bytes(b[:8]) + hdr + bytes(b[8 + n:]))
+PY
+expect "parameter decoder.layers.1.mlp.linear_fc1.bias holds a non-finite value" \
+  timeout 60 "${MPIRUN[@]}" -np 2 "$MEGADLM" generate --load poison --tensor-model-parallel-size 2
 expect "--tensor-model-parallel-size 2: expected the number of ranks, 1" \
   "$MEGADLM" generate --load gpt-tp1 --tensor-model-parallel-size 2
 expect "--tensor-model-parallel-size 1: expected the number of ranks, 2" \
