@@ -39,22 +39,25 @@ train dlm 300 "${DLM[@]}" || exit 1
 train dlm-rope 300 "${DLM[@]}" "${LLAMA[@]}" || exit 1
 train dlm-bf16 300 "${DLM[@]}" --bf16 || exit 1
 
-# same CKPT PROMPT FLAGS...: one process and TP 2 print the same non-empty text; TP 2 prints one
-# line on stdout and one summary line on stderr
+# same CKPT PROMPT FLAGS...: one process and TP 2 print the same non-empty text (PROMPT "": the
+# flags give --input-file); TP 2 prints as many lines, and summary lines only on rank 0
 compared=0
+printf '58 59 60\n30 31\n61 62 63 64\n' > prompts.txt
 same() {
   local ck=$1 prompt=$2; shift 2
   local one two
-  one=$("$MEGADLM" generate --load "$ck" --prompt "$prompt" "$@" 2> one.err) ||
+  [ -n "$prompt" ] && set -- --prompt "$prompt" "$@" # else the flags give --input-file
+  one=$("$MEGADLM" generate --load "$ck" "$@" 2> one.err) ||
     { echo "FAILED: generate --load $ck $*: $(tail -1 one.err)"; fail=1; return; }
-  two=$("${MPIRUN[@]}" -np 2 "$MEGADLM" generate --load "$ck" --prompt "$prompt" "$@" \
+  two=$("${MPIRUN[@]}" -np 2 "$MEGADLM" generate --load "$ck" "$@" \
         --tensor-model-parallel-size 2 2> two.err) ||
     { echo "FAILED: TP 2 generate --load $ck $*: $(tail -2 two.err)"; fail=1; return; }
   if [ -z "$one" ] || [ "$one" != "$two" ]; then
-    echo "FAILED: --load $ck --prompt '$prompt' $*: one process '$one', TP 2 '$two'"; fail=1
+    echo "FAILED: --load $ck $*: one process '$one', TP 2 '$two'"; fail=1
   fi
-  if [ "$(wc -l <<<"$two")" != 1 ] || [ "$(grep -c '^\[' two.err)" != 1 ]; then
-    echo "FAILED: TP 2 --load $ck $*: expected one text line and one summary line (rank 0's):"
+  if [ "$(wc -l <<<"$two")" != "$(wc -l <<<"$one")" ] ||
+     [ "$(grep -c '^\[' two.err)" != "$(grep -c '^\[' one.err)" ]; then
+    echo "FAILED: TP 2 --load $ck $*: expected the text and summary lines of one process (rank 0's):"
     cat two.err; fail=1
   fi
   compared=$((compared + 1))
@@ -66,6 +69,9 @@ for ck in gpt llama llama-bf16; do
       same "$ck-$layout" "$prompt" --max-new-tokens 12 --temperature 1 --seed 7
     done
   done
+  # the key/value cache; a batch of left-padded prompts
+  same "$ck-tp2" "58 59 60" --max-new-tokens 12 --temperature 1 --seed 7 --cache prefix
+  same "$ck-tp2" "" --input-file prompts.txt --max-new-tokens 6 --top-k 1 --cache prefix
 done
 for ck in dlm dlm-rope dlm-bf16; do
   for layout in tp1 tp2; do
@@ -75,6 +81,10 @@ for ck in dlm dlm-rope dlm-bf16; do
       same "$ck-$layout" "$prompt" --gen-length 8 --steps 8 --remasking random --seed 9
     done
   done
+  # Fast-dLLM's caches and threshold; a batch of left-padded prompts
+  same "$ck-tp2" "58 59 60" --gen-length 8 --steps 8 --block-length 4 --cache dual --threshold 0.5
+  same "$ck-tp2" "58 59 60" --gen-length 8 --steps 8 --block-length 4 --cache prefix --temperature 0.7
+  same "$ck-tp2" "" --input-file prompts.txt --gen-length 8 --steps 8 --block-length 4 --cache dual
 done
 echo "one process and TP 2: the same text in $compared comparisons"
 
