@@ -46,6 +46,10 @@ typedef enum { PARALLEL_GROUP_DP, PARALLEL_GROUP_PP, PARALLEL_GROUP_CP,
                PARALLEL_GROUP_DP_CP } parallel_group;
 /* x summed over the ranks of this rank's group (x itself without MPI or in a group of one). */
 double parallel_sum_double(parallel_group group, double x);
+/* x[n] summed elementwise over the ranks of this rank's group, in place. */
+void parallel_sum_doubles(parallel_group group, double *x, size_t n);
+/* This rank's index in its group and the group's size (0 and 1 without MPI). */
+void parallel_group_rank(parallel_group group, int *rank, int *size);
 /* Finalises MPI (if initialised). */
 void parallel_finalize(void);
 
