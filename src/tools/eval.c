@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/parallel_state.h"
+#include "core/util/alloc.h"
 #include "core/util/parse.h"
 #include "tools/checkpoint_model.h"
 #include "tools/json_fields.h"
@@ -23,7 +24,7 @@
 typedef struct {
     const char *load, *task_file;
     eval_task_type type;
-    int mc_num, limit, json;
+    int mc_num, limit, json, log_samples;
     uint64_t seed;
     tokenizer_options files;
 } eval_args;
@@ -42,6 +43,7 @@ static void print_help(FILE *out) {
             "                        request (LLaDA's default)\n"
             "  --seed S              masked diffusion: the draws' seed              (1234)\n"
             "  --json                the scores as one JSON object\n"
+            "  --log-samples         then every request's result, one JSON line each\n"
             "  --vocab-file F, --merge-file F, --tokenizer-model F\n"
             "                        tokenizer files instead of the checkpoint's\n"
             "Under mpirun -np N, request i is scored on rank i %% N; the results are those of\n"
@@ -87,6 +89,7 @@ static int parse(eval_args *e, int argc, char **argv) {
         {"task-type", required_argument, 0, 't'}, {"mc-num", required_argument, 0, 'm'},
         {"limit", required_argument, 0, 'n'},    {"seed", required_argument, 0, 's'},
         {"json", no_argument, 0, 'j'},           {"help", no_argument, 0, 'h'},
+        {"log-samples", no_argument, 0, 'L'},
         TOKENIZER_FILE_LONG_OPTIONS,             {0, 0, 0, 0}};
     *e = (eval_args){.type = EVAL_TASK_INFER, .mc_num = 128, .seed = 1234};
     opterr = 0;
@@ -102,6 +105,7 @@ static int parse(eval_args *e, int argc, char **argv) {
         case 'n': rc = int_flag("--limit", optarg, 0, &e->limit); break;
         case 's': rc = parse_seed(optarg, &e->seed); break;
         case 'j': e->json = 1; break;
+        case 'L': e->log_samples = 1; break;
         case 'h': print_help(stdout); return 1;
         case ':': fprintf(stderr, "error: %s: expects a value\n", argv[optind - 1]); return -1;
         default:
@@ -184,6 +188,21 @@ static void print_json(const eval_args *e, const checkpoint_model *cm, const eva
     cJSON_Delete(o);
 }
 
+/* lm-eval's --log_samples: each request's numbers, in request order. */
+static void print_samples(const eval_task *t, const ll_result *r) {
+    for (int i = 0; i < t->num_requests; i++) {
+        cJSON *o = cJSON_CreateObject();
+        JSON_ADD(o, JNUM("request", i), JNUM("example", t->req[i].example),
+                 JNUM("choice", t->req[i].choice), JNUM("loglikelihood", r[i].loglik),
+                 JNUM("stderr", r[i].sem), JNUM("tokens", r[i].tokens),
+                 JBOOL("is_greedy", r[i].is_greedy), JNUM("context_cut", r[i].cut));
+        char *text = cJSON_PrintUnformatted(o);
+        printf("%s\n", text);
+        cJSON_free(text);
+        cJSON_Delete(o);
+    }
+}
+
 int eval_main(int argc, char **argv) {
     eval_args e;
     int rc = parse(&e, argc, argv);
@@ -216,17 +235,21 @@ int eval_main(int argc, char **argv) {
         goto done;
     }
     eval_scores sc;
-    if (eval_task_run(&t, &s, tokenizer_eod(cm.tok), PARALLEL_GROUP_DP, &sc, err, sizeof err) !=
-        0) {
+    ll_result *res = xcalloc((size_t)t.num_requests, sizeof(ll_result), "the requests' results");
+    if (eval_task_run(&t, &s, tokenizer_eod(cm.tok), PARALLEL_GROUP_DP, &sc, res, err,
+                      sizeof err) != 0) {
         fprintf(stderr, "error: --task-file %s: %s\n", e.task_file, err);
+        free(res);
         eval_task_free(&t);
         goto done;
     }
     if (rank == 0) {
         if (e.json) print_json(&e, &cm, &sc);
         else print_text(&e, &cm, &sc);
+        if (e.log_samples) print_samples(&t, res);
         fflush(stdout);
     }
+    free(res);
     eval_task_free(&t);
     status = 0;
 done:

@@ -378,7 +378,7 @@ void eval_task_aggregate(const eval_task *t, const ll_result *res, int diffusion
 enum { SLOT_LL, SLOT_SEM, SLOT_GREEDY, SLOT_TOKENS, SLOT_CUT, SLOTS };
 
 int eval_task_run(const eval_task *t, ll_scorer *s, int eod, parallel_group group,
-                  eval_scores *out, char *err, size_t errlen) {
+                  eval_scores *out, ll_result *per_request, char *err, size_t errlen) {
     int rank = 0, size = 1;
     parallel_group_rank(group, &rank, &size);
     size_t n = (size_t)t->num_requests;
@@ -411,6 +411,7 @@ int eval_task_run(const eval_task *t, ll_scorer *s, int eod, parallel_group grou
                              .cut = (int)o[SLOT_CUT]};
     }
     eval_task_aggregate(t, res, s->diffusion, out);
+    if (per_request) memcpy(per_request, res, n * sizeof(ll_result));
     free(res);
     free(slots);
     return 0;

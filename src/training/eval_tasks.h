@@ -92,10 +92,10 @@ void eval_task_free(eval_task *t);
 
 /* Scores the task's requests on this rank's share of `group` (request i on rank i % size; a
  * world of one without MPI), sums the results across the group and computes the metrics (every
- * rank gets them). eod: the token before an empty context (autoregressive). 0, or -1 with a
- * message. */
+ * rank gets them). eod: the token before an empty context (autoregressive). per_request: NULL,
+ * or [t->num_requests] for every request's result. 0, or -1 with a message. */
 int eval_task_run(const eval_task *t, ll_scorer *s, int eod, parallel_group group,
-                  eval_scores *out, char *err, size_t errlen);
+                  eval_scores *out, ll_result *per_request, char *err, size_t errlen);
 
 /* The metrics of per-request results res[t->num_requests] (what eval_task_run computes after
  * the gather; a pure function of the numbers, for the tests). */
