@@ -52,7 +52,8 @@ PY
 "$MEGADLM" train "${model[@]}" "${dlm[@]}" --use-on-the-fly-eval --on-the-fly-eval-task ll.jsonl \
     --on-the-fly-eval-mc-num 8 --save dlm > dlm.log 2>&1 || { echo "FAILED: dlm training"; tail -5 dlm.log; exit 1; }
 "${MPIRUN[@]}" -np 2 "$MEGADLM" train "${model[@]}" --use-on-the-fly-eval \
-    --on-the-fly-eval-task mc.jsonl --save gpt_dp2 > dp2.log 2>&1 ||
+    --on-the-fly-eval-task mc.jsonl --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather \
+    --save gpt_dp2 > dp2.log 2>&1 ||
     { echo "FAILED: DP 2 training"; tail -5 dp2.log; exit 1; }
 # the log's last on-the-fly line against eval on the checkpoint of that iteration
 same_scores() { # LOG CKPT TASK [eval flags]
@@ -86,6 +87,11 @@ expect_error "--tensor-model-parallel-size > 1 is not supported with it" \
     --use-on-the-fly-eval --on-the-fly-eval-task mc.jsonl || fail=1
 expect_error "--on-the-fly-eval-task missing.jsonl: No such file" \
     "$MEGADLM" train "${model[@]}" --use-on-the-fly-eval --on-the-fly-eval-task missing.jsonl || fail=1
+
+# a --bf16 run's checkpoint: its 16-bit parameters widened, as generate loads them
+"$MEGADLM" train "${model[@]}" --bf16 --train-iters 2 --save gpt_bf16 > bf16.log 2>&1 &&
+    "$MEGADLM" eval --load gpt_bf16 --task-file mc.jsonl > bf16.out 2>&1 && grep -q "^acc_norm " bf16.out ||
+    { echo "FAILED: eval of a --bf16 checkpoint"; tail -3 bf16.log bf16.out; fail=1; }
 
 # ---- acc / acc_norm from the per-request log-likelihoods, lm-eval's definitions
 "$MEGADLM" eval --load gpt --task-file mc.jsonl --json --log-samples > samples.out || fail=1
