@@ -115,6 +115,35 @@ print(("MISMATCH " if bad else "") + f"acc/acc_norm from the samples: {want}")
 sys.exit(1 if bad or acc == norm else 0)  # (the task is made so that they differ)
 PY
 
+# ---- perplexity's windows = lm-eval's get_rolling_token_windows (context_len 1), written out by
+# hand as log-likelihood requests (scored as one exact forward each, or with the same draws: the
+# same request numbers): the same summed log-likelihood. The text's 45 tokens: GPT (16 a
+# window): [EOT] -> t0..15, t15 -> t16..31, t28..31 -> t32..44; diffusion (15): t0..14,
+# t15..29, t30..44, none after context.
+/usr/bin/python3 - <<'PY'
+import json
+t = open("text.txt").read().split()
+w = lambda a, b: " ".join(t[a:b])
+with open("win_gpt.jsonl", "w") as f:
+    for c, k in [("", w(0, 16)), (w(15, 16), " " + w(16, 32)), (w(28, 32), " " + w(32, 45))]:
+        f.write(json.dumps({"context": c, "continuation": k}) + "\n")
+with open("win_dlm.jsonl", "w") as f:
+    for a in (0, 15, 30):
+        f.write(json.dumps({"context": "", "continuation": w(a, a + 15)}) + "\n")
+PY
+for ckpt in gpt dlm; do
+  if ! { "$MEGADLM" eval --load $ckpt --task-file text.txt --mc-num 5 --json > "ppl_$ckpt.json" &&
+         "$MEGADLM" eval --load $ckpt --task-file "win_$ckpt.jsonl" --mc-num 5 --json > "win_$ckpt.json"; }; then
+    echo "FAILED: eval of the windows ($ckpt)"; fail=1; continue
+  fi
+  /usr/bin/python3 - "ppl_$ckpt.json" "win_$ckpt.json" <<'PY' || { echo "FAILED: $ckpt: perplexity's windows"; fail=1; }
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:])
+print(f"perplexity task {a['loglikelihood']!r} ({a['requests']} windows), the windows by hand {b['loglikelihood']!r}")
+sys.exit(0 if a["requests"] == 3 and a["tokens"] == 45 and a["loglikelihood"] == b["loglikelihood"] else 1)
+PY
+done
+
 # ---- rank split: every rank count prints the same
 for ckpt in gpt dlm; do
   for task in mc.jsonl ll.jsonl text.txt; do
