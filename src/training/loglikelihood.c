@@ -211,8 +211,9 @@ static void score_diffusion(ll_scorer *s, const int32_t *seq, int n, int ncont, 
 int ll_score(ll_scorer *s, const int32_t *ctx, int nctx, const int32_t *cont, int ncont,
              uint32_t request, ll_result *out, char *err, size_t errlen) {
     *out = (ll_result){.tokens = ncont};
-    if (ncont < 1) {
-        err_set(err, errlen, "an empty continuation (nothing to score)");
+    if (ncont < 1 || nctx < 0) {
+        err_set(err, errlen, "%s", ncont < 1 ? "an empty continuation (nothing to score)"
+                                               : "a context of a negative length");
         return -1;
     }
     if (!s->diffusion && nctx < 1) {

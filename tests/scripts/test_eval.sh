@@ -43,7 +43,7 @@ with open("ll.jsonl", "w") as f:
         f.write(json.dumps({"context": " ".join(str(i + j) for j in range(i)),
                             "continuation": " " + " ".join(str(2 * i + j) for j in range(3))}) + "\n")
 with open("text.txt", "w") as f:
-    f.write(" ".join(str((7 * j) % 100) for j in range(45)) + "\n")
+    f.write(" ".join(str((7 * j) % 100) for j in range(50)) + "\n")
 PY
 
 # ---- training with --use-on-the-fly-eval
@@ -117,19 +117,20 @@ PY
 
 # ---- perplexity's windows = lm-eval's get_rolling_token_windows (context_len 1), written out by
 # hand as log-likelihood requests (scored as one exact forward each, or with the same draws: the
-# same request numbers): the same summed log-likelihood. The text's 45 tokens: GPT (16 a
-# window): [EOT] -> t0..15, t15 -> t16..31, t28..31 -> t32..44; diffusion (15): t0..14,
-# t15..29, t30..44, none after context.
+# same request numbers): the same summed log-likelihood. The text's 50 tokens: GPT (16 a
+# window): [EOT] -> t0..15, t15 -> t16..31, t31 -> t32..47, t33..47 -> t48..49; diffusion (15):
+# t0..14, t15..29, t30..44 (no context), t35..44 -> t45..49.
 /usr/bin/python3 - <<'PY'
 import json
 t = open("text.txt").read().split()
 w = lambda a, b: " ".join(t[a:b])
 with open("win_gpt.jsonl", "w") as f:
-    for c, k in [("", w(0, 16)), (w(15, 16), " " + w(16, 32)), (w(28, 32), " " + w(32, 45))]:
+    for c, k in [("", w(0, 16)), (w(15, 16), " " + w(16, 32)), (w(31, 32), " " + w(32, 48)),
+                 (w(33, 48), " " + w(48, 50))]:
         f.write(json.dumps({"context": c, "continuation": k}) + "\n")
 with open("win_dlm.jsonl", "w") as f:
-    for a in (0, 15, 30):
-        f.write(json.dumps({"context": "", "continuation": w(a, a + 15)}) + "\n")
+    for c, k in [("", w(0, 15)), ("", w(15, 30)), ("", w(30, 45)), (w(35, 45), " " + w(45, 50))]:
+        f.write(json.dumps({"context": c, "continuation": k}) + "\n")
 PY
 for ckpt in gpt dlm; do
   if ! { "$MEGADLM" eval --load $ckpt --task-file text.txt --mc-num 5 --json > "ppl_$ckpt.json" &&
@@ -140,7 +141,7 @@ for ckpt in gpt dlm; do
 import json, sys
 a, b = (json.load(open(f)) for f in sys.argv[1:])
 print(f"perplexity task {a['loglikelihood']!r} ({a['requests']} windows), the windows by hand {b['loglikelihood']!r}")
-sys.exit(0 if a["requests"] == 3 and a["tokens"] == 45 and a["loglikelihood"] == b["loglikelihood"] else 1)
+sys.exit(0 if a["requests"] == 4 and a["tokens"] == 50 and a["loglikelihood"] == b["loglikelihood"] else 1)
 PY
 done
 
