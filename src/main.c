@@ -19,6 +19,8 @@ static const command k_commands[] = {
     {"preprocess", preprocess_main,
      "tokenize .jsonl/.txt into Megatron's indexed dataset (.bin/.idx)"},
     {"generate", generate_main, "sample text from a trained checkpoint"},
+    {"eval", eval_main,
+     "score a checkpoint on a task file by log-likelihood (multiple choice, perplexity)"},
     {"tokenize", tokenize_main, "print the token ids of stdin's lines (--decode: ids to text)"},
     {"memory", memory_main,
      "theoretical memory and FLOPs of a configuration, without running it (train's flags)"},

@@ -1,5 +1,6 @@
 #include "core/parallel_state.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -45,18 +46,34 @@ int parallel_world_rank(void) { return g.world_rank; }
 int parallel_world_size(void) { return g.world_size; }
 const parallel_state *parallel_get(void) { return &g; }
 
+static MPI_Comm group_comm(parallel_group group, int *rank, int *size) {
+    switch (group) {
+    case PARALLEL_GROUP_DP: *rank = g.dp_rank, *size = g.dp_size; return g.dp;
+    case PARALLEL_GROUP_PP: *rank = g.pp_rank, *size = g.pp_size; return g.pp;
+    case PARALLEL_GROUP_CP: *rank = g.cp_rank, *size = g.cp_size; return g.cp;
+    default: *rank = g.dp_cp_rank, *size = g.dp_cp_size; return g.dp_cp;
+    }
+}
+
 double parallel_sum_double(parallel_group group, double x) {
-    int size = group == PARALLEL_GROUP_DP ? g.dp_size
-               : group == PARALLEL_GROUP_PP ? g.pp_size
-               : group == PARALLEL_GROUP_CP ? g.cp_size
-                                            : g.dp_cp_size;
-    MPI_Comm comm = group == PARALLEL_GROUP_DP ? g.dp
-                    : group == PARALLEL_GROUP_PP ? g.pp
-                    : group == PARALLEL_GROUP_CP ? g.cp
-                                                 : g.dp_cp;
-    if (!g.mpi || size <= 1) return x;
-    MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, comm);
+    parallel_sum_doubles(group, &x, 1);
     return x;
+}
+
+void parallel_sum_doubles(parallel_group group, double *x, size_t n) {
+    int rank, size;
+    MPI_Comm comm = group_comm(group, &rank, &size);
+    if (!g.mpi || size <= 1) return;
+    for (size_t done = 0; done < n;) { /* MPI counts are int */
+        int k = n - done > (size_t)INT_MAX ? INT_MAX : (int)(n - done);
+        MPI_Allreduce(MPI_IN_PLACE, x + done, k, MPI_DOUBLE, MPI_SUM, comm);
+        done += (size_t)k;
+    }
+}
+
+void parallel_group_rank(parallel_group group, int *rank, int *size) {
+    group_comm(group, rank, size);
+    if (!g.mpi) *rank = 0, *size = 1;
 }
 
 int parallel_setup_groups(int tp_size, int pp_size, int cp_size, char *err, size_t errlen) {

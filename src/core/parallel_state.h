@@ -51,6 +51,10 @@ double parallel_sum_double(parallel_group group, double x);
  * so that ranks that checked different data (their own shards) fail together, and one of them
  * can print the one message for all. */
 int parallel_agree(int rc, char *err, size_t errlen);
+/* x[n] summed elementwise over the ranks of this rank's group, in place. */
+void parallel_sum_doubles(parallel_group group, double *x, size_t n);
+/* This rank's index in its group and the group's size (0 and 1 without MPI). */
+void parallel_group_rank(parallel_group group, int *rank, int *size);
 /* Finalises MPI (if initialised). */
 void parallel_finalize(void);
 

@@ -16,6 +16,7 @@ int tokenize_main(int argc, char **argv);   /* src/tools/tokenize.c */
 int memory_main(int argc, char **argv);     /* src/tools/memory.c */
 int convert_main(int argc, char **argv);    /* src/tools/convert.c */
 int plan_main(int argc, char **argv);       /* src/tools/plan.c */
+int eval_main(int argc, char **argv);       /* src/tools/eval.c */
 
 /* preprocess's reading and encoding alone, without writing datasets (the fuzz target
  * tests/fuzz/fuzz_preprocess_jsonl.c): the items of f (JSONL lines, or .txt documents when

@@ -1675,6 +1675,32 @@ static int validate_monitoring(megadlm_args *a, char *err, size_t errlen) {
 }
 
 /* Logging, evaluation, checkpoints */
+/* --use-on-the-fly-eval scores the model as `megadlm eval` does, on a model that holds every
+ * tensor whole on each rank: data parallelism only. */
+static int validate_on_the_fly_eval(const megadlm_args *a, char *err, size_t errlen) {
+    if (!a->use_on_the_fly_eval) {
+        if (a->on_the_fly_eval_task[0])
+            return fail(err, errlen, "--on-the-fly-eval-task %s needs --use-on-the-fly-eval",
+                        a->on_the_fly_eval_task);
+        return 0;
+    }
+    if (!a->on_the_fly_eval_task[0])
+        return fail(err, errlen, "--use-on-the-fly-eval needs --on-the-fly-eval-task FILE (the "
+                    "task it scores the model on, as megadlm eval --task-file)");
+    const struct {
+        int bad;
+        const char *layout;
+    } layouts[] = {{a->tensor_model_parallel_size > 1, "--tensor-model-parallel-size > 1"},
+                   {a->pipeline_model_parallel_size > 1, "--pipeline-model-parallel-size > 1"},
+                   {a->context_parallel_size > 1, "--context-parallel-size > 1"},
+                   {a->use_custom_fsdp || a->use_torch_fsdp2 || a->use_megatron_fsdp, "FSDP"}};
+    for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
+        if (layouts[i].bad)
+            return fail(err, errlen, "--use-on-the-fly-eval scores a model held whole on each "
+                        "rank (data parallelism); %s is not supported with it", layouts[i].layout);
+    return 0;
+}
+
 static int validate_logging(megadlm_args *a, char *err, size_t errlen) {
     if (a->log_interval <= 0) return fail(err, errlen, "--log-interval must be positive");
     if (a->eval_interval <= 0) return fail(err, errlen, "--eval-interval must be positive");
@@ -1685,6 +1711,7 @@ static int validate_logging(megadlm_args *a, char *err, size_t errlen) {
         return fail(err, errlen, "--distributed-timeout-minutes must be positive");
     if (a->save_interval > 0 && !a->save[0])
         return fail(err, errlen, "--save-interval %d needs --save DIR", a->save_interval);
+    if (validate_on_the_fly_eval(a, err, errlen)) return -1;
     return validate_monitoring(a, err, errlen);
 }
 

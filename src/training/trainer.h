@@ -65,6 +65,7 @@ typedef struct {
     monitor mon;          /* TensorBoard, progress.txt (training/monitor.h) */
     double real_len_acc;  /* difflm: sum over the log interval's advanced iterations of each
                              one's mean input length (MegaDLMs' "real input length") */
+    struct on_the_fly_eval *otf; /* --use-on-the-fly-eval (training/on_the_fly_eval.h), or NULL */
 } trainer;
 
 static inline double now_seconds(void) {

@@ -18,6 +18,7 @@
 #include "core/util/die.h"
 #include "training/debug.h"
 #include "training/model_provider.h"
+#include "training/on_the_fly_eval.h"
 #include "training/checkpointing.h"
 #include "training/trainer.h"
 #include "training/training_log.h"
@@ -291,6 +292,10 @@ static int train(trainer *tr) {
             print_eval(tr, "validation", tr->iteration, evaluate(tr, SPLIT_VALID, first));
             totals.t_log = now_seconds(); /* evaluation time is not training time */
         }
+        if (tr->otf && tr->iteration % a->eval_interval == 0) {
+            on_the_fly_eval_run(tr->otf, tr);
+            totals.t_log = now_seconds();
+        }
         /* Megatron: persistent (--save-interval, MegaDLMs' --checkpoint-steps) before
          * non-persistent, one save per iteration */
         if (a->save[0] && ((a->save_interval > 0 && tr->iteration % a->save_interval == 0) ||
@@ -393,6 +398,12 @@ int pretrain(megadlm_args *a, const pretrain_providers *prov) {
     tr.pipe = pipeline_stores_create(tr.model, tr.num_stores, tr.num_unchecked);
     tr.batch = prov->batch_create(a, tr.tok, tr.model);
     tr.difflm = ARGS_CHOICE(a, model_running_mode) == ARGS_MODE_DIFFLM_NOSHIFT;
+    int otf_failed;
+    tr.otf = on_the_fly_eval_create(&tr, &otf_failed, err, sizeof err);
+    if (otf_failed) { /* every rank reads the same file: every rank stops here */
+        fprintf(stderr, "error: %s\n", err);
+        goto done;
+    }
 
     if (rerun_setup(&tr.rerun, rerun_mode_of(a), a->check_for_nan_in_loss_and_grad,
                     a->check_for_spiky_loss, err, sizeof err) != 0) {

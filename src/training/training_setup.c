@@ -14,6 +14,7 @@
 #include "core/util/die.h"
 #include "training/checkpointing.h"
 #include "training/debug.h"
+#include "training/on_the_fly_eval.h"
 #include "training/trainer.h"
 #include "training/training_log.h"
 #include "training/watchdog.h"
@@ -269,6 +270,7 @@ void trainer_free(trainer *tr) {
         if (tr->data[k] && (k == 0 || tr->data[k] != tr->data[k - 1]) &&
             (k < 2 || tr->data[k] != tr->data[0]))
             gpt_data_free(tr->data[k]);
+    on_the_fly_eval_free(tr->otf); /* (its store is the model's: before the model) */
     pipeline_stores_free(tr->pipe); /* NULL when setup failed before they were made */
     p2p_set_half_activations(HALF_NONE);
     if (tr->a->log_memory) log_dp_communication(tr);

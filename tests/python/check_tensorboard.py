@@ -127,6 +127,7 @@ def num(pattern, line):
 
 def parse_log(path):
     iters, evals, samples = [], [], 0
+    parse_log.on_the_fly = []  # (iteration, samples, {metric: value}) of --use-on-the-fly-eval
     for line in open(path, errors="replace"):
         if re.match(r" \[[^]]*\] iteration ", line) \
                 and "consumed samples" in line and line.rstrip().endswith("|"):  # whole lines
@@ -152,6 +153,10 @@ def parse_log(path):
                               ppl=num(r"lm loss PPL: ([0-9.E+-]+)", line),
                               real_len=num(r"real input length value: ([0-9.E+-]+)", line),
                               real_ppl=num(r"real input length PPL: ([0-9.E+-]+)", line)))
+        elif re.match(r" on-the-fly eval at iteration \d+ \|", line):
+            it = int(re.search(r"at iteration (\d+)", line).group(1))
+            fields = re.findall(r"\| ([a-z_ ]+): ([0-9.E+-]+)(?: ± [0-9.E+-]+)? (?=\|)", line)
+            parse_log.on_the_fly.append((it, samples, {k: float(v) for k, v in fields}))
     return iters, evals
 
 def close(got, want, rel, abs_=0.0):
@@ -277,6 +282,10 @@ def main():
             pair("real input length validation", r["real_len"], r["it"], r["samples"], p6)
             if o.full:
                 pair("real input length validation ppl", r["real_ppl"], r["it"], r["samples"], p6)
+    # --use-on-the-fly-eval: "on-the-fly eval <metric>" of each of its log lines
+    for it, samples, fields in parse_log.on_the_fly:
+        for k, v in fields.items():
+            pair("on-the-fly eval " + k, v, it, samples, p6)
     for w in want:
         if w[2] is None and not w[0].startswith("mem-"):
             fail(f"the log has no value for {w[0]} at step {w[1]}")

@@ -103,7 +103,9 @@ expect_fail() {  # NAME EXPECTED-SUBSTRING
   local out rc
   out=$(check_tree "$WORK/$1"); rc=$?
   [ "$rc" = 1 ] || { echo "FAILED: mutant $1 passed the check"; fail=1; }
-  printf '%s\n' "$out" | grep -qF -- "$2" \
+  # (a here-string, not a pipe: grep -q leaves at the first match, and under pipefail the
+  # writer's SIGPIPE would fail the check)
+  grep -qF -- "$2" <<<"$out" \
       || { echo "FAILED: mutant $1: no '$2' in:"; printf '%s\n' "$out"; fail=1; }
 }
 copy renamed; mv "$WORK/renamed/src/core/optimizer/clip_grads.c" "$WORK/renamed/src/core/optimizer/grad_clip.c"

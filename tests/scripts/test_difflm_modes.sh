@@ -13,8 +13,10 @@
 #       lr 1e30 it stops in the next backward naming the tensor), and does nothing without
 #       --debug; --turn-on-debugpy waits for a debugger (no iteration runs)
 #       only under --debug;
-#   (5) flags MegaDLMs reads nowhere (--non-special-vocab-size, --use-on-the-fly-eval,
-#       --cut-off-varlen-to-seqlen without packing) leave the losses alone; the refusals;
+#   (5) flags MegaDLMs reads nowhere (--non-special-vocab-size, --cut-off-varlen-to-seqlen
+#       without packing) leave the losses alone, and so does --use-on-the-fly-eval (megadlm
+#       completes it: the task scored at every evaluation, tests/scripts/test_eval.sh); the
+#       refusals;
 #   (6) --sequence-parallel / --tp-comm-overlap with variable-length batches = one process;
 #   (7) --add-qkv-bias: parameter count, TP / SP, checkpoints across layouts.
 set -uo pipefail
@@ -124,9 +126,12 @@ grep -q -- "--detect-anomaly:" <<<"$out" && { echo "FAILED: --detect-anomaly act
 grep -q "iteration 2: lm loss is -\?nan" <<<"$out" || { echo "FAILED: no NaN-loss stop without --debug"; fail=1; }
 
 # (5)
+printf '{"context": "1 2 3", "continuation": " 4 5"}\n' > otf.jsonl
 run unread "${dlm[@]}" --non-special-vocab-size 40 --use-on-the-fly-eval --cut-off-varlen-to-seqlen \
-    --base-model vanilla
+    --base-model vanilla --on-the-fly-eval-task otf.jsonl --on-the-fly-eval-mc-num 4 --eval-interval 1
 same dlm_ref unread "--non-special-vocab-size, --use-on-the-fly-eval, --cut-off-varlen-to-seqlen"
+[ "$(grep -c " on-the-fly eval at iteration" unread.log)" = 3 ] ||
+    { echo "FAILED: --use-on-the-fly-eval --eval-interval 1 did not score the task 3 times"; fail=1; }
 expect() { # expect "message" args...
   local want=$1; shift
   expect_error "$want" "$MEGADLM" train "${base[@]}" "$@" || fail=1
