@@ -4,7 +4,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/parallel_state.h"
+#include "core/util/error.h"
 #include "training/checkpoint_files.h"
+#include "training/dist_checkpointing.h"
 #include "training/model_provider.h"
 #include "training/theoretical_memory.h"
 
@@ -18,7 +21,8 @@ static void override_files(megadlm_args *a, const tokenizer_options *files) {
 }
 
 /* The checkpoint's arguments, validated for one fp32 process: 0, or 1 after the error. */
-static int load_args(checkpoint_model *cm, const char *dir, const tokenizer_options *files) {
+static int load_args(checkpoint_model *cm, const char *tool, const char *dir,
+                     const tokenizer_options *files) {
     char err[1024];
     megadlm_args *a = &cm->a;
     int rc = ckpt_read_latest(dir, &cm->iteration, err, sizeof err);
@@ -48,10 +52,13 @@ static int load_args(checkpoint_model *cm, const char *dir, const tokenizer_opti
     args_validity valid = args_validate_kind(a, err, sizeof err);
     args_free(a); /* the saved data paths: only validation reads them */
     if (valid != ARGS_VALID) {
-        fprintf(stderr, "error: --load %s: %s%s\n", dir, err,
+        fprintf(stderr, "error: --load %s: %s%s%s%s\n", dir, err,
                 valid == ARGS_INVALID_TOKENIZER_FILE
-                    ? " (the checkpoint's tokenizer file: give --vocab-file, --merge-file or "
-                      "--tokenizer-model to use another copy)"
+                    ? " (the checkpoint's tokenizer file: give "
+                    : "",
+                valid == ARGS_INVALID_TOKENIZER_FILE ? tool : "",
+                valid == ARGS_INVALID_TOKENIZER_FILE
+                    ? " --vocab-file, --merge-file or --tokenizer-model to use another copy)"
                     : "");
         return 1;
     }
@@ -64,9 +71,10 @@ static int load_args(checkpoint_model *cm, const char *dir, const tokenizer_opti
     return 0;
 }
 
-int checkpoint_model_open(checkpoint_model *cm, const char *dir, const tokenizer_options *files) {
+int checkpoint_model_open(checkpoint_model *cm, const char *tool, const char *dir,
+                          const tokenizer_options *files) {
     memset(cm, 0, sizeof *cm);
-    if (load_args(cm, dir, files) != 0) return 1;
+    if (load_args(cm, tool, dir, files) != 0) return 1;
     megadlm_args *a = &cm->a;
     char err[1024];
     tokenizer_options topts = {.type = a->tokenizer_type, .vocab_size = a->vocab_size,
@@ -81,30 +89,91 @@ int checkpoint_model_open(checkpoint_model *cm, const char *dir, const tokenizer
     return 0;
 }
 
-int checkpoint_model_build(checkpoint_model *cm, const char *dir, int max_batch) {
-    megadlm_args *a = &cm->a;
-    char err[1024];
-    /* one process: whatever layout the checkpoint was trained with, its tensors are whole */
-    a->tensor_model_parallel_size = a->pipeline_model_parallel_size = 1;
-    a->context_parallel_size = 1;
-    a->sequence_parallel = a->distribute_saved_activations = 0;
+/* Every dimension tensor parallelism splits is divisible by its size. Every rank checks the
+ * same values: they fail together. */
+static int check_layout(const megadlm_args *a, int tp, char *err, size_t errlen) {
+    const struct {
+        const char *what, *why;
+        int n;
+    } split[] = {
+        {"--num-attention-heads", "each rank computes whole heads", a->num_attention_heads},
+        {"--num-query-groups", "each rank holds whole key/value groups", a->num_query_groups},
+        {"--ffn-hidden-size", "linear_fc1 and linear_fc2 are split along it", a->ffn_hidden_size},
+        /* fixed by the training run: its --vocab-size padded to a multiple of
+         * --make-vocab-size-divisible-by x its own TP size */
+        {"padded vocabulary", "the embedding and the output layer are split along it",
+         a->padded_vocab_size},
+    };
+    for (size_t i = 0; i < sizeof split / sizeof split[0]; i++)
+        if (split[i].n % tp != 0) {
+            err_set(err, errlen,
+                    "--tensor-model-parallel-size %d: the checkpoint's %s (%d) is not "
+                    "divisible by it (%s)",
+                    tp, split[i].what, split[i].n, split[i].why);
+            return -1;
+        }
+    return 0;
+}
+
+/* This rank's model and its slices of the parameters, loaded and checked finite: NULL with
+ * the message in err on every rank when any rank fails. */
+static gpt_model *load_model(const megadlm_args *saved, const char *dir, int iteration,
+                             const checkpoint_model_layout *l, char *err, size_t errlen) {
+    if (check_layout(saved, l->tp_size, err, errlen) != 0) return NULL;
+    /* the layout of this run, whatever the checkpoint's was (the files hold whole tensors):
+     * tensor parallelism only, no sequence parallelism (a sampler's few rows gain nothing
+     * from splitting them) */
+    megadlm_args a = *saved; /* a shallow copy: only the model's fields are read */
+    a.tensor_model_parallel_size = 1;
+    a.pipeline_model_parallel_size = 1;
+    a.virtual_pipeline_model_parallel_size = 0;
+    a.context_parallel_size = 1;
+    a.sequence_parallel = 0;
+    a.tp_comm_overlap = 0;
+    a.distribute_saved_activations = 0;
+    /* before allocating a model read from state.json: its file must hold that many values */
     char model_path[PATH_MAX + 64];
-    snprintf(model_path, sizeof model_path, "%s/iter_%07d/model.safetensors", dir, cm->iteration);
-    if (ckpt_check_file_holds(model_path, theoretical_megadlm_parameter_count(a), err,
-                              sizeof err) != 0) {
-        fprintf(stderr, "error: --load %s: %s\n", dir, err);
+    snprintf(model_path, sizeof model_path, "%s/iter_%07d/model.safetensors", dir, iteration);
+    char why[1024];
+    if (ckpt_check_file_holds(model_path, theoretical_megadlm_parameter_count(&a), why,
+                              sizeof why) != 0) {
+        err_set(err, errlen, "--load %s: %s", dir, why);
+        return NULL;
+    }
+    a.tensor_model_parallel_size = l->tp_size;
+    transformer_config cfg = model_config_from_args(&a);
+    cfg.packed_docs = l->packed_docs;
+    gpt_model *m = gpt_model_create(&cfg, l->max_batch, GPT_MODEL_FORWARD_ONLY);
+    /* each rank reads only its slices; the load agrees on its status across ranks, and so
+     * must the finiteness of the slices, which differ from rank to rank */
+    int rc = dist_ckpt_load_tensors(dir, iteration, &m->cfg, &m->params, NULL, 0, why,
+                                    sizeof why);
+    if (rc == 0) {
+        int bad = ckpt_check_finite(&m->params, 0, why, sizeof why);
+        if (bad && l->tp_size > 1) /* its element index counts in the slice */
+            err_set(why + strlen(why), sizeof why - strlen(why),
+                    " in tensor-parallel rank %d's slice", cfg.tp_rank);
+        rc = parallel_agree(bad, why, sizeof why);
+    }
+    if (rc != 0) {
+        err_set(err, errlen, "--load %s: %s", dir, why);
+        gpt_model_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+int checkpoint_model_build(checkpoint_model *cm, const char *dir,
+                           const checkpoint_model_layout *layout) {
+    char err[1024];
+    cm->model = load_model(&cm->a, dir, cm->iteration, layout, err, sizeof err);
+    if (!cm->model) {
+        /* every rank holds the same message: printed once */
+        if (parallel_world_rank() == 0) fprintf(stderr, "error: %s\n", err);
         checkpoint_model_free(cm);
         return 1;
     }
-    transformer_config cfg = model_config_from_args(a);
-    cm->model = gpt_model_create(&cfg, max_batch, GPT_MODEL_FORWARD_ONLY);
     cm->store = activation_store_create(cm->model, 1);
-    if (ckpt_load_tensors(dir, cm->iteration, &cm->model->params, 0, err, sizeof err) != 0 ||
-        ckpt_check_finite(&cm->model->params, 0, err, sizeof err) != 0) {
-        fprintf(stderr, "error: --load %s: %s\n", dir, err);
-        checkpoint_model_free(cm);
-        return 1;
-    }
     return 0;
 }
 

@@ -215,11 +215,10 @@ int eval_main(int argc, char **argv) {
     int rank = parallel_get()->world_rank;
     checkpoint_model cm;
     /* the batch of draws only for masked diffusion; an autoregressive request is one row */
-    if (checkpoint_model_open(&cm, e.load, &e.files) != 0) return 1;
-    if (checkpoint_model_build(&cm, e.load, cm.diffusion ? EVAL_DRAW_BATCH : 1) != 0) {
-        checkpoint_model_free(&cm);
-        return 1;
-    }
+    if (checkpoint_model_open(&cm, "eval", e.load, &e.files) != 0) return 1;
+    const checkpoint_model_layout layout = {.tp_size = 1,
+                                            .max_batch = cm.diffusion ? EVAL_DRAW_BATCH : 1};
+    if (checkpoint_model_build(&cm, e.load, &layout) != 0) return 1;
     ll_scorer s;
     eval_task t;
     int status = 1;

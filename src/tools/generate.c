@@ -16,7 +16,7 @@
 #include "core/util/alloc.h"
 #include "core/util/parse.h"
 #include "tools/diffusion_sampling.h"
-#include "tools/generate_model.h"
+#include "tools/checkpoint_model.h"
 #include "tools/text_generation.h"
 #include "tools/tools.h"
 #include "training/arguments.h"
@@ -290,66 +290,6 @@ static int parse(generate_args *g, int argc, char **argv) {
     if (check_values(g) != 0) return -1;
     if (!g->input_file && !g->prompt) g->prompt = "";
     if (g->block_length == 0) g->block_length = g->gen_length; /* not given: one block */
-    return 0;
-}
-
-/* The checkpoint's arguments, validated as train would (one process, fp32), with the tokenizer
- * file flags applied: 0, or 1 after printing the error. */
-static int checkpoint_args(const generate_args *g, megadlm_args *a, int *iteration) {
-    char err[1024];
-    int rc = ckpt_read_latest(g->load, iteration, err, sizeof(err));
-    if (rc != 0) {
-        fprintf(stderr, "error: --load %s: %s\n", g->load,
-                rc == 1 ? "no latest_checkpointed_iteration.txt (not a checkpoint directory)" : err);
-        return 1;
-    }
-    ckpt_state st = {0};
-    args_defaults(a);
-    if (ckpt_load_state(g->load, *iteration, &st, err, sizeof(err)) != 0 ||
-        args_from_json(a, st.args, err, sizeof(err)) != 0) {
-        fprintf(stderr, "error: --load %s: %s\n", g->load, err);
-        ckpt_state_free(&st);
-        return 1;
-    }
-    ckpt_state_free(&st);
-    /* the sizes as saved, before validation (which would call a 0 a missing flag) */
-    if (args_check_sizes(a, err, sizeof err) != 0) {
-        fprintf(stderr, "error: --load %s: state.json of iteration %d: %s\n", g->load,
-                *iteration, err);
-        args_free(a);
-        return 1;
-    }
-    /* fp32 inference: a --bf16 or --fp16 run's model.safetensors holds its 16-bit parameters,
-     * widened exactly when loaded */
-    args_fp32(a);
-    const struct {
-        const char *value;
-        char *field;
-        size_t size;
-    } overrides[3] = {{g->files.vocab_file, a->vocab_file, sizeof a->vocab_file},
-                      {g->files.merge_file, a->merge_file, sizeof a->merge_file},
-                      {g->files.tokenizer_model, a->tokenizer_model, sizeof a->tokenizer_model}};
-    for (int i = 0; i < 3; i++)
-        if (overrides[i].value)
-            snprintf(overrides[i].field, overrides[i].size, "%s", overrides[i].value);
-    int saved_padded = a->padded_vocab_size;
-    args_validity valid = args_validate_kind(a, err, sizeof(err));
-    args_free(a); /* the saved data paths: only validation reads them */
-    if (valid != ARGS_VALID) {
-        fprintf(stderr, "error: --load %s: %s%s\n", g->load, err,
-                valid == ARGS_INVALID_TOKENIZER_FILE
-                    ? " (the checkpoint's tokenizer file: give generate --vocab-file, "
-                      "--merge-file or --tokenizer-model to use another copy)"
-                    : "");
-        return 1;
-    }
-    if (saved_padded && a->padded_vocab_size != saved_padded) {
-        fprintf(stderr,
-                "error: --load %s: the tokenizer gives a padded vocabulary of %d, the checkpoint "
-                "was trained with %d\n",
-                g->load, a->padded_vocab_size, saved_padded);
-        return 1;
-    }
     return 0;
 }
 
@@ -632,34 +572,48 @@ static int generate_all(generate_run *gr, const prompt_list *p, int diffusion) {
     return status;
 }
 
-/* The checkpoint's model for batches of B prompts, its parameters loaded; the store, and the
- * cache's workspaces when one is asked for. 0, or 1 after printing the error. */
-static int build_engine(generate_run *gr, megadlm_args *a, int B) {
-    const generate_args *g = gr->g;
-    char err[1024];
-    const generate_model_spec spec = {.load = g->load, .iteration = gr->iteration,
-                                      .tp_size = g->tp_size, .max_batch = B,
-                                      .packed_docs = B > 1 /* left padding */};
-    gr->e.m = generate_model_load(a, &spec, err, sizeof err);
-    if (!gr->e.m) {
-        /* every rank holds the same message: printed once */
-        if (parallel_world_rank() == 0) fprintf(stderr, "error: %s\n", err);
-        return 1;
+/* The ranks: one tensor-parallel group of --tensor-model-parallel-size, the whole world. 0, or
+ * 1 on every rank after rank 0 printed the error. */
+static int setup_ranks(const generate_args *g) {
+    const int world = parallel_world_size();
+    char err[512];
+    if (g->tp_size != world) {
+        char run[64] = "in one process";
+        if (g->tp_size > 1) snprintf(run, sizeof run, "under mpirun -np %d", g->tp_size);
+        snprintf(err, sizeof err,
+                 "--tensor-model-parallel-size %d: expected the number of ranks, %d (generate "
+                 "splits the model over all of its ranks, one tensor-parallel group: give "
+                 "--tensor-model-parallel-size %d, or run it %s)",
+                 g->tp_size, world, world, run);
+    } else if (parallel_setup_groups(g->tp_size, 1, 1, err, sizeof err) == 0) {
+        return 0;
     }
-    gr->e.st = activation_store_create(gr->e.m, 1);
-    const int T = gr->e.m->cfg.seq_length;
-    if (g->cache != DLM_CACHE_NONE) gr->e.ic = inference_context_create(&gr->e.m->cfg, B, T);
+    if (parallel_world_rank() == 0) fprintf(stderr, "error: %s\n", err);
+    return 1;
+}
+
+/* The checkpoint's model for batches of B prompts, its parameters loaded; the store, and the
+ * caches' context and row forwards when --cache is on. 0, or 1 after the error. */
+static int build_engine(generate_run *gr, checkpoint_model *cm, int B) {
+    const generate_args *g = gr->g;
+    const checkpoint_model_layout layout = {.tp_size = g->tp_size, .max_batch = B,
+                                            .packed_docs = B > 1 /* left padding */};
+    if (checkpoint_model_build(cm, g->load, &layout) != 0) return 1;
+    gr->e.m = cm->model;
+    gr->e.st = cm->store;
+    const int T = cm->model->cfg.seq_length;
+    if (g->cache != DLM_CACHE_NONE) gr->e.ic = inference_context_create(&cm->model->cfg, B, T);
     /* the row forwards of a cache; under TP also the gather of a full forward's
      * vocab-parallel logits */
-    if (g->cache != DLM_CACHE_NONE || g->tp_size > 1) gr->e.gi = gpt_inference_create(gr->e.m, B, T);
+    if (g->cache != DLM_CACHE_NONE || g->tp_size > 1)
+        gr->e.gi = gpt_inference_create(cm->model, B, T);
     return 0;
 }
 
+/* The caches (the model and its store belong to the checkpoint_model). */
 static void engine_free(inference_engine *e) {
     gpt_inference_free(e->gi);
     inference_context_free(e->ic);
-    if (e->st) activation_store_free(e->st);
-    if (e->m) gpt_model_free(e->m);
     memset(e, 0, sizeof *e);
 }
 
@@ -669,30 +623,16 @@ int generate_main(int argc, char **argv) {
     generate_args g;
     int rc = parse(&g, argc, argv);
     if (rc != 0) return rc > 0 ? 0 : 2;
-
-    char err[1024];
-    megadlm_args a;
-    generate_run gr = {.g = &g, .a = &a};
-    if (checkpoint_args(&g, &a, &gr.iteration) != 0) return 1;
-    tokenizer_options topts = {.type = a.tokenizer_type,
-                               .vocab_size = a.vocab_size,
-                               .vocab_file = a.vocab_file,
-                               .merge_file = a.merge_file,
-                               .tokenizer_model = a.tokenizer_model};
-    gr.tok = tokenizer_create_opts(&topts, err, sizeof(err));
-    if (!gr.tok) {
-        fprintf(stderr, "error: %s\n", err);
-        return 1;
-    }
-    int diffusion = ARGS_CHOICE(&a, model_running_mode) == ARGS_MODE_DIFFLM_NOSHIFT;
+    if (setup_ranks(&g) != 0) return 1;
+    checkpoint_model cm;
+    if (checkpoint_model_open(&cm, "generate", g.load, &g.files) != 0) return 1;
+    generate_run gr = {.g = &g, .a = &cm.a, .tok = cm.tok, .iteration = cm.iteration};
     prompt_list p = {0};
-    int status = check_family(&g, diffusion) || prompts_read(&g, &p);
-    if (status == 0)
-        status = build_engine(&gr, &a, p.n < g.max_batch ? p.n : g.max_batch);
-    if (status == 0) status = generate_all(&gr, &p, diffusion);
+    int status = check_family(&g, cm.diffusion) || prompts_read(&g, &p);
+    if (status == 0) status = build_engine(&gr, &cm, p.n < g.max_batch ? p.n : g.max_batch);
+    if (status == 0) status = generate_all(&gr, &p, cm.diffusion);
     prompts_free(&p);
     engine_free(&gr.e);
-    tokenizer_free(gr.tok);
-    args_free(&a);
+    checkpoint_model_free(&cm);
     return status;
 }
