@@ -79,18 +79,23 @@ static int predict(const float *logits, const diffusion_sampling *ds, draw_key k
                    double *scratch, double *conf) {
     const int vocab = ds->vocab;
     float mx = -INFINITY;
-    for (int v = 0; v < vocab; v++) mx = fmaxf(mx, logits[v]);
+    /* a comparison, not fmaxf: the same maximum of finite logits, and it vectorizes */
+    for (int v = 0; v < vocab; v++) mx = logits[v] > mx ? logits[v] : mx;
     double sum = 0.0;
     for (int v = 0; v < vocab; v++) sum += probs[v] = exp((double)logits[v] - mx);
-    for (int v = 0; v < vocab; v++) probs[v] /= sum;
     /* top-p filters only a draw (MegaDLMs applies it when temperature > 0) */
-    double keep = ds->temperature > 0.0f && ds->top_p > 0.0f && ds->top_p < 1.0f
-                      ? top_p_threshold(probs, vocab, ds->mask_token, ds->top_p, scratch)
-                      : 0.0;
+    const int filter = ds->temperature > 0.0f && ds->top_p > 0.0f && ds->top_p < 1.0f;
+    /* the whole distribution only where it is read (the filter, Dream's confidences); LLaDA's
+     * confidence reads the chosen token's probability alone: the same quotient, taken once */
+    const int whole = filter || ds->remasking == DLM_REMASK_TOPK_MARGIN ||
+                      ds->remasking == DLM_REMASK_ENTROPY;
+    if (whole)
+        for (int v = 0; v < vocab; v++) probs[v] /= sum;
+    double keep = filter ? top_p_threshold(probs, vocab, ds->mask_token, ds->top_p, scratch) : 0.0;
     double best_score = -INFINITY;
     int best = -1;
     for (int v = 0; v < vocab; v++) {
-        if (v == ds->mask_token || probs[v] < keep) continue; /* never predict the mask */
+        if (v == ds->mask_token || (filter && probs[v] < keep)) continue; /* never the mask */
         /* LLaDA's add_gumbel_noise: exp(logits) / (-log u)^temperature, argmax */
         double score =
             ds->temperature > 0.0f
@@ -100,6 +105,7 @@ static int predict(const float *logits, const diffusion_sampling *ds, draw_key k
                 : (double)logits[v];
         if (best < 0 || score > best_score) best_score = score, best = v;
     }
+    if (!whole) probs[best] /= sum;
     /* the confidences are compared in float, as the uncached sampler always did */
     *conf = (float)confidence(ds, probs, best, k);
     return best;

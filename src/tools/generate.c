@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/models/gpt_model.h"
 #include "core/parallel_state.h"
@@ -422,6 +423,7 @@ typedef struct {
     tokenizer *tok;
     inference_engine e;
     int iteration;
+    long tokens; /* generated so far (an autoregressive sequence's end of document ends it) */
 } generate_run;
 
 /* A batch of prompts (tokenized) through LLaDA's sampler. */
@@ -463,6 +465,7 @@ static int diffusion_batch(generate_run *gr, const prompt_list *p, int first, in
         return 1;
     }
     int eos = 0;
+    gr->tokens += (long)B * g->gen_length;
     for (int b = 0; b < B; b++) {
         const int32_t *row = x + (size_t)b * total;
         /* the decoded text drops them: counted here (a model fine-tuned on EOS padding fills
@@ -529,6 +532,7 @@ static int autoregressive_batch(generate_run *gr, const prompt_list *p, int firs
         if (status == 0) {
             print_sample(g, gr->tok, p->text[first + b], seq[b], len[b], seq[b] + plen[b],
                          len[b] - plen[b]);
+            gr->tokens += (long)(len[b] - plen[b]);
             if (parallel_world_rank() == 0)
                 fprintf(stderr, "[generated %zu tokens after a %zu-token prompt from %s "
                                 "iteration %d]\n",
@@ -540,9 +544,16 @@ static int autoregressive_batch(generate_run *gr, const prompt_list *p, int firs
 }
 
 /* Every prompt, in batches of --inference-max-batch-size. */
+static double wall_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static int generate_all(generate_run *gr, const prompt_list *p, int diffusion) {
     const generate_args *g = gr->g;
     int status = 0;
+    double seconds = 0; /* in the samplers (tokenizing and loading not counted) */
     diffusion_stats stats = {0};
     for (int first = 0; first < p->n && status == 0; first += g->max_batch) {
         int B = p->n - first < g->max_batch ? p->n - first : g->max_batch;
@@ -561,14 +572,19 @@ static int generate_all(generate_run *gr, const prompt_list *p, int diffusion) {
                 status = 1;
                 break;
             }
+        double t0 = wall_seconds();
         if (status == 0)
             status = diffusion ? diffusion_batch(gr, p, first, B, ids, n, &stats)
                                : autoregressive_batch(gr, p, first, B, ids, n);
+        seconds += wall_seconds() - t0;
         for (int b = 0; b < got; b++) free(ids[b]);
     }
     if (diffusion && status == 0 && g->cache != DLM_CACHE_NONE && parallel_world_rank() == 0)
         fprintf(stderr, "[cache %s: %ld full forwards, %ld on the cache, %ld positions run]\n",
                 CACHE_NAMES[g->cache], stats.full_forwards, stats.row_forwards, stats.rows);
+    if (status == 0 && parallel_world_rank() == 0)
+        fprintf(stderr, "[sampled %ld tokens in %.3f s: %.1f tokens/s]\n", gr->tokens, seconds,
+                seconds > 0 ? (double)gr->tokens / seconds : 0.0);
     return status;
 }
 
