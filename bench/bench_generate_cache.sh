@@ -24,11 +24,12 @@
 #
 # usage: bash bench/bench_generate_cache.sh [BUILD=build]
 #        env: PARTS="demo gpt2" DEMO_ITERS=300 PROMPTS=20 TAU=0.9 MC_NUM=32 GENS="256 1024"
+#             DRAW="--temperature 0.7 --top-p 0.9" (the demo's diffusion draw; default argmax)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=$(cd "${1:-$ROOT/build}" && pwd)
 PARTS=${PARTS:-"demo gpt2"} DEMO_ITERS=${DEMO_ITERS:-300} TAU=${TAU:-0.9} MC_NUM=${MC_NUM:-32}
-GENS=${GENS:-"256 1024"} PROMPTS=${PROMPTS:-20}
+GENS=${GENS:-"256 1024"} PROMPTS=${PROMPTS:-20} DRAW=${DRAW:-}
 OUT=$BUILD/bench/generate_cache
 rm -rf "$OUT"; mkdir -p "$OUT"
 M=$BUILD/megadlm
@@ -83,6 +84,9 @@ for i in range(n):
 PY
   local base=(--load "$OUT/dlm" --input-file "$OUT/prompts.txt" --inference-max-batch-size 1
               --gen-length 256 --block-length 32 --steps 256)
+  # shellcheck disable=SC2206 # DRAW is a list of flags
+  base+=($DRAW)
+  echo "   diffusion draw: ${DRAW:-argmax}"
   printf '   %-22s %10s %8s %9s %16s %8s\n' "diffusion, gen 256" "tokens/s" "x none" "forwards" "loglik/token" "vs none"
   local ref="" ref_ll=""
   for cache in none prefix dual; do

@@ -554,6 +554,13 @@ static int generate_all(generate_run *gr, const prompt_list *p, int diffusion) {
     const generate_args *g = gr->g;
     int status = 0;
     double seconds = 0; /* in the samplers (tokenizing and loading not counted) */
+    if (diffusion && g->threshold == 0.0f && g->factor == 0.0f && g->steps > g->gen_length &&
+        g->gen_length % g->block_length == 0 && g->steps % (g->gen_length / g->block_length) == 0 &&
+        parallel_world_rank() == 0)
+        fprintf(stderr, "note: --steps %d is above --gen-length %d: LLaDA's schedule unmasks at "
+                        "least one token a step, so %d steps unmask every position and the "
+                        "others change nothing (they are skipped)\n",
+                g->steps, g->gen_length, g->gen_length);
     diffusion_stats stats = {0};
     for (int first = 0; first < p->n && status == 0; first += g->max_batch) {
         int B = p->n - first < g->max_batch ? p->n - first : g->max_batch;
