@@ -243,7 +243,7 @@ expect "generate --block-length 0" "--block-length: expected an integer >= 1 (le
 expect "generate --steps 0" "--steps: expected an integer >= 1, found '0'" gen --steps 0
 expect "generate --steps 1e12" "--steps: expected an integer, found '1e12'" gen --steps 1e12
 expect "generate --gen-length 2^31" "--gen-length: '2147483648' is out of range" gen --gen-length 2147483648
-expect "generate --remasking x" "--remasking 'x': expected low_confidence or random" gen --remasking x
+expect "generate --remasking x" "--remasking 'x': expected low_confidence, random, topk_margin or entropy" gen --remasking x
 expect "generate --top-p 1.5" "--top-p 1.5: expected a number from 0 to 1" gen --top-p 1.5
 expect "generate --temperature 1e300" "--temperature: '1e300' is out of range" gen --temperature 1e300
 expect "generate --top-k on a diffusion model" "--top-k: --load dlm holds a masked-diffusion model" gen --top-k 3
