@@ -3,7 +3,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/kernels/activation.h"
 #include "core/kernels/attention.h"
 #include "core/kernels/bf16.h"
 #include "core/kernels/norm.h"
@@ -13,6 +12,7 @@
 #include "core/tensor_parallel/mappings.h"
 #include "core/tensor_parallel/parallel_linear.h"
 #include "core/threads.h"
+#include "core/transformer/mlp.h"
 #include "core/transformer/transformer_layer.h"
 #include "core/util/die.h"
 
@@ -70,6 +70,12 @@ void gpt_inference_free(gpt_inference *gi) {
     free(gi);
 }
 
+/* Position t of a sequence left-padded with p positions: counted from its first real token
+ * (the pad positions take the first). */
+static int32_t padded_position(const transformer_config *c, int t, int p) {
+    return c->position_offset + (t < p ? 0 : t - p);
+}
+
 void inference_padding(const transformer_config *c, const int *pad, int B, int T,
                        int32_t *doc_start, int32_t *doc_end, int32_t *position_ids) {
     for (int b = 0; b < B; b++) {
@@ -78,7 +84,7 @@ void inference_padding(const transformer_config *c, const int *pad, int B, int T
             size_t i = (size_t)b * T + t;
             doc_start[i] = t < p ? 0 : p;
             doc_end[i] = t < p ? p : T;
-            position_ids[i] = c->position_offset + (t < p ? 0 : t - p);
+            position_ids[i] = padded_position(c, t, p);
         }
     }
 }
@@ -90,7 +96,7 @@ static void embed_rows(gpt_inference *gi, const inference_rows *r) {
     for (int b = 0; b < r->B; b++)
         for (int i = 0; i < r->n; i++) {
             int t = r->t0 + i, p = r->pad ? r->pad[b] : 0;
-            gi->position_ids[(size_t)b * r->n + i] = c->position_offset + (t < p ? 0 : t - p);
+            gi->position_ids[(size_t)b * r->n + i] = padded_position(c, t, p);
         }
     vocab_parallel_embedding e = {.cfg = c, .wte = m->wte, .wpe = m->wpe, .wte16 = m->wte16,
                                   .kind = tc_half(c), .partial = m->emb_partial,
@@ -138,21 +144,6 @@ static void attention_rows_forward(gpt_inference *gi, inference_context *ic,
                                 R, tc_heads_local(c) * c->kv_channels, C);
 }
 
-static void mlp_rows_forward(gpt_inference *gi, int R, const layer_weights *w) {
-    const transformer_config *c = &gi->m->cfg;
-    const int C = c->hidden_size, F = tc_ffn_local(c), FC1 = tc_fc1_width_local(c);
-    tp_linear fc1 = tp_linear_make(c, TP_LINEAR_FC1, NULL, NULL, NULL);
-    column_parallel_linear_forward(&fc1, gi->fc1, gi->ln, LAYER_LINEAR_W(w, fc1), w->fc1_b, R, C,
-                                   FC1);
-    half_round_f32(tc_half(c), gi->fc1, (size_t)R * FC1);
-    if (c->swiglu)
-        swiglu_forward(gi->act, gi->fc1, R, F);
-    else
-        gelu_forward(gi->act, gi->fc1, (size_t)R * F, c->gelu);
-    tp_linear fc2 = tp_linear_make(c, TP_LINEAR_FC2, NULL, gi->branch, NULL);
-    row_parallel_linear_forward(&fc2, gi->branch, gi->act, LAYER_LINEAR_W(w, fc2), w->fc2_b, R, F,
-                                C);
-}
 
 /* out = a + b, rounded to the run's 16-bit format (the residual stream's, transformer_layer.c) */
 static void residual_add(const transformer_config *c, float *out, const float *a, const float *b,
@@ -218,7 +209,8 @@ int gpt_inference_forward(gpt_inference *gi, inference_context *ic, const infere
         attention_rows_forward(gi, ic, r, l, w);
         residual_add(c, gi->res, gi->x, gi->branch, RC);
         norm_forward(c, gi->ln, gi->mean, gi->rstd, gi->res, w->ln2_w, w->ln2_b, R);
-        mlp_rows_forward(gi, R, w);
+        const mlp_buffers mb = {.fc1 = gi->fc1, .act = gi->act, .branch_full = gi->branch};
+        mlp_forward_rows(c, w, &mb, gi->ln, gi->branch, R);
         residual_add(c, gi->x, gi->res, gi->branch, RC);
     }
     *logits = NULL;
