@@ -124,13 +124,7 @@ static gpt_model *load_model(const megadlm_args *saved, const char *dir, int ite
      * tensor parallelism only, no sequence parallelism (a sampler's few rows gain nothing
      * from splitting them) */
     megadlm_args a = *saved; /* a shallow copy: only the model's fields are read */
-    a.tensor_model_parallel_size = 1;
-    a.pipeline_model_parallel_size = 1;
-    a.virtual_pipeline_model_parallel_size = 0;
-    a.context_parallel_size = 1;
-    a.sequence_parallel = 0;
-    a.tp_comm_overlap = 0;
-    a.distribute_saved_activations = 0;
+    args_one_process(&a);
     /* before allocating a model read from state.json: its file must hold that many values */
     char model_path[PATH_MAX + 64];
     snprintf(model_path, sizeof model_path, "%s/iter_%07d/model.safetensors", dir, iteration);

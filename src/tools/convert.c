@@ -173,11 +173,7 @@ static int to_hf(const char *dir, const char *out, const difflm_export_opts *eo)
     /* the saved arguments were validated (derived sizes included) by the run that saved
      * them; one process. The sizes are checked again (the file may not be ours) and against
      * the tensor file before anything is allocated. */
-    a.tensor_model_parallel_size = 1;
-    a.pipeline_model_parallel_size = 1;
-    a.context_parallel_size = 1;
-    a.sequence_parallel = 0;
-    a.distribute_saved_activations = 0;
+    args_one_process(&a);
     snprintf(a.recompute_granularity, sizeof a.recompute_granularity, "%s", "");
     char model_path[PATH_MAX + 64];
     snprintf(model_path, sizeof model_path, "%s/iter_%07d/model.safetensors", dir, it);

@@ -1940,6 +1940,16 @@ void args_fp32(megadlm_args *a) {
     a->hysteresis = d.hysteresis;
 }
 
+void args_one_process(megadlm_args *a) {
+    a->tensor_model_parallel_size = 1;
+    a->pipeline_model_parallel_size = 1;
+    a->virtual_pipeline_model_parallel_size = 0;
+    a->context_parallel_size = 1;
+    a->sequence_parallel = 0;
+    a->tp_comm_overlap = 0;
+    a->distribute_saved_activations = 0;
+}
+
 args_validity args_validate_kind(megadlm_args *a, char *err, size_t errlen) {
     if (err && errlen) err[0] = 0;
     /* in this order: a layout that cannot split the model gets the same message whatever the

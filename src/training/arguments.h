@@ -122,6 +122,11 @@ int args_fsdp_shards_grads(const megadlm_args *a);
 /* Makes the arguments an fp32 run's: --bf16, --fp16 and the loss scaler's flags back to their
  * defaults (generate and convert read a mixed-precision checkpoint's fp32 main parameters). */
 void args_fp32(megadlm_args *a);
+/* a's layout made one process holding every tensor whole, as a checkpoint's files hold them
+ * (a saved run's model rebuilt to count, load, convert or sample it): no tensor, pipeline
+ * (virtual too) or context parallelism, no sequence parallelism, TP overlap or distributed
+ * saved activations. */
+void args_one_process(megadlm_args *a);
 
 /* The fields a checkpoint fixes (arguments.def's MODEL entries, NULL-terminated): resuming
  * with other values is refused. */

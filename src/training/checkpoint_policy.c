@@ -247,9 +247,7 @@ int ckpt_check_checkpoint_args_fit(const megadlm_args *a, char *err, size_t errl
     snprintf(path, sizeof path, "%s/iter_%07d/model.safetensors", c.dir, c.iteration);
     /* the file holds whole tensors: count them for one rank of every parallel size */
     megadlm_args whole = *a;
-    whole.tensor_model_parallel_size = whole.pipeline_model_parallel_size = 1;
-    whole.context_parallel_size = 1;
-    whole.sequence_parallel = 0;
+    args_one_process(&whole);
     if (ckpt_check_file_holds(path, theoretical_megadlm_parameter_count(&whole), why,
                               sizeof why) == 0)
         return 0;
