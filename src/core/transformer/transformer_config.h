@@ -14,6 +14,41 @@
 typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } recompute_granularity;
 typedef enum { RECOMPUTE_UNIFORM = 0, RECOMPUTE_BLOCK } recompute_method;
 
+/* Mixture of experts (Megatron-core's num_moe_experts and moe_* fields; docs/MOE.md). */
+typedef enum { MOE_LB_AUX_LOSS = 0, MOE_LB_SEQ_AUX_LOSS, MOE_LB_SINKHORN, MOE_LB_NONE } moe_load_balancing;
+typedef enum { MOE_DISPATCHER_ALLGATHER = 0, MOE_DISPATCHER_ALLTOALL } moe_dispatcher;
+typedef enum { MOE_DROP_PROBS = 0, MOE_DROP_POSITION } moe_drop_policy;
+#define MOE_MAX_PATTERN_LAYERS 1024
+
+typedef struct {
+    int num_experts;          /* E routed experts; 0: a dense model (every other field unused) */
+    int ffn_hidden_size;      /* each routed expert's F (--moe-ffn-hidden-size) */
+    int shared_expert_size;   /* --moe-shared-expert-intermediate-size; 0: no shared expert */
+    int topk;                 /* --moe-router-topk */
+    int pre_softmax;          /* softmax over all experts, then top-k (else top-k of the logits,
+                                 softmax over those k) */
+    float topk_scaling_factor; /* > 0: the gates times this; else none (Megatron's None) */
+    int topk_limited_devices; /* > 0: each token's experts from this many EP ranks; 0: none */
+    moe_load_balancing load_balancing;
+    float aux_loss_coeff;     /* --moe-aux-loss-coeff */
+    float z_loss_coeff;       /* >= 0: the router's z-loss with this coefficient; < 0: none */
+    float input_jitter_eps;   /* > 0: the router's input times U(1 - eps, 1 + eps) */
+    moe_dispatcher dispatcher;
+    float capacity_factor;    /* >= 0: each expert takes at most ceil(tokens x k / E x this)
+                                 tokens of a rank; < 0: none (dropless) */
+    int pad_to_capacity;      /* with a capacity: every expert computes exactly its capacity */
+    moe_drop_policy drop_policy;
+    int grouped_gemm;         /* --moe-grouped-gemm: each weight of the local experts in one
+                                 packed call (experts.c) */
+    int shared_expert_overlap;
+    int layer_recompute;      /* --moe-layer-recompute */
+    int layer_freq;           /* > 0: layer i (from 0) is an MoE layer when i % layer_freq == 0;
+                                 0: `pattern` says it */
+    uint8_t pattern[MOE_MAX_PATTERN_LAYERS]; /* layer_freq 0: 1 for an MoE layer */
+    int ep_size, ep_rank;     /* expert parallelism: this rank holds experts
+                                 [ep_rank E/ep_size, (ep_rank + 1) E/ep_size) */
+} moe_config;
+
 typedef struct {
     int num_layers;
     int hidden_size;            /* C */
@@ -81,6 +116,7 @@ typedef struct {
     int pp_rank;
     int vp_size;                       /* model chunks per rank; 0 or 1: no interleaving */
     int vp_rank;                       /* the model chunk this config describes (0 .. v - 1) */
+    moe_config moe;                    /* mixture of experts (num_experts 0: dense) */
 } transformer_config;
 
 /* The run's 16-bit format: what the linears multiply in, the tensors forward rounds and the
@@ -162,5 +198,28 @@ static inline int tc_fc1_width(const transformer_config *c) {
     return c->swiglu ? 2 * c->ffn_hidden_size : c->ffn_hidden_size;
 }
 static inline int tc_fc1_width_local(const transformer_config *c) { return tc_fc1_width(c) / tc_tp(c); }
+
+/* ---- mixture of experts ---- */
+static inline int tc_moe(const transformer_config *c) { return c->moe.num_experts > 0; }
+/* Global layer l (from 0) is an MoE layer (Megatron's moe_layer_freq / moe_layer_pattern). */
+static inline int tc_moe_layer(const transformer_config *c, int l) {
+    if (!tc_moe(c)) return 0;
+    if (c->moe.layer_freq > 0) return l % c->moe.layer_freq == 0;
+    return l >= 0 && l < MOE_MAX_PATTERN_LAYERS && c->moe.pattern[l];
+}
+static inline int tc_ep(const transformer_config *c) { return c->moe.ep_size > 1 ? c->moe.ep_size : 1; }
+static inline int tc_ep_rank(const transformer_config *c) { return tc_ep(c) > 1 ? c->moe.ep_rank : 0; }
+/* Routed experts this rank holds, and the first one's global index. */
+static inline int tc_experts_local(const transformer_config *c) { return c->moe.num_experts / tc_ep(c); }
+static inline int tc_expert_first(const transformer_config *c) {
+    return tc_ep_rank(c) * tc_experts_local(c);
+}
+/* FC1 width of a routed expert (2F with SwiGLU), and of the shared expert. */
+static inline int tc_expert_fc1_width(const transformer_config *c) {
+    return c->swiglu ? 2 * c->moe.ffn_hidden_size : c->moe.ffn_hidden_size;
+}
+static inline int tc_shared_fc1_width(const transformer_config *c) {
+    return c->swiglu ? 2 * c->moe.shared_expert_size : c->moe.shared_expert_size;
+}
 
 #endif
