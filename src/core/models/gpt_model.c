@@ -21,6 +21,7 @@
 #include "core/tensor_parallel/layers.h"
 #include "core/tensor_parallel/mappings.h"
 #include "core/tensor_parallel/parallel_linear.h"
+#include "core/transformer/moe/moe_layer.h"
 #include "core/threads.h"
 #include "core/transformer/transformer_layer.h"
 #include "core/util/alloc.h"
@@ -135,6 +136,12 @@ static void widened_alloc(gpt_model *m) {
     m->widen_pending = xcalloc((size_t)ps->count, 1, "widen pending flags");
 }
 
+/* 1 if the layer's pointer for this tensor points at it: every tensor but a routed expert
+ * other than the rank's first (the others follow that one: moe/experts.h). */
+static int binds(const gpt_model *m, const gpt_param_place *pl) {
+    return pl->expert < 0 || pl->expert == tc_expert_first(&m->cfg);
+}
+
 /* Points the model (or its layer's weights) at tensor i's values, and at its gradient: fp32
  * runs read params.data; 16-bit ones a GEMM weight's 16-bit copy (its fp32 pointer stays NULL)
  * and every other tensor's widened values. l: the rank's layer holding it, or -1. */
@@ -147,6 +154,7 @@ static void place_tensor(gpt_model *m, int i, int l, int bw) {
                  : h16          ? NULL
                                 : m->widened + m->widened_at[i];
     if (pl->part == GPT_PARAM_LAYER) {
+        if (!binds(m, pl)) return;
         char *w = (char *)&m->block.w_all[l];
         *(float **)(w + pl->field) = f32;
         if (h16) *(const uint16_t **)(w + pl->field16) = h16;
@@ -187,6 +195,7 @@ static void set_range(gpt_model *m, size_t lo, size_t hi, float *base, int grad)
             *part_slot(m, pl->part, grad) = at;
             continue;
         }
+        if (!binds(m, pl)) continue;
         for (int l = 0; l < sp->num_layers; l++)
             if (i >= sp->layer_first[l] && i < sp->layer_first[l + 1]) {
                 layer_weights *w = grad ? &m->block.g_all[l] : &m->block.w_all[l];
@@ -216,7 +225,7 @@ static void set_half_range(gpt_model *m, size_t lo, size_t hi, const uint16_t *b
         }
         if (pl->part == GPT_PARAM_WORD_EMBEDDING) m->wte16 = at;
         if (pl->part == GPT_PARAM_OUTPUT_LAYER) m->out_w16 = at;
-        if (pl->part != GPT_PARAM_LAYER) continue;
+        if (pl->part != GPT_PARAM_LAYER || !binds(m, pl)) continue;
         for (int l = 0; l < sp->num_layers; l++)
             if (i >= sp->layer_first[l] && i < sp->layer_first[l + 1])
                 *(const uint16_t **)((char *)&m->block.w_all[l] + pl->field16) = at;
@@ -290,6 +299,10 @@ gpt_model *gpt_model_create(const transformer_config *cfg, int max_batch, gpt_mo
     const transformer_config *c = &m->cfg;
     int bw = kind != GPT_MODEL_FORWARD_ONLY;
     m->num_chunks = tc_vp(c);
+    if (tc_moe(c)) {
+        m->moe_tracker = xcalloc(1, sizeof(moe_tracker), "moe tracker");
+        moe_tracker_init(m->moe_tracker, c->num_layers);
+    }
     /* the block's workspaces are sized for this rank's threads (core/threads.h); no kernel
      * runs more threads than they were sized for */
     /* a rank's positions: seq-length / CP under context parallelism */
@@ -324,6 +337,8 @@ gpt_model *gpt_model_create(const transformer_config *cfg, int max_batch, gpt_mo
 void gpt_model_free(gpt_model *m) {
     if (!m) return;
     transformer_block_free(&m->block);
+    if (m->moe_tracker) moe_tracker_free(m->moe_tracker);
+    free(m->moe_tracker);
     param_set *ps = &m->params;
     if (ps->data_bf16) linear_half_setup(HALF_NONE, 0, 0);
     mem_free_all(ps->data_bf16, m->widened, ps->data, ps->main, ps->grad, ps->exp_avg,
@@ -515,6 +530,7 @@ static void begin_forward(gpt_model *m, activation_store *s, const gpt_batch *b,
     ctx->rope_cos = m->rope_cos;
     ctx->rope_sin = m->rope_sin;
     ctx->inference = b->inference;
+    ctx->moe_tracker = step.training ? m->moe_tracker : NULL;
     keep_docs(s, b);
 }
 
@@ -860,6 +876,7 @@ static void embedding_backward_from(gpt_model *m, activation_store *s) {
 
 void gpt_model_backward(gpt_model *m, activation_store *s, float loss_scale) {
     const transformer_config *c = &s->cfg;
+    s->ctx.moe_grad_scale = loss_scale; /* the routers' losses: Megatron's unscaled by CP */
     loss_scale *= (float)tc_cp(c); /* as the forward's seed: cp_local_batch */
     m->anomaly_dres = s->grad;
     m->anomaly_dres_len = (size_t)tc_tokens_local(c, s->B * s->T) * c->hidden_size;

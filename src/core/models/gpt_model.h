@@ -46,6 +46,9 @@ typedef struct gpt_model {
     unsigned char *widen_pending; /* [params.count] an overlapped all-gather rewrote tensor i's
                                      16-bit values since it was last widened */
     transformer_block block;
+    /* mixture of experts: the routers' losses of the training forwards since the training loop
+     * last read them (moe/moe_layer.h); num_layers 0 in a dense model */
+    struct moe_tracker *moe_tracker;
 
     /* workspaces for up to max_batch x seq_length / CP tokens (N; Ns of them outside TP
      * regions) */

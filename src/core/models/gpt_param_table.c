@@ -13,6 +13,7 @@
  * only adds up the elements a rank of TP size tp holds of them, per part. */
 
 typedef struct {
+    const transformer_config *cfg;
     int count_only, tp;
     size_t numel[GPT_PARAM_OUTPUT_LAYER + 1]; /* count_only: per part */
     param_tensor *t;
@@ -29,9 +30,15 @@ typedef struct {
     float init_value;
 } tensor_desc;
 
+/* 1 if this rank holds routed expert e of cfg (its expert-parallel rank's). */
+static int expert_local(const transformer_config *c, int e) {
+    return e < 0 || e / tc_experts_local(c) == tc_ep_rank(c);
+}
+
 static void add(builder *b, gpt_param_place pl, tensor_desc d) {
     size_t numel = (size_t)d.rows * (size_t)(d.ndim == 2 ? d.cols : 1);
     if (b->count_only) { /* a split tensor divides evenly across TP (args_validate) */
+        if (!expert_local(b->cfg, pl.expert)) return;
         b->numel[pl.part] += pl.split == TP_SPLIT_NONE ? numel : numel / (size_t)b->tp;
         return;
     }
@@ -71,7 +78,7 @@ static void vector(builder *b, gpt_param_place pl, const char *name, int64_t n, 
 
 static gpt_param_place part(gpt_param_part p, int split) {
     int gemm = p == GPT_PARAM_WORD_EMBEDDING || p == GPT_PARAM_OUTPUT_LAYER;
-    return (gpt_param_place){.part = p, .layer = -1, .split = split, .gemm = gemm};
+    return (gpt_param_place){.part = p, .layer = -1, .split = split, .gemm = gemm, .expert = -1};
 }
 
 static void describe_embedding(builder *b, const transformer_config *c) {
@@ -83,6 +90,51 @@ static void describe_embedding(builder *b, const transformer_config *c) {
         matrix(b, pl, "embedding.position_embeddings.weight", c->max_position_embeddings,
                c->hidden_size, c->init_method_std);
     }
+}
+
+/* An MoE layer's MLP (Megatron-core's names, SequentialMLP's per-expert ones): the router, every
+ * routed expert's linear_fc1 then every one's linear_fc2 (so that each kind is contiguous
+ * over a rank's experts), the shared expert. No biases (args_validate). */
+static void describe_moe_mlp(builder *b, const transformer_config *c, int l, float std,
+                             float out_std) {
+    const int64_t C = c->hidden_size, E = c->moe.num_experts;
+    char n[PARAM_NAME_MAX];
+    gpt_param_place router = {.part = GPT_PARAM_LAYER, .layer = l, .expert = -1,
+                              .field = offsetof(layer_weights, router_w), .split = TP_SPLIT_NONE,
+                              .grad = GPT_GRAD_PARTIAL_WITH_SP};
+    snprintf(n, sizeof(n), "decoder.layers.%d.mlp.router.weight", l);
+    matrix(b, router, n, E, C, std);
+    const struct {
+        size_t field, field16;
+        const char *suffix;
+        int64_t rows, cols;
+        float std;
+    } kinds[2] = {{offsetof(layer_weights, experts_fc1_w), offsetof(layer_weights, experts_fc1_w16),
+                   "linear_fc1", tc_expert_fc1_width(c), C, std},
+                  {offsetof(layer_weights, experts_fc2_w), offsetof(layer_weights, experts_fc2_w16),
+                   "linear_fc2", C, c->moe.ffn_hidden_size, out_std}};
+    for (int k = 0; k < 2; k++)
+        for (int e = 0; e < E; e++) {
+            gpt_param_place pl = {.part = GPT_PARAM_LAYER, .layer = l, .field = kinds[k].field,
+                                  .split = TP_SPLIT_NONE, .gemm = 1,
+                                  .field16 = kinds[k].field16, .expert = e};
+            snprintf(n, sizeof(n), "decoder.layers.%d.mlp.experts.local_experts.%d.%s.weight", l,
+                     e, kinds[k].suffix);
+            matrix(b, pl, n, kinds[k].rows, kinds[k].cols, kinds[k].std);
+        }
+    if (c->moe.shared_expert_size <= 0) return;
+    const int fc1_split = c->swiglu ? TP_SPLIT_ROWS_SWIGLU : TP_SPLIT_ROWS;
+    gpt_param_place fc1 = {.part = GPT_PARAM_LAYER, .layer = l, .expert = -1, .gemm = 1,
+                           .field = offsetof(layer_weights, shared_fc1_w), .split = fc1_split,
+                           .field16 = offsetof(layer_weights, shared_fc1_w16)};
+    gpt_param_place fc2 = fc1;
+    fc2.field = offsetof(layer_weights, shared_fc2_w);
+    fc2.field16 = offsetof(layer_weights, shared_fc2_w16);
+    fc2.split = TP_SPLIT_COLS;
+    snprintf(n, sizeof(n), "decoder.layers.%d.mlp.shared_experts.linear_fc1.weight", l);
+    matrix(b, fc1, n, tc_shared_fc1_width(c), C, std);
+    snprintf(n, sizeof(n), "decoder.layers.%d.mlp.shared_experts.linear_fc2.weight", l);
+    matrix(b, fc2, n, C, c->moe.shared_expert_size, out_std);
 }
 
 /* Layer l's tensors, in layer_weights' order (core/transformer/transformer_layer.h). */
@@ -98,11 +150,11 @@ static void describe_layer(builder *b, const transformer_config *c, int l) {
 #define NAME(suffix) (snprintf(n, sizeof(n), "decoder.layers.%d.%s", l, suffix), n)
 #define AT(f, how) \
     ((gpt_param_place){.part = GPT_PARAM_LAYER, .layer = l, .field = offsetof(layer_weights, f), \
-                       .split = (how)})
+                       .split = (how), .expert = -1})
 #define GEMM_AT(f, how) \
     ((gpt_param_place){.part = GPT_PARAM_LAYER, .layer = l,                                   \
                        .field = offsetof(layer_weights, f##_w), .split = (how), .gemm = 1,    \
-                       .field16 = offsetof(layer_weights, f##_w16)})
+                       .field16 = offsetof(layer_weights, f##_w16), .expert = -1})
     vector(b, AT(ln1_w, TP_SPLIT_NONE), NAME("input_layernorm.weight"), C, 1.0f);
     if (ln) vector(b, AT(ln1_b, TP_SPLIT_NONE), NAME("input_layernorm.bias"), C, 0.0f);
     matrix(b, GEMM_AT(qkv, TP_SPLIT_ROWS), NAME("self_attention.linear_qkv.weight"), QKV, C, std);
@@ -122,7 +174,7 @@ static void describe_layer(builder *b, const transformer_config *c, int l) {
         for (int i = 0; i < 4; i++) {
             if (qk[i].is_bias && !ln) continue; /* RMSNorm has no bias */
             gpt_param_place pl = {.part = GPT_PARAM_LAYER, .layer = l, .field = qk[i].field,
-                                  .split = TP_SPLIT_NONE, .grad = GPT_GRAD_PARTIAL};
+                                  .split = TP_SPLIT_NONE, .grad = GPT_GRAD_PARTIAL, .expert = -1};
             vector(b, pl, NAME(qk[i].suffix), HS, qk[i].is_bias ? 0.0f : 1.0f);
         }
     }
@@ -131,6 +183,10 @@ static void describe_layer(builder *b, const transformer_config *c, int l) {
     if (bias) vector(b, AT(proj_b, TP_SPLIT_NONE), NAME("self_attention.linear_proj.bias"), C, 0.0f);
     vector(b, AT(ln2_w, TP_SPLIT_NONE), NAME("pre_mlp_layernorm.weight"), C, 1.0f);
     if (ln) vector(b, AT(ln2_b, TP_SPLIT_NONE), NAME("pre_mlp_layernorm.bias"), C, 0.0f);
+    if (tc_moe_layer(c, l)) {
+        describe_moe_mlp(b, c, l, std, out_std);
+        return;
+    }
     matrix(b, GEMM_AT(fc1, fc1_split), NAME("mlp.linear_fc1.weight"), FC1, C, std);
     if (bias) vector(b, AT(fc1_b, fc1_split), NAME("mlp.linear_fc1.bias"), FC1, 0.0f);
     matrix(b, GEMM_AT(fc2, TP_SPLIT_COLS), NAME("mlp.linear_fc2.weight"), C, F, out_std);
@@ -157,6 +213,7 @@ static void describe_head(builder *b, const transformer_config *c) {
 /* Appends whole tensor w, as this rank holds it (TP slice, TP flags), to s's tables. */
 static void take(gpt_param_table *s, int *cap, const param_tensor *w, gpt_param_place pl,
                  const transformer_config *c) {
+    if (!expert_local(c, pl.expert)) return; /* another expert-parallel rank's */
     if (s->params.count == *cap) {
         *cap = *cap ? 2 * *cap : 64;
         s->params.tensors =
@@ -196,7 +253,7 @@ static void describe_whole(const transformer_config *c, builder *b, int *first) 
 
 void gpt_param_table_rank(const transformer_config *c, gpt_param_table *s) {
     memset(s, 0, sizeof(*s));
-    builder w = {0};
+    builder w = {.cfg = c};
     int *first = xcalloc((size_t)c->num_layers + 1, sizeof(int), "layer table");
     describe_whole(c, &w, first);
     int L = tc_stage_layers(c), Lc = tc_chunk_layers(c), cap = 0;
@@ -250,6 +307,8 @@ static transformer_config whole_config(const transformer_config *cfg) {
     c.pp_rank = 0;
     c.vp_size = 1;
     c.vp_rank = 0;
+    c.moe.ep_size = 1;
+    c.moe.ep_rank = 0;
     return c;
 }
 
@@ -267,14 +326,32 @@ void gpt_param_table_free(gpt_param_table *s) {
 }
 
 size_t gpt_param_table_rank_numel(const transformer_config *c) {
-    builder b = {.count_only = 1, .tp = tc_tp(c)};
+    builder b = {.cfg = c, .count_only = 1, .tp = tc_tp(c)};
     describe_embedding(&b, c);
     describe_head(&b, c);
     size_t embedding = b.numel[GPT_PARAM_WORD_EMBEDDING] + b.numel[GPT_PARAM_POSITION_EMBEDDING];
     size_t head = b.numel[GPT_PARAM_FINAL_NORM_WEIGHT] + b.numel[GPT_PARAM_FINAL_NORM_BIAS] +
                   b.numel[GPT_PARAM_OUTPUT_LAYER];
-    describe_layer(&b, c, 0); /* every layer has layer 0's sizes */
-    size_t n = (size_t)tc_stage_layers(c) * b.numel[GPT_PARAM_LAYER];
+    /* two kinds of layer: dense and MoE (--moe-layer-freq), each described once */
+    int L = tc_stage_layers(c), Lc = tc_chunk_layers(c), moe_layer = -1, dense_layer = -1, n_moe = 0;
+    for (int l = 0; l < L; l++) {
+        int g = tc_chunk_layer_offset(c, l / Lc) + l % Lc;
+        if (tc_moe_layer(c, g)) {
+            n_moe++;
+            moe_layer = g;
+        } else
+            dense_layer = g;
+    }
+    size_t n = 0;
+    if (dense_layer >= 0) {
+        describe_layer(&b, c, dense_layer);
+        n += (size_t)(L - n_moe) * b.numel[GPT_PARAM_LAYER];
+        b.numel[GPT_PARAM_LAYER] = 0;
+    }
+    if (moe_layer >= 0) {
+        describe_layer(&b, c, moe_layer);
+        n += (size_t)n_moe * b.numel[GPT_PARAM_LAYER];
+    }
     int tied = !c->untie_embeddings_and_output_weights && tc_pp(c) > 1;
     if (tc_first_rank(c)) n += embedding;
     if (tc_last_rank(c)) n += head;

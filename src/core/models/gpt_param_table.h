@@ -50,6 +50,11 @@ typedef struct {
      * an fp32 buffer of widened 16-bit values (gpt_model.h) */
     int gemm;
     size_t field16;
+    /* A routed expert's weight (mlp.experts.local_experts.<expert>.*): its global expert index,
+     * -1 for every other tensor. A rank holds the experts of its expert-parallel rank; the
+     * layer's pointer (field) is its first local expert's, the others follow it in the flat
+     * buffer (moe/experts.h). */
+    int expert;
 } gpt_param_place;
 
 typedef struct {
@@ -79,9 +84,10 @@ void gpt_param_table_whole(const transformer_config *cfg, gpt_param_table *table
 void gpt_param_table_rank(const transformer_config *cfg, gpt_param_table *table);
 void gpt_param_table_free(gpt_param_table *table);
 
-/* gpt_param_table_rank(cfg)'s params.numel, in constant time and memory whatever the number of layers
- * (one layer described, times the stage's layers): a configuration read from a file is
- * checked against the tensor file before anything is built for it. */
+/* gpt_param_table_rank(cfg)'s params.numel, in constant memory whatever the number of layers
+ * (one dense and one MoE layer described, times the stage's layers of each kind): a
+ * configuration read from a file is checked against the tensor file before anything is built
+ * for it. */
 size_t gpt_param_table_rank_numel(const transformer_config *cfg);
 
 #endif

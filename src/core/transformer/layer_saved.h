@@ -22,6 +22,7 @@ typedef struct {
     int qk_layernorm; /* --qk-layernorm */
     int probs;        /* attention probabilities kept (not with selective recompute) */
     int ring;         /* context parallelism's ring: no probabilities, their log-sum-exp */
+    int moe;          /* an MoE layer: no dense MLP tensors (moe/moe_layer.h keeps its own) */
     half_kind half;   /* --bf16 / --fp16: the table's b16 tensors are stored in this format
                          (2 bytes); HALF_NONE: fp32 */
 } layer_dims;
@@ -45,6 +46,15 @@ static inline layer_dims layer_dims_of(const transformer_config *c, int B, int T
     d.probs = c->recompute_granularity != RECOMPUTE_SELECTIVE;
     d.ring = tc_cp(c) > 1 && c->cp_ring;
     d.half = tc_half(c);
+    d.moe = 0;
+    return d;
+}
+
+/* The dims of global layer l's saved tensors (-1: a recompute slot, which any layer may use:
+ * the dense layer's). */
+static inline layer_dims layer_dims_of_layer(const transformer_config *c, int B, int T, int l) {
+    layer_dims d = layer_dims_of(c, B, T);
+    d.moe = l >= 0 && tc_moe_layer(c, l);
     return d;
 }
 
@@ -96,8 +106,8 @@ enum {
     X(ln2_mean, "ln2_mean", d.layernorm, d.Ns, 0)                                                  \
     X(ln2_rstd, "ln2_rstd", 1, d.Ns, 0)                                                            \
     /* linear_fc1 output = activation input [N, FC1]; activation output = fc2 input [N, F] */      \
-    X(fc1, "fc1 output", 1, d.N * d.FC1, LAYER_SAVED_B16)                                          \
-    X(act, "activation output", 1, d.N * d.F, LAYER_SAVED_B16)
+    X(fc1, "fc1 output", !d.moe, d.N * d.FC1, LAYER_SAVED_B16)                                     \
+    X(act, "activation output", !d.moe, d.N * d.F, LAYER_SAVED_B16)
 
 /* One layer's saved buffers (NULL where the table does not keep a tensor). */
 typedef struct {
@@ -107,6 +117,8 @@ typedef struct {
     LAYER_SAVED_TENSORS(LAYER_SAVED_FIELD)
 #undef LAYER_SAVED_FIELD
     size_t bytes; /* total bytes of the buffers above */
+    struct moe_saved *moe; /* an MoE model's: what an MoE layer's forward keeps (allocated by
+                              each forward, moe/moe_layer.h); NULL in a dense model */
 } layer_saved;
 
 /* Bytes of the tensors the table keeps for d (4 each, 2 for b16 ones). */

@@ -29,6 +29,12 @@ typedef struct {
     float *fc1_w, *fc1_b;                   /* mlp.linear_fc1 [FC1, C], [FC1] */
     float *fc2_w, *fc2_b;                   /* mlp.linear_fc2 [C, F], [C] */
     const uint16_t *qkv_w16, *proj_w16, *fc1_w16, *fc2_w16; /* --bf16 / --fp16 */
+    /* an MoE layer's MLP (moe/moe_layer.h) instead of fc1/fc2: the router [E, C]; this rank's
+     * routed experts' weights, expert after expert [E_local, FC1e, C] and [E_local, C, Fe]; the
+     * shared expert's [FC1s, C] and [C, Fs] */
+    float *router_w;
+    float *experts_fc1_w, *experts_fc2_w, *shared_fc1_w, *shared_fc2_w;
+    const uint16_t *experts_fc1_w16, *experts_fc2_w16, *shared_fc1_w16, *shared_fc2_w16;
 } layer_weights;
 /* A layer's GEMM weight as the linears take it, e.g. LAYER_LINEAR_W(w, qkv). */
 #define LAYER_LINEAR_W(w, name) ((linear_weight){(w)->name##_w, (w)->name##_w16})
@@ -72,6 +78,11 @@ typedef struct {
     /* inference: each layer's attention also stores its QKV rows (after RoPE) into this key/
      * value cache (core/inference/static_context.h); NULL in training */
     struct inference_context *inference;
+    /* mixture of experts: where training forwards record the routers' losses (NULL: nowhere),
+     * and the losses' d(objective)/d(loss) in backward (Megatron's MoEAuxLossAutoScaler scale:
+     * the main loss's backward scale) */
+    struct moe_tracker *moe_tracker;
+    float moe_grad_scale;
 } layer_ctx;
 
 #endif

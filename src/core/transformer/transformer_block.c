@@ -59,7 +59,9 @@ void block_activations_alloc(block_activations *a, const transformer_config *cfg
         if (transformer_block_checkpointed(cfg, l))
             a->saved[l] = blk->slots[l - b];
         else
-            layer_saved_alloc(&a->saved[l], cfg, B, T, MEM_ACTIVATIONS, &blk->ws);
+            /* (interleaved: a store runs any chunk, whose layer l may be dense or MoE) */
+            layer_saved_alloc(&a->saved[l], cfg, B, T, MEM_ACTIVATIONS, &blk->ws,
+                              tc_vp(cfg) > 1 ? -1 : tc_layer_offset(cfg) + l);
         a->layer_saved_bytes[l] = mem_current(MEM_ACTIVATIONS) - before;
     }
     /* The block's output is the final norm's input: the model head's, not a layer's. */
@@ -109,7 +111,7 @@ void transformer_block_init(transformer_block *blk, const transformer_config *cf
         blk->slots = xcalloc(blk->num_slots, sizeof(layer_saved), "recompute slots");
         blk->hidden_slots = xcalloc(blk->num_slots, sizeof(float *), "recompute inputs");
         for (int k = 0; k < blk->num_slots; k++) {
-            layer_saved_alloc(&blk->slots[k], cfg, B, T, MEM_WORKSPACE, &blk->ws);
+            layer_saved_alloc(&blk->slots[k], cfg, B, T, MEM_WORKSPACE, &blk->ws, -1);
             if (k > 0)
                 blk->hidden_slots[k - 1] =
                     mem_alloc_floats(MEM_WORKSPACE, NC, "recomputed layer input");

@@ -1,5 +1,6 @@
 #include "core/transformer/transformer_layer.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/context_parallel/cp_layout.h"
@@ -11,6 +12,8 @@
 #include "core/tensor/memory.h"
 #include "core/transformer/attention.h"
 #include "core/transformer/mlp.h"
+#include "core/transformer/moe/moe_layer.h"
+#include "core/util/alloc.h"
 #include "core/util/die.h"
 
 /* ---- allocation ---- */
@@ -29,9 +32,10 @@ static uint16_t *saved_b16(layer_saved *s, mem_category cat, size_t count, const
  * SAVED_B16_VIEW one as bf16 storage behind the workspace's shared fp32 view, a
  * SAVED_B16_KERNEL one as bf16 storage only. */
 void layer_saved_alloc(layer_saved *s, const transformer_config *c, int B, int T,
-                       mem_category cat, const layer_workspace *ws) {
+                       mem_category cat, const layer_workspace *ws, int layer) {
     memset(s, 0, sizeof(*s));
-    const layer_dims d = layer_dims_of(c, B, T);
+    const layer_dims d = layer_dims_of_layer(c, B, T, layer);
+    if (tc_moe(c)) s->moe = xcalloc(1, sizeof(moe_saved), "moe layer state");
 #define ALLOC_SAVED(field, what, kept, floats, b16)                                         \
     if ((kept) && (b16) == SAVED_B16_KERNEL) {                                              \
         s->field##_b16 = saved_b16(s, cat, floats, what " (bf16)");                         \
@@ -54,6 +58,8 @@ void layer_saved_free(layer_saved *s) {
         mem_free(s->field);
     LAYER_SAVED_TENSORS(FREE_SAVED)
 #undef FREE_SAVED
+    moe_saved_release(s->moe);
+    free(s->moe);
     memset(s, 0, sizeof(*s));
 }
 
@@ -194,7 +200,10 @@ void transformer_layer_forward(const layer_ctx *ctx, int layer_index, const laye
     half_round_f32(tc_half(c), s->res1, NC);
 
     norm_forward(c, s->ln2, s->ln2_mean, s->ln2_rstd, s->res1, w->ln2_w, w->ln2_b, Ns);
-    mlp_forward(ctx, w, s, ws, s->ln2, ws->branch);
+    if (tc_moe_layer(c, layer_index))
+        moe_layer_forward(ctx, layer_index, w, s->moe, s->ln2, ws->branch);
+    else
+        mlp_forward(ctx, w, s, ws, s->ln2, ws->branch);
     cp_residual_dropout_forward(rows, out, s->res1, ws->branch, p,
                                 site_key(ctx, layer_index, DROPOUT_SITE_MLP_OUT));
     half_round_f32(tc_half(c), out, NC);
@@ -216,7 +225,10 @@ void transformer_layer_backward(const layer_ctx *ctx, int layer_index, const lay
     memset(ws->branch, 0, NC * sizeof(float));
     cp_residual_dropout_backward(rows, NULL, ws->branch, dres, p,
                                  site_key(ctx, layer_index, DROPOUT_SITE_MLP_OUT));
-    mlp_backward(ctx, w, g, s, ws, s->ln2, ws->branch, ws->dln);
+    if (tc_moe_layer(c, layer_index))
+        moe_layer_backward(ctx, layer_index, w, g, s->moe, s->ln2, ws->branch, ws->dln);
+    else
+        mlp_backward(ctx, w, g, s, ws, s->ln2, ws->branch, ws->dln);
     norm_backward(c, dres, g->ln2_w, g->ln2_b, ws->dln, s->res1, w->ln2_w, s->ln2_mean,
                   s->ln2_rstd, Ns);
 

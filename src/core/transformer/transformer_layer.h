@@ -15,9 +15,10 @@
 #include "core/transformer/layer_types.h"
 
 /* Allocates a layer's saved buffers for up to B x T tokens in category cat (MEM_ACTIVATIONS for
- * a layer that keeps its state, MEM_WORKSPACE for the slots full recompute reuses). */
+ * a layer that keeps its state, MEM_WORKSPACE for the slots full recompute reuses); layer: the
+ * global layer they are for (an MoE layer keeps no dense MLP tensors), -1 for any layer. */
 void layer_saved_alloc(layer_saved *s, const transformer_config *cfg, int B, int T,
-                       mem_category cat, const layer_workspace *ws);
+                       mem_category cat, const layer_workspace *ws, int layer);
 /* --bf16: rounds the b16 tensors' fp32 views into their bf16 storage (after the layer's
  * forward), or widens them back into the views (before its backward); B x T this call's.
  * No-op without --bf16. */

@@ -1,0 +1,176 @@
+#include "core/transformer/moe/moe_layer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/tensor/memory.h"
+#include "core/transformer/moe/experts.h"
+#include "core/util/alloc.h"
+#include "core/util/die.h"
+
+const char *moe_log_name(moe_log_value v) {
+    static const char *names[MOE_LOG_COUNT] = {
+        "z_loss",
+        "topk_expert_capacity_utilization_ratio_mean",
+        "topk_expert_capacity_utilization_ratio_min",
+        "topk_expert_capacity_utilization_ratio_max",
+        "topk_expert_capacity_utilization_ratio_std",
+        "topk_token_drop_ratio",
+        "load_balancing_loss"};
+    return names[v];
+}
+
+void moe_tracker_init(moe_tracker *t, int num_layers) {
+    memset(t, 0, sizeof(*t));
+    t->num_layers = num_layers;
+    t->values = xcalloc((size_t)MOE_LOG_COUNT * num_layers, sizeof(double), "moe tracker");
+}
+
+void moe_tracker_free(moe_tracker *t) {
+    free(t->values);
+    memset(t, 0, sizeof(*t));
+}
+
+void moe_tracker_clear(moe_tracker *t) {
+    memset(t->values, 0, (size_t)MOE_LOG_COUNT * t->num_layers * sizeof(double));
+}
+
+static void track(const layer_ctx *ctx, moe_log_value v, int layer, double x) {
+    moe_tracker *t = ctx->moe_tracker;
+    if (!t || layer < 0 || layer >= t->num_layers) return;
+    t->values[(size_t)v * t->num_layers + layer] += x;
+    t->recorded[v] = 1;
+}
+
+/* MegaDLMs' capacity statistics (topk_softmax_with_capacity's log_tracker): tokens per expert
+ * over ceil(N k / E), and the share of the capacity's places left unfilled by kept tokens. */
+static void track_capacity(const layer_ctx *ctx, int layer, const moe_routing *r,
+                           const moe_assignment *a) {
+    const transformer_config *c = ctx->cfg;
+    const double cap1 = ceil((double)r->N * r->k / r->E);
+    double sum = 0.0, mn = INFINITY, mx = -INFINITY, sq = 0.0;
+    for (int e = 0; e < r->E; e++) {
+        double x = r->tokens_per_expert[e] / cap1;
+        sum += x;
+        mn = x < mn ? x : mn;
+        mx = x > mx ? x : mx;
+    }
+    const double mean = sum / r->E;
+    for (int e = 0; e < r->E; e++) {
+        double d = r->tokens_per_expert[e] / cap1 - mean;
+        sq += d * d;
+    }
+    track(ctx, MOE_LOG_CAPACITY_MEAN, layer, mean);
+    track(ctx, MOE_LOG_CAPACITY_MIN, layer, mn);
+    track(ctx, MOE_LOG_CAPACITY_MAX, layer, mx);
+    track(ctx, MOE_LOG_CAPACITY_STD, layer, r->E > 1 ? sqrt(sq / (r->E - 1)) : NAN);
+    if (c->moe.capacity_factor >= 0.0f) {
+        const double places = (double)r->N * r->k * c->moe.capacity_factor;
+        const double kept = (double)r->N * r->k - (double)a->dropped;
+        track(ctx, MOE_LOG_DROP_RATIO, layer, (places - kept) / places);
+    }
+}
+
+void moe_saved_release(moe_saved *m) {
+    if (!m || !m->live) return;
+    moe_routing_free(&m->routing);
+    moe_assignment_free(&m->assign);
+    mem_free_all(m->rows, m->fc1, m->act, m->out, m->shared_fc1, m->shared_act);
+    memset(m, 0, sizeof(*m));
+}
+
+static moe_expert_weights routed_weights(const layer_weights *w) {
+    return (moe_expert_weights){{w->experts_fc1_w, w->experts_fc1_w16},
+                                {w->experts_fc2_w, w->experts_fc2_w16}};
+}
+
+/* The shared expert runs as one expert of its own width over all N rows. */
+static transformer_config shared_config(const transformer_config *c) {
+    transformer_config s = *c;
+    s.moe.ffn_hidden_size = c->moe.shared_expert_size;
+    s.moe.grouped_gemm = 0;
+    return s;
+}
+
+static void shared_forward(const layer_ctx *ctx, const layer_weights *w, moe_saved *m,
+                           const float *in, float *out, int N) {
+    const transformer_config *c = ctx->cfg, sc = shared_config(c);
+    const size_t C = (size_t)c->hidden_size;
+    m->shared_fc1 = mem_alloc_floats(MEM_ACTIVATIONS, (size_t)N * tc_shared_fc1_width(c),
+                                     "moe shared expert fc1 output");
+    m->shared_act = mem_alloc_floats(MEM_ACTIVATIONS, (size_t)N * c->moe.shared_expert_size,
+                                     "moe shared expert activation");
+    float *y = mem_alloc_floats(MEM_WORKSPACE, (size_t)N * C, "moe shared expert output");
+    const int32_t begin[2] = {0, N};
+    moe_expert_weights sw = {{w->shared_fc1_w, w->shared_fc1_w16}, {w->shared_fc2_w, w->shared_fc2_w16}};
+    moe_experts_forward(&sc, sw, (moe_expert_rows){1, begin}, in, m->shared_fc1, m->shared_act, y);
+    for (size_t i = 0; i < (size_t)N * C; i++) out[i] += y[i];
+    mem_free(y);
+}
+
+void moe_layer_forward(const layer_ctx *ctx, int layer_index, const layer_weights *w,
+                       moe_saved *m, const float *in, float *out) {
+    const transformer_config *c = ctx->cfg;
+    const int N = ctx->B * ctx->T, C = c->hidden_size;
+    moe_saved_release(m);
+    m->live = 1;
+    dropout_key key = ctx->key;
+    key.layer = (uint32_t)layer_index;
+    moe_routing_alloc(&m->routing, c, ctx->B, ctx->T);
+    moe_router_forward(c, w->router_w, in, ctx->training, key, &m->routing);
+    moe_assign(c, &m->routing, &m->assign);
+    if (ctx->training && c->moe.load_balancing == MOE_LB_SEQ_AUX_LOSS)
+        moe_router_seq_aux_loss(c, &m->routing, m->assign.kept);
+    const size_t R = (size_t)m->assign.R ? (size_t)m->assign.R : 1;
+    m->rows = mem_alloc_floats(MEM_ACTIVATIONS, R * C, "moe permuted input");
+    m->fc1 = mem_alloc_floats(MEM_ACTIVATIONS, R * tc_expert_fc1_width(c), "moe expert fc1 output");
+    m->act = mem_alloc_floats(MEM_ACTIVATIONS, R * c->moe.ffn_hidden_size, "moe expert activation");
+    m->out = mem_alloc_floats(MEM_ACTIVATIONS, R * C, "moe expert output");
+    moe_permute(&m->assign, in, C, m->rows);
+    moe_experts_forward(c, routed_weights(w), (moe_expert_rows){tc_experts_local(c), m->assign.expert_begin},
+                        m->rows, m->fc1, m->act, m->out);
+    memset(out, 0, (size_t)N * C * sizeof(float));
+    moe_unpermute(&m->assign, &m->routing, m->out, C, out);
+    if (c->moe.shared_expert_size > 0) shared_forward(ctx, w, m, in, out, N);
+    if (!ctx->training) return;
+    const moe_routing *r = &m->routing;
+    if (r->has_z) track(ctx, MOE_LOG_Z_LOSS, layer_index, r->z_value);
+    if (c->moe.load_balancing == MOE_LB_AUX_LOSS) track_capacity(ctx, layer_index, r, &m->assign);
+    if (r->has_aux) track(ctx, MOE_LOG_LOAD_BALANCING, layer_index, r->aux_value);
+}
+
+void moe_layer_backward(const layer_ctx *ctx, int layer_index, const layer_weights *w,
+                        const layer_weights *g, moe_saved *m, const float *in,
+                        const float *dout, float *din) {
+    const transformer_config *c = ctx->cfg;
+    const int N = ctx->B * ctx->T, C = c->hidden_size;
+    const size_t R = (size_t)m->assign.R ? (size_t)m->assign.R : 1;
+    (void)layer_index;
+    if (!m->live) die(1, "internal error: MoE layer %d backward without its forward", layer_index);
+    size_t wide = (size_t)tc_expert_fc1_width(c) > (size_t)tc_shared_fc1_width(c)
+                      ? (size_t)tc_expert_fc1_width(c) : (size_t)tc_shared_fc1_width(c);
+    size_t rows_max = R > (size_t)N ? R : (size_t)N;
+    float *dact = mem_alloc_floats(MEM_WORKSPACE, rows_max * wide, "moe dact");
+    float *dfc1 = mem_alloc_floats(MEM_WORKSPACE, rows_max * wide, "moe dfc1");
+    if (c->moe.shared_expert_size > 0) {
+        const transformer_config sc = shared_config(c);
+        const int32_t begin[2] = {0, N};
+        moe_expert_weights sw = {{w->shared_fc1_w, w->shared_fc1_w16}, {w->shared_fc2_w, w->shared_fc2_w16}};
+        moe_expert_weights sg = {{g->shared_fc1_w, NULL}, {g->shared_fc2_w, NULL}};
+        moe_experts_backward(&sc, sw, sg, (moe_expert_rows){1, begin}, in, m->shared_fc1,
+                             m->shared_act, dout, dact, dfc1, din);
+    } else
+        memset(din, 0, (size_t)N * C * sizeof(float));
+    float *drows = mem_alloc_floats(MEM_WORKSPACE, R * C, "moe drows");
+    float *dgate = mem_alloc_floats(MEM_WORKSPACE, (size_t)N * c->moe.topk, "moe dgate");
+    moe_unpermute_backward(&m->assign, &m->routing, m->out, dout, C, m->out /* reused */, dgate);
+    moe_experts_backward(c, routed_weights(w), (moe_expert_weights){{g->experts_fc1_w, NULL}, {g->experts_fc2_w, NULL}},
+                         (moe_expert_rows){tc_experts_local(c), m->assign.expert_begin}, m->rows,
+                         m->fc1, m->act, m->out, dact, dfc1, drows);
+    moe_permute_backward(&m->assign, drows, C, din);
+    moe_router_backward(c, w->router_w, in, &m->routing, dgate, m->assign.kept,
+                        ctx->moe_grad_scale, din, g->router_w);
+    mem_free_all(dact, dfc1, drows, dgate);
+    moe_saved_release(m);
+}

@@ -1,0 +1,69 @@
+/* The MoE layer (Megatron-core's moe/moe_layer.py MoELayer): in an MoE layer's MLP slot
+ * (--num-experts, --moe-layer-freq), router (router.h) -> dispatch (token_dispatcher.h) ->
+ * routed experts (experts.h) -> combine, plus the shared expert on every token
+ * (--moe-shared-expert-intermediate-size: an MLP of that width without biases, added after the
+ * routed experts' sum, as Megatron adds it).
+ *
+ * What a forward keeps for backward depends on the routing (how many rows each expert gets),
+ * so it is allocated by each forward (category activations) and freed by its backward, as
+ * Megatron's autograd holds it: moe_saved, one per layer_saved (a recompute slot's is shared by
+ * the layers that use the slot, like the slot's other buffers). */
+#ifndef MEGADLM_CORE_TRANSFORMER_MOE_MOE_LAYER_H
+#define MEGADLM_CORE_TRANSFORMER_MOE_MOE_LAYER_H
+
+#include "core/transformer/layer_types.h"
+#include "core/transformer/moe/router.h"
+#include "core/transformer/moe/token_dispatcher.h"
+
+/* The values Megatron's MoE tracker logs (moe_utils.save_to_aux_losses_tracker), in the order
+ * its log line shows them (the order the router first records them). */
+typedef enum {
+    MOE_LOG_Z_LOSS = 0,
+    MOE_LOG_CAPACITY_MEAN, /* MegaDLMs' topk_expert_capacity_utilization_ratio_* (aux_loss) */
+    MOE_LOG_CAPACITY_MIN,
+    MOE_LOG_CAPACITY_MAX,
+    MOE_LOG_CAPACITY_STD,
+    MOE_LOG_DROP_RATIO,    /* MegaDLMs' topk_token_drop_ratio (aux_loss with a capacity) */
+    MOE_LOG_LOAD_BALANCING,
+    MOE_LOG_COUNT
+} moe_log_value;
+
+/* The names the log line and TensorBoard use. */
+const char *moe_log_name(moe_log_value v);
+
+/* Per-layer sums over the micro-batches of an iteration (training forwards only); the training
+ * loop scales them by 1 / micro-batches, reduces them over the pipeline and logs their mean
+ * over all num_layers layers (a dense layer counts 0), as Megatron's track_moe_metrics. */
+typedef struct moe_tracker {
+    int num_layers;
+    double *values; /* [MOE_LOG_COUNT, num_layers] */
+    uint8_t recorded[MOE_LOG_COUNT];
+} moe_tracker;
+
+void moe_tracker_init(moe_tracker *t, int num_layers);
+void moe_tracker_free(moe_tracker *t);
+void moe_tracker_clear(moe_tracker *t);
+
+/* One layer's MoE forward state (see above). */
+typedef struct moe_saved {
+    int live;
+    moe_routing routing;
+    moe_assignment assign;
+    float *rows, *fc1, *act, *out;      /* [R, C], [R, FC1], [R, F], [R, C] */
+    float *shared_fc1, *shared_act;     /* [N, 2F_s or F_s], [N, F_s] */
+} moe_saved;
+
+/* Frees what a forward kept (nothing if none). */
+void moe_saved_release(moe_saved *m);
+
+/* out [N, C] = the MoE layer of in [N, C] (the pre-MLP norm's output; N = B x T). Records the
+ * losses in ctx->moe_tracker (training forwards). */
+void moe_layer_forward(const layer_ctx *ctx, int layer_index, const layer_weights *w,
+                       moe_saved *m, const float *in, float *out);
+/* din [N, C] = the gradient w.r.t. in (overwritten), given dout; adds the weights' gradients
+ * into g; the router's losses enter with ctx->moe_grad_scale. Releases m. */
+void moe_layer_backward(const layer_ctx *ctx, int layer_index, const layer_weights *w,
+                        const layer_weights *g, moe_saved *m, const float *in,
+                        const float *dout, float *din);
+
+#endif

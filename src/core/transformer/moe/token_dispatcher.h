@@ -1,0 +1,58 @@
+/* Token dispatch (Megatron-core's moe/token_dispatcher.py and the capacity part of
+ * moe_utils.topk_softmax_with_capacity): which (token, expert) assignments the experts compute,
+ * and the permutation of the tokens' rows into expert-major order and back.
+ *
+ * Capacity (--moe-expert-capacity-factor f): each expert takes at most
+ * ceil(N k / E x f) of a rank's N tokens (Megatron's get_capacity, on the tokens routed on this
+ * rank; capped at N: a capacity of N or more drops nothing, where Megatron's topk would fail).
+ * Which ones (--moe-token-drop-policy): `probs` keeps those of the largest routing
+ * probabilities, `position` the earliest in Megatron's token order (sequence position first,
+ * then the micro-batch's sequences: its [s, b] layout). With --moe-pad-expert-input-to-capacity
+ * every expert computes exactly its capacity, the free places filled with tokens not routed to
+ * it (gate 0: they add nothing and get no gradient; the lowest token indices, where Megatron's
+ * topk picks among equal zeros in its own order). Without a capacity every routed assignment
+ * is kept (dropless).
+ *
+ * The permutation (Megatron's permute / unpermute): expert e's rows are its kept tokens in token
+ * order, experts in order; unpermute adds each row times its gate back into its token's row,
+ * in that order. */
+#ifndef MEGADLM_CORE_TRANSFORMER_MOE_TOKEN_DISPATCHER_H
+#define MEGADLM_CORE_TRANSFORMER_MOE_TOKEN_DISPATCHER_H
+
+#include <stdint.h>
+
+#include "core/transformer/moe/router.h"
+#include "core/transformer/transformer_config.h"
+
+/* The assignments of one forward, expert-major. */
+typedef struct {
+    int R;                 /* rows */
+    int E;
+    int32_t *expert_begin; /* [E + 1] expert e's rows are [expert_begin[e], expert_begin[e + 1]) */
+    int32_t *token;        /* [R] the token of each row */
+    int32_t *slot;         /* [R] n k + j: the gate (routing.gate) it is weighed by; -1: padding */
+    uint8_t *kept;         /* [N, E] 1 where an assignment routed to e is kept (not padding) */
+    int capacity;          /* per expert, or -1 without one */
+    int64_t dropped;       /* routed assignments dropped */
+} moe_assignment;
+
+/* The capacity of each expert for N routed tokens (-1: none). */
+int moe_capacity(const transformer_config *c, int N);
+
+/* Builds a's rows from the routing (capacity, dropping, padding); allocates a's arrays. */
+void moe_assign(const transformer_config *c, const moe_routing *r, moe_assignment *a);
+void moe_assignment_free(moe_assignment *a);
+
+/* rows[R, C] = x[token of each row] */
+void moe_permute(const moe_assignment *a, const float *x, int C, float *rows);
+/* out[N, C] += gate x rows (each row into its token's, in row order); gates from r. */
+void moe_unpermute(const moe_assignment *a, const moe_routing *r, const float *rows, int C,
+                   float *out);
+/* Backward of moe_unpermute: drows[R, C] = gate x dout[token]; dgate[N, k] = <dout[token],
+ * rows> at each kept row's slot (zeroed first: dropped assignments get 0). drows may be rows. */
+void moe_unpermute_backward(const moe_assignment *a, const moe_routing *r, const float *rows,
+                            const float *dout, int C, float *drows, float *dgate);
+/* Backward of moe_permute: dx[token] += drows (row order). */
+void moe_permute_backward(const moe_assignment *a, const float *drows, int C, float *dx);
+
+#endif
