@@ -14,7 +14,8 @@ static parallel_state g = {.world_size = 1, .tp_size = 1, .pp_size = 1, .dp_size
                            .cp_size = 1, .dp_cp_size = 1,
                            .tp = MPI_COMM_NULL, .pp = MPI_COMM_NULL, .dp = MPI_COMM_NULL,
                            .cp = MPI_COMM_NULL, .dp_cp = MPI_COMM_NULL,
-                           .embedding = MPI_COMM_NULL};
+                           .embedding = MPI_COMM_NULL, .ep_size = 1, .edp_size = 1,
+                           .etp_size = 1, .ep = MPI_COMM_NULL, .edp = MPI_COMM_NULL};
 
 /* mpirun (Open MPI's ORTE/PMIx launcher) sets these; a plain start does not. */
 static int launched_by_mpirun(void) {
@@ -51,6 +52,8 @@ static MPI_Comm group_comm(parallel_group group, int *rank, int *size) {
     case PARALLEL_GROUP_DP: *rank = g.dp_rank, *size = g.dp_size; return g.dp;
     case PARALLEL_GROUP_PP: *rank = g.pp_rank, *size = g.pp_size; return g.pp;
     case PARALLEL_GROUP_CP: *rank = g.cp_rank, *size = g.cp_size; return g.cp;
+    case PARALLEL_GROUP_EP: *rank = g.ep_rank, *size = g.ep_size; return g.ep;
+    case PARALLEL_GROUP_EDP: *rank = g.edp_rank, *size = g.edp_size; return g.edp;
     default: *rank = g.dp_cp_rank, *size = g.dp_cp_size; return g.dp_cp;
     }
 }
@@ -108,6 +111,30 @@ int parallel_setup_groups(int tp_size, int pp_size, int cp_size, char *err, size
     MPI_Comm_split(MPI_COMM_WORLD,
                    ends ? (g.dp_rank * c + g.cp_rank) * t + g.tp_rank : MPI_UNDEFINED, g.pp_rank,
                    &g.embedding);
+    return 0;
+}
+
+int parallel_setup_expert_groups(int ep_size, int etp_size, char *err, size_t errlen) {
+    const int stage = g.world_size / g.pp_size; /* ranks of a pipeline stage */
+    if (ep_size < 1 || etp_size < 1 || stage % (ep_size * etp_size) != 0) {
+        snprintf(err, errlen,
+                 "the %d ranks of a pipeline stage are not divisible by the expert-model-parallel "
+                 "size %d x the expert-tensor-parallel size %d",
+                 stage, ep_size, etp_size);
+        return -1;
+    }
+    const int r = g.world_rank % stage;
+    g.etp_size = etp_size;
+    g.ep_size = ep_size;
+    g.edp_size = stage / (ep_size * etp_size);
+    g.ep_rank = (r / etp_size) % ep_size;
+    g.edp_rank = r / (etp_size * ep_size);
+    if (!g.mpi) return 0;
+    const int etp_rank = r % etp_size;
+    MPI_Comm_split(MPI_COMM_WORLD, (g.pp_rank * g.edp_size + g.edp_rank) * etp_size + etp_rank,
+                   g.ep_rank, &g.ep);
+    MPI_Comm_split(MPI_COMM_WORLD, (g.pp_rank * ep_size + g.ep_rank) * etp_size + etp_rank,
+                   g.edp_rank, &g.edp);
     return 0;
 }
 

@@ -27,6 +27,12 @@ typedef struct {
     MPI_Comm cp, dp_cp;  /* context-parallel group, and DP x CP (gradient reduction) */
     MPI_Comm embedding;  /* first and last pipeline stage of this (tp, dp) position, which both
                             hold the tied word embedding; MPI_COMM_NULL elsewhere or when pp = 1 */
+    /* Expert parallelism (MoE layers; parallel_setup_expert_groups): Megatron's second
+     * decomposition of each pipeline stage's ranks, "tp-ep-dp-pp" with the expert
+     * tensor-parallel size etp: rank within the stage = etp_rank + etp (ep_rank + ep edp_rank).
+     * The ep group exchanges tokens; the edp group (same experts) sums their gradients. */
+    int ep_rank, ep_size, edp_rank, edp_size, etp_size;
+    MPI_Comm ep, edp;    /* MPI_COMM_NULL when !mpi */
 } parallel_state;
 
 /* Initialises MPI if launched by mpirun. Call first thing in main. */
@@ -37,13 +43,17 @@ int parallel_world_size(void);
 /* Creates the TP/CP/DP/PP communicators. 0, or -1 with a message (world not divisible). */
 int parallel_setup_groups(int tp_size, int pp_size, int cp_size, char *err, size_t errlen);
 const parallel_state *parallel_get(void);
+/* After parallel_setup_groups: the expert-parallel groups for ep_size and the expert
+ * tensor-parallel size etp_size (Megatron's expert_tensor_parallel_size). 0, or -1 with a
+ * message (a stage's ranks not divisible by etp x ep). */
+int parallel_setup_expert_groups(int ep_size, int etp_size, char *err, size_t errlen);
 
 /* The groups whose sums code outside core/distributed/ and core/tensor_parallel/ needs (the
  * gradient norm's partial sums), so that it holds no communicator itself. Sums across TP go
  * through tensor_parallel/mappings.h, whose regions are counted and which the TP benchmark
  * interposes. */
 typedef enum { PARALLEL_GROUP_DP, PARALLEL_GROUP_PP, PARALLEL_GROUP_CP,
-               PARALLEL_GROUP_DP_CP } parallel_group;
+               PARALLEL_GROUP_DP_CP, PARALLEL_GROUP_EP, PARALLEL_GROUP_EDP } parallel_group;
 /* x summed over the ranks of this rank's group (x itself without MPI or in a group of one). */
 double parallel_sum_double(parallel_group group, double x);
 /* Collective over the world: 0 when rc is 0 on every rank, else -1 on every rank with err

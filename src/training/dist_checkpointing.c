@@ -182,6 +182,9 @@ static int tp_owner(const param_tensor *t, const parallel_state *ps) {
     return !t->pp_shared_copy && (t->tp_split != TP_SPLIT_NONE || ps->tp_rank == 0);
 }
 static int owns_replica(const param_tensor *t, const parallel_state *ps) {
+    /* a routed expert under expert parallelism: replica 0 of its expert-data-parallel group
+     * (each EP rank holds other experts) */
+    if (t->expert_parallel) return tp_owner(t, ps) && ps->edp_rank == 0;
     return tp_owner(t, ps) && ps->dp_rank == 0 && ps->cp_rank == 0;
 }
 

@@ -107,9 +107,57 @@ static double throughput_tflops(const megadlm_args *a, double per_iter_s) {
            (per_iter_s * 1e12 * a->world_size);
 }
 
+/* Megatron's track_moe_metrics, every iteration (collective over the pipeline): the per-layer
+ * sums of the micro-batches' router values, summed over the pipeline stages (each holds its
+ * layers), times 1 / micro-batches, their mean over all layers (dense ones count 0) added to
+ * the interval's totals and written to TensorBoard (--moe-per-layer-logging: each layer's
+ * too, as moe/<name>_layer_<i>); then cleared. */
+static void moe_metrics(trainer *tr, log_totals *t) {
+    moe_tracker *mt = tr->model->moe_tracker;
+    if (!mt) return;
+    const int L = mt->num_layers;
+    parallel_sum_doubles(PARALLEL_GROUP_PP, mt->values, (size_t)MOE_LOG_COUNT * L);
+    double seen[MOE_LOG_COUNT]; /* a stage without MoE layers records nothing */
+    for (int v = 0; v < MOE_LOG_COUNT; v++) seen[v] = mt->recorded[v];
+    parallel_sum_doubles(PARALLEL_GROUP_PP, seen, MOE_LOG_COUNT);
+    const double scale = 1.0 / tr->num_microbatches;
+    for (int v = 0; v < MOE_LOG_COUNT; v++) {
+        if (seen[v] == 0.0) continue;
+        const double *x = mt->values + (size_t)v * L;
+        double mean = 0.0;
+        for (int l = 0; l < L; l++) mean += x[l] * scale;
+        mean /= L;
+        t->moe[v] += mean;
+        t->moe_seen[v] = 1;
+        if (!tr->a->tensorboard_dir[0]) continue;
+        const char *name = moe_log_name((moe_log_value)v);
+        monitor_scalar(&tr->mon, name, mean, tr->iteration);
+        for (int l = 0; tr->a->moe_per_layer_logging && l < L; l++) {
+            char tag[128];
+            snprintf(tag, sizeof tag, "moe/%s_layer_%d", name, l);
+            monitor_scalar(&tr->mon, tag, x[l] * scale, tr->iteration);
+        }
+    }
+    moe_tracker_clear(mt);
+    memset(mt->recorded, 0, sizeof(mt->recorded));
+}
+
+/* The interval's MoE fields of the log line (Megatron: each total over the advanced
+ * iterations, shown when positive), then reset. */
+static void moe_fields(log_totals *t, int advanced, char *out, size_t len) {
+    size_t k = 0;
+    out[0] = '\0';
+    for (int v = 0; v < MOE_LOG_COUNT && k < len; v++) {
+        double avg = t->moe[v] / (advanced > 1 ? advanced : 1);
+        if (t->moe_seen[v] && avg > 0.0)
+            k += (size_t)snprintf(out + k, len - k, " %s: %.6E |", moe_log_name((moe_log_value)v), avg);
+        t->moe[v] = 0.0;
+    }
+}
+
 /* The log line of the interval that ends now. */
 static void log_line(trainer *tr, double elapsed_s, const log_counts *c, double loss_sum,
-                     double lr, float grad_norm, const log_extras *x) {
+                     double lr, float grad_norm, const log_extras *x, const char *moe) {
     megadlm_args *a = tr->a;
     double per_iter = elapsed_s / c->iters;
     double tflops = throughput_tflops(a, per_iter);
@@ -141,10 +189,10 @@ static void log_line(trainer *tr, double elapsed_s, const log_counts *c, double 
     if (localtime_r(&now, &tm_now)) strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm_now);
     print_rank_last(" [%s] iteration %8d/%8d | consumed samples: %12llu | elapsed time per iteration (ms): "
            "%.1f |%s learning rate: %.6E | global batch "
-           "size: %5d |%s loss scale: %.1f |%s%s%s number of skipped "
+           "size: %5d |%s%s loss scale: %.1f |%s%s%s number of skipped "
            "iterations: %3d | number of nan iterations: %3d |\n",
            when, tr->iteration, tr->train_iters, (unsigned long long)tr->consumed_train_samples,
-           per_iter * 1000.0, thr, lr, a->global_batch_size, loss,
+           per_iter * 1000.0, thr, lr, a->global_batch_size, loss, moe,
            tr->scaling ? (double)tr->scaler.scale : 1.0, norm, zeros, pnorm, c->skipped, c->nan);
     /* Megatron: with --log-timers-to-tensorboard, the iteration's time and the throughput */
     if (a->log_timers_to_tensorboard) {
@@ -473,6 +521,7 @@ void training_log(trainer *tr, log_totals *t, float loss, float norm, int steppe
         t->skipped++;
         t->nan += !isfinite(loss);
     }
+    moe_metrics(tr, t);
     if (a->log_memory && !t->memory_reported) {
         report_memory(tr);
         t->memory_reported = 1;
@@ -491,7 +540,9 @@ void training_log(trainer *tr, log_totals *t, float loss, float norm, int steppe
     if (log_now) {
         log_counts c = {.iters = t->iters, .advanced = t->advanced, .skipped = t->skipped,
                         .nan = t->nan};
-        log_line(tr, now_seconds() - t->t_log, &c, t->loss, next_lr, norm, &extras);
+        char moe[512];
+        moe_fields(t, t->advanced, moe, sizeof moe);
+        log_line(tr, now_seconds() - t->t_log, &c, t->loss, next_lr, norm, &extras, moe);
         rerun_report(&tr->rerun, tr->iteration);
         t->t_log = now_seconds();
         t->loss = 0.0;

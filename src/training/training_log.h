@@ -2,6 +2,7 @@
 #ifndef MEGADLM_TRAINING_TRAINING_LOG_H
 #define MEGADLM_TRAINING_TRAINING_LOG_H
 
+#include "core/transformer/moe/moe_layer.h"
 #include "training/trainer.h"
 
 /* Megatron's print_rank_last: the training log is printed on the last rank; the others stay
@@ -18,6 +19,11 @@ typedef struct {
     double loss;        /* sum of the advanced iterations' losses */
     int iters, advanced, skipped, nan; /* iterations; advanced, skipped, not finite */
     int memory_reported; /* --log-memory: reported after the first iteration */
+    /* MoE (Megatron's track_moe_metrics): each iteration's mean over the layers of the routers'
+     * values, summed over the interval; seen: recorded at least once (a key of Megatron's
+     * total_loss_dict, whose line shows them in the order they first appeared) */
+    double moe[MOE_LOG_COUNT];
+    unsigned char moe_seen[MOE_LOG_COUNT];
 } log_totals;
 
 /* Megatron's training_log, after iteration tr->iteration (counted): accumulates the loss,

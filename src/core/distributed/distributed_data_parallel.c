@@ -164,6 +164,35 @@ void ddp_set_last_microbatch(ddp *d, int last) {
     d->armed = last && d->cfg.overlap_grad_reduce && d->total_dp > 1;
 }
 
+/* 1 if bucket bk holds a routed expert's gradient under expert parallelism. */
+static int bucket_has_experts(const ddp *d, const ddp_bucket *bk) {
+    for (int i = 0; i < d->ps->count; i++) {
+        const param_tensor *t = &d->ps->tensors[i];
+        if (t->expert_parallel && t->offset >= bk->begin && t->offset < bk->end) return 1;
+    }
+    return 0;
+}
+
+/* Expert parallelism (Megatron keeps the experts in buffers of their own): a bucket holding
+ * experts' gradients is summed run by run of whole tensors, blocking, the experts' runs over the
+ * expert-data-parallel group (the ranks with the same experts), the others over DP. */
+static void reduce_bucket_by_runs(ddp *d, const ddp_bucket *bk) {
+    size_t run = bk->begin;
+    int experts = -1;
+    for (int i = 0; i <= d->ps->count; i++) {
+        const param_tensor *t = i < d->ps->count ? &d->ps->tensors[i] : NULL;
+        if (t && (t->offset < bk->begin || t->offset >= bk->end)) continue;
+        int kind = t ? t->expert_parallel : -1;
+        if (experts >= 0 && kind != experts) {
+            size_t at = t ? t->offset : bk->end;
+            MPI_Allreduce(MPI_IN_PLACE, d->ps->grad + run, (int)(at - run), MPI_FLOAT, MPI_SUM,
+                          experts ? parallel_get()->edp : d->comm);
+            run = at;
+        }
+        experts = kind;
+    }
+}
+
 /* Scales bucket b by 1/DP and starts (overlap) or runs its reduction (within the instance). */
 static void start_bucket(ddp *d, int b, int nonblocking) {
     ddp_bucket *bk = &d->buckets[b];
@@ -172,6 +201,11 @@ static void start_bucket(ddp *d, int b, int nonblocking) {
     const float inv = 1.0f / (float)d->total_dp;
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) g[i] *= inv;
+    if (bucket_has_experts(d, bk)) { /* never with the distributed optimizer (args_validate) */
+        reduce_bucket_by_runs(d, bk);
+        bk->started = 1;
+        return;
+    }
     if (d->cfg.use_distributed_optimizer) {
         if (nonblocking)
             MPI_Ireduce_scatter(MPI_IN_PLACE, g, bk->counts, MPI_FLOAT, MPI_SUM, d->comm,

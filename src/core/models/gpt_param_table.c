@@ -232,6 +232,7 @@ static void take(gpt_param_table *s, int *cap, const param_tensor *w, gpt_param_
     }
     p->tp_split = tp > 1 ? pl.split : TP_SPLIT_NONE;
     p->tp_duplicate = tp > 1 && pl.split == TP_SPLIT_NONE;
+    p->expert_parallel = pl.expert >= 0 && tc_ep(c) > 1;
     p->tp_allreduce_grad =
         tp > 1 && (pl.grad == GPT_GRAD_PARTIAL || (pl.grad == GPT_GRAD_PARTIAL_WITH_SP && tc_sp(c)));
     p->offset = s->params.numel;

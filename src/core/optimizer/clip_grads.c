@@ -36,11 +36,28 @@ double optimizer_grad_sumsq_at(const param_set *ps, const float *g, size_t begin
     return total;
 }
 
+/* Expert parallelism: the sum of squares of the routed experts' gradients (each EP rank holds
+ * other experts), summed over the EP group; 0 without experts. */
+static double experts_sumsq(const param_set *ps) {
+    double s = 0.0;
+    int any = 0;
+    for (int i = 0; i < ps->count; i++)
+        if (ps->tensors[i].expert_parallel) {
+            s += sumsq(ps->grad + ps->tensors[i].offset, ps->tensors[i].numel);
+            any = 1;
+        }
+    return any ? parallel_sum_double(PARALLEL_GROUP_EP, s) : 0.0;
+}
+
 float optimizer_grad_norm(const param_set *ps) {
     /* Model parallel: each rank sums its own tensors and slices (optimizer_grad_sumsq counts
      * TP duplicates and the shared embedding copy once); the sums are added over the TP and PP
-     * groups. */
-    double local = tp_all_reduce_sum_double(optimizer_grad_sumsq(ps, 0, ps->numel));
+     * groups. The experts under expert parallelism: their own sum over the EP group. */
+    double all = optimizer_grad_sumsq(ps, 0, ps->numel), experts = 0.0;
+    for (int i = 0; i < ps->count; i++)
+        if (ps->tensors[i].expert_parallel)
+            experts += sumsq(ps->grad + ps->tensors[i].offset, ps->tensors[i].numel);
+    double local = tp_all_reduce_sum_double(all - experts + experts_sumsq(ps));
     return (float)sqrt(parallel_sum_double(PARALLEL_GROUP_PP, local));
 }
 

@@ -36,6 +36,10 @@ typedef struct {
                               same tensor: the copy keeps this mark): the one tensor the
                               distributed optimizer gives a bucket of its own with PP (ddp.c);
                               found by this mark, never by its name */
+    int expert_parallel;   /* a routed expert's weight under expert parallelism: the EP ranks
+                              hold different experts at the same offsets, so its gradient is
+                              summed over the expert-data-parallel group, and its square over
+                              the EP group in norms */
     uint64_t init_stream;  /* random stream of the init: the tensor's index in the whole model,
                               so every layout initialises it with the same values */
 } param_tensor;

@@ -210,7 +210,9 @@ void transformer_block_backward(transformer_block *blk, block_activations *a,
              * rewrites the chunk's output with the same bits). */
             if (a->kept_shard[b]) tp_all_gather(a->hidden[b], a->kept_shard[b], shard_floats(blk));
             widen_input(blk, a, b);
-            for (int j = b; j <= l; j++) layer_forward(blk, a, &v, ctx, j);
+            layer_ctx again = *ctx;
+            again.moe_tracker = NULL; /* the routers' losses were recorded once, in forward */
+            for (int j = b; j <= l; j++) layer_forward(blk, a, &v, &again, j);
         }
         for (int j = l; j >= b; j--) {
             /* (a chunk's input again: a chunk of an even number of layers recomputes its output

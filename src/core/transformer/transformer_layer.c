@@ -200,14 +200,28 @@ void transformer_layer_forward(const layer_ctx *ctx, int layer_index, const laye
     half_round_f32(tc_half(c), s->res1, NC);
 
     norm_forward(c, s->ln2, s->ln2_mean, s->ln2_rstd, s->res1, w->ln2_w, w->ln2_b, Ns);
-    if (tc_moe_layer(c, layer_index))
+    if (tc_moe_layer(c, layer_index)) {
         moe_layer_forward(ctx, layer_index, w, s->moe, s->ln2, ws->branch);
-    else
+        /* --moe-layer-recompute: keep nothing (the norm output is kept); backward re-runs it */
+        if (c->moe.layer_recompute) moe_saved_release(s->moe);
+    } else
         mlp_forward(ctx, w, s, ws, s->ln2, ws->branch);
     cp_residual_dropout_forward(rows, out, s->res1, ws->branch, p,
                                 site_key(ctx, layer_index, DROPOUT_SITE_MLP_OUT));
     half_round_f32(tc_half(c), out, NC);
     layer_saved_pack(s, c, ctx->B, ctx->T); /* --bf16/--fp16: b16 tensors to storage */
+}
+
+/* --moe-layer-recompute: the MoE layer's forward again from its kept input (Megatron's
+ * tensor_parallel.checkpoint of MoELayer.forward), the routers' losses not recorded twice. */
+static void moe_recompute(const layer_ctx *ctx, int layer_index, const layer_weights *w,
+                          const layer_saved *s, int Ns) {
+    layer_ctx again = *ctx;
+    again.moe_tracker = NULL;
+    float *out = mem_alloc_floats(MEM_WORKSPACE, (size_t)Ns * ctx->cfg->hidden_size,
+                                  "moe recomputed output");
+    moe_layer_forward(&again, layer_index, w, s->moe, s->ln2, out);
+    mem_free(out);
 }
 
 void transformer_layer_backward(const layer_ctx *ctx, int layer_index, const layer_weights *w,
@@ -225,9 +239,10 @@ void transformer_layer_backward(const layer_ctx *ctx, int layer_index, const lay
     memset(ws->branch, 0, NC * sizeof(float));
     cp_residual_dropout_backward(rows, NULL, ws->branch, dres, p,
                                  site_key(ctx, layer_index, DROPOUT_SITE_MLP_OUT));
-    if (tc_moe_layer(c, layer_index))
+    if (tc_moe_layer(c, layer_index)) {
+        if (c->moe.layer_recompute) moe_recompute(ctx, layer_index, w, s, Ns);
         moe_layer_backward(ctx, layer_index, w, g, s->moe, s->ln2, ws->branch, ws->dln);
-    else
+    } else
         mlp_backward(ctx, w, g, s, ws, s->ln2, ws->branch, ws->dln);
     norm_backward(c, dres, g->ln2_w, g->ln2_b, ws->dln, s->res1, w->ln2_w, s->ln2_mean,
                   s->ln2_rstd, Ns);

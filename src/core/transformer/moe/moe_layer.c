@@ -76,8 +76,136 @@ void moe_saved_release(moe_saved *m) {
     if (!m || !m->live) return;
     moe_routing_free(&m->routing);
     moe_assignment_free(&m->assign);
+    if (m->a2a.ep) moe_a2a_plan_free(&m->a2a);
+    if (m->ag.ep) moe_ag_plan_free(&m->ag);
     mem_free_all(m->rows, m->fc1, m->act, m->out, m->shared_fc1, m->shared_act);
     memset(m, 0, sizeof(*m));
+}
+
+/* How this layer's tokens reach the experts. */
+typedef enum { DISPATCH_LOCAL, DISPATCH_ALLTOALL, DISPATCH_ALLGATHER } dispatch_kind;
+static dispatch_kind dispatch_of(const transformer_config *c) {
+    if (tc_ep(c) == 1) return DISPATCH_LOCAL;
+    return c->moe.dispatcher == MOE_DISPATCHER_ALLTOALL ? DISPATCH_ALLTOALL : DISPATCH_ALLGATHER;
+}
+
+static float *rows_alloc(size_t rows, size_t width, mem_category cat, const char *what) {
+    return mem_alloc_floats(cat, (rows ? rows : 1) * width, what);
+}
+
+/* The experts' rows (m->rows, m->R_exp, m->exp_begin) from this rank's tokens x [N, C]. */
+static void dispatch_forward(const transformer_config *c, moe_saved *m, const float *x, int N) {
+    const int C = c->hidden_size;
+    switch (dispatch_of(c)) {
+    case DISPATCH_LOCAL:
+        m->R_exp = m->assign.R;
+        m->exp_begin = m->assign.expert_begin;
+        m->rows = rows_alloc((size_t)m->R_exp, C, MEM_ACTIVATIONS, "moe permuted input");
+        moe_permute(&m->assign, x, C, m->rows);
+        return;
+    case DISPATCH_ALLTOALL: {
+        float *send = rows_alloc((size_t)m->assign.R, C, MEM_WORKSPACE, "moe all-to-all send");
+        moe_permute(&m->assign, x, C, send);
+        moe_a2a_plan_make(c, &m->assign, &m->a2a);
+        m->R_exp = m->a2a.R_recv;
+        m->exp_begin = m->a2a.local_begin;
+        m->rows = rows_alloc((size_t)m->R_exp, C, MEM_ACTIVATIONS, "moe permuted input");
+        moe_a2a_dispatch(&m->a2a, send, m->rows, C);
+        mem_free(send);
+        return;
+    }
+    case DISPATCH_ALLGATHER: {
+        moe_ag_plan_make(c, &m->routing, &m->ag);
+        float *all = rows_alloc((size_t)m->ag.ep * N, C, MEM_WORKSPACE, "moe all-gathered tokens");
+        moe_ag_gather(&m->ag, x, all, C);
+        m->R_exp = m->ag.local.R;
+        m->exp_begin = m->ag.local.expert_begin;
+        m->rows = rows_alloc((size_t)m->R_exp, C, MEM_ACTIVATIONS, "moe permuted input");
+        moe_permute(&m->ag.local, all, C, m->rows);
+        mem_free(all);
+        return;
+    }
+    }
+}
+
+/* out [N, C] = the gate-weighted sum of each token's expert outputs y [R_exp, C]; keeps in
+ * m->out the outputs the gates weigh. */
+static void combine_forward(const transformer_config *c, moe_saved *m, float *y, float *out,
+                            int N) {
+    const int C = c->hidden_size;
+    memset(out, 0, (size_t)N * C * sizeof(float));
+    switch (dispatch_of(c)) {
+    case DISPATCH_LOCAL:
+        m->out = y;
+        moe_unpermute(&m->assign, m->routing.gate, y, C, out);
+        return;
+    case DISPATCH_ALLTOALL:
+        m->out = rows_alloc((size_t)m->assign.R, C, MEM_ACTIVATIONS, "moe expert output");
+        moe_a2a_combine(&m->a2a, y, m->out, C);
+        mem_free(y);
+        moe_unpermute(&m->assign, m->routing.gate, m->out, C, out);
+        return;
+    case DISPATCH_ALLGATHER: {
+        m->out = y;
+        float *part = rows_alloc((size_t)m->ag.ep * N, C, MEM_WORKSPACE, "moe partial outputs");
+        moe_unpermute(&m->ag.local, m->ag.gate, y, C, part);
+        moe_ag_reduce_scatter(&m->ag, part, out, C);
+        mem_free(part);
+        return;
+    }
+    }
+}
+
+/* Backward of combine_forward: dy [R_exp, C] (allocated here) and dgate [N, k]. */
+static float *combine_backward(const transformer_config *c, moe_saved *m, const float *dout,
+                               float *dgate, int N) {
+    const int C = c->hidden_size, k = c->moe.topk;
+    float *dy = rows_alloc((size_t)m->R_exp, C, MEM_WORKSPACE, "moe dy");
+    switch (dispatch_of(c)) {
+    case DISPATCH_LOCAL:
+        moe_unpermute_backward(&m->assign, m->routing.gate, N, k, m->out, dout, C, dy, dgate);
+        break;
+    case DISPATCH_ALLTOALL:
+        moe_unpermute_backward(&m->assign, m->routing.gate, N, k, m->out, dout, C, m->out, dgate);
+        moe_a2a_dispatch(&m->a2a, m->out, dy, C);
+        break;
+    case DISPATCH_ALLGATHER: {
+        const int NA = m->ag.ep * N;
+        float *all = rows_alloc((size_t)NA, C, MEM_WORKSPACE, "moe all-gathered dout");
+        float *dgate_all = rows_alloc((size_t)NA, k, MEM_WORKSPACE, "moe gathered dgate");
+        moe_ag_gather(&m->ag, dout, all, C);
+        moe_unpermute_backward(&m->ag.local, m->ag.gate, NA, k, m->out, all, C, dy, dgate_all);
+        moe_ag_reduce_scatter_gates(&m->ag, dgate_all, dgate);
+        mem_free_all(all, dgate_all);
+        break;
+    }
+    }
+    return dy;
+}
+
+/* Backward of dispatch_forward: din [N, C] += the gradient w.r.t. x from drows [R_exp, C]. */
+static void dispatch_backward(const transformer_config *c, moe_saved *m, const float *drows,
+                              float *din, int N) {
+    const int C = c->hidden_size;
+    switch (dispatch_of(c)) {
+    case DISPATCH_LOCAL:
+        moe_permute_backward(&m->assign, drows, C, din);
+        return;
+    case DISPATCH_ALLTOALL: {
+        float *back = rows_alloc((size_t)m->assign.R, C, MEM_WORKSPACE, "moe dinput rows");
+        moe_a2a_combine(&m->a2a, drows, back, C);
+        moe_permute_backward(&m->assign, back, C, din);
+        mem_free(back);
+        return;
+    }
+    case DISPATCH_ALLGATHER: {
+        float *part = rows_alloc((size_t)m->ag.ep * N, C, MEM_WORKSPACE, "moe partial dinput");
+        moe_permute_backward(&m->ag.local, drows, C, part);
+        moe_ag_reduce_scatter(&m->ag, part, din, C);
+        mem_free(part);
+        return;
+    }
+    }
 }
 
 static moe_expert_weights routed_weights(const layer_weights *w) {
@@ -112,7 +240,7 @@ static void shared_forward(const layer_ctx *ctx, const layer_weights *w, moe_sav
 void moe_layer_forward(const layer_ctx *ctx, int layer_index, const layer_weights *w,
                        moe_saved *m, const float *in, float *out) {
     const transformer_config *c = ctx->cfg;
-    const int N = ctx->B * ctx->T, C = c->hidden_size;
+    const int N = ctx->B * ctx->T;
     moe_saved_release(m);
     m->live = 1;
     dropout_key key = ctx->key;
@@ -122,16 +250,14 @@ void moe_layer_forward(const layer_ctx *ctx, int layer_index, const layer_weight
     moe_assign(c, &m->routing, &m->assign);
     if (ctx->training && c->moe.load_balancing == MOE_LB_SEQ_AUX_LOSS)
         moe_router_seq_aux_loss(c, &m->routing, m->assign.kept);
-    const size_t R = (size_t)m->assign.R ? (size_t)m->assign.R : 1;
-    m->rows = mem_alloc_floats(MEM_ACTIVATIONS, R * C, "moe permuted input");
-    m->fc1 = mem_alloc_floats(MEM_ACTIVATIONS, R * tc_expert_fc1_width(c), "moe expert fc1 output");
-    m->act = mem_alloc_floats(MEM_ACTIVATIONS, R * c->moe.ffn_hidden_size, "moe expert activation");
-    m->out = mem_alloc_floats(MEM_ACTIVATIONS, R * C, "moe expert output");
-    moe_permute(&m->assign, in, C, m->rows);
-    moe_experts_forward(c, routed_weights(w), (moe_expert_rows){tc_experts_local(c), m->assign.expert_begin},
-                        m->rows, m->fc1, m->act, m->out);
-    memset(out, 0, (size_t)N * C * sizeof(float));
-    moe_unpermute(&m->assign, &m->routing, m->out, C, out);
+    dispatch_forward(c, m, in, N);
+    const size_t R = (size_t)m->R_exp;
+    m->fc1 = rows_alloc(R, tc_expert_fc1_width(c), MEM_ACTIVATIONS, "moe expert fc1 output");
+    m->act = rows_alloc(R, c->moe.ffn_hidden_size, MEM_ACTIVATIONS, "moe expert activation");
+    float *y = rows_alloc(R, c->hidden_size, MEM_ACTIVATIONS, "moe expert output");
+    moe_experts_forward(c, routed_weights(w), (moe_expert_rows){tc_experts_local(c), m->exp_begin},
+                        m->rows, m->fc1, m->act, y);
+    combine_forward(c, m, y, out, N);
     if (c->moe.shared_expert_size > 0) shared_forward(ctx, w, m, in, out, N);
     if (!ctx->training) return;
     const moe_routing *r = &m->routing;
@@ -145,14 +271,13 @@ void moe_layer_backward(const layer_ctx *ctx, int layer_index, const layer_weigh
                         const float *dout, float *din) {
     const transformer_config *c = ctx->cfg;
     const int N = ctx->B * ctx->T, C = c->hidden_size;
-    const size_t R = (size_t)m->assign.R ? (size_t)m->assign.R : 1;
-    (void)layer_index;
     if (!m->live) die(1, "internal error: MoE layer %d backward without its forward", layer_index);
+    const size_t R = (size_t)m->R_exp;
     size_t wide = (size_t)tc_expert_fc1_width(c) > (size_t)tc_shared_fc1_width(c)
                       ? (size_t)tc_expert_fc1_width(c) : (size_t)tc_shared_fc1_width(c);
     size_t rows_max = R > (size_t)N ? R : (size_t)N;
-    float *dact = mem_alloc_floats(MEM_WORKSPACE, rows_max * wide, "moe dact");
-    float *dfc1 = mem_alloc_floats(MEM_WORKSPACE, rows_max * wide, "moe dfc1");
+    float *dact = rows_alloc(rows_max, wide, MEM_WORKSPACE, "moe dact");
+    float *dfc1 = rows_alloc(rows_max, wide, MEM_WORKSPACE, "moe dfc1");
     if (c->moe.shared_expert_size > 0) {
         const transformer_config sc = shared_config(c);
         const int32_t begin[2] = {0, N};
@@ -162,15 +287,16 @@ void moe_layer_backward(const layer_ctx *ctx, int layer_index, const layer_weigh
                              m->shared_act, dout, dact, dfc1, din);
     } else
         memset(din, 0, (size_t)N * C * sizeof(float));
-    float *drows = mem_alloc_floats(MEM_WORKSPACE, R * C, "moe drows");
-    float *dgate = mem_alloc_floats(MEM_WORKSPACE, (size_t)N * c->moe.topk, "moe dgate");
-    moe_unpermute_backward(&m->assign, &m->routing, m->out, dout, C, m->out /* reused */, dgate);
-    moe_experts_backward(c, routed_weights(w), (moe_expert_weights){{g->experts_fc1_w, NULL}, {g->experts_fc2_w, NULL}},
-                         (moe_expert_rows){tc_experts_local(c), m->assign.expert_begin}, m->rows,
-                         m->fc1, m->act, m->out, dact, dfc1, drows);
-    moe_permute_backward(&m->assign, drows, C, din);
+    float *dgate = rows_alloc((size_t)N, c->moe.topk, MEM_WORKSPACE, "moe dgate");
+    float *dy = combine_backward(c, m, dout, dgate, N);
+    float *drows = rows_alloc(R, C, MEM_WORKSPACE, "moe drows");
+    moe_expert_weights gw = {{g->experts_fc1_w, NULL}, {g->experts_fc2_w, NULL}};
+    moe_experts_backward(c, routed_weights(w), gw,
+                         (moe_expert_rows){tc_experts_local(c), m->exp_begin}, m->rows, m->fc1,
+                         m->act, dy, dact, dfc1, drows);
+    dispatch_backward(c, m, drows, din, N);
     moe_router_backward(c, w->router_w, in, &m->routing, dgate, m->assign.kept,
                         ctx->moe_grad_scale, din, g->router_w);
-    mem_free_all(dact, dfc1, drows, dgate);
+    mem_free_all(dact, dfc1, drows, dgate, dy);
     moe_saved_release(m);
 }

@@ -48,9 +48,15 @@ void moe_tracker_clear(moe_tracker *t);
 typedef struct moe_saved {
     int live;
     moe_routing routing;
-    moe_assignment assign;
-    float *rows, *fc1, *act, *out;      /* [R, C], [R, FC1], [R, F], [R, C] */
-    float *shared_fc1, *shared_act;     /* [N, 2F_s or F_s], [N, F_s] */
+    moe_assignment assign;  /* this rank's tokens over every expert */
+    moe_a2a_plan a2a;       /* expert parallelism, alltoall */
+    moe_ag_plan ag;         /* expert parallelism, allgather */
+    int R_exp;              /* the rows this rank's experts compute */
+    const int32_t *exp_begin; /* [E_local + 1] their experts' rows */
+    float *rows, *fc1, *act; /* the experts' input [R_exp, C], fc1 output, activation */
+    float *out;             /* the expert outputs the gates weigh: [R, C] (this rank's rows,
+                               returned by the all-to-all) or [R_exp, C] (allgather, local) */
+    float *shared_fc1, *shared_act; /* [N, 2F_s or F_s], [N, F_s] */
 } moe_saved;
 
 /* Frees what a forward kept (nothing if none). */

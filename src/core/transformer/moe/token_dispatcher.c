@@ -4,7 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/parallel_state.h"
 #include "core/tensor/memory.h"
+#include "core/util/alloc.h"
 #include "core/util/die.h"
 
 int moe_capacity(const transformer_config *c, int N) {
@@ -111,21 +113,22 @@ void moe_permute(const moe_assignment *a, const float *x, int C, float *rows) {
         memcpy(rows + (size_t)i * C, x + (size_t)a->token[i] * C, (size_t)C * sizeof(float));
 }
 
-void moe_unpermute(const moe_assignment *a, const moe_routing *r, const float *rows, int C,
+void moe_unpermute(const moe_assignment *a, const float *gate, const float *rows, int C,
                    float *out) {
     /* serial over rows: a token's contributions are added in row (expert) order */
     for (int i = 0; i < a->R; i++) {
         if (a->slot[i] < 0) continue; /* padding: gate 0 */
-        const float g = r->gate[a->slot[i]];
+        const float g = gate[a->slot[i]];
         const float *y = rows + (size_t)i * C;
         float *o = out + (size_t)a->token[i] * C;
         for (int j = 0; j < C; j++) o[j] += g * y[j];
     }
 }
 
-void moe_unpermute_backward(const moe_assignment *a, const moe_routing *r, const float *rows,
-                            const float *dout, int C, float *drows, float *dgate) {
-    memset(dgate, 0, (size_t)r->N * r->k * sizeof(float));
+void moe_unpermute_backward(const moe_assignment *a, const float *gate, int N, int k,
+                            const float *rows, const float *dout, int C, float *drows,
+                            float *dgate) {
+    memset(dgate, 0, (size_t)N * k * sizeof(float));
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < a->R; i++) {
         float *dr = drows + (size_t)i * C;
@@ -133,7 +136,7 @@ void moe_unpermute_backward(const moe_assignment *a, const moe_routing *r, const
             memset(dr, 0, (size_t)C * sizeof(float));
             continue;
         }
-        const float g = r->gate[a->slot[i]];
+        const float g = gate[a->slot[i]];
         const float *d = dout + (size_t)a->token[i] * C, *y = rows + (size_t)i * C;
         double dot = 0.0; /* first: drows may be rows (in place) */
         for (int j = 0; j < C; j++) dot += (double)d[j] * y[j];
@@ -148,4 +151,151 @@ void moe_permute_backward(const moe_assignment *a, const float *drows, int C, fl
         float *o = dx + (size_t)a->token[i] * C;
         for (int j = 0; j < C; j++) o[j] += d[j];
     }
+}
+
+/* ---- expert parallelism ---- */
+
+/* One row of C floats as an MPI type, so that counts are rows (they fit an int). */
+static MPI_Datatype row_type(int C) {
+    MPI_Datatype t;
+    MPI_Type_contiguous(C, MPI_FLOAT, &t);
+    MPI_Type_commit(&t);
+    return t;
+}
+
+void moe_a2a_plan_make(const transformer_config *c, const moe_assignment *a, moe_a2a_plan *p) {
+    const int ep = tc_ep(c), el = tc_experts_local(c);
+    memset(p, 0, sizeof(*p));
+    p->ep = ep;
+    p->el = el;
+    int *counts = xcalloc((size_t)ep * 4, sizeof(int), "moe all-to-all counts");
+    p->send_counts = counts;
+    p->send_displs = counts + ep;
+    p->recv_counts = counts + 2 * ep;
+    p->recv_displs = counts + 3 * ep;
+    int32_t *mine = xcalloc((size_t)ep * el, sizeof(int32_t), "moe all-to-all counts");
+    p->from = xcalloc((size_t)ep * el, sizeof(int32_t), "moe all-to-all counts");
+    p->local_begin = xcalloc((size_t)el + 1, sizeof(int32_t), "moe local rows");
+    for (int r = 0; r < ep; r++) {
+        for (int e = 0; e < el; e++)
+            mine[r * el + e] = a->expert_begin[r * el + e + 1] - a->expert_begin[r * el + e];
+        p->send_counts[r] = a->expert_begin[(r + 1) * el] - a->expert_begin[r * el];
+        p->send_displs[r] = a->expert_begin[r * el];
+    }
+    MPI_Alltoall(mine, el, MPI_INT32_T, p->from, el, MPI_INT32_T, parallel_get()->ep);
+    int at = 0;
+    for (int s = 0; s < ep; s++) {
+        p->recv_counts[s] = 0;
+        for (int e = 0; e < el; e++) p->recv_counts[s] += p->from[s * el + e];
+        p->recv_displs[s] = at;
+        at += p->recv_counts[s];
+    }
+    p->R_recv = at;
+    for (int e = 0; e < el; e++) {
+        p->local_begin[e + 1] = p->local_begin[e];
+        for (int s = 0; s < ep; s++) p->local_begin[e + 1] += p->from[s * el + e];
+    }
+    free(mine);
+}
+
+void moe_a2a_plan_free(moe_a2a_plan *p) {
+    free(p->send_counts);
+    free(p->from);
+    free(p->local_begin);
+    memset(p, 0, sizeof(*p));
+}
+
+/* Moves rows between source-major [s][e] (as received) and local-expert-major [e][s] order;
+ * to_expert_major: the first into the second. */
+static void regroup(const moe_a2a_plan *p, const float *in, float *out, int C, int to_expert_major) {
+    int32_t *src_at = xcalloc((size_t)p->ep * p->el, sizeof(int32_t), "moe regroup");
+    for (int s = 0, at = 0; s < p->ep; s++)
+        for (int e = 0; e < p->el; e++) {
+            src_at[s * p->el + e] = at;
+            at += p->from[s * p->el + e];
+        }
+    for (int e = 0, at = 0; e < p->el; e++)
+        for (int s = 0; s < p->ep; s++) {
+            const size_t n = (size_t)p->from[s * p->el + e] * C;
+            const size_t sa = (size_t)src_at[s * p->el + e] * C, ea = (size_t)at * C;
+            if (to_expert_major)
+                memcpy(out + ea, in + sa, n * sizeof(float));
+            else
+                memcpy(out + sa, in + ea, n * sizeof(float));
+            at += p->from[s * p->el + e];
+        }
+    free(src_at);
+}
+
+void moe_a2a_dispatch(const moe_a2a_plan *p, const float *send, float *recv, int C) {
+    float *tmp = mem_alloc_floats(MEM_WORKSPACE, (size_t)(p->R_recv ? p->R_recv : 1) * C,
+                                  "moe all-to-all receive");
+    MPI_Datatype row = row_type(C);
+    MPI_Alltoallv(send, p->send_counts, p->send_displs, row, tmp, p->recv_counts, p->recv_displs,
+                  row, parallel_get()->ep);
+    MPI_Type_free(&row);
+    regroup(p, tmp, recv, C, 1);
+    mem_free(tmp);
+}
+
+void moe_a2a_combine(const moe_a2a_plan *p, const float *recv, float *send, int C) {
+    float *tmp = mem_alloc_floats(MEM_WORKSPACE, (size_t)(p->R_recv ? p->R_recv : 1) * C,
+                                  "moe all-to-all send back");
+    regroup(p, recv, tmp, C, 0);
+    MPI_Datatype row = row_type(C);
+    MPI_Alltoallv(tmp, p->recv_counts, p->recv_displs, row, send, p->send_counts, p->send_displs,
+                  row, parallel_get()->ep);
+    MPI_Type_free(&row);
+    mem_free(tmp);
+}
+
+void moe_ag_plan_make(const transformer_config *c, const moe_routing *r, moe_ag_plan *p) {
+    const int ep = tc_ep(c), k = r->k, N = r->N, E = r->E;
+    memset(p, 0, sizeof(*p));
+    p->ep = ep;
+    p->N = N;
+    p->k = k;
+    p->gate = mem_alloc_floats(MEM_ACTIVATIONS, (size_t)ep * N * k, "moe gathered gates");
+    p->idx = mem_alloc(MEM_ACTIVATIONS, (size_t)ep * N * k * sizeof(int32_t), "moe gathered choices");
+    MPI_Comm comm = parallel_get()->ep;
+    MPI_Allgather(r->gate, N * k, MPI_FLOAT, p->gate, N * k, MPI_FLOAT, comm);
+    MPI_Allgather(r->idx, N * k, MPI_INT32_T, p->idx, N * k, MPI_INT32_T, comm);
+    /* the gathered tokens as one routing: every routed assignment kept (no capacity) */
+    moe_routing all = {.N = ep * N, .B = ep * r->B, .T = r->T, .E = E, .k = k, .idx = p->idx,
+                       .gate = p->gate};
+    all.tokens_per_expert = xcalloc((size_t)E, sizeof(int32_t), "moe gathered counts");
+    for (size_t i = 0; i < (size_t)ep * N * k; i++) all.tokens_per_expert[p->idx[i]]++;
+    moe_assign(c, &all, &p->full);
+    free(all.tokens_per_expert);
+    const int first = tc_expert_first(c), el = tc_experts_local(c);
+    const int32_t off = p->full.expert_begin[first];
+    p->local = (moe_assignment){.R = p->full.expert_begin[first + el] - off, .E = el,
+                                .token = p->full.token + off, .slot = p->full.slot + off,
+                                .capacity = -1};
+    p->local.expert_begin = xcalloc((size_t)el + 1, sizeof(int32_t), "moe local rows");
+    for (int e = 0; e <= el; e++) p->local.expert_begin[e] = p->full.expert_begin[first + e] - off;
+}
+
+void moe_ag_plan_free(moe_ag_plan *p) {
+    moe_assignment_free(&p->full);
+    free(p->local.expert_begin);
+    mem_free_all(p->gate, p->idx);
+    memset(p, 0, sizeof(*p));
+}
+
+void moe_ag_gather(const moe_ag_plan *p, const float *x, float *all, int C) {
+    MPI_Datatype row = row_type(C);
+    MPI_Allgather(x, p->N, row, all, p->N, row, parallel_get()->ep);
+    MPI_Type_free(&row);
+}
+
+void moe_ag_reduce_scatter(const moe_ag_plan *p, const float *part, float *out, int C) {
+    float *mine = mem_alloc_floats(MEM_WORKSPACE, (size_t)p->N * C, "moe reduce-scatter");
+    MPI_Reduce_scatter_block(part, mine, p->N * C, MPI_FLOAT, MPI_SUM, parallel_get()->ep);
+    for (size_t i = 0; i < (size_t)p->N * C; i++) out[i] += mine[i];
+    mem_free(mine);
+}
+
+void moe_ag_reduce_scatter_gates(const moe_ag_plan *p, const float *part, float *dgate) {
+    MPI_Reduce_scatter_block(part, dgate, p->N * p->k, MPI_FLOAT, MPI_SUM, parallel_get()->ep);
 }

@@ -45,14 +45,60 @@ void moe_assignment_free(moe_assignment *a);
 
 /* rows[R, C] = x[token of each row] */
 void moe_permute(const moe_assignment *a, const float *x, int C, float *rows);
-/* out[N, C] += gate x rows (each row into its token's, in row order); gates from r. */
-void moe_unpermute(const moe_assignment *a, const moe_routing *r, const float *rows, int C,
+/* out[N, C] += gate x rows (each row into its token's, in row order); gate [N, k] the routing's
+ * (a row's slot indexes it). */
+void moe_unpermute(const moe_assignment *a, const float *gate, const float *rows, int C,
                    float *out);
 /* Backward of moe_unpermute: drows[R, C] = gate x dout[token]; dgate[N, k] = <dout[token],
  * rows> at each kept row's slot (zeroed first: dropped assignments get 0). drows may be rows. */
-void moe_unpermute_backward(const moe_assignment *a, const moe_routing *r, const float *rows,
-                            const float *dout, int C, float *drows, float *dgate);
+void moe_unpermute_backward(const moe_assignment *a, const float *gate, int N, int k,
+                            const float *rows, const float *dout, int C, float *drows,
+                            float *dgate);
 /* Backward of moe_permute: dx[token] += drows (row order). */
 void moe_permute_backward(const moe_assignment *a, const float *drows, int C, float *dx);
 
 #endif
+
+/* ---- expert parallelism (this rank's experts: tc_experts_local from tc_expert_first) ---- */
+
+/* --moe-token-dispatcher-type alltoall (Megatron's MoEAlltoAllTokenDispatcher): a rank's
+ * permuted rows go to the EP ranks holding their experts (its expert-major order is already
+ * destination order), arrive grouped by source, and are regrouped by local expert (Megatron's
+ * sort_chunks_by_idxs); the experts' outputs take the way back, and the gates are applied at
+ * the source (moe_unpermute). */
+typedef struct {
+    int ep, el, R_recv;
+    int *send_counts, *send_displs, *recv_counts, *recv_displs; /* [ep] in rows */
+    int32_t *from;        /* [ep x el] rows source s sends for local expert e: from[s el + e] */
+    int32_t *local_begin; /* [el + 1] local expert e's rows among the received, regrouped */
+} moe_a2a_plan;
+
+/* Exchanges the rows' counts per expert (collective over the EP group). */
+void moe_a2a_plan_make(const transformer_config *c, const moe_assignment *a, moe_a2a_plan *p);
+void moe_a2a_plan_free(moe_a2a_plan *p);
+/* send [a->R, C] (this rank's rows, expert-major) -> recv [R_recv, C] (local-expert-major). */
+void moe_a2a_dispatch(const moe_a2a_plan *p, const float *send, float *recv, int C);
+/* The way back: recv [R_recv, C] (local-expert-major) -> send [a->R, C]. */
+void moe_a2a_combine(const moe_a2a_plan *p, const float *recv, float *send, int C);
+
+/* --moe-token-dispatcher-type allgather (Megatron's MoEAllGatherTokenDispatcher): every EP
+ * rank's tokens and routing are all-gathered; each rank's experts compute their rows of all of
+ * them and weigh them by their gates; a reduce-scatter sums each token's experts back to its
+ * rank. No capacity (Megatron's rule: capacity needs alltoall). */
+typedef struct {
+    int ep, N, k;        /* N: one rank's tokens */
+    float *gate;         /* [ep N, k] gathered gates */
+    int32_t *idx;        /* [ep N, k] gathered choices */
+    moe_assignment full; /* over the gathered tokens, every expert */
+    moe_assignment local; /* this rank's experts' rows of `full` (rebased views, not owned) */
+} moe_ag_plan;
+
+/* Gathers r's choices and gates (collective over the EP group) and assigns the rows. */
+void moe_ag_plan_make(const transformer_config *c, const moe_routing *r, moe_ag_plan *p);
+void moe_ag_plan_free(moe_ag_plan *p);
+/* all[ep N, C] = every EP rank's x [N, C]. */
+void moe_ag_gather(const moe_ag_plan *p, const float *x, float *all, int C);
+/* out[N, C] += this rank's share of the sum over EP ranks of part [ep N, C]. */
+void moe_ag_reduce_scatter(const moe_ag_plan *p, const float *part, float *out, int C);
+/* The same for gate gradients: dgate[N, k] = the sum of part [ep N, k]'s share. */
+void moe_ag_reduce_scatter_gates(const moe_ag_plan *p, const float *part, float *dgate);
