@@ -124,8 +124,8 @@ int args_fsdp_shards_grads(const megadlm_args *a);
 void args_fp32(megadlm_args *a);
 /* a's layout made one process holding every tensor whole, as a checkpoint's files hold them
  * (a saved run's model rebuilt to count, load, convert or sample it): no tensor, pipeline
- * (virtual too) or context parallelism, no sequence parallelism, TP overlap or distributed
- * saved activations. */
+ * (virtual too), context or expert parallelism, no sequence parallelism, TP overlap or
+ * distributed saved activations. */
 void args_one_process(megadlm_args *a);
 
 /* The fields a checkpoint fixes (arguments.def's MODEL entries, NULL-terminated): resuming
@@ -136,6 +136,16 @@ extern const char *const args_model_flags[];
  * paths (malloc'ed: free them), weights, *count, *weighted; errors name `flag`. */
 int args_parse_blend(const char *flag, const char *spec, char **paths, double *weights,
                      int *count, int *weighted, char *err, size_t errlen);
+
+/* --moe-layer-freq as Megatron's moe_freq_type reads it, without evaluating anything: an
+ * integer N > 0 (*freq = N: layer i, from 0, is an MoE layer when i % N == 0; pattern
+ * untouched), or a Python list expression of 0 and 1 (list literals, parentheses, + joining
+ * lists, * repeating one by an integer: "([1]*3+[0]*1)*3") that must give exactly num_layers
+ * entries (*freq = 0, pattern[0 .. num_layers) filled with them). pattern holds
+ * MOE_MAX_PATTERN_LAYERS entries (core/transformer/transformer_config.h). 0, or -1 with a
+ * message naming the flag in err. */
+int args_moe_layer_pattern(const char *s, int num_layers, int *freq, uint8_t *pattern,
+                           char *err, size_t errlen);
 
 /* Pieces per sequence shard in sequence parallelism's row plan (--tp-comm-overlap-num-splits):
  * the given number; unset, ARGS_DEFAULT_SP_PIECES under --tp-comm-overlap and 0 (one GEMM over

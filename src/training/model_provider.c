@@ -5,6 +5,49 @@
 #include "core/parallel_state.h"
 #include "training/difflm.h"
 
+/* The mixture-of-experts fields (arguments.def's moe group, validated by args_validate_moe):
+ * Megatron's None (0, or a negative float) is moe_config's "none" of each field. A dense model
+ * (no --num-experts) leaves moe_config all zero. */
+static void moe_config_from_args(const megadlm_args *a, moe_config *m) {
+    if (a->num_experts <= 0) return;
+    m->num_experts = a->num_experts;
+    m->ffn_hidden_size = a->moe_ffn_hidden_size;
+    m->shared_expert_size = a->moe_shared_expert_intermediate_size; /* 0: none */
+    m->topk = a->moe_router_topk;
+    m->pre_softmax = a->moe_router_pre_softmax;
+    m->topk_scaling_factor = a->moe_router_topk_scaling_factor; /* <= 0: none */
+    m->topk_limited_devices = a->moe_router_topk_limited_devices; /* 0: none */
+    switch (ARGS_CHOICE(a, moe_router_load_balancing_type)) {
+    case ARGS_MOE_LB_SEQ_AUX_LOSS: m->load_balancing = MOE_LB_SEQ_AUX_LOSS; break;
+    case ARGS_MOE_LB_SINKHORN: m->load_balancing = MOE_LB_SINKHORN; break;
+    case ARGS_MOE_LB_NONE: m->load_balancing = MOE_LB_NONE; break;
+    default: m->load_balancing = MOE_LB_AUX_LOSS; /* the expert-choice ones: refused */
+    }
+    m->aux_loss_coeff = a->moe_aux_loss_coeff;
+    m->z_loss_coeff = a->moe_z_loss_coeff;         /* < 0: none */
+    m->input_jitter_eps = a->moe_input_jitter_eps; /* <= 0: none */
+    m->dispatcher = ARGS_CHOICE(a, moe_token_dispatcher_type) == ARGS_MOE_DISPATCHER_ALLTOALL
+                        ? MOE_DISPATCHER_ALLTOALL
+                        : MOE_DISPATCHER_ALLGATHER; /* alltoall_seq: refused */
+    m->capacity_factor = a->moe_expert_capacity_factor; /* < 0: none (dropless) */
+    m->pad_to_capacity = a->moe_pad_expert_input_to_capacity;
+    m->drop_policy = ARGS_CHOICE(a, moe_token_drop_policy) == ARGS_MOE_DROP_POSITION
+                         ? MOE_DROP_POSITION
+                         : MOE_DROP_PROBS;
+    m->grouped_gemm = a->moe_grouped_gemm;
+    m->shared_expert_overlap = a->moe_shared_expert_overlap;
+    m->layer_recompute = a->moe_layer_recompute;
+    /* validation parsed the pattern already: it cannot fail here (if it did, no MoE layer) */
+    char err[512];
+    if (args_moe_layer_pattern(a->moe_layer_freq, a->num_layers, &m->layer_freq, m->pattern, err,
+                               sizeof err) != 0) {
+        m->layer_freq = 0;
+        memset(m->pattern, 0, sizeof m->pattern);
+    }
+    m->ep_size = a->expert_model_parallel_size;
+    m->ep_rank = 0; /* this rank's place in the expert-parallel group: set at run time */
+}
+
 transformer_config model_config_from_args(const megadlm_args *a) {
     transformer_config c;
     memset(&c, 0, sizeof(c));
@@ -53,6 +96,7 @@ transformer_config model_config_from_args(const megadlm_args *a) {
     c.pp_size = a->pipeline_model_parallel_size;
     c.pp_rank = c.pp_size > 1 ? parallel_get()->pp_rank : 0;
     c.vp_size = a->virtual_pipeline_model_parallel_size; /* 0: no interleaving */
+    moe_config_from_args(a, &c.moe);
     return c;
 }
 
