@@ -346,7 +346,10 @@ int train_main(int argc, char **argv) {
          ckpt_check_checkpoint_args_fit(&a, err, sizeof err) != 0) ||
         parallel_setup_groups(a.tensor_model_parallel_size, a.pipeline_model_parallel_size,
                               a.context_parallel_size, err,
-                              sizeof(err)) != 0) {
+                              sizeof(err)) != 0 ||
+        (a.num_experts > 0 &&
+         parallel_setup_expert_groups(a.expert_model_parallel_size,
+                                      a.expert_tensor_parallel_size, err, sizeof err) != 0)) {
         if (parallel_world_size() > 1)
             fprintf(stderr, "[rank %d] error: %s\n", parallel_world_rank(), err);
         else

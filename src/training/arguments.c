@@ -1304,16 +1304,13 @@ static int validate_moe_rules(const megadlm_args *a, char *err, size_t errlen) {
  * something else). When the model takes one, lift its entry here (and its line in docs/MOE.md
  * and docs/FLAGS.md.in). */
 static int validate_moe_not_yet(const megadlm_args *a, char *err, size_t errlen) {
-    char tp[64], cp[64], pp[64], etp[64], lb[96], disp[96], rg[96];
+    char tp[64], cp[64], etp[64], lb[96], disp[96];
     snprintf(tp, sizeof tp, "--tensor-model-parallel-size %d", a->tensor_model_parallel_size);
     snprintf(cp, sizeof cp, "--context-parallel-size %d", a->context_parallel_size);
-    snprintf(pp, sizeof pp, "--pipeline-model-parallel-size %d", a->pipeline_model_parallel_size);
     snprintf(etp, sizeof etp, "--expert-tensor-parallel-size %d", a->expert_tensor_parallel_size);
     snprintf(lb, sizeof lb, "--moe-router-load-balancing-type %s",
              a->moe_router_load_balancing_type);
     snprintf(disp, sizeof disp, "--moe-token-dispatcher-type %s", a->moe_token_dispatcher_type);
-    snprintf(rg, sizeof rg, "--recompute-granularity %s%s", a->recompute_granularity,
-             !strcmp(a->recompute_granularity, "selective") ? " (or --recompute-activations)" : "");
     args_choice lbc = ARGS_CHOICE(a, moe_router_load_balancing_type);
     const struct {
         int bad;
@@ -1321,7 +1318,6 @@ static int validate_moe_not_yet(const megadlm_args *a, char *err, size_t errlen)
     } NOT_YET[] = {
         {a->tensor_model_parallel_size > 1, tp},
         {a->context_parallel_size > 1, cp},
-        {a->pipeline_model_parallel_size > 1, pp},
         {a->use_torch_fsdp2, "--use-torch-fsdp2"},
         {a->use_megatron_fsdp, "--use-megatron-fsdp"},
         {a->use_custom_fsdp, "--use-custom-fsdp"},
@@ -1335,8 +1331,8 @@ static int validate_moe_not_yet(const megadlm_args *a, char *err, size_t errlen)
         {lbc == ARGS_MOE_LB_SOFTMAX_EXPERT_CHOICE || lbc == ARGS_MOE_LB_SINKHORN_EXPERT_CHOICE, lb},
         {ARGS_CHOICE(a, moe_token_dispatcher_type) == ARGS_MOE_DISPATCHER_ALLTOALL_SEQ, disp},
         {a->moe_shared_expert_overlap, "--moe-shared-expert-overlap"},
-        {a->moe_layer_recompute, "--moe-layer-recompute"},
-        {a->recompute_granularity[0] != 0, rg},
+        {a->expert_model_parallel_size > 1 && a->use_distributed_optimizer,
+         "--use-distributed-optimizer with --expert-model-parallel-size > 1"},
     };
     for (size_t i = 0; i < sizeof NOT_YET / sizeof NOT_YET[0]; i++)
         if (NOT_YET[i].bad)

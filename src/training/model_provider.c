@@ -45,7 +45,8 @@ static void moe_config_from_args(const megadlm_args *a, moe_config *m) {
         memset(m->pattern, 0, sizeof m->pattern);
     }
     m->ep_size = a->expert_model_parallel_size;
-    m->ep_rank = 0; /* this rank's place in the expert-parallel group: set at run time */
+    /* this rank's place in the expert-parallel group (parallel_setup_expert_groups) */
+    m->ep_rank = m->ep_size > 1 ? parallel_get()->ep_rank : 0;
 }
 
 transformer_config model_config_from_args(const megadlm_args *a) {
