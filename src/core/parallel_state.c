@@ -15,7 +15,8 @@ static parallel_state g = {.world_size = 1, .tp_size = 1, .pp_size = 1, .dp_size
                            .tp = MPI_COMM_NULL, .pp = MPI_COMM_NULL, .dp = MPI_COMM_NULL,
                            .cp = MPI_COMM_NULL, .dp_cp = MPI_COMM_NULL,
                            .embedding = MPI_COMM_NULL, .ep_size = 1, .edp_size = 1,
-                           .etp_size = 1, .ep = MPI_COMM_NULL, .edp = MPI_COMM_NULL};
+                           .etp_size = 1, .ep = MPI_COMM_NULL, .edp = MPI_COMM_NULL,
+                           .tp_ep = MPI_COMM_NULL};
 
 /* mpirun (Open MPI's ORTE/PMIx launcher) sets these; a plain start does not. */
 static int launched_by_mpirun(void) {
@@ -135,6 +136,8 @@ int parallel_setup_expert_groups(int ep_size, int etp_size, char *err, size_t er
                    g.ep_rank, &g.ep);
     MPI_Comm_split(MPI_COMM_WORLD, (g.pp_rank * ep_size + g.ep_rank) * etp_size + etp_rank,
                    g.edp_rank, &g.edp);
+    MPI_Comm_split(MPI_COMM_WORLD, g.pp_rank * g.edp_size + g.edp_rank,
+                   etp_rank + etp_size * g.ep_rank, &g.tp_ep);
     return 0;
 }
 

@@ -33,6 +33,8 @@ typedef struct {
      * The ep group exchanges tokens; the edp group (same experts) sums their gradients. */
     int ep_rank, ep_size, edp_rank, edp_size, etp_size;
     MPI_Comm ep, edp;    /* MPI_COMM_NULL when !mpi */
+    MPI_Comm tp_ep;      /* the expert tensor- and expert-parallel ranks of this stage and edp
+                            rank, rank etp_rank + etp ep_rank (the allgather dispatcher's group) */
 } parallel_state;
 
 /* Initialises MPI if launched by mpirun. Call first thing in main. */

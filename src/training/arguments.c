@@ -1304,8 +1304,7 @@ static int validate_moe_rules(const megadlm_args *a, char *err, size_t errlen) {
  * something else). When the model takes one, lift its entry here (and its line in docs/MOE.md
  * and docs/FLAGS.md.in). */
 static int validate_moe_not_yet(const megadlm_args *a, char *err, size_t errlen) {
-    char tp[64], cp[64], etp[64], lb[96], disp[96];
-    snprintf(tp, sizeof tp, "--tensor-model-parallel-size %d", a->tensor_model_parallel_size);
+    char cp[64], etp[64], lb[96], disp[96];
     snprintf(cp, sizeof cp, "--context-parallel-size %d", a->context_parallel_size);
     snprintf(etp, sizeof etp, "--expert-tensor-parallel-size %d", a->expert_tensor_parallel_size);
     snprintf(lb, sizeof lb, "--moe-router-load-balancing-type %s",
@@ -1316,14 +1315,14 @@ static int validate_moe_not_yet(const megadlm_args *a, char *err, size_t errlen)
         int bad;
         const char *what;
     } NOT_YET[] = {
-        {a->tensor_model_parallel_size > 1, tp},
+        {a->tensor_model_parallel_size > 1 && a->tp_comm_overlap, "--tp-comm-overlap"},
         {a->context_parallel_size > 1, cp},
         {a->use_torch_fsdp2, "--use-torch-fsdp2"},
         {a->use_megatron_fsdp, "--use-megatron-fsdp"},
         {a->use_custom_fsdp, "--use-custom-fsdp"},
         {a->fp16, "--fp16"},
         {a->moe_router_topk_limited_devices > 0, "--moe-router-topk-limited-devices"},
-        {a->expert_tensor_parallel_size != 1, etp},
+        {a->expert_tensor_parallel_size != a->tensor_model_parallel_size, etp},
         {a->moe_extended_tp, "--moe-extended-tp"},
         {a->moe_use_upcycling, "--moe-use-upcycling"},
         {a->moe_use_legacy_grouped_gemm, "--moe-use-legacy-grouped-gemm"},
@@ -1338,6 +1337,20 @@ static int validate_moe_not_yet(const megadlm_args *a, char *err, size_t errlen)
         if (NOT_YET[i].bad)
             return fail(err, errlen, "%s: not supported yet with --num-experts (docs/MOE.md)",
                         NOT_YET[i].what);
+    /* Megatron's MoELayer: "During training, performance may degrade if MoE and tensor
+     * parallelism are enabled without also enabling sequence parallelism" (a ValueError) */
+    if (a->tensor_model_parallel_size > 1 && !a->sequence_parallel)
+        return fail(err, errlen, "--num-experts with --tensor-model-parallel-size %d needs "
+                    "--sequence-parallel (Megatron's MoE layer refuses tensor parallelism without "
+                    "it)", a->tensor_model_parallel_size);
+    /* Megatron's sequence_load_balancing_loss_func: "Do not support sequence aux loss in
+     * sequence partition case" */
+    if (a->tensor_model_parallel_size > 1 &&
+        ARGS_CHOICE(a, moe_router_load_balancing_type) == ARGS_MOE_LB_SEQ_AUX_LOSS)
+        return fail(err, errlen, "--moe-router-load-balancing-type seq_aux_loss with "
+                    "--tensor-model-parallel-size %d: the per-sequence loss needs whole "
+                    "sequences on a rank (Megatron: \"Do not support sequence aux loss in sequence "
+                    "partition case\")", a->tensor_model_parallel_size);
     if (a->add_bias_linear)
         return fail(err, errlen, "--num-experts without --disable-bias-linear: not supported "
                     "yet (MoE layers have no biases: add --disable-bias-linear; docs/MOE.md)");

@@ -39,6 +39,15 @@ for disp in allgather alltoall; do
 done
 run ep2dp2 4 --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall
 check ref ep2dp2
+# tensor parallelism (with sequence parallelism, as Megatron requires): each expert split as
+# the dense MLP, the tokens gathered over TP (allgather: over TP x EP)
+tp=(--tensor-model-parallel-size 2 --sequence-parallel --make-vocab-size-divisible-by 64)
+for disp in allgather alltoall; do
+  run "tp2_$disp" 2 "${tp[@]}" --moe-token-dispatcher-type "$disp"
+  check ref "tp2_$disp"
+  run "tp2ep2_$disp" 4 "${tp[@]}" --expert-model-parallel-size 2 --moe-token-dispatcher-type "$disp"
+  check ref "tp2ep2_$disp"
+done
 run pp2ep2 4 --pipeline-model-parallel-size 2 --expert-model-parallel-size 2 \
     --moe-token-dispatcher-type alltoall --overlap-grad-reduce
 check ref pp2ep2
@@ -75,6 +84,9 @@ check ref_cap_pad ep4_cap_pad
 run ref_shared 1 --moe-shared-expert-intermediate-size 16 --moe-layer-freq 2
 run ep2_shared 2 --expert-model-parallel-size 2 --moe-shared-expert-intermediate-size 16 --moe-layer-freq 2
 check ref_shared ep2_shared
+run tp2ep2_shared 4 "${tp[@]}" --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall \
+    --moe-shared-expert-intermediate-size 16 --moe-layer-freq 2
+check ref_shared tp2ep2_shared
 # a masked-diffusion MoE model learns the bundled corpus (bytes of the first 3000 verses)
 head -n 3000 "$SRC/data/kjv.jsonl" > kjv.jsonl
 "$MEGADLM" preprocess --input kjv.jsonl --output-prefix kjv --tokenizer-type ByteLevel \

@@ -49,6 +49,7 @@ static transformer_config config_of(const opts *o) {
     c.ffn_hidden_size = o->F;
     c.swiglu = o->swiglu;
     c.gelu = GELU_TANH;
+    c.ffn_hidden_size = o->F;
     c.moe.num_experts = o->E;
     c.moe.ffn_hidden_size = o->F;
     c.moe.shared_expert_size = o->shared;
@@ -122,7 +123,8 @@ int main(int argc, char **argv) {
                      .key = {.seed = 99, .iteration = 3, .microbatch = 1},
                      .moe_tracker = &tracker, .moe_grad_scale = o.gscale};
     moe_saved m = {0};
-    moe_layer_forward(&ctx, 0, &w, &m, x, out);
+    layer_workspace ws = {0}; /* one process: the shared expert needs none of its buffers */
+    moe_layer_forward(&ctx, 0, &w, &ws, &m, x, out);
     const moe_routing *r = &m.routing;
     put(dir, "x", x, N * C * 4);
     put(dir, "router", router, E * C * 4);
@@ -140,7 +142,7 @@ int main(int argc, char **argv) {
     for (int v = 0; v < MOE_LOG_COUNT; v++) tracked[v] = tracker.recorded[v] ? tracker.values[v] : -1.0;
     int R = m.assign.R;
     long long dropped = (long long)m.assign.dropped;
-    moe_layer_backward(&ctx, 0, &w, &g, &m, x, dout, din);
+    moe_layer_backward(&ctx, 0, &w, &g, &ws, &m, x, dout, din);
     put(dir, "din", din, N * C * 4);
     put(dir, "drouter", g.router_w, E * C * 4);
     put(dir, "dfc1", g.experts_fc1_w, E * FC1 * C * 4);

@@ -2186,7 +2186,8 @@ static void test_moe_not_supported_yet(void) {
     static const struct {
         const char *extra, *flag;
     } NOT_YET[] = {
-        {"--tensor-model-parallel-size 2", "--tensor-model-parallel-size 2"},
+        {"--tensor-model-parallel-size 2 --sequence-parallel --tp-comm-overlap",
+         "--tp-comm-overlap"},
         {"--context-parallel-size 2", "--context-parallel-size 2"},
         {"--use-torch-fsdp2 --untie-embeddings-and-output-weights "
          "--no-gradient-accumulation-fusion", "--use-torch-fsdp2"},
@@ -2195,6 +2196,8 @@ static void test_moe_not_supported_yet(void) {
         {"--fp16", "--fp16"},
         {"--moe-router-topk-limited-devices 1", "--moe-router-topk-limited-devices"},
         {"--expert-tensor-parallel-size 2", "--expert-tensor-parallel-size 2"},
+        {"--tensor-model-parallel-size 2 --sequence-parallel --expert-tensor-parallel-size 1",
+         "--expert-tensor-parallel-size 1"},
         {"--moe-extended-tp", "--moe-extended-tp"},
         {"--moe-use-upcycling --save /tmp/megadlm-moe-save", "--moe-use-upcycling"},
         {"--moe-use-legacy-grouped-gemm", "--moe-use-legacy-grouped-gemm"},
@@ -2226,6 +2229,13 @@ static void test_moe_not_supported_yet(void) {
         }
         args_free(&a);
     }
+    /* Megatron's MoE layer: tensor parallelism only with sequence parallelism; no per-sequence
+     * loss over a sequence split across ranks */
+    EXPECT_ERR(MOE " --tensor-model-parallel-size 2", "--tensor-model-parallel-size 2 needs "
+               "--sequence-parallel", NULL, NULL);
+    EXPECT_ERR(MOE " --tensor-model-parallel-size 2 --sequence-parallel "
+               "--moe-router-load-balancing-type seq_aux_loss", "seq_aux_loss with "
+               "--tensor-model-parallel-size 2", NULL, NULL);
     /* biases */
     EXPECT_ERR(BASE " --num-experts 4", "--num-experts without --disable-bias-linear",
                "MoE layers have no biases: add --disable-bias-linear", NULL);

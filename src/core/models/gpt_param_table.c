@@ -113,10 +113,12 @@ static void describe_moe_mlp(builder *b, const transformer_config *c, int l, flo
                    "linear_fc1", tc_expert_fc1_width(c), C, std},
                   {offsetof(layer_weights, experts_fc2_w), offsetof(layer_weights, experts_fc2_w16),
                    "linear_fc2", C, c->moe.ffn_hidden_size, out_std}};
+    /* each expert split over TP as the dense MLP (the expert tensor-parallel size is TP) */
+    const int splits[2] = {c->swiglu ? TP_SPLIT_ROWS_SWIGLU : TP_SPLIT_ROWS, TP_SPLIT_COLS};
     for (int k = 0; k < 2; k++)
         for (int e = 0; e < E; e++) {
             gpt_param_place pl = {.part = GPT_PARAM_LAYER, .layer = l, .field = kinds[k].field,
-                                  .split = TP_SPLIT_NONE, .gemm = 1,
+                                  .split = splits[k], .gemm = 1,
                                   .field16 = kinds[k].field16, .expert = e};
             snprintf(n, sizeof(n), "decoder.layers.%d.mlp.experts.local_experts.%d.%s.weight", l,
                      e, kinds[k].suffix);

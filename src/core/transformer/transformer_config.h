@@ -214,7 +214,18 @@ static inline int tc_experts_local(const transformer_config *c) { return c->moe.
 static inline int tc_expert_first(const transformer_config *c) {
     return tc_ep_rank(c) * tc_experts_local(c);
 }
-/* FC1 width of a routed expert (2F with SwiGLU), and of the shared expert. */
+/* A routed expert's F on this rank: its share under tensor parallelism (the expert
+ * tensor-parallel size is the TP size), and its FC1 width; the shared expert's likewise. */
+static inline int tc_expert_ffn_local(const transformer_config *c) {
+    return c->moe.ffn_hidden_size / tc_tp(c);
+}
+static inline int tc_expert_fc1_width_local(const transformer_config *c) {
+    return (c->swiglu ? 2 : 1) * tc_expert_ffn_local(c);
+}
+static inline int tc_shared_fc1_width_local(const transformer_config *c) {
+    return (c->swiglu ? 2 : 1) * (c->moe.shared_expert_size / tc_tp(c));
+}
+/* FC1 width of a routed expert (2F with SwiGLU), and of the shared expert (whole). */
 static inline int tc_expert_fc1_width(const transformer_config *c) {
     return c->swiglu ? 2 * c->moe.ffn_hidden_size : c->moe.ffn_hidden_size;
 }

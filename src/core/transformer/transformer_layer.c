@@ -201,7 +201,7 @@ void transformer_layer_forward(const layer_ctx *ctx, int layer_index, const laye
 
     norm_forward(c, s->ln2, s->ln2_mean, s->ln2_rstd, s->res1, w->ln2_w, w->ln2_b, Ns);
     if (tc_moe_layer(c, layer_index)) {
-        moe_layer_forward(ctx, layer_index, w, s->moe, s->ln2, ws->branch);
+        moe_layer_forward(ctx, layer_index, w, ws, s->moe, s->ln2, ws->branch);
         /* --moe-layer-recompute: keep nothing (the norm output is kept); backward re-runs it */
         if (c->moe.layer_recompute) moe_saved_release(s->moe);
     } else
@@ -215,12 +215,12 @@ void transformer_layer_forward(const layer_ctx *ctx, int layer_index, const laye
 /* --moe-layer-recompute: the MoE layer's forward again from its kept input (Megatron's
  * tensor_parallel.checkpoint of MoELayer.forward), the routers' losses not recorded twice. */
 static void moe_recompute(const layer_ctx *ctx, int layer_index, const layer_weights *w,
-                          const layer_saved *s, int Ns) {
+                          layer_workspace *ws, const layer_saved *s, int Ns) {
     layer_ctx again = *ctx;
     again.moe_tracker = NULL;
     float *out = mem_alloc_floats(MEM_WORKSPACE, (size_t)Ns * ctx->cfg->hidden_size,
                                   "moe recomputed output");
-    moe_layer_forward(&again, layer_index, w, s->moe, s->ln2, out);
+    moe_layer_forward(&again, layer_index, w, ws, s->moe, s->ln2, out);
     mem_free(out);
 }
 
@@ -240,8 +240,8 @@ void transformer_layer_backward(const layer_ctx *ctx, int layer_index, const lay
     cp_residual_dropout_backward(rows, NULL, ws->branch, dres, p,
                                  site_key(ctx, layer_index, DROPOUT_SITE_MLP_OUT));
     if (tc_moe_layer(c, layer_index)) {
-        if (c->moe.layer_recompute) moe_recompute(ctx, layer_index, w, s, Ns);
-        moe_layer_backward(ctx, layer_index, w, g, s->moe, s->ln2, ws->branch, ws->dln);
+        if (c->moe.layer_recompute) moe_recompute(ctx, layer_index, w, ws, s, Ns);
+        moe_layer_backward(ctx, layer_index, w, g, ws, s->moe, s->ln2, ws->branch, ws->dln);
     } else
         mlp_backward(ctx, w, g, s, ws, s->ln2, ws->branch, ws->dln);
     norm_backward(c, dres, g->ln2_w, g->ln2_b, ws->dln, s->res1, w->ln2_w, s->ln2_mean,

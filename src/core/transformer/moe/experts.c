@@ -14,7 +14,7 @@ static linear_weight expert_slice(linear_weight w, int e, size_t rows, size_t co
 
 static void expert_forward(const transformer_config *c, moe_expert_weights w, int e, int r0,
                            int n, const float *rows, float *fc1, float *act, float *out) {
-    const int C = c->hidden_size, F = c->moe.ffn_hidden_size, FC1 = tc_expert_fc1_width(c);
+    const int C = c->hidden_size, F = tc_expert_ffn_local(c), FC1 = tc_expert_fc1_width_local(c);
     if (n == 0) return;
     float *h = fc1 + (size_t)r0 * FC1, *a = act + (size_t)r0 * F;
     linear_forward(h, rows + (size_t)r0 * C, expert_slice(w.fc1, e, FC1, C), NULL, n, C, FC1);
@@ -30,7 +30,7 @@ static void expert_backward(const transformer_config *c, moe_expert_weights w,
                             moe_expert_weights dw, int e, int r0, int n, const float *rows,
                             const float *fc1, const float *act, const float *dout, float *dact,
                             float *dfc1, float *drows) {
-    const int C = c->hidden_size, F = c->moe.ffn_hidden_size, FC1 = tc_expert_fc1_width(c);
+    const int C = c->hidden_size, F = tc_expert_ffn_local(c), FC1 = tc_expert_fc1_width_local(c);
     if (n == 0) return;
     float *da = dact + (size_t)r0 * F, *dh = dfc1 + (size_t)r0 * FC1;
     float *dr = drows + (size_t)r0 * C;

@@ -3,7 +3,9 @@
  * [FC1, C] (with SwiGLU its gate rows then its up rows), the activation, linear_fc2 [C, F], run
  * on its rows of the expert-major permuted input (token_dispatcher.h). The weights of the local
  * experts are contiguous, expert after expert: fc1 [E_local, FC1, C] and fc2 [E_local, C, F]
- * (their checkpoint names are per expert: gpt_param_table.c). Under --bf16 / --fp16 they are
+ * (their checkpoint names are per expert: gpt_param_table.c); under tensor parallelism each
+ * rank holds its share of every local expert, split as the dense MLP (F / TP), and its fc2
+ * output is a partial sum the dispatcher reduces (token_dispatcher.h). Under --bf16 / --fp16 they are
  * the model's 16-bit GEMM weights and linear_fc1's output is rounded to 16 bits, as the dense
  * MLP's (mlp.c).
  *

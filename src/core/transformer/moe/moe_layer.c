@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/tensor/memory.h"
+#include "core/transformer/mlp.h"
 #include "core/transformer/moe/experts.h"
 #include "core/util/alloc.h"
 #include "core/util/die.h"
@@ -85,7 +86,7 @@ void moe_saved_release(moe_saved *m) {
 /* How this layer's tokens reach the experts. */
 typedef enum { DISPATCH_LOCAL, DISPATCH_ALLTOALL, DISPATCH_ALLGATHER } dispatch_kind;
 static dispatch_kind dispatch_of(const transformer_config *c) {
-    if (tc_ep(c) == 1) return DISPATCH_LOCAL;
+    if (tc_ep(c) == 1 && tc_tp(c) == 1) return DISPATCH_LOCAL;
     return c->moe.dispatcher == MOE_DISPATCHER_ALLTOALL ? DISPATCH_ALLTOALL : DISPATCH_ALLGATHER;
 }
 
@@ -107,7 +108,7 @@ static void dispatch_forward(const transformer_config *c, moe_saved *m, const fl
         float *send = rows_alloc((size_t)m->assign.R, C, MEM_WORKSPACE, "moe all-to-all send");
         moe_permute(&m->assign, x, C, send);
         moe_a2a_plan_make(c, &m->assign, &m->a2a);
-        m->R_exp = m->a2a.R_recv;
+        m->R_exp = m->a2a.R_exp;
         m->exp_begin = m->a2a.local_begin;
         m->rows = rows_alloc((size_t)m->R_exp, C, MEM_ACTIVATIONS, "moe permuted input");
         moe_a2a_dispatch(&m->a2a, send, m->rows, C);
@@ -213,34 +214,64 @@ static moe_expert_weights routed_weights(const layer_weights *w) {
                                 {w->experts_fc2_w, w->experts_fc2_w16}};
 }
 
-/* The shared expert runs as one expert of its own width over all N rows. */
+/* The shared expert is the dense MLP (mlp.c: its tensor and sequence parallelism, its 16-bit
+ * rounding) of width --moe-shared-expert-intermediate-size, without biases. */
 static transformer_config shared_config(const transformer_config *c) {
     transformer_config s = *c;
-    s.moe.ffn_hidden_size = c->moe.shared_expert_size;
-    s.moe.grouped_gemm = 0;
+    s.ffn_hidden_size = c->moe.shared_expert_size;
     return s;
 }
 
-static void shared_forward(const layer_ctx *ctx, const layer_weights *w, moe_saved *m,
-                           const float *in, float *out, int N) {
+static layer_weights shared_weights(const layer_weights *w) {
+    return (layer_weights){.fc1_w = w->shared_fc1_w, .fc1_w16 = w->shared_fc1_w16,
+                           .fc2_w = w->shared_fc2_w, .fc2_w16 = w->shared_fc2_w16};
+}
+
+/* out [Ns, C] += the shared expert of in [Ns, C]; its fc1 output and activation kept. */
+static void shared_forward(const layer_ctx *ctx, const layer_weights *w, layer_workspace *ws,
+                           moe_saved *m, const float *in, float *out) {
     const transformer_config *c = ctx->cfg, sc = shared_config(c);
+    const size_t N = (size_t)ctx->B * ctx->T, Ns = (size_t)tc_tokens_local(c, (int)N);
     const size_t C = (size_t)c->hidden_size;
-    m->shared_fc1 = mem_alloc_floats(MEM_ACTIVATIONS, (size_t)N * tc_shared_fc1_width(c),
+    m->shared_fc1 = mem_alloc_floats(MEM_ACTIVATIONS, N * tc_fc1_width_local(&sc),
                                      "moe shared expert fc1 output");
-    m->shared_act = mem_alloc_floats(MEM_ACTIVATIONS, (size_t)N * c->moe.shared_expert_size,
+    m->shared_act = mem_alloc_floats(MEM_ACTIVATIONS, N * tc_ffn_local(&sc),
                                      "moe shared expert activation");
-    float *y = mem_alloc_floats(MEM_WORKSPACE, (size_t)N * C, "moe shared expert output");
-    const int32_t begin[2] = {0, N};
-    moe_expert_weights sw = {{w->shared_fc1_w, w->shared_fc1_w16}, {w->shared_fc2_w, w->shared_fc2_w16}};
-    moe_experts_forward(&sc, sw, (moe_expert_rows){1, begin}, in, m->shared_fc1, m->shared_act, y);
-    for (size_t i = 0; i < (size_t)N * C; i++) out[i] += y[i];
+    float *y = mem_alloc_floats(MEM_WORKSPACE, Ns * C, "moe shared expert output");
+    const layer_weights sw = shared_weights(w);
+    const mlp_buffers b = {.fc1 = m->shared_fc1, .act = m->shared_act, .gathered = ws->gathered,
+                           .branch_full = tc_sp(c) ? ws->branch_full : y, .recv = ws->recv};
+    mlp_forward_rows(&sc, &sw, &b, in, y, (int)N);
+    for (size_t i = 0; i < Ns * C; i++) out[i] += y[i];
     mem_free(y);
 }
 
+/* din [Ns, C] = the shared expert's input gradient (overwritten) from dout [Ns, C]. */
+static void shared_backward(const layer_ctx *ctx, const layer_weights *w, const layer_weights *g,
+                            layer_workspace *ws, const moe_saved *m, const float *in,
+                            const float *dout, float *din) {
+    const transformer_config *c = ctx->cfg, sc = shared_config(c);
+    const size_t N = (size_t)ctx->B * ctx->T;
+    layer_ctx sctx = *ctx;
+    sctx.cfg = &sc;
+    const layer_weights sw = shared_weights(w), sg = shared_weights(g);
+    layer_saved saved = {.fc1 = m->shared_fc1, .act = m->shared_act};
+    layer_workspace sws = *ws;
+    sws.dact = mem_alloc_floats(MEM_WORKSPACE, N * tc_ffn_local(&sc), "moe shared dact");
+    sws.dfc1 = mem_alloc_floats(MEM_WORKSPACE, N * tc_fc1_width_local(&sc), "moe shared dfc1");
+    sws.dln = din;
+    if (!tc_sp(c)) { /* the unsharded aliases mlp_backward expects */
+        sws.dln_full = din;
+        sws.branch_full = (float *)dout;
+    }
+    mlp_backward(&sctx, &sw, &sg, &saved, &sws, in, dout, din);
+    mem_free_all(sws.dact, sws.dfc1);
+}
+
 void moe_layer_forward(const layer_ctx *ctx, int layer_index, const layer_weights *w,
-                       moe_saved *m, const float *in, float *out) {
+                       layer_workspace *ws, moe_saved *m, const float *in, float *out) {
     const transformer_config *c = ctx->cfg;
-    const int N = ctx->B * ctx->T;
+    const int N = tc_tokens_local(c, ctx->B * ctx->T);
     moe_saved_release(m);
     m->live = 1;
     dropout_key key = ctx->key;
@@ -252,13 +283,13 @@ void moe_layer_forward(const layer_ctx *ctx, int layer_index, const layer_weight
         moe_router_seq_aux_loss(c, &m->routing, m->assign.kept);
     dispatch_forward(c, m, in, N);
     const size_t R = (size_t)m->R_exp;
-    m->fc1 = rows_alloc(R, tc_expert_fc1_width(c), MEM_ACTIVATIONS, "moe expert fc1 output");
-    m->act = rows_alloc(R, c->moe.ffn_hidden_size, MEM_ACTIVATIONS, "moe expert activation");
+    m->fc1 = rows_alloc(R, tc_expert_fc1_width_local(c), MEM_ACTIVATIONS, "moe expert fc1 output");
+    m->act = rows_alloc(R, tc_expert_ffn_local(c), MEM_ACTIVATIONS, "moe expert activation");
     float *y = rows_alloc(R, c->hidden_size, MEM_ACTIVATIONS, "moe expert output");
     moe_experts_forward(c, routed_weights(w), (moe_expert_rows){tc_experts_local(c), m->exp_begin},
                         m->rows, m->fc1, m->act, y);
     combine_forward(c, m, y, out, N);
-    if (c->moe.shared_expert_size > 0) shared_forward(ctx, w, m, in, out, N);
+    if (c->moe.shared_expert_size > 0) shared_forward(ctx, w, ws, m, in, out);
     if (!ctx->training) return;
     const moe_routing *r = &m->routing;
     if (r->has_z) track(ctx, MOE_LOG_Z_LOSS, layer_index, r->z_value);
@@ -267,26 +298,18 @@ void moe_layer_forward(const layer_ctx *ctx, int layer_index, const layer_weight
 }
 
 void moe_layer_backward(const layer_ctx *ctx, int layer_index, const layer_weights *w,
-                        const layer_weights *g, moe_saved *m, const float *in,
-                        const float *dout, float *din) {
+                        const layer_weights *g, layer_workspace *ws, moe_saved *m,
+                        const float *in, const float *dout, float *din) {
     const transformer_config *c = ctx->cfg;
-    const int N = ctx->B * ctx->T, C = c->hidden_size;
+    const int N = tc_tokens_local(c, ctx->B * ctx->T), C = c->hidden_size;
     if (!m->live) die(1, "internal error: MoE layer %d backward without its forward", layer_index);
     const size_t R = (size_t)m->R_exp;
-    size_t wide = (size_t)tc_expert_fc1_width(c) > (size_t)tc_shared_fc1_width(c)
-                      ? (size_t)tc_expert_fc1_width(c) : (size_t)tc_shared_fc1_width(c);
-    size_t rows_max = R > (size_t)N ? R : (size_t)N;
-    float *dact = rows_alloc(rows_max, wide, MEM_WORKSPACE, "moe dact");
-    float *dfc1 = rows_alloc(rows_max, wide, MEM_WORKSPACE, "moe dfc1");
-    if (c->moe.shared_expert_size > 0) {
-        const transformer_config sc = shared_config(c);
-        const int32_t begin[2] = {0, N};
-        moe_expert_weights sw = {{w->shared_fc1_w, w->shared_fc1_w16}, {w->shared_fc2_w, w->shared_fc2_w16}};
-        moe_expert_weights sg = {{g->shared_fc1_w, NULL}, {g->shared_fc2_w, NULL}};
-        moe_experts_backward(&sc, sw, sg, (moe_expert_rows){1, begin}, in, m->shared_fc1,
-                             m->shared_act, dout, dact, dfc1, din);
-    } else
+    if (c->moe.shared_expert_size > 0)
+        shared_backward(ctx, w, g, ws, m, in, dout, din);
+    else
         memset(din, 0, (size_t)N * C * sizeof(float));
+    float *dact = rows_alloc(R, tc_expert_ffn_local(c), MEM_WORKSPACE, "moe dact");
+    float *dfc1 = rows_alloc(R, tc_expert_fc1_width_local(c), MEM_WORKSPACE, "moe dfc1");
     float *dgate = rows_alloc((size_t)N, c->moe.topk, MEM_WORKSPACE, "moe dgate");
     float *dy = combine_backward(c, m, dout, dgate, N);
     float *drows = rows_alloc(R, C, MEM_WORKSPACE, "moe drows");

@@ -62,14 +62,16 @@ typedef struct moe_saved {
 /* Frees what a forward kept (nothing if none). */
 void moe_saved_release(moe_saved *m);
 
-/* out [N, C] = the MoE layer of in [N, C] (the pre-MLP norm's output; N = B x T). Records the
- * losses in ctx->moe_tracker (training forwards). */
+/* out [Ns, C] = the MoE layer of in [Ns, C] (the pre-MLP norm's output: this rank's rows of
+ * the B x T, N / TP under sequence parallelism). ws: the layer workspace (the shared expert's
+ * tensor-parallel buffers). Records the losses in ctx->moe_tracker (training forwards). */
 void moe_layer_forward(const layer_ctx *ctx, int layer_index, const layer_weights *w,
-                       moe_saved *m, const float *in, float *out);
-/* din [N, C] = the gradient w.r.t. in (overwritten), given dout; adds the weights' gradients
+                       layer_workspace *ws, moe_saved *m, const float *in, float *out);
+/* din [Ns, C] = the gradient w.r.t. in (overwritten; ws->dln in a layer), given dout (ws->branch);
+ * adds the weights' gradients
  * into g; the router's losses enter with ctx->moe_grad_scale. Releases m. */
 void moe_layer_backward(const layer_ctx *ctx, int layer_index, const layer_weights *w,
-                        const layer_weights *g, moe_saved *m, const float *in,
-                        const float *dout, float *din);
+                        const layer_weights *g, layer_workspace *ws, moe_saved *m,
+                        const float *in, const float *dout, float *din);
 
 #endif

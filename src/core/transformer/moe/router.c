@@ -7,11 +7,15 @@
 #include "core/kernels/gemm.h"
 #include "core/random/philox.h"
 #include "core/tensor/memory.h"
+#include "core/tensor_parallel/mappings.h"
 #include "core/util/die.h"
 
 void moe_routing_alloc(moe_routing *r, const transformer_config *c, int B, int T) {
     memset(r, 0, sizeof(*r));
-    const size_t N = (size_t)B * T, E = (size_t)c->moe.num_experts, k = (size_t)c->moe.topk;
+    const size_t N = (size_t)tc_tokens_local(c, B * T), E = (size_t)c->moe.num_experts;
+    const size_t k = (size_t)c->moe.topk;
+    r->partitions = tc_sp(c) ? tc_tp(c) : 1;
+    r->row0 = tc_sp(c) ? c->tp_rank * (int)N : 0;
     const size_t C = (size_t)c->hidden_size;
     r->N = (int)N;
     r->B = B;
@@ -25,6 +29,7 @@ void moe_routing_alloc(moe_routing *r, const transformer_config *c, int B, int T
     r->q = mem_alloc_floats(MEM_ACTIVATIONS, N * k, "moe router top-k softmax");
     r->gate = mem_alloc_floats(MEM_ACTIVATIONS, N * k, "moe routing probabilities");
     r->tokens_per_expert = mem_alloc(MEM_ACTIVATIONS, E * sizeof(int32_t), "moe tokens per expert");
+    r->tokens_global = mem_alloc_floats(MEM_ACTIVATIONS, E, "moe tokens per expert (all ranks)");
     if (c->moe.input_jitter_eps > 0.0f) {
         r->jitter = mem_alloc_floats(MEM_ACTIVATIONS, N * C, "moe router input jitter");
         r->xj = mem_alloc_floats(MEM_ACTIVATIONS, N * C, "moe router jittered input");
@@ -33,7 +38,7 @@ void moe_routing_alloc(moe_routing *r, const transformer_config *c, int B, int T
 
 void moe_routing_free(moe_routing *r) {
     mem_free_all(r->logits, r->scores, r->lse, r->idx, r->q, r->gate, r->tokens_per_expert,
-                 r->jitter, r->xj);
+                 r->tokens_global, r->jitter, r->xj);
     memset(r, 0, sizeof(*r));
 }
 
@@ -155,16 +160,20 @@ static void sinkhorn_forward(moe_routing *r, int training) {
     free(norm);
 }
 
-/* aux_loss: coeff E / (N^2 k) sum_e (sum_n scores_ne) tokens_e. */
+/* aux_loss: coeff E / (N^2 k) sum_e (sum_n scores_ne) tokens_e, N and tokens_e over the
+ * whole micro-batch (summed over the partitions; the scores' sum stays this rank's: Megatron's
+ * switch_load_balancing_loss_func, whose partial losses add up over the ranks). */
 static void aux_loss_forward(const transformer_config *c, moe_routing *r) {
     const int E = r->E;
+    for (int e = 0; e < E; e++) r->tokens_global[e] = (float)r->tokens_per_expert[e];
+    if (r->partitions > 1) tp_all_reduce_sum(r->tokens_global, (size_t)E);
     double sum = 0.0;
     for (int e = 0; e < E; e++) {
         double p = 0.0;
         for (int n = 0; n < r->N; n++) p += r->scores[(size_t)n * E + e];
-        sum += p * r->tokens_per_expert[e];
+        sum += p * r->tokens_global[e];
     }
-    const double N = r->N;
+    const double N = (double)r->N * r->partitions;
     r->aux_value = sum * E / (N * N * r->k);
     r->aux_loss = r->aux_value * c->moe.aux_loss_coeff;
     r->has_aux = 1;
@@ -188,8 +197,8 @@ void moe_router_forward(const transformer_config *c, const float *w, const float
     if (training && c->moe.z_loss_coeff >= 0.0f) {
         double z = 0.0;
         for (int n = 0; n < N; n++) z += (double)r->lse[n] * r->lse[n];
-        r->z_value = z / N;
-        r->z_loss = r->z_value * c->moe.z_loss_coeff;
+        r->z_value = z / N; /* Megatron divides the coefficient by the partitions */
+        r->z_loss = r->z_value * c->moe.z_loss_coeff / r->partitions;
         r->has_z = 1;
     }
     if (sink)
@@ -250,7 +259,8 @@ static void token_backward(const transformer_config *c, const moe_routing *r, in
         for (int e = 0; e < E; e++) dlogits[e] += (float)(s[e] * (ds[e] - dot));
     }
     if (r->has_z) { /* d/dlogit of coeff mean lse^2 = coeff 2 lse / N softmax */
-        const double zc = grad_scale * (double)c->moe.z_loss_coeff * 2.0 * r->lse[n] / r->N;
+        const double zc = grad_scale * (double)c->moe.z_loss_coeff / r->partitions * 2.0 *
+                          r->lse[n] / r->N;
         for (int e = 0; e < E; e++) dlogits[e] += (float)(zc * exp((double)l[e] - r->lse[n]));
     }
 }
@@ -264,8 +274,9 @@ static float *loss_scores_grad(const transformer_config *c, const moe_routing *r
     if (!ds) die(1, "out of memory: moe router backward");
     const double coeff = (double)c->moe.aux_loss_coeff * grad_scale;
     if (c->moe.load_balancing == MOE_LB_AUX_LOSS) {
+        const double Nt = (double)N * r->partitions;
         for (int e = 0; e < E; e++) {
-            float g = (float)(coeff * E * r->tokens_per_expert[e] / ((double)N * N * r->k));
+            float g = (float)(coeff * E * r->tokens_global[e] / (Nt * Nt * r->k));
             for (int n = 0; n < N; n++) ds[(size_t)n * E + e] = g;
         }
         return ds;

@@ -30,7 +30,12 @@
 /* One forward's routing of N = B x T tokens to k of E experts: what forward computes and
  * backward reads (moe_layer.c allocates it per forward). */
 typedef struct {
-    int N, B, T, E, k;
+    int N, B, T, E, k;  /* N: this rank's tokens (N / TP under sequence parallelism) of the
+                           micro-batch's B x T */
+    int row0;           /* the first one's row in the micro-batch (sequence parallelism) */
+    int partitions;     /* ranks the micro-batch's tokens are spread over (TP with sequence
+                           parallelism): the losses' sums over the whole sequence, Megatron's
+                           sequence_partition_group */
     float *logits;   /* [N, E] */
     float *scores;   /* [N, E] softmax over all E (sigmoid for sinkhorn with k = 1) */
     float *lse;      /* [N] logsumexp of the logits */
@@ -39,14 +44,16 @@ typedef struct {
     float *gate;     /* [N, k] the routing probabilities the experts' outputs are weighed by */
     float *jitter;   /* [N, C] the input jitter's factors, or NULL */
     float *xj;       /* [N, C] the jittered router input, or NULL (the input itself) */
-    int32_t *tokens_per_expert; /* [E] assignments before dropping */
+    int32_t *tokens_per_expert; /* [E] this rank's assignments before dropping */
+    float *tokens_global;       /* [E] the same summed over the partitions (aux_loss) */
     /* the losses, training forwards only (0 otherwise): the coefficient's product (what the
      * gradient sees) and the value without it (what the log shows: Megatron logs loss / coeff) */
     int has_aux, has_z;
     double aux_loss, aux_value, z_loss, z_value;
 } moe_routing;
 
-/* Allocates r's buffers for N tokens (category activations) / frees them. */
+/* Allocates r's buffers for a micro-batch of B x T tokens (this rank's share of them) /
+ * frees them. */
 void moe_routing_alloc(moe_routing *r, const transformer_config *c, int B, int T);
 void moe_routing_free(moe_routing *r);
 

@@ -1,5 +1,6 @@
 #include "core/transformer/moe/token_dispatcher.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +36,8 @@ static int by_token(const void *pa, const void *pb) {
 
 /* Megatron's token order of row n = b T + t: [s, b] flattened. */
 static int32_t megatron_order(const moe_routing *r, int n) {
-    return (n % r->T) * r->B + n / r->T;
+    const int g = r->row0 + n; /* the row in the micro-batch */
+    return (g % r->T) * r->B + g / r->T;
 }
 
 /* Expert e's kept rows into out (token order); returns how many. cand [N] scratch; slot_of
@@ -164,10 +166,11 @@ static MPI_Datatype row_type(int C) {
 }
 
 void moe_a2a_plan_make(const transformer_config *c, const moe_assignment *a, moe_a2a_plan *p) {
-    const int ep = tc_ep(c), el = tc_experts_local(c);
+    const int ep = tc_ep(c), el = tc_experts_local(c), tp = tc_tp(c);
     memset(p, 0, sizeof(*p));
     p->ep = ep;
     p->el = el;
+    p->tp = tp;
     int *counts = xcalloc((size_t)ep * 4, sizeof(int), "moe all-to-all counts");
     p->send_counts = counts;
     p->send_displs = counts + ep;
@@ -175,6 +178,7 @@ void moe_a2a_plan_make(const transformer_config *c, const moe_assignment *a, moe
     p->recv_displs = counts + 3 * ep;
     int32_t *mine = xcalloc((size_t)ep * el, sizeof(int32_t), "moe all-to-all counts");
     p->from = xcalloc((size_t)ep * el, sizeof(int32_t), "moe all-to-all counts");
+    p->tp_rows = xcalloc((size_t)tp * el, sizeof(int32_t), "moe tensor-parallel counts");
     p->local_begin = xcalloc((size_t)el + 1, sizeof(int32_t), "moe local rows");
     for (int r = 0; r < ep; r++) {
         for (int e = 0; e < el; e++)
@@ -182,7 +186,10 @@ void moe_a2a_plan_make(const transformer_config *c, const moe_assignment *a, moe
         p->send_counts[r] = a->expert_begin[(r + 1) * el] - a->expert_begin[r * el];
         p->send_displs[r] = a->expert_begin[r * el];
     }
-    MPI_Alltoall(mine, el, MPI_INT32_T, p->from, el, MPI_INT32_T, parallel_get()->ep);
+    if (ep > 1)
+        MPI_Alltoall(mine, el, MPI_INT32_T, p->from, el, MPI_INT32_T, parallel_get()->ep);
+    else
+        memcpy(p->from, mine, (size_t)el * sizeof(int32_t));
     int at = 0;
     for (int s = 0; s < ep; s++) {
         p->recv_counts[s] = 0;
@@ -191,73 +198,130 @@ void moe_a2a_plan_make(const transformer_config *c, const moe_assignment *a, moe
         at += p->recv_counts[s];
     }
     p->R_recv = at;
+    int32_t *per_expert = xcalloc((size_t)el, sizeof(int32_t), "moe local rows");
+    for (int e = 0; e < el; e++)
+        for (int s = 0; s < ep; s++) per_expert[e] += p->from[s * el + e];
+    if (tp > 1)
+        MPI_Allgather(per_expert, el, MPI_INT32_T, p->tp_rows, el, MPI_INT32_T, parallel_get()->tp);
+    else
+        memcpy(p->tp_rows, per_expert, (size_t)el * sizeof(int32_t));
     for (int e = 0; e < el; e++) {
         p->local_begin[e + 1] = p->local_begin[e];
-        for (int s = 0; s < ep; s++) p->local_begin[e + 1] += p->from[s * el + e];
+        for (int t = 0; t < tp; t++) p->local_begin[e + 1] += p->tp_rows[t * el + e];
     }
+    p->R_exp = p->local_begin[el];
+    free(per_expert);
     free(mine);
 }
 
 void moe_a2a_plan_free(moe_a2a_plan *p) {
     free(p->send_counts);
     free(p->from);
+    free(p->tp_rows);
     free(p->local_begin);
     memset(p, 0, sizeof(*p));
 }
 
-/* Moves rows between source-major [s][e] (as received) and local-expert-major [e][s] order;
- * to_expert_major: the first into the second. */
-static void regroup(const moe_a2a_plan *p, const float *in, float *out, int C, int to_expert_major) {
-    int32_t *src_at = xcalloc((size_t)p->ep * p->el, sizeof(int32_t), "moe regroup");
-    for (int s = 0, at = 0; s < p->ep; s++)
-        for (int e = 0; e < p->el; e++) {
-            src_at[s * p->el + e] = at;
-            at += p->from[s * p->el + e];
+/* Moves blocks of rows between a-major order (for a: for b: cnt[a nb + b] rows) and b-major
+ * order (for b: for a); to_b_major: the first into the second. */
+static void transpose_blocks(const int32_t *cnt, int na, int nb, const float *in, float *out,
+                             int C, int to_b_major) {
+    int32_t *a_at = xcalloc((size_t)na * nb, sizeof(int32_t), "moe regroup");
+    for (int a = 0, at = 0; a < na; a++)
+        for (int b = 0; b < nb; b++) {
+            a_at[a * nb + b] = at;
+            at += cnt[a * nb + b];
         }
-    for (int e = 0, at = 0; e < p->el; e++)
-        for (int s = 0; s < p->ep; s++) {
-            const size_t n = (size_t)p->from[s * p->el + e] * C;
-            const size_t sa = (size_t)src_at[s * p->el + e] * C, ea = (size_t)at * C;
-            if (to_expert_major)
-                memcpy(out + ea, in + sa, n * sizeof(float));
+    for (int b = 0, at = 0; b < nb; b++)
+        for (int a = 0; a < na; a++) {
+            const size_t n = (size_t)cnt[a * nb + b] * C;
+            const size_t sa = (size_t)a_at[a * nb + b] * C, ba = (size_t)at * C;
+            if (to_b_major)
+                memcpy(out + ba, in + sa, n * sizeof(float));
             else
-                memcpy(out + sa, in + ea, n * sizeof(float));
-            at += p->from[s * p->el + e];
+                memcpy(out + sa, in + ba, n * sizeof(float));
+            at += cnt[a * nb + b];
         }
-    free(src_at);
+    free(a_at);
+}
+
+/* Element counts and offsets of each TP rank's rows (MPI counts are ints). */
+static void tp_counts(const moe_a2a_plan *p, int C, int *cnt, int *displs) {
+    size_t at = 0;
+    for (int t = 0; t < p->tp; t++) {
+        size_t rows = 0;
+        for (int e = 0; e < p->el; e++) rows += (size_t)p->tp_rows[t * p->el + e];
+        if ((rows + at) * (size_t)C > INT_MAX)
+            die(1, "moe: %zu rows of %d too many for one tensor-parallel exchange", rows + at, C);
+        cnt[t] = (int)(rows * C);
+        displs[t] = (int)(at * C);
+        at += rows;
+    }
 }
 
 void moe_a2a_dispatch(const moe_a2a_plan *p, const float *send, float *recv, int C) {
-    float *tmp = mem_alloc_floats(MEM_WORKSPACE, (size_t)(p->R_recv ? p->R_recv : 1) * C,
-                                  "moe all-to-all receive");
+    const size_t R = (size_t)(p->R_exp ? p->R_exp : 1);
+    float *tmp = mem_alloc_floats(MEM_WORKSPACE, R * C, "moe all-to-all receive");
+    float *mine = p->tp > 1 ? mem_alloc_floats(MEM_WORKSPACE, R * C, "moe rows by expert") : recv;
     MPI_Datatype row = row_type(C);
-    MPI_Alltoallv(send, p->send_counts, p->send_displs, row, tmp, p->recv_counts, p->recv_displs,
-                  row, parallel_get()->ep);
+    if (p->ep > 1)
+        MPI_Alltoallv(send, p->send_counts, p->send_displs, row, tmp, p->recv_counts,
+                      p->recv_displs, row, parallel_get()->ep);
+    else
+        memcpy(tmp, send, (size_t)p->R_recv * C * sizeof(float));
     MPI_Type_free(&row);
-    regroup(p, tmp, recv, C, 1);
+    transpose_blocks(p->from, p->ep, p->el, tmp, mine, C, 1); /* [source][e] -> [e][source] */
+    if (p->tp > 1) { /* every TP rank's rows of the local experts, then [t][e] -> [e][t] */
+        int cnt[p->tp], displs[p->tp];
+        tp_counts(p, C, cnt, displs);
+        MPI_Allgatherv(mine, cnt[parallel_get()->tp_rank], MPI_FLOAT, tmp, cnt, displs,
+                       MPI_FLOAT, parallel_get()->tp);
+        transpose_blocks(p->tp_rows, p->tp, p->el, tmp, recv, C, 1);
+        mem_free(mine);
+    }
     mem_free(tmp);
 }
 
 void moe_a2a_combine(const moe_a2a_plan *p, const float *recv, float *send, int C) {
-    float *tmp = mem_alloc_floats(MEM_WORKSPACE, (size_t)(p->R_recv ? p->R_recv : 1) * C,
-                                  "moe all-to-all send back");
-    regroup(p, recv, tmp, C, 0);
+    const size_t R = (size_t)(p->R_exp ? p->R_exp : 1);
+    float *tmp = mem_alloc_floats(MEM_WORKSPACE, R * C, "moe all-to-all send back");
+    const float *mine = recv;
+    float *own = NULL;
+    if (p->tp > 1) { /* [e][t] -> [t][e], each TP rank's rows summed over the TP ranks */
+        int cnt[p->tp], displs[p->tp];
+        tp_counts(p, C, cnt, displs);
+        transpose_blocks(p->tp_rows, p->tp, p->el, recv, tmp, C, 0);
+        own = mem_alloc_floats(MEM_WORKSPACE, R * C, "moe rows by expert");
+        MPI_Reduce_scatter(tmp, own, cnt, MPI_FLOAT, MPI_SUM, parallel_get()->tp);
+        mine = own;
+    }
+    float *back = mem_alloc_floats(MEM_WORKSPACE, R * C, "moe all-to-all send back");
+    transpose_blocks(p->from, p->ep, p->el, mine, back, C, 0); /* [e][source] -> [source][e] */
     MPI_Datatype row = row_type(C);
-    MPI_Alltoallv(tmp, p->recv_counts, p->recv_displs, row, send, p->send_counts, p->send_displs,
-                  row, parallel_get()->ep);
+    if (p->ep > 1)
+        MPI_Alltoallv(back, p->recv_counts, p->recv_displs, row, send, p->send_counts,
+                      p->send_displs, row, parallel_get()->ep);
+    else
+        memcpy(send, back, (size_t)p->R_recv * C * sizeof(float));
     MPI_Type_free(&row);
-    mem_free(tmp);
+    mem_free_all(tmp, own, back);
+}
+
+/* The allgather dispatcher's group: EP, or TP x EP under tensor parallelism. */
+static MPI_Comm ag_comm(const moe_ag_plan *p) {
+    return p->tp > 1 ? parallel_get()->tp_ep : parallel_get()->ep;
 }
 
 void moe_ag_plan_make(const transformer_config *c, const moe_routing *r, moe_ag_plan *p) {
-    const int ep = tc_ep(c), k = r->k, N = r->N, E = r->E;
+    const int ep = tc_ep(c) * tc_tp(c), k = r->k, N = r->N, E = r->E;
     memset(p, 0, sizeof(*p));
     p->ep = ep;
+    p->tp = tc_tp(c);
     p->N = N;
     p->k = k;
     p->gate = mem_alloc_floats(MEM_ACTIVATIONS, (size_t)ep * N * k, "moe gathered gates");
     p->idx = mem_alloc(MEM_ACTIVATIONS, (size_t)ep * N * k * sizeof(int32_t), "moe gathered choices");
-    MPI_Comm comm = parallel_get()->ep;
+    MPI_Comm comm = ag_comm(p);
     MPI_Allgather(r->gate, N * k, MPI_FLOAT, p->gate, N * k, MPI_FLOAT, comm);
     MPI_Allgather(r->idx, N * k, MPI_INT32_T, p->idx, N * k, MPI_INT32_T, comm);
     /* the gathered tokens as one routing: every routed assignment kept (no capacity) */
@@ -285,17 +349,17 @@ void moe_ag_plan_free(moe_ag_plan *p) {
 
 void moe_ag_gather(const moe_ag_plan *p, const float *x, float *all, int C) {
     MPI_Datatype row = row_type(C);
-    MPI_Allgather(x, p->N, row, all, p->N, row, parallel_get()->ep);
+    MPI_Allgather(x, p->N, row, all, p->N, row, ag_comm(p));
     MPI_Type_free(&row);
 }
 
 void moe_ag_reduce_scatter(const moe_ag_plan *p, const float *part, float *out, int C) {
     float *mine = mem_alloc_floats(MEM_WORKSPACE, (size_t)p->N * C, "moe reduce-scatter");
-    MPI_Reduce_scatter_block(part, mine, p->N * C, MPI_FLOAT, MPI_SUM, parallel_get()->ep);
+    MPI_Reduce_scatter_block(part, mine, p->N * C, MPI_FLOAT, MPI_SUM, ag_comm(p));
     for (size_t i = 0; i < (size_t)p->N * C; i++) out[i] += mine[i];
     mem_free(mine);
 }
 
 void moe_ag_reduce_scatter_gates(const moe_ag_plan *p, const float *part, float *dgate) {
-    MPI_Reduce_scatter_block(part, dgate, p->N * p->k, MPI_FLOAT, MPI_SUM, parallel_get()->ep);
+    MPI_Reduce_scatter_block(part, dgate, p->N * p->k, MPI_FLOAT, MPI_SUM, ag_comm(p));
 }

@@ -67,26 +67,37 @@ void moe_permute_backward(const moe_assignment *a, const float *drows, int C, fl
  * sort_chunks_by_idxs); the experts' outputs take the way back, and the gates are applied at
  * the source (moe_unpermute). */
 typedef struct {
-    int ep, el, R_recv;
+    int ep, el, tp;
+    int R_recv;           /* rows this rank receives from the EP ranks */
+    int R_exp;            /* rows its experts compute: R_recv, or under tensor parallelism
+                             every TP rank's R_recv (Megatron gathers them over the expert TP
+                             group: each rank holds a share of every local expert) */
     int *send_counts, *send_displs, *recv_counts, *recv_displs; /* [ep] in rows */
     int32_t *from;        /* [ep x el] rows source s sends for local expert e: from[s el + e] */
-    int32_t *local_begin; /* [el + 1] local expert e's rows among the received, regrouped */
+    int32_t *tp_rows;     /* [tp x el] rows TP rank t received for local expert e */
+    int32_t *local_begin; /* [el + 1] local expert e's rows among the R_exp, regrouped */
 } moe_a2a_plan;
 
 /* Exchanges the rows' counts per expert (collective over the EP group). */
 void moe_a2a_plan_make(const transformer_config *c, const moe_assignment *a, moe_a2a_plan *p);
 void moe_a2a_plan_free(moe_a2a_plan *p);
-/* send [a->R, C] (this rank's rows, expert-major) -> recv [R_recv, C] (local-expert-major). */
+/* send [a->R, C] (this rank's rows, expert-major) -> recv [R_exp, C] (local-expert-major;
+ * under TP every TP rank's rows, all-gathered). */
 void moe_a2a_dispatch(const moe_a2a_plan *p, const float *send, float *recv, int C);
-/* The way back: recv [R_recv, C] (local-expert-major) -> send [a->R, C]. */
+/* The way back: recv [R_exp, C] (local-expert-major; under TP partial sums, reduce-scattered)
+ * -> send [a->R, C]. */
 void moe_a2a_combine(const moe_a2a_plan *p, const float *recv, float *send, int C);
 
 /* --moe-token-dispatcher-type allgather (Megatron's MoEAllGatherTokenDispatcher): every EP
  * rank's tokens and routing are all-gathered; each rank's experts compute their rows of all of
  * them and weigh them by their gates; a reduce-scatter sums each token's experts back to its
- * rank. No capacity (Megatron's rule: capacity needs alltoall). */
+ * rank. Under tensor parallelism over the TP x EP ranks (each computes its share of its experts:
+ * the reduce-scatter also sums the shares). No capacity (Megatron's rule: capacity needs
+ * alltoall). */
 typedef struct {
-    int ep, N, k;        /* N: one rank's tokens */
+    int tp;
+    int ep, N, k;        /* ep: the ranks gathered over (EP, or TP x EP: Megatron's tp_ep group,
+                            under tensor parallelism); N: one rank's tokens */
     float *gate;         /* [ep N, k] gathered gates */
     int32_t *idx;        /* [ep N, k] gathered choices */
     moe_assignment full; /* over the gathered tokens, every expert */
