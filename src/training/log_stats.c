@@ -35,14 +35,22 @@ double log_params_norm(const gpt_model *m) {
     const param_set *ps = &m->params;
     int tp_rank = parallel_get()->tp_rank;
     half_kind kind = tc_half(&m->cfg);
-    double local = 0.0;
+    double local = 0.0, experts = 0.0;
+    int any_experts = 0;
     for (int i = 0; i < ps->count; i++) {
         const param_tensor *t = &ps->tensors[i];
         if (!counted(t, tp_rank)) continue;
-        local += ps->data_bf16 ? sumsq_half(kind, ps->data_bf16 + t->offset, t->numel)
-                               : sumsq_f32(ps->data + t->offset, t->numel);
+        double x = ps->data_bf16 ? sumsq_half(kind, ps->data_bf16 + t->offset, t->numel)
+                                 : sumsq_f32(ps->data + t->offset, t->numel);
+        if (t->expert_parallel) {
+            experts += x;
+            any_experts = 1;
+        } else
+            local += x;
     }
-    /* every data-parallel replica holds the same parameters: the model-parallel ranks only */
+    /* every data-parallel replica holds the same parameters: the model-parallel ranks only;
+     * the routed experts under expert parallelism: every EP rank's (others on each) */
+    if (any_experts) local += parallel_sum_double(PARALLEL_GROUP_EP, experts);
     local = tp_all_reduce_sum_double(local);
     return sqrt(parallel_sum_double(PARALLEL_GROUP_PP, local));
 }
@@ -76,6 +84,14 @@ double log_num_zeros_in_grad(const param_set *ps, const dist_opt *dopt) {
         local = parallel_sum_double(PARALLEL_GROUP_DP_CP, local); /* the optimizer's shards */
     } else {
         local = zeros_in(ps, 0, ps->numel, tp_rank);
+        double experts = 0.0; /* expert parallelism: every EP rank's experts */
+        int any = 0;
+        for (int i = 0; i < ps->count; i++)
+            if (ps->tensors[i].expert_parallel && counted(&ps->tensors[i], tp_rank)) {
+                experts += zeros(ps->grad + ps->tensors[i].offset, ps->tensors[i].numel);
+                any = 1;
+            }
+        if (any) local += parallel_sum_double(PARALLEL_GROUP_EP, experts) - experts;
     }
     local = tp_all_reduce_sum_double(local);
     return parallel_sum_double(PARALLEL_GROUP_PP, local);

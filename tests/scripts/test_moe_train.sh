@@ -39,6 +39,12 @@ for disp in allgather alltoall; do
 done
 run ep2dp2 4 --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall
 check ref ep2dp2
+# the distributed optimizer: the experts' state sharded over the expert-data-parallel group
+run ep2dp2_dopt 4 --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall \
+    --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 2000
+check ref ep2dp2_dopt
+run ep4_dopt 4 --expert-model-parallel-size 4 --use-distributed-optimizer
+check ref ep4_dopt
 # tensor parallelism (with sequence parallelism, as Megatron requires): each expert split as
 # the dense MLP, the tokens gathered over TP (allgather: over TP x EP)
 tp=(--tensor-model-parallel-size 2 --sequence-parallel --make-vocab-size-divisible-by 64)
@@ -65,7 +71,8 @@ done
 # under EP 4 with the other dispatcher
 run resume_a 2 --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall \
     --save resume --exit-interval 3
-run resume_b 4 --expert-model-parallel-size 4 --save resume --load resume
+run resume_b 4 --expert-model-parallel-size 4 --save resume --load resume \
+    --use-distributed-optimizer
 grep -q "successfully loaded checkpoint" resume_b.log || { echo "FAILED: EP 4 did not load"; fail=1; }
 cat resume_a.log resume_b.log > resume.log
 check ref resume

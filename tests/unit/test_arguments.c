@@ -2208,8 +2208,9 @@ static void test_moe_not_supported_yet(void) {
         {"--moe-token-dispatcher-type alltoall_seq", "--moe-token-dispatcher-type alltoall_seq"},
         {"--moe-shared-expert-intermediate-size 64 --moe-token-dispatcher-type alltoall "
          "--moe-shared-expert-overlap", "--moe-shared-expert-overlap"},
-        {"--expert-model-parallel-size 2 --use-distributed-optimizer",
-         "--use-distributed-optimizer with --expert-model-parallel-size > 1"},
+        {"--expert-model-parallel-size 2 --use-distributed-optimizer "
+         "--num-distributed-optimizer-instances 2",
+         "--num-distributed-optimizer-instances > 1 with --expert-model-parallel-size > 1"},
     };
     for (size_t i = 0; i < sizeof NOT_YET / sizeof NOT_YET[0]; i++) {
         char line[1024];

@@ -26,7 +26,7 @@ static int own_bucket(const ddp *d, const param_tensor *t) {
     return d->cfg.use_distributed_optimizer && d->pp_size > 1 && t->word_embedding;
 }
 
-static void add_bucket(ddp *d, size_t begin, size_t end, int *cap) {
+static void add_bucket(ddp *d, size_t begin, size_t end, int *cap, int expert) {
     if (d->num_buckets == *cap) {
         *cap = *cap ? 2 * *cap : 8;
         d->buckets = xrealloc(d->buckets, (size_t)*cap * sizeof(ddp_bucket), "gradient buckets");
@@ -36,17 +36,25 @@ static void add_bucket(ddp *d, size_t begin, size_t end, int *cap) {
     b->begin = begin;
     b->end = end;
     b->remaining = end - begin;
-    b->counts = xcalloc((size_t)d->dp_size, sizeof(int), "bucket shard counts");
-    b->displs = xcalloc((size_t)d->dp_size, sizeof(int), "bucket shard offsets");
+    b->expert = expert;
+    b->gsize = expert ? d->cfg.edp_size : d->dp_size;
+    b->grank = expert ? d->cfg.edp_rank : d->dp_rank;
+    b->comm = MPI_COMM_NULL;
+    b->counts = xcalloc((size_t)b->gsize, sizeof(int), "bucket shard counts");
+    b->displs = xcalloc((size_t)b->gsize, sizeof(int), "bucket shard offsets");
 }
 
-/* Pieces of bucket b: n / DP each, the n % DP extra elements to the ranks after *rot. */
+/* Pieces of bucket b: n / G each (G its group's ranks), the n % G extra elements to the ranks
+ * after rot[kind] (the experts' buckets rotate on their own). */
 static void split_bucket(ddp *d, ddp_bucket *b, int *rot) {
-    size_t n = b->end - b->begin, q = n / (size_t)d->dp_size, r = n % (size_t)d->dp_size;
-    for (int k = 0; k < d->dp_size; k++) b->counts[k] = (int)q;
-    for (size_t k = 0; k < r; k++) b->counts[(*rot + (int)k) % d->dp_size]++;
-    *rot = (int)((*rot + r) % (size_t)d->dp_size);
-    for (int k = 1; k < d->dp_size; k++) b->displs[k] = b->displs[k - 1] + b->counts[k - 1];
+    (void)d;
+    const int G = b->gsize;
+    int *r0 = &rot[b->expert];
+    size_t n = b->end - b->begin, q = n / (size_t)G, r = n % (size_t)G;
+    for (int k = 0; k < G; k++) b->counts[k] = (int)q;
+    for (size_t k = 0; k < r; k++) b->counts[(*r0 + (int)k) % G]++;
+    *r0 = (int)((*r0 + r) % (size_t)G);
+    for (int k = 1; k < G; k++) b->displs[k] = b->displs[k - 1] + b->counts[k - 1];
 }
 
 /* The gradients are reduced over DP x CP (Megatron's data-parallel group with context
@@ -65,6 +73,10 @@ ddp *ddp_create(param_set *ps, const ddp_config *cfg) {
         c.bucket_size = (int64_t)1000000 * st->dp_cp_size;
         if (c.bucket_size < 40000000) c.bucket_size = 40000000;
     }
+    if (st->ep_size > 1) { /* the experts' buckets: over the expert-data-parallel group */
+        c.edp_size = st->edp_size;
+        c.edp_rank = st->edp_rank;
+    }
     ddp *d = ddp_create_layout(ps, &c, intra, st->dp_cp_rank % intra, st->pp_size, st->pp_rank);
     d->cfg.bucket_size = cfg->bucket_size;
     d->total_dp = st->dp_cp_size;
@@ -72,10 +84,12 @@ ddp *ddp_create(param_set *ps, const ddp_config *cfg) {
     if (!st->mpi) return d;
     if (n == 1) {
         d->comm = st->dp_cp;
-        return d;
+    } else {
+        MPI_Comm_split(st->dp_cp, d->instance, st->dp_cp_rank, &d->comm);
+        MPI_Comm_split(st->dp_cp, st->dp_cp_rank % intra, st->dp_cp_rank, &d->inter);
     }
-    MPI_Comm_split(st->dp_cp, d->instance, st->dp_cp_rank, &d->comm);
-    MPI_Comm_split(st->dp_cp, st->dp_cp_rank % intra, st->dp_cp_rank, &d->inter);
+    for (int b = 0; b < d->num_buckets; b++)
+        d->buckets[b].comm = d->buckets[b].expert ? st->edp : d->comm;
     return d;
 }
 
@@ -98,40 +112,41 @@ ddp *ddp_create_layout(param_set *ps, const ddp_config *cfg, int dp_size, int dp
                      : cfg->bucket_size > 0                   ? (size_t)cfg->bucket_size
                                                               : deflt;
 
-    int cap = 0;
+    int cap = 0, kind = 0; /* kind: the open bucket holds experts' tensors */
     size_t end = ps->numel, count = 0; /* the open bucket: [end - count, end) */
     for (int i = ps->count - 1; i >= 0; i--) {
         const param_tensor *t = &ps->tensors[i];
-        int own = own_bucket(d, t);
+        int own = own_bucket(d, t), expert = t->expert_parallel && d->cfg.edp_size > 0;
         if (t->numel > DDP_MAX_BUCKET)
             die(1, "%s: %zu elements, more than a data-parallel bucket can hold",
                            t->name, t->numel);
-        if (count > 0 && (own || count + t->numel > DDP_MAX_BUCKET)) {
-            add_bucket(d, end - count, end, &cap);
+        if (count > 0 && (own || count + t->numel > DDP_MAX_BUCKET || expert != kind)) {
+            add_bucket(d, end - count, end, &cap, kind);
             end -= count;
             count = 0;
         }
+        kind = expert;
         count += t->numel;
         if (count >= d->bucket_size || own) {
-            add_bucket(d, end - count, end, &cap);
+            add_bucket(d, end - count, end, &cap, kind);
             end -= count;
             count = 0;
         }
     }
-    if (count > 0) add_bucket(d, end - count, end, &cap);
+    if (count > 0) add_bucket(d, end - count, end, &cap, kind);
 
     /* the rotation starts at the shared embedding's bucket, so every stage shards it alike */
-    int rot = 0;
+    int rot[2] = {0, 0};
     for (int b = 0; b < d->num_buckets; b++)
         for (int i = 0; i < ps->count; i++)
             if (ps->tensors[i].offset == d->buckets[b].begin && own_bucket(d, &ps->tensors[i]))
-                split_bucket(d, &d->buckets[b], &rot);
+                split_bucket(d, &d->buckets[b], rot);
     for (int b = 0; b < d->num_buckets; b++) {
         int shared = 0;
         for (int i = 0; i < ps->count; i++)
             if (ps->tensors[i].offset == d->buckets[b].begin && own_bucket(d, &ps->tensors[i]))
                 shared = 1;
-        if (!shared) split_bucket(d, &d->buckets[b], &rot);
+        if (!shared) split_bucket(d, &d->buckets[b], rot);
     }
 
     d->reqs = xcalloc((size_t)d->num_buckets + 1, sizeof(MPI_Request), "bucket requests");
@@ -164,35 +179,6 @@ void ddp_set_last_microbatch(ddp *d, int last) {
     d->armed = last && d->cfg.overlap_grad_reduce && d->total_dp > 1;
 }
 
-/* 1 if bucket bk holds a routed expert's gradient under expert parallelism. */
-static int bucket_has_experts(const ddp *d, const ddp_bucket *bk) {
-    for (int i = 0; i < d->ps->count; i++) {
-        const param_tensor *t = &d->ps->tensors[i];
-        if (t->expert_parallel && t->offset >= bk->begin && t->offset < bk->end) return 1;
-    }
-    return 0;
-}
-
-/* Expert parallelism (Megatron keeps the experts in buffers of their own): a bucket holding
- * experts' gradients is summed run by run of whole tensors, blocking, the experts' runs over the
- * expert-data-parallel group (the ranks with the same experts), the others over DP. */
-static void reduce_bucket_by_runs(ddp *d, const ddp_bucket *bk) {
-    size_t run = bk->begin;
-    int experts = -1;
-    for (int i = 0; i <= d->ps->count; i++) {
-        const param_tensor *t = i < d->ps->count ? &d->ps->tensors[i] : NULL;
-        if (t && (t->offset < bk->begin || t->offset >= bk->end)) continue;
-        int kind = t ? t->expert_parallel : -1;
-        if (experts >= 0 && kind != experts) {
-            size_t at = t ? t->offset : bk->end;
-            MPI_Allreduce(MPI_IN_PLACE, d->ps->grad + run, (int)(at - run), MPI_FLOAT, MPI_SUM,
-                          experts ? parallel_get()->edp : d->comm);
-            run = at;
-        }
-        experts = kind;
-    }
-}
-
 /* Scales bucket b by 1/DP and starts (overlap) or runs its reduction (within the instance). */
 static void start_bucket(ddp *d, int b, int nonblocking) {
     ddp_bucket *bk = &d->buckets[b];
@@ -201,22 +187,17 @@ static void start_bucket(ddp *d, int b, int nonblocking) {
     const float inv = 1.0f / (float)d->total_dp;
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) g[i] *= inv;
-    if (bucket_has_experts(d, bk)) { /* never with the distributed optimizer (args_validate) */
-        reduce_bucket_by_runs(d, bk);
-        bk->started = 1;
-        return;
-    }
     if (d->cfg.use_distributed_optimizer) {
         if (nonblocking)
-            MPI_Ireduce_scatter(MPI_IN_PLACE, g, bk->counts, MPI_FLOAT, MPI_SUM, d->comm,
+            MPI_Ireduce_scatter(MPI_IN_PLACE, g, bk->counts, MPI_FLOAT, MPI_SUM, bk->comm,
                                 &d->reqs[b]);
         else
-            MPI_Reduce_scatter(MPI_IN_PLACE, g, bk->counts, MPI_FLOAT, MPI_SUM, d->comm);
+            MPI_Reduce_scatter(MPI_IN_PLACE, g, bk->counts, MPI_FLOAT, MPI_SUM, bk->comm);
     } else {
         if (nonblocking)
-            MPI_Iallreduce(MPI_IN_PLACE, g, (int)n, MPI_FLOAT, MPI_SUM, d->comm, &d->reqs[b]);
+            MPI_Iallreduce(MPI_IN_PLACE, g, (int)n, MPI_FLOAT, MPI_SUM, bk->comm, &d->reqs[b]);
         else
-            MPI_Allreduce(MPI_IN_PLACE, g, (int)n, MPI_FLOAT, MPI_SUM, d->comm);
+            MPI_Allreduce(MPI_IN_PLACE, g, (int)n, MPI_FLOAT, MPI_SUM, bk->comm);
     }
     bk->started = 1;
 }
@@ -268,7 +249,7 @@ void ddp_finish_grad_sync(ddp *d) {
         if (d->cfg.use_distributed_optimizer) /* in-place reduce-scatter: result at the start */
             for (int b = 0; b < d->num_buckets; b++) {
                 float *g = d->ps->grad;
-                if (d->buckets[b].displs[d->dp_rank] > 0)
+                if (d->buckets[b].displs[d->buckets[b].grank] > 0)
                     memmove(g + ddp_piece_begin(d, b), g + d->buckets[b].begin,
                             ddp_piece_numel(d, b) * sizeof(float));
             }
@@ -296,10 +277,10 @@ static void gather_bucket(ddp *d, int b, int nonblocking) {
     MPI_Datatype type = half ? MPI_UINT16_T : MPI_FLOAT;
     if (nonblocking)
         MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, at, bk->counts, bk->displs, type,
-                        d->comm, &d->param_reqs[b]);
+                        bk->comm, &d->param_reqs[b]);
     else
         MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, at, bk->counts, bk->displs, type,
-                       d->comm);
+                       bk->comm);
 }
 
 void ddp_start_param_sync(ddp *d) {

@@ -69,13 +69,21 @@ typedef struct {
     int overlap_param_gather;      /* --overlap-param-gather: that all-gather under forward */
     int64_t bucket_size;           /* --ddp-bucket-size (elements); <= 0: Megatron's default */
     int num_instances;             /* --num-distributed-optimizer-instances (<= 1: one) */
+    /* expert parallelism: the routed experts' tensors (param_tensor.expert_parallel) have
+     * buckets of their own, reduced and sharded over the expert-data-parallel group (Megatron's
+     * expert buffers) of edp_size ranks, this one edp_rank; 0: no such tensors */
+    int edp_size, edp_rank;
 } ddp_config;
 
 typedef struct {
     size_t begin, end;  /* [begin, end) of the flat buffers: whole tensors */
+    int expert;         /* routed experts' tensors (expert parallelism): the group below is
+                           the expert-data-parallel one */
+    int gsize, grank;   /* the group the bucket is reduced and sharded over, this rank in it */
+    MPI_Comm comm;      /* that group (MPI_COMM_NULL without MPI) */
     size_t remaining;   /* elements whose last contribution is not reported yet (overlap) */
-    int *counts;        /* [DP] distributed optimizer: rank r's piece is */
-    int *displs;        /* [DP] [begin + displs[r], begin + displs[r] + counts[r]) */
+    int *counts;        /* [gsize] distributed optimizer: rank r's piece is */
+    int *displs;        /* [gsize] [begin + displs[r], begin + displs[r] + counts[r]) */
     int started;        /* reduction started this iteration */
 } ddp_bucket;
 
@@ -142,10 +150,10 @@ void ddp_finish_param_sync(ddp *d);
 
 /* This rank's piece of bucket b (the distributed optimizer's shard of it). */
 static inline size_t ddp_piece_begin(const ddp *d, int b) {
-    return d->buckets[b].begin + (size_t)d->buckets[b].displs[d->dp_rank];
+    return d->buckets[b].begin + (size_t)d->buckets[b].displs[d->buckets[b].grank];
 }
 static inline size_t ddp_piece_numel(const ddp *d, int b) {
-    return (size_t)d->buckets[b].counts[d->dp_rank];
+    return (size_t)d->buckets[b].counts[d->buckets[b].grank];
 }
 
 /* x summed over the ranks the buckets are sharded over (the DP group, or the rank's

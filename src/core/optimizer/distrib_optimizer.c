@@ -36,7 +36,12 @@ dist_opt *dist_opt_create(param_set *ps, ddp *d, half_kind kind) {
     dist_opt *o = xcalloc(1, sizeof(dist_opt), "distributed optimizer");
     o->ps = ps;
     o->ddp = d;
+    /* ceil(N / DP) (the pieces rotate); with expert parallelism the experts' buckets are
+     * sharded over fewer ranks: the pieces' sum */
     o->shard_numel = (ps->numel + (size_t)d->dp_size - 1) / (size_t)d->dp_size;
+    size_t pieces = 0;
+    for (int b = 0; b < d->num_buckets; b++) pieces += ddp_piece_numel(d, b);
+    if (pieces > o->shard_numel) o->shard_numel = pieces;
     o->exp_avg = mem_alloc_floats(MEM_OPTIMIZER, o->shard_numel, "adam exp_avg (shard)");
     o->exp_avg_sq = mem_alloc_floats(MEM_OPTIMIZER, o->shard_numel, "adam exp_avg_sq (shard)");
     /* segments: each owned piece cut at tensor boundaries (tensors are in offset order) */
