@@ -45,6 +45,12 @@ run ep2dp2_dopt 4 --expert-model-parallel-size 2 --moe-token-dispatcher-type all
 check ref ep2dp2_dopt
 run ep4_dopt 4 --expert-model-parallel-size 4 --use-distributed-optimizer
 check ref ep4_dopt
+# --bf16: experts wider than the dense MLP, a shared expert, EP 2 with the distributed optimizer
+bf=(--bf16 --moe-ffn-hidden-size 72 --moe-shared-expert-intermediate-size 16)
+run bf16_ref 1 "${bf[@]}"
+run bf16_ep2 2 "${bf[@]}" --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall \
+    --use-distributed-optimizer
+check bf16_ref bf16_ep2
 # tensor parallelism (with sequence parallelism, as Megatron requires): each expert split as
 # the dense MLP, the tokens gathered over TP (allgather: over TP x EP)
 tp=(--tensor-model-parallel-size 2 --sequence-parallel --make-vocab-size-divisible-by 64)
@@ -103,12 +109,28 @@ head -n 3000 "$SRC/data/kjv.jsonl" > kjv.jsonl
     --data-path kjv_text_document --split 98,2,0 --micro-batch-size 8 --global-batch-size 8 \
     --train-iters 80 --lr 3e-3 --lr-warmup-iters 5 --log-interval 10 --eval-iters 0 \
     --model-running-mode difflm-noshift --mask-token 256 --attention-mask-type no_mask \
-    "${moe[@]}" --moe-shared-expert-intermediate-size 32 --seed 3 \
+    "${moe[@]}" --moe-shared-expert-intermediate-size 32 --seed 3 --save dlm \
     > difflm.log 2>&1 || { echo "FAILED: difflm MoE run"; tail -5 difflm.log; fail=1; }
 first=$(losses -n difflm.log | head -1 | awk '{print $2}')
 last=$(losses -n difflm.log | tail -1 | awk '{print $2}')
 echo "difflm MoE on the corpus: loss $first at iteration 10, $last at 80"
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.8 * a) }' ||
   { echo "FAILED: the MoE diffusion model's loss did not fall"; fail=1; }
+# sampling an MoE checkpoint: the caches' row forwards run the MoE layers as the full forward
+# does (diffusion: one round a block, cached = uncached bit for bit; autoregressive: the
+# key/value cache gives the uncached greedy text)
+one=(--load dlm --prompt "In the beginning" --gen-length 16 --block-length 4 --steps 4)
+want=$("$MEGADLM" generate "${one[@]}" 2>/dev/null)
+for c in prefix dual; do
+  got=$("$MEGADLM" generate "${one[@]}" --cache $c 2>/dev/null)
+  [ -n "$want" ] && [ "$got" = "$want" ] || { echo "FAILED: MoE --cache $c: '$got' vs '$want'"; fail=1; }
+done
+want=$("$MEGADLM" generate --load bits_none --prompt "10 11 12 13" --max-new-tokens 12 --top-k 1 2>/dev/null)
+got=$("$MEGADLM" generate --load bits_none --prompt "10 11 12 13" --max-new-tokens 12 --top-k 1 \
+      --cache prefix 2>/dev/null)
+[ -n "$want" ] && [ "$got" = "$want" ] || { echo "FAILED: MoE key/value cache: '$got' vs '$want'"; fail=1; }
+echo "MoE samples: diffusion '$(echo "$want" | head -c 60)'"
+expect_error "the checkpoint is a mixture of experts" "${MPIRUN[@]}" -np 2 "$MEGADLM" generate \
+    --load bits_none --prompt "1 2" --max-new-tokens 2 --tensor-model-parallel-size 2 || fail=1
 [ "$fail" = 0 ] && echo PASS
 exit $fail

@@ -13,6 +13,7 @@
 #include "core/tensor_parallel/parallel_linear.h"
 #include "core/threads.h"
 #include "core/transformer/mlp.h"
+#include "core/transformer/moe/moe_layer.h"
 #include "core/transformer/transformer_layer.h"
 #include "core/util/die.h"
 
@@ -29,7 +30,8 @@ struct gpt_inference {
 
 gpt_inference *gpt_inference_create(gpt_model *m, int B, int max_T) {
     const transformer_config *c = &m->cfg;
-    if (tc_sp(c) || tc_cp(c) > 1 || tc_pp(c) > 1 || B > m->max_batch || max_T > c->seq_length)
+    if (tc_sp(c) || tc_cp(c) > 1 || tc_pp(c) > 1 || B > m->max_batch || max_T > c->seq_length ||
+        (tc_moe(c) && (tc_tp(c) > 1 || tc_ep(c) > 1)))
         die(1, "internal error: an inference forward of %d x %d rows on a model built for %d x "
                "%d (sequence, context or pipeline parallel: %d %d %d)", B, max_T, m->max_batch,
             c->seq_length, tc_sp(c), tc_cp(c), tc_pp(c));
@@ -188,6 +190,17 @@ static int head_rows_forward(gpt_inference *gi, const inference_rows *r, const f
     return M;
 }
 
+/* An MoE layer's MLP on the R rows (one process: moe_layer_forward as an evaluation forward
+ * of one sequence of R tokens; what it keeps for a backward is released at once). */
+static void moe_rows_forward(gpt_inference *gi, const layer_weights *w, int l, int R) {
+    const transformer_config *c = &gi->m->cfg;
+    layer_ctx ctx = {.cfg = c, .B = 1, .T = R, .T_valid = R, .training = 0};
+    layer_workspace ws = {0};
+    moe_saved m = {0};
+    moe_layer_forward(&ctx, tc_layer_offset(c) + l, w, &ws, &m, gi->ln, gi->branch);
+    moe_saved_release(&m);
+}
+
 int gpt_inference_forward(gpt_inference *gi, inference_context *ic, const inference_rows *r,
                           const float **logits) {
     gpt_model *m = gi->m;
@@ -209,8 +222,12 @@ int gpt_inference_forward(gpt_inference *gi, inference_context *ic, const infere
         attention_rows_forward(gi, ic, r, l, w);
         residual_add(c, gi->res, gi->x, gi->branch, RC);
         norm_forward(c, gi->ln, gi->mean, gi->rstd, gi->res, w->ln2_w, w->ln2_b, R);
-        const mlp_buffers mb = {.fc1 = gi->fc1, .act = gi->act, .branch_full = gi->branch};
-        mlp_forward_rows(c, w, &mb, gi->ln, gi->branch, R);
+        if (tc_moe_layer(c, tc_layer_offset(c) + l)) {
+            moe_rows_forward(gi, w, l, R);
+        } else {
+            const mlp_buffers mb = {.fc1 = gi->fc1, .act = gi->act, .branch_full = gi->branch};
+            mlp_forward_rows(c, w, &mb, gi->ln, gi->branch, R);
+        }
         residual_add(c, gi->x, gi->res, gi->branch, RC);
     }
     *logits = NULL;

@@ -352,7 +352,10 @@ void gpt_model_free(gpt_model *m) {
 int gpt_model_linear_max_width(const transformer_config *c) {
     int w = c->hidden_size;
     int widths[] = {tc_qkv_width_local(c), tc_heads_local(c) * c->kv_channels,
-                    tc_fc1_width_local(c), tc_ffn_local(c), tc_vocab_local(c)};
+                    tc_fc1_width_local(c), tc_ffn_local(c), tc_vocab_local(c),
+                    /* MoE: the routed and shared experts' linears (0 in a dense model) */
+                    tc_moe(c) ? tc_expert_fc1_width_local(c) : 0,
+                    tc_moe(c) ? tc_shared_fc1_width_local(c) : 0};
     for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++)
         if (widths[i] > w) w = widths[i];
     return w;
