@@ -119,6 +119,16 @@ static void print_report(const megadlm_args *a, const theoretical_memory *m) {
                      : "fp32",
            mb((double)g.parameters), mb((double)g.gradients), mb((double)g.optimizer),
            mb((double)g.saved_activations));
+    if (a->num_experts > 0)
+        printf("  mixture of experts (%d experts, top %d, expert parallel %d, %s): each of the "
+               "first stage's %d MoE layers keeps per micro-batch, beside the above, %.2f MB "
+               "with a balanced routing, at most %.2f MB (%s; docs/MOE.md, \"Memory\")\n",
+               a->num_experts, a->moe_router_topk, a->expert_model_parallel_size,
+               a->moe_token_dispatcher_type, m->moe_layers_first_stage,
+               mb(m->moe_layer_kept_balanced), mb(m->moe_layer_kept_bound),
+               a->moe_expert_capacity_factor >= 0.0f ? "every expert at its capacity"
+                                                     : "every token of every expert-parallel "
+                                                       "rank routed to one rank's experts");
     size_t rows = theoretical_megadlm_logits_rows(a);
     /* the rows a rank holds: b x s / CP, s the model's positions (a masked-diffusion
      * sequence's padded length where that is longer) */
@@ -154,6 +164,9 @@ static cJSON *report_json(const megadlm_args *a, const theoretical_memory *m) {
     JSON_ADD(o, JNUM("model_flops_per_iteration", m->model_flops_per_iteration),
              JNUM("hardware_flops_per_iteration", m->hardware_flops_per_iteration),
              JNUM("first_stage_layers", m->stage_layers),
+             JNUM("moe_layers_first_stage", m->moe_layers_first_stage),
+             JNUM("moe_layer_kept_bytes_balanced", m->moe_layer_kept_balanced),
+             JNUM("moe_layer_kept_bytes_bound", m->moe_layer_kept_bound),
              JNUM("num_microbatches", m->num_microbatches),
              JNUM("in_flight_microbatches", m->in_flight_microbatches),
              JNUM("tensor_model_parallel_size", a->tensor_model_parallel_size),

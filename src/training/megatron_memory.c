@@ -13,8 +13,12 @@ static void weight_and_optimizer(const megadlm_args *a, megatron_memory_report *
     double groups = a->num_query_groups;
     double q_ratio = (double)a->kv_channels * heads / h;
     double gated = a->swiglu ? 1.5 : 1.0;
+    /* MegaDLMs' MoE term: every layer's MLP x --num-experts at --ffn-hidden-size (its formula
+     * knows neither --moe-layer-freq, --moe-ffn-hidden-size, the router, the shared expert nor
+     * expert parallelism) */
+    double experts = a->num_experts > 0 ? a->num_experts : 1.0;
     double layers = 2.0 * L * h * h *
-                    ((1.0 + groups / heads) * q_ratio + (f / h) * gated + 2.0 / h +
+                    ((1.0 + groups / heads) * q_ratio + (f / h) * experts * gated + 2.0 / h +
                      1.0 / (L * h));
     double embedding = h * V;
     double t = a->tensor_model_parallel_size, p = a->pipeline_model_parallel_size;

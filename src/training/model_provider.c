@@ -106,7 +106,12 @@ double model_flops_per_iteration(const megadlm_args *a, int64_t batch_size) {
     double heads = a->num_attention_heads, groups = a->num_query_groups;
     double q_ratio = (double)a->kv_channels * heads / h;
     double gated = a->swiglu ? 1.5 : 1.0;
+    /* MegaDLMs' MoE terms: every layer's MLP at --ffn-hidden-size times the experts a token is
+     * routed to, plus the shared expert (its formula counts neither --moe-layer-freq nor
+     * --moe-ffn-hidden-size nor the router: the numbers it logs) */
+    double routed_to = a->num_experts > 0 ? a->moe_router_topk : 1.0;
+    double shared = a->num_experts > 0 ? a->moe_shared_expert_intermediate_size : 0.0;
     return 12.0 * (double)batch_size * s * L * h * h *
-           ((1.0 + groups / heads + s / h) * q_ratio + (a->ffn_hidden_size / h) * gated +
-            a->padded_vocab_size / (2.0 * L * h));
+           ((1.0 + groups / heads + s / h) * q_ratio + (a->ffn_hidden_size / h) * routed_to * gated +
+            (shared / h) * gated + a->padded_vocab_size / (2.0 * L * h));
 }

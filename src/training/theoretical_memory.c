@@ -3,10 +3,13 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/distributed/distributed_data_parallel.h"
 #include "core/models/gpt_model.h"
 #include "core/models/gpt_param_table.h"
 #include "core/models/head_saved.h"
 #include "core/transformer/activation_memory.h"
+#include "core/transformer/moe/moe_layer.h"
+#include "core/parallel_state.h"
 #include "core/transformer/transformer_block.h"
 #include "training/difflm.h"
 #include "training/model_provider.h"
@@ -28,23 +31,43 @@ const char *const TM_ROW_FORMULAS[TM_NUM_ROWS] = {
 
 /* ---- Megatron's parameter formula (compute_weight_and_optimizer_memory) ---- */
 
-static void megatron_parameters(const megadlm_args *a, double *total, double *shard) {
-    double h = a->hidden_size, L = a->num_layers, V = a->padded_vocab_size;
-    double heads = a->num_attention_heads, groups = a->num_query_groups;
+/* Megatron's layer count, generalised to MoE layers (--moe-layer-freq): the router E h, the
+ * routed experts' MLPs E x 2h f_e (x 3/2 with SwiGLU; a rank's share under expert
+ * parallelism: experts_share), the shared expert's 2h f_s. */
+static double megatron_layer(const megadlm_args *a, const transformer_config *c, int l,
+                             double experts_share) {
+    double h = a->hidden_size, heads = a->num_attention_heads, groups = a->num_query_groups;
     double q_ratio = (double)a->kv_channels * heads / h; /* query projection / hidden size */
     double gated = a->swiglu ? 1.5 : 1.0;
     /* RMSNorm: no bias */
     double norm = ARGS_CHOICE(a, normalization) == ARGS_NORM_RMSNORM ? 1.0 : 2.0;
     double attention = 2.0 * h * h * ((1.0 + groups / heads) * q_ratio);
-    double layer = 2.0 * h * (a->ffn_hidden_size * gated + norm) + attention;
+    if (!tc_moe_layer(c, l)) return 2.0 * h * (a->ffn_hidden_size * gated + norm) + attention;
+    double E = a->num_experts;
+    return attention + 2.0 * h * norm + E * h +
+           E * experts_share * 2.0 * h * a->moe_ffn_hidden_size * gated +
+           2.0 * h * a->moe_shared_expert_intermediate_size * gated;
+}
+
+static void megatron_parameters(const megadlm_args *a, double *total, double *shard) {
+    double h = a->hidden_size, V = a->padded_vocab_size;
+    double norm = ARGS_CHOICE(a, normalization) == ARGS_NORM_RMSNORM ? 1.0 : 2.0;
     double embedding = h * V;
-    double block = layer * L + norm * h; /* + the final norm */
     double t = a->tensor_model_parallel_size, p = a->pipeline_model_parallel_size;
+    double ep = a->num_experts > 0 ? a->expert_model_parallel_size : 1;
+    double block = norm * h, first = 0.0; /* the final norm; the first stage's layers */
+    int stage = a->num_layers / (int)p;
+    const transformer_config c = model_config_from_args(a);
+    for (int l = 0; l < a->num_layers; l++) {
+        block += megatron_layer(a, &c, l, 1.0);
+        if (l < stage) first += megatron_layer(a, &c, l, 1.0 / ep);
+    }
     int untied = a->untie_embeddings_and_output_weights;
     *total = block + (untied ? 2.0 : 1.0) * embedding;
-    /* most loaded shard: 1/p of the block and the embedding, split by t; the output layer too
-     * when untied and p = 1 */
-    *shard = (block / p + embedding) / t;
+    /* most loaded shard: the first stage's layers (its share of the experts under expert
+     * parallelism) and the embedding, split by t; the output layer too when untied and p = 1
+     * (without MoE: Megatron's 1/p of the block) */
+    *shard = ((a->num_experts > 0 ? first : block / p) + embedding) / t;
     if (untied && p == 1) *shard += embedding / t;
 }
 
@@ -164,6 +187,23 @@ static double layer_forward_flops(const megadlm_args *a) {
            ((1.0 + g / heads + s / h) * q_ratio + ((double)a->ffn_hidden_size / h) * gated);
 }
 
+/* The MoE layers' kept bytes (moe_layer_saved_bytes) on the first stage. */
+static void moe_memory(const megadlm_args *a, theoretical_memory *out) {
+    out->moe_layers_first_stage = 0;
+    out->moe_layer_kept_balanced = out->moe_layer_kept_bound = 0.0;
+    if (a->num_experts <= 0) return;
+    transformer_config c = model_config_from_args(a);
+    c.pp_size = a->pipeline_model_parallel_size;
+    c.pp_rank = 0;
+    if (c.pp_size <= 1) c.vp_size = 0;
+    for (int j = 0; j < tc_vp(&c); j++)
+        for (int l = 0; l < tc_chunk_layers(&c); l++)
+            out->moe_layers_first_stage += tc_moe_layer(&c, tc_chunk_layer_offset(&c, j) + l);
+    const int B = a->micro_batch_size, T = tc_seq_local(&c);
+    out->moe_layer_kept_balanced = (double)moe_layer_saved_bytes(&c, B, T, moe_rows_balanced(&c, B, T));
+    out->moe_layer_kept_bound = (double)moe_layer_saved_bytes(&c, B, T, moe_rows_bound(&c, B, T));
+}
+
 void theoretical_memory_compute(const megadlm_args *a, theoretical_memory *out) {
     memset(out, 0, sizeof(*out));
     double t = a->tensor_model_parallel_size, p = a->pipeline_model_parallel_size;
@@ -241,6 +281,7 @@ void theoretical_memory_compute(const megadlm_args *a, theoretical_memory *out) 
         hw += recomputed * layer_forward_flops(a);
     }
     out->hardware_flops_per_iteration = hw;
+    moe_memory(a, out);
 }
 
 /* ---- megadlm's exact bytes ---- */
@@ -304,6 +345,37 @@ theoretical_megadlm_bytes theoretical_megadlm(const megadlm_args *a) {
                                     a->num_microbatches_with_partial_activation_checkpoints > 0);
 }
 
+/* The distributed optimizer's elements on this rank under expert parallelism: the experts'
+ * buckets are sharded over the expert-data-parallel group, the others over DP (Megatron's
+ * expert buffers), so the pieces of this rank's buckets (distrib_optimizer.c: at least
+ * ceil(N / DP)), from the layout training builds (ddp_create_layout on this rank's table).
+ * `megadlm memory` (no ranks) gives data-parallel rank 0's. */
+static size_t expert_parallel_shard(const megadlm_args *a, int pp_rank) {
+    const parallel_state *st = parallel_get();
+    transformer_config c = model_config_from_args(a);
+    c.pp_size = a->pipeline_model_parallel_size;
+    c.pp_rank = pp_rank;
+    if (c.pp_size <= 1) c.vp_size = 0;
+    const int dp = args_grad_reduce_ranks(a), ep = a->expert_model_parallel_size;
+    const int dp_rank = st->world_size > 1 ? st->dp_cp_rank : 0;
+    gpt_param_table spec;
+    gpt_param_table_rank(&c, &spec);
+    ddp_config dc = {.overlap_grad_reduce = a->overlap_grad_reduce,
+                     .use_distributed_optimizer = 1,
+                     .bucket_size = a->ddp_bucket_size,
+                     .edp_size = dp / ep,
+                     .edp_rank = st->world_size > 1 ? st->edp_rank : 0};
+    if (dc.overlap_grad_reduce && dc.bucket_size <= 0) /* Megatron's default, as ddp_create */
+        dc.bucket_size = (int64_t)1000000 * dp > 40000000 ? (int64_t)1000000 * dp : 40000000;
+    ddp *d = ddp_create_layout(&spec.params, &dc, dp, dp_rank, tc_pp(&c), pp_rank);
+    size_t pieces = 0, n = spec.params.numel;
+    for (int b = 0; b < d->num_buckets; b++) pieces += ddp_piece_numel(d, b);
+    ddp_free(d);
+    gpt_param_table_free(&spec);
+    size_t ceil_dp = (n + (size_t)dp - 1) / (size_t)dp;
+    return pieces > ceil_dp ? pieces : ceil_dp;
+}
+
 theoretical_megadlm_bytes theoretical_megadlm_rank(const megadlm_args *a, int pp_rank,
                                                    int num_stores, int num_unchecked) {
     theoretical_megadlm_bytes r;
@@ -325,6 +397,8 @@ theoretical_megadlm_bytes theoretical_megadlm_rank(const megadlm_args *a, int pp
         dp /= (size_t)a->num_distributed_optimizer_instances;
     size_t state = half ? 12 : 8;
     r.optimizer = a->use_distributed_optimizer ? state * ((n + dp - 1) / dp) : state * n;
+    if (a->use_distributed_optimizer && a->num_experts > 0 && a->expert_model_parallel_size > 1)
+        r.optimizer = state * expert_parallel_shard(a, pp_rank);
     /* FSDP optim_grads(_params): the gradient shard, as large as the optimizer's
      * (core/distributed/fsdp.h); the whole buffer lives only during a backward */
     if (args_fsdp_shards_grads(a)) r.gradients = 4 * ((n + dp - 1) / dp);

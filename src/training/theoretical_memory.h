@@ -65,6 +65,12 @@ typedef struct {
     double embedding_bytes;        /* one micro-batch: token ids and the embedding dropout mask */
     double output_layer_bytes;     /* p = 1: final norm and output-layer inputs, fp32 logits */
 
+    /* ---- mixture of experts: what an MoE layer's forward keeps per micro-batch beside the
+     * table (its rows depend on the routing: core/transformer/moe/moe_layer.h), balanced and
+     * at its bound, and the first stage's MoE layers ---- */
+    int moe_layers_first_stage;
+    double moe_layer_kept_balanced, moe_layer_kept_bound;
+
     /* ---- FLOPs per iteration (global batch), the paper's appendix A at the real shapes ---- */
     double model_flops_per_iteration;
     double hardware_flops_per_iteration;

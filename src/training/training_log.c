@@ -298,6 +298,22 @@ static void log_logits(const trainer *tr, const activation_store *s, int rank) {
                                       : "every row");
 }
 
+/* MoE layers: what a training forward kept for its backward (allocated per forward: its rows
+ * depend on the routing), the most measured so far beside the balanced routing's count and the
+ * bound (moe_layer_saved_bytes; docs/MOE.md, "Memory"). */
+static void log_moe_saved(const gpt_model *m, int B, int T, int rank) {
+    if (!m->moe_tracker) return;
+    for (int j = 0; j < m->num_chunks; j++)
+        for (int l = 0; l < m->block.num_layers; l++) {
+            int g = tc_chunk_layer_offset(&m->cfg, j) + l;
+            if (!tc_moe_layer(&m->cfg, g)) continue;
+            printf("[Rank %d] moe layer %d kept per micro-batch (bytes) | measured %zu | "
+                   "balanced %zu | bound %zu |\n", rank, g, m->moe_tracker->saved_bytes[g],
+                   moe_layer_saved_bytes(&m->cfg, B, T, moe_rows_balanced(&m->cfg, B, T)),
+                   moe_layer_saved_bytes(&m->cfg, B, T, moe_rows_bound(&m->cfg, B, T)));
+        }
+}
+
 /* Saved activations per layer: what the tracked allocator measured when the block was built,
  * beside the analytic count of docs/MEMORY.md (they must agree). Then, per category, what
  * `megadlm memory` predicts for this rank (training/theoretical_memory.c, the same code) beside
@@ -314,6 +330,7 @@ static void log_saved_activations(const trainer *tr) {
                    rank, tc_chunk_layer_offset(&m->cfg, j) + l,
                    activation_store_layer_saved_bytes(s, l),
                    activation_memory_layer_bytes(&s->cfg, B, T, l));
+    log_moe_saved(m, B, T, rank);
     theoretical_megadlm_bytes p = theoretical_megadlm_rank(tr->a, parallel_get()->pp_rank,
                                                            tr->num_stores, tr->num_unchecked);
     const struct {

@@ -25,9 +25,18 @@ static size_t input_bytes(const transformer_config *c, int B, int T) {
     return (tc_half(c) ? 2 : 4) * input_floats(c, B, T);
 }
 
+/* Layer l's (of the config's model chunk) state: an MoE layer keeps no dense MLP tensors in
+ * the table (moe/moe_layer.h allocates its own per forward); with interleaving every store's
+ * layer keeps the dense ones (transformer_block.c). */
+static size_t layer_state_bytes(const transformer_config *c, int B, int T, int l) {
+    layer_dims d = layer_dims_of_layer(c, B, T, tc_vp(c) > 1 ? -1 : tc_layer_offset(c) + l);
+    d.probs = 1;
+    return layer_saved_bytes(d);
+}
+
 size_t activation_memory_layer_bytes(const transformer_config *c, int B, int T, int l) {
     size_t input = input_bytes(c, B, T);
-    size_t state = activation_memory_layer_state_bytes(c, B, T);
+    size_t state = layer_state_bytes(c, B, T, l);
     switch (c->recompute_granularity) {
     case RECOMPUTE_NONE: return input + state;
     case RECOMPUTE_SELECTIVE: return input + state - activation_memory_probs_bytes(c, B, T);

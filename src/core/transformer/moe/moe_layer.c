@@ -26,10 +26,12 @@ void moe_tracker_init(moe_tracker *t, int num_layers) {
     memset(t, 0, sizeof(*t));
     t->num_layers = num_layers;
     t->values = xcalloc((size_t)MOE_LOG_COUNT * num_layers, sizeof(double), "moe tracker");
+    t->saved_bytes = xcalloc((size_t)num_layers, sizeof(size_t), "moe tracker");
 }
 
 void moe_tracker_free(moe_tracker *t) {
     free(t->values);
+    free(t->saved_bytes);
     memset(t, 0, sizeof(*t));
 }
 
@@ -81,6 +83,20 @@ void moe_saved_release(moe_saved *m) {
     if (m->ag.ep) moe_ag_plan_free(&m->ag);
     mem_free_all(m->rows, m->fc1, m->act, m->out, m->shared_fc1, m->shared_act);
     memset(m, 0, sizeof(*m));
+}
+
+/* The tracked bytes of what m keeps (category activations). */
+static size_t moe_saved_bytes(const moe_saved *m) {
+    const moe_routing *r = &m->routing;
+    const moe_assignment *a = &m->assign, *f = &m->ag.full;
+    const void *blocks[] = {r->logits, r->scores, r->lse, r->idx, r->q, r->gate,
+                            r->tokens_per_expert, r->tokens_global, r->jitter, r->xj,
+                            a->expert_begin, a->token, a->slot, a->kept,
+                            m->ag.gate, m->ag.idx, f->expert_begin, f->token, f->slot, f->kept,
+                            m->rows, m->fc1, m->act, m->out, m->shared_fc1, m->shared_act};
+    size_t bytes = 0;
+    for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++) bytes += mem_block_bytes(blocks[i]);
+    return bytes;
 }
 
 /* How this layer's tokens reach the experts. */
@@ -291,6 +307,10 @@ void moe_layer_forward(const layer_ctx *ctx, int layer_index, const layer_weight
     combine_forward(c, m, y, out, N);
     if (c->moe.shared_expert_size > 0) shared_forward(ctx, w, ws, m, in, out);
     if (!ctx->training) return;
+    if (ctx->moe_tracker && layer_index < ctx->moe_tracker->num_layers) {
+        size_t kept = moe_saved_bytes(m), *at = &ctx->moe_tracker->saved_bytes[layer_index];
+        if (kept > *at) *at = kept;
+    }
     const moe_routing *r = &m->routing;
     if (r->has_z) track(ctx, MOE_LOG_Z_LOSS, layer_index, r->z_value);
     if (c->moe.load_balancing == MOE_LB_AUX_LOSS) track_capacity(ctx, layer_index, r, &m->assign);
@@ -322,4 +342,77 @@ void moe_layer_backward(const layer_ctx *ctx, int layer_index, const layer_weigh
                         ctx->moe_grad_scale, din, g->router_w);
     mem_free_all(dact, dfc1, drows, dgate, dy);
     moe_saved_release(m);
+}
+
+/* ---- the analytic count (mirrors the allocations above, router.c and token_dispatcher.c) ---- */
+
+static size_t at_least_1(size_t n) { return n ? n : 1; }
+
+/* moe_assign's arrays for N tokens (pad: every expert its capacity). */
+static size_t assignment_bytes(const transformer_config *c, size_t N) {
+    const size_t E = (size_t)c->moe.num_experts, k = (size_t)c->moe.topk;
+    const int cap = moe_capacity(c, (int)N);
+    size_t rows = N * k;
+    if (c->moe.pad_to_capacity && cap > 0 && (size_t)cap * E > rows) rows = (size_t)cap * E;
+    return 4 * (E + 1) + 2 * 4 * at_least_1(rows) + N * E;
+}
+
+size_t moe_layer_saved_bytes(const transformer_config *c, int B, int T, moe_rows r) {
+    const size_t N = (size_t)tc_tokens_local(c, B * T), E = (size_t)c->moe.num_experts;
+    const size_t k = (size_t)c->moe.topk, C = (size_t)c->hidden_size;
+    size_t bytes = 4 * (2 * N * E + N + 3 * N * k + E) + 4 * E; /* the router's */
+    if (c->moe.input_jitter_eps > 0.0f) bytes += 2 * 4 * N * C;
+    bytes += assignment_bytes(c, N);
+    const dispatch_kind kind = dispatch_of(c);
+    if (kind == DISPATCH_ALLGATHER) { /* the gathered routing and its assignment */
+        const size_t G = (size_t)tc_ep(c) * tc_tp(c);
+        bytes += 2 * 4 * G * N * k;
+        bytes += 4 * (E + 1) + 2 * 4 * at_least_1(G * N * k) + G * N * E;
+    }
+    const size_t R = at_least_1(r.rows_exp);
+    bytes += 4 * R * (C + (size_t)tc_expert_fc1_width_local(c) + (size_t)tc_expert_ffn_local(c));
+    bytes += 4 * C * (kind == DISPATCH_ALLTOALL ? at_least_1(r.rows_src) : R);
+    if (c->moe.shared_expert_size > 0) {
+        const transformer_config sc = shared_config(c);
+        bytes += 4 * (size_t)B * T * (size_t)(tc_fc1_width_local(&sc) + tc_ffn_local(&sc));
+    }
+    return bytes;
+}
+
+/* Rows of the routed experts when each expert gets `per_expert` of a rank's tokens. */
+static moe_rows rows_of(const transformer_config *c, size_t per_expert) {
+    const size_t E = (size_t)c->moe.num_experts, tp = (size_t)tc_tp(c);
+    moe_rows r = {.rows_src = E * per_expert};
+    r.rows_exp = dispatch_of(c) == DISPATCH_LOCAL ? r.rows_src : tp * r.rows_src;
+    return r;
+}
+
+moe_rows moe_rows_balanced(const transformer_config *c, int B, int T) {
+    const size_t N = (size_t)tc_tokens_local(c, B * T), E = (size_t)c->moe.num_experts;
+    size_t share = N * (size_t)c->moe.topk / E; /* the hook's round robin: N k divisible by E */
+    const int cap = moe_capacity(c, (int)N);
+    if (cap >= 0) share = c->moe.pad_to_capacity ? (size_t)cap : share < (size_t)cap ? share : (size_t)cap;
+    return rows_of(c, share);
+}
+
+moe_rows moe_rows_bound(const transformer_config *c, int B, int T) {
+    const size_t N = (size_t)tc_tokens_local(c, B * T), E = (size_t)c->moe.num_experts;
+    const size_t k = (size_t)c->moe.topk, El = (size_t)tc_experts_local(c);
+    const size_t tp = (size_t)tc_tp(c), ep = (size_t)tc_ep(c);
+    const int cap = moe_capacity(c, (int)N);
+    moe_rows r;
+    /* this rank's assignments: all N k of them, at most every expert's capacity */
+    r.rows_src = N * k;
+    if (cap >= 0 && (c->moe.pad_to_capacity || (size_t)cap * E < r.rows_src))
+        r.rows_src = (size_t)cap * E;
+    if (dispatch_of(c) == DISPATCH_LOCAL) {
+        r.rows_exp = r.rows_src;
+        return r;
+    }
+    /* every source's tokens to this rank's experts: min(k, E_local) each, or their capacity */
+    size_t per_source = N * (k < El ? k : El);
+    if (cap >= 0 && (c->moe.pad_to_capacity || (size_t)cap * El < per_source))
+        per_source = (size_t)cap * El;
+    r.rows_exp = tp * ep * per_source;
+    return r;
 }

@@ -38,6 +38,10 @@ typedef struct moe_tracker {
     int num_layers;
     double *values; /* [MOE_LOG_COUNT, num_layers] */
     uint8_t recorded[MOE_LOG_COUNT];
+    /* the most bytes a training forward of each layer kept for its backward (moe_saved, as the
+     * tracked allocator counts them), over the run: `train --log-memory` prints it beside
+     * moe_layer_saved_bytes' balanced and bound cases; not cleared */
+    size_t *saved_bytes; /* [num_layers] */
 } moe_tracker;
 
 void moe_tracker_init(moe_tracker *t, int num_layers);
@@ -61,6 +65,21 @@ typedef struct moe_saved {
 
 /* Frees what a forward kept (nothing if none). */
 void moe_saved_release(moe_saved *m);
+
+/* ---- what an MoE layer's forward keeps: analytic (docs/MOE.md, "Memory") ----
+ * The rows depend on the routing: rows_src, this rank's kept assignments; rows_exp, the rows
+ * its experts compute (every EP source's, every TP rank's). */
+typedef struct {
+    size_t rows_src, rows_exp;
+} moe_rows;
+/* Bytes moe_layer_forward keeps for a micro-batch of B x T tokens (category activations)
+ * when the routing gives rows r: exactly what the tracked allocator counts. */
+size_t moe_layer_saved_bytes(const transformer_config *c, int B, int T, moe_rows r);
+/* The rows of a balanced routing (every expert the same share of every rank's tokens, as the
+ * test hook MEGADLM_MOE_BALANCED_ROUTING=1 routes them), and their upper bound (the capacity,
+ * or without one every EP source's every token sent to this rank's experts). */
+moe_rows moe_rows_balanced(const transformer_config *c, int B, int T);
+moe_rows moe_rows_bound(const transformer_config *c, int B, int T);
 
 /* out [Ns, C] = the MoE layer of in [Ns, C] (the pre-MLP norm's output: this rank's rows of
  * the B x T, N / TP under sequence parallelism). ws: the layer workspace (the shared expert's

@@ -122,16 +122,35 @@ static void sinkhorn(const float *logits, int N, int E, float *out) {
     free(d1);
 }
 
+/* Test hook MEGADLM_MOE_BALANCED_ROUTING=1: token g of the micro-batch (its row) goes to
+ * experts g k, g k + 1, ... (mod E), whatever its logits: every expert gets the same share of
+ * every rank's tokens (when its tokens x k divide by E), the case `train --log-memory`'s
+ * balanced prediction describes. The gates are computed as usual for those experts. */
+static int balanced_hook(void) {
+    const char *v = getenv("MEGADLM_MOE_BALANCED_ROUTING");
+    return v && !strcmp(v, "1");
+}
+
 /* Top-k routing: idx, q (post-softmax) and gate. */
 static void topk_forward(const transformer_config *c, moe_routing *r) {
-    const int E = r->E, k = r->k, pre = c->moe.pre_softmax;
+    const int E = r->E, k = r->k, pre = c->moe.pre_softmax, hook = balanced_hook();
     const float scale = c->moe.topk_scaling_factor > 0.0f ? c->moe.topk_scaling_factor : 1.0f;
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < r->N; n++) {
         const float *l = r->logits + (size_t)n * E, *s = r->scores + (size_t)n * E;
         int32_t *idx = r->idx + (size_t)n * k;
         float *q = r->q + (size_t)n * k, *g = r->gate + (size_t)n * k;
-        top_k(pre ? s : l, E, k, idx);
+        if (hook) /* distinct experts, the largest logit first as top_k orders them */
+            for (int j = 0; j < k; j++) idx[j] = (int32_t)(((size_t)(r->row0 + n) * k + j) % E);
+        else
+            top_k(pre ? s : l, E, k, idx);
+        if (hook && !pre) /* q's reference: the largest chosen logit */
+            for (int j = 1; j < k; j++)
+                if (l[idx[j]] > l[idx[0]]) {
+                    int32_t t = idx[0];
+                    idx[0] = idx[j];
+                    idx[j] = t;
+                }
         if (pre) {
             for (int j = 0; j < k; j++) g[j] = s[idx[j]] * scale;
             continue;
