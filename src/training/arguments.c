@@ -1329,7 +1329,6 @@ static int validate_moe_not_yet(const megadlm_args *a, char *err, size_t errlen)
         /* MegaDLMs' expert-choice routers (not in Megatron-LM) */
         {lbc == ARGS_MOE_LB_SOFTMAX_EXPERT_CHOICE || lbc == ARGS_MOE_LB_SINKHORN_EXPERT_CHOICE, lb},
         {ARGS_CHOICE(a, moe_token_dispatcher_type) == ARGS_MOE_DISPATCHER_ALLTOALL_SEQ, disp},
-        {a->moe_shared_expert_overlap, "--moe-shared-expert-overlap"},
         {a->expert_model_parallel_size > 1 && a->num_distributed_optimizer_instances > 1,
          "--num-distributed-optimizer-instances > 1 with --expert-model-parallel-size > 1"},
     };

@@ -19,6 +19,7 @@
 #include "core/pipeline_parallel/p2p_communication.h"
 #include "core/tensor/memory.h"
 #include "core/tensor_parallel/mappings.h"
+#include "core/transformer/moe/token_dispatcher.h"
 #include "core/threads.h"
 #include "core/transformer/activation_memory.h"
 #include "core/util/denormals.h"
@@ -508,6 +509,16 @@ void log_threads(void) {
  * attention compute hid (core/context_parallel/cp_ring.h). MEGADLM_CP_RING_BLOCKING=1 runs every
  * transfer blocking before its step's compute: the baseline bench/bench_context_parallel.sh
  * measures the hidden fraction against. */
+void log_moe_a2a(const trainer *tr) {
+    if (!tr->model || !tc_moe(&tr->model->cfg) || tc_ep(&tr->model->cfg) <= 1) return;
+    const moe_a2a_stats *st = moe_a2a_get_stats();
+    if (!st->exchanges) return;
+    print_rank_last("> MoE all-to-all (this rank): %lu exchanges, %.4f s blocking, %.4f s of "
+                    "shared-expert compute with exchanges in flight, %.4f s waiting for them "
+                    "after it\n",
+                    st->exchanges, st->blocking_s, st->overlapped_s, st->wait_s);
+}
+
 void log_cp_ring(const trainer *tr) {
     if (!tr->model) return; /* setup failed before the model existed */
     const transformer_config *c = &tr->model->cfg;

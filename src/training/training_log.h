@@ -41,6 +41,9 @@ void log_threads(void);
 void log_pipeline_bubble(const trainer *tr);
 /* --log-memory: the data-parallel reductions so far (per rank). */
 void log_dp_communication(const trainer *tr);
+/* Expert parallelism: the all-to-all's time, and how much the shared expert's compute hid
+ * (--moe-shared-expert-overlap). */
+void log_moe_a2a(const trainer *tr);
 /* Context parallelism's ring: transfers and how much of them compute hid. */
 void log_cp_ring(const trainer *tr);
 

@@ -281,6 +281,7 @@ void trainer_free(trainer *tr) {
     fsdp_params_free(tr->fsdp_params);
     ddp_free(tr->ddp); /* waits for parameter gathers in flight */
     log_cp_ring(tr); /* reads the model's configuration: before it is freed */
+    log_moe_a2a(tr);
     gpt_model_free(tr->model);
     tokenizer_free(tr->tok);
     if (tp_overlap_ready()) {

@@ -97,6 +97,18 @@ check ref_cap_pad ep4_cap_pad
 run ref_shared 1 --moe-shared-expert-intermediate-size 16 --moe-layer-freq 2
 run ep2_shared 2 --expert-model-parallel-size 2 --moe-shared-expert-intermediate-size 16 --moe-layer-freq 2
 check ref_shared ep2_shared
+# --moe-shared-expert-overlap: the shared expert under the all-to-all, the same bits
+run ep2_shared_a2a 2 --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall \
+    --moe-shared-expert-intermediate-size 16 --moe-layer-freq 2 --save shared_a2a
+run ep2_shared_overlap 2 --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall \
+    --moe-shared-expert-intermediate-size 16 --moe-layer-freq 2 --moe-shared-expert-overlap \
+    --save shared_overlap
+check ref_shared ep2_shared_overlap
+cmp shared_a2a/iter_0000006/model.safetensors shared_overlap/iter_0000006/model.safetensors ||
+  { echo "FAILED: --moe-shared-expert-overlap changed the parameters"; fail=1; }
+grep "MoE all-to-all" ep2_shared_overlap.log | head -1
+grep -q "s of shared-expert compute with exchanges in flight" ep2_shared_overlap.log ||
+  { echo "FAILED: no all-to-all statistics"; fail=1; }
 run tp2ep2_shared 4 "${tp[@]}" --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall \
     --moe-shared-expert-intermediate-size 16 --moe-layer-freq 2
 check ref_shared tp2ep2_shared

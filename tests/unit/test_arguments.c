@@ -2206,8 +2206,6 @@ static void test_moe_not_supported_yet(void) {
         {"--moe-router-load-balancing-type sinkhorn_expert_choice",
          "--moe-router-load-balancing-type sinkhorn_expert_choice"},
         {"--moe-token-dispatcher-type alltoall_seq", "--moe-token-dispatcher-type alltoall_seq"},
-        {"--moe-shared-expert-intermediate-size 64 --moe-token-dispatcher-type alltoall "
-         "--moe-shared-expert-overlap", "--moe-shared-expert-overlap"},
         {"--expert-model-parallel-size 2 --use-distributed-optimizer "
          "--num-distributed-optimizer-instances 2",
          "--num-distributed-optimizer-instances > 1 with --expert-model-parallel-size > 1"},

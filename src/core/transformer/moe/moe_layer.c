@@ -110,8 +110,10 @@ static float *rows_alloc(size_t rows, size_t width, mem_category cat, const char
     return mem_alloc_floats(cat, (rows ? rows : 1) * width, what);
 }
 
-/* The experts' rows (m->rows, m->R_exp, m->exp_begin) from this rank's tokens x [N, C]. */
-static void dispatch_forward(const transformer_config *c, moe_saved *m, const float *x, int N) {
+/* The experts' rows (m->rows, m->R_exp, m->exp_begin) from this rank's tokens x [N, C];
+ * `overlap` runs during the exchange (alltoall). */
+static void dispatch_forward(const transformer_config *c, moe_saved *m, const float *x, int N,
+                             moe_overlap overlap) {
     const int C = c->hidden_size;
     switch (dispatch_of(c)) {
     case DISPATCH_LOCAL:
@@ -127,7 +129,7 @@ static void dispatch_forward(const transformer_config *c, moe_saved *m, const fl
         m->R_exp = m->a2a.R_exp;
         m->exp_begin = m->a2a.local_begin;
         m->rows = rows_alloc((size_t)m->R_exp, C, MEM_ACTIVATIONS, "moe permuted input");
-        moe_a2a_dispatch(&m->a2a, send, m->rows, C);
+        moe_a2a_dispatch(&m->a2a, send, m->rows, C, overlap);
         mem_free(send);
         return;
     }
@@ -173,9 +175,10 @@ static void combine_forward(const transformer_config *c, moe_saved *m, float *y,
     }
 }
 
-/* Backward of combine_forward: dy [R_exp, C] (allocated here) and dgate [N, k]. */
+/* Backward of combine_forward: dy [R_exp, C] (allocated here) and dgate [N, k]; `overlap`
+ * runs during the exchange (alltoall). */
 static float *combine_backward(const transformer_config *c, moe_saved *m, const float *dout,
-                               float *dgate, int N) {
+                               float *dgate, int N, moe_overlap overlap) {
     const int C = c->hidden_size, k = c->moe.topk;
     float *dy = rows_alloc((size_t)m->R_exp, C, MEM_WORKSPACE, "moe dy");
     switch (dispatch_of(c)) {
@@ -184,7 +187,7 @@ static float *combine_backward(const transformer_config *c, moe_saved *m, const 
         break;
     case DISPATCH_ALLTOALL:
         moe_unpermute_backward(&m->assign, m->routing.gate, N, k, m->out, dout, C, m->out, dgate);
-        moe_a2a_dispatch(&m->a2a, m->out, dy, C);
+        moe_a2a_dispatch(&m->a2a, m->out, dy, C, overlap);
         break;
     case DISPATCH_ALLGATHER: {
         const int NA = m->ag.ep * N;
@@ -243,45 +246,86 @@ static layer_weights shared_weights(const layer_weights *w) {
                            .fc2_w = w->shared_fc2_w, .fc2_w16 = w->shared_fc2_w16};
 }
 
-/* out [Ns, C] += the shared expert of in [Ns, C]; its fc1 output and activation kept. */
-static void shared_forward(const layer_ctx *ctx, const layer_weights *w, layer_workspace *ws,
-                           moe_saved *m, const float *in, float *out) {
+/* The shared expert's rows [r0, r0 + n) of the N (sequence parallelism: all of them at once,
+ * the dense MLP's gather and reduce-scatter inside): y [Ns, C] from in [Ns, C], its fc1 output
+ * and activation kept in m. */
+static void shared_forward_rows(const layer_ctx *ctx, const layer_weights *w,
+                                layer_workspace *ws, moe_saved *m, const float *in, float *y,
+                                size_t r0, size_t n) {
     const transformer_config *c = ctx->cfg, sc = shared_config(c);
-    const size_t N = (size_t)ctx->B * ctx->T, Ns = (size_t)tc_tokens_local(c, (int)N);
-    const size_t C = (size_t)c->hidden_size;
-    m->shared_fc1 = mem_alloc_floats(MEM_ACTIVATIONS, N * tc_fc1_width_local(&sc),
-                                     "moe shared expert fc1 output");
-    m->shared_act = mem_alloc_floats(MEM_ACTIVATIONS, N * tc_ffn_local(&sc),
-                                     "moe shared expert activation");
-    float *y = mem_alloc_floats(MEM_WORKSPACE, Ns * C, "moe shared expert output");
+    const size_t C = (size_t)c->hidden_size, F1 = (size_t)tc_fc1_width_local(&sc);
+    const size_t F = (size_t)tc_ffn_local(&sc);
     const layer_weights sw = shared_weights(w);
-    const mlp_buffers b = {.fc1 = m->shared_fc1, .act = m->shared_act, .gathered = ws->gathered,
-                           .branch_full = tc_sp(c) ? ws->branch_full : y, .recv = ws->recv};
-    mlp_forward_rows(&sc, &sw, &b, in, y, (int)N);
-    for (size_t i = 0; i < Ns * C; i++) out[i] += y[i];
-    mem_free(y);
+    const mlp_buffers b = {.fc1 = m->shared_fc1 + r0 * F1, .act = m->shared_act + r0 * F,
+                           .gathered = ws->gathered,
+                           .branch_full = tc_sp(c) ? ws->branch_full : y + r0 * C,
+                           .recv = ws->recv};
+    mlp_forward_rows(&sc, &sw, &b, in + r0 * C, y + r0 * C, (int)n);
 }
 
-/* din [Ns, C] = the shared expert's input gradient (overwritten) from dout [Ns, C]. */
-static void shared_backward(const layer_ctx *ctx, const layer_weights *w, const layer_weights *g,
-                            layer_workspace *ws, const moe_saved *m, const float *in,
-                            const float *dout, float *din) {
+/* din's rows [r0, r0 + n) = the shared expert's input gradient (overwritten) from dout's. */
+static void shared_backward_rows(const layer_ctx *ctx, const layer_weights *w,
+                                 const layer_weights *g, layer_workspace *ws, const moe_saved *m,
+                                 const float *in, const float *dout, float *din, size_t r0,
+                                 size_t n) {
     const transformer_config *c = ctx->cfg, sc = shared_config(c);
-    const size_t N = (size_t)ctx->B * ctx->T;
+    const size_t C = (size_t)c->hidden_size, F1 = (size_t)tc_fc1_width_local(&sc);
+    const size_t F = (size_t)tc_ffn_local(&sc);
     layer_ctx sctx = *ctx;
     sctx.cfg = &sc;
+    sctx.B = 1; /* the MLP reads the rows' count only */
+    sctx.T = (int)n;
     const layer_weights sw = shared_weights(w), sg = shared_weights(g);
-    layer_saved saved = {.fc1 = m->shared_fc1, .act = m->shared_act};
+    layer_saved saved = {.fc1 = m->shared_fc1 + r0 * F1, .act = m->shared_act + r0 * F};
     layer_workspace sws = *ws;
-    sws.dact = mem_alloc_floats(MEM_WORKSPACE, N * tc_ffn_local(&sc), "moe shared dact");
-    sws.dfc1 = mem_alloc_floats(MEM_WORKSPACE, N * tc_fc1_width_local(&sc), "moe shared dfc1");
-    sws.dln = din;
+    sws.dact = mem_alloc_floats(MEM_WORKSPACE, n * F, "moe shared dact");
+    sws.dfc1 = mem_alloc_floats(MEM_WORKSPACE, n * F1, "moe shared dfc1");
+    sws.dln = din + r0 * C;
     if (!tc_sp(c)) { /* the unsharded aliases mlp_backward expects */
-        sws.dln_full = din;
-        sws.branch_full = (float *)dout;
+        sws.dln_full = din + r0 * C;
+        sws.branch_full = (float *)dout + r0 * C;
     }
-    mlp_backward(&sctx, &sw, &sg, &saved, &sws, in, dout, din);
+    mlp_backward(&sctx, &sw, &sg, &saved, &sws, in + r0 * C, dout + r0 * C, din + r0 * C);
     mem_free_all(sws.dact, sws.dfc1);
+}
+
+/* The shared expert as a sequence of steps (moe_overlap): a chunk of rows each, or under
+ * sequence parallelism all of them in one step. */
+#define SHARED_STEPS 8
+typedef struct {
+    const layer_ctx *ctx;
+    const layer_weights *w, *g;
+    layer_workspace *ws;
+    moe_saved *m;
+    const float *in, *dout;
+    float *out; /* forward: y; backward: din */
+    int backward;
+} shared_job;
+
+static int shared_step(void *user, int k) {
+    shared_job *j = user;
+    const size_t N = (size_t)j->ctx->B * j->ctx->T;
+    const int steps = tc_sp(j->ctx->cfg) ? 1 : SHARED_STEPS;
+    const size_t chunk = steps == 1 ? N : (N + steps - 1) / steps, r0 = (size_t)k * chunk;
+    if (k >= steps || r0 >= N) return 0;
+    const size_t n = N - r0 < chunk ? N - r0 : chunk;
+    if (j->backward)
+        shared_backward_rows(j->ctx, j->w, j->g, j->ws, j->m, j->in, j->dout, j->out, r0, n);
+    else
+        shared_forward_rows(j->ctx, j->w, j->ws, j->m, j->in, j->out, r0, n);
+    return 1;
+}
+
+static void shared_run(shared_job *j) {
+    for (int k = 0; shared_step(j, k); k++) continue;
+}
+
+/* --moe-shared-expert-overlap (with the alltoall dispatcher and expert parallelism): the
+ * shared expert runs while the dispatch's all-to-all is in flight (Megatron overlaps it with
+ * the dispatcher's communication). */
+static int shared_overlaps(const transformer_config *c) {
+    return c->moe.shared_expert_size > 0 && c->moe.shared_expert_overlap && tc_ep(c) > 1 &&
+           c->moe.dispatcher == MOE_DISPATCHER_ALLTOALL;
 }
 
 void moe_layer_forward(const layer_ctx *ctx, int layer_index, const layer_weights *w,
@@ -297,7 +341,21 @@ void moe_layer_forward(const layer_ctx *ctx, int layer_index, const layer_weight
     moe_assign(c, &m->routing, &m->assign);
     if (ctx->training && c->moe.load_balancing == MOE_LB_SEQ_AUX_LOSS)
         moe_router_seq_aux_loss(c, &m->routing, m->assign.kept);
-    dispatch_forward(c, m, in, N);
+    const size_t NC = (size_t)N * c->hidden_size;
+    float *shared_y = NULL; /* the shared expert's output, added after the routed experts' */
+    shared_job job = {.ctx = ctx, .w = w, .ws = ws, .m = m, .in = in};
+    if (c->moe.shared_expert_size > 0) {
+        const transformer_config sc = shared_config(c);
+        const size_t Nf = (size_t)ctx->B * ctx->T;
+        m->shared_fc1 = mem_alloc_floats(MEM_ACTIVATIONS, Nf * tc_fc1_width_local(&sc),
+                                         "moe shared expert fc1 output");
+        m->shared_act = mem_alloc_floats(MEM_ACTIVATIONS, Nf * tc_ffn_local(&sc),
+                                         "moe shared expert activation");
+        shared_y = mem_alloc_floats(MEM_WORKSPACE, NC, "moe shared expert output");
+        job.out = shared_y;
+    }
+    const int overlapped = shared_overlaps(c);
+    dispatch_forward(c, m, in, N, overlapped ? (moe_overlap){shared_step, &job} : (moe_overlap){0});
     const size_t R = (size_t)m->R_exp;
     m->fc1 = rows_alloc(R, tc_expert_fc1_width_local(c), MEM_ACTIVATIONS, "moe expert fc1 output");
     m->act = rows_alloc(R, tc_expert_ffn_local(c), MEM_ACTIVATIONS, "moe expert activation");
@@ -305,7 +363,11 @@ void moe_layer_forward(const layer_ctx *ctx, int layer_index, const layer_weight
     moe_experts_forward(c, routed_weights(w), (moe_expert_rows){tc_experts_local(c), m->exp_begin},
                         m->rows, m->fc1, m->act, y);
     combine_forward(c, m, y, out, N);
-    if (c->moe.shared_expert_size > 0) shared_forward(ctx, w, ws, m, in, out);
+    if (shared_y) {
+        if (!overlapped) shared_run(&job);
+        for (size_t i = 0; i < NC; i++) out[i] += shared_y[i];
+        mem_free(shared_y);
+    }
     if (!ctx->training) return;
     if (ctx->moe_tracker && layer_index < ctx->moe_tracker->num_layers) {
         size_t kept = moe_saved_bytes(m), *at = &ctx->moe_tracker->saved_bytes[layer_index];
@@ -324,14 +386,18 @@ void moe_layer_backward(const layer_ctx *ctx, int layer_index, const layer_weigh
     const int N = tc_tokens_local(c, ctx->B * ctx->T), C = c->hidden_size;
     if (!m->live) die(1, "internal error: MoE layer %d backward without its forward", layer_index);
     const size_t R = (size_t)m->R_exp;
-    if (c->moe.shared_expert_size > 0)
-        shared_backward(ctx, w, g, ws, m, in, dout, din);
-    else
+    shared_job job = {.ctx = ctx, .w = w, .g = g, .ws = ws, .m = m, .in = in, .dout = dout,
+                      .out = din, .backward = 1};
+    const int overlapped = shared_overlaps(c);
+    if (c->moe.shared_expert_size > 0 && !overlapped)
+        shared_run(&job);
+    else if (c->moe.shared_expert_size <= 0)
         memset(din, 0, (size_t)N * C * sizeof(float));
     float *dact = rows_alloc(R, tc_expert_ffn_local(c), MEM_WORKSPACE, "moe dact");
     float *dfc1 = rows_alloc(R, tc_expert_fc1_width_local(c), MEM_WORKSPACE, "moe dfc1");
     float *dgate = rows_alloc((size_t)N, c->moe.topk, MEM_WORKSPACE, "moe dgate");
-    float *dy = combine_backward(c, m, dout, dgate, N);
+    float *dy = combine_backward(c, m, dout, dgate, N,
+                                 overlapped ? (moe_overlap){shared_step, &job} : (moe_overlap){0});
     float *drows = rows_alloc(R, C, MEM_WORKSPACE, "moe drows");
     moe_expert_weights gw = {{g->experts_fc1_w, NULL}, {g->experts_fc2_w, NULL}};
     moe_experts_backward(c, routed_weights(w), gw,

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/parallel_state.h"
 #include "core/tensor/memory.h"
@@ -259,17 +260,51 @@ static void tp_counts(const moe_a2a_plan *p, int C, int *cnt, int *displs) {
     }
 }
 
-void moe_a2a_dispatch(const moe_a2a_plan *p, const float *send, float *recv, int C) {
+static moe_a2a_stats g_stats;
+const moe_a2a_stats *moe_a2a_get_stats(void) { return &g_stats; }
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* The rows' exchange over EP: blocking, or started and advanced under `overlap`'s steps. */
+static void exchange(const float *send, const int *scounts, const int *sdispls, float *recv,
+                     const int *rcounts, const int *rdispls, int C, moe_overlap overlap) {
+    MPI_Datatype row = row_type(C);
+    double t0 = now_s();
+    g_stats.exchanges++;
+    if (!overlap.step) {
+        MPI_Alltoallv(send, scounts, sdispls, row, recv, rcounts, rdispls, row, parallel_get()->ep);
+        g_stats.blocking_s += now_s() - t0;
+    } else {
+        MPI_Request req;
+        MPI_Ialltoallv(send, scounts, sdispls, row, recv, rcounts, rdispls, row,
+                       parallel_get()->ep, &req);
+        int done = 0;
+        for (int k = 0; overlap.step(overlap.user, k); k++)
+            if (!done) MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+        double t1 = now_s();
+        MPI_Wait(&req, MPI_STATUS_IGNORE);
+        g_stats.overlapped_s += t1 - t0;
+        g_stats.wait_s += now_s() - t1;
+    }
+    MPI_Type_free(&row);
+}
+
+void moe_a2a_dispatch(const moe_a2a_plan *p, const float *send, float *recv, int C,
+                      moe_overlap overlap) {
     const size_t R = (size_t)(p->R_exp ? p->R_exp : 1);
     float *tmp = mem_alloc_floats(MEM_WORKSPACE, R * C, "moe all-to-all receive");
     float *mine = p->tp > 1 ? mem_alloc_floats(MEM_WORKSPACE, R * C, "moe rows by expert") : recv;
-    MPI_Datatype row = row_type(C);
-    if (p->ep > 1)
-        MPI_Alltoallv(send, p->send_counts, p->send_displs, row, tmp, p->recv_counts,
-                      p->recv_displs, row, parallel_get()->ep);
-    else
+    if (p->ep > 1) {
+        exchange(send, p->send_counts, p->send_displs, tmp, p->recv_counts, p->recv_displs, C,
+                 overlap);
+    } else {
         memcpy(tmp, send, (size_t)p->R_recv * C * sizeof(float));
-    MPI_Type_free(&row);
+        for (int k = 0; overlap.step && overlap.step(overlap.user, k); k++) continue;
+    }
     transpose_blocks(p->from, p->ep, p->el, tmp, mine, C, 1); /* [source][e] -> [e][source] */
     if (p->tp > 1) { /* every TP rank's rows of the local experts, then [t][e] -> [e][t] */
         int cnt[p->tp], displs[p->tp];
@@ -297,13 +332,11 @@ void moe_a2a_combine(const moe_a2a_plan *p, const float *recv, float *send, int 
     }
     float *back = mem_alloc_floats(MEM_WORKSPACE, R * C, "moe all-to-all send back");
     transpose_blocks(p->from, p->ep, p->el, mine, back, C, 0); /* [e][source] -> [source][e] */
-    MPI_Datatype row = row_type(C);
     if (p->ep > 1)
-        MPI_Alltoallv(back, p->recv_counts, p->recv_displs, row, send, p->send_counts,
-                      p->send_displs, row, parallel_get()->ep);
+        exchange(back, p->recv_counts, p->recv_displs, send, p->send_counts, p->send_displs, C,
+                 (moe_overlap){0});
     else
         memcpy(send, back, (size_t)p->R_recv * C * sizeof(float));
-    MPI_Type_free(&row);
     mem_free_all(tmp, own, back);
 }
 

@@ -57,7 +57,6 @@ void moe_unpermute_backward(const moe_assignment *a, const float *gate, int N, i
 /* Backward of moe_permute: dx[token] += drows (row order). */
 void moe_permute_backward(const moe_assignment *a, const float *drows, int C, float *dx);
 
-#endif
 
 /* ---- expert parallelism (this rank's experts: tc_experts_local from tc_expert_first) ---- */
 
@@ -81,9 +80,29 @@ typedef struct {
 /* Exchanges the rows' counts per expert (collective over the EP group). */
 void moe_a2a_plan_make(const transformer_config *c, const moe_assignment *a, moe_a2a_plan *p);
 void moe_a2a_plan_free(moe_a2a_plan *p);
+/* Work to run while a dispatch's all-to-all is in flight (--moe-shared-expert-overlap: the
+ * shared expert): called with step 0, 1, ... until it returns 0, the exchange advanced
+ * (MPI_Test) between steps, since the MPI library moves a nonblocking collective's bytes only
+ * inside MPI calls. NULL: none. */
+typedef struct {
+    int (*step)(void *user, int step);
+    void *user;
+} moe_overlap;
+
 /* send [a->R, C] (this rank's rows, expert-major) -> recv [R_exp, C] (local-expert-major;
- * under TP every TP rank's rows, all-gathered). */
-void moe_a2a_dispatch(const moe_a2a_plan *p, const float *send, float *recv, int C);
+ * under TP every TP rank's rows, all-gathered); runs `overlap`'s work during the exchange. */
+void moe_a2a_dispatch(const moe_a2a_plan *p, const float *send, float *recv, int C,
+                      moe_overlap overlap);
+
+/* The all-to-all's time on this rank since the start (Megatron has no counter; `train` logs it
+ * at the end, bench/bench_moe_overlap.sh reads it). */
+typedef struct {
+    unsigned long exchanges;    /* all-to-alls of rows (dispatches and combines) */
+    double blocking_s;          /* in exchanges with nothing to overlap */
+    double overlapped_s;        /* compute run while an exchange was in flight */
+    double wait_s;              /* waiting for such an exchange after that compute */
+} moe_a2a_stats;
+const moe_a2a_stats *moe_a2a_get_stats(void);
 /* The way back: recv [R_exp, C] (local-expert-major; under TP partial sums, reduce-scattered)
  * -> send [a->R, C]. */
 void moe_a2a_combine(const moe_a2a_plan *p, const float *recv, float *send, int C);
@@ -113,3 +132,5 @@ void moe_ag_gather(const moe_ag_plan *p, const float *x, float *all, int C);
 void moe_ag_reduce_scatter(const moe_ag_plan *p, const float *part, float *out, int C);
 /* The same for gate gradients: dgate[N, k] = the sum of part [ep N, k]'s share. */
 void moe_ag_reduce_scatter_gates(const moe_ag_plan *p, const float *part, float *dgate);
+
+#endif
