@@ -4,7 +4,8 @@
  *   megadlm convert --to hf DIR OUT      the latest checkpoint of DIR -> OUT/config.json and
  *                                        OUT/model.safetensors (the checkpoint's dtype: F32,
  *                                        BF16 from --bf16 runs) in transformers' layout:
- *                                        GPT2LMHeadModel, LlamaForCausalLM or Qwen3ForCausalLM
+ *                                        GPT2LMHeadModel, LlamaForCausalLM, Qwen3ForCausalLM,
+ *                                        or Qwen3MoeForCausalLM for mixture-of-experts models
  *   megadlm convert --from hf IN OUT     IN/config.json + IN/model.safetensors -> a megadlm
  *                                        checkpoint OUT/iter_0000000 (zero AdamW moments)
  *
@@ -42,9 +43,49 @@
 #include "training/theoretical_memory.h"
 #include "training/tokenizer/tokenizer.h"
 
-typedef enum { FAM_NONE = 0, FAM_GPT2, FAM_LLAMA, FAM_QWEN3, FAM_DIFFLM } hf_family;
+typedef enum { FAM_NONE = 0, FAM_GPT2, FAM_LLAMA, FAM_QWEN3, FAM_QWEN3_MOE, FAM_DIFFLM } hf_family;
+
+/* The class transformers builds for family f (config.json's architectures), and its model_type. */
+static const char *family_arch(hf_family f) {
+    return f == FAM_GPT2 ? "GPT2LMHeadModel" : f == FAM_LLAMA ? "LlamaForCausalLM"
+           : f == FAM_QWEN3 ? "Qwen3ForCausalLM" : f == FAM_QWEN3_MOE ? "Qwen3MoeForCausalLM"
+           : "DiffLM";
+}
+static const char *family_type(hf_family f) {
+    return f == FAM_GPT2 ? "gpt2" : f == FAM_LLAMA ? "llama" : f == FAM_QWEN3 ? "qwen3"
+           : f == FAM_QWEN3_MOE ? "qwen3_moe" : "DiffLM";
+}
 
 /* ------------------------------------------------------------------ the layouts */
+
+/* What of an MoE model does not fit Qwen3MoeForCausalLM: NULL when everything maps. Its router
+ * is a softmax over all E, the top k, renormalised over those k with norm_topk_prob: Megatron's
+ * post-softmax top-k (the softmax of the k largest logits, the same values); without
+ * norm_topk_prob Megatron's --moe-router-pre-softmax (no scaling). Every token reaches its k
+ * experts. What acts in training only (the balancing losses, the z-loss) does not matter here;
+ * what changes an evaluation forward does. */
+static const char *moe_misfit(const transformer_config *c) {
+    const moe_config *m = &c->moe;
+    if (!c->qk_layernorm)
+        return "an MoE model without --qk-layernorm (Qwen3MoeForCausalLM, the Hugging Face MoE "
+               "layout megadlm writes, always applies q_norm / k_norm)";
+    if (m->shared_expert_size > 0)
+        return "--moe-shared-expert-intermediate-size (Qwen3-MoE has no shared expert; "
+               "Qwen2-MoE's is gated by a sigmoid, megadlm's is not)";
+    if (m->load_balancing == MOE_LB_SINKHORN)
+        return "--moe-router-load-balancing-type sinkhorn (Qwen3-MoE routes by softmax top-k)";
+    if (m->topk_scaling_factor > 0.0f && m->topk_scaling_factor != 1.0f)
+        return "--moe-router-topk-scaling-factor (Qwen3-MoE does not scale the gates)";
+    if (m->capacity_factor >= 0.0f)
+        return "--moe-expert-capacity-factor (Qwen3-MoE is dropless: every token reaches its k "
+               "experts)";
+    if (m->topk_limited_devices > 0)
+        return "--moe-router-topk-limited-devices (Qwen3-MoE chooses among all experts)";
+    if (m->input_jitter_eps > 0.0f)
+        return "--moe-input-jitter-eps (megadlm jitters the router's input in evaluation too, as "
+               "Megatron does; Qwen3-MoE has no jitter)";
+    return NULL;
+}
 
 /* What of the model does not fit family f: NULL when everything maps. */
 static const char *misfit(const transformer_config *c, const megadlm_args *a, hf_family f) {
@@ -73,7 +114,7 @@ static const char *misfit(const transformer_config *c, const megadlm_args *a, hf
     if (!c->swiglu) return "a GELU MLP (Llama/Qwen3 use SwiGLU)";
     if (c->add_bias_linear) return "biases in the linear layers (Llama/Qwen3 have none)";
     if (c->add_qkv_bias) return "--add-qkv-bias (Llama/Qwen3's attention has no bias)";
-    return NULL;
+    return f == FAM_QWEN3_MOE ? moe_misfit(c) : NULL;
 }
 
 /* The whole model's tensors (core/models/gpt_param_table.h) over buffers of their own: the
@@ -98,7 +139,26 @@ static void whole_params_free(gpt_param_table *spec, param_set *ps) {
 
 /* The name map of family f (hf_names.h): Qwen3 is Llama's with q_norm / k_norm. */
 static const hf_name_map *name_map(hf_family f) {
-    return f == FAM_GPT2 ? &HF_MAP_GPT2 : f == FAM_DIFFLM ? &HF_MAP_DIFFLM : &HF_MAP_LLAMA;
+    return f == FAM_GPT2 ? &HF_MAP_GPT2 : f == FAM_DIFFLM ? &HF_MAP_DIFFLM
+           : f == FAM_QWEN3_MOE ? &HF_MAP_QWEN3_MOE : &HF_MAP_LLAMA;
+}
+
+/* Qwen3MoeConfig's MoE keys. Its layer l is sparse when l is not in mlp_only_layers and
+ * (l + 1) % decoder_sparse_step == 0: step 1 and the dense layers listed say any
+ * --moe-layer-freq (an offset pattern such as Megatron's l % N == 0 has no step of its own).
+ * router_aux_loss_coef is the balancing loss's coefficient (HF's is the Switch-Transformer
+ * loss of aux_loss; with --moe-router-load-balancing-type none 0). */
+static void hf_config_moe(cJSON *j, const transformer_config *c) {
+    const moe_config *m = &c->moe;
+    JSON_ADD(j, JNUM("num_experts", m->num_experts), JNUM("num_experts_per_tok", m->topk),
+             JNUM("moe_intermediate_size", m->ffn_hidden_size),
+             JBOOL("norm_topk_prob", !m->pre_softmax), JNUM("decoder_sparse_step", 1));
+    cJSON *dense = cJSON_AddArrayToObject(j, "mlp_only_layers");
+    for (int l = 0; l < c->num_layers; l++)
+        if (!tc_moe_layer(c, l)) cJSON_AddItemToArray(dense, cJSON_CreateNumber(l));
+    JSON_ADD(j, JNUM("router_aux_loss_coef", nice_float(m->load_balancing == MOE_LB_NONE
+                                                            ? 0.0f : m->aux_loss_coeff)),
+             JBOOL("output_router_logits", 0));
 }
 
 /* torch_dtype: the dtype of the tensors written (the checkpoint's parameters'). */
@@ -106,9 +166,8 @@ static cJSON *hf_config(const transformer_config *c, const megadlm_args *a, hf_f
                         ckpt_precision p) {
     cJSON *j = cJSON_CreateObject();
     cJSON *arch = cJSON_AddArrayToObject(j, "architectures");
-    const char *an = f == FAM_GPT2 ? "GPT2LMHeadModel" : f == FAM_LLAMA ? "LlamaForCausalLM" : "Qwen3ForCausalLM";
-    cJSON_AddItemToArray(arch, cJSON_CreateString(an));
-    cJSON_AddStringToObject(j, "model_type", f == FAM_GPT2 ? "gpt2" : f == FAM_LLAMA ? "llama" : "qwen3");
+    cJSON_AddItemToArray(arch, cJSON_CreateString(family_arch(f)));
+    cJSON_AddStringToObject(j, "model_type", family_type(f));
     cJSON_AddNumberToObject(j, "vocab_size", c->padded_vocab_size);
     if (f == FAM_GPT2) {
         JSON_ADD(j, JNUM("n_positions", c->max_position_embeddings), JNUM("n_embd", c->hidden_size),
@@ -137,6 +196,7 @@ static cJSON *hf_config(const transformer_config *c, const megadlm_args *a, hf_f
         else
             JSON_ADD(j, JBOOL("use_sliding_window", 0), JNULL("sliding_window"),
                      JNUM("max_window_layers", c->num_layers));
+        if (f == FAM_QWEN3_MOE) hf_config_moe(j, c);
     }
     JSON_ADD(j, JNUM("initializer_range", nice_float(c->init_method_std)),
              JBOOL("tie_word_embeddings", !c->untie_embeddings_and_output_weights),
@@ -187,7 +247,9 @@ static int to_hf(const char *dir, const char *out, const difflm_export_opts *eo)
         return 1;
     }
     transformer_config c = model_config_from_args(&a);
+    /* an MoE model's one layout is Qwen3-MoE's: its misfits are named against it */
     hf_family f = difflm_is_model(&c, &a) ? FAM_DIFFLM
+                  : tc_moe(&c) ? FAM_QWEN3_MOE
                   : (c.rope || c.normalization == NORM_RMSNORM)
                       ? (c.qk_layernorm ? FAM_QWEN3 : FAM_LLAMA)
                       : FAM_GPT2;
@@ -195,7 +257,8 @@ static int to_hf(const char *dir, const char *out, const difflm_export_opts *eo)
     if (why && f == FAM_DIFFLM) {
         fprintf(stderr, "error: convert --to hf %s: a masked-diffusion model exports as MegaDLMs' "
                         "DiffLM, which does not fit this model: %s (DiffLM needs RMSNorm, full "
-                        "RoPE, SwiGLU, no biases, --qk-layernorm and --mask-token)\n", dir, why);
+                        "RoPE, SwiGLU, no biases, --qk-layernorm, --mask-token and dense "
+                        "MLPs)\n", dir, why);
         return 1;
     }
     if (why) {
@@ -203,7 +266,9 @@ static int to_hf(const char *dir, const char *out, const difflm_export_opts *eo)
                         "%s (GPT2LMHeadModel needs LayerNorm, learned positions, tanh GELU, "
                         "biases, tied embeddings, multi-head attention with kv_channels * heads "
                         "== hidden; LlamaForCausalLM / Qwen3ForCausalLM need RMSNorm, full RoPE, "
-                        "SwiGLU, no biases)\n", dir, why);
+                        "SwiGLU, no biases; Qwen3MoeForCausalLM, for MoE models, as Qwen3 with "
+                        "--qk-layernorm, no shared expert, dropless softmax top-k routing)\n",
+                dir, why);
         return 1;
     }
     if (f != FAM_DIFFLM && (eo->num_output_shards != 1 || eo->code_dir)) {
@@ -266,8 +331,7 @@ static int to_hf(const char *dir, const char *out, const difflm_export_opts *eo)
     }
     free(txt);
     fprintf(stderr, "[converted %s iteration %d to %s (%s, %s, vocab_size %d = the padded vocabulary)]\n",
-            dir, it, out, f == FAM_GPT2 ? "GPT2LMHeadModel" : f == FAM_LLAMA ? "LlamaForCausalLM" : "Qwen3ForCausalLM",
-            ckpt_precision_name(prec), c.padded_vocab_size);
+            dir, it, out, family_arch(f), ckpt_precision_name(prec), c.padded_vocab_size);
     return 0;
 }
 
@@ -339,6 +403,17 @@ static cJSON *read_json(const char *path, char *err, size_t errlen) {
 static int from_hf_shards(const char *in, cJSON *j, hf_family f, const hf_shards *sh,
                           const char *out, const from_opts *op);
 
+/* Hugging Face MoE layouts megadlm's MoE layer cannot compute, and why (NULL: not one of them). */
+static const char *moe_layout_refused(const char *model_type) {
+    if (!strcmp(model_type, "olmoe"))
+        return "OLMoE's q_norm / k_norm are RMSNorms over the whole q / k projection (heads x "
+               "head_dim); megadlm's --qk-layernorm, Megatron's, normalises each head on its own";
+    if (!strcmp(model_type, "qwen2_moe"))
+        return "Qwen2-MoE's shared expert is gated by sigmoid(shared_expert_gate(x)); megadlm's "
+               "shared expert (Megatron's) is added ungated";
+    return NULL;
+}
+
 static int from_hf(const char *in, const char *out, const from_opts *op) {
     char path[1200], err[1024];
     int rc;
@@ -349,14 +424,22 @@ static int from_hf(const char *in, const char *out, const from_opts *op) {
         return 1;
     }
     const char *mt = jstr(j, "model_type");
-    hf_family f = !mt ? FAM_NONE : !strcmp(mt, "gpt2") ? FAM_GPT2 : !strcmp(mt, "llama") ? FAM_LLAMA
-                                 : !strcmp(mt, "qwen3") ? FAM_QWEN3 : FAM_NONE;
+    hf_family f = FAM_NONE;
+    for (hf_family g = FAM_GPT2; g < FAM_DIFFLM; g++)
+        if (mt && !strcmp(mt, family_type(g))) f = g;
+    const char *moe_why = mt ? moe_layout_refused(mt) : NULL;
+    if (moe_why) {
+        fprintf(stderr, "error: convert --from hf: %s: model_type \"%s\" does not map to megadlm: "
+                        "%s\n", path, mt, moe_why);
+        cJSON_Delete(j);
+        return 1;
+    }
     /* MegaDLMs' DiffLM: no model_type (DLMConfig has none), architectures ["DiffLM"] */
     const cJSON *arch = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "architectures"), 0);
     if (f == FAM_NONE && cJSON_IsString(arch) && !strcmp(arch->valuestring, "DiffLM")) f = FAM_DIFFLM;
     if (f == FAM_NONE) {
-        fprintf(stderr, "error: convert --from hf: %s: model_type %s%s%s: expected gpt2, llama or qwen3 "
-                        "(or architectures [\"DiffLM\"], MegaDLMs' export)\n",
+        fprintf(stderr, "error: convert --from hf: %s: model_type %s%s%s: expected gpt2, llama, qwen3 "
+                        "or qwen3_moe (or architectures [\"DiffLM\"], MegaDLMs' export)\n",
                 path, mt ? "\"" : "", mt ? mt : "missing", mt ? "\"" : "");
         cJSON_Delete(j);
         return 1;
@@ -398,6 +481,64 @@ static const char *difflm_from_config(const cJSON *j, const hf_shards *sh, const
     a->qk_layernorm = 1; /* DLMAttention always has q_norm / k_norm */
     a->untie_embeddings_and_output_weights = !difflm_tied(j, sh);
     if (jtrue(j, "use_mrope")) return "use_mrope (megadlm's RoPE is one-dimensional)";
+    return NULL;
+}
+
+/* The MoE part of a Qwen3-MoE config.json (Qwen3MoeConfig's keys; its defaults where a key is
+ * absent), after the Qwen3 keys (num_layers known). See hf_config_moe for the layer rule; HF's
+ * set of sparse layers becomes an --moe-layer-freq list (any set is one). norm_topk_prob is
+ * Megatron's post-softmax top-k, its absence --moe-router-pre-softmax. A model without a sparse
+ * layer (num_experts 0, or every layer in mlp_only_layers) is Qwen3MoeMLP throughout: a dense
+ * model. */
+static const char *qwen3_moe_from_config(const cJSON *j, const char *path, megadlm_args *a,
+                                         int *rc) {
+    int E = 0, k = 0, F = 0, step = 1, L = a->num_layers;
+    if (jint(j, "num_experts", &E, path, 1) || jint(j, "num_experts_per_tok", &k, path, 1) ||
+        jint(j, "moe_intermediate_size", &F, path, 1) ||
+        jint(j, "decoder_sparse_step", &step, path, 0) < 0) {
+        *rc = -1;
+        return NULL;
+    }
+    if (step < 1) return "decoder_sparse_step 0 (Qwen3MoeDecoderLayer divides by it)";
+    if (L > MOE_MAX_PATTERN_LAYERS)
+        return "num_hidden_layers beyond the 1024 entries of an --moe-layer-freq list";
+    _Static_assert(MOE_MAX_PATTERN_LAYERS == 1024, "the message above names the limit");
+    int sh = 0;
+    if (jint(j, "shared_expert_intermediate_size", &sh, path, 0) < 0) *rc = -1;
+    if (sh > 0) return "shared_expert_intermediate_size (a shared expert: not Qwen3-MoE's)";
+    uint8_t sparse[MOE_MAX_PATTERN_LAYERS];
+    for (int l = 0; l < L; l++) sparse[l] = E > 0 && (l + 1) % step == 0;
+    const cJSON *dense = cJSON_GetObjectItemCaseSensitive(j, "mlp_only_layers"), *x;
+    if (dense && !cJSON_IsNull(dense) && !cJSON_IsArray(dense))
+        return "mlp_only_layers is not a list of layer indices";
+    cJSON_ArrayForEach(x, dense) {
+        if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble))
+            return "mlp_only_layers holds something other than layer indices";
+        /* HF tests membership: an index outside the layers changes nothing */
+        if (x->valuedouble >= 0 && x->valuedouble < L) sparse[(int)x->valuedouble] = 0;
+    }
+    int n_sparse = 0;
+    for (int l = 0; l < L; l++) n_sparse += sparse[l];
+    if (n_sparse == 0) return NULL; /* dense throughout */
+    a->num_experts = E;
+    a->moe_router_topk = k;
+    a->moe_ffn_hidden_size = F;
+    const int norm = jtrue(j, "norm_topk_prob");
+    if (norm && k == 1)
+        return "num_experts_per_tok 1 with norm_topk_prob true (every gate 1: Megatron's "
+               "post-softmax top-1, which megadlm refuses as Megatron does)";
+    a->moe_router_pre_softmax = !norm;
+    double c;
+    a->moe_aux_loss_coeff = jnum(j, "router_aux_loss_coef", &c) ? 0.001f : (float)c;
+    if (n_sparse == L) {
+        snprintf(a->moe_layer_freq, sizeof a->moe_layer_freq, "1");
+    } else { /* the list [s0, s1, ...] */
+        size_t n = 0;
+        for (int l = 0; l < L; l++)
+            n += (size_t)snprintf(a->moe_layer_freq + n, sizeof a->moe_layer_freq - n, "%s%d",
+                                  l ? "," : "[", sparse[l]);
+        snprintf(a->moe_layer_freq + n, sizeof a->moe_layer_freq - n, "]");
+    }
     return NULL;
 }
 
@@ -453,7 +594,7 @@ static int from_hf_shards(const char *in, cJSON *j, hf_family f, const hf_shards
         a.swiglu = 1;
         a.add_bias_linear = 0;
         a.untie_embeddings_and_output_weights = !jtrue(j, "tie_word_embeddings");
-        a.qk_layernorm = f == FAM_QWEN3;
+        a.qk_layernorm = f == FAM_QWEN3 || f == FAM_QWEN3_MOE;
         a.norm_epsilon = jnum(j, "rms_norm_eps", &x) ? 1e-6f : (float)x;
         a.rotary_base = jnum(j, "rope_theta", &x) ? 10000.0f : (float)x;
         if (!jnum(j, "attention_dropout", &x)) a.attention_dropout = (float)x;
@@ -468,6 +609,10 @@ static int from_hf_shards(const char *in, cJSON *j, hf_family f, const hf_shards
         if (!jnum(j, "partial_rotary_factor", &x) && x != 1.0) why = "partial_rotary_factor != 1";
         if (f == FAM_DIFFLM) {
             const char *w = difflm_from_config(j, sh, path, &a, &rc);
+            if (w) why = w;
+        }
+        if (f == FAM_QWEN3_MOE && !rc) {
+            const char *w = qwen3_moe_from_config(j, path, &a, &rc);
             if (w) why = w;
         }
     }
@@ -531,7 +676,7 @@ static int from_hf_shards(const char *in, cJSON *j, hf_family f, const hf_shards
         if (rc != 0) fprintf(stderr, "error: convert --from hf: %s\n", err);
         else
             fprintf(stderr, "[converted %s (%s) to the megadlm checkpoint %s iteration 0]\n", in,
-                    f == FAM_GPT2 ? "gpt2" : f == FAM_LLAMA ? "llama" : f == FAM_QWEN3 ? "qwen3" : "DiffLM", out);
+                    family_type(f), out);
     }
     whole_params_free(&spec, &ps);
     args_free(&a);
@@ -545,8 +690,9 @@ static void usage(FILE *out) {
             "usage: megadlm convert --to hf DIR OUT [--num-output-shards N] [--hf-code-dir DIR]\n"
             "       megadlm convert --from hf IN OUT [flags]\n\n"
             "  --to hf DIR OUT       the latest checkpoint of DIR -> OUT/config.json and\n"
-            "                        OUT/model.safetensors (GPT2LMHeadModel, LlamaForCausalLM or\n"
-            "                        Qwen3ForCausalLM; vocab_size = the padded vocabulary);\n"
+            "                        OUT/model.safetensors (GPT2LMHeadModel, LlamaForCausalLM,\n"
+            "                        Qwen3ForCausalLM, MoE models Qwen3MoeForCausalLM;\n"
+            "                        vocab_size = the padded vocabulary);\n"
             "                        masked-diffusion models (difflm-noshift) as MegaDLMs'\n"
             "                        DiffLM: config.json (auto_map), generation_config.json,\n"
             "                        the weights, the HuggingFaceTokenizer's tokenizer.json\n"

@@ -41,6 +41,7 @@ const char *difflm_misfit(const transformer_config *c, const megadlm_args *a) {
     if (!c->qk_layernorm)
         return "no --qk-layernorm (DiffLM's attention always applies q_norm / k_norm)";
     if (a->mask_token < 0) return "no --mask-token (DiffLM's generate needs mask_token_id)";
+    if (tc_moe(c)) return "MoE layers (--num-experts: DiffLM's MLP is dense)";
     return NULL;
 }
 

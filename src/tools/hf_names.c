@@ -68,6 +68,35 @@ const hf_name_map HF_MAP_LLAMA = {"LlamaForCausalLM", "model.layers.",
                                   LLAMA_PRE, LLAMA_LAYER, LLAMA_POST,
                                   N_ROWS(LLAMA_PRE), N_ROWS(LLAMA_LAYER), N_ROWS(LLAMA_POST)};
 
+/* Qwen3MoeForCausalLM (modeling_qwen3_moe.py), in its modules' order: Qwen3's attention (q_norm
+ * / k_norm always), then the layer's MLP, then the two norms. The MLP of an MoE layer is
+ * Qwen3MoeSparseMoeBlock: gate [E, h] (Megatron's router) and per expert a SwiGLU MLP of
+ * moe_intermediate_size (the expert's linear_fc1 rows [gate; up], as the dense MLP's); a dense
+ * layer's is Qwen3MoeMLP of intermediate_size, Llama's names. */
+static const hf_name_row QWEN3_MOE_LAYER[] = {
+    {"self_attn.q_proj.weight", "self_attention.linear_qkv.weight", HF_QKV_PART, 0, HF_DIM_Q, HF_DIM_H, 0},
+    {"self_attn.k_proj.weight", "self_attention.linear_qkv.weight", HF_QKV_PART, 1, HF_DIM_KV, HF_DIM_H, 0},
+    {"self_attn.v_proj.weight", "self_attention.linear_qkv.weight", HF_QKV_PART, 2, HF_DIM_KV, HF_DIM_H, 0},
+    {"self_attn.o_proj.weight", "self_attention.linear_proj.weight", HF_COPY, 0, HF_DIM_H, HF_DIM_Q, 0},
+    {"self_attn.q_norm.weight", "self_attention.q_layernorm.weight", HF_COPY, 0, HF_DIM_HEAD, HF_DIM_NONE, 0},
+    {"self_attn.k_norm.weight", "self_attention.k_layernorm.weight", HF_COPY, 0, HF_DIM_HEAD, HF_DIM_NONE, 0},
+    {"mlp.gate_proj.weight", "mlp.linear_fc1.weight", HF_GLU_CHUNK, 0, HF_DIM_FFN, HF_DIM_H, HF_IF_DENSE_LAYER},
+    {"mlp.up_proj.weight", "mlp.linear_fc1.weight", HF_GLU_CHUNK, 1, HF_DIM_FFN, HF_DIM_H, HF_IF_DENSE_LAYER},
+    {"mlp.down_proj.weight", "mlp.linear_fc2.weight", HF_COPY, 0, HF_DIM_H, HF_DIM_FFN, HF_IF_DENSE_LAYER},
+    {"mlp.gate.weight", "mlp.router.weight", HF_COPY, 0, HF_DIM_EXPERTS, HF_DIM_H, HF_IF_MOE_LAYER},
+    {"mlp.experts.#.gate_proj.weight", "mlp.experts.local_experts.#.linear_fc1.weight", HF_GLU_CHUNK,
+     0, HF_DIM_MOE_FFN, HF_DIM_H, HF_IF_MOE_LAYER | HF_PER_EXPERT},
+    {"mlp.experts.#.up_proj.weight", "mlp.experts.local_experts.#.linear_fc1.weight", HF_GLU_CHUNK,
+     1, HF_DIM_MOE_FFN, HF_DIM_H, HF_IF_MOE_LAYER | HF_PER_EXPERT},
+    {"mlp.experts.#.down_proj.weight", "mlp.experts.local_experts.#.linear_fc2.weight", HF_COPY,
+     0, HF_DIM_H, HF_DIM_MOE_FFN, HF_IF_MOE_LAYER | HF_PER_EXPERT},
+    {"input_layernorm.weight", "input_layernorm.weight", HF_COPY, 0, HF_DIM_H, HF_DIM_NONE, 0},
+    {"post_attention_layernorm.weight", "pre_mlp_layernorm.weight", HF_COPY, 0, HF_DIM_H, HF_DIM_NONE, 0},
+};
+const hf_name_map HF_MAP_QWEN3_MOE = {"Qwen3MoeForCausalLM", "model.layers.",
+                                      LLAMA_PRE, QWEN3_MOE_LAYER, LLAMA_POST, N_ROWS(LLAMA_PRE),
+                                      N_ROWS(QWEN3_MOE_LAYER), N_ROWS(LLAMA_POST)};
+
 /* MegaDLMs' DiffLM (modeling_dlm.py): Llama's names in its module registration order (self_attn
  * q/k/v/o_proj, q_norm, k_norm, mlp, then the two norms), q_norm / k_norm always, lm_head always
  * (MegaDLMs' converter without --untieembed writes the embedding there). No q/k/v bias rows:
@@ -108,12 +137,18 @@ static int64_t dim_of(hf_dim d, const transformer_config *c) {
     case HF_DIM_HEAD: return c->kv_channels;
     case HF_DIM_Q: return (int64_t)c->num_attention_heads * c->kv_channels;
     case HF_DIM_KV: return (int64_t)c->num_query_groups * c->kv_channels;
+    case HF_DIM_EXPERTS: return c->moe.num_experts;
+    case HF_DIM_MOE_FFN: return c->moe.ffn_hidden_size;
     }
     return 0;
 }
 
-static int row_applies(const hf_name_row *r, const transformer_config *c, int exporting) {
+/* layer: the global layer a layer row is resolved for (-1: a row outside the layers) */
+static int row_applies(const hf_name_row *r, const transformer_config *c, int layer,
+                       int exporting) {
     const int untied = c->untie_embeddings_and_output_weights;
+    if ((r->when & HF_IF_DENSE_LAYER) && layer >= 0 && tc_moe_layer(c, layer)) return 0;
+    if ((r->when & HF_IF_MOE_LAYER) && (layer < 0 || !tc_moe_layer(c, layer))) return 0;
     if ((r->when & HF_IF_QK_NORM) && !c->qk_layernorm) return 0;
     if ((r->when & HF_IF_UNTIED) && !untied) return 0;
     if ((r->when & HF_IF_TIED_EXPORT) && (untied || !exporting)) return 0;
@@ -129,14 +164,24 @@ typedef struct {
     float *param; /* the megadlm parameter's values */
 } hf_row_at;
 
-static void resolve(const hf_name_map *m, const hf_name_row *r, int layer,
+/* A row's name with its '#' (HF_PER_EXPERT rows) replaced by expert e. */
+static void expert_name(char *dst, size_t n, const char *row, int e) {
+    const char *h = strchr(row, '#');
+    if (!h) snprintf(dst, n, "%s", row);
+    else snprintf(dst, n, "%.*s%d%s", (int)(h - row), row, e, h + 1);
+}
+
+static void resolve(const hf_name_map *m, const hf_name_row *r, int layer, int expert,
                     const transformer_config *c, const param_set *ps, hf_row_at *x) {
+    char hf[128], mg[128];
+    expert_name(hf, sizeof hf, r->hf, expert);
+    expert_name(mg, sizeof mg, r->mg, expert);
     if (layer < 0) {
-        snprintf(x->hf, sizeof x->hf, "%s", r->hf);
-        snprintf(x->mg, sizeof x->mg, "%s", r->mg);
+        snprintf(x->hf, sizeof x->hf, "%s", hf);
+        snprintf(x->mg, sizeof x->mg, "%s", mg);
     } else {
-        snprintf(x->hf, sizeof x->hf, "%s%d.%s", m->layer_prefix, layer, r->hf);
-        snprintf(x->mg, sizeof x->mg, "decoder.layers.%d.%s", layer, r->mg);
+        snprintf(x->hf, sizeof x->hf, "%s%d.%s", m->layer_prefix, layer, hf);
+        snprintf(x->mg, sizeof x->mg, "decoder.layers.%d.%s", layer, mg);
     }
     x->ndim = r->d1 == HF_DIM_NONE ? 1 : 2;
     x->d0 = dim_of(r->d0, c);
@@ -221,22 +266,34 @@ static void move(const hf_name_row *r, const hf_row_at *x, const transformer_con
 
 /* Calls fn on every row of m that applies, in the map's order, the layer rows once per layer. */
 typedef int (*row_fn)(const hf_name_row *r, const hf_row_at *x, void *ctx);
+
+/* One part's rows for layer `layer` (-1: outside the layers): a run of HF_PER_EXPERT rows is
+ * walked once per routed expert, expert after expert. */
+static int walk_rows(const hf_name_map *m, const hf_name_row *rows, int n, int layer,
+                     const transformer_config *c, const param_set *ps, int exporting, row_fn fn,
+                     void *ctx) {
+    hf_row_at x;
+    for (int i = 0; i < n;) {
+        const int per_expert = (rows[i].when & HF_PER_EXPERT) != 0;
+        int j = i + 1;
+        while (per_expert && j < n && (rows[j].when & HF_PER_EXPERT)) j++;
+        for (int e = 0; e < (per_expert ? c->moe.num_experts : 1); e++)
+            for (int k = i; k < j; k++) {
+                if (!row_applies(&rows[k], c, layer, exporting)) continue;
+                resolve(m, &rows[k], layer, e, c, ps, &x);
+                if (fn(&rows[k], &x, ctx) != 0) return -1;
+            }
+        i = j;
+    }
+    return 0;
+}
+
 static int walk(const hf_name_map *m, const transformer_config *c, const param_set *ps,
                 int exporting, row_fn fn, void *ctx) {
-    hf_row_at x;
-    const struct {
-        const hf_name_row *rows;
-        int n, layered;
-    } parts[3] = {{m->pre, m->n_pre, 0}, {m->layer, m->n_layer, 1}, {m->post, m->n_post, 0}};
-    for (int p = 0; p < 3; p++)
-        for (int l = 0; l < (parts[p].layered ? c->num_layers : 1); l++)
-            for (int i = 0; i < parts[p].n; i++) {
-                const hf_name_row *r = &parts[p].rows[i];
-                if (!row_applies(r, c, exporting)) continue;
-                resolve(m, r, parts[p].layered ? l : -1, c, ps, &x);
-                if (fn(r, &x, ctx) != 0) return -1;
-            }
-    return 0;
+    if (walk_rows(m, m->pre, m->n_pre, -1, c, ps, exporting, fn, ctx) != 0) return -1;
+    for (int l = 0; l < c->num_layers; l++)
+        if (walk_rows(m, m->layer, m->n_layer, l, c, ps, exporting, fn, ctx) != 0) return -1;
+    return walk_rows(m, m->post, m->n_post, -1, c, ps, exporting, fn, ctx);
 }
 
 typedef struct {

@@ -33,6 +33,8 @@ typedef enum {
     HF_DIM_HEAD,     /* kv_channels (the q/k norms' width) */
     HF_DIM_Q,        /* num_attention_heads x kv_channels */
     HF_DIM_KV,       /* num_query_groups x kv_channels */
+    HF_DIM_EXPERTS,  /* --num-experts (the router's rows) */
+    HF_DIM_MOE_FFN,  /* a routed expert's ffn size (--moe-ffn-hidden-size) */
 } hf_dim;
 
 /* When a row applies (0: always). */
@@ -41,6 +43,11 @@ enum {
     HF_IF_UNTIED = 2,      /* --untie-embeddings-and-output-weights */
     HF_IF_TIED_EXPORT = 4, /* tied embeddings, --to hf only (DiffLM's lm_head holds the
                               embedding; --from hf reads a tied model without it) */
+    HF_IF_DENSE_LAYER = 8, /* the layer's MLP is dense (every layer of a dense model) */
+    HF_IF_MOE_LAYER = 16,  /* the layer is an MoE layer (tc_moe_layer) */
+    HF_PER_EXPERT = 32,    /* once per routed expert: the '#' of both names is the expert's
+                              index; a run of such rows is walked expert by expert (HF's order:
+                              experts.0's tensors, then experts.1's) */
 };
 
 typedef struct {
@@ -61,8 +68,9 @@ typedef struct {
 } hf_name_map;
 
 /* transformers' GPT2LMHeadModel; LlamaForCausalLM and Qwen3ForCausalLM (q_norm / k_norm with
- * --qk-layernorm); MegaDLMs' DiffLM (modeling_dlm.py). */
-extern const hf_name_map HF_MAP_GPT2, HF_MAP_LLAMA, HF_MAP_DIFFLM;
+ * --qk-layernorm); Qwen3MoeForCausalLM (modeling_qwen3_moe.py: its MoE layers' gate and
+ * per-expert MLPs, its dense layers Qwen3's MLP); MegaDLMs' DiffLM (modeling_dlm.py). */
+extern const hf_name_map HF_MAP_GPT2, HF_MAP_LLAMA, HF_MAP_QWEN3_MOE, HF_MAP_DIFFLM;
 
 /* Appends every HF tensor of map m, in its order, made from the whole model's parameters ps. */
 void hf_names_export(const hf_name_map *m, const transformer_config *c, const param_set *ps,

@@ -1299,6 +1299,42 @@ static int validate_moe_rules(const megadlm_args *a, char *err, size_t errlen) {
     return 0;
 }
 
+/* --moe-use-upcycling (Megatron's upcycling_utils, checkpointing.c's upcycle_checkpoint): the
+ * dense checkpoint of --load becomes this MoE model, every expert a copy of its layer's dense
+ * MLP. What such copies cannot make is refused: Megatron converts every layer's MLP and loads
+ * the result strictly, so a dense layer, a shared expert (nothing to load it from) or experts of
+ * another size than the dense MLP (granular upcycling, which it does not build) fail there. */
+static int validate_moe_upcycling(const megadlm_args *a, char *err, size_t errlen) {
+    if (!a->moe_use_upcycling) return 0;
+    if (!a->load[0])
+        return fail(err, errlen, "--moe-use-upcycling needs --load DIR (the dense checkpoint "
+                    "to upcycle)");
+    int freq = 0;
+    uint8_t pattern[MOE_MAX_PATTERN_LAYERS];
+    if (args_moe_layer_pattern(a->moe_layer_freq, a->num_layers, &freq, pattern, err, errlen))
+        return -1;
+    for (int l = 0; l < a->num_layers; l++)
+        if (freq > 0 ? l % freq != 0 : !pattern[l])
+            return fail(err, errlen, "--moe-use-upcycling with --moe-layer-freq %s: layer %d "
+                        "would stay dense; Megatron's upcycling turns every layer's MLP into "
+                        "experts (give every layer to the MoE: --moe-layer-freq 1)",
+                        a->moe_layer_freq, l);
+    if (a->moe_ffn_hidden_size != a->ffn_hidden_size)
+        return fail(err, errlen, "--moe-use-upcycling with --moe-ffn-hidden-size %d, not "
+                    "--ffn-hidden-size %d: granular upcycling (experts cut from the dense MLP) "
+                    "is not built; each expert is a copy of the whole dense MLP, as Megatron's",
+                    a->moe_ffn_hidden_size, a->ffn_hidden_size);
+    if (a->moe_shared_expert_intermediate_size)
+        return fail(err, errlen, "--moe-use-upcycling with "
+                    "--moe-shared-expert-intermediate-size: the dense checkpoint has no shared "
+                    "expert to load (Megatron's strict load of the upcycled model fails)");
+    if (a->use_checkpoint_args)
+        return fail(err, errlen, "--moe-use-upcycling with --use-checkpoint-args: Megatron's "
+                    "load_args_from_checkpoint takes num_experts from the dense checkpoint, "
+                    "which makes the model dense");
+    return 0;
+}
+
 /* ======== NOT YET SUPPORTED with --num-experts ========
  * What megadlm's MoE model does not build yet, each refused by name (never trained as
  * something else). When the model takes one, lift its entry here (and its line in docs/MOE.md
@@ -1324,7 +1360,6 @@ static int validate_moe_not_yet(const megadlm_args *a, char *err, size_t errlen)
         {a->moe_router_topk_limited_devices > 0, "--moe-router-topk-limited-devices"},
         {a->expert_tensor_parallel_size != a->tensor_model_parallel_size, etp},
         {a->moe_extended_tp, "--moe-extended-tp"},
-        {a->moe_use_upcycling, "--moe-use-upcycling"},
         {a->moe_use_legacy_grouped_gemm, "--moe-use-legacy-grouped-gemm"},
         /* MegaDLMs' expert-choice routers (not in Megatron-LM) */
         {lbc == ARGS_MOE_LB_SOFTMAX_EXPERT_CHOICE || lbc == ARGS_MOE_LB_SINKHORN_EXPERT_CHOICE, lb},
@@ -1364,7 +1399,9 @@ static int args_validate_moe(megadlm_args *a, char *err, size_t errlen) {
         return fail(err, errlen, "--num-experts %d: expected a number of experts (0 or none: "
                     "a dense model)", a->num_experts);
     if (a->num_experts == 0) return validate_moe_unused(a, err, errlen);
-    if (validate_moe_sizes(a, err, errlen) || validate_moe_rules(a, err, errlen)) return -1;
+    if (validate_moe_sizes(a, err, errlen) || validate_moe_rules(a, err, errlen) ||
+        validate_moe_upcycling(a, err, errlen))
+        return -1;
     return validate_moe_not_yet(a, err, errlen);
 }
 

@@ -102,8 +102,10 @@ int finalize_async_save(trainer *tr, int blocking) {
 }
 
 /* Saves the state after this iteration into dir (--save, its non-persistent directory, or
- * the convert mode's): with --async-save a background write finalized later. */
-static int save_to(trainer *tr, const char *dir, int non_persistent) {
+ * the convert mode's): with --async-save a background write finalized later. model_only: no
+ * optimizer state whatever --no-save-optim says (upcycling's save, Megatron's
+ * save_checkpoint(..., optimizer=None)). */
+static int save_to(trainer *tr, const char *dir, int non_persistent, int model_only) {
     megadlm_args *a = tr->a;
     watchdog_progress("saving a checkpoint");
     if (finalize_async_save(tr, 1) != 0) return -1; /* one save at a time, as Megatron */
@@ -114,7 +116,7 @@ static int save_to(trainer *tr, const char *dir, int non_persistent) {
      * moments) of the gathered parameters */
     if (tr->dopt) ddp_finish_param_sync(tr->ddp);
     if (tr->fsdp_params) fsdp_params_materialize(tr->fsdp_params); /* the whole parameters */
-    int with_optimizer = !a->no_save_optim, rc;
+    int with_optimizer = !a->no_save_optim && !model_only, rc;
     if (a->async_save && !a->ckpt_convert_format[0]) {
         rc = dist_ckpt_save_async(dir, &tr->model->cfg, &tr->model->params, tr->dopt, &st,
                                   with_optimizer, &tr->pending, err, sizeof err);
@@ -138,24 +140,28 @@ static int save_to(trainer *tr, const char *dir, int non_persistent) {
     return 0;
 }
 
-int save_checkpoint(trainer *tr) { return save_to(tr, tr->a->save, 0); }
+int save_checkpoint(trainer *tr) { return save_to(tr, tr->a->save, 0, 0); }
 
 /* A non-persistent save (--non-persistent-save-interval): into the non-persistent directory
  * of --save, older ones removed once it is complete. */
 int save_checkpoint_non_persistent(trainer *tr) {
     char dir[PATH_MAX];
     ckpt_non_persistent_dir(tr->a, tr->a->save, dir, sizeof dir);
-    return save_to(tr, dir, 1);
+    return save_to(tr, dir, 1, 0);
 }
 
 /* The model flags a checkpoint fixes: resuming with different values is refused. */
 static const char *const *const k_model_flags = args_model_flags; /* arguments.def: MODEL */
 
+/* skip: NULL, or a NULL-terminated list of model flags not compared. */
 static int check_checkpoint_args(const megadlm_args *a, const cJSON *saved, const char *dir,
-                                 char *err, size_t errlen) {
+                                 const char *const *skip, char *err, size_t errlen) {
     cJSON *now = args_to_json(a);
     int rc = 0;
     for (int i = 0; k_model_flags[i]; i++) {
+        int skipped = 0;
+        for (int j = 0; skip && skip[j]; j++) skipped |= !strcmp(skip[j], k_model_flags[i]);
+        if (skipped) continue;
         const cJSON *x = cJSON_GetObjectItemCaseSensitive(now, k_model_flags[i]);
         const cJSON *y = cJSON_GetObjectItemCaseSensitive(saved, k_model_flags[i]);
         if (!x || !y || cJSON_Compare(x, y, 1)) continue;
@@ -244,7 +250,7 @@ int load_checkpoint(trainer *tr) {
     int it = ch.iteration;
     ckpt_state st = {0};
     if (rc < 0 || ckpt_load_state(dir, it, &st, err, sizeof(err)) != 0 ||
-        check_checkpoint_args(a, st.args, dir, err, sizeof(err)) != 0 ||
+        check_checkpoint_args(a, st.args, dir, NULL, err, sizeof(err)) != 0 ||
         load_rng(tr, st.rng_state, dir, it, err, sizeof err) != 0 ||
         load_tensors(tr, dir, it, err, sizeof(err)) != 0) {
         fprintf(stderr, "error: loading checkpoint: %s\n", err);
@@ -275,6 +281,95 @@ int load_checkpoint(trainer *tr) {
 }
 
 
+/* ---- Megatron's --moe-use-upcycling (training.py's setup_model_and_optimizer,
+ *      moe/upcycling_utils.py) ---- */
+
+/* The MoE model flags a dense checkpoint's args cannot match: not compared (args_validate's
+ * upcycling rules tie the MoE model to the dense one: every layer MoE, each expert the dense
+ * MLP's size, no shared expert). */
+static const char *const k_upcycled_flags[] = {"num_experts", "moe_layer_freq",
+                                               "moe_ffn_hidden_size",
+                                               "moe_shared_expert_intermediate_size", NULL};
+
+/* The dense tensor an MoE model tensor is read from (upcycling_utils'
+ * _covert_to_moe_state_dict): every routed expert's linear_fc1 / linear_fc2 is a copy of the
+ * dense layer's mlp.linear_fc1 / linear_fc2 (nothing scaled or split), the router is not read
+ * (NULL: it keeps the MoE model's initial values), every other tensor is its own name. */
+static const char *upcycled_source(const char *name, char *buf, size_t len) {
+    static const char experts[] = ".mlp.experts.local_experts.";
+    if (strstr(name, ".mlp.router.")) return NULL;
+    const char *e = strstr(name, experts);
+    if (!e) return name;
+    const char *rest = strchr(e + sizeof experts - 1, '.'); /* after the expert's index */
+    if (!rest) return name;
+    snprintf(buf, len, "%.*s.mlp%s", (int)(e - name), name, rest);
+    return buf;
+}
+
+/* The checkpoint to upcycle must be a dense one. */
+static int check_dense(const cJSON *saved, const char *dir, int it, char *err, size_t errlen) {
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(saved, "num_experts");
+    if (!cJSON_IsNumber(e) || e->valuedouble <= 0) return 0;
+    snprintf(err, errlen, "--load %.600s iteration %d is already a mixture-of-experts model "
+             "(num_experts %g): upcycling turns a dense checkpoint into one (Megatron: "
+             "\"Upcycling should only be set for the first run when converting the dense "
+             "model. All subsequent runs should remove this flag.\")", dir, it, e->valuedouble);
+    return -1;
+}
+
+int upcycle_checkpoint(trainer *tr) {
+    megadlm_args *a = tr->a;
+    char err[1024];
+    int it;
+    int rc = ckpt_read_latest(a->save, &it, err, sizeof err);
+    if (rc == 0)
+        snprintf(err, sizeof err, "--save %.600s already holds a checkpoint (iteration %d): "
+                 "\"The upcycling destination directory already exists. Please check if "
+                 "--moe-use-upcycling is mistakenly enabled. Upcycling should only be set for "
+                 "the first run when converting the dense model. All subsequent runs should "
+                 "remove this flag.\" (Megatron)", a->save, it);
+    ckpt_choice ch;
+    ckpt_state st = {0};
+    if (rc == 1) rc = ckpt_select(a, &ch, print_rank_last_on(), err, sizeof err);
+    else rc = -1;
+    if (rc == 1)
+        snprintf(err, sizeof err, "--load %.600s holds no checkpoint to upcycle", a->load);
+    /* the model only (Megatron's upcycling sets --no-load-optim and --no-load-rng), from a
+     * dense checkpoint whose model flags are this run's but the MoE ones */
+    if (rc != 0 || ckpt_load_state(ch.dir, ch.iteration, &st, err, sizeof err) != 0 ||
+        check_dense(st.args, ch.dir, ch.iteration, err, sizeof err) != 0 ||
+        check_checkpoint_args(a, st.args, ch.dir, k_upcycled_flags, err, sizeof err) != 0 ||
+        dist_ckpt_load_renamed(ch.dir, ch.iteration, &tr->model->cfg, &tr->model->params,
+                               tr->dopt, upcycled_source, err, sizeof err) != 0) {
+        fprintf(stderr, "error: --moe-use-upcycling: %s\n", err);
+        ckpt_state_free(&st);
+        return -1;
+    }
+    ckpt_state_free(&st);
+    if (dist_ckpt_last_conversion()[0]) print_rank_last("%s\n", dist_ckpt_last_conversion());
+    /* Megatron then trains from iteration 0 with a fresh optimizer and LR schedule (the
+     * iteration it saves the upcycled model as, 1, is not kept). It keeps the dense run's
+     * consumed_train_samples for its data sampler; megadlm's schedule is a function of the
+     * consumed samples, so they restart too (the data from its first sample, as Megatron's
+     * --finetune reads it). */
+    tr->iteration = 0;
+    tr->consumed_train_samples = 0;
+    tr->optimizer_steps = 0;
+    tr->loaded = 1;
+    print_rank_last("  upcycled the dense checkpoint %s iteration %d: %d experts per MoE layer, "
+                    "each a copy of the layer's MLP; the routers from --seed\n", ch.dir,
+                    ch.iteration, a->num_experts);
+    return 0;
+}
+
+int save_upcycled_checkpoint(trainer *tr) {
+    tr->iteration = 1; /* Megatron's args.iteration = 1; save_checkpoint(...) */
+    int rc = save_to(tr, tr->a->save, 0, 1);
+    tr->iteration = 0;
+    if (rc == 0) print_rank_last("Upcycled checkpoint saved to %s\n", tr->a->save);
+    return rc;
+}
+
 /* Megatron's --ckpt-convert-format: the loaded checkpoint written again, into
  * --ckpt-convert-save/FMT, in megadlm's format (the only one it writes: `torch`, which Megatron
  * writes as PyTorch pickles, gets it too, so that `megadlm convert --to hf` and MegaDLMs'
@@ -292,7 +387,7 @@ int convert_checkpoint(trainer *tr) {
         fprintf(stderr, "error: --ckpt-convert-save %s: path too long\n", a->ckpt_convert_save);
         return 1;
     }
-    if (save_to(tr, dir, 0) != 0) return 1;
+    if (save_to(tr, dir, 0, 0) != 0) return 1;
     print_rank_last("> converted checkpoint: torch_dist -> %s: iteration %d of %s written to %s in "
                "megadlm's format (safetensors; %s, %s)\n", a->ckpt_convert_format,
                tr->iteration, a->load, dir,

@@ -15,6 +15,15 @@ int finalize_async_save(trainer *tr, int blocking);
 /* Loads the checkpoint ckpt_select picks. 0 ok (or nothing to load), 1 nothing to load under
  * --exit-on-missing-checkpoint, -1 error. */
 int load_checkpoint(trainer *tr);
+/* Megatron's --moe-use-upcycling, in place of load_checkpoint: the dense checkpoint that
+ * ckpt_select picks in --load read into this MoE model (every routed expert a copy of its
+ * layer's dense MLP, the routers as initialised, every other tensor as loaded), the model
+ * only; refused when --save already holds a checkpoint. The run then starts at iteration 0
+ * (fresh optimizer, LR schedule and data position). 0, or -1 (reported). */
+int upcycle_checkpoint(trainer *tr);
+/* Megatron's save of the upcycled model before training: --save, as iteration 1, the model
+ * only (the model ready: its 16-bit copy rounded). 0, or -1 (reported). */
+int save_upcycled_checkpoint(trainer *tr);
 /* --ckpt-convert-format: the loaded checkpoint written again. The exit status. */
 int convert_checkpoint(trainer *tr);
 

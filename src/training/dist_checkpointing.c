@@ -757,11 +757,26 @@ typedef struct {
     int *has;             /* ... when there is one */
 } load_src;
 
+/* The parameters' dtype in the model file, over the tensors read (a renamed load leaves some
+ * entries NULL: not read). */
+static int params_dtype(load_src *S, int n, char *err, size_t errlen) {
+    const st_entry **read = mem_alloc(MEM_OTHER, ((size_t)n + 1) * sizeof *read,
+                                      "checkpoint entries read");
+    int m = 0;
+    for (int k = 0; k < n; k++)
+        if (S->ents[k]) read[m++] = S->ents[k];
+    int rc = ckpt_params_dtype(&S->files[0], read, m, &S->file_dtype, err, errlen);
+    mem_free(read);
+    return rc;
+}
+
 /* Opens the files (every rank) and checks every tensor of the model in their headers: the
  * parameters' dtype decides whether the optimizer file's fp32 main parameters are read (a
- * 16-bit model file with the optimizer state) and checked too. */
+ * 16-bit model file with the optimizer state) and checked too. source (the model file only):
+ * the file tensor each model tensor is read from (dist_ckpt_load_renamed), NULL: its own. */
 static int open_and_check(load_src *S, const layout *L, const char *dir, int iteration,
-                          int with_optimizer, char *err, size_t errlen) {
+                          int with_optimizer, dist_ckpt_source_fn source, char *err,
+                          size_t errlen) {
     int n = L->whole.count, rc = 0;
     for (int f = 0; f < L->nfiles && rc == 0; f++) {
         char path[PATH_MAX + 64];
@@ -782,14 +797,20 @@ static int open_and_check(load_src *S, const layout *L, const char *dir, int ite
     for (int g = 0; g < S->ngroups && rc == 0; g++) {
         for (int k = 0; k < n && rc == 0; k++) {
             const param_tensor *w = &L->whole.tensors[k];
-            char name[PARAM_NAME_MAX + 32];
-            snprintf(name, sizeof name, "%s%s", ckpt_group_prefix(g), w->name);
+            char name[PARAM_NAME_MAX + 32], renamed[PARAM_NAME_MAX];
+            const char *src = source ? source(w->name, renamed, sizeof renamed) : w->name;
             int kf = g * n + k;
+            if (!src) { /* not read: it keeps its value (and no crc is checked) */
+                S->ents[kf] = NULL;
+                S->has[kf] = 0;
+                continue;
+            }
+            snprintf(name, sizeof name, "%s%s", ckpt_group_prefix(g), src);
             rc = ckpt_check_entry(&S->files[file_of(g)], name, w->ndim, w->shape, &S->ents[kf],
                                   &S->want[kf], &S->has[kf], err, errlen);
         }
         if (g > 0 || rc) continue;
-        rc = ckpt_params_dtype(&S->files[0], S->ents, n, &S->file_dtype, err, errlen);
+        rc = params_dtype(S, n, err, errlen);
         int from_main = with_optimizer && S->file_dtype != ST_F32;
         S->params_group = from_main ? CKPT_GROUP_MAIN : CKPT_GROUP_PARAMS;
         S->ngroups = !with_optimizer ? 1 : from_main ? CKPT_GROUP_MAIN + 1
@@ -854,6 +875,7 @@ static int read_slices(load_src *S, const layout *L, param_set *local, dist_opt 
             if ((b == CKPT_GROUP_PARAMS || b == CKPT_GROUP_MAIN) && b != S->params_group)
                 continue;
             int kf = b * n + k, f = file_of(b);
+            if (!S->ents[kf]) continue; /* a renamed load's tensor not read */
             read_ctx c = {.f = &S->files[f], .e = S->ents[kf], .fd = S->fds[f], .err = err,
                           .errlen = errlen};
             rc = for_each_part(kf, n, t, i, bufs[b] ? bufs[b] + t->offset : NULL, dopt, 0,
@@ -863,9 +885,9 @@ static int read_slices(load_src *S, const layout *L, param_set *local, dist_opt 
     return rc;
 }
 
-int dist_ckpt_load_tensors(const char *dir, int iteration, const transformer_config *cfg,
-                           param_set *local, dist_opt *dopt, int with_optimizer, char *err,
-                           size_t errlen) {
+static int load_tensors(const char *dir, int iteration, const transformer_config *cfg,
+                        param_set *local, dist_opt *dopt, int with_optimizer,
+                        dist_ckpt_source_fn source, char *err, size_t errlen) {
     size_t other0 = mem_current(MEM_OTHER);
     g_note[0] = 0;
     layout L;
@@ -880,7 +902,7 @@ int dist_ckpt_load_tensors(const char *dir, int iteration, const transformer_con
     S.want = mem_alloc(MEM_OTHER, (nf + 1) * sizeof(uint32_t), "checkpoint crcs");
     S.has = mem_alloc(MEM_OTHER, (nf + 1) * sizeof(int), "checkpoint crc flags");
     uint32_t *g = mem_alloc(MEM_OTHER, (nf + 1) * sizeof(uint32_t), "checkpoint crc32 shares");
-    rc = open_and_check(&S, &L, dir, iteration, with_optimizer, err, errlen);
+    rc = open_and_check(&S, &L, dir, iteration, with_optimizer, source, err, errlen);
     if ((rc = agree(rc, err, errlen)) == 0)
         rc = agree(check_crcs(&S, &L, local, dopt, g, err, errlen), err, errlen);
     if (rc == 0) {
@@ -900,4 +922,16 @@ int dist_ckpt_load_tensors(const char *dir, int iteration, const transformer_con
     layout_free(&L);
     g_stats.buffer_peak = mem_phase_peak(MEM_OTHER) - other0;
     return rc;
+}
+
+int dist_ckpt_load_tensors(const char *dir, int iteration, const transformer_config *cfg,
+                           param_set *local, dist_opt *dopt, int with_optimizer, char *err,
+                           size_t errlen) {
+    return load_tensors(dir, iteration, cfg, local, dopt, with_optimizer, NULL, err, errlen);
+}
+
+int dist_ckpt_load_renamed(const char *dir, int iteration, const transformer_config *cfg,
+                           param_set *local, dist_opt *dopt, dist_ckpt_source_fn source,
+                           char *err, size_t errlen) {
+    return load_tensors(dir, iteration, cfg, local, dopt, 0, source, err, errlen);
 }

@@ -59,6 +59,17 @@ int dist_ckpt_load_tensors(const char *dir, int iteration, const transformer_con
                            param_set *local, dist_opt *dopt, int with_optimizer, char *err,
                            size_t errlen);
 
+/* A load of the model file only whose tensors come from other names: source(name, buf, len)
+ * gives the file tensor model tensor `name` is read from (name itself, or another written into
+ * buf), or NULL: not read, the tensor keeps its value. Several model tensors may read one file
+ * tensor; every tensor of the file must be read by some (the checks of a load otherwise: shapes,
+ * crc32s, dtypes). Megatron's upcycling (checkpointing.h, upcycle_checkpoint) reads a dense
+ * checkpoint into an MoE model so. Collective, as dist_ckpt_load_tensors. */
+typedef const char *(*dist_ckpt_source_fn)(const char *name, char *buf, size_t len);
+int dist_ckpt_load_renamed(const char *dir, int iteration, const transformer_config *cfg,
+                           param_set *local, dist_opt *dopt, dist_ckpt_source_fn source,
+                           char *err, size_t errlen);
+
 /* --async-save (Megatron's async save, on CPUs): the collective start of dist_ckpt_save (checks,
  * layout, rank 0's temporary directory and files), then a copy of this rank's slices (its
  * parameters, moments, the distributed optimizer's pieces: the state at the save point) that a

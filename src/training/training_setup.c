@@ -223,7 +223,9 @@ int setup_model_and_optimizer(trainer *tr, const transformer_config *cfg) {
     tr->rng_seed = a->seed;
     int loaded = 0;
     if (a->load[0] && tr->fsdp_params) fsdp_params_materialize(tr->fsdp_params);
-    if (a->load[0] && (loaded = load_checkpoint(tr)) != 0) return loaded;
+    if (a->load[0] && (loaded = a->moe_use_upcycling ? upcycle_checkpoint(tr)
+                                                     : load_checkpoint(tr)) != 0)
+        return loaded;
     if (a->load[0] && tr->fsdp_params) /* this rank's pieces of what was loaded */
         fsdp_params_dematerialize(tr->fsdp_params, 1);
     if (a->load[0] && tr->dopt && tr->dopt->main) { /* --bf16: each rank loaded its pieces */
@@ -234,6 +236,7 @@ int setup_model_and_optimizer(trainer *tr, const transformer_config *cfg) {
         }
     }
     gpt_model_params_to_bf16(tr->model); /* --bf16 / --fp16: from the loaded (or initial) ones */
+    if (a->moe_use_upcycling && save_upcycled_checkpoint(tr) != 0) return -1;
     return 0;
 }
 

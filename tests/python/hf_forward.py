@@ -1,6 +1,6 @@
 """Independent PyTorch forward of the Hugging Face architectures, written from transformers'
 definitions (models/gpt2/modeling_gpt2.py, models/llama/modeling_llama.py,
-models/qwen3/modeling_qwen3.py; MegaDLMs' DiffLM from its
+models/qwen3/modeling_qwen3.py, models/qwen3_moe/modeling_qwen3_moe.py; MegaDLMs' DiffLM from its
 tools/weights_conversion/hf_configs/gptneox_1.7b_dlm/modeling_dlm.py), on the files `megadlm convert --to hf` wrote.
 
     hf_forward.py forward HF_DIR LOGITS.safetensors [--perturb]
@@ -9,7 +9,10 @@ tools/weights_conversion/hf_configs/gptneox_1.7b_dlm/modeling_dlm.py), on the fi
         architecture config.json names (float64) on the tokens of LOGITS.safetensors
         (tests/tools/hf_logits.c) and compares with megadlm's logits there: max |diff| /
         max |megadlm| must be <= 1e-5. --perturb adds 1e-2 to one weight first (the check must
-        then fail). --tol=X replaces 1e-5 (the bf16 forward's rounding).
+        then fail); --perturb=NAME to element [1, 2] of the tensor NAME. --tol=X replaces 1e-5
+        (the bf16 forward's rounding). For MoE models it also prints the smallest margin between
+        a token's k-th and (k+1)-th routing probability (a near tie could route differently in
+        float32 and float64).
     hf_forward.py same-values A.safetensors B.safetensors
         the same names and shapes and equal values (F32 against BF16: widened exactly).
     hf_forward.py same A.safetensors B.safetensors
@@ -171,7 +174,41 @@ def full_attention(q, k, v, scale):  # DiffLM with attn_mask_type "bidirectional
     return torch.matmul(torch.softmax(torch.matmul(q, k.transpose(-1, -2)) * scale, dim=-1), v)
 
 
-def llama_forward(cfg, W, ids, qwen3, bidirectional=False):
+def swiglu_mlp(W, p, y):  # LlamaMLP / Qwen3MoeMLP: down(silu(gate(y)) * up(y))
+    g = y @ W[p + "gate_proj.weight"].T
+    u = y @ W[p + "up_proj.weight"].T
+    return (torch.nn.functional.silu(g) * u) @ W[p + "down_proj.weight"].T
+
+
+def qwen3_moe_sparse(cfg, l):  # Qwen3MoeDecoderLayer.__init__'s choice of MLP for layer l
+    return (l not in (cfg.get("mlp_only_layers") or [])) and (
+        cfg["num_experts"] > 0 and (l + 1) % cfg.get("decoder_sparse_step", 1) == 0)
+
+
+MARGINS = []  # per MoE layer: the smallest gap between the k-th and (k+1)-th probability
+
+
+def sparse_moe_block(cfg, W, p, y):  # Qwen3MoeSparseMoeBlock.forward
+    B, T, h = y.shape
+    x = y.reshape(-1, h)
+    E, k = cfg["num_experts"], cfg["num_experts_per_tok"]
+    router_logits = x @ W[p + "gate.weight"].T
+    probs = torch.softmax(router_logits, dim=1)
+    weights, selected = torch.topk(probs, k, dim=-1)
+    if k < E:
+        MARGINS.append((weights[:, -1] - torch.topk(probs, k + 1, dim=-1)[0][:, -1]).min().item())
+    if cfg.get("norm_topk_prob", False):  # Qwen3MoeConfig's default: False
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    out = torch.zeros_like(x)
+    for e in range(E):  # each expert on its tokens, weighed by the token's routing weight
+        tok, slot = torch.where(selected == e)
+        if len(tok):
+            y_e = swiglu_mlp(W, f"{p}experts.{e}.", x[tok]) * weights[tok, slot, None]
+            out.index_add_(0, tok, y_e)
+    return out.reshape(B, T, h)
+
+
+def llama_forward(cfg, W, ids, qwen3, bidirectional=False, moe=False):
     h, nh = cfg["hidden_size"], cfg["num_attention_heads"]
     ng = cfg.get("num_key_value_heads", nh)
     d = cfg.get("head_dim") or h // nh
@@ -199,9 +236,10 @@ def llama_forward(cfg, W, ids, qwen3, bidirectional=False):
         x = r + o @ W[p + "self_attn.o_proj.weight"].T
         r = x
         y = rms_norm(x, W[p + "post_attention_layernorm.weight"], eps)
-        g = y @ W[p + "mlp.gate_proj.weight"].T
-        u = y @ W[p + "mlp.up_proj.weight"].T
-        x = r + (torch.nn.functional.silu(g) * u) @ W[p + "mlp.down_proj.weight"].T
+        if moe and qwen3_moe_sparse(cfg, l):
+            x = r + sparse_moe_block(cfg, W, p + "mlp.", y)
+        else:
+            x = r + swiglu_mlp(W, p + "mlp.", y)
     x = rms_norm(x, W["model.norm.weight"], eps)
     head = W["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings", True) else W["lm_head.weight"]
     return x @ head.T
@@ -215,6 +253,8 @@ def forward(hf_dir, logits_path, perturb, tol=TOL):
     arch = cfg["architectures"][0]
     if perturb:
         name = "transformer.h.0.attn.c_attn.weight" if arch == "GPT2LMHeadModel" else "model.layers.0.self_attn.k_proj.weight"
+        if perturb is not True:
+            name = perturb
         W[name][1, 2] += 1e-2
         print(f"perturbed {name}[1, 2] by 1e-2")
     with torch.no_grad():
@@ -230,6 +270,14 @@ def forward(hf_dir, logits_path, perturb, tol=TOL):
         elif arch in ("LlamaForCausalLM", "Qwen3ForCausalLM"):
             assert cfg["model_type"] == ("llama" if arch == "LlamaForCausalLM" else "qwen3")
             got = llama_forward(cfg, W, ids, arch == "Qwen3ForCausalLM")
+        elif arch == "Qwen3MoeForCausalLM":
+            # Qwen3's attention (q_norm / k_norm always), Qwen3MoeSparseMoeBlock in the sparse
+            # layers; tie_word_embeddings defaults to False in Qwen3MoeConfig
+            assert cfg["model_type"] == "qwen3_moe"
+            cfg.setdefault("tie_word_embeddings", False)
+            got = llama_forward(cfg, W, ids, True, moe=True)
+            if MARGINS:
+                print(f"routing: smallest k-th / (k+1)-th probability margin {min(MARGINS):.3e}")
         else:
             print(f"FAIL: unknown architecture {arch}")
             return 1
@@ -246,4 +294,5 @@ if __name__ == "__main__":
     if sys.argv[1] == "same-values":
         sys.exit(same_values(sys.argv[2], sys.argv[3]))
     tol = [float(a.split("=", 1)[1]) for a in sys.argv[4:] if a.startswith("--tol=")]
-    sys.exit(forward(sys.argv[2], sys.argv[3], "--perturb" in sys.argv[4:], tol[0] if tol else TOL))
+    perturb = [a.split("=", 1)[1] if "=" in a else True for a in sys.argv[4:] if a.startswith("--perturb")]
+    sys.exit(forward(sys.argv[2], sys.argv[3], perturb[0] if perturb else False, tol[0] if tol else TOL))

@@ -32,10 +32,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     ckpt_state_free(&st);
-    a.tensor_model_parallel_size = 1;
-    a.pipeline_model_parallel_size = 1;
-    a.sequence_parallel = 0;
-    a.distribute_saved_activations = 0;
+    args_one_process(&a); /* every expert too: a checkpoint saved under EP holds them all */
     transformer_config c = model_config_from_args(&a);
     c.hidden_dropout = c.attention_dropout = 0.0f;
     const int B = 2, T = c.seq_length < 16 ? c.seq_length : 16, V = c.padded_vocab_size;

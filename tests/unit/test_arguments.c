@@ -2129,9 +2129,24 @@ static void test_moe_rules(void) {
     CHECK(strstr(ERR, "--moe-router-topk-limited-devices 3 is larger than "
                       "--expert-model-parallel-size 2") != NULL);
     args_free(&a);
-    /* upcycling writes the MoE model to --save */
+    /* upcycling writes the MoE model to --save, from the dense one of --load; what copies of
+     * the dense MLP cannot make is refused */
     EXPECT_ERR(MOE " --moe-use-upcycling", "--moe-use-upcycling needs --save",
                "When using upcycling, the --save option must be specified.", NULL);
+#define UP MOE " --moe-use-upcycling --save /tmp/megadlm-moe-save"
+    EXPECT_ERR(UP, "--moe-use-upcycling needs --load", NULL, NULL);
+    EXPECT_ERR(UP " --load /tmp/d --moe-layer-freq 2", "--moe-layer-freq 2: layer 1 would stay "
+               "dense", NULL, NULL);
+    EXPECT_ERR(UP " --load /tmp/d --moe-layer-freq [1,0]", "layer 1 would stay dense", NULL,
+               NULL);
+    EXPECT_ERR(UP " --load /tmp/d --moe-ffn-hidden-size 16", "granular upcycling", NULL, NULL);
+    EXPECT_ERR(UP " --load /tmp/d --moe-shared-expert-intermediate-size 16",
+               "--moe-shared-expert-intermediate-size", "no shared expert to load", NULL);
+    EXPECT_ERR(UP " --load /tmp/d --use-checkpoint-args", "--use-checkpoint-args",
+               "makes the model dense", NULL);
+    EXPECT_OK(&a, UP " --load /tmp/d --moe-layer-freq [1,1]");
+    args_free(&a);
+#undef UP
     /* sizes the model keeps in an int, and the model's total (args_check_sizes) */
     EXPECT_ERR(MOE " --num-experts 1000000 --moe-ffn-hidden-size 4096 --moe-router-topk 2",
                "--num-experts 1000000 x the expert MLP width", "at most 2147483647", NULL);
@@ -2199,7 +2214,6 @@ static void test_moe_not_supported_yet(void) {
         {"--tensor-model-parallel-size 2 --sequence-parallel --expert-tensor-parallel-size 1",
          "--expert-tensor-parallel-size 1"},
         {"--moe-extended-tp", "--moe-extended-tp"},
-        {"--moe-use-upcycling --save /tmp/megadlm-moe-save", "--moe-use-upcycling"},
         {"--moe-use-legacy-grouped-gemm", "--moe-use-legacy-grouped-gemm"},
         {"--moe-router-load-balancing-type softmax_expert_choice",
          "--moe-router-load-balancing-type softmax_expert_choice"},
