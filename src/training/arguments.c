@@ -1340,8 +1340,7 @@ static int validate_moe_upcycling(const megadlm_args *a, char *err, size_t errle
  * something else). When the model takes one, lift its entry here (and its line in docs/MOE.md
  * and docs/FLAGS.md.in). */
 static int validate_moe_not_yet(const megadlm_args *a, char *err, size_t errlen) {
-    char cp[64], etp[64], lb[96], disp[96];
-    snprintf(cp, sizeof cp, "--context-parallel-size %d", a->context_parallel_size);
+    char etp[64], lb[96], disp[96];
     snprintf(etp, sizeof etp, "--expert-tensor-parallel-size %d", a->expert_tensor_parallel_size);
     snprintf(lb, sizeof lb, "--moe-router-load-balancing-type %s",
              a->moe_router_load_balancing_type);
@@ -1352,7 +1351,6 @@ static int validate_moe_not_yet(const megadlm_args *a, char *err, size_t errlen)
         const char *what;
     } NOT_YET[] = {
         {a->tensor_model_parallel_size > 1 && a->tp_comm_overlap, "--tp-comm-overlap"},
-        {a->context_parallel_size > 1, cp},
         {a->use_torch_fsdp2, "--use-torch-fsdp2"},
         {a->use_megatron_fsdp, "--use-megatron-fsdp"},
         {a->use_custom_fsdp, "--use-custom-fsdp"},
@@ -1379,12 +1377,15 @@ static int validate_moe_not_yet(const megadlm_args *a, char *err, size_t errlen)
                     "it)", a->tensor_model_parallel_size);
     /* Megatron's sequence_load_balancing_loss_func: "Do not support sequence aux loss in
      * sequence partition case" */
-    if (a->tensor_model_parallel_size > 1 &&
+    if ((a->tensor_model_parallel_size > 1 || a->context_parallel_size > 1) &&
         ARGS_CHOICE(a, moe_router_load_balancing_type) == ARGS_MOE_LB_SEQ_AUX_LOSS)
         return fail(err, errlen, "--moe-router-load-balancing-type seq_aux_loss with "
-                    "--tensor-model-parallel-size %d: the per-sequence loss needs whole "
+                    "--%s-parallel-size %d: the per-sequence loss needs whole "
                     "sequences on a rank (Megatron: \"Do not support sequence aux loss in sequence "
-                    "partition case\")", a->tensor_model_parallel_size);
+                    "partition case\")",
+                    a->tensor_model_parallel_size > 1 ? "tensor-model" : "context",
+                    a->tensor_model_parallel_size > 1 ? a->tensor_model_parallel_size
+                                                      : a->context_parallel_size);
     if (a->add_bias_linear)
         return fail(err, errlen, "--num-experts without --disable-bias-linear: not supported "
                     "yet (MoE layers have no biases: add --disable-bias-linear; docs/MOE.md)");

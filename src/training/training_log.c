@@ -118,13 +118,16 @@ static void moe_metrics(trainer *tr, log_totals *t) {
     if (!mt) return;
     const int L = mt->num_layers;
     parallel_sum_doubles(PARALLEL_GROUP_PP, mt->values, (size_t)MOE_LOG_COUNT * L);
-    /* Megatron's reduce_group of the balancing loss: the tensor-parallel ranks' partial losses
-     * (their token shards) add up */
+    /* Megatron's reduce_group of the balancing loss (TP x CP): the ranks' partial losses (their
+     * token shards) add up */
     if (tc_sp(&tr->model->cfg))
         for (int l = 0; l < L; l++) {
             double *x = &mt->values[(size_t)MOE_LOG_LOAD_BALANCING * L + l];
             *x = tp_all_reduce_sum_double(*x);
         }
+    if (tc_cp(&tr->model->cfg) > 1) /* and the context-parallel ranks' (their chunks) */
+        parallel_sum_doubles(PARALLEL_GROUP_CP, &mt->values[(size_t)MOE_LOG_LOAD_BALANCING * L],
+                             (size_t)L);
     double seen[MOE_LOG_COUNT]; /* a stage without MoE layers records nothing */
     for (int v = 0; v < MOE_LOG_COUNT; v++) seen[v] = mt->recorded[v];
     parallel_sum_doubles(PARALLEL_GROUP_PP, seen, MOE_LOG_COUNT);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Mixture of experts in training: expert parallelism over MPI against one process (Megatron's
-# rank order, tokens exchanged by all-to-all or all-gather), alone and with data parallelism,
-# with and without capacity dropping; logged training and validation losses within rel 1e-5.
+# rank order, tokens exchanged by all-to-all or all-gather), alone and with data, tensor,
+# pipeline and context parallelism and the distributed optimizer, with and without capacity
+# dropping; logged training and validation losses within rel 1e-5.
 # The log line carries Megatron's load_balancing_loss and z_loss; a masked-diffusion MoE model
 # trains (its loss falls).
 set -euo pipefail
@@ -60,6 +61,23 @@ for disp in allgather alltoall; do
   run "tp2ep2_$disp" 4 "${tp[@]}" --expert-model-parallel-size 2 --moe-token-dispatcher-type "$disp"
   check ref "tp2ep2_$disp"
 done
+# capacity under TP: each rank's token shard has its capacity (Megatron's), so TP 2 is the
+# reference of TP 2 x EP 2
+capa=(--moe-token-dispatcher-type alltoall --moe-expert-capacity-factor 0.5 "${tp[@]}")
+run tp2_cap 2 "${capa[@]}"
+run tp2ep2_cap 4 "${capa[@]}" --expert-model-parallel-size 2
+check tp2_cap tp2ep2_cap
+# context parallelism: each rank's chunks are its part of the sequence's losses (larger
+# coefficients: a wrong scale of their gradient shows within 6 steps)
+cpx=(--moe-aux-loss-coeff 0.1 --moe-z-loss-coeff 0.01)
+run ref_cp 1 "${cpx[@]}"
+run cp2 2 "${cpx[@]}" --context-parallel-size 2
+check ref_cp cp2
+run cp2ep2 4 "${cpx[@]}" --context-parallel-size 2 --expert-model-parallel-size 2 \
+    --moe-token-dispatcher-type alltoall --cp-comm-type p2p
+check ref_cp cp2ep2
+run cp2tp2 4 "${cpx[@]}" --context-parallel-size 2 "${tp[@]}"
+check ref_cp cp2tp2
 run pp2ep2 4 --pipeline-model-parallel-size 2 --expert-model-parallel-size 2 \
     --moe-token-dispatcher-type alltoall --overlap-grad-reduce
 check ref pp2ep2

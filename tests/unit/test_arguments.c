@@ -2203,7 +2203,6 @@ static void test_moe_not_supported_yet(void) {
     } NOT_YET[] = {
         {"--tensor-model-parallel-size 2 --sequence-parallel --tp-comm-overlap",
          "--tp-comm-overlap"},
-        {"--context-parallel-size 2", "--context-parallel-size 2"},
         {"--use-torch-fsdp2 --untie-embeddings-and-output-weights "
          "--no-gradient-accumulation-fusion", "--use-torch-fsdp2"},
         {"--use-megatron-fsdp", "--use-megatron-fsdp"},
@@ -2249,6 +2248,8 @@ static void test_moe_not_supported_yet(void) {
     EXPECT_ERR(MOE " --tensor-model-parallel-size 2 --sequence-parallel "
                "--moe-router-load-balancing-type seq_aux_loss", "seq_aux_loss with "
                "--tensor-model-parallel-size 2", NULL, NULL);
+    EXPECT_ERR(MOE " --context-parallel-size 2 --moe-router-load-balancing-type seq_aux_loss",
+               "seq_aux_loss with --context-parallel-size 2", NULL, NULL);
     /* biases */
     EXPECT_ERR(BASE " --num-experts 4", "--num-experts without --disable-bias-linear",
                "MoE layers have no biases: add --disable-bias-linear", NULL);

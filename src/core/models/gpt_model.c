@@ -879,8 +879,11 @@ static void embedding_backward_from(gpt_model *m, activation_store *s) {
 
 void gpt_model_backward(gpt_model *m, activation_store *s, float loss_scale) {
     const transformer_config *c = &s->cfg;
-    s->ctx.moe_grad_scale = loss_scale; /* the routers' losses: Megatron's unscaled by CP */
     loss_scale *= (float)tc_cp(c); /* as the forward's seed: cp_local_batch */
+    /* the routers' losses too: each CP rank's is its chunks' part of the sequence's, and the
+     * gradients are averaged over DP x CP (Megatron leaves this scale out: its router losses'
+     * gradients are 1/CP of one process's under context parallelism; docs/MOE.md) */
+    s->ctx.moe_grad_scale = loss_scale;
     m->anomaly_dres = s->grad;
     m->anomaly_dres_len = (size_t)tc_tokens_local(c, s->B * s->T) * c->hidden_size;
     if (tc_last_stage(c)) head_backward(m, s, loss_scale);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/kernels/gemm.h"
+#include "core/parallel_state.h"
 #include "core/random/philox.h"
 #include "core/tensor/memory.h"
 #include "core/tensor_parallel/mappings.h"
@@ -14,7 +15,7 @@ void moe_routing_alloc(moe_routing *r, const transformer_config *c, int B, int T
     memset(r, 0, sizeof(*r));
     const size_t N = (size_t)tc_tokens_local(c, B * T), E = (size_t)c->moe.num_experts;
     const size_t k = (size_t)c->moe.topk;
-    r->partitions = tc_sp(c) ? tc_tp(c) : 1;
+    r->partitions = (tc_sp(c) ? tc_tp(c) : 1) * tc_cp(c);
     r->row0 = tc_sp(c) ? c->tp_rank * (int)N : 0;
     const size_t C = (size_t)c->hidden_size;
     r->N = (int)N;
@@ -185,7 +186,13 @@ static void sinkhorn_forward(moe_routing *r, int training) {
 static void aux_loss_forward(const transformer_config *c, moe_routing *r) {
     const int E = r->E;
     for (int e = 0; e < E; e++) r->tokens_global[e] = (float)r->tokens_per_expert[e];
-    if (r->partitions > 1) tp_all_reduce_sum(r->tokens_global, (size_t)E);
+    if (tc_sp(c)) tp_all_reduce_sum(r->tokens_global, (size_t)E);
+    if (tc_cp(c) > 1) { /* the sequence's other chunks */
+        double counts[E];
+        for (int e = 0; e < E; e++) counts[e] = r->tokens_global[e];
+        parallel_sum_doubles(PARALLEL_GROUP_CP, counts, (size_t)E);
+        for (int e = 0; e < E; e++) r->tokens_global[e] = (float)counts[e];
+    }
     double sum = 0.0;
     for (int e = 0; e < E; e++) {
         double p = 0.0;

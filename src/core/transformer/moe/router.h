@@ -34,8 +34,8 @@ typedef struct {
                            micro-batch's B x T */
     int row0;           /* the first one's row in the micro-batch (sequence parallelism) */
     int partitions;     /* ranks the micro-batch's tokens are spread over (TP with sequence
-                           parallelism): the losses' sums over the whole sequence, Megatron's
-                           sequence_partition_group */
+                           parallelism, times CP): the losses' sums over the whole sequence,
+                           Megatron's sequence_partition_group */
     float *logits;   /* [N, E] */
     float *scores;   /* [N, E] softmax over all E (sigmoid for sinkhorn with k = 1) */
     float *lse;      /* [N] logsumexp of the logits */
