@@ -1355,7 +1355,6 @@ static int validate_moe_not_yet(const megadlm_args *a, char *err, size_t errlen)
         {a->use_megatron_fsdp, "--use-megatron-fsdp"},
         {a->use_custom_fsdp, "--use-custom-fsdp"},
         {a->fp16, "--fp16"},
-        {a->moe_router_topk_limited_devices > 0, "--moe-router-topk-limited-devices"},
         {a->expert_tensor_parallel_size != a->tensor_model_parallel_size, etp},
         {a->moe_extended_tp, "--moe-extended-tp"},
         {a->moe_use_legacy_grouped_gemm, "--moe-use-legacy-grouped-gemm"},
@@ -1369,6 +1368,12 @@ static int validate_moe_not_yet(const megadlm_args *a, char *err, size_t errlen)
         if (NOT_YET[i].bad)
             return fail(err, errlen, "%s: not supported yet with --num-experts (docs/MOE.md)",
                         NOT_YET[i].what);
+    /* Megatron's sinkhorn routing never reads it: refused rather than ignored */
+    if (a->moe_router_topk_limited_devices > 0 &&
+        ARGS_CHOICE(a, moe_router_load_balancing_type) == ARGS_MOE_LB_SINKHORN)
+        return fail(err, errlen, "--moe-router-topk-limited-devices with "
+                    "--moe-router-load-balancing-type sinkhorn: Sinkhorn routing chooses among "
+                    "every expert (Megatron's ignores the flag)");
     /* Megatron's MoELayer: "During training, performance may degrade if MoE and tensor
      * parallelism are enabled without also enabling sequence parallelism" (a ValueError) */
     if (a->tensor_model_parallel_size > 1 && !a->sequence_parallel)

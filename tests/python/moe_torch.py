@@ -57,6 +57,69 @@ def capacity_mask(m, gates, topk_map, cap, B, T):
     return mask
 
 
+def limited_topk(m, v, k):
+    """Megatron's device_limited_topk over EP groups of E / G experts: the groups scored by
+    their best expert, the `limited` best, then the top k of their experts (the others
+    excluded: -inf; Megatron fills 0.0, which can pick them when logits are negative)."""
+    N, E = v.shape
+    G = m["groups"]
+    group_best = v.view(N, G, E // G).max(dim=-1).values
+    gidx = torch.topk(group_best, k=m["limited"], dim=-1).indices
+    gmask = torch.zeros(N, G, dtype=torch.bool).scatter(1, gidx, True)
+    emask = gmask.unsqueeze(-1).expand(N, G, E // G).reshape(N, E)
+    return torch.topk(v.masked_fill(~emask, float("-inf")), k=k, dim=-1)
+
+
+def route_limited(m, logits):
+    """(gates [N, E], idx) of the router alone with limited devices."""
+    N, E = logits.shape
+    k = m["k"]
+    scale = m["scale"] if m["scale"] > 0 else 1.0
+    if m["pre"]:
+        scores = torch.softmax(logits, dim=-1)
+        probs, idx = limited_topk(m, scores, k)
+    else:
+        top, idx = limited_topk(m, logits, k)
+        probs = torch.softmax(top, dim=-1)
+    return torch.zeros(N, E).scatter(1, idx, probs * scale), idx
+
+
+def router_only(d, m, tol):
+    N, C, E, k = m["N"], m["C"], m["E"], m["k"]
+    x = load(d, "x", (N, C)).requires_grad_()
+    wr = load(d, "router", (E, C)).requires_grad_()
+    logits = x @ wr.T
+    gates, idx = route_limited(m, logits)
+    dgate = load(d, "dgate", (N, k))
+    c_idx = load(d, "idx", (N, k), np.int32).long()
+    obj = (gates.gather(1, idx) * dgate).sum()
+    if m["z"] >= 0:
+        obj = obj + m["gscale"] * m["z"] * torch.mean(torch.square(torch.logsumexp(logits, dim=-1)))
+    if m["lb"] == "aux_loss":
+        tpe = torch.zeros(N, E).scatter(1, idx, 1.0).sum(0)
+        aux = torch.sum(torch.softmax(logits, dim=-1).sum(0) * tpe) * (E / (N * N * k))
+        obj = obj + m["gscale"] * m["aux"] * aux
+        if abs(aux.item() - m["aux_value"]) > tol * max(1.0, aux.item()):
+            print("  aux differs", aux.item(), m["aux_value"]); return 1
+    obj.backward()
+    bad = 0
+    if not torch.equal(c_idx, idx):
+        print("  idx differ"); bad = 1
+    for name, got, want in (("gate", load(d, "gate", (N, k)), gates.detach().gather(1, idx)),
+                            ("din", load(d, "din", (N, C)), x.grad),
+                            ("drouter", load(d, "drouter", (E, C)), wr.grad)):
+        err = (got - want).abs().max().item()
+        scale = max(1.0, want.abs().max().item())
+        print(f"  {name:10s} max|diff| {err:.3e} {'ok' if err <= tol * scale else 'FAIL'}")
+        bad |= err > tol * scale
+    # the choice is really limited: every token's experts within `limited` groups
+    groups = (idx // (E // m["groups"]))
+    for n in range(N):
+        if len(set(groups[n].tolist())) > m["limited"]:
+            print("  token", n, "uses more groups than allowed"); bad = 1
+    return bad
+
+
 def route(m, logits):
     """(gates [N, E] with the kept probabilities, final map, tokens_per_expert, idx [N, k],
     routed and kept [N, E])."""
@@ -105,6 +168,11 @@ def main():
     d = sys.argv[1]
     tol = float(sys.argv[sys.argv.index("--tol") + 1]) if "--tol" in sys.argv else 2e-5
     m = json.load(open(f"{d}/meta.json"))
+    if m.get("router_only"):
+        if router_only(d, m, tol):
+            print("FAILED: router with limited devices")
+            sys.exit(1)
+        return
     N, C, E, k, F, S = m["N"], m["C"], m["E"], m["k"], m["F"], m["shared"]
     FC1 = 2 * F if m["swiglu"] else F
     x = load(d, "x", (N, C)).requires_grad_()

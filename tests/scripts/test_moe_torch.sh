@@ -25,6 +25,8 @@ cases=(
   "seq_aux_loss with a capacity|lb=seq_aux_loss cap=0.5 aux=0.1"
   "evaluation forward with jitter (no losses)|train=0 jitter=0.05 z=0.01"
   "8 experts top-2, SwiGLU, shared, GELU off, grouped|E=8 k=2 swiglu=1 shared=16 grouped=1 B=4 T=16 C=32 F=24"
+  "limited devices: 8 experts in 4 groups, 2 of them, post-softmax top-3|E=8 k=3 groups=4 limited=2 z=0.01"
+  "limited devices: 16 experts in 8 groups, 1 of them, pre-softmax top-2|E=16 k=2 groups=8 limited=1 pre=1 B=3 T=7"
 )
 n=0
 for c in "${cases[@]}"; do

@@ -78,6 +78,14 @@ run cp2ep2 4 "${cpx[@]}" --context-parallel-size 2 --expert-model-parallel-size 
 check ref_cp cp2ep2
 run cp2tp2 4 "${cpx[@]}" --context-parallel-size 2 "${tp[@]}"
 check ref_cp cp2tp2
+# device-limited routing: the groups are the EP ranks, so EP 2 with both dispatchers agree
+run ep2_limited_a2a 2 --expert-model-parallel-size 2 --moe-router-topk-limited-devices 1 \
+    --moe-token-dispatcher-type alltoall
+run ep2_limited_ag 2 --expert-model-parallel-size 2 --moe-router-topk-limited-devices 1
+check ep2_limited_a2a ep2_limited_ag
+if cmp -s <(losses ep2_limited_a2a.log) <(losses ep2_alltoall.log); then
+  echo "FAILED: --moe-router-topk-limited-devices 1 changed nothing"; fail=1
+fi
 run pp2ep2 4 --pipeline-model-parallel-size 2 --expert-model-parallel-size 2 \
     --moe-token-dispatcher-type alltoall --overlap-grad-reduce
 check ref pp2ep2

@@ -12,6 +12,7 @@
 
 typedef struct {
     int E, k, C, F, B, T, swiglu, pre, shared, grouped, train, seed, pad, position;
+    int groups, limited; /* router_only: expert-parallel groups, --moe-router-topk-limited-devices */
     float scale, aux, z, jitter, cap, gscale;
     char lb[32];
 } opts;
@@ -32,7 +33,7 @@ static void parse(opts *o, int argc, char **argv) {
 #define INT(name) if (!strcmp(key, #name)) { o->name = atoi(v); continue; }
 #define FLT(name) if (!strcmp(key, #name)) { o->name = (float)atof(v); continue; }
         INT(E) INT(k) INT(C) INT(F) INT(B) INT(T) INT(swiglu) INT(pre) INT(shared) INT(grouped)
-        INT(train) INT(seed) INT(pad) INT(position)
+        INT(train) INT(seed) INT(pad) INT(position) INT(groups) INT(limited)
         FLT(scale) FLT(aux) FLT(z) FLT(jitter) FLT(cap) FLT(gscale)
 #undef INT
 #undef FLT
@@ -64,6 +65,8 @@ static transformer_config config_of(const opts *o) {
     c.moe.drop_policy = o->position ? MOE_DROP_POSITION : MOE_DROP_PROBS;
     c.moe.grouped_gemm = o->grouped;
     c.moe.layer_freq = 1;
+    c.moe.topk_limited_devices = o->limited;
+    c.moe.ep_size = o->groups > 1 ? o->groups : 1; /* the router's groups (router_only) */
     c.moe.load_balancing = !strcmp(o->lb, "seq_aux_loss") ? MOE_LB_SEQ_AUX_LOSS
                            : !strcmp(o->lb, "sinkhorn")   ? MOE_LB_SINKHORN
                            : !strcmp(o->lb, "none")       ? MOE_LB_NONE
@@ -95,6 +98,40 @@ static void put(const char *dir, const char *name, const void *p, size_t bytes) 
     }
 }
 
+/* --moe-router-topk-limited-devices: the router alone (its groups are the EP ranks, which a
+ * one-process layer cannot dispatch to): forward, then backward of sum(gate x dgate) plus the
+ * losses, dgate random. */
+static int router_only(const char *dir, const opts *o, const transformer_config *c) {
+    const size_t N = (size_t)o->B * o->T, C = o->C, E = o->E, k = o->k;
+    uint32_t s = (uint32_t)o->seed * 16;
+    float *x = randn(N * C, 1.0f, s), *w = randn(E * C, 0.5f, s + 1);
+    float *dgate = randn(N * k, 1.0f, s + 6), *dx = randn(N * C, 0.0f, 0), *dw = randn(E * C, 0.0f, 0);
+    moe_routing r;
+    moe_routing_alloc(&r, c, o->B, o->T);
+    moe_router_forward(c, w, x, 1, (dropout_key){.seed = 99}, &r);
+    moe_router_backward(c, w, x, &r, dgate, NULL, o->gscale, dx, dw);
+    put(dir, "x", x, N * C * 4);
+    put(dir, "router", w, E * C * 4);
+    put(dir, "dgate", dgate, N * k * 4);
+    put(dir, "idx", r.idx, N * k * 4);
+    put(dir, "gate", r.gate, N * k * 4);
+    put(dir, "din", dx, N * C * 4);
+    put(dir, "drouter", dw, E * C * 4);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/meta.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return 1;
+    fprintf(f, "{\"router_only\": 1, \"N\": %zu, \"B\": %d, \"T\": %d, \"C\": %zu, \"E\": %zu, "
+               "\"k\": %zu, \"pre\": %d, \"scale\": %.9g, \"aux\": %.9g, \"z\": %.9g, "
+               "\"groups\": %d, \"limited\": %d, \"lb\": \"%s\", \"gscale\": %.9g, "
+               "\"aux_value\": %.17g, \"z_value\": %.17g}\n",
+            N, o->B, o->T, C, E, k, o->pre, o->scale, o->aux, o->z, c->moe.ep_size, o->limited,
+            o->lb, o->gscale, r.aux_value, r.z_value);
+    fclose(f);
+    moe_routing_free(&r);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: moe_layer_run DIR key=value...\n");
@@ -104,6 +141,7 @@ int main(int argc, char **argv) {
     opts o;
     parse(&o, argc, argv);
     transformer_config c = config_of(&o);
+    if (o.limited > 0) return router_only(dir, &o, &c);
     const size_t N = (size_t)o.B * o.T, C = o.C, E = o.E, F = o.F;
     const size_t FC1 = (size_t)tc_expert_fc1_width(&c), S = (size_t)o.shared;
     const size_t SFC1 = (size_t)tc_shared_fc1_width(&c);

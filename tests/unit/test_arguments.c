@@ -2208,7 +2208,6 @@ static void test_moe_not_supported_yet(void) {
         {"--use-megatron-fsdp", "--use-megatron-fsdp"},
         {"--use-custom-fsdp", "--use-custom-fsdp"},
         {"--fp16", "--fp16"},
-        {"--moe-router-topk-limited-devices 1", "--moe-router-topk-limited-devices"},
         {"--expert-tensor-parallel-size 2", "--expert-tensor-parallel-size 2"},
         {"--tensor-model-parallel-size 2 --sequence-parallel --expert-tensor-parallel-size 1",
          "--expert-tensor-parallel-size 1"},
@@ -2248,6 +2247,10 @@ static void test_moe_not_supported_yet(void) {
     EXPECT_ERR(MOE " --tensor-model-parallel-size 2 --sequence-parallel "
                "--moe-router-load-balancing-type seq_aux_loss", "seq_aux_loss with "
                "--tensor-model-parallel-size 2", NULL, NULL);
+    EXPECT_ERR(MOE " --expert-model-parallel-size 2 --moe-router-topk-limited-devices 1 "
+               "--moe-router-load-balancing-type sinkhorn --moe-aux-loss-coeff 0",
+               "--moe-router-topk-limited-devices with --moe-router-load-balancing-type sinkhorn",
+               NULL, NULL);
     EXPECT_ERR(MOE " --context-parallel-size 2 --moe-router-load-balancing-type seq_aux_loss",
                "seq_aux_loss with --context-parallel-size 2", NULL, NULL);
     /* biases */

@@ -123,6 +123,28 @@ static void sinkhorn(const float *logits, int N, int E, float *out) {
     free(d1);
 }
 
+/* --moe-router-topk-limited-devices M (Megatron's device_limited_topk, DeepSeek-V2): the
+ * experts in EP groups of E / EP (one per expert-parallel rank), each group scored by its best
+ * expert, the M best groups (ties: the lower group), then the top k among their experts only.
+ * Megatron fills the other experts with 0.0 before its topk, which with post-softmax routing
+ * (logits, which may be negative) can still pick them; megadlm never does (their value is
+ * -infinity here), as the flag describes. */
+static void limited_top_k(const transformer_config *c, const float *v, int E, int k,
+                          int32_t *idx) {
+    const int G = tc_ep(c), per = E / G, M = c->moe.topk_limited_devices;
+    float best[G], masked[E];
+    int32_t groups[G];
+    for (int g = 0; g < G; g++) {
+        best[g] = v[g * per];
+        for (int e = 1; e < per; e++) best[g] = v[g * per + e] > best[g] ? v[g * per + e] : best[g];
+    }
+    top_k(best, G, M, groups);
+    for (int e = 0; e < E; e++) masked[e] = -INFINITY;
+    for (int j = 0; j < M; j++)
+        for (int e = 0; e < per; e++) masked[groups[j] * per + e] = v[groups[j] * per + e];
+    top_k(masked, E, k, idx);
+}
+
 /* Test hook MEGADLM_MOE_BALANCED_ROUTING=1: token g of the micro-batch (its row) goes to
  * experts g k, g k + 1, ... (mod E), whatever its logits: every expert gets the same share of
  * every rank's tokens (when its tokens x k divide by E), the case `train --log-memory`'s
@@ -143,6 +165,8 @@ static void topk_forward(const transformer_config *c, moe_routing *r) {
         float *q = r->q + (size_t)n * k, *g = r->gate + (size_t)n * k;
         if (hook) /* distinct experts, the largest logit first as top_k orders them */
             for (int j = 0; j < k; j++) idx[j] = (int32_t)(((size_t)(r->row0 + n) * k + j) % E);
+        else if (c->moe.topk_limited_devices > 0)
+            limited_top_k(c, pre ? s : l, E, k, idx);
         else
             top_k(pre ? s : l, E, k, idx);
         if (hook && !pre) /* q's reference: the largest chosen logit */
