@@ -1354,7 +1354,6 @@ static int validate_moe_not_yet(const megadlm_args *a, char *err, size_t errlen)
         {a->use_torch_fsdp2, "--use-torch-fsdp2"},
         {a->use_megatron_fsdp, "--use-megatron-fsdp"},
         {a->use_custom_fsdp, "--use-custom-fsdp"},
-        {a->fp16, "--fp16"},
         {a->expert_tensor_parallel_size != a->tensor_model_parallel_size, etp},
         {a->moe_extended_tp, "--moe-extended-tp"},
         {a->moe_use_legacy_grouped_gemm, "--moe-use-legacy-grouped-gemm"},

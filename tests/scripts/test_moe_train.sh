@@ -17,6 +17,7 @@ common=(--num-layers 2 "${GPT_TINY[@]}" "${LLAMA_ARCH[@]}" --micro-batch-size 2
         --eval-interval 3 --eval-iters 2 --seed 21 --make-vocab-size-divisible-by 128
         "${moe[@]}")
 fail=0
+tp=(--tensor-model-parallel-size 2 --sequence-parallel --make-vocab-size-divisible-by 64)
 run() { # NAME NP FLAGS...: a run's log in NAME.log
   local name=$1 np=$2; shift 2
   if [ "$np" = 1 ]; then
@@ -52,9 +53,14 @@ run bf16_ref 1 "${bf[@]}"
 run bf16_ep2 2 "${bf[@]}" --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall \
     --use-distributed-optimizer
 check bf16_ref bf16_ep2
+# --fp16 (one process and TP 2: Megatron refuses expert parallelism with fp16): its loss scale
+# scales the routers' losses too
+run fp16_ref 1 --fp16
+run fp16_tp2 2 --fp16 "${tp[@]}"
+check fp16_ref fp16_tp2
+grep -q "load_balancing_loss: " fp16_ref.log || { echo "FAILED: fp16 run without router losses"; fail=1; }
 # tensor parallelism (with sequence parallelism, as Megatron requires): each expert split as
 # the dense MLP, the tokens gathered over TP (allgather: over TP x EP)
-tp=(--tensor-model-parallel-size 2 --sequence-parallel --make-vocab-size-divisible-by 64)
 for disp in allgather alltoall; do
   run "tp2_$disp" 2 "${tp[@]}" --moe-token-dispatcher-type "$disp"
   check ref "tp2_$disp"

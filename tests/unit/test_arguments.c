@@ -2207,7 +2207,6 @@ static void test_moe_not_supported_yet(void) {
          "--no-gradient-accumulation-fusion", "--use-torch-fsdp2"},
         {"--use-megatron-fsdp", "--use-megatron-fsdp"},
         {"--use-custom-fsdp", "--use-custom-fsdp"},
-        {"--fp16", "--fp16"},
         {"--expert-tensor-parallel-size 2", "--expert-tensor-parallel-size 2"},
         {"--tensor-model-parallel-size 2 --sequence-parallel --expert-tensor-parallel-size 1",
          "--expert-tensor-parallel-size 1"},
