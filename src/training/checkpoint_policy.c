@@ -154,8 +154,10 @@ static const char *const k_forced[] = {
     "num_query_groups", "group_query_attention", "position_embedding_type", "rotary_base",
     "rotary_percent", "add_bias_linear", "swiglu", "untie_embeddings_and_output_weights",
     "normalization", "attention_dropout", "hidden_dropout", "qk_layernorm",
-    "make_vocab_size_divisible_by", "norm_epsilon", "tokenizer_type", "tokenizer_model",
-    "vocab_size", NULL};
+    "make_vocab_size_divisible_by", "norm_epsilon", "num_experts", "moe_layer_freq",
+    "moe_ffn_hidden_size", "moe_router_topk", "moe_token_dispatcher_type",
+    "moe_router_pre_softmax", "moe_grouped_gemm", "moe_shared_expert_intermediate_size",
+    "tokenizer_type", "tokenizer_model", "vocab_size", NULL};
 
 /* Copies saved[name] into a when it is there; prints Megatron's line when it changes a. */
 static int take_arg(megadlm_args *a, const cJSON *saved, const char *name, int force,

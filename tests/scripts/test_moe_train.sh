@@ -116,6 +116,17 @@ cat resume_a.log resume_b.log > resume.log
 check ref resume
 /usr/bin/python3 "$SRC/tests/python/compare_checkpoints.py" resume/iter_0000006/model.safetensors \
     bits_none/iter_0000006/model.safetensors 1e-4 || fail=1
+# --use-checkpoint-args takes the MoE shape from the checkpoint (Megatron forces num_experts,
+# moe_layer_freq, moe_ffn_hidden_size, moe_router_topk, ...)
+dense=(--num-layers 2 "${GPT_TINY[@]}" "${LLAMA_ARCH[@]}" --micro-batch-size 2 --global-batch-size 8
+       --train-iters 7 --lr 1e-3 --lr-decay-style cosine --log-interval 1 --eval-iters 0 --seed 21
+       --make-vocab-size-divisible-by 128)
+"$MEGADLM" train "${dense[@]}" --use-checkpoint-args --load bits_none --save ckargs \
+    > ckargs.log 2>&1 || { echo "FAILED: --use-checkpoint-args on an MoE checkpoint"; tail -3 ckargs.log; fail=1; }
+for want in "Setting num_experts to 8 from checkpoint" "Setting moe_ffn_hidden_size to 24" \
+            "successfully loaded checkpoint" "load_balancing_loss: "; do
+  grep -q "$want" ckargs.log || { echo "FAILED: --use-checkpoint-args: no '$want'"; fail=1; }
+done
 # capacity dropping (alltoall only, Megatron's rule): the same tokens dropped on every layout
 cap=(--moe-token-dispatcher-type alltoall --moe-expert-capacity-factor 0.5)
 run ref_cap 1 "${cap[@]}"
