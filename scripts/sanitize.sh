@@ -33,11 +33,12 @@ NICE=${SANITIZE_NICE:-10}
 # single-process script tests
 SINGLE=(test_generate test_train_resume test_validation test_preprocess test_split_data_paths
         test_hf_convert test_hf_tokenizer test_gpt2_tokenizer test_megatron_format
-        test_safetensors_python test_difflm_torch)
+        test_safetensors_python test_difflm_torch test_moe_torch)
 # script tests under mpirun
 MULTI=(test_tensor_parallel_checkpoint test_tensor_parallel_errors test_data_parallel
        test_difflm_train test_checkpoint_layouts test_checkpoint_flags test_async_save
-       test_hf_convert_difflm test_fsdp test_context_parallel test_context_parallel_lengths)
+       test_hf_convert_difflm test_fsdp test_context_parallel test_context_parallel_lengths
+       test_moe_memory)
 
 t0=$(date +%s)
 mkdir -p "$BUILD"
