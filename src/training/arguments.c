@@ -1355,7 +1355,6 @@ static int validate_moe_not_yet(const megadlm_args *a, char *err, size_t errlen)
         {a->use_megatron_fsdp, "--use-megatron-fsdp"},
         {a->use_custom_fsdp, "--use-custom-fsdp"},
         {a->expert_tensor_parallel_size != a->tensor_model_parallel_size, etp},
-        {a->moe_extended_tp, "--moe-extended-tp"},
         {a->moe_use_legacy_grouped_gemm, "--moe-use-legacy-grouped-gemm"},
         /* MegaDLMs' expert-choice routers (not in Megatron-LM) */
         {lbc == ARGS_MOE_LB_SOFTMAX_EXPERT_CHOICE || lbc == ARGS_MOE_LB_SINKHORN_EXPERT_CHOICE, lb},
@@ -1367,6 +1366,12 @@ static int validate_moe_not_yet(const megadlm_args *a, char *err, size_t errlen)
         if (NOT_YET[i].bad)
             return fail(err, errlen, "%s: not supported yet with --num-experts (docs/MOE.md)",
                         NOT_YET[i].what);
+    /* MegaDLMs' Megatron keeps the flag and reads it nowhere (deprecated for
+     * --expert-tensor-parallel-size) */
+    if (a->moe_extended_tp)
+        fprintf(stderr, "note: --moe-extended-tp has no effect (as in Megatron, where it is "
+                        "deprecated: --expert-tensor-parallel-size sets the experts' tensor "
+                        "parallelism)\n");
     /* Megatron's sinkhorn routing never reads it: refused rather than ignored */
     if (a->moe_router_topk_limited_devices > 0 &&
         ARGS_CHOICE(a, moe_router_load_balancing_type) == ARGS_MOE_LB_SINKHORN)

@@ -2210,7 +2210,6 @@ static void test_moe_not_supported_yet(void) {
         {"--expert-tensor-parallel-size 2", "--expert-tensor-parallel-size 2"},
         {"--tensor-model-parallel-size 2 --sequence-parallel --expert-tensor-parallel-size 1",
          "--expert-tensor-parallel-size 1"},
-        {"--moe-extended-tp", "--moe-extended-tp"},
         {"--moe-use-legacy-grouped-gemm", "--moe-use-legacy-grouped-gemm"},
         {"--moe-router-load-balancing-type softmax_expert_choice",
          "--moe-router-load-balancing-type softmax_expert_choice"},
