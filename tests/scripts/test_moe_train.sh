@@ -95,6 +95,12 @@ fi
 run pp2ep2 4 --pipeline-model-parallel-size 2 --expert-model-parallel-size 2 \
     --moe-token-dispatcher-type alltoall --overlap-grad-reduce
 check ref pp2ep2
+# the interleaved schedule: 4 layers, MoE on the first and last ([1,0,0,1]), 2 chunks a stage
+ilv=(--num-layers 4 --moe-layer-freq "[1,0,0,1]" --train-iters 4 --eval-interval 2)
+run ref_ilv 1 "${ilv[@]}"
+run vpp2ep2 4 "${ilv[@]}" --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 \
+    --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall
+check ref_ilv vpp2ep2
 # recomputation keeps every bit (the saved parameters after 6 steps, byte for byte)
 run bits_none 1 --save bits_none
 for r in "full|--recompute-granularity full --recompute-method uniform --recompute-num-layers 1" \
