@@ -129,6 +129,7 @@ static int router_only(const char *dir, const opts *o, const transformer_config 
             o->lb, o->gscale, r.aux_value, r.z_value);
     fclose(f);
     moe_routing_free(&r);
+    mem_free_all(x, w, dgate, dx, dw);
     return 0;
 }
 
@@ -203,5 +204,7 @@ int main(int argc, char **argv) {
     fprintf(f, "}}\n");
     fclose(f);
     moe_tracker_free(&tracker);
+    mem_free_all(x, router, fc1, fc2, sfc1, sfc2, dout, out, din, g.router_w, g.experts_fc1_w,
+                 g.experts_fc2_w, g.shared_fc1_w, g.shared_fc2_w);
     return 0;
 }
