@@ -173,11 +173,11 @@ static void test_partial_memory(void) {
     double sbh = 32.0 * 64, keep = 2 * sbh * (10 + 24 / 2.0 + 5 * 4 * 32 / (64 * 2.0));
     CHECK_CLOSE(mn.stage_layer_bytes, keep, 1e-12, 0);
     CHECK_CLOSE(mf.stage_layer_bytes, 2 * 2 * sbh, 1e-12, 0);
-    CHECK_CLOSE(plan_memory_bytes(&part, PLAN_ACCOUNT_MEGATRON),
+    CHECK_CLOSE(plan_memory_bytes(&part, PLAN_ACCOUNT_MEGATRON, NULL),
                 mf.total_bytes + 3 * (keep - 4 * sbh), 1e-12, 0);
     /* and the megadlm account grows too (stores that keep everything) */
-    CHECK(plan_memory_bytes(&part, PLAN_ACCOUNT_MEGADLM) >
-          plan_memory_bytes(&full, PLAN_ACCOUNT_MEGADLM));
+    CHECK(plan_memory_bytes(&part, PLAN_ACCOUNT_MEGADLM, NULL) >
+          plan_memory_bytes(&full, PLAN_ACCOUNT_MEGADLM, NULL));
     args_free(&full), args_free(&part), args_free(&none);
 }
 
