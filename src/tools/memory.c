@@ -48,7 +48,12 @@ static void print_totals(const megadlm_args *a, const theoretical_memory *m) {
                "total %.2f MB at the bound, %.2f MB balanced (what `megadlm plan` counts)\n",
                m->in_flight_microbatches, m->in_flight_microbatches == 1.0 ? "" : "es",
                m->moe_layers_kept_per_microbatch, m->moe_recompute_states,
-               mb(m->total_bytes + m->moe_bytes_bound), mb(m->total_bytes + m->moe_bytes_balanced));
+               mb(m->total_bytes + m->moe_expert_optimizer_bytes + m->moe_bytes_bound),
+               mb(m->total_bytes + m->moe_expert_optimizer_bytes + m->moe_bytes_balanced));
+    if (m->moe_expert_optimizer_bytes > 0.0)
+        printf("  (with %.2f MB more optimizer state than the report's 12/DP: the distributed "
+               "optimizer shards the experts' over DP / EP ranks)\n",
+               mb(m->moe_expert_optimizer_bytes));
     theoretical_megadlm_peak pk = theoretical_megadlm_most_loaded(a);
     printf("  most loaded pipeline stage with the schedule's activation stores (stage %d; what "
            "`megadlm plan` counts in megadlm's account): %.2f MB",
@@ -194,8 +199,11 @@ static cJSON *report_json(const megadlm_args *a, const theoretical_memory *m) {
              JNUM("moe_recompute_states", m->moe_recompute_states),
              JNUM("moe_bytes_bound", m->moe_bytes_bound),
              JNUM("moe_bytes_balanced", m->moe_bytes_balanced),
-             JNUM("total_bytes_moe_bound", m->total_bytes + m->moe_bytes_bound),
-             JNUM("total_bytes_moe_balanced", m->total_bytes + m->moe_bytes_balanced),
+             JNUM("moe_expert_optimizer_bytes", m->moe_expert_optimizer_bytes),
+             JNUM("total_bytes_moe_bound",
+                  m->total_bytes + m->moe_expert_optimizer_bytes + m->moe_bytes_bound),
+             JNUM("total_bytes_moe_balanced",
+                  m->total_bytes + m->moe_expert_optimizer_bytes + m->moe_bytes_balanced),
              JNUM("num_microbatches", m->num_microbatches),
              JNUM("in_flight_microbatches", m->in_flight_microbatches),
              JNUM("tensor_model_parallel_size", a->tensor_model_parallel_size),

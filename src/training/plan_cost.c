@@ -132,8 +132,10 @@ static double megatron_memory(const megadlm_args *a, double *balanced) {
     double cp = (double)args_grad_reduce_ranks(a) / a->data_parallel_size;
     if (cp > 1.0 && a->use_distributed_optimizer && !a->use_custom_fsdp && !a->use_torch_fsdp2)
         m.total_bytes -= m.parameters_most_loaded_shard * 12.0 / a->data_parallel_size * (1.0 - 1.0 / cp);
-    double bound = m.total_bytes + m.moe_bytes_bound;
-    *balanced = m.total_bytes + m.moe_bytes_balanced;
+    /* MoE: the experts' optimizer shards over DP / EP ranks (the report divides by DP), and
+     * the layers' routing-dependent state */
+    double bound = m.total_bytes + m.moe_expert_optimizer_bytes + m.moe_bytes_bound;
+    *balanced = m.total_bytes + m.moe_expert_optimizer_bytes + m.moe_bytes_balanced;
     int K = a->num_microbatches_with_partial_activation_checkpoints;
     if (!full_recompute(a) || K <= 0) return bound;
     /* K of the first stage's in-flight micro-batches keep every activation, and the state of

@@ -273,6 +273,7 @@ static void moe_memory(const megadlm_args *a, theoretical_memory *out) {
     out->moe_layer_kept_balanced = out->moe_layer_kept_bound = 0.0;
     out->moe_layers_kept_per_microbatch = out->moe_bytes_bound = out->moe_bytes_balanced = 0.0;
     out->moe_recompute_states = 0;
+    out->moe_expert_optimizer_bytes = 0.0;
     if (a->num_experts <= 0) return;
     transformer_config c = model_config_from_args(a);
     c.pp_size = a->pipeline_model_parallel_size;
@@ -291,6 +292,15 @@ static void moe_memory(const megadlm_args *a, theoretical_memory *out) {
     double states = out->in_flight_microbatches * st.stage_checked + st.slots;
     out->moe_bytes_bound = states * out->moe_layer_kept_bound;
     out->moe_bytes_balanced = states * out->moe_layer_kept_balanced;
+    /* the first stage's experts on this rank (Megatron's E/EP x 2 h f_e x 3/2 with SwiGLU, / t)
+     * hold 12 bytes over DP / EP ranks, not DP */
+    double ep = a->expert_model_parallel_size, dp = a->data_parallel_size;
+    if (a->use_distributed_optimizer && ep > 1.0) {
+        double experts = out->moe_layers_first_stage * (a->num_experts / ep) * 2.0 *
+                         a->hidden_size * a->moe_ffn_hidden_size * (a->swiglu ? 1.5 : 1.0) /
+                         a->tensor_model_parallel_size;
+        out->moe_expert_optimizer_bytes = experts * 12.0 * (ep / dp - 1.0 / dp);
+    }
 }
 
 void theoretical_memory_compute(const megadlm_args *a, theoretical_memory *out) {

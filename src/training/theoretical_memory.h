@@ -80,6 +80,11 @@ typedef struct {
     double moe_layers_kept_per_microbatch;
     int moe_recompute_states;
     double moe_bytes_bound, moe_bytes_balanced;
+    /* Megatron's report divides every parameter's 12 optimizer bytes by DP under the distributed
+     * optimizer, but the experts' are sharded over their expert-data-parallel group (DP / EP
+     * ranks): the bytes that adds on this rank (0 without EP or the distributed optimizer).
+     * With the state: total_bytes + moe_expert_optimizer_bytes + moe_bytes_bound. */
+    double moe_expert_optimizer_bytes;
 
     /* ---- FLOPs per iteration (global batch), the paper's appendix A at the real shapes ---- */
     double model_flops_per_iteration;

@@ -264,6 +264,23 @@ static void test_moe_terms(void) {
     CHECK_CLOSE(c.moe_comm, M * 2 * (fwd + bwd), 1e-12, 0);
     args_free(&a);
 
+    /* the distributed optimizer: the experts' gradients reduce-scattered and their bf16
+     * parameters gathered over DP / EP ranks, the rest over DP; Adam on (shard - experts) / 16
+     * + experts / 2; memory: the experts' 12 bytes over 2 ranks where Megatron's report divides
+     * by 16 */
+    CHECK(setup(&a, MOE "--moe-token-dispatcher-type alltoall --recompute-activations "
+                        "--use-distributed-optimizer") == 0);
+    plan_cost_compute(&a, &d, &c);
+    theoretical_memory_compute(&a, &m);
+    double e2 = dp / ep; /* the expert-data-parallel group */
+    double dopt = (dp - 1) / dp * (4 + 2) * (shard - experts) / ib +
+                  (e2 - 1) / e2 * (4 + 2) * experts / ib;
+    CHECK_CLOSE(c.dp_comm, dopt, 1e-12, 0);
+    CHECK_CLOSE(c.optimizer, ((shard - experts) / dp + experts / e2) * 38 / 3350e9, 1e-12, 0);
+    CHECK_CLOSE(c.memory_bytes, m.total_bytes + 12 * experts * (ep - 1) / dp +
+                                    2 * m.moe_layer_kept_bound, 1e-12, 0);
+    args_free(&a);
+
     /* block recompute of the first layer (an MoE layer): its forward again, at its MoE FLOPs,
      * its dispatch's forward exchanges again, its attention half's 1 AG + 1 RS again */
     CHECK(setup(&a, MOE "--moe-token-dispatcher-type alltoall --recompute-granularity full "
