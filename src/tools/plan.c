@@ -506,8 +506,8 @@ static void search_chunks(search *s, cand_words *c, int t, int p, int cp) {
         if (global / d < l.in_flight) l.in_flight = global / d;
         /* with --num-experts train refuses TP without SP (Megatron's MoE layer) and
          * --tp-comm-overlap (not yet): not searched (given, they are tried and refused) */
-        int moe = m->num_experts > 0;
-        for (int sp = moe && t > 1; sp <= (t > 1 && !s->fixed.sp); sp++)
+        int moe = m->num_experts > 0, sp_lo = moe && t > 1 && !s->fixed.sp;
+        for (int sp = sp_lo; sp <= (t > 1 && !s->fixed.sp); sp++)
             for (int tpo = 0; tpo <= (!s->fixed.tpo && !moe && (sp || s->fixed.sp)); tpo++) {
                 int n1 = c->n;
                 if (sp) push(c, "--sequence-parallel");

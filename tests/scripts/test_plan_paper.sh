@@ -184,18 +184,25 @@ EOF
   n=$((n + 1))
 done < moe-lines.txt
 echo "MoE: $n rows' memory (bound and balanced) = megadlm memory's, both accounts"
-# a capacity factor: alltoall only (Megatron's rule); a given EP: that one only
+# a capacity factor: alltoall only (Megatron's rule); a given EP: that one only; TP 2 with
+# --sequence-parallel given: those rows
 "$MEGADLM" plan "${moe[@]}" --world-size 8 --device A100-80GB --moe-expert-capacity-factor 1.0 \
   --all --top 0 --json > cap.json 2> err.txt || say_fail "plan MoE capacity: $(cat err.txt)"
 "$MEGADLM" plan "${moe[@]}" --world-size 8 --device A100-80GB --expert-model-parallel-size 2 \
   --all --top 0 --json > ep2.json 2> err.txt || say_fail "plan MoE EP 2: $(cat err.txt)"
-python3 - cap.json ep2.json <<'EOF' || fail=1
+"$MEGADLM" plan "${moe[@]}" --world-size 8 --device A100-80GB --tensor-model-parallel-size 2 \
+  --sequence-parallel --all --top 0 --json > sp.json 2> err.txt || say_fail "plan MoE SP: $(cat err.txt)"
+python3 - cap.json ep2.json sp.json <<'EOF' || fail=1
 import json, sys
+rows = [json.load(open(p))["configurations"] for p in sys.argv[1:]]
 # ("-": one process of TP 1 and EP 1 dispatches nothing)
-cap = {r["moe_token_dispatcher_type"] for r in json.load(open(sys.argv[1]))["configurations"]} - {"-"}
-ep2 = {r["expert_model_parallel_size"] for r in json.load(open(sys.argv[2]))["configurations"]}
-print(f"MoE: with a capacity factor dispatchers {sorted(cap)}; EP 2 given: EP {sorted(ep2)}")
-if cap != {"alltoall"} or ep2 != {2}: print("FAILED: capacity or given EP"); sys.exit(1)
+cap = {r["moe_token_dispatcher_type"] for r in rows[0]} - {"-"}
+ep2 = {r["expert_model_parallel_size"] for r in rows[1]}
+sp = {(r["tensor_model_parallel_size"], r["sequence_parallel"]) for r in rows[2]}
+print(f"MoE: with a capacity factor dispatchers {sorted(cap)}; EP 2 given: EP {sorted(ep2)}; "
+      f"TP 2 + SP given: {len(rows[2])} rows of (TP, SP) {sorted(sp)}")
+if cap != {"alltoall"} or ep2 != {2} or sp != {(2, True)}:
+    print("FAILED: capacity, given EP or given TP + SP"); sys.exit(1)
 EOF
 
 # ---- errors ------------------------------------------------------------------------------------
