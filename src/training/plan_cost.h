@@ -10,7 +10,10 @@
  *   PLAN_ACCOUNT_MEGADLM   what megadlm train allocates (parameters, gradients, optimizer state,
  *                          saved activations: `train --log-memory`'s predicted == measured),
  *                          the largest over the pipeline stages.
- * FLOPs are the same module's model and hardware FLOPs (appendix A of Korthikanti et al. 2022). */
+ * Both with an MoE model's routing-dependent state at its bound (no routing needs more), and at a
+ * balanced routing beside it.
+ * FLOPs are the same module's model and hardware FLOPs (appendix A of Korthikanti et al. 2022);
+ * an MoE model's MLP slots are priced here (its logged FLOPs are MegaDLMs', wrong for them). */
 #ifndef MEGADLM_TRAINING_PLAN_COST_H
 #define MEGADLM_TRAINING_PLAN_COST_H
 
