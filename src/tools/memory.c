@@ -37,6 +37,33 @@ static int gpt3_like(const megadlm_args *a) {
            (long long)a->kv_channels * a->num_attention_heads == a->hidden_size && !a->swiglu;
 }
 
+/* The totals `megadlm plan` counts: Megatron's report with the MoE layers' state (MoE
+ * models), and megadlm's most loaded stage with every store its schedule holds. */
+static void print_totals(const megadlm_args *a, const theoretical_memory *m) {
+    if (a->num_experts > 0)
+        /* Megatron's report above counts no MoE state: in its convention each micro-batch in
+         * flight keeps that of the layers it keeps whole, and a recomputation holds its own */
+        printf("  Megatron's account above with the MoE layers' state (first stage: %g "
+               "micro-batch%s in flight x %g MoE layers kept + %d held by a recomputation): "
+               "total %.2f MB at the bound, %.2f MB balanced (what `megadlm plan` counts)\n",
+               m->in_flight_microbatches, m->in_flight_microbatches == 1.0 ? "" : "es",
+               m->moe_layers_kept_per_microbatch, m->moe_recompute_states,
+               mb(m->total_bytes + m->moe_expert_optimizer_bytes + m->moe_bytes_bound),
+               mb(m->total_bytes + m->moe_expert_optimizer_bytes + m->moe_bytes_balanced));
+    if (m->moe_expert_optimizer_bytes > 0.0)
+        printf("  (with %.2f MB more optimizer state than the report's 12/DP: the distributed "
+               "optimizer shards the experts' over DP / EP ranks)\n",
+               mb(m->moe_expert_optimizer_bytes));
+    theoretical_megadlm_peak pk = theoretical_megadlm_most_loaded(a);
+    printf("  most loaded pipeline stage with the schedule's activation stores (stage %d; what "
+           "`megadlm plan` counts in megadlm's account): %.2f MB",
+           pk.pp_rank, mb(pk.bound));
+    if (a->num_experts > 0)
+        printf(" with the MoE layers' state at the bound (%.2f MB of it), %.2f MB balanced",
+               mb((double)pk.bytes.moe_bound), mb(pk.balanced));
+    printf("\n");
+}
+
 static void print_report(const megadlm_args *a, const theoretical_memory *m) {
     /* Megatron's line (report_theoretical_memory) with megadlm's numbers, and Megatron's own
      * numbers beside it when they differ */
@@ -143,6 +170,7 @@ static void print_report(const megadlm_args *a, const theoretical_memory *m) {
                "backward fused into forward)\n", GPT_HEAD_CHUNK_ROWS);
     else
         printf("every row, kept from forward to backward)\n");
+    print_totals(a, m);
 }
 
 static cJSON *report_json(const megadlm_args *a, const theoretical_memory *m) {
@@ -167,6 +195,15 @@ static cJSON *report_json(const megadlm_args *a, const theoretical_memory *m) {
              JNUM("moe_layers_first_stage", m->moe_layers_first_stage),
              JNUM("moe_layer_kept_bytes_balanced", m->moe_layer_kept_balanced),
              JNUM("moe_layer_kept_bytes_bound", m->moe_layer_kept_bound),
+             JNUM("moe_layers_kept_per_microbatch", m->moe_layers_kept_per_microbatch),
+             JNUM("moe_recompute_states", m->moe_recompute_states),
+             JNUM("moe_bytes_bound", m->moe_bytes_bound),
+             JNUM("moe_bytes_balanced", m->moe_bytes_balanced),
+             JNUM("moe_expert_optimizer_bytes", m->moe_expert_optimizer_bytes),
+             JNUM("total_bytes_moe_bound",
+                  m->total_bytes + m->moe_expert_optimizer_bytes + m->moe_bytes_bound),
+             JNUM("total_bytes_moe_balanced",
+                  m->total_bytes + m->moe_expert_optimizer_bytes + m->moe_bytes_balanced),
              JNUM("num_microbatches", m->num_microbatches),
              JNUM("in_flight_microbatches", m->in_flight_microbatches),
              JNUM("tensor_model_parallel_size", a->tensor_model_parallel_size),
@@ -197,7 +234,14 @@ static cJSON *report_json(const megadlm_args *a, const theoretical_memory *m) {
     JSON_ADD(t, JNUM("parameters", g.parameters), JNUM("gradients", g.gradients),
              JNUM("optimizer", g.optimizer), JNUM("saved_activations", g.saved_activations),
              JNUM("logits", theoretical_megadlm_logits_bytes(a)),
-             JNUM("logits_rows", theoretical_megadlm_logits_rows(a)));
+             JNUM("logits_rows", theoretical_megadlm_logits_rows(a)),
+             JNUM("moe_bound", g.moe_bound), JNUM("moe_balanced", g.moe_balanced));
+    /* the most loaded stage with the schedule's stores: `megadlm plan`'s megadlm account */
+    theoretical_megadlm_peak pk = theoretical_megadlm_most_loaded(a);
+    cJSON *most = cJSON_AddObjectToObject(t, "most_loaded_stage");
+    JSON_ADD(most, JNUM("pipeline_rank", pk.pp_rank), JNUM("total_bytes_bound", pk.bound),
+             JNUM("total_bytes_balanced", pk.balanced), JNUM("moe_bound", pk.bytes.moe_bound),
+             JNUM("saved_activations", pk.bytes.saved_activations));
     return o;
 }
 

@@ -22,7 +22,7 @@
 #include "training/plan_device.h"
 
 #define MAX_WORDS 512
-#define CAND_WORDS 24
+#define CAND_WORDS 32 /* the most searched words of one candidate: 29 */
 
 /* ---- plan's own flags ---- */
 
@@ -59,7 +59,9 @@ static void print_plan_help(void) {
            "--sequence-parallel, --tp-comm-overlap, the --recompute-* flags, --micro-batch-size, "
            "--use-distributed-optimizer,\n--overlap-grad-reduce, --bf16/--fp16) fixes that "
            "dimension; the others are searched.\n");
-    printf("(--context-parallel-size and --cp-comm-type fix context parallelism likewise.)\n");
+    printf("(--context-parallel-size and --cp-comm-type fix context parallelism likewise; with "
+           "--num-experts,\n--expert-model-parallel-size and --moe-token-dispatcher-type fix expert "
+           "parallelism.)\n");
     printf("  %-44s %s\n", "--world-size N", "Ranks to plan for (required).");
     printf("  %-44s %s\n", "--device NAME",
            "A preset (A100-80GB, H100-80GB) or this-cpu (measured once, then read back).");
@@ -203,7 +205,7 @@ static int memory_budget(const plan_opts *o, const plan_device *d, int world, do
 
 /* The dimensions a user's flag fixes */
 typedef struct {
-    int tp, pp, cp, cpt, vp, sp, tpo, recompute, mbs, dopt, ogr, precision;
+    int tp, pp, cp, cpt, ep, disp, vp, sp, tpo, recompute, mbs, dopt, ogr, precision;
 } fixed_dims;
 
 static int has_flag(char **words, int n, const char *flag) {
@@ -220,6 +222,8 @@ static fixed_dims find_fixed(char **w, int n, const plan_opts *o) {
     f.pp = has_flag(w, n, "--pipeline-model-parallel-size");
     f.cp = has_flag(w, n, "--context-parallel-size");
     f.cpt = has_flag(w, n, "--cp-comm-type");
+    f.ep = has_flag(w, n, "--expert-model-parallel-size");
+    f.disp = has_flag(w, n, "--moe-token-dispatcher-type");
     f.vp = has_flag(w, n, "--virtual-pipeline-model-parallel-size") ||
            has_flag(w, n, "--num-layers-per-virtual-pipeline-stage");
     f.sp = has_flag(w, n, "--sequence-parallel");
@@ -240,6 +244,8 @@ static fixed_dims find_fixed(char **w, int n, const plan_opts *o) {
 typedef struct {
     int t, p, v, d, cp, sp, tpo, mbs, M, dopt, ogr;
     char cp_comm_type[32];
+    int ep;               /* expert-parallel size (1: dense or none) */
+    char dispatcher[32];  /* --moe-token-dispatcher-type, "-" where none is used */
     int recompute_num_layers, partial; /* partial: K, or -1 */
     char granularity[32], method[32], precision[8];
     int full_recompute; /* --recompute-granularity full */
@@ -255,6 +261,11 @@ static void row_from_args(row *r, const megadlm_args *a) {
     r->d = a->data_parallel_size;
     r->cp = a->context_parallel_size > 1 ? a->context_parallel_size : 1;
     snprintf(r->cp_comm_type, sizeof r->cp_comm_type, "%s", r->cp > 1 ? a->cp_comm_type : "-");
+    r->ep = a->num_experts > 0 ? a->expert_model_parallel_size : 1;
+    /* one process with neither EP nor TP dispatches locally: the flag changes nothing */
+    int dispatched = a->num_experts > 0 && (r->ep > 1 || r->t > 1);
+    snprintf(r->dispatcher, sizeof r->dispatcher, "%s",
+             dispatched ? a->moe_token_dispatcher_type : "-");
     r->sp = a->sequence_parallel;
     r->tpo = a->tp_comm_overlap;
     r->mbs = a->micro_batch_size;
@@ -471,16 +482,14 @@ static void search_rest(search *s, cand_words *c, const layout *l, int block_n) 
     c->n = n0;
 }
 
-static void search_layout(search *s, int t, int p, int cp) {
+/* The virtual pipeline, sequence parallelism and its overlap on top of c (the layout's words),
+ * then the rest */
+static void search_chunks(search *s, cand_words *c, int t, int p, int cp) {
     const megadlm_args *m = s->model;
-    int world = m->world_size, d = world / (t * p * cp);
+    int d = m->world_size / (t * p * cp);
     int L = m->num_layers;
     int global = m->global_batch_size;
-    cand_words c = {.n = 0};
-    if (!s->fixed.tp) push_int(&c, "--tensor-model-parallel-size", t);
-    if (!s->fixed.pp) push_int(&c, "--pipeline-model-parallel-size", p);
-    if (!s->fixed.cp && cp > 1) push_int(&c, "--context-parallel-size", cp);
-    int n0 = c.n;
+    int n0 = c->n;
     int v_hi = (!s->fixed.vp && p > 1 && L % p == 0) ? L / p : 1;
     for (int v = 1; v <= v_hi; v++) {
         if (v > 1 && (L / p) % v != 0) continue;
@@ -490,21 +499,76 @@ static void search_layout(search *s, int t, int p, int cp) {
         int per_stage = m->num_layers_per_virtual_pipeline_stage;
         if (per_stage > 0 && L / p / per_stage > 1) fixed_v = L / p / per_stage;
         int vv = s->fixed.vp ? fixed_v : v;
-        if (v > 1) push_int(&c, "--virtual-pipeline-model-parallel-size", v);
+        if (v > 1) push_int(c, "--virtual-pipeline-model-parallel-size", v);
         layout l = {t, p, vv, d, cp, L / p / vv, p};
         if (l.chunk < 1) l.chunk = 1;
         /* 1F1B: the first stage holds min(p, M) micro-batches at the smallest micro-batch */
         if (global / d < l.in_flight) l.in_flight = global / d;
-        for (int sp = 0; sp <= (t > 1 && !s->fixed.sp); sp++)
-            for (int tpo = 0; tpo <= (!s->fixed.tpo && (sp || s->fixed.sp)); tpo++) {
-                int n1 = c.n;
-                if (sp) push(&c, "--sequence-parallel");
-                if (tpo) push(&c, "--tp-comm-overlap");
-                search_recompute(s, &c, &l);
-                c.n = n1;
+        /* with --num-experts train refuses TP without SP (Megatron's MoE layer) and
+         * --tp-comm-overlap (not yet): not searched (given, they are tried and refused) */
+        int moe = m->num_experts > 0, sp_lo = moe && t > 1 && !s->fixed.sp;
+        for (int sp = sp_lo; sp <= (t > 1 && !s->fixed.sp); sp++)
+            for (int tpo = 0; tpo <= (!s->fixed.tpo && !moe && (sp || s->fixed.sp)); tpo++) {
+                int n1 = c->n;
+                if (sp) push(c, "--sequence-parallel");
+                if (tpo) push(c, "--tp-comm-overlap");
+                search_recompute(s, c, &l);
+                c->n = n1;
             }
+        c->n = n0;
+    }
+}
+
+/* --moe-token-dispatcher-type, unless given: both with EP > 1 or TP > 1 (in one process of
+ * neither the tokens stay local and the flag changes nothing: not searched), alltoall alone
+ * when a given flag needs it (--moe-expert-capacity-factor, Megatron's rule;
+ * --moe-shared-expert-overlap), then on any layout since train refuses allgather with them.
+ * Returns how many choices it put in out (0: push nothing). */
+static int dispatcher_choices(const search *s, int t, int ep, const char **out) {
+    const megadlm_args *m = s->model;
+    if (m->num_experts <= 0 || s->fixed.disp) return 0;
+    if (m->moe_expert_capacity_factor >= 0.0f || m->moe_shared_expert_overlap) {
+        out[0] = "alltoall";
+        return 1;
+    }
+    if (ep <= 1 && t <= 1) return 0;
+    out[0] = "allgather", out[1] = "alltoall";
+    return 2;
+}
+
+static void search_layout(search *s, int t, int p, int cp, int ep) {
+    cand_words c = {.n = 0};
+    if (!s->fixed.tp) push_int(&c, "--tensor-model-parallel-size", t);
+    if (!s->fixed.pp) push_int(&c, "--pipeline-model-parallel-size", p);
+    if (!s->fixed.cp && cp > 1) push_int(&c, "--context-parallel-size", cp);
+    if (!s->fixed.ep && ep > 1) push_int(&c, "--expert-model-parallel-size", ep);
+    const char *disp[2];
+    int n = dispatcher_choices(s, t, ep, disp);
+    if (n == 0) {
+        search_chunks(s, &c, t, p, cp);
+        return;
+    }
+    int n0 = c.n;
+    for (int i = 0; i < n; i++) {
+        push(&c, "--moe-token-dispatcher-type"), push(&c, disp[i]);
+        search_chunks(s, &c, t, p, cp);
         c.n = n0;
     }
+}
+
+/* Expert-parallel sizes of a layout whose data-parallel size is d: with --num-experts, the
+ * divisors of d that divide the experts (EP ranks are carved out of the data-parallel ones;
+ * train refuses context parallelism with MoE, so d = world / (t p)), or the one given; 1
+ * for a dense model */
+static void search_experts(search *s, int t, int p, int cp) {
+    const megadlm_args *m = s->model;
+    int d = m->world_size / (t * p * cp);
+    if (m->num_experts <= 0 || s->fixed.ep) { /* (a given EP that d does not take: refused) */
+        search_layout(s, t, p, cp, m->num_experts > 0 ? m->expert_model_parallel_size : 1);
+        return;
+    }
+    for (int ep = 1; ep <= d; ep++)
+        if (d % ep == 0 && m->num_experts % ep == 0) search_layout(s, t, p, cp, ep);
 }
 
 static void search_all(search *s) {
@@ -527,7 +591,9 @@ static void search_all(search *s) {
                 if (!s->fixed.cp && cp > 1 && m->seq_length % (2 * cp) &&
                     ARGS_CHOICE(m, model_running_mode) != ARGS_MODE_DIFFLM_NOSHIFT)
                     continue;
-                search_layout(s, t, p, cp);
+                /* train refuses context parallelism with --num-experts (not yet) */
+                if (!s->fixed.cp && cp > 1 && m->num_experts > 0) continue;
+                search_experts(s, t, p, cp);
             }
         }
     }
@@ -567,9 +633,16 @@ static void train_line(const search *s, const row *r, char *out, size_t n) {
 
 static void print_header(const search *s, const plan_device *d, double total, int fitting) {
     const megadlm_args *m = s->model;
+    int moe = m->num_experts > 0;
     printf("megadlm plan: %d layers, hidden %d, %d heads, sequence %d, global batch %d on %d "
            "ranks\n", m->num_layers, m->hidden_size, m->num_attention_heads, m->seq_length,
            m->global_batch_size, m->world_size);
+    if (moe)
+        printf("mixture of experts: %d experts, top %d, expert ffn %d; memory counts the MoE "
+               "layers' routing-dependent state at its bound (no routing needs more), each "
+               "row's second line at a balanced routing\n",
+               m->num_experts, m->moe_router_topk,
+               m->moe_ffn_hidden_size > 0 ? m->moe_ffn_hidden_size : m->ffn_hidden_size);
     printf("device %s: %.1f TFLOP/s 16-bit, %.1f TFLOP/s fp32 (x %.2f sustained), %.1f GB/s "
            "memory, links %.1f / %.1f GB/s within / between nodes%s\n",
            d->name, d->flops_bf16 / 1e12, d->flops_fp32 / 1e12, d->efficiency,
@@ -582,24 +655,30 @@ static void print_header(const search *s, const plan_device *d, double total, in
                                               : "Megatron's theoretical memory, first stage");
     printf("%d legal configurations (%ld refused by train's rules), %d fit; fastest first "
            "(seconds per iteration):\n\n", s->nrows, s->refused, fitting);
-    printf("%4s %3s %3s %3s %3s %4s %3s %3s %-22s %4s %5s %4s %4s %5s %9s %4s %10s %10s %10s "
-           "%10s %10s %10s %10s %10s %6s %6s\n",
-           "#", "TP", "CP", "PP", "VP", "DP", "SP", "TPO", "recompute", "mbs", "M", "dopt", "ogr",
-           "prec", "mem GiB", "fits", "time", "compute", "tp comm", "cp comm", "bubble", "p2p",
-           "dp comm", "optim", "MFU", "HFU");
+    printf("%4s %3s %3s %3s %3s %4s ", "#", "TP", "CP", "PP", "VP", "DP");
+    if (moe) printf("%3s %-9s ", "EP", "dispatch");
+    printf("%3s %3s %-22s %4s %5s %4s %4s %5s %9s %4s %10s %10s %10s %10s ", "SP", "TPO",
+           "recompute", "mbs", "M", "dopt", "ogr", "prec", "mem GiB", "fits", "time", "compute",
+           "tp comm", "cp comm");
+    if (moe) printf("%10s ", "moe comm");
+    printf("%10s %10s %10s %10s %6s %6s\n", "bubble", "p2p", "dp comm", "optim", "MFU", "HFU");
 }
 
-static void print_row(int i, const row *r) {
+static void print_row(int i, const row *r, int moe) {
     char rc[48];
     recompute_text(r, rc, sizeof rc);
-    printf("%4d %3d %3d %3d %3d %4d %3s %3s %-22s %4d %5d %4s %4s %5s %9.2f %4s %10.4g %10.4g "
-           "%10.4g %10.4g %10.4g %10.4g %10.4g %10.4g %5.1f%% %5.1f%%\n",
-           i + 1, r->t, r->cp, r->p, r->v, r->d, r->sp ? "on" : "-", r->tpo ? "on" : "-", rc,
-           r->mbs, r->M, r->dopt ? "on" : "-", r->ogr ? "on" : "-", r->precision,
-           r->c.memory_bytes / GIB_F, r->fits ? "yes" : "NO", r->c.total, r->c.compute,
-           r->c.tp_comm, r->c.cp_comm, r->c.bubble, r->c.p2p, r->c.dp_comm, r->c.optimizer,
-           100.0 * r->c.mfu, 100.0 * r->c.hfu);
-    printf("       %s\n", r->layout[0] ? r->layout : "(the flags as given)");
+    printf("%4d %3d %3d %3d %3d %4d ", i + 1, r->t, r->cp, r->p, r->v, r->d);
+    if (moe) printf("%3d %-9s ", r->ep, r->dispatcher);
+    printf("%3s %3s %-22s %4d %5d %4s %4s %5s %9.2f %4s %10.4g %10.4g %10.4g %10.4g ",
+           r->sp ? "on" : "-", r->tpo ? "on" : "-", rc, r->mbs, r->M, r->dopt ? "on" : "-",
+           r->ogr ? "on" : "-", r->precision, r->c.memory_bytes / GIB_F, r->fits ? "yes" : "NO",
+           r->c.total, r->c.compute, r->c.tp_comm, r->c.cp_comm);
+    if (moe) printf("%10.4g ", r->c.moe_comm);
+    printf("%10.4g %10.4g %10.4g %10.4g %5.1f%% %5.1f%%\n", r->c.bubble, r->c.p2p,
+           r->c.dp_comm, r->c.optimizer, 100.0 * r->c.mfu, 100.0 * r->c.hfu);
+    printf("       %s", r->layout[0] ? r->layout : "(the flags as given)");
+    if (moe) printf("  [memory at a balanced routing %.2f GiB]", r->c.memory_balanced / GIB_F);
+    printf("\n");
 }
 
 static cJSON *row_json(const search *s, int i, const row *r) {
@@ -611,7 +690,9 @@ static cJSON *row_json(const search *s, int i, const row *r) {
              JNUM("pipeline_model_parallel_size", r->p),
              JNUM("virtual_pipeline_model_parallel_size", r->v),
              JNUM("data_parallel_size", r->d), JNUM("context_parallel_size", r->cp),
-             JSTR("cp_comm_type", r->cp_comm_type), JBOOL("sequence_parallel", r->sp),
+             JSTR("cp_comm_type", r->cp_comm_type),
+             JNUM("expert_model_parallel_size", r->ep),
+             JSTR("moe_token_dispatcher_type", r->dispatcher), JBOOL("sequence_parallel", r->sp),
              JBOOL("tp_comm_overlap", r->tpo), JSTR("recompute_granularity", r->granularity),
              JSTR("recompute_method", r->method),
              JNUM("recompute_num_layers", r->recompute_num_layers),
@@ -619,12 +700,14 @@ static cJSON *row_json(const search *s, int i, const row *r) {
              JSTR("recompute", rc), JNUM("micro_batch_size", r->mbs),
              JNUM("num_microbatches", r->M), JBOOL("use_distributed_optimizer", r->dopt),
              JBOOL("overlap_grad_reduce", r->ogr), JSTR("precision", r->precision),
-             JNUM("memory_bytes", r->c.memory_bytes), JBOOL("fits", r->fits));
+             JNUM("memory_bytes", r->c.memory_bytes),
+             JNUM("memory_bytes_moe_balanced", r->c.memory_balanced), JBOOL("fits", r->fits));
     cJSON *t = cJSON_AddObjectToObject(o, "seconds_per_iteration");
     JSON_ADD(t, JNUM("total", r->c.total), JNUM("compute", r->c.compute),
              JNUM("elementwise", r->c.elementwise), JNUM("tp_comm", r->c.tp_comm),
              JNUM("tp_comm_hidden", r->c.tp_hidden), JNUM("cp_comm", r->c.cp_comm),
-             JNUM("cp_comm_hidden", r->c.cp_hidden), JNUM("bubble", r->c.bubble),
+             JNUM("cp_comm_hidden", r->c.cp_hidden), JNUM("moe_comm", r->c.moe_comm),
+             JNUM("bubble", r->c.bubble),
              JNUM("p2p", r->c.p2p), JNUM("dp_comm", r->c.dp_comm),
              JNUM("dp_comm_hidden", r->c.dp_hidden), JNUM("optimizer", r->c.optimizer));
     JSON_ADD(o, JNUM("model_flops_per_iteration", r->c.model_flops),
@@ -657,7 +740,7 @@ static void report(const search *s, const plan_device *d, double total) {
         return;
     }
     print_header(s, d, total, fitting);
-    for (int i = 0; i < shown; i++) print_row(i, &s->rows[i]);
+    for (int i = 0; i < shown; i++) print_row(i, &s->rows[i], s->model->num_experts > 0);
     if (shown > 0) {
         char line[8192];
         train_line(s, &s->rows[0], line, sizeof line);

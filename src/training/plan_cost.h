@@ -10,7 +10,10 @@
  *   PLAN_ACCOUNT_MEGADLM   what megadlm train allocates (parameters, gradients, optimizer state,
  *                          saved activations: `train --log-memory`'s predicted == measured),
  *                          the largest over the pipeline stages.
- * FLOPs are the same module's model and hardware FLOPs (appendix A of Korthikanti et al. 2022). */
+ * Both with an MoE model's routing-dependent state at its bound (no routing needs more), and at a
+ * balanced routing beside it.
+ * FLOPs are the same module's model and hardware FLOPs (appendix A of Korthikanti et al. 2022);
+ * an MoE model's MLP slots are priced here (its logged FLOPs are MegaDLMs', wrong for them). */
 #ifndef MEGADLM_TRAINING_PLAN_COST_H
 #define MEGADLM_TRAINING_PLAN_COST_H
 
@@ -51,7 +54,10 @@ typedef struct {
 
 /* One configuration's cost (seconds per iteration; bytes). */
 typedef struct {
-    double memory_bytes;  /* most loaded rank, in the device's account */
+    double memory_bytes;  /* most loaded rank, in the device's account; MoE: its layers'
+                             routing-dependent state at the bound (no routing exceeds it) */
+    double memory_balanced; /* ... with that state at a balanced routing (= memory_bytes when
+                               dense) */
     double compute;       /* hardware FLOPs of a rank / (rate x efficiency), + elementwise */
     double elementwise;   /* ... of which memory-bound work outside the GEMMs */
     double gemm_rate;     /* FLOP/s of a rank at this configuration's GEMM shapes */
@@ -59,13 +65,17 @@ typedef struct {
     double tp_hidden;     /* ... the part --tp-comm-overlap hides (not in the total) */
     double cp_comm;       /* context-parallel exchange of keys and values, exposed part */
     double cp_hidden;     /* ... the part the p2p ring hides under attention (not in the total) */
-    double bubble;        /* pipeline bubble: (p - 1) / (v M) of compute + exposed TP */
+    double moe_comm;      /* expert parallelism's token exchange (all-to-all, or the TP x EP
+                             group's all-gather and reduce-scatter) */
+    double bubble;        /* pipeline bubble: (p - 1) / (v M) of compute + exposed TP, CP, MoE */
     double p2p;           /* pipeline sends between stages */
     double dp_comm;       /* data-parallel gradient reduction (and parameter gather), exposed */
     double dp_hidden;     /* ... the part --overlap-grad-reduce hides (not in the total) */
     double optimizer;     /* Adam's bytes over the memory bandwidth */
-    double total;         /* compute + tp_comm + cp_comm + bubble + p2p + dp_comm + optimizer */
-    double model_flops;   /* per iteration, whole job */
+    double total;         /* compute + tp_comm + cp_comm + moe_comm + bubble + p2p + dp_comm +
+                             optimizer */
+    double model_flops;   /* per iteration, whole job (MoE: the router, the experts on the
+                             routed rows and the shared expert in place of the dense MLP) */
     double hardware_flops;
     double mfu, hfu;      /* model / hardware FLOPs per second over the job's peak */
     double recomputed_layers; /* layers of a stage whose forward runs again (mean per micro-batch) */
@@ -74,8 +84,9 @@ typedef struct {
 /* Ranks that share one node under this device for a world of world_size. */
 int plan_ranks_per_node(const plan_device *d, int world_size);
 
-/* Memory of the most loaded rank (bytes) in the given account. */
-double plan_memory_bytes(const megadlm_args *a, plan_account account);
+/* Memory of the most loaded rank (bytes) in the given account, the MoE layers' state at its
+ * bound; *balanced (if not NULL): the same at a balanced routing. */
+double plan_memory_bytes(const megadlm_args *a, plan_account account, double *balanced);
 
 /* Fills *c for validated arguments a on device d. */
 void plan_cost_compute(const megadlm_args *a, const plan_device *d, plan_cost *c);

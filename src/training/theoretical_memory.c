@@ -1,15 +1,19 @@
 #include "training/theoretical_memory.h"
 
 #include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/distributed/distributed_data_parallel.h"
 #include "core/models/gpt_model.h"
 #include "core/models/gpt_param_table.h"
 #include "core/models/head_saved.h"
+#include "core/pipeline_parallel/schedules.h"
 #include "core/transformer/activation_memory.h"
 #include "core/transformer/moe/moe_layer.h"
 #include "core/parallel_state.h"
+#include "core/util/alloc.h"
 #include "core/transformer/transformer_block.h"
 #include "training/difflm.h"
 #include "training/model_provider.h"
@@ -187,10 +191,89 @@ static double layer_forward_flops(const megadlm_args *a) {
            ((1.0 + g / heads + s / h) * q_ratio + ((double)a->ffn_hidden_size / h) * gated);
 }
 
-/* The MoE layers' kept bytes (moe_layer_saved_bytes) on the first stage. */
+/* ---- mixture of experts: the layer states held at once ---- */
+
+/* What one MoE layer's forward keeps for a micro-batch (moe_layer_saved_bytes), at the bound's
+ * rows and at a balanced routing's: every MoE layer of a model has the same shapes. extra (if
+ * not NULL): what a forward holds beside it for a moment (moe_layer_forward_extra_bytes). */
+static void moe_layer_kept(const megadlm_args *a, size_t *bound, size_t *balanced,
+                           size_t extra[2]) {
+    *bound = *balanced = 0;
+    if (extra) extra[0] = extra[1] = 0;
+    if (a->num_experts <= 0) return;
+    transformer_config c = model_config_from_args(a);
+    const int B = a->micro_batch_size, T = tc_seq_local(&c);
+    const moe_rows hi = moe_rows_bound(&c, B, T), even = moe_rows_balanced(&c, B, T);
+    *bound = moe_layer_saved_bytes(&c, B, T, hi);
+    *balanced = moe_layer_saved_bytes(&c, B, T, even);
+    if (extra) {
+        extra[0] = moe_layer_forward_extra_bytes(&c, hi);
+        extra[1] = moe_layer_forward_extra_bytes(&c, even);
+    }
+}
+
+/* The MoE layer states (moe_saved) a pipeline stage can hold together, from the recompute plan
+ * the block runs (transformer_block.c): a layer kept whole keeps its state in its store until
+ * its backward; a checkpointed layer's lands in the recompute slot of its place in the chunk,
+ * shared by every store and model chunk of the rank, and stays there until that layer's
+ * backward or the slot's next MoE forward; --moe-layer-recompute keeps none (each forward
+ * releases it, each backward re-runs the layer: one at a time). */
+typedef struct {
+    int store_checked;   /* most MoE layers a store keeps (a store runs one model chunk; with
+                            interleaving any of the rank's, so the largest) */
+    int store_unchecked; /* ... a store that keeps everything (partial recompute) */
+    int stage_checked;   /* the same summed over the stage's chunks: what a micro-batch keeps
+                            in Megatron's account, whose stage counts every chunk */
+    int stage_unchecked;
+    int slots;           /* recompute slots that can hold an MoE layer's state (1 with
+                            --moe-layer-recompute) */
+} moe_states;
+
+static moe_states moe_live_states(const megadlm_args *a, int pp_rank) {
+    moe_states st = {0};
+    if (a->num_experts <= 0) return st;
+    transformer_config c = model_config_from_args(a);
+    c.pp_size = a->pipeline_model_parallel_size;
+    c.pp_rank = pp_rank;
+    if (c.pp_size <= 1) c.vp_size = 0;
+    c.recompute_store_unchecked = 0;
+    const int chunk = tc_chunk_layers(&c);
+    uint8_t *slot = xcalloc((size_t)chunk, 1, "recompute slots' MoE flags");
+    int any = 0;
+    for (int j = 0; j < tc_vp(&c); j++) {
+        int kept = 0, all = 0;
+        for (int l = 0; l < chunk; l++) {
+            if (!tc_moe_layer(&c, tc_chunk_layer_offset(&c, j) + l)) continue;
+            all++;
+            if (transformer_block_checkpointed(&c, l))
+                slot[l - transformer_block_chunk_begin(&c, l)] = 1;
+            else
+                kept++;
+        }
+        any |= all > 0;
+        if (kept > st.store_checked) st.store_checked = kept;
+        if (all > st.store_unchecked) st.store_unchecked = all;
+        st.stage_checked += kept;
+        st.stage_unchecked += all;
+    }
+    for (int l = 0; l < chunk; l++) st.slots += slot[l];
+    free(slot);
+    if (a->moe_layer_recompute) {
+        moe_states one = {.slots = any};
+        return one;
+    }
+    return st;
+}
+
+/* The MoE layers' kept bytes (moe_layer_saved_bytes) on the first stage, and what they add to
+ * this account: each micro-batch in flight keeps the state of the layers it keeps whole, and a
+ * recomputation holds its slots' (moe_live_states) */
 static void moe_memory(const megadlm_args *a, theoretical_memory *out) {
     out->moe_layers_first_stage = 0;
     out->moe_layer_kept_balanced = out->moe_layer_kept_bound = 0.0;
+    out->moe_layers_kept_per_microbatch = out->moe_bytes_bound = out->moe_bytes_balanced = 0.0;
+    out->moe_recompute_states = 0;
+    out->moe_expert_optimizer_bytes = 0.0;
     if (a->num_experts <= 0) return;
     transformer_config c = model_config_from_args(a);
     c.pp_size = a->pipeline_model_parallel_size;
@@ -199,9 +282,25 @@ static void moe_memory(const megadlm_args *a, theoretical_memory *out) {
     for (int j = 0; j < tc_vp(&c); j++)
         for (int l = 0; l < tc_chunk_layers(&c); l++)
             out->moe_layers_first_stage += tc_moe_layer(&c, tc_chunk_layer_offset(&c, j) + l);
-    const int B = a->micro_batch_size, T = tc_seq_local(&c);
-    out->moe_layer_kept_balanced = (double)moe_layer_saved_bytes(&c, B, T, moe_rows_balanced(&c, B, T));
-    out->moe_layer_kept_bound = (double)moe_layer_saved_bytes(&c, B, T, moe_rows_bound(&c, B, T));
+    size_t bound, balanced;
+    moe_layer_kept(a, &bound, &balanced, NULL);
+    out->moe_layer_kept_bound = (double)bound;
+    out->moe_layer_kept_balanced = (double)balanced;
+    moe_states st = moe_live_states(a, 0);
+    out->moe_layers_kept_per_microbatch = st.stage_checked;
+    out->moe_recompute_states = st.slots;
+    double states = out->in_flight_microbatches * st.stage_checked + st.slots;
+    out->moe_bytes_bound = states * out->moe_layer_kept_bound;
+    out->moe_bytes_balanced = states * out->moe_layer_kept_balanced;
+    /* the first stage's experts on this rank (Megatron's E/EP x 2 h f_e x 3/2 with SwiGLU, / t)
+     * hold 12 bytes over DP / EP ranks, not DP */
+    double ep = a->expert_model_parallel_size, dp = a->data_parallel_size;
+    if (a->use_distributed_optimizer && ep > 1.0) {
+        double experts = out->moe_layers_first_stage * (a->num_experts / ep) * 2.0 *
+                         a->hidden_size * a->moe_ffn_hidden_size * (a->swiglu ? 1.5 : 1.0) /
+                         a->tensor_model_parallel_size;
+        out->moe_expert_optimizer_bytes = experts * 12.0 * (ep / dp - 1.0 / dp);
+    }
 }
 
 void theoretical_memory_compute(const megadlm_args *a, theoretical_memory *out) {
@@ -427,5 +526,40 @@ theoretical_megadlm_bytes theoretical_megadlm_rank(const megadlm_args *a, int pp
         saved += block_output + (pp_rank == p - 1 ? head : 0);
     }
     r.saved_activations = saved;
+    /* the MoE states its stores and recompute slots can hold together (moe_live_states);
+     * the slots only when a store is checkpointed (or --moe-layer-recompute re-runs) */
+    moe_states st = moe_live_states(a, pp_rank);
+    size_t live = (size_t)num_unchecked * (size_t)st.store_unchecked +
+                  (size_t)(num_stores - num_unchecked) * (size_t)st.store_checked;
+    if (num_stores > num_unchecked || a->moe_layer_recompute) live += (size_t)st.slots;
+    /* and, while one forward runs, what it holds beside its kept state (the allocator counts
+     * both as activations: the peak has them together) */
+    size_t bound, balanced, extra[2];
+    moe_layer_kept(a, &bound, &balanced, extra);
+    r.moe_bound = live * bound + (live ? extra[0] : 0);
+    r.moe_balanced = live * balanced + (live ? extra[1] : 0);
     return r;
+}
+
+theoretical_megadlm_peak theoretical_megadlm_most_loaded(const megadlm_args *a) {
+    transformer_config c = model_config_from_args(a);
+    int p = a->pipeline_model_parallel_size;
+    int M = args_num_microbatches(a);
+    theoretical_megadlm_peak pk = {.bound = -1.0, .balanced = -1.0};
+    for (int r = 0; r < p; r++) {
+        int unchecked = 0;
+        int stores = schedule_stores(p, r, c.vp_size, M,
+                                     a->num_microbatches_with_partial_activation_checkpoints,
+                                     &unchecked);
+        theoretical_megadlm_bytes b = theoretical_megadlm_rank(a, r, stores, unchecked);
+        double base = (double)b.parameters + (double)b.gradients + (double)b.optimizer +
+                      (double)b.saved_activations;
+        if (base + (double)b.moe_bound > pk.bound) {
+            pk.bound = base + (double)b.moe_bound;
+            pk.pp_rank = r;
+            pk.bytes = b;
+        }
+        if (base + (double)b.moe_balanced > pk.balanced) pk.balanced = base + (double)b.moe_balanced;
+    }
+    return pk;
 }

@@ -70,6 +70,21 @@ typedef struct {
      * at its bound, and the first stage's MoE layers ---- */
     int moe_layers_first_stage;
     double moe_layer_kept_balanced, moe_layer_kept_bound;
+    /* ... and in this account's convention (what each micro-batch in flight keeps, as Table 2's
+     * rows): the first stage's MoE layers whose state a micro-batch keeps until its backward
+     * (those not checkpointed; none with --moe-layer-recompute), the states a recomputation
+     * holds at once (full recompute: one recompute chunk's MoE layers; --moe-layer-recompute:
+     * the one layer its backward re-runs), and their bytes: (in flight x kept + recompute) x
+     * the layer's bytes, at the bound and balanced. total_bytes (Megatron's report) does not
+     * count them; total_bytes + moe_bytes_bound is what `megadlm plan` counts. */
+    double moe_layers_kept_per_microbatch;
+    int moe_recompute_states;
+    double moe_bytes_bound, moe_bytes_balanced;
+    /* Megatron's report divides every parameter's 12 optimizer bytes by DP under the distributed
+     * optimizer, but the experts' are sharded over their expert-data-parallel group (DP / EP
+     * ranks): the bytes that adds on this rank (0 without EP or the distributed optimizer).
+     * With the state: total_bytes + moe_expert_optimizer_bytes + moe_bytes_bound. */
+    double moe_expert_optimizer_bytes;
 
     /* ---- FLOPs per iteration (global batch), the paper's appendix A at the real shapes ---- */
     double model_flops_per_iteration;
@@ -88,6 +103,11 @@ typedef struct {
     size_t gradients;
     size_t optimizer;
     size_t saved_activations;
+    /* The MoE layers' routing-dependent state (moe_layer_saved_bytes: allocated by each
+     * forward, freed by its backward, so not in saved_activations, which the allocator holds
+     * between iterations) the rank holds at most at once: the MoE layer states its stores and
+     * recompute slots can keep together, at the bound's rows and at a balanced routing's. */
+    size_t moe_bound, moe_balanced;
 } theoretical_megadlm_bytes;
 
 /* Parameters megadlm's GPTModel holds on one tensor-parallel rank of the whole model (every
@@ -111,5 +131,18 @@ theoretical_megadlm_bytes theoretical_megadlm(const megadlm_args *a);
  * `train --log-memory` compares with the allocator on each rank). */
 theoretical_megadlm_bytes theoretical_megadlm_rank(const megadlm_args *a, int pp_rank,
                                                    int num_stores, int num_unchecked);
+
+/* The most loaded pipeline stage of what `train` allocates, each stage with the stores its
+ * schedule builds (schedule_stores, partial recompute included): parameters + gradients +
+ * optimizer state + saved activations + the MoE state at its bound (`bound`, the largest over
+ * the stages, on stage pp_rank: what `megadlm plan` counts in the megadlm account, so that a
+ * layout it says fits cannot run out whatever the routing) and at a balanced routing
+ * (`balanced`, the largest over the stages). Dense models: bound = balanced. */
+typedef struct {
+    double bound, balanced;
+    int pp_rank;
+    theoretical_megadlm_bytes bytes; /* stage pp_rank's */
+} theoretical_megadlm_peak;
+theoretical_megadlm_peak theoretical_megadlm_most_loaded(const megadlm_args *a);
 
 #endif

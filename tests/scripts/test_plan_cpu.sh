@@ -11,6 +11,9 @@
 #  - every configuration listed (a sample of 25 over the whole --all list, 4 ranks) passes
 #    train's validation (`megadlm memory` on its train_flags), and the fastest's train line
 #    trains under mpirun -np 4;
+#  - mixture of experts: the fastest plan row with EP 2 (alltoall) trains on 4 ranks with a
+#    measured peak (the four categories, the MoE layers' state included) at most the plan's
+#    bytes, and equal to its balanced figure when the test hook balances the routing;
 #  - bad cache files are refused naming the file.
 set -uo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -87,6 +90,50 @@ print(f"{sys.argv[3]}: plan {rows[0]['memory_bytes']:.0f} bytes, measured {want}
 if rows[0]["memory_bytes"] != want:
     print(f"FAILED: {sys.argv[3]}: plan {rows[0]['memory_bytes']} != measured {want}"); sys.exit(1)
 EOF
+done
+
+# ---- mixture of experts: a plan row trained on 4 ranks under its predicted bytes ---------------
+# the fastest row with expert parallelism 2 and the alltoall dispatcher (megadlm account); the
+# measured peak of the most loaded rank (parameters + gradients + optimizer state + saved
+# activations, each category's peak, routing-dependent MoE state included) stays at most the
+# plan's bytes (the MoE state at its bound) with the model's own routing, and equals the plan's
+# balanced figure under the test hook that routes every expert the same share
+moe=(--num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 32
+     --max-position-embeddings 32 --vocab-size 100 --global-batch-size 8 --disable-bias-linear
+     --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 32 --moe-layer-freq 2
+     --moe-shared-expert-intermediate-size 32)
+"$MEGADLM" plan "${moe[@]}" --world-size 4 --device-file mpi.json --all --top 0 --json \
+  > moe.json 2> moe.err || say_fail "plan MoE: $(cat moe.err)"
+python3 - moe.json > moe-row.txt <<'EOF' || fail=1
+import json, sys
+rows = [r for r in json.load(open(sys.argv[1]))["configurations"]
+        if r["expert_model_parallel_size"] == 2 and r["moe_token_dispatcher_type"] == "alltoall"]
+if not rows: print("FAILED: no EP 2 alltoall row", file=sys.stderr); sys.exit(1)
+r = rows[0]
+print(repr(r["memory_bytes"]), repr(r["memory_bytes_moe_balanced"]), r["train_flags"])
+EOF
+read -r moe_bound moe_balanced moe_line < moe-row.txt
+read -r -a moe_words <<<"$moe_line"
+moe_peak() { # LOG: the most loaded rank's sum of the four categories' peaks
+  python3 - "$1" <<'EOF'
+import re, sys
+peak = {}
+for rank, cat, p in re.findall(r"\[Rank (\d+)\] memory \(bytes\) \| (parameters|gradients|optimizer state|saved activations) +\| +\d+ \| +(\d+)", open(sys.argv[1]).read()):
+    peak[rank] = peak.get(rank, 0) + int(p)
+print(max(peak.values()) if len(peak) == 4 else -1)
+EOF
+}
+for routing in model balanced; do
+  [ $routing = balanced ] && export MEGADLM_MOE_BALANCED_ROUTING=1
+  "${MPIRUN[@]}" -np 4 "$MEGADLM" train "${moe_words[@]}" --mock-data --tokenizer-type NullTokenizer \
+    --train-iters 2 --lr 1e-4 --eval-iters 0 --log-memory > moe-$routing.log 2>&1 ||
+    say_fail "MoE train ($routing routing): ${moe_words[*]}: $(tail -3 moe-$routing.log)"
+  unset MEGADLM_MOE_BALANCED_ROUTING
+  got=$(moe_peak moe-$routing.log)
+  echo "MoE row (${moe_line##*--num-layers 4 }), $routing routing: measured peak $got bytes, plan $moe_bound at the bound, $moe_balanced balanced"
+  python3 -c 'import sys; g, b, e, mode = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+sys.exit(0 if g > 0 and g <= b and (mode != "balanced" or g == e) else 1)' "$got" "$moe_bound" "$moe_balanced" $routing ||
+    say_fail "MoE $routing routing: measured peak $got, plan $moe_bound (balanced $moe_balanced)"
 done
 
 # ---- every listed configuration is one train accepts; the fastest's line trains -------------

@@ -15,6 +15,11 @@
 #    on 2240 GPUs (DP 8, global batch 2240) within 10% of the abstract's 54.2/42.1 MFU = 1.29,
 #    also with the sustained efficiency at 0.5 and 0.9 instead of the preset's 0.7 (a device
 #    file): the ratio is the model's, not a fitted constant's;
+#  - mixture of experts (a tiny model, 6 experts, on 8 ranks): the search lists expert-parallel
+#    sizes, each dividing both the data-parallel size and the experts (never 3, 4 or 8), both
+#    dispatchers where EP or TP > 1 and only alltoall with a capacity factor, a given EP alone;
+#    a row's memory is `megadlm memory`'s total with the MoE state at the bound for its train
+#    flags, in both accounts (the balanced figure too);
 #  - bad devices and sizes are refused with a message naming the flag or file.
 set -uo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -116,6 +121,89 @@ rows=$(grep -c '^ *[0-9]\+ \+[0-9]\+ \+[0-9]\+ ' <<<"$out")
 [ "$rows" = 3 ] || say_fail "--top 3 printed $rows rows: $out"
 grep -q -- '^  --num-layers 96 .*--tensor-model-parallel-size' <<<"$out" ||
   say_fail "no ready-to-paste train line: $out"
+
+# ---- mixture of experts: the search, and a row's memory = `megadlm memory`'s -------------------
+moe=(--num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 32
+     --max-position-embeddings 32 --vocab-size 100 --global-batch-size 16 --swiglu
+     --normalization RMSNorm --disable-bias-linear --num-experts 6 --moe-router-topk 2
+     --moe-ffn-hidden-size 48 --moe-layer-freq 2)
+for account in megatron megadlm; do
+  "$MEGADLM" plan "${moe[@]}" --world-size 8 --device A100-80GB --memory-account $account \
+    --all --top 0 --json > moe-$account.json 2> err.txt || say_fail "plan MoE: $(cat err.txt)"
+done
+python3 - moe-megatron.json moe-megadlm.json > moe-lines.txt <<'EOF' || fail=1
+import collections, json, sys
+o = json.load(open(sys.argv[1]))
+rows, bad = o["configurations"], []
+seen = collections.defaultdict(set)
+for r in rows:
+    t, d, ep, disp = (r["tensor_model_parallel_size"], r["data_parallel_size"],
+                      r["expert_model_parallel_size"], r["moe_token_dispatcher_type"])
+    seen[d].add(ep)
+    if d % ep or 6 % ep: bad.append(f"EP {ep} with DP {d}")
+    if r["context_parallel_size"] != 1 or r["tp_comm_overlap"]:
+        bad.append(f"a kind train refuses listed: {r['layout_flags']}")
+    if (ep > 1 or t > 1) != (disp != "-"): bad.append(f"dispatcher {disp} at TP {t} EP {ep}")
+    if r["memory_bytes"] < r["memory_bytes_moe_balanced"]: bad.append("bound below balanced")
+disps = {(r["tensor_model_parallel_size"], r["expert_model_parallel_size"],
+          r["moe_token_dispatcher_type"]) for r in rows}
+want = {8: {1, 2}, 4: {1, 2}, 2: {1, 2}, 1: {1}}
+if dict(seen) != want: bad.append(f"EP sizes by DP {dict(seen)}, expected {want}")
+if not {(1, 2, "alltoall"), (1, 2, "allgather"), (2, 1, "allgather"), (2, 2, "alltoall")} <= disps:
+    bad.append(f"dispatchers {sorted(disps)}")
+print(f"MoE search: {o['legal']} rows ({o['refused']} refused), EP sizes by DP "
+      f"{dict(sorted(seen.items()))}", file=sys.stderr)
+for b in bad[:5]: print(f"FAILED: MoE search: {b}", file=sys.stderr)
+# a sample of rows of both accounts for `megadlm memory` (Megatron's: none with partial
+# recompute, which its report does not count)
+for i, path in enumerate(sys.argv[1:]):
+    rs = json.load(open(path))["configurations"]
+    if i == 0: rs = [r for r in rs if r["num_microbatches_with_partial_activation_checkpoints"] <= 0]
+    for r in rs[::max(1, len(rs) // 12)]:
+        print(["megatron", "megadlm"][i], repr(r["memory_bytes"]),
+              repr(r["memory_bytes_moe_balanced"]), r["train_flags"])
+sys.exit(1 if bad else 0)
+EOF
+n=0
+while read -r account bound balanced line; do
+  read -r -a words <<<"$line"
+  "$MEGADLM" memory "${words[@]}" --world-size 8 --json > mem.json 2> err.txt ||
+    { say_fail "memory refused a listed row: $line: $(cat err.txt)"; continue; }
+  python3 - mem.json "$account" "$bound" "$balanced" "$line" <<'EOF' || fail=1
+import json, sys
+o, account, line = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[5]
+want = (float(sys.argv[3]), float(sys.argv[4]))
+if account == "megatron":
+    got = (o["total_bytes_moe_bound"], o["total_bytes_moe_balanced"])
+else:
+    m = o["megadlm_train_bytes"]["most_loaded_stage"]
+    got = (m["total_bytes_bound"], m["total_bytes_balanced"])
+if got != want:
+    print(f"FAILED: {account}: plan {want}, memory {got}: {line}"); sys.exit(1)
+EOF
+  n=$((n + 1))
+done < moe-lines.txt
+echo "MoE: $n rows' memory (bound and balanced) = megadlm memory's, both accounts"
+# a capacity factor: alltoall only (Megatron's rule); a given EP: that one only; TP 2 with
+# --sequence-parallel given: those rows
+"$MEGADLM" plan "${moe[@]}" --world-size 8 --device A100-80GB --moe-expert-capacity-factor 1.0 \
+  --all --top 0 --json > cap.json 2> err.txt || say_fail "plan MoE capacity: $(cat err.txt)"
+"$MEGADLM" plan "${moe[@]}" --world-size 8 --device A100-80GB --expert-model-parallel-size 2 \
+  --all --top 0 --json > ep2.json 2> err.txt || say_fail "plan MoE EP 2: $(cat err.txt)"
+"$MEGADLM" plan "${moe[@]}" --world-size 8 --device A100-80GB --tensor-model-parallel-size 2 \
+  --sequence-parallel --all --top 0 --json > sp.json 2> err.txt || say_fail "plan MoE SP: $(cat err.txt)"
+python3 - cap.json ep2.json sp.json <<'EOF' || fail=1
+import json, sys
+rows = [json.load(open(p))["configurations"] for p in sys.argv[1:]]
+# ("-": one process of TP 1 and EP 1 dispatches nothing)
+cap = {r["moe_token_dispatcher_type"] for r in rows[0]} - {"-"}
+ep2 = {r["expert_model_parallel_size"] for r in rows[1]}
+sp = {(r["tensor_model_parallel_size"], r["sequence_parallel"]) for r in rows[2]}
+print(f"MoE: with a capacity factor dispatchers {sorted(cap)}; EP 2 given: EP {sorted(ep2)}; "
+      f"TP 2 + SP given: {len(rows[2])} rows of (TP, SP) {sorted(sp)}")
+if cap != {"alltoall"} or ep2 != {2} or sp != {(2, True)}:
+    print("FAILED: capacity, given EP or given TP + SP"); sys.exit(1)
+EOF
 
 # ---- errors ------------------------------------------------------------------------------------
 expect_err() { # words... -- expected fragment is the last argument

@@ -11,6 +11,8 @@
  *    collectives on s/c positions, the gradient reduction over DP x CP;
  *  - memory: the Megatron account is `megadlm memory`'s total; partial recompute adds K
  *    micro-batches' worth of the layers kept whole;
+ *  - mixture of experts: the MoE FLOPs, the dispatch (alltoall and allgather), TP without the
+ *    MoE layers' MLP halves, the experts' gradients over DP / EP, memory with the MoE state;
  *  - a device description survives JSON and a file, and bad keys are named. */
 #include <math.h>
 #include <string.h>
@@ -173,12 +175,123 @@ static void test_partial_memory(void) {
     double sbh = 32.0 * 64, keep = 2 * sbh * (10 + 24 / 2.0 + 5 * 4 * 32 / (64 * 2.0));
     CHECK_CLOSE(mn.stage_layer_bytes, keep, 1e-12, 0);
     CHECK_CLOSE(mf.stage_layer_bytes, 2 * 2 * sbh, 1e-12, 0);
-    CHECK_CLOSE(plan_memory_bytes(&part, PLAN_ACCOUNT_MEGATRON),
+    CHECK_CLOSE(plan_memory_bytes(&part, PLAN_ACCOUNT_MEGATRON, NULL),
                 mf.total_bytes + 3 * (keep - 4 * sbh), 1e-12, 0);
     /* and the megadlm account grows too (stores that keep everything) */
-    CHECK(plan_memory_bytes(&part, PLAN_ACCOUNT_MEGADLM) >
-          plan_memory_bytes(&full, PLAN_ACCOUNT_MEGADLM));
+    CHECK(plan_memory_bytes(&part, PLAN_ACCOUNT_MEGADLM, NULL) >
+          plan_memory_bytes(&full, PLAN_ACCOUNT_MEGADLM, NULL));
     args_free(&full), args_free(&part), args_free(&none);
+}
+
+/* Mixture of experts (docs/PLAN.md): a 4-layer model whose layers 0 and 2 are MoE (8 experts,
+ * top 2, expert ffn 1536 against the dense 4096, SwiGLU, no shared expert) on 32 H100s: TP 2 +
+ * SP, EP 8 (one expert a rank), DP 16, bf16, micro-batch 1, global batch 64 (M = 4):
+ *  - FLOPs: Megatron's dense formula with each MoE layer's MLP (2 h f x 3 a token forward)
+ *    replaced by the router (2 h E), the routed rows (k x 2 h f_e x 3) and no shared expert,
+ *    3 passes; hardware: selective's attention scores again, or block recompute's layer 0 (an
+ *    MoE layer) again;
+ *  - alltoall: per MoE layer 2 exchanges forward (+ the E counts) and 2 backward of a rank's
+ *    N k h bf16 values, 7/8 leaving it, across nodes (TP x EP = 16 ranks > 8 a node), and under
+ *    TP the received rows all-gathered and reduce-scattered over NVLink, forward and backward;
+ *    allgather: the TP x EP group's tokens gathered with their routing and reduce-scattered;
+ *  - TP: an MoE layer without a shared expert drops the MLP's 3 AG + 2 RS (1 + 1 recomputed);
+ *  - DP: the experts' gradients over DP / EP = 2 ranks, the rest over 16;
+ *  - memory: Megatron's total + the 2 MoE layers' state at the bound for the 1 micro-batch in
+ *    flight. */
+#define MOE "--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 "     \
+            "--max-position-embeddings 1024 --vocab-size 50000 --ffn-hidden-size 4096 --swiglu " \
+            "--normalization RMSNorm --disable-bias-linear --num-experts 8 --moe-router-topk 2 "  \
+            "--moe-ffn-hidden-size 1536 --moe-layer-freq 2 --micro-batch-size 1 "               \
+            "--global-batch-size 64 --tensor-model-parallel-size 2 --sequence-parallel "         \
+            "--expert-model-parallel-size 8 --world-size 32 --bf16 "
+
+static void test_moe_terms(void) {
+    plan_device d;
+    CHECK(plan_device_preset("H100-80GB", &d) == 0);
+    const double L = 4, h = 1024, s = 1024, heads = 16, dk = 64, f = 4096, E = 8, k = 2;
+    const double fe = 1536, B = 64, t = 2, ep = 8, dp = 16, M = 4, world = 32;
+    const double nvlink = 450e9, ib = 50e9, rate = 989e12 * 0.7;
+    megadlm_args a;
+    CHECK(setup(&a, MOE "--moe-token-dispatcher-type alltoall --recompute-activations") == 0);
+    const double V = a.padded_vocab_size;
+    plan_cost c;
+    plan_cost_compute(&a, &d, &c);
+    /* Megatron's dense formula (GQA-free, SwiGLU: f x 3/2), then the 2 MoE layers' slots */
+    double dense = 12 * B * s * L * h * h * ((1 + 1 + s / h) + f / h * 1.5 + V / (2 * L * h));
+    double delta = 2 * h * E + k * 2 * h * fe * 3 - 2 * h * f * 3; /* a token, forward */
+    double model = dense + 3 * B * s * 2 * delta;
+    CHECK_CLOSE(c.model_flops, model, 1e-12, 0);
+    double hw = model + 12 * B * L * s * s * heads * dk;
+    CHECK_CLOSE(c.hardware_flops, hw, 1e-12, 0);
+    CHECK_CLOSE(c.compute, hw / world / rate, 1e-12, 0);
+    /* a rank's rows: N = b s / t = 512 tokens x k, of h bf16 values */
+    double rows = s / t * k * h * 2;
+    double a2a = (ep - 1) / ep * rows / ib, counts = (ep - 1) / ep * 4 * E / ib;
+    double tp_rows = (t - 1) / t * (t * rows) / nvlink; /* an all-gather or reduce-scatter */
+    double fwd = 2 * a2a + counts + 2 * tp_rows, bwd = 2 * a2a + 2 * tp_rows;
+    CHECK_CLOSE(c.moe_comm, M * 2 * (fwd + bwd), 1e-12, 0);
+    /* TP with SP: 6 AG + 4 RS a layer, + 1 + 1 for embedding and output layer, less the MoE
+     * layers' MLP halves (2 x (3 AG + 2 RS)): 20 AG, 14 RS; and the cross entropy's */
+    double half = (t - 1) / t * s * h * 2 / nvlink;
+    double ce = 3 * 2 * (t - 1) / t * s * 4 / nvlink;
+    CHECK_CLOSE(c.tp_comm, M * ((20 + 14) * half + ce), 1e-12, 0);
+    /* DP: every parameter's fp32 gradient all-reduced, the experts' (2 layers x 1 expert x
+     * (fc1 2 f_e + fc2 f_e) x h / t) over DP / EP = 2 ranks, the rest over 16, across nodes */
+    theoretical_memory m;
+    theoretical_memory_compute(&a, &m);
+    double experts = 2 * 1 * 3 * fe * h / t, shard = m.parameters_most_loaded_shard;
+    double dp_all = 2 * (dp - 1) / dp * 4 * (shard - experts) / ib +
+                    2 * (dp / ep - 1) / (dp / ep) * 4 * experts / ib;
+    CHECK_CLOSE(c.dp_comm, dp_all, 1e-12, 0);
+    CHECK_CLOSE(c.optimizer, shard * 38 / 3350e9, 1e-12, 0);
+    CHECK_CLOSE(c.total, c.compute + c.tp_comm + c.moe_comm + c.dp_comm + c.optimizer, 1e-12, 0);
+    /* memory: the 2 MoE layers' state kept by the 1 micro-batch in flight, at the bound */
+    CHECK_CLOSE(m.moe_bytes_bound, 2 * m.moe_layer_kept_bound, 0, 0);
+    CHECK(m.moe_layer_kept_bound > m.moe_layer_kept_balanced);
+    CHECK_CLOSE(c.memory_bytes, m.total_bytes + 2 * m.moe_layer_kept_bound, 0, 0);
+    CHECK_CLOSE(c.memory_balanced, m.total_bytes + 2 * m.moe_layer_kept_balanced, 0, 0);
+    args_free(&a);
+
+    /* allgather over the TP x EP group (16 ranks: across nodes): the tokens (N h) gathered
+     * with their routing (k x 8 bytes), the outputs reduce-scattered; backward the output
+     * gradients gathered, the input gradients and the gates' (k x 4 bytes) reduce-scattered */
+    CHECK(setup(&a, MOE "--moe-token-dispatcher-type allgather --recompute-activations") == 0);
+    plan_cost_compute(&a, &d, &c);
+    double G = t * ep, N = s / t;
+    double tokens = (G - 1) / G * G * N * h * 2 / ib;
+    fwd = 2 * tokens + (G - 1) / G * G * N * k * 8 / ib;
+    bwd = 2 * tokens + (G - 1) / G * G * N * k * 4 / ib;
+    CHECK_CLOSE(c.moe_comm, M * 2 * (fwd + bwd), 1e-12, 0);
+    args_free(&a);
+
+    /* the distributed optimizer: the experts' gradients reduce-scattered and their bf16
+     * parameters gathered over DP / EP ranks, the rest over DP; Adam on (shard - experts) / 16
+     * + experts / 2; memory: the experts' 12 bytes over 2 ranks where Megatron's report divides
+     * by 16 */
+    CHECK(setup(&a, MOE "--moe-token-dispatcher-type alltoall --recompute-activations "
+                        "--use-distributed-optimizer") == 0);
+    plan_cost_compute(&a, &d, &c);
+    theoretical_memory_compute(&a, &m);
+    double e2 = dp / ep; /* the expert-data-parallel group */
+    double dopt = (dp - 1) / dp * (4 + 2) * (shard - experts) / ib +
+                  (e2 - 1) / e2 * (4 + 2) * experts / ib;
+    CHECK_CLOSE(c.dp_comm, dopt, 1e-12, 0);
+    CHECK_CLOSE(c.optimizer, ((shard - experts) / dp + experts / e2) * 38 / 3350e9, 1e-12, 0);
+    CHECK_CLOSE(c.memory_bytes, m.total_bytes + 12 * experts * (ep - 1) / dp +
+                                    2 * m.moe_layer_kept_bound, 1e-12, 0);
+    args_free(&a);
+
+    /* block recompute of the first layer (an MoE layer): its forward again, at its MoE FLOPs,
+     * its dispatch's forward exchanges again, its attention half's 1 AG + 1 RS again */
+    CHECK(setup(&a, MOE "--moe-token-dispatcher-type alltoall --recompute-granularity full "
+                        "--recompute-method block --recompute-num-layers 1") == 0);
+    plan_cost_compute(&a, &d, &c);
+    double layer = 4 * B * s * h * h * ((1 + 1 + s / h) + f / h * 1.5); /* dense, forward */
+    CHECK_CLOSE(c.hardware_flops, model + layer + B * s * delta, 1e-12, 0);
+    fwd = 2 * a2a + counts + 2 * tp_rows, bwd = 2 * a2a + 2 * tp_rows;
+    CHECK_CLOSE(c.moe_comm, M * (2 * (fwd + bwd) + fwd), 1e-12, 0);
+    CHECK_CLOSE(c.tp_comm, M * ((21 + 15) * half + ce), 1e-12, 0);
+    args_free(&a);
 }
 
 static void test_device_json(void) {
@@ -302,6 +415,7 @@ int main(void) {
     test_530b_terms();
     test_cp_terms();
     test_partial_memory();
+    test_moe_terms();
     test_device_json();
     TEST_DONE();
 }

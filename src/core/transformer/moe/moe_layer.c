@@ -445,6 +445,11 @@ size_t moe_layer_saved_bytes(const transformer_config *c, int B, int T, moe_rows
     return bytes;
 }
 
+size_t moe_layer_forward_extra_bytes(const transformer_config *c, moe_rows r) {
+    if (dispatch_of(c) != DISPATCH_ALLTOALL) return 0;
+    return 4 * at_least_1(r.rows_exp) * (size_t)c->hidden_size; /* combine_forward's y */
+}
+
 /* Rows of the routed experts when each expert gets `per_expert` of a rank's tokens. */
 static moe_rows rows_of(const transformer_config *c, size_t per_expert) {
     const size_t E = (size_t)c->moe.num_experts, tp = (size_t)tc_tp(c);

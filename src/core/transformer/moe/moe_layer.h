@@ -80,6 +80,10 @@ size_t moe_layer_saved_bytes(const transformer_config *c, int B, int T, moe_rows
  * or without one every EP source's every token sent to this rank's experts). */
 moe_rows moe_rows_balanced(const transformer_config *c, int B, int T);
 moe_rows moe_rows_bound(const transformer_config *c, int B, int T);
+/* What a forward holds for a moment beyond moe_layer_saved_bytes (category activations): the
+ * alltoall dispatcher's expert outputs [R_exp, C], until the combine has returned them to their
+ * source ranks (0 for the other dispatchers, whose outputs are the kept ones). */
+size_t moe_layer_forward_extra_bytes(const transformer_config *c, moe_rows r);
 
 /* out [Ns, C] = the MoE layer of in [Ns, C] (the pre-MLP norm's output: this rank's rows of
  * the B x T, N / TP under sequence parallelism). ws: the layer workspace (the shared expert's
