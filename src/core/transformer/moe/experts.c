@@ -1,5 +1,6 @@
 #include "core/transformer/moe/experts.h"
 
+#include <omp.h>
 #include <string.h>
 
 #include "core/kernels/activation.h"
@@ -48,7 +49,11 @@ static void expert_backward(const transformer_config *c, moe_expert_weights w,
 }
 
 /* --moe-grouped-gemm runs the experts side by side on the threads, each GEMM single-threaded;
- * the 16-bit linears share one operand workspace (linear.h), so they keep the loop. */
+ * the 16-bit linears share one operand workspace (linear.h), so they keep the loop. The team is
+ * OpenMP's thread count as it was before gemm_serial_begin: OpenBLAS's OpenMP build sets
+ * OpenMP's default team size with its own thread count (openblas_set_num_threads calls
+ * omp_set_num_threads), so a region opened after gemm_serial_begin without num_threads runs
+ * on one thread. */
 static int grouped(const transformer_config *c) { return c->moe.grouped_gemm && !tc_half(c); }
 
 void moe_experts_forward(const transformer_config *c, moe_expert_weights w, moe_expert_rows g,
@@ -58,8 +63,9 @@ void moe_experts_forward(const transformer_config *c, moe_expert_weights w, moe_
             expert_forward(c, w, e, g.begin[e], g.begin[e + 1] - g.begin[e], rows, fc1, act, out);
         return;
     }
+    const int team = omp_get_max_threads(); /* before gemm_serial_begin: see below */
     int saved = gemm_serial_begin();
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(team)
     for (int e = 0; e < g.num_experts; e++)
         expert_forward(c, w, e, g.begin[e], g.begin[e + 1] - g.begin[e], rows, fc1, act, out);
     gemm_serial_end(saved);
@@ -75,8 +81,9 @@ void moe_experts_backward(const transformer_config *c, moe_expert_weights w,
                             dout, dact, dfc1, drows);
         return;
     }
+    const int team = omp_get_max_threads();
     int saved = gemm_serial_begin();
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(team)
     for (int e = 0; e < g.num_experts; e++)
         expert_backward(c, w, dw, e, g.begin[e], g.begin[e + 1] - g.begin[e], rows, fc1, act,
                         dout, dact, dfc1, drows);
