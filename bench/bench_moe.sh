@@ -26,7 +26,7 @@ THREADS=${THREADS:-$( [ "$CPUS" -gt 1 ] && echo "$CPUS 1" || echo 1 )}
 ROUNDS=${ROUNDS:-5}
 # coarse experts (Mixtral-like top-2 of 8 and 16), fine-grained ones (OLMoE / LLaDA-MoE-like: 64
 # experts of small width, top-8) at 1024 and 4096 tokens, and two with skewed routing
-SHAPES=${SHAPES:-"512:1024:8:2:2048 1024:1024:16:2:1024 1024:512:8:2:2048:1.5 1024:256:64:8:1024 512:256:64:8:4096 1024:256:64:8:1024:1.5"}
+SHAPES=${SHAPES:-"512:1024:8:2:2048 1024:1024:16:2:1024 1024:512:8:2:2048:1.0 1024:256:64:8:1024 512:256:64:8:4096 1024:256:64:8:1024:0.5"}
 echo "== MoE experts: loop over experts vs --moe-grouped-gemm (speed-up = loop / grouped, median of $ROUNDS alternating rounds)"
 echo "   $(date -u '+%Y-%m-%d %H:%M UTC') | $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')" \
   "| $CPUS cores | load average $(cut -d' ' -f1-3 /proc/loadavg)" \

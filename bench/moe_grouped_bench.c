@@ -18,7 +18,8 @@
  *   swiglu=1 rounds=5 seed=1
  *   skew=0   routing imbalance: every token gets skew x one shared random direction added to its
  *            noise, so the router prefers some experts (0: balanced up to sampling noise)
- *   header=1 print the column header first
+ *   header=1 print the column header first; rows=1 print every expert's row count; parts=1
+ *            print the medians of the layer's forward and backward and the experts' apart
  * Output: one line per shape (see `header`). */
 #include <math.h>
 #include <omp.h>
@@ -35,7 +36,7 @@
 #include "core/util/denormals.h"
 
 typedef struct {
-    int C, F, E, k, N, swiglu, rounds, seed, header;
+    int C, F, E, k, N, swiglu, rounds, seed, header, rows, parts;
     float skew;
 } opts;
 
@@ -52,7 +53,7 @@ static void parse(opts *o, int argc, char **argv) {
         snprintf(key, sizeof key, "%.*s", (int)(eq - argv[i]), argv[i]);
         const char *v = eq + 1;
 #define INT(name) if (!strcmp(key, #name)) { o->name = atoi(v); continue; }
-        INT(C) INT(F) INT(E) INT(k) INT(N) INT(swiglu) INT(rounds) INT(seed) INT(header)
+        INT(C) INT(F) INT(E) INT(k) INT(N) INT(swiglu) INT(rounds) INT(seed) INT(header) INT(rows) INT(parts)
 #undef INT
         if (!strcmp(key, "skew")) { o->skew = (float)atof(v); continue; }
         fprintf(stderr, "unknown option %s\n", key);
@@ -195,6 +196,11 @@ int main(int argc, char **argv) {
         rmin = n < rmin ? n : rmin;
         rmax = n > rmax ? n : rmax;
     }
+    if (o.rows) {
+        printf("# rows per expert:");
+        for (int e = 0; e < o.E; e++) printf(" %d", keep.exp_begin[e + 1] - keep.exp_begin[e]);
+        printf("\n");
+    }
     float *efc1 = zeros(R * FC1), *eact = zeros(R * F), *eout = zeros(R * C);
     float *edact = zeros(R * FC1), *edfc1 = zeros(R * FC1), *edrows = zeros(R * C);
     float *edy = randn(R * C, 1.0f, s + 8);
@@ -252,6 +258,11 @@ int main(int argc, char **argv) {
            med[1][EXP_ALL], med[0][EXP_ALL] / med[1][EXP_ALL], med[0][EXP_FWD] / med[1][EXP_FWD],
            med[0][EXP_BWD] / med[1][EXP_BWD], gflop / (1e-3 * med[0][EXP_ALL]),
            gflop / (1e-3 * med[1][EXP_ALL]), bits);
+    if (o.parts)
+        for (int v = 0; v < 2; v++)
+            printf("#   %-7s ms: layer fwd %.1f bwd %.1f; experts fwd %.1f bwd %.1f\n",
+                   v ? "grouped" : "loop", med[v][LAYER_FWD], med[v][LAYER_BWD], med[v][EXP_FWD],
+                   med[v][EXP_BWD]);
     fflush(stdout);
     moe_saved_release(&keep);
     moe_tracker_free(&tracker);
