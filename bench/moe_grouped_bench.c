@@ -6,8 +6,8 @@
  * two variants alternating (loop, grouped, then grouped, loop, ...) for `rounds` rounds after
  * one untimed round, so that a shared machine's noise hits both alike; medians per variant.
  * Before timing, both variants run the layer once from zeroed gradients and the output, the
- * input gradient and every weight gradient are compared bit for bit (memcmp): experts.h says
- * the schedules give the same bits.
+ * input gradient and every weight gradient are compared bit for bit (memcmp; experts.h says
+ * when the schedules give the same bits), with the largest difference where they do not.
  *
  * Threads: OMP_NUM_THREADS (OpenMP and OpenBLAS alike, as megadlm's threads_setup applies
  * them); denormals flushed, megadlm's default.
@@ -20,6 +20,8 @@
  *            noise, so the router prefers some experts (0: balanced up to sampling noise)
  *   header=1 print the column header first; rows=1 print every expert's row count; parts=1
  *            print the medians of the layer's forward and backward and the experts' apart
+ *   only=0|1 time the loop (0) or the grouped schedule (1) alone, for a profiler (perf stat,
+ *            perf record): no bit check, and one line of medians
  * Output: one line per shape (see `header`). */
 #include <math.h>
 #include <omp.h>
@@ -36,13 +38,13 @@
 #include "core/util/denormals.h"
 
 typedef struct {
-    int C, F, E, k, N, swiglu, rounds, seed, header, rows, parts;
+    int C, F, E, k, N, swiglu, rounds, seed, header, rows, parts, only;
     float skew;
 } opts;
 
 static void parse(opts *o, int argc, char **argv) {
     *o = (opts){.C = 1024, .F = 256, .E = 64, .k = 8, .N = 1024, .swiglu = 1, .rounds = 5,
-                .seed = 1, .header = 0, .skew = 0.0f};
+                .seed = 1, .header = 0, .only = -1, .skew = 0.0f};
     for (int i = 1; i < argc; i++) {
         char key[32];
         const char *eq = strchr(argv[i], '=');
@@ -53,7 +55,7 @@ static void parse(opts *o, int argc, char **argv) {
         snprintf(key, sizeof key, "%.*s", (int)(eq - argv[i]), argv[i]);
         const char *v = eq + 1;
 #define INT(name) if (!strcmp(key, #name)) { o->name = atoi(v); continue; }
-        INT(C) INT(F) INT(E) INT(k) INT(N) INT(swiglu) INT(rounds) INT(seed) INT(header) INT(rows) INT(parts)
+        INT(C) INT(F) INT(E) INT(k) INT(N) INT(swiglu) INT(rounds) INT(seed) INT(header) INT(rows) INT(parts) INT(only)
 #undef INT
         if (!strcmp(key, "skew")) { o->skew = (float)atof(v); continue; }
         fprintf(stderr, "unknown option %s\n", key);
@@ -161,7 +163,7 @@ int main(int argc, char **argv) {
     const char *ref_name[5] = {"out", "din", "drouter", "dfc1", "dfc2"};
     char differ[128] = "";
     double worst = 0; /* the largest max |difference| / max |value| of a tensor */
-    for (int v = 0; v < 2; v++) {
+    for (int v = 0; v < 2 && o.only < 0; v++) {
         memset(g.router_w, 0, E * C * sizeof(float));
         memset(g.experts_fc1_w, 0, n_fc1 * sizeof(float));
         memset(g.experts_fc2_w, 0, n_fc2 * sizeof(float));
@@ -213,6 +215,7 @@ int main(int argc, char **argv) {
     for (int r = -1; r < o.rounds; r++) { /* round -1: warm-up */
         for (int i = 0; i < 2; i++) {
             const int v = (r & 1) ? 1 - i : i;
+            if (o.only >= 0 && v != o.only) continue;
             moe_saved m = {0};
             double t0 = bench_now();
             moe_layer_forward(&ctx[v], 0, &w, &m, x, out);
@@ -230,20 +233,34 @@ int main(int argc, char **argv) {
             t[v][EXP_FWD][r] = t3 - t2, t[v][EXP_BWD][r] = t4 - t3, t[v][EXP_ALL][r] = t4 - t2;
         }
     }
-    double med[2][PARTS];
+    double med[2][PARTS], best[2][PARTS]; /* median() sorts: best is then the first */
     for (int v = 0; v < 2; v++)
-        for (int p = 0; p < PARTS; p++) med[v][p] = 1e3 * median(t[v][p], o.rounds);
+        for (int p = 0; p < PARTS; p++) {
+            med[v][p] = 1e3 * median(t[v][p], o.rounds);
+            best[v][p] = 1e3 * t[v][p][0];
+        }
+    if (o.only >= 0) {
+        const int v = o.only;
+        printf("%-7s %d threads C %d F %d E %d k %d N %d skew %.1f: median ms layer fwd %.1f bwd "
+               "%.1f, experts fwd %.1f bwd %.1f\n", v ? "grouped" : "loop", threads, o.C, o.F,
+               o.E, o.k, o.N, o.skew, med[v][LAYER_FWD], med[v][LAYER_BWD], med[v][EXP_FWD],
+               med[v][EXP_BWD]);
+        return 0;
+    }
     /* the experts' GEMM FLOPs: forward fc1 + fc2, backward twice that */
     const double gflop = 3.0 * 2.0 * (double)R * (double)C * (double)(FC1 + F) * 1e-9;
 
     if (o.header) {
         printf("# BLAS: %s; kernels %s; %d threads (OpenMP and OpenBLAS); denormals flushed\n",
                gemm_blas_config(), gemm_blas_kernels(), threads);
-        printf("%-40s | %-24s | %-24s | %-13s | %-11s |\n", "", "layer fwd+bwd (ms)",
-               "experts fwd+bwd (ms)", "experts x", "experts");
-        printf("%-3s %-4s %-4s %-3s %-2s %-4s %-4s %-9s | %7s %7s %8s | %7s %7s %8s | %6s %6s | %-11s | %s\n",
-               "thr", "C", "F", "E", "k", "N", "skew", "rows/e", "loop", "grouped", "speedup",
-               "loop", "grouped", "speedup", "fwd", "bwd", "GFLOP/s l/g", "bits loop vs grouped");
+        printf("%-40s | %-32s | %-32s | %-13s | %-11s |\n", "",
+               "layer fwd+bwd: median ms, x", "experts fwd+bwd: median ms, x", "experts x",
+               "experts");
+        printf("%-3s %-4s %-4s %-3s %-2s %-4s %-4s %-9s | %7s %7s %7s %7s | %7s %7s %7s %7s "
+               "| %6s %6s | %-11s | %s\n",
+               "thr", "C", "F", "E", "k", "N", "skew", "rows/e", "loop", "grouped", "x med",
+               "x best", "loop", "grouped", "x med", "x best", "fwd", "bwd", "GFLOP/s l/g",
+               "bits loop vs grouped");
     }
     char rows_range[32], bits[160];
     snprintf(rows_range, sizeof rows_range, "%d-%d", rmin, rmax);
@@ -251,13 +268,14 @@ int main(int argc, char **argv) {
         snprintf(bits, sizeof bits, "DIFFER: %s (max |diff| / max |value| %.1e)", differ, worst);
     else
         snprintf(bits, sizeof bits, "identical");
-    printf("%-3d %-4d %-4d %-3d %-2d %-4d %-4.1f %-9s | %7.1f %7.1f %7.2fx | %7.1f %7.1f %7.2fx "
-           "| %5.2fx %5.2fx | %5.0f %5.0f | %s\n",
+    printf("%-3d %-4d %-4d %-3d %-2d %-4d %-4.1f %-9s | %7.1f %7.1f %6.2fx %6.2fx | %7.1f %7.1f "
+           "%6.2fx %6.2fx | %5.2fx %5.2fx | %5.0f %5.0f | %s\n",
            threads, o.C, o.F, o.E, o.k, o.N, o.skew, rows_range, med[0][LAYER_ALL],
-           med[1][LAYER_ALL], med[0][LAYER_ALL] / med[1][LAYER_ALL], med[0][EXP_ALL],
-           med[1][EXP_ALL], med[0][EXP_ALL] / med[1][EXP_ALL], med[0][EXP_FWD] / med[1][EXP_FWD],
-           med[0][EXP_BWD] / med[1][EXP_BWD], gflop / (1e-3 * med[0][EXP_ALL]),
-           gflop / (1e-3 * med[1][EXP_ALL]), bits);
+           med[1][LAYER_ALL], med[0][LAYER_ALL] / med[1][LAYER_ALL],
+           best[0][LAYER_ALL] / best[1][LAYER_ALL], med[0][EXP_ALL], med[1][EXP_ALL],
+           med[0][EXP_ALL] / med[1][EXP_ALL], best[0][EXP_ALL] / best[1][EXP_ALL],
+           med[0][EXP_FWD] / med[1][EXP_FWD], med[0][EXP_BWD] / med[1][EXP_BWD],
+           gflop / (1e-3 * med[0][EXP_ALL]), gflop / (1e-3 * med[1][EXP_ALL]), bits);
     if (o.parts)
         for (int v = 0; v < 2; v++)
             printf("#   %-7s ms: layer fwd %.1f bwd %.1f; experts fwd %.1f bwd %.1f\n",
