@@ -12,7 +12,7 @@
 #        SHAPES="C:F:E:k:N[:skew] ..." (hidden, --moe-ffn-hidden-size, experts, top-k, tokens per
 #        micro-batch, routing skew: 0 balanced, 1-2 some experts get several times the mean rows),
 #        SWIGLU=1, OPENBLAS_CORETYPE (default: the kernel set megadlm runs, bench/blas_kernels.sh)
-# About 2 minutes on 2 cores with the defaults; ROUNDS=9 or more shapes for a closer look.
+# About 2.5 minutes on 2 cores with the defaults; ROUNDS=9 or more shapes for a closer look.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${1:-$ROOT/build}
