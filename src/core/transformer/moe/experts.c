@@ -1,10 +1,13 @@
 #include "core/transformer/moe/experts.h"
 
+#include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/kernels/activation.h"
 #include "core/kernels/bf16.h"
 #include "core/kernels/gemm.h"
+#include "core/util/alloc.h"
 
 /* Expert e's slice of a [E_local, rows, cols] weight. */
 static linear_weight expert_slice(linear_weight w, int e, size_t rows, size_t cols) {
@@ -48,8 +51,28 @@ static void expert_backward(const transformer_config *c, moe_expert_weights w,
 }
 
 /* --moe-grouped-gemm runs the experts side by side on the threads, each GEMM single-threaded;
- * the 16-bit linears share one operand workspace (linear.h), so they keep the loop. */
+ * the 16-bit linears share one operand workspace (linear.h), so they keep the loop. The team is
+ * OpenMP's thread count as it was before gemm_serial_begin: OpenBLAS's OpenMP build sets
+ * OpenMP's default team size with its own thread count (openblas_set_num_threads calls
+ * omp_set_num_threads), so a region opened after gemm_serial_begin without num_threads runs
+ * on one thread. */
 static int grouped(const transformer_config *c) { return c->moe.grouped_gemm && !tc_half(c); }
+
+/* The order the grouped region takes the experts in: most rows first (ties: lower index), so
+ * that the dynamic schedule does not leave a large expert to the end while the other threads
+ * wait (longest processing time first). Which thread runs an expert changes none of its bits. */
+static int *largest_first(moe_expert_rows g) {
+    const int n = g.num_experts;
+    int *order = xmalloc(sizeof(int) * (size_t)(n > 0 ? n : 1), "moe expert order");
+    for (int i = 0; i < n; i++) { /* insertion sort: a rank has tens of experts */
+        const int e = i, rows = g.begin[e + 1] - g.begin[e];
+        int j = i;
+        for (; j > 0 && g.begin[order[j - 1] + 1] - g.begin[order[j - 1]] < rows; j--)
+            order[j] = order[j - 1];
+        order[j] = e;
+    }
+    return order;
+}
 
 void moe_experts_forward(const transformer_config *c, moe_expert_weights w, moe_expert_rows g,
                          const float *rows, float *fc1, float *act, float *out) {
@@ -58,11 +81,16 @@ void moe_experts_forward(const transformer_config *c, moe_expert_weights w, moe_
             expert_forward(c, w, e, g.begin[e], g.begin[e + 1] - g.begin[e], rows, fc1, act, out);
         return;
     }
+    int *order = largest_first(g);
+    const int team = omp_get_max_threads(); /* before gemm_serial_begin: see above */
     int saved = gemm_serial_begin();
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int e = 0; e < g.num_experts; e++)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(team)
+    for (int i = 0; i < g.num_experts; i++) {
+        const int e = order[i];
         expert_forward(c, w, e, g.begin[e], g.begin[e + 1] - g.begin[e], rows, fc1, act, out);
+    }
     gemm_serial_end(saved);
+    free(order);
 }
 
 void moe_experts_backward(const transformer_config *c, moe_expert_weights w,
@@ -75,10 +103,15 @@ void moe_experts_backward(const transformer_config *c, moe_expert_weights w,
                             dout, dact, dfc1, drows);
         return;
     }
+    int *order = largest_first(g);
+    const int team = omp_get_max_threads();
     int saved = gemm_serial_begin();
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int e = 0; e < g.num_experts; e++)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(team)
+    for (int i = 0; i < g.num_experts; i++) {
+        const int e = order[i];
         expert_backward(c, w, dw, e, g.begin[e], g.begin[e + 1] - g.begin[e], rows, fc1, act,
                         dout, dact, dfc1, drows);
+    }
     gemm_serial_end(saved);
+    free(order);
 }

@@ -9,10 +9,17 @@
  * the model's 16-bit GEMM weights and linear_fc1's output is rounded to 16 bits, as the dense
  * MLP's (mlp.c).
  *
- * Two schedules of the same GEMMs, the same bits either way (each expert's GEMM runs whole, on
- * the same rows): a loop over the experts, each GEMM on every thread (SequentialMLP); or
- * --moe-grouped-gemm, one parallel region over all local experts, each expert's GEMMs on one
- * thread (the CPU's grouped GEMM: no per-expert fork/join, small experts side by side). */
+ * Two schedules of the same GEMM calls (each expert's GEMM runs whole, on the same rows): a
+ * loop over the experts, each GEMM on every thread (SequentialMLP); or --moe-grouped-gemm, one
+ * parallel region over all local experts on all threads, the experts with the most rows first,
+ * each expert's GEMMs on one thread (the CPU's grouped GEMM: no per-expert fork/join, small
+ * experts side by side). The grouped schedule computes every expert's products as the loop does
+ * on one thread, whatever the thread count. The two give the same bits on one thread, and
+ * wherever OpenBLAS runs each of the loop's products on one thread anyway (small products, as
+ * test_moe_torch's); not in general: with more threads OpenBLAS splits a product among them,
+ * which changed its last bits under Haswell's and Zen's kernels on every shape measured, and under
+ * SkylakeX's when a weight gradient's K (the expert's rows) is blocked otherwise than on one
+ * thread (e.g. 478 rows). bench/bench_moe.sh compares the bits on its shapes. */
 #ifndef MEGADLM_CORE_TRANSFORMER_MOE_EXPERTS_H
 #define MEGADLM_CORE_TRANSFORMER_MOE_EXPERTS_H
 
