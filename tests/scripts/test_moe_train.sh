@@ -53,6 +53,12 @@ run bf16_ref 1 "${bf[@]}"
 run bf16_ep2 2 "${bf[@]}" --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall \
     --use-distributed-optimizer
 check bf16_ref bf16_ep2
+# --moe-grouped-gemm on one thread (OMP_NUM_THREADS=1): the loop's calls, so the same bits
+# (bf16: an operand workspace per thread)
+run bf16_loop 1 "${bf[@]}" --save bf16_loop
+run bf16_grouped 1 "${bf[@]}" --moe-grouped-gemm --save bf16_grouped
+cmp bf16_loop/iter_0000006/model.safetensors bf16_grouped/iter_0000006/model.safetensors ||
+  { echo "FAILED: --moe-grouped-gemm changed the bf16 parameters"; fail=1; }
 # --fp16 (one process and TP 2: Megatron refuses expert parallelism with fp16): its loss scale
 # scales the routers' losses too
 run fp16_ref 1 --fp16
@@ -111,6 +117,10 @@ for r in "full|--recompute-granularity full --recompute-method uniform --recompu
   cmp bits_none/iter_0000006/model.safetensors "bits_$name/iter_0000006/model.safetensors" ||
     { echo "FAILED: recompute ($name) changed the parameters"; fail=1; }
 done
+# --moe-grouped-gemm on one thread in fp32 too
+run grouped_fp32 1 --moe-grouped-gemm --save grouped_fp32
+cmp bits_none/iter_0000006/model.safetensors grouped_fp32/iter_0000006/model.safetensors ||
+  { echo "FAILED: --moe-grouped-gemm changed the fp32 parameters"; fail=1; }
 # a checkpoint saved under EP 2 (each expert by its expert-data-parallel replica 0) resumes
 # under EP 4 with the other dispatcher
 run resume_a 2 --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall \

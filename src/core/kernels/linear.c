@@ -56,24 +56,55 @@ static int chunk_rows_for(int C, int OC) {
     return (size_t)g_lb.max_rows < r ? g_lb.max_rows : (int)r;
 }
 
-/* The weight's 16-bit values, or NULL: an fp32 weight (fp32 path) */
-static const uint16_t *half_weight(linear_weight w, int C, int OC) {
+/* The weight's 16-bit values, or NULL: an fp32 weight (fp32 path). own_ws: the caller brings
+ * its own operand workspace (linear_forward_in), so a parallel region is fine. */
+static const uint16_t *half_weight_for(linear_weight w, int C, int OC, int own_ws) {
     if (!w.h16) return NULL;
     if (g_lb.kind == HALF_NONE)
         die(1, "internal error: a 16-bit linear weight without linear_half_setup");
     if (C > g_lb.width || OC > g_lb.width)
         die(1, "internal error: %s linear of width %d x %d over the workspace's %d",
             half_kind_name(g_lb.kind), OC, C, g_lb.width);
-    if (omp_in_parallel())
+    if (!own_ws && omp_in_parallel())
         die(1, "internal error: %s linear inside a parallel region", half_kind_name(g_lb.kind));
     return w.h16;
 }
 
+static const uint16_t *half_weight(linear_weight w, int C, int OC) {
+    return half_weight_for(w, C, OC, 0);
+}
+
+static void forward_half_ws(uint16_t *ws, float *out, const float *inp, const uint16_t *w16,
+                            int N, int C, int OC);
+static void backward_half_ws(uint16_t *ws, float *dinp, float *dweight, const float *dout,
+                             const float *inp, const uint16_t *w16, int N, int C, int OC);
+
+size_t linear_half_ws_elems(void) { return g_lb.elems; }
+
+void linear_forward_in(uint16_t *ws, float *out, const float *inp, linear_weight weight, int N,
+                       int C, int OC) {
+    const uint16_t *w16 = half_weight_for(weight, C, OC, 1);
+    if (!w16) die(1, "internal error: linear_forward_in with an fp32 weight");
+    forward_half_ws(ws, out, inp, w16, N, C, OC);
+}
+
+void linear_backward_in(uint16_t *ws, float *dinp, float *dweight, const float *dout,
+                        const float *inp, linear_weight weight, int N, int C, int OC) {
+    const uint16_t *w16 = half_weight_for(weight, C, OC, 1);
+    if (!w16) die(1, "internal error: linear_backward_in with an fp32 weight");
+    backward_half_ws(ws, dinp, dweight, dout, inp, w16, N, C, OC);
+}
+
 static void forward_half(float *out, const float *inp, const uint16_t *w16, int N, int C,
                          int OC) {
+    forward_half_ws(g_lb.ws, out, inp, w16, N, C, OC);
+}
+
+static void forward_half_ws(uint16_t *ws, float *out, const float *inp, const uint16_t *w16,
+                            int N, int C, int OC) {
     const half_kind k = g_lb.kind;
     const int rows = chunk_rows_for(C, OC);
-    uint16_t *in16 = g_lb.ws;
+    uint16_t *in16 = ws;
     for (int r = 0; r < N; r += rows) {
         int n = N - r < rows ? N - r : rows;
         half_from_f32(k, in16, inp + (size_t)r * C, (size_t)n * C);
@@ -84,9 +115,14 @@ static void forward_half(float *out, const float *inp, const uint16_t *w16, int 
 
 static void backward_half(float *dinp, float *dweight, const float *dout, const float *inp,
                           const uint16_t *w16, int N, int C, int OC) {
+    backward_half_ws(g_lb.ws, dinp, dweight, dout, inp, w16, N, C, OC);
+}
+
+static void backward_half_ws(uint16_t *ws, float *dinp, float *dweight, const float *dout,
+                             const float *inp, const uint16_t *w16, int N, int C, int OC) {
     const half_kind k = g_lb.kind;
     const int rows = chunk_rows_for(C, OC);
-    uint16_t *dout16 = g_lb.ws, *in16 = g_lb.ws + (size_t)rows * OC;
+    uint16_t *dout16 = ws, *in16 = ws + (size_t)rows * OC;
     for (int r = 0; r < N; r += rows) {
         int n = N - r < rows ? N - r : rows;
         half_from_f32(k, dout16, dout + (size_t)r * OC, (size_t)n * OC);

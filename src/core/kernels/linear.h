@@ -50,6 +50,15 @@ void bias_add_forward(float *out, const float *bias, int N, int OC);
  * region only. HALF_NONE: off (frees the workspace). */
 #define LINEAR_BF16_WS_ELEMS ((size_t)16 << 20)
 void linear_half_setup(half_kind kind, int max_rows, int max_width);
+/* The 16-bit linears from the threads of a parallel region (the MoE experts' grouped
+ * schedule): each thread brings its own operand workspace of linear_half_ws_elems() elements
+ * (the shared one's size, so the same chunks: the same bits as linear_forward /
+ * linear_backward); the weight must be 16-bit. */
+size_t linear_half_ws_elems(void);
+void linear_forward_in(uint16_t *ws, float *out, const float *inp, linear_weight weight, int N,
+                       int C, int OC);
+void linear_backward_in(uint16_t *ws, float *dinp, float *dweight, const float *dout,
+                        const float *inp, linear_weight weight, int N, int C, int OC);
 /* linear_half_setup(HALF_BF16, ...) */
 void linear_bf16_setup(int max_rows, int max_width);
 /* The workspace's bytes for (max_rows, max_width): what linear_half_setup allocates. */
