@@ -104,13 +104,6 @@ static int check_layout(const megadlm_args *a, int tp, char *err, size_t errlen)
         {"padded vocabulary", "the embedding and the output layer are split along it",
          a->padded_vocab_size},
     };
-    if (a->num_experts > 0 && tp > 1) {
-        err_set(err, errlen,
-                "--tensor-model-parallel-size %d: the checkpoint is a mixture of experts "
-                "(--num-experts %d), which generate and eval run in one process so far "
-                "(docs/MOE.md)", tp, a->num_experts);
-        return -1;
-    }
     for (size_t i = 0; i < sizeof split / sizeof split[0]; i++)
         if (split[i].n % tp != 0) {
             err_set(err, errlen,

@@ -608,7 +608,10 @@ static int setup_ranks(const generate_args *g) {
                  "splits the model over all of its ranks, one tensor-parallel group: give "
                  "--tensor-model-parallel-size %d, or run it %s)",
                  g->tp_size, world, world, run);
-    } else if (parallel_setup_groups(g->tp_size, 1, 1, err, sizeof err) == 0) {
+    } else if (parallel_setup_groups(g->tp_size, 1, 1, err, sizeof err) == 0 &&
+               /* an MoE checkpoint's experts are split over TP: the groups its dispatch uses
+                * (one expert-parallel rank) */
+               parallel_setup_expert_groups(1, g->tp_size, err, sizeof err) == 0) {
         return 0;
     }
     if (parallel_world_rank() == 0) fprintf(stderr, "error: %s\n", err);

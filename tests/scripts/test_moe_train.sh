@@ -200,8 +200,17 @@ want=$("$MEGADLM" generate --load bits_none --prompt "10 11 12 13" --max-new-tok
 got=$("$MEGADLM" generate --load bits_none --prompt "10 11 12 13" --max-new-tokens 12 --top-k 1 \
       --cache prefix 2>/dev/null)
 [ -n "$want" ] && [ "$got" = "$want" ] || { echo "FAILED: MoE key/value cache: '$got' vs '$want'"; fail=1; }
-echo "MoE samples: diffusion '$(echo "$want" | head -c 60)'"
-expect_error "the checkpoint is a mixture of experts" "${MPIRUN[@]}" -np 2 "$MEGADLM" generate \
-    --load bits_none --prompt "1 2" --max-new-tokens 2 --tensor-model-parallel-size 2 || fail=1
+# ... and under tensor parallelism (each rank's share of every expert) the one process's text
+for c in none prefix; do
+  got=$("${MPIRUN[@]}" -np 2 "$MEGADLM" generate --load bits_none --prompt "10 11 12 13" \
+        --max-new-tokens 12 --top-k 1 --cache $c --tensor-model-parallel-size 2 2>/dev/null)
+  [ -n "$want" ] && [ "$got" = "$want" ] || { echo "FAILED: MoE TP 2 --cache $c: '$got' vs '$want'"; fail=1; }
+done
+drawn=(--load dlm --prompt "In the beginning" --gen-length 16 --block-length 4 --steps 4
+       --temperature 0.8 --seed 3)
+want=$("$MEGADLM" generate "${drawn[@]}" 2>/dev/null)
+got=$("${MPIRUN[@]}" -np 2 "$MEGADLM" generate "${drawn[@]}" --cache dual \
+      --tensor-model-parallel-size 2 2>/dev/null)
+[ -n "$want" ] && [ "$got" = "$want" ] || { echo "FAILED: MoE diffusion TP 2: '$got' vs '$want'"; fail=1; }
 [ "$fail" = 0 ] && echo PASS
 exit $fail

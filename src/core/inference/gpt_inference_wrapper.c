@@ -31,7 +31,7 @@ struct gpt_inference {
 gpt_inference *gpt_inference_create(gpt_model *m, int B, int max_T) {
     const transformer_config *c = &m->cfg;
     if (tc_sp(c) || tc_cp(c) > 1 || tc_pp(c) > 1 || B > m->max_batch || max_T > c->seq_length ||
-        (tc_moe(c) && (tc_tp(c) > 1 || tc_ep(c) > 1)))
+        (tc_moe(c) && tc_ep(c) > 1))
         die(1, "internal error: an inference forward of %d x %d rows on a model built for %d x "
                "%d (sequence, context or pipeline parallel: %d %d %d)", B, max_T, m->max_batch,
             c->seq_length, tc_sp(c), tc_cp(c), tc_pp(c));
@@ -190,8 +190,11 @@ static int head_rows_forward(gpt_inference *gi, const inference_rows *r, const f
     return M;
 }
 
-/* An MoE layer's MLP on the R rows (one process: moe_layer_forward as an evaluation forward
- * of one sequence of R tokens; what it keeps for a backward is released at once). */
+/* An MoE layer's MLP on the R rows: moe_layer_forward as an evaluation forward of one sequence
+ * of R tokens (what it keeps for a backward released at once). Under tensor parallelism
+ * without sequence parallelism every rank holds all R rows: the dispatch gathers every TP
+ * rank's copy, each rank's share of the experts computes them, and the reduce-scatter hands
+ * each rank the sum for its own copy (TP times the expert rows, the same result). */
 static void moe_rows_forward(gpt_inference *gi, const layer_weights *w, int l, int R) {
     const transformer_config *c = &gi->m->cfg;
     layer_ctx ctx = {.cfg = c, .B = 1, .T = R, .T_valid = R, .training = 0};
