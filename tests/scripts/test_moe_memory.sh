@@ -55,6 +55,8 @@ exact ep2dp2_dopt; moe ep2dp2_dopt balanced
 run pp2ep2_recompute 4 --expert-model-parallel-size 2 --pipeline-model-parallel-size 2 \
     --recompute-granularity full --recompute-method uniform --recompute-num-layers 1
 exact pp2ep2_recompute; moe pp2ep2_recompute balanced
+run fsdp 2 --use-custom-fsdp --data-parallel-sharding-strategy optim_grads_params
+exact fsdp; moe fsdp balanced
 unset MEGADLM_MOE_BALANCED_ROUTING
 # the model's own routing: within the bound
 run ep4_a2a 4 --expert-model-parallel-size 4 --moe-token-dispatcher-type alltoall

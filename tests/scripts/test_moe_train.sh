@@ -41,6 +41,10 @@ for disp in allgather alltoall; do
 done
 run ep2dp2 4 --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall
 check ref ep2dp2
+# FSDP (without expert parallelism: Megatron refuses FSDP2 with it): experts are sharded like
+# every tensor
+run fsdp 2 --use-custom-fsdp --data-parallel-sharding-strategy optim_grads_params
+check ref fsdp
 # the distributed optimizer: the experts' state sharded over the expert-data-parallel group
 run ep2dp2_dopt 4 --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall \
     --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 2000

@@ -2203,10 +2203,10 @@ static void test_moe_not_supported_yet(void) {
     } NOT_YET[] = {
         {"--tensor-model-parallel-size 2 --sequence-parallel --tp-comm-overlap",
          "--tp-comm-overlap"},
-        {"--use-torch-fsdp2 --untie-embeddings-and-output-weights "
-         "--no-gradient-accumulation-fusion", "--use-torch-fsdp2"},
-        {"--use-megatron-fsdp", "--use-megatron-fsdp"},
-        {"--use-custom-fsdp", "--use-custom-fsdp"},
+        {"--expert-model-parallel-size 2 --use-megatron-fsdp",
+         "--use-megatron-fsdp with --expert-model-parallel-size > 1"},
+        {"--expert-model-parallel-size 2 --use-custom-fsdp",
+         "--use-custom-fsdp with --expert-model-parallel-size > 1"},
         {"--expert-tensor-parallel-size 2", "--expert-tensor-parallel-size 2"},
         {"--tensor-model-parallel-size 2 --sequence-parallel --expert-tensor-parallel-size 1",
          "--expert-tensor-parallel-size 1"},
