@@ -1350,7 +1350,6 @@ static int validate_moe_not_yet(const megadlm_args *a, char *err, size_t errlen)
         int bad;
         const char *what;
     } NOT_YET[] = {
-        {a->tensor_model_parallel_size > 1 && a->tp_comm_overlap, "--tp-comm-overlap"},
         {a->use_torch_fsdp2 && a->expert_model_parallel_size > 1, "--use-torch-fsdp2 with --expert-model-parallel-size > 1"},
         {a->use_megatron_fsdp && a->expert_model_parallel_size > 1, "--use-megatron-fsdp with --expert-model-parallel-size > 1"},
         {a->use_custom_fsdp && a->expert_model_parallel_size > 1, "--use-custom-fsdp with --expert-model-parallel-size > 1"},

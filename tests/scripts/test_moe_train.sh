@@ -172,6 +172,10 @@ cmp shared_a2a/iter_0000006/model.safetensors shared_overlap/iter_0000006/model.
 grep "MoE all-to-all" ep2_shared_overlap.log | head -1
 grep -q "s of shared-expert compute with exchanges in flight" ep2_shared_overlap.log ||
   { echo "FAILED: no all-to-all statistics"; fail=1; }
+# --tp-comm-overlap: the attention's and the shared expert's linears on the TP rings
+run tp2ep2_overlap 4 "${tp[@]}" --tp-comm-overlap --expert-model-parallel-size 2 \
+    --moe-token-dispatcher-type alltoall --moe-shared-expert-intermediate-size 16 --moe-layer-freq 2
+check ref_shared tp2ep2_overlap
 run tp2ep2_shared 4 "${tp[@]}" --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall \
     --moe-shared-expert-intermediate-size 16 --moe-layer-freq 2
 check ref_shared tp2ep2_shared

@@ -2201,8 +2201,6 @@ static void test_moe_not_supported_yet(void) {
     static const struct {
         const char *extra, *flag;
     } NOT_YET[] = {
-        {"--tensor-model-parallel-size 2 --sequence-parallel --tp-comm-overlap",
-         "--tp-comm-overlap"},
         {"--expert-model-parallel-size 2 --use-megatron-fsdp",
          "--use-megatron-fsdp with --expert-model-parallel-size > 1"},
         {"--expert-model-parallel-size 2 --use-custom-fsdp",
