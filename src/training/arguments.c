@@ -1354,7 +1354,6 @@ static int validate_moe_not_yet(const megadlm_args *a, char *err, size_t errlen)
         {a->use_megatron_fsdp && a->expert_model_parallel_size > 1, "--use-megatron-fsdp with --expert-model-parallel-size > 1"},
         {a->use_custom_fsdp && a->expert_model_parallel_size > 1, "--use-custom-fsdp with --expert-model-parallel-size > 1"},
         {a->expert_tensor_parallel_size != a->tensor_model_parallel_size, etp},
-        {a->moe_use_legacy_grouped_gemm, "--moe-use-legacy-grouped-gemm"},
         /* MegaDLMs' expert-choice routers (not in Megatron-LM) */
         {lbc == ARGS_MOE_LB_SOFTMAX_EXPERT_CHOICE || lbc == ARGS_MOE_LB_SINKHORN_EXPERT_CHOICE, lb},
         {ARGS_CHOICE(a, moe_token_dispatcher_type) == ARGS_MOE_DISPATCHER_ALLTOALL_SEQ, disp},
@@ -1371,6 +1370,12 @@ static int validate_moe_not_yet(const megadlm_args *a, char *err, size_t errlen)
         fprintf(stderr, "note: --moe-extended-tp has no effect (as in Megatron, where it is "
                         "deprecated: --expert-tensor-parallel-size sets the experts' tensor "
                         "parallelism)\n");
+    /* Megatron reads it only to pick GroupedMLP over TEGroupedMLP for --moe-grouped-gemm, the
+     * same computation (megadlm has one grouped schedule) */
+    if (a->moe_use_legacy_grouped_gemm && !a->moe_grouped_gemm)
+        return fail(err, errlen, "--moe-use-legacy-grouped-gemm needs --moe-grouped-gemm (it "
+                    "chooses Megatron's legacy GroupedMLP for the grouped GEMM and is read "
+                    "nowhere else)");
     /* Megatron's sinkhorn routing never reads it: refused rather than ignored */
     if (a->moe_router_topk_limited_devices > 0 &&
         ARGS_CHOICE(a, moe_router_load_balancing_type) == ARGS_MOE_LB_SINKHORN)

@@ -2208,7 +2208,6 @@ static void test_moe_not_supported_yet(void) {
         {"--expert-tensor-parallel-size 2", "--expert-tensor-parallel-size 2"},
         {"--tensor-model-parallel-size 2 --sequence-parallel --expert-tensor-parallel-size 1",
          "--expert-tensor-parallel-size 1"},
-        {"--moe-use-legacy-grouped-gemm", "--moe-use-legacy-grouped-gemm"},
         {"--moe-router-load-balancing-type softmax_expert_choice",
          "--moe-router-load-balancing-type softmax_expert_choice"},
         {"--moe-router-load-balancing-type sinkhorn_expert_choice",
@@ -2247,6 +2246,8 @@ static void test_moe_not_supported_yet(void) {
                "--moe-router-load-balancing-type sinkhorn --moe-aux-loss-coeff 0",
                "--moe-router-topk-limited-devices with --moe-router-load-balancing-type sinkhorn",
                NULL, NULL);
+    EXPECT_ERR(MOE " --moe-use-legacy-grouped-gemm", "--moe-use-legacy-grouped-gemm needs "
+               "--moe-grouped-gemm", NULL, NULL);
     EXPECT_ERR(MOE " --context-parallel-size 2 --moe-router-load-balancing-type seq_aux_loss",
                "seq_aux_loss with --context-parallel-size 2", NULL, NULL);
     /* biases */
