@@ -6,7 +6,8 @@
  * gradients and AdamW's moments, and the workspaces, allocated once in gpt_model_create for up to
  * max_batch x seq_length tokens. What one micro-batch keeps between forward and backward is an
  * activation store's (activation_store.h), also allocated once; so a training step never
- * allocates. */
+ * allocates, but in an MoE layer, whose kept tensors' sizes depend on the routing: each forward
+ * allocates them and its backward frees them (core/transformer/moe/moe_layer.h). */
 #ifndef MEGADLM_CORE_MODELS_GPT_MODEL_H
 #define MEGADLM_CORE_MODELS_GPT_MODEL_H
 

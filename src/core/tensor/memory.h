@@ -6,7 +6,8 @@
  * zero-filled. Allocation failure prints the request and the category and ends every rank
  * (die(), core/util/die.h): a training run has no way to continue without its buffers.
  *
- * The model allocates everything once, up front, so the training step never allocates:
+ * The model allocates everything once, up front, so the training step never allocates (but
+ * for an MoE layer's routing-dependent tensors: core/transformer/moe/moe_layer.h):
  * mem_alloc_count() lets a test check that.
  */
 #ifndef MEGADLM_CORE_TENSOR_MEMORY_H
