@@ -1364,6 +1364,11 @@ static int validate_moe_not_yet(const megadlm_args *a, char *err, size_t errlen)
         if (NOT_YET[i].bad)
             return fail(err, errlen, "%s: not supported yet with --num-experts (docs/MOE.md)",
                         NOT_YET[i].what);
+    /* Megatron writes the per-layer values to TensorBoard (and W&B) only */
+    if (a->moe_per_layer_logging && !a->tensorboard_dir[0])
+        fprintf(stderr, "note: --moe-per-layer-logging writes each layer's moe/<name>_layer_<i> "
+                        "to TensorBoard: without --tensorboard-dir there is nothing to write "
+                        "(the log line shows the mean over the layers, as Megatron's)\n");
     /* MegaDLMs' Megatron keeps the flag and reads it nowhere (deprecated for
      * --expert-tensor-parallel-size) */
     if (a->moe_extended_tp)

@@ -31,6 +31,9 @@ check() { close_losses "$1.log" "$2.log" 1e-5 "$(losses "$1.log" | wc -l)" || fa
 run ref 1
 grep -q "load_balancing_loss: " ref.log || { echo "FAILED: no load_balancing_loss in the log line"; fail=1; }
 grep -q "z_loss: " ref.log || { echo "FAILED: no z_loss in the log line"; fail=1; }
+# TensorBoard: the same values every iteration, and each layer's with --moe-per-layer-logging
+run tb 1 --tensorboard-dir tb --moe-per-layer-logging --moe-layer-freq 2
+/usr/bin/python3 "$SRC/tests/python/check_moe_tensorboard.py" tb.log tb 2 || fail=1
 run dp2 2
 check ref dp2
 for disp in allgather alltoall; do
