@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 static inline double bench_now(void) {
@@ -24,6 +25,18 @@ static inline float *bench_filled(size_t n, unsigned seed) {
         p[i] = (float)((seed >> 8) & 0xffff) / 65536.0f - 0.5f;
     }
     return p;
+}
+
+/* A KEY=VALUE argument of the small programs (the benches, tests/tools/moe_layer_run): KEY
+ * into key (keylen bytes), the value returned; anything else ends the program with a message. */
+static inline const char *bench_key_value(const char *arg, char *key, size_t keylen) {
+    const char *eq = strchr(arg, '=');
+    if (!eq || (size_t)(eq - arg) >= keylen) {
+        fprintf(stderr, "bad option %s (expected KEY=VALUE)\n", arg);
+        exit(2);
+    }
+    snprintf(key, keylen, "%.*s", (int)(eq - arg), arg);
+    return eq + 1;
 }
 
 /* One GEMM shape of the benches: C[M,N] = op(A) op(B) + beta C, ta/tb transposed. */

@@ -47,13 +47,7 @@ static void parse(opts *o, int argc, char **argv) {
                 .seed = 1, .header = 0, .only = -1, .skew = 0.0f};
     for (int i = 1; i < argc; i++) {
         char key[32];
-        const char *eq = strchr(argv[i], '=');
-        if (!eq || eq - argv[i] >= (long)sizeof key) {
-            fprintf(stderr, "bad option %s\n", argv[i]);
-            exit(2);
-        }
-        snprintf(key, sizeof key, "%.*s", (int)(eq - argv[i]), argv[i]);
-        const char *v = eq + 1;
+        const char *v = bench_key_value(argv[i], key, sizeof key);
 #define INT(name) if (!strcmp(key, #name)) { o->name = atoi(v); continue; }
         INT(C) INT(F) INT(E) INT(k) INT(N) INT(swiglu) INT(rounds) INT(seed) INT(header) INT(rows) INT(parts) INT(only)
 #undef INT
@@ -151,6 +145,7 @@ int main(int argc, char **argv) {
     moe_tracker tracker;
     moe_tracker_init(&tracker, 1);
     layer_ctx ctx[2];
+    layer_workspace ws = {0}; /* one process: the layer needs none of its buffers */
     for (int v = 0; v < 2; v++)
         ctx[v] = (layer_ctx){.cfg = &cfg[v], .B = 1, .T = o.N, .T_valid = o.N, .training = 1,
                              .key = {.seed = 99, .iteration = 3, .microbatch = 1},
@@ -168,8 +163,8 @@ int main(int argc, char **argv) {
         memset(g.experts_fc1_w, 0, n_fc1 * sizeof(float));
         memset(g.experts_fc2_w, 0, n_fc2 * sizeof(float));
         moe_saved m = {0};
-        moe_layer_forward(&ctx[v], 0, &w, &m, x, out);
-        moe_layer_backward(&ctx[v], 0, &w, &g, &m, x, dout, din);
+        moe_layer_forward(&ctx[v], 0, &w, &ws, &m, x, out);
+        moe_layer_backward(&ctx[v], 0, &w, &g, &ws, &m, x, dout, din);
         const float *got[5] = {out, din, g.router_w, g.experts_fc1_w, g.experts_fc2_w};
         for (int t = 0; t < 5; t++) {
             if (v == 0)
@@ -189,7 +184,7 @@ int main(int argc, char **argv) {
 
     /* the experts alone: the rows of one routing, kept */
     moe_saved keep = {0};
-    moe_layer_forward(&ctx[0], 0, &w, &keep, x, out);
+    moe_layer_forward(&ctx[0], 0, &w, &ws, &keep, x, out);
     const size_t R = (size_t)keep.R_exp;
     const moe_expert_rows rows_of = {o.E, keep.exp_begin};
     int rmin = o.N * o.k, rmax = 0;
@@ -218,9 +213,9 @@ int main(int argc, char **argv) {
             if (o.only >= 0 && v != o.only) continue;
             moe_saved m = {0};
             double t0 = bench_now();
-            moe_layer_forward(&ctx[v], 0, &w, &m, x, out);
+            moe_layer_forward(&ctx[v], 0, &w, &ws, &m, x, out);
             double t1 = bench_now();
-            moe_layer_backward(&ctx[v], 0, &w, &g, &m, x, dout, din);
+            moe_layer_backward(&ctx[v], 0, &w, &g, &ws, &m, x, dout, din);
             double t2 = bench_now();
             moe_experts_forward(&cfg[v], ew, rows_of, keep.rows, efc1, eact, eout);
             double t3 = bench_now();

@@ -1381,6 +1381,22 @@ static int validate_moe_not_yet(const megadlm_args *a, char *err, size_t errlen)
         return fail(err, errlen, "--moe-use-legacy-grouped-gemm needs --moe-grouped-gemm (it "
                     "chooses Megatron's legacy GroupedMLP for the grouped GEMM and is read "
                     "nowhere else)");
+    /* the chosen groups must hold k experts (Megatron's topk would pick excluded ones) */
+    if (a->moe_router_topk_limited_devices > 0 && a->expert_model_parallel_size > 0 &&
+        (long long)a->moe_router_topk_limited_devices * (a->num_experts /
+                                                       a->expert_model_parallel_size) <
+            a->moe_router_topk)
+        return fail(err, errlen, "--moe-router-topk %d with --moe-router-topk-limited-devices "
+                    "%d: the %d chosen ranks hold %d experts, fewer than top-k",
+                    a->moe_router_topk, a->moe_router_topk_limited_devices,
+                    a->moe_router_topk_limited_devices,
+                    a->moe_router_topk_limited_devices *
+                        (a->num_experts / a->expert_model_parallel_size));
+    /* with one expert-parallel rank there is no exchange to run the shared expert under */
+    if (a->moe_shared_expert_overlap && a->expert_model_parallel_size == 1)
+        fprintf(stderr, "note: --moe-shared-expert-overlap overlaps the shared expert with the "
+                        "expert-parallel all-to-all: with --expert-model-parallel-size 1 there is "
+                        "none, the shared expert runs after the routed ones\n");
     /* Megatron's sinkhorn routing never reads it: refused rather than ignored */
     if (a->moe_router_topk_limited_devices > 0 &&
         ARGS_CHOICE(a, moe_router_load_balancing_type) == ARGS_MOE_LB_SINKHORN)

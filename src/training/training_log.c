@@ -19,6 +19,7 @@
 #include "core/pipeline_parallel/p2p_communication.h"
 #include "core/tensor/memory.h"
 #include "core/tensor_parallel/mappings.h"
+#include "core/util/alloc.h"
 #include "core/transformer/moe/token_dispatcher.h"
 #include "core/threads.h"
 #include "core/transformer/activation_memory.h"
@@ -117,20 +118,20 @@ static void moe_metrics(trainer *tr, log_totals *t) {
     moe_tracker *mt = tr->model->moe_tracker;
     if (!mt) return;
     const int L = mt->num_layers;
-    parallel_sum_doubles(PARALLEL_GROUP_PP, mt->values, (size_t)MOE_LOG_COUNT * L);
+    /* the values and which were recorded (a stage without MoE layers records nothing), summed
+     * over the pipeline in one collective */
+    const size_t nv = (size_t)MOE_LOG_COUNT * L;
+    double *sums = xmalloc((nv + MOE_LOG_COUNT) * sizeof(double), "moe metrics");
+    memcpy(sums, mt->values, nv * sizeof(double));
+    for (int v = 0; v < MOE_LOG_COUNT; v++) sums[nv + v] = mt->recorded[v];
+    parallel_sum_doubles(PARALLEL_GROUP_PP, sums, nv + MOE_LOG_COUNT);
+    memcpy(mt->values, sums, nv * sizeof(double));
+    const double *seen = sums + nv;
     /* Megatron's reduce_group of the balancing loss (TP x CP): the ranks' partial losses (their
      * token shards) add up */
-    if (tc_sp(&tr->model->cfg))
-        for (int l = 0; l < L; l++) {
-            double *x = &mt->values[(size_t)MOE_LOG_LOAD_BALANCING * L + l];
-            *x = tp_all_reduce_sum_double(*x);
-        }
-    if (tc_cp(&tr->model->cfg) > 1) /* and the context-parallel ranks' (their chunks) */
-        parallel_sum_doubles(PARALLEL_GROUP_CP, &mt->values[(size_t)MOE_LOG_LOAD_BALANCING * L],
-                             (size_t)L);
-    double seen[MOE_LOG_COUNT]; /* a stage without MoE layers records nothing */
-    for (int v = 0; v < MOE_LOG_COUNT; v++) seen[v] = mt->recorded[v];
-    parallel_sum_doubles(PARALLEL_GROUP_PP, seen, MOE_LOG_COUNT);
+    double *lb = &mt->values[(size_t)MOE_LOG_LOAD_BALANCING * L];
+    if (tc_sp(&tr->model->cfg)) tp_all_reduce_sum_doubles(lb, (size_t)L);
+    if (tc_cp(&tr->model->cfg) > 1) parallel_sum_doubles(PARALLEL_GROUP_CP, lb, (size_t)L);
     const double scale = 1.0 / tr->num_microbatches;
     for (int v = 0; v < MOE_LOG_COUNT; v++) {
         if (seen[v] == 0.0) continue;
@@ -150,7 +151,7 @@ static void moe_metrics(trainer *tr, log_totals *t) {
         }
     }
     moe_tracker_clear(mt);
-    memset(mt->recorded, 0, sizeof(mt->recorded));
+    free(sums);
 }
 
 /* The interval's MoE fields of the log line (Megatron: each total over the advanced

@@ -80,6 +80,10 @@ for disp in allgather alltoall; do
   run "tp2ep2_$disp" 4 "${tp[@]}" --expert-model-parallel-size 2 --moe-token-dispatcher-type "$disp"
   check ref "tp2ep2_$disp"
 done
+# the logged balancing loss sums the token shards' parts over TP (Megatron's reduce_group):
+# one process's value (TP 2 alone holds the same micro-batches as one process)
+lbl() { grep -o 'load_balancing_loss: [^ ]*' "$1" | awk '{print $2}'; }
+rel_close "load_balancing_loss, TP 2" 1e-5 6 <(lbl ref.log) <(lbl tp2_allgather.log) || fail=1
 # capacity under TP: each rank's token shard has its capacity (Megatron's), so TP 2 is the
 # reference of TP 2 x EP 2
 capa=(--moe-token-dispatcher-type alltoall --moe-expert-capacity-factor 0.5 "${tp[@]}")
@@ -92,6 +96,7 @@ cpx=(--moe-aux-loss-coeff 0.1 --moe-z-loss-coeff 0.01)
 run ref_cp 1 "${cpx[@]}"
 run cp2 2 "${cpx[@]}" --context-parallel-size 2
 check ref_cp cp2
+rel_close "load_balancing_loss, CP 2" 1e-5 6 <(lbl ref_cp.log) <(lbl cp2.log) || fail=1
 run cp2ep2 4 "${cpx[@]}" --context-parallel-size 2 --expert-model-parallel-size 2 \
     --moe-token-dispatcher-type alltoall --cp-comm-type p2p
 check ref_cp cp2ep2

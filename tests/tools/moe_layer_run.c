@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../bench/bench_util.h"
 #include "core/random/philox.h"
 #include "core/tensor/memory.h"
 #include "core/transformer/moe/moe_layer.h"
@@ -23,13 +24,7 @@ static void parse(opts *o, int argc, char **argv) {
     snprintf(o->lb, sizeof o->lb, "aux_loss");
     for (int i = 2; i < argc; i++) {
         char key[32];
-        const char *eq = strchr(argv[i], '=');
-        if (!eq || eq - argv[i] >= (long)sizeof key) {
-            fprintf(stderr, "bad option %s\n", argv[i]);
-            exit(2);
-        }
-        snprintf(key, sizeof key, "%.*s", (int)(eq - argv[i]), argv[i]);
-        const char *v = eq + 1;
+        const char *v = bench_key_value(argv[i], key, sizeof key);
 #define INT(name) if (!strcmp(key, #name)) { o->name = atoi(v); continue; }
 #define FLT(name) if (!strcmp(key, #name)) { o->name = (float)atof(v); continue; }
         INT(E) INT(k) INT(C) INT(F) INT(B) INT(T) INT(swiglu) INT(pre) INT(shared) INT(grouped)

@@ -2246,6 +2246,10 @@ static void test_moe_not_supported_yet(void) {
                "--moe-router-load-balancing-type sinkhorn --moe-aux-loss-coeff 0",
                "--moe-router-topk-limited-devices with --moe-router-load-balancing-type sinkhorn",
                NULL, NULL);
+    EXPECT_ERR(MOE " --expert-model-parallel-size 2 --moe-router-topk 3 "
+               "--moe-router-topk-limited-devices 1", "--moe-router-topk 3 with "
+               "--moe-router-topk-limited-devices 1: the 1 chosen ranks hold 2 experts",
+               NULL, NULL);
     EXPECT_ERR(MOE " --moe-use-legacy-grouped-gemm", "--moe-use-legacy-grouped-gemm needs "
                "--moe-grouped-gemm", NULL, NULL);
     EXPECT_ERR(MOE " --context-parallel-size 2 --moe-router-load-balancing-type seq_aux_loss",

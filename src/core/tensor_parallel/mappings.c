@@ -72,9 +72,13 @@ static void all_reduce(float *x, size_t n, tp_comm_kind kind) {
 void tp_all_reduce_sum(float *x, size_t n) { all_reduce(x, n, TP_COMM_ALL_REDUCE_SUM); }
 void tp_all_reduce_max(float *x, size_t n) { all_reduce(x, n, TP_COMM_ALL_REDUCE_MAX); }
 
+void tp_all_reduce_sum_doubles(double *x, size_t n) {
+    if (!tp_active() || replaced(TP_COMM_ALL_REDUCE_SUM_DOUBLE, x, x, n)) return;
+    MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_DOUBLE, MPI_SUM, parallel_get()->tp);
+}
+
 double tp_all_reduce_sum_double(double x) {
-    if (!tp_active() || replaced(TP_COMM_ALL_REDUCE_SUM_DOUBLE, &x, &x, 1)) return x;
-    MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, parallel_get()->tp);
+    tp_all_reduce_sum_doubles(&x, 1);
     return x;
 }
 

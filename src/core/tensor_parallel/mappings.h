@@ -20,8 +20,10 @@
 
 /* all-reduce (sum) in place over the TP group: reduce_from_tp forward, copy_to_tp backward */
 void tp_all_reduce_sum(float *x, size_t n);
-/* all-reduce (sum) of one double over the TP group (gradient-norm partial sums) */
+/* all-reduce (sum) of one double over the TP group (gradient-norm partial sums), and of n of
+ * them in place (the MoE routers' per-layer losses) */
 double tp_all_reduce_sum_double(double x);
+void tp_all_reduce_sum_doubles(double *x, size_t n);
 /* all-reduce (max) in place over the TP group (vocab-parallel cross-entropy) */
 void tp_all_reduce_max(float *x, size_t n);
 /* full[t * shard_n] = concatenation of every rank's shard (gather_from_sp forward,
@@ -56,7 +58,7 @@ void tp_comm_note_all_gather_half(size_t shard_n);
  * plain or overlapped (comm_overlap.c's notes), with n floats: the buffer of an all-reduce,
  * one shard of an all-gather or reduce-scatter (the double all-reduce is not observed).
  * replace(kind, out, in, n) is asked before a plain collective calls MPI: non-zero means it did
- * the collective's work itself (out = in for an all-reduce; float buffers, a double for
+ * the collective's work itself (out = in for an all-reduce; float buffers, n doubles for
  * TP_COMM_ALL_REDUCE_SUM_DOUBLE), and nothing is sent or counted. */
 typedef enum {
     TP_COMM_ALL_REDUCE_SUM,

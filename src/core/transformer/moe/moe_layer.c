@@ -37,6 +37,7 @@ void moe_tracker_free(moe_tracker *t) {
 
 void moe_tracker_clear(moe_tracker *t) {
     memset(t->values, 0, (size_t)MOE_LOG_COUNT * t->num_layers * sizeof(double));
+    memset(t->recorded, 0, sizeof(t->recorded));
 }
 
 static void track(const layer_ctx *ctx, moe_log_value v, int layer, double x) {

@@ -46,6 +46,7 @@ typedef struct moe_tracker {
 
 void moe_tracker_init(moe_tracker *t, int num_layers);
 void moe_tracker_free(moe_tracker *t);
+/* Zeroes the values and what was recorded (not saved_bytes). */
 void moe_tracker_clear(moe_tracker *t);
 
 /* One layer's MoE forward state (see above). */
