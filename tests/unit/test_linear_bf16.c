@@ -168,12 +168,12 @@ static void embedding_half(void) {
 
 int main(void) {
     char err[256];
-    const char *paths[] = {"onednn", "fallback"};
-    const gemm_bf16_path ids[] = {GEMM_BF16_ONEDNN, GEMM_BF16_FALLBACK};
+    const char *paths[] = {"onednn", "onednn-matmul", "fallback"};
+    const gemm_bf16_path ids[] = {GEMM_BF16_ONEDNN, GEMM_BF16_ONEDNN_MATMUL, GEMM_BF16_FALLBACK};
     CHECK(gemm_bf16_init(err, sizeof err) == 0);
     g_kind = HALF_BF16;
     embedding_half();
-    for (int p = 0; p < 2; p++) {
+    for (int p = 0; p < 3; p++) {
         if (gemm_bf16_use(ids[p], err, sizeof err) != 0) {
             printf("%s: not available here (%s)\n", paths[p], err);
             continue;
