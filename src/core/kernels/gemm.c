@@ -43,8 +43,13 @@ void gemm(gemm_dims d, float alpha, gemm_in A, gemm_in B, float beta, gemm_out C
 
 int gemm_serial_begin(void) {
     const int saved = openblas_get_num_threads();
-    if (saved != 1)
+    if (saved != 1) {
+        /* OpenBLAS's OpenMP build sets OpenMP's thread count too (omp_set_num_threads): put
+         * that back, or the region this brackets would get a team of one */
+        const int team = omp_get_max_threads();
         openblas_set_num_threads(1);
+        omp_set_num_threads(team);
+    }
     return saved;
 }
 

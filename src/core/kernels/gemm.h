@@ -131,7 +131,9 @@ const char *gemm_half_describe(half_kind kind);
  * parallel region it still splits each call into nthreads chunks, and concurrent calls then
  * serialize and spin on its one shared thread buffer (measured 30x slower at 2 threads).
  * Bracket such a region with these: gemm_serial_begin() sets OpenBLAS to 1 thread and returns
- * the previous count, gemm_serial_end() restores it. Not reentrant; call from serial code. */
+ * the previous count, gemm_serial_end() restores it; OpenMP's own thread count stays as it was
+ * (OpenBLAS's openblas_set_num_threads sets it as well, which made every bracketed region run
+ * on one thread until this was noticed). Not reentrant; call from serial code. */
 int gemm_serial_begin(void);
 void gemm_serial_end(int saved_threads);
 
