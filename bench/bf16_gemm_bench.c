@@ -57,11 +57,14 @@ static const step_case k_cases[] = {
     {{"fc1.dwgt", 1, 0, 3072, 768, 1024, 1.0f}, 12},  {{"fc2.fwd", 0, 1, 1024, 768, 3072, 0.0f}, 12},
     {{"fc2.dinp", 0, 0, 1024, 3072, 768, 1.0f}, 12},  {{"fc2.dwgt", 1, 0, 768, 3072, 1024, 1.0f}, 12},
     {{"head.fwd/327", 0, 1, 327, 50304, 768, 0.0f}, 3},
-    {{"head.dinp/327", 0, 0, 327, 768, 50304, 1.0f}, 3},
-    {{"head.dwgt/327", 1, 0, 50304, 768, 327, 1.0f}, 3},
     {{"head.fwd/43", 0, 1, 43, 50304, 768, 0.0f}, 1},
-    {{"head.dinp/43", 0, 0, 43, 768, 50304, 1.0f}, 1},
-    {{"head.dwgt/43", 1, 0, 50304, 768, 43, 1.0f}, 1},
+    {{"head.dinp/blk", 0, 0, 1024, 768, 12576, 1.0f}, 4},
+    {{"head.dwgt/blk", 1, 0, 12576, 768, 1024, 1.0f}, 4},
+    /* before the blockwise backward: the same products on the chunks of rows */
+    {{"head.dinp/327", 0, 0, 327, 768, 50304, 1.0f}, 0},
+    {{"head.dwgt/327", 1, 0, 50304, 768, 327, 1.0f}, 0},
+    {{"head.dinp/43", 0, 0, 43, 768, 50304, 1.0f}, 0},
+    {{"head.dwgt/43", 1, 0, 50304, 768, 43, 1.0f}, 0},
 };
 
 /* Best seconds of sgemm (best[0]) and of each path (best[1..]) on one shape. */
