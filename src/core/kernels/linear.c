@@ -8,6 +8,7 @@
 
 #include <omp.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* --bf16 / --fp16: the format and the operand workspace */
 static struct {
@@ -100,10 +101,17 @@ static void forward_half(float *out, const float *inp, const uint16_t *w16, int 
     forward_half_ws(g_lb.ws, out, inp, w16, N, C, OC);
 }
 
+/* Forward rounds its input only (the weight is 16-bit already): as many rows as the workspace
+ * holds of it, so a wide linear (the output layer) runs one GEMM over all its rows too. */
+static int forward_rows(int C) {
+    const size_t r = g_lb.elems / (size_t)C;
+    return r < 1 ? 1 : r > (size_t)INT32_MAX ? INT32_MAX : (int)r;
+}
+
 static void forward_half_ws(uint16_t *ws, float *out, const float *inp, const uint16_t *w16,
                             int N, int C, int OC) {
     const half_kind k = g_lb.kind;
-    const int rows = chunk_rows_for(C, OC);
+    const int rows = forward_rows(C);
     uint16_t *in16 = ws;
     for (int r = 0; r < N; r += rows) {
         int n = N - r < rows ? N - r : rows;
