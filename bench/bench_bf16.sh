@@ -16,6 +16,7 @@
 #
 # usage: bash bench/bench_bf16.sh [BUILD=build]
 #   env: THREADS (default: all CPUs), ITERS=3 timed iterations per run after WARMUP=1, ROUNDS=2,
+#        DLM=1 (also the masked-diffusion step, fp32 and --bf16),
 #        ITERS_VAL=300, SEEDS="1 2 3 4 5", SPEED=1, ACCURACY=1, OPENBLAS_CORETYPE (default: the kernel set megadlm runs,
 #        bench/blas_kernels.sh)
 set -euo pipefail
@@ -81,6 +82,22 @@ if [ "${SPEED:-1}" = 1 ]; then
     [ $name = matmul ] && label="bf16 (oneDNN matmul forced)"
     printf "   %-30s %10.1f %10.1f %16.3f\n" "$label" "$b" "$m" "$(awk -v a="$b" -v b="$f32" 'BEGIN { print a / b }')"
   done
+  # the masked-diffusion step (difflm-noshift: the output layer on the masked rows only) alike
+  if [ "${DLM:-1}" = 1 ]; then
+    dlm=(--model-running-mode difflm-noshift --mask-token 50257 --difflm-varilen-prob 0)
+    : > "$OUT/dlm_fp32.ms"; : > "$OUT/dlm_bf16.ms"
+    for _ in $(seq "$ROUNDS"); do
+      run dlm_fp32 "MEGADLM_BF16_GEMM=auto" "${dlm[@]}"
+      run dlm_bf16 "MEGADLM_BF16_GEMM=auto" "${dlm[@]}" --bf16
+    done
+    echo "-- the same shapes as a masked-diffusion model (difflm-noshift, masked-only logits)"
+    f32=$(best "$OUT/dlm_fp32.ms")
+    for name in dlm_fp32 dlm_bf16; do
+      b=$(best "$OUT/$name.ms"); m=$(median "$OUT/$name.ms")
+      label="diffusion ${name#dlm_}"; [ $name = dlm_bf16 ] && label="diffusion bf16 (auto)"
+      printf "   %-30s %10.1f %10.1f %16.3f\n" "$label" "$b" "$m" "$(awk -v a="$b" -v b="$f32" 'BEGIN { print a / b }')"
+    done
+  fi
 fi
 
 if [ "${ACCURACY:-1}" = 1 ]; then
