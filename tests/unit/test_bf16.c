@@ -537,19 +537,12 @@ static void test_choice(void) {
          * units): cpuinfo is not the reference any more */
         printf("DNNL_MAX_CPU_ISA is set: auto not compared with /proc/cpuinfo\n");
     } else if (units >= 0) {
-        /* auto takes oneDNN exactly where the CPU has bf16 units: its matmul primitive where
-         * oneDNN may use the AMX tiles (its ISA says so once Linux granted them), its BLAS-like
-         * call where it has AVX512_BF16 only */
-        const int amx = strstr(gemm_bf16_describe(), "CPU ISA avx512_core_amx") != NULL;
-        const gemm_bf16_path want = !units ? GEMM_BF16_FALLBACK
-                                    : amx  ? GEMM_BF16_ONEDNN_MATMUL
-                                           : GEMM_BF16_ONEDNN;
+        /* auto takes oneDNN's BLAS-like call exactly where the CPU has bf16 units (AMX or
+         * AVX512_BF16), never its matmul primitive (forced only) */
+        const gemm_bf16_path want = units ? GEMM_BF16_ONEDNN : GEMM_BF16_FALLBACK;
         CHECK(gemm_bf16_current() == want);
-        printf("cpuinfo: bf16 units %s, oneDNN's ISA %s AMX; auto chose %s\n", units ? "yes" : "no",
-               amx ? "with" : "without",
-               want == GEMM_BF16_ONEDNN_MATMUL ? "oneDNN's matmul"
-               : want == GEMM_BF16_ONEDNN      ? "oneDNN's GEMM"
-                                               : "the fallback");
+        printf("cpuinfo: bf16 units %s; auto chose %s\n", units ? "yes" : "no",
+               want == GEMM_BF16_ONEDNN ? "oneDNN's GEMM" : "the fallback");
     }
 
 }

@@ -249,7 +249,7 @@ static int matmul_runs(char *impl, size_t len) {
     return 1;
 }
 
-/* The oneDNN path `want` asks for (AUTO: the fastest that runs here) into *path (FALLBACK when
+/* The oneDNN path `want` asks for (AUTO: the BLAS-like call where it runs) into *path (FALLBACK when
  * none), how it was chosen into why, oneDNN's line into g_bf16.line. -1: a forced path that
  * cannot run here. */
 static int onednn_choose(gemm_bf16_path want, const char *source, gemm_bf16_path *path,
@@ -258,8 +258,7 @@ static int onednn_choose(gemm_bf16_path want, const char *source, gemm_bf16_path
     const char *isa = onednn_isa_name(dnnl_get_effective_cpu_isa());
     const int amx = strstr(isa, "amx") != NULL;
     char impl[64] = "none";
-    const int mm = (want == GEMM_BF16_ONEDNN_MATMUL || (want == GEMM_BF16_AUTO && amx && runs)) &&
-                   matmul_runs(impl, sizeof impl);
+    const int mm = want == GEMM_BF16_ONEDNN_MATMUL && matmul_runs(impl, sizeof impl);
     *path = GEMM_BF16_FALLBACK;
     if ((want == GEMM_BF16_ONEDNN && !runs) || (want == GEMM_BF16_ONEDNN_MATMUL && !mm)) {
         err_set(err, errlen, "%s: oneDNN's bf16 %s does not run on this CPU (oneDNN's ISA here: "
@@ -274,7 +273,9 @@ static int onednn_choose(gemm_bf16_path want, const char *source, gemm_bf16_path
     } else if (want == GEMM_BF16_FALLBACK) {
         snprintf(why, whylen, "%s", source);
     } else if (units && runs) {
-        *path = mm ? GEMM_BF16_ONEDNN_MATMUL : GEMM_BF16_ONEDNN;
+        /* the BLAS-like call: as fast as the matmul primitive on AVX512_BF16 (bench/README.md),
+         * and no faster measured where oneDNN has AMX */
+        *path = GEMM_BF16_ONEDNN;
         snprintf(why, whylen, "auto: the CPU has AVX512_BF16%s", amx ? " and AMX" : "");
     } else {
         snprintf(why, whylen, "auto: %s",

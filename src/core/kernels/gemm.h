@@ -53,8 +53,10 @@ void gemm(gemm_dims d, float alpha, gemm_in A, gemm_in B, float beta, gemm_out C
  *             is OpenBLAS's sgemm of the widened values up to the order of the fp32 sums.
  * (Debian's OpenBLAS 0.3.21 is built without BUILD_BFLOAT16: it exports no cblas_sbgemm, only
  * its internal support_avx512_bf16 probe, so OpenBLAS cannot be the bf16 path.)
- * auto takes matmul where oneDNN may use AMX, oneDNN's BLAS-like call where it has AVX512_BF16
- * only (the two run at the same rate there, bench/README.md), the fallback elsewhere.
+ * auto takes oneDNN's BLAS-like call where the CPU has bf16 units (on AVX512_BF16 it runs at the
+ * measured VDPBF16PS peak and faster than matmul; where oneDNN has AMX a first measurement found
+ * matmul no faster: bench/bench_bf16_gemm.sh prints both against the measured tile peak), the
+ * fallback elsewhere.
  * The environment variable MEGADLM_BF16_GEMM = auto (default) | onednn-matmul | onednn |
  * fallback forces one.
  * Callable from every thread of a parallel region like gemm() (bracket it with
