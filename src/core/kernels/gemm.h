@@ -10,27 +10,7 @@
 #include <stddef.h>
 
 #include "core/kernels/bf16.h"
-
-typedef struct {
-    int M, N, K;
-} gemm_dims;
-
-/* An input matrix: data, row stride, transposed (op = transpose) or not. */
-typedef struct {
-    const float *p;
-    int ld;
-    int trans;
-} gemm_in;
-
-/* The output matrix: data, row stride. */
-typedef struct {
-    float *p;
-    int ld;
-} gemm_out;
-
-static inline gemm_in gemm_n(const float *p, int ld) { return (gemm_in){p, ld, 0}; }
-static inline gemm_in gemm_t(const float *p, int ld) { return (gemm_in){p, ld, 1}; }
-static inline gemm_out gemm_o(float *p, int ld) { return (gemm_out){p, ld}; }
+#include "core/kernels/matrix_views.h"
 
 void gemm(gemm_dims d, float alpha, gemm_in A, gemm_in B, float beta, gemm_out C);
 
@@ -62,15 +42,6 @@ void gemm(gemm_dims d, float alpha, gemm_in A, gemm_in B, float beta, gemm_out C
  * Callable from every thread of a parallel region like gemm() (bracket it with
  * gemm_serial_begin/end); oneDNN then runs each call on its calling thread (its OpenMP runtime
  * is libgomp, ours: it sees it is inside a parallel region). */
-typedef struct {
-    const bf16 *p;
-    int ld;
-    int trans;
-} gemm_in_bf16;
-
-static inline gemm_in_bf16 gemm_n_bf16(const bf16 *p, int ld) { return (gemm_in_bf16){p, ld, 0}; }
-static inline gemm_in_bf16 gemm_t_bf16(const bf16 *p, int ld) { return (gemm_in_bf16){p, ld, 1}; }
-
 void gemm_bf16(gemm_dims d, float alpha, gemm_in_bf16 A, gemm_in_bf16 B, float beta, gemm_out C);
 
 typedef enum {

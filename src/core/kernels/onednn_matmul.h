@@ -16,7 +16,7 @@
 
 #include <stddef.h>
 
-#include "core/kernels/gemm.h"
+#include "core/kernels/matrix_views.h"
 
 /* Creates oneDNN's CPU engine and stream, once. 0, or -1 with a message. */
 int onednn_matmul_init(char *err, size_t errlen);
