@@ -9,9 +9,13 @@
 #      symbols grouped into kinds (GEMM kernel, GEMM packing, waiting threads, optimizer,
 #      cross-entropy, ...), as shares of all samples (both threads).
 # Shares are ratios within one run, so they hold on a shared machine better than times do.
+# PRECISION=bf16 profiles the --bf16 step instead: part 1 is skipped (its GEMMs are oneDNN's JIT
+# code, which no sgemm wrapper sees) and part 2 counts the JIT code as GEMM kernel and the
+# bf16 conversions as their own kind.
 #
 # usage: bash bench/bench_profile.sh [BUILD=build]
-#   env: ITERS=3 WARMUP=1 THREADS=$(nproc) OPENBLAS_CORETYPE (default: the kernels megadlm runs)
+#   env: ITERS=3 WARMUP=1 THREADS=$(nproc) PRECISION=fp32|bf16 OPENBLAS_CORETYPE (default: the
+#        kernels megadlm runs)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=$(cd "${1:-$ROOT/build}" && pwd)
@@ -29,7 +33,9 @@ CC_BLAS=(-I/usr/include/x86_64-linux-gnu/openblas-openmp -L"$OMP_BLAS" -Wl,-rpat
 gcc -O2 -std=c11 -fopenmp "${CC_BLAS[@]}" "$ROOT/bench/sgemm_bench.c" -lopenblas -o "$OUT/sgemm_bench"
 gcc -O2 -shared -fPIC "${CC_BLAS[@]}" "$ROOT/bench/gemm_profile.c" -o "$OUT/gemm_profile.so" -ldl -lpthread
 
-echo "== where the step's time goes: GPT-2 124M (L=12 h=768 s=256 b=4 V=$VOCAB), fp32," \
+PRECISION=${PRECISION:-fp32}
+case $PRECISION in fp32 | bf16) ;; *) die "PRECISION=$PRECISION: expected fp32 or bf16" ;; esac
+echo "== where the step's time goes: GPT-2 124M (L=12 h=768 s=256 b=4 V=$VOCAB), $PRECISION," \
   "$THREADS threads, $WARMUP warm-up + $ITERS timed iterations"
 echo "   $(date -u '+%Y-%m-%d %H:%M UTC') | $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')" \
   "| OpenBLAS kernels $OPENBLAS_CORETYPE | load average $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -38,9 +44,16 @@ train=(train --num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-le
        --mock-data --tokenizer-type NullTokenizer --vocab-size 50256
        --train-iters $((WARMUP + ITERS)) --lr 6e-4 --hidden-dropout 0 --attention-dropout 0
        --log-interval 1 --eval-iters 0)
+[ "$PRECISION" = bf16 ] && train+=(--bf16)
 iter_ms() { grep -o 'elapsed time per iteration (ms): [0-9.]*' "$1" | awk '{ print $NF }'; }
 
 # ---- 1. GEMMs
+if [ "$PRECISION" = bf16 ]; then
+  echo "-- GEMMs: oneDNN's JIT code under --bf16: their share is the profile's GEMM kernel below"
+  OMP_NUM_THREADS=$THREADS "$BUILD/megadlm" "${train[@]}" > "$OUT/gemm_run.log" 2>&1 ||
+    { tail -5 "$OUT/gemm_run.log" >&2; die "megadlm failed (log: $OUT/gemm_run.log)"; }
+  echo "   $(grep -m1 '^> bf16 GEMM' "$OUT/gemm_run.log")"
+else
 OMP_NUM_THREADS=$THREADS "$OUT/sgemm_bench" 1 > "$OUT/sgemm.log"
 OMP_NUM_THREADS=$THREADS GEMM_PROFILE_OUT="$OUT/gemms.txt" GEMM_PROFILE_VOCAB=$VOCAB \
   LD_PRELOAD="$OUT/gemm_profile.so" "$BUILD/megadlm" "${train[@]}" > "$OUT/gemm_run.log" 2>&1 ||
@@ -66,6 +79,7 @@ awk -v T="$total_s" -v th="$THREADS" -v alone="$best_alone" '
     printf "%-34s %8.3f %7.1f%%\n", "all GEMMs", all, 100 * all / T
     printf "%-34s %8.3f %7.1f%%\n", "outside GEMMs", T - all, 100 * (T - all) / T
     printf "sgemm alone, best layout, hot caches: %.1f GFLOP/s\n", alone }' "$OUT/gemms.txt"
+fi
 
 # ---- 2. every operation, sampled
 echo
@@ -77,9 +91,13 @@ fi
 start_ms=$(iter_ms "$OUT/gemm_run.log" | head -n "$WARMUP" | awk '{ s += $1 } END { printf "%d", s + 3000 }')
 OMP_NUM_THREADS=$THREADS perf record -q -e cpu-clock -F 499 -D "$start_ms" -o "$OUT/perf.data" \
   "$BUILD/megadlm" "${train[@]}" > "$OUT/perf_run.log" 2>&1 || die "perf record failed"
-perf report -i "$OUT/perf.data" --no-children --sort symbol --stdio 2> /dev/null |
-  awk '/^ *[0-9.]+%/ { p = $1; sub("%", "", p); $1 = ""; sym = $0
-    if (sym ~ /sgemm_kernel|sgemm_small_kernel/) k = "GEMM kernel"
+perf report -i "$OUT/perf.data" --no-children --sort dso,symbol --stdio 2> /dev/null |
+  awk '/^ *[0-9.]+%/ { p = $1; sub("%", "", p); dso = ""; sym = ""
+    for (i = 2; i <= NF; i++) if ($i == "[.]" || $i == "[k]") break; else dso = dso " " $i
+    for (j = i + 1; j <= NF; j++) sym = sym " " $j
+    if (dso ~ /\[JIT\]/) k = "GEMM kernel (oneDNN JIT code)"
+    else if (sym ~ /bf16_|half_|fp16_|_round_f32|widen/) k = "bf16 conversions (rounding, widening)"
+    else if (sym ~ /sgemm_kernel|sgemm_small_kernel/) k = "GEMM kernel"
     else if (sym ~ /sgemm_(on|ot|in|it)copy|sgemm_beta|gemm_thread|inner_thread/) k = "GEMM packing, scaling"
     else if (sym ~ /sched_yield|__schedule|do_syscall|schedule$|futex|0x0000/) k = "waiting threads (yield, OpenMP)"
     else if (sym ~ /adamw|sumsq|clip|optimizer|grad_scaler/) k = "optimizer (AdamW, grad norm, clip)"

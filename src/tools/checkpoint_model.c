@@ -125,6 +125,7 @@ static gpt_model *load_model(const megadlm_args *saved, const char *dir, int ite
      * from splitting them) */
     megadlm_args a = *saved; /* a shallow copy: only the model's fields are read */
     args_one_process(&a);
+    a.bf16 = l->bf16; /* the checkpoint's precision was put aside by load_args */
     /* before allocating a model read from state.json: its file must hold that many values */
     char model_path[PATH_MAX + 64];
     snprintf(model_path, sizeof model_path, "%s/iter_%07d/model.safetensors", dir, iteration);
@@ -142,6 +143,7 @@ static gpt_model *load_model(const megadlm_args *saved, const char *dir, int ite
      * must the finiteness of the slices, which differ from rank to rank */
     int rc = dist_ckpt_load_tensors(dir, iteration, &m->cfg, &m->params, NULL, 0, why,
                                     sizeof why);
+    if (rc == 0) gpt_model_params_to_bf16(m); /* --bf16: the copy the GEMMs read */
     if (rc == 0) {
         int bad = ckpt_check_finite(&m->params, 0, why, sizeof why);
         if (bad && l->tp_size > 1) /* its element index counts in the slice */

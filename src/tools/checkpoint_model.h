@@ -37,11 +37,14 @@ int checkpoint_model_open(checkpoint_model *cm, const char *tool, const char *di
 
 /* How the model runs: split over tp_size ranks (the tensor-parallel groups already set up
  * with that size), forwards of up to max_batch sequences, packed_docs for the document
- * arrays batches of left-padded prompts need. */
+ * arrays batches of left-padded prompts need; bf16: in bf16 as a --bf16 training run's
+ * forward (the weights rounded to bf16 from the checkpoint's values, the GEMMs gemm_bf16's),
+ * else in fp32. */
 typedef struct {
     int tp_size;
     int max_batch;
     int packed_docs;
+    int bf16;
 } checkpoint_model_layout;
 
 /* Then its model, this rank's slices of the parameters loaded and checked finite. Collective

@@ -24,7 +24,7 @@
 typedef struct {
     const char *load, *task_file;
     eval_task_type type;
-    int mc_num, limit, json, log_samples;
+    int mc_num, limit, json, log_samples, bf16;
     uint64_t seed;
     tokenizer_options files;
 } eval_args;
@@ -44,6 +44,8 @@ static void print_help(FILE *out) {
             "  --seed S              masked diffusion: the draws' seed              (1234)\n"
             "  --json                the scores as one JSON object\n"
             "  --log-samples         then every request's result, one JSON line each\n"
+            "  --bf16                score with the model in bf16, as a --bf16 training run's\n"
+            "                        forward (default: fp32)\n"
             "  --vocab-file F, --merge-file F, --tokenizer-model F\n"
             "                        tokenizer files instead of the checkpoint's\n"
             "Under mpirun -np N, request i is scored on rank i %% N; the results are those of\n"
@@ -89,7 +91,7 @@ static int parse(eval_args *e, int argc, char **argv) {
         {"task-type", required_argument, 0, 't'}, {"mc-num", required_argument, 0, 'm'},
         {"limit", required_argument, 0, 'n'},    {"seed", required_argument, 0, 's'},
         {"json", no_argument, 0, 'j'},           {"help", no_argument, 0, 'h'},
-        {"log-samples", no_argument, 0, 'L'},
+        {"log-samples", no_argument, 0, 'L'},   {"bf16", no_argument, 0, 'X'},
         TOKENIZER_FILE_LONG_OPTIONS,             {0, 0, 0, 0}};
     *e = (eval_args){.type = EVAL_TASK_INFER, .mc_num = 128, .seed = 1234};
     opterr = 0;
@@ -106,6 +108,7 @@ static int parse(eval_args *e, int argc, char **argv) {
         case 's': rc = parse_seed(optarg, &e->seed); break;
         case 'j': e->json = 1; break;
         case 'L': e->log_samples = 1; break;
+        case 'X': e->bf16 = 1; break;
         case 'h': print_help(stdout); return 1;
         case ':': fprintf(stderr, "error: %s: expects a value\n", argv[optind - 1]); return -1;
         default:
@@ -217,7 +220,8 @@ int eval_main(int argc, char **argv) {
     /* the batch of draws only for masked diffusion; an autoregressive request is one row */
     if (checkpoint_model_open(&cm, "eval", e.load, &e.files) != 0) return 1;
     const checkpoint_model_layout layout = {.tp_size = 1,
-                                            .max_batch = cm.diffusion ? EVAL_DRAW_BATCH : 1};
+                                            .max_batch = cm.diffusion ? EVAL_DRAW_BATCH : 1,
+                                            .bf16 = e.bf16};
     if (checkpoint_model_build(&cm, e.load, &layout) != 0) return 1;
     ll_scorer s;
     eval_task t;

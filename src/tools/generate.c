@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/kernels/gemm.h"
 #include "core/models/gpt_model.h"
 #include "core/parallel_state.h"
 #include "core/random/philox.h"
@@ -41,6 +42,7 @@ typedef struct {
     int full_logits; /* --difflm-full-logits */
     float threshold, factor; /* Fast-dLLM's parallel unmasking (0: off) */
     dlm_cache cache;        /* --cache; for autoregressive models prefix = the KV cache */
+    int bf16;               /* --bf16: the model's GEMMs in bf16, as a --bf16 run's forward */
     /* a flag of one family that was given (for the message when the checkpoint is of the
      * other family), NULL when none was */
     const char *given_ar, *given_dlm;
@@ -61,6 +63,10 @@ static void print_help(FILE *out) {
             "                        refreshed at each block; autoregressive: prefix = the\n"
             "                        key/value cache)                               (none)\n"
             "  --seed S              random seed                                    (1234)\n"
+            "  --bf16                run the model in bf16 as a --bf16 training run's forward\n"
+            "                        does: bf16 weights and GEMM operands, fp32 sums (the\n"
+            "                        AMX or AVX512_BF16 units where the CPU has them); off:\n"
+            "                        fp32, a 16-bit checkpoint's weights widened exactly (off)\n"
             "  --tensor-model-parallel-size N\n"
             "                        split the model over N ranks as training does (run\n"
             "                        under mpirun -np N; any saved layout loads; every\n"
@@ -254,6 +260,7 @@ static int parse(generate_args *g, int argc, char **argv) {
         {"input-file", required_argument, 0, 'I'},
         {"inference-max-batch-size", required_argument, 0, 'B'},
         {"tensor-model-parallel-size", required_argument, 0, 'T'},
+        {"bf16", no_argument, 0, 'X'},
         {0, 0, 0, 0}};
     *g = (generate_args){.max_new_tokens = 64, .temperature = 1.0f, .seed = 1234,
                          .gen_length = 128, .steps = 128, .max_batch = 8,
@@ -269,6 +276,7 @@ static int parse(generate_args *g, int argc, char **argv) {
         if (w > 0) continue;
         switch (c) {
         case 'h': print_help(stdout); return 1;
+        case 'X': g->bf16 = 1; break;
         case 'n': case 't': case 'k': case 'P': case 's': case 'g': case 'S': case 'b':
         case 'B': case 'H': case 'A': case 'T':
             if (set_number(g, c, optarg) != 0) return -1;
@@ -623,8 +631,11 @@ static int setup_ranks(const generate_args *g) {
 static int build_engine(generate_run *gr, checkpoint_model *cm, int B) {
     const generate_args *g = gr->g;
     const checkpoint_model_layout layout = {.tp_size = g->tp_size, .max_batch = B,
-                                            .packed_docs = B > 1 /* left padding */};
+                                            .packed_docs = B > 1 /* left padding */,
+                                            .bf16 = g->bf16};
     if (checkpoint_model_build(cm, g->load, &layout) != 0) return 1;
+    if (g->bf16 && parallel_world_rank() == 0)
+        fprintf(stderr, "> --bf16: %s\n", gemm_bf16_describe());
     gr->e.m = cm->model;
     gr->e.st = cm->store;
     const int T = cm->model->cfg.seq_length;

@@ -229,7 +229,7 @@ static int train_step(trainer *tr, float *loss_out, float *grad_norm_out, int *b
         if (!tr->fsdp_params) /* FSDP gathers each unit when it is needed */
             ddp_start_param_sync(tr->ddp); /* completed by the next forward with overlap */
     } else {
-        optimizer_step(ps, &tr->oc, lr, tr->optimizer_steps);
+        optimizer_step(ps, &tr->oc, lr, tr->optimizer_steps, tc_half(&tr->model->cfg));
     }
     /* --bf16 / --fp16: the updated main parameters (the distributed optimizer rounded its
      * pieces and gathered the copy; with --overlap-param-gather the gather is in flight and
@@ -238,8 +238,9 @@ static int train_step(trainer *tr, float *loss_out, float *grad_norm_out, int *b
         return 1;
     if (tr->dopt && tr->a->overlap_param_gather)
         gpt_model_params_gathering(tr->model);
-    else
-        gpt_model_params_to_bf16(tr->model);
+    else /* the 16-bit copy is rounded (by AdamW's pass, or the distributed optimizer's pieces
+          * gathered): the tensors the model reads widened from it */
+        gpt_model_params_widen(tr->model, 0, ps->numel);
     return 1;
 }
 

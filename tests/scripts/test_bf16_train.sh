@@ -11,8 +11,8 @@
 #    statistics in bf16 (2 bytes), in every recompute mode;
 #  - the loss stays close to the fp32 run's (first iteration within 1e-2 relative);
 #  - every recompute mode gives byte-identical parameters and optimizer state to no
-#    recomputation under --bf16, and so does a resumed run; both bf16 GEMM paths (oneDNN where
-#    it runs, and the fallback), both families.
+#    recomputation under --bf16, and so does a resumed run; every bf16 GEMM path that runs here
+#    (auto, the fallback, oneDNN's matmul primitive), both families.
 # The checkpoint files under --bf16, loads across precisions, convert and generate:
 # test_bf16_checkpoint.sh.
 set -euo pipefail
@@ -131,6 +131,13 @@ same() { same_ckpt "$1" "$2" 5; }
 paths=(auto)
 MEGADLM_BF16_GEMM=fallback "$MEGADLM" train "${common[@]}" --bf16 --exit-interval 1 > probe.log 2>&1 &&
   paths+=(fallback)
+# oneDNN's matmul primitive where it runs (auto's choice on AMX CPUs)
+if MEGADLM_BF16_GEMM=onednn-matmul "$MEGADLM" train "${common[@]}" --bf16 --exit-interval 1 > probe.log 2>&1; then
+  grep -q 'bf16 GEMM: oneDNN .* matmul primitive' probe.log || say_fail "onednn-matmul: the log names another GEMM"
+  paths+=(onednn-matmul)
+elif ! grep -q 'does not run on this CPU\|without oneDNN' probe.log; then
+  say_fail "MEGADLM_BF16_GEMM=onednn-matmul failed: $(tail -1 probe.log)"
+fi
 for path in "${paths[@]}"; do
   for family in gpt2 llama; do
     extra=()

@@ -6,7 +6,8 @@
 # with 4096 draws the estimate of short continuations (3 and 4 tokens) lies within 4 standard
 # errors of the exact expectation over every mask count and every mask (enumerated in Python).
 # A request whose context is cut on the left to fit the model (seq-length - 1 tokens) and one
-# with an empty context are among them.
+# with an empty context are among them. And eval --bf16 (an autoregressive model) against the
+# emulation of megadlm's bf16 rounding points, fp32 against PyTorch's fp32.
 set -uo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -39,5 +40,30 @@ printf '3 4 5 6 | 7 8 9\n20 21 22 23 24 25 | 26 27 28 29\n' > short.tokens
 "$MEGADLM" eval --load dlm --task-file short.jsonl --mc-num 4096 --seed 5 --json --log-samples > many.out 2>&1 ||
     { echo "FAILED: eval with 4096 draws"; tail -5 many.out; exit 1; }
 /usr/bin/python3 "$SRC/tests/python/eval_difflm_torch.py" dlm many.out 5 4096 short.tokens "${model[@]}" exact=1 || fail=1
-[ $fail = 0 ] && echo "PASS: the diffusion log-likelihood equals PyTorch's on the same draws and converges to the exact ELBO"
+# --bf16: an autoregressive model of torch_gpt.py's "gpt" configuration, its log-likelihoods in
+# fp32 against PyTorch's and under --bf16 against the emulation of megadlm's bf16 rounding
+# points (tests/python/eval_bf16_torch.py), for every bf16 GEMM that runs here
+"$MEGADLM" train --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 16 \
+    --max-position-embeddings 32 --ffn-hidden-size 256 --mock-data --vocab-size 300 \
+    --micro-batch-size 4 --global-batch-size 4 --lr 3e-3 --train-iters 20 --hidden-dropout 0 \
+    --attention-dropout 0 --log-interval 10 --eval-iters 0 --save gpt > train_gpt.log 2>&1 ||
+    { echo "FAILED: training the gpt model"; tail -5 train_gpt.log; exit 1; }
+cat > ar.jsonl <<'T'
+{"context": "3 4 5 6 7", "continuation": " 8 9 10 11"}
+{"context": "100 17 250", "continuation": " 31 2 299 5 6 7"}
+{"context": "12", "continuation": " 13"}
+T
+printf '3 4 5 6 7 | 8 9 10 11\n100 17 250 | 31 2 299 5 6 7\n12 | 13\n' > ar.tokens
+"$MEGADLM" eval --load gpt --task-file ar.jsonl --json --log-samples > ar_fp32.out 2>&1 ||
+    { echo "FAILED: eval"; tail -5 ar_fp32.out; fail=1; }
+for path in auto fallback onednn-matmul; do
+  if ! MEGADLM_BF16_GEMM=$path "$MEGADLM" eval --load gpt --task-file ar.jsonl --json --log-samples \
+      --bf16 > "ar_bf16_$path.out" 2>&1; then
+    grep -q 'does not run on this CPU\|without oneDNN' "ar_bf16_$path.out" && { echo "($path: not here)"; continue; }
+    echo "FAILED: eval --bf16 ($path)"; tail -5 "ar_bf16_$path.out"; fail=1; continue
+  fi
+  echo "-- --bf16 with MEGADLM_BF16_GEMM=$path"
+  /usr/bin/python3 "$SRC/tests/python/eval_bf16_torch.py" gpt ar.tokens ar_fp32.out "ar_bf16_$path.out" || fail=1
+done
+[ $fail = 0 ] && echo "PASS: the diffusion log-likelihood equals PyTorch's on the same draws and converges to the exact ELBO; --bf16 the bf16 emulation's"
 exit $fail

@@ -13,6 +13,8 @@
 #   and Llama-style models, also past the model's length (the window then slides uncached);
 # - batches: prompts of different lengths, left-padded in one batch, give the text each gives
 #   alone (both families, with and without a cache);
+# - --bf16 runs the model in bf16 (named on stderr): greedy text still continues the runs, the
+#   caches' and batches' identities hold in bf16;
 # - bad flags are refused with their names.
 set -uo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -102,6 +104,26 @@ for args in "--load dlm --gen-length 8 --block-length 4 --steps 8" \
   [ "$(wc -l <<<"$single")" = 3 ] && [ "$single" = "$three" ] || bad "$args: batch of 3 '$three' vs one by one '$single'"
 done
 grep -q '^{"context": "10 11 12 13 14", "continuation": " 15 16' <<<"$three" || bad "the JSON line of a prompt: $three"
+
+# ---- --bf16: the model in bf16 (the bf16 GEMM named on stderr); a run learned by a --bf16 model
+# still continues, the caches' identities hold in bf16 too, and batches give each prompt's text
+said=$("$MEGADLM" generate --load gpt --prompt "3 4 5" --max-new-tokens 4 --top-k 1 --bf16 2>&1 >/dev/null)
+grep -q '^> --bf16: bf16 GEMM: ' <<<"$said" || bad "generate --bf16 names no bf16 GEMM: $said"
+one=(--load dlm_rope --prompt "3 4 5" --gen-length 16 --block-length 4 --steps 4 --bf16)
+want=$(gen "${one[@]}")
+for c in prefix dual; do
+  got=$(gen "${one[@]}" --cache $c)
+  [ -n "$want" ] && [ "$got" = "$want" ] || bad "dlm_rope --bf16 --cache $c, one round a block: '$got' vs uncached '$want'"
+done
+for ck in gpt llama; do
+  want=$(gen --load $ck --prompt "10 11 12" --max-new-tokens 20 --top-k 1 --bf16)
+  got=$(gen --load $ck --prompt "10 11 12" --max-new-tokens 20 --top-k 1 --bf16 --cache prefix)
+  [ "$want" = "$(seq -s ' ' 10 32)" ] || bad "$ck --bf16: greedy '$want' does not continue the run"
+  [ "$got" = "$want" ] || bad "$ck --bf16 --cache prefix: '$got' vs uncached '$want'"
+done
+single=$(gen --load llama --max-new-tokens 8 --top-k 1 --bf16 --input-file prompts.txt --inference-max-batch-size 1)
+three=$(gen --load llama --max-new-tokens 8 --top-k 1 --bf16 --input-file prompts.txt --inference-max-batch-size 3)
+[ "$single" = "$three" ] || bad "--bf16 batch of 3 '$three' vs one by one '$single'"
 
 # ---- bad flags
 expect() { local want=$1; shift; expect_error "$want" "$MEGADLM" generate "$@" || fail=1; }

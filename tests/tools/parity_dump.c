@@ -334,8 +334,8 @@ int main(int argc, char **argv) {
         coeffs[it] = coeff < 1.0f ? coeff : 1.0f;
         clipped += coeff < 1.0f;
         lrs[it] = (float)lr_scheduler_get(&sched, (int64_t)consumed);
-        optimizer_step(ps, &s.oc, lrs[it], it + 1);
-        gpt_model_params_to_bf16(m); /* as train_step does (no-op in fp32) */
+        optimizer_step(ps, &s.oc, lrs[it], it + 1, HALF_NONE);
+        gpt_model_params_to_bf16(m); /* the bits of train_step's fused pass (no-op in fp32) */
         consumed += gbs;
         printf("  step %d: loss %.7f grad norm %.6f (clip coeff %.4f) lr %.6e\n", it + 1,
                losses[it], norms[it], coeffs[it], lrs[it]);

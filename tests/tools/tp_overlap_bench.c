@@ -144,7 +144,7 @@ static void iteration(gpt_model *m, activation_store *st, const megadlm_args *a,
     gpt_model_forward(m, st, batch, step);
     gpt_model_backward(m, st, 1.0f);
     finalize_model_grads(NULL, &m->params, m->spec.tied_embedding);
-    optimizer_step(&m->params, oc, 0.0f, it + 1);
+    optimizer_step(&m->params, oc, 0.0f, it + 1, HALF_NONE);
 }
 
 static int cmp_double(const void *x, const void *y) {

@@ -36,6 +36,7 @@
 
 #include "core/kernels/bf16.h"
 #include "core/kernels/gemm.h"
+#include "core/kernels/onednn_matmul.h"
 #include "test_util.h"
 
 static uint32_t f2u(float x) {
@@ -388,6 +389,43 @@ static void test_gemm_path(const char *path) {
     CHECK(failed == 0);
 }
 
+/* The matmul primitive's cache: a key's second call reuses its primitive and gives the first
+ * call's bits; another beta (or stride) is another primitive; the step's shapes (the output
+ * layer's chunk among them) agree with the fallback within the bound of check_case. */
+static void test_matmul_cache(void) {
+    onednn_matmul_clear();
+    CHECK(onednn_matmul_cached() == 0);
+    enum { M = 96, N = 80, K = 300 };
+    float *A = malloc(sizeof(float) * M * K), *B = malloc(sizeof(float) * K * N);
+    bf16 *A16 = malloc(sizeof(bf16) * M * K), *B16 = malloc(sizeof(bf16) * K * N);
+    float C1[M * N], C2[M * N];
+    for (int i = 0; i < M * K; i++) A[i] = (float)(rnd() * 2 - 1);
+    for (int i = 0; i < K * N; i++) B[i] = (float)(rnd() * 2 - 1);
+    bf16_from_f32(A16, A, (size_t)M * K);
+    bf16_from_f32(B16, B, (size_t)K * N);
+    const gemm_dims d = {M, N, K};
+    gemm_bf16(d, 1.0f, gemm_n_bf16(A16, K), gemm_t_bf16(B16, K), 0.0f, gemm_o(C1, N));
+    CHECK(onednn_matmul_cached() == 1);
+    gemm_bf16(d, 1.0f, gemm_n_bf16(A16, K), gemm_t_bf16(B16, K), 0.0f, gemm_o(C2, N));
+    CHECK(onednn_matmul_cached() == 1 && memcmp(C1, C2, sizeof C1) == 0);
+    gemm_bf16(d, 1.0f, gemm_n_bf16(A16, K), gemm_t_bf16(B16, K), 1.0f, gemm_o(C2, N));
+    CHECK(onednn_matmul_cached() == 2);
+    int twice = 0; /* beta = 1 accumulated the same product onto itself */
+    for (int i = 0; i < M * N; i++) twice += fabsf(C2[i] - 2 * C1[i]) > 1e-5f * (1 + fabsf(C1[i]));
+    CHECK(twice == 0);
+    CHECK(onednn_matmul_refused() == 0);
+    printf("onednn-matmul cache: %d primitives, implementation %s\n", onednn_matmul_cached(),
+           onednn_matmul_impl());
+    free(A);
+    free(B);
+    free(A16);
+    free(B16);
+    /* GPT shapes: a layer's weight gradient and an output-layer chunk (scaled down in K) */
+    run_case("onednn-matmul (step shapes)", 256, 96, 1024, 1, 0, 0, 1.0f, 1.0f);
+    run_case("onednn-matmul (step shapes)", 43, 2000, 768, 0, 1, 0, 1.0f, 0.0f);
+    run_case("onednn-matmul (step shapes)", 43, 96, 5000, 0, 0, 1, 1.0f, 1.0f);
+}
+
 static void test_fallback_tiles(void) {
     /* the workspace limited so that tiles split M, N and K (K steps of at least 256, balanced:
      * 600 = 3 x 200, 513 = 3 x 171; M and N share the rest): at 512 floats, mb + nb = 2; at
@@ -499,11 +537,14 @@ static void test_choice(void) {
          * units): cpuinfo is not the reference any more */
         printf("DNNL_MAX_CPU_ISA is set: auto not compared with /proc/cpuinfo\n");
     } else if (units >= 0) {
-        /* auto takes oneDNN exactly where the CPU has bf16 units */
-        CHECK(gemm_bf16_current() == (units ? GEMM_BF16_ONEDNN : GEMM_BF16_FALLBACK));
+        /* auto takes oneDNN's BLAS-like call exactly where the CPU has bf16 units (AMX or
+         * AVX512_BF16), never its matmul primitive (forced only) */
+        const gemm_bf16_path want = units ? GEMM_BF16_ONEDNN : GEMM_BF16_FALLBACK;
+        CHECK(gemm_bf16_current() == want);
         printf("cpuinfo: bf16 units %s; auto chose %s\n", units ? "yes" : "no",
-               gemm_bf16_current() == GEMM_BF16_ONEDNN ? "oneDNN" : "the fallback");
+               want == GEMM_BF16_ONEDNN ? "oneDNN's GEMM" : "the fallback");
     }
+
 }
 
 int main(void) {
@@ -522,6 +563,18 @@ int main(void) {
         test_gemm_path("onednn");
     } else {
         printf("SKIPPED onednn: %s\n", err);
+    }
+
+    if (gemm_bf16_use(GEMM_BF16_ONEDNN_MATMUL, err, sizeof err) == 0) {
+        CHECK(gemm_bf16_current() == GEMM_BF16_ONEDNN_MATMUL);
+        printf("%s\n", gemm_bf16_describe());
+        CHECK(strstr(gemm_bf16_describe(), "matmul primitive") &&
+              !strstr(gemm_bf16_describe(), "(ref"));
+        test_gemm_path("onednn-matmul");
+        test_matmul_cache();
+    } else {
+        CHECK(!gemm_bf16_onednn_built() || strstr(err, "matmul primitive does not run"));
+        printf("SKIPPED onednn-matmul: %s\n", err);
     }
 
     /* fp16 operands: the converted tiles, whichever bf16 implementation is in use */

@@ -230,7 +230,7 @@ static void test_dp1_equals_adamw(void) {
         CHECK_CLOSE(n2, n1, 1e-6, 0);
         optimizer_clip_grads(&p, n1, 0.5f);
         dist_opt_clip_grads(o, n1, 0.5f);
-        optimizer_step(&p, &oc, 1e-2f, step);
+        optimizer_step(&p, &oc, 1e-2f, step, HALF_NONE);
         dist_opt_step(o, &oc, 1e-2f, step);
         same &= memcmp(p.data, q.data, p.numel * sizeof(float)) == 0;
     }

@@ -197,7 +197,7 @@ static void check_determinism_and_no_alloc(transformer_config c) {
         gpt_model_backward(m, s, 1.0f);
         float norm = optimizer_grad_norm(&m->params);
         optimizer_clip_grads(&m->params, norm, oc.clip_grad);
-        optimizer_step(&m->params, &oc, 1e-3f, it);
+        optimizer_step(&m->params, &oc, 1e-3f, it, HALF_NONE);
     }
     CHECK(mem_alloc_count() == before);
     CHECK(mem_total_peak() == peak);

@@ -166,14 +166,80 @@ static void embedding_half(void) {
     CHECK(bad == 0);
 }
 
+/* A linear whose rows do not fit one chunk (N = 7 rows of C = 1 input and OC = 2.5 M outputs:
+ * the workspace, 16 Mi values, holds 6 rows of both operands): backward runs in 2 blocks of the
+ * outputs over all rows (linear.c's backward_blocks). dgrad (K = OC, summed over both blocks)
+ * and wgrad against double sums of the rounded operands; wgrad of all rows by
+ * linear_backward_wgrad_rows is linear_backward's bit for bit, and in 3 tiles whose edges fall
+ * inside the blocks within the same bound; forward over all rows in one GEMM within its bound. */
+static void blockwise(void) {
+    enum { BN = 7, BC = 1 };
+    const int OCB = 2500000;
+    float *w = malloc(sizeof(float) * OCB), *dout = malloc(sizeof(float) * BN * OCB);
+    uint16_t *w16 = malloc(sizeof(uint16_t) * OCB);
+    float *dw = calloc(OCB, sizeof(float)), *dwt = calloc(OCB, sizeof(float)),
+          *dw1 = calloc(OCB, sizeof(float)), *out = malloc(sizeof(float) * BN * OCB);
+    float inp[BN * BC], din[BN * BC] = {0};
+    philox_fill_normal(w, OCB, 1.0f, 2, 0);
+    philox_fill_normal(dout, (size_t)BN * OCB, 1.0f, 2, 1);
+    philox_fill_normal(inp, BN * BC, 1.0f, 2, 2);
+    half_from_f32(g_kind, w16, w, OCB);
+    const linear_weight lw = {NULL, w16};
+    linear_half_setup(g_kind, BN, (int)(LINEAR_BF16_WS_ELEMS / 4));
+    linear_backward(din, dw, NULL, dout, inp, lw, BN, BC, OCB);
+    int bd = 0, bw = 0, bt = 0, bf = 0;
+    for (int n = 0; n < BN; n++) {
+        double sum = 0, mag = 0;
+        for (int o = 0; o < OCB; o++) {
+            const double p = (double)r16(dout[(size_t)n * OCB + o]) * r16(w[o]);
+            sum += p;
+            mag += fabs(p);
+        }
+        bd += within(&din[n], &sum, &mag, 1, OCB);
+    }
+    /* wgrad in 3 tiles: edges at 1/3 and 2/3 of OC, inside the blocks of OC / 2 */
+    const int t1 = OCB / 3, t2 = 2 * OCB / 3;
+    linear_backward_wgrad_rows(dwt, dout, inp, lw, BN, BC, OCB, 0, t1);
+    linear_backward_wgrad_rows(dwt, dout, inp, lw, BN, BC, OCB, t1, t2 - t1);
+    linear_backward_wgrad_rows(dwt, dout, inp, lw, BN, BC, OCB, t2, OCB - t2);
+    linear_backward_wgrad_rows(dw1, dout, inp, lw, BN, BC, OCB, 0, OCB);
+    for (int o = 0; o < OCB; o++) {
+        double sum = 0, mag = 0;
+        for (int n = 0; n < BN; n++) {
+            const double p = (double)r16(dout[(size_t)n * OCB + o]) * r16(inp[n]);
+            sum += p;
+            mag += fabs(p);
+        }
+        bw += within(&dw[o], &sum, &mag, 1, BN);
+        bt += within(&dwt[o], &sum, &mag, 1, BN);
+    }
+    linear_forward(out, inp, lw, NULL, BN, BC, OCB);
+    for (size_t i = 0; i < (size_t)BN * OCB; i++) {
+        const double want = (double)r16(inp[i / OCB]) * r16(w[i % OCB]), mag = fabs(want);
+        bf += within(&out[i], &want, &mag, 1, BC);
+    }
+    printf("%s blockwise backward (N %d, OC %d): dgrad %d, wgrad %d, wgrad in 3 tiles %d, "
+           "forward %d outside the bound\n", half_kind_name(g_kind), BN, OCB, bd, bw, bt, bf);
+    CHECK(bd == 0 && bw == 0 && bt == 0 && bf == 0);
+    CHECK(memcmp(dw1, dw, sizeof(float) * OCB) == 0);
+    linear_half_setup(HALF_NONE, 0, 0);
+    free(w);
+    free(dout);
+    free(w16);
+    free(dw);
+    free(dwt);
+    free(dw1);
+    free(out);
+}
+
 int main(void) {
     char err[256];
-    const char *paths[] = {"onednn", "fallback"};
-    const gemm_bf16_path ids[] = {GEMM_BF16_ONEDNN, GEMM_BF16_FALLBACK};
+    const char *paths[] = {"onednn", "onednn-matmul", "fallback"};
+    const gemm_bf16_path ids[] = {GEMM_BF16_ONEDNN, GEMM_BF16_ONEDNN_MATMUL, GEMM_BF16_FALLBACK};
     CHECK(gemm_bf16_init(err, sizeof err) == 0);
     g_kind = HALF_BF16;
     embedding_half();
-    for (int p = 0; p < 2; p++) {
+    for (int p = 0; p < 3; p++) {
         if (gemm_bf16_use(ids[p], err, sizeof err) != 0) {
             printf("%s: not available here (%s)\n", paths[p], err);
             continue;
@@ -185,12 +251,14 @@ int main(void) {
         snprintf(what, sizeof what, "%s, chunks of %d rows", paths[p],
                  (int)(LINEAR_BF16_WS_ELEMS / (2 * (LINEAR_BF16_WS_ELEMS / 4))));
         run((int)(LINEAR_BF16_WS_ELEMS / 4), what);
+        blockwise();
     }
     /* fp16: the converted tiles whatever MEGADLM_BF16_GEMM chose */
     g_kind = HALF_FP16;
     CHECK(gemm_half_init(HALF_FP16, err, sizeof err) == 0);
     run(OC > C ? OC : C, "fp16, one chunk");
     run((int)(LINEAR_BF16_WS_ELEMS / 4), "fp16, chunks of 2 rows");
+    blockwise();
     embedding_half();
     TEST_DONE();
 }

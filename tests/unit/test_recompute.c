@@ -69,7 +69,7 @@ static run_result train(transformer_config c, int B) {
         }
         float norm = optimizer_grad_norm(&m->params);
         optimizer_clip_grads(&m->params, norm, oc.clip_grad);
-        optimizer_step(&m->params, &oc, 1e-3f, it);
+        optimizer_step(&m->params, &oc, 1e-3f, it, HALF_NONE);
         r.losses[it - 1] = loss;
     }
     r.params = malloc(r.numel * sizeof(float));

@@ -6,6 +6,9 @@
 #define MEGADLM_CORE_KERNELS_ADAMW_H
 
 #include <stddef.h>
+#include <stdint.h>
+
+#include "core/kernels/bf16.h"
 
 /* One step's hyperparameters (weight_decay 0 for tensors without decay). */
 typedef struct {
@@ -14,5 +17,10 @@ typedef struct {
 } adamw_hparams;
 
 void adamw_update(float *param, const float *grad, float *m, float *v, size_t n, adamw_hparams h);
+/* The same, and each updated parameter rounded into param16 in the run's 16-bit format
+ * (--bf16 / --fp16: the model's copy) in the same pass: the bits of adamw_update followed by
+ * half_from_f32, without reading the parameters a second time. */
+void adamw_update_half(float *param, uint16_t *param16, half_kind kind, const float *grad,
+                       float *m, float *v, size_t n, adamw_hparams h);
 
 #endif

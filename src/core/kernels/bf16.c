@@ -92,6 +92,19 @@ void half_to_f32_2d(half_kind kind, float *dst, size_t ld_dst, const uint16_t *s
     else no_format("half_to_f32_2d");
 }
 
+void half_from_f32_2d(half_kind kind, uint16_t *dst, size_t ld_dst, const float *src,
+                      size_t ld_src, size_t rows, size_t cols) {
+    if (kind != HALF_BF16 && kind != HALF_FP16) no_format("half_from_f32_2d");
+    if (!use_team(rows * cols) || rows < 2) {
+        for (size_t r = 0; r < rows; r++)
+            half_from_f32(kind, dst + r * ld_dst, src + r * ld_src, cols);
+        return;
+    }
+    /* inside the region each row's conversion runs on its thread (dtype_use_team says no) */
+#pragma omp parallel for schedule(static)
+    for (size_t r = 0; r < rows; r++) half_from_f32(kind, dst + r * ld_dst, src + r * ld_src, cols);
+}
+
 /* In blocks copied out first: the floats of a block end at byte 4 (i + B), where the next
  * block's bf16 values begin (byte 2n + 2 (i + B), not below it while i + B <= n), so nothing
  * is overwritten before it is read. */

@@ -43,6 +43,10 @@ void half_from_f32(half_kind kind, uint16_t *dst, const float *src, size_t n);
 void half_to_f32(half_kind kind, float *dst, const uint16_t *src, size_t n);
 void half_to_f32_2d(half_kind kind, float *dst, size_t ld_dst, const uint16_t *src,
                     size_t ld_src, size_t rows, size_t cols);
+/* The other way: a rows x cols block of fp32 rounded to the format (each row one conversion,
+ * rows over the team when large). */
+void half_from_f32_2d(half_kind kind, uint16_t *dst, size_t ld_dst, const float *src,
+                      size_t ld_src, size_t rows, size_t cols);
 /* bf16_widen_staged in the run's format (--bf16's and --fp16's all-gathers and pipeline
  * transfers: values already rounded to the format move exactly in 2 bytes). */
 void half_widen_staged(half_kind kind, float *x, size_t n);

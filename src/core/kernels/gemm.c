@@ -2,6 +2,7 @@
  * or gemm_bf16() from every thread of their own OpenMP team (attention) bracket the region with
  * gemm_serial_begin/end, see gemm.h. */
 #include "core/kernels/gemm.h"
+#include "core/kernels/onednn_matmul.h"
 
 #include <cblas.h>
 #include <omp.h>
@@ -42,8 +43,13 @@ void gemm(gemm_dims d, float alpha, gemm_in A, gemm_in B, float beta, gemm_out C
 
 int gemm_serial_begin(void) {
     const int saved = openblas_get_num_threads();
-    if (saved != 1)
+    if (saved != 1) {
+        /* OpenBLAS's OpenMP build sets OpenMP's thread count too (omp_set_num_threads): put
+         * that back, or the region this brackets would get a team of one */
+        const int team = omp_get_max_threads();
         openblas_set_num_threads(1);
+        omp_set_num_threads(team);
+    }
     return saved;
 }
 
@@ -223,54 +229,91 @@ static void tiles_workspace(void) {
     if (!g_bf16.ws) g_bf16.ws = mem_alloc_floats(MEM_WORKSPACE, WS_FLOATS, "16-bit GEMM tiles");
 }
 
+#ifdef MEGADLM_HAVE_ONEDNN
+/* oneDNN's matmul primitive has a JIT implementation for a 64 x 64 x 64 product here and gives
+ * its result (all ones: 64 everywhere); impl: the implementation's name. */
+static int matmul_runs(char *impl, size_t len) {
+    enum { P = 64 };
+    static bf16 ones[P * P];
+    static float c[P * P];
+    char err[128];
+    snprintf(impl, len, "none");
+    if (onednn_matmul_init(err, sizeof err)) return 0;
+    for (int i = 0; i < P * P; i++) ones[i] = 0x3f80;
+    const int r = onednn_matmul_run((gemm_dims){P, P, P}, 1.0f, gemm_n_bf16(ones, P),
+                                    gemm_t_bf16(ones, P), 0.0f, gemm_o(c, P));
+    snprintf(impl, len, "%s", onednn_matmul_impl());
+    if (r != 0) return 0;
+    for (int i = 0; i < P * P; i++)
+        if (c[i] != (float)P) return 0;
+    return 1;
+}
+
+/* The oneDNN path `want` asks for (AUTO: the BLAS-like call where it runs) into *path (FALLBACK when
+ * none), how it was chosen into why, oneDNN's line into g_bf16.line. -1: a forced path that
+ * cannot run here. */
+static int onednn_choose(gemm_bf16_path want, const char *source, gemm_bf16_path *path,
+                         char *why, size_t whylen, char *err, size_t errlen) {
+    const int runs = onednn_runs(), units = onednn_has_bf16_units();
+    const char *isa = onednn_isa_name(dnnl_get_effective_cpu_isa());
+    const int amx = strstr(isa, "amx") != NULL;
+    char impl[64] = "none";
+    const int mm = want == GEMM_BF16_ONEDNN_MATMUL && matmul_runs(impl, sizeof impl);
+    *path = GEMM_BF16_FALLBACK;
+    if ((want == GEMM_BF16_ONEDNN && !runs) || (want == GEMM_BF16_ONEDNN_MATMUL && !mm)) {
+        err_set(err, errlen, "%s: oneDNN's bf16 %s does not run on this CPU (oneDNN's ISA here: "
+                "%s%s%s)", source, want == GEMM_BF16_ONEDNN ? "GEMM" : "matmul primitive", isa,
+                want == GEMM_BF16_ONEDNN ? "" : "; implementation: ",
+                want == GEMM_BF16_ONEDNN ? "" : impl);
+        return -1;
+    }
+    if (want == GEMM_BF16_ONEDNN || want == GEMM_BF16_ONEDNN_MATMUL) {
+        *path = want;
+        snprintf(why, whylen, "%s%s", source, units ? "" : "; no bf16 units: oneDNN emulates them");
+    } else if (want == GEMM_BF16_FALLBACK) {
+        snprintf(why, whylen, "%s", source);
+    } else if (units && runs) {
+        /* the BLAS-like call: as fast as the matmul primitive on AVX512_BF16 (bench/README.md),
+         * and no faster measured where oneDNN has AMX */
+        *path = GEMM_BF16_ONEDNN;
+        snprintf(why, whylen, "auto: the CPU has AVX512_BF16%s", amx ? " and AMX" : "");
+    } else {
+        snprintf(why, whylen, "auto: %s",
+                 units ? "oneDNN's bf16 GEMM does not run here" : "no AVX512_BF16 or AMX");
+    }
+    const dnnl_version_t *v = dnnl_version();
+    if (*path == GEMM_BF16_ONEDNN)
+        snprintf(g_bf16.line, sizeof g_bf16.line,
+                 "bf16 GEMM: oneDNN %d.%d.%d dnnl_gemm_bf16bf16f32 (CPU ISA %s; %s)", v->major,
+                 v->minor, v->patch, isa, why);
+    if (*path == GEMM_BF16_ONEDNN_MATMUL)
+        snprintf(g_bf16.line, sizeof g_bf16.line,
+                 "bf16 GEMM: oneDNN %d.%d.%d matmul primitive, cached per shape (%s; CPU ISA %s; "
+                 "%s)", v->major, v->minor, v->patch, impl, isa, why);
+    return 0;
+}
+#endif
+
 /* Sets g_bf16.path, .why and .line; allocates the workspace for the fallback. */
 static int bf16_choose(gemm_bf16_path want, const char *source, char *err, size_t errlen) {
     gemm_bf16_path path = GEMM_BF16_FALLBACK;
     char why[sizeof g_bf16.why];
 #ifdef MEGADLM_HAVE_ONEDNN
-    const int runs = onednn_runs(), units = onednn_has_bf16_units();
-    const char *isa = onednn_isa_name(dnnl_get_effective_cpu_isa());
-    if (want == GEMM_BF16_ONEDNN && !runs) {
-        err_set(err, errlen,
-                "%s: oneDNN's bf16 GEMM does not run on this CPU (oneDNN's ISA here: %s)", source,
-                isa);
-        return -1;
-    }
-    if (want == GEMM_BF16_ONEDNN) {
-        path = GEMM_BF16_ONEDNN;
-        snprintf(why, sizeof why, "%s%s", source,
-                 units ? "" : "; no bf16 units: oneDNN emulates them");
-    } else if (want == GEMM_BF16_FALLBACK) {
-        snprintf(why, sizeof why, "%s", source);
-    } else if (units && runs) {
-        path = GEMM_BF16_ONEDNN;
-        snprintf(why, sizeof why, "auto: the CPU has AVX512_BF16%s",
-                 strstr(isa, "amx") ? " and AMX" : "");
-    } else {
-        snprintf(why, sizeof why, "auto: %s",
-                 units ? "oneDNN's bf16 GEMM does not run here" : "no AVX512_BF16 or AMX");
-    }
+    if (onednn_choose(want, source, &path, why, sizeof why, err, errlen)) return -1;
 #else
-    if (want == GEMM_BF16_ONEDNN) {
+    if (want == GEMM_BF16_ONEDNN || want == GEMM_BF16_ONEDNN_MATMUL) {
         err_set(err, errlen, "%s: megadlm was built without oneDNN (libdnnl-dev)", source);
         return -1;
     }
     snprintf(why, sizeof why, "%s", want == GEMM_BF16_FALLBACK ? source : "built without oneDNN");
 #endif
-    if (path == GEMM_BF16_FALLBACK) tiles_workspace();
-    g_bf16.path = path;
-    snprintf(g_bf16.why, sizeof g_bf16.why, "%s", why);
-#ifdef MEGADLM_HAVE_ONEDNN
-    if (path == GEMM_BF16_ONEDNN) {
-        const dnnl_version_t *v = dnnl_version();
-        snprintf(g_bf16.line, sizeof g_bf16.line,
-                 "bf16 GEMM: oneDNN %d.%d.%d dnnl_gemm_bf16bf16f32 (CPU ISA %s; %s)", v->major,
-                 v->minor, v->patch, isa, why);
-    }
-#endif
-    if (path == GEMM_BF16_FALLBACK)
+    if (path == GEMM_BF16_FALLBACK) {
+        tiles_workspace();
         snprintf(g_bf16.line, sizeof g_bf16.line,
                  "bf16 GEMM: fp32 sgemm on converted tiles (%s)", why);
+    }
+    g_bf16.path = path;
+    snprintf(g_bf16.why, sizeof g_bf16.why, "%s", why);
     g_bf16.ready = 1;
     return 0;
 }
@@ -285,8 +328,11 @@ int gemm_bf16_init(char *err, size_t errlen) {
         want = GEMM_BF16_FALLBACK;
     else if (strcmp(env, "onednn") == 0)
         want = GEMM_BF16_ONEDNN;
+    else if (strcmp(env, "onednn-matmul") == 0)
+        want = GEMM_BF16_ONEDNN_MATMUL;
     else {
-        err_set(err, errlen, "MEGADLM_BF16_GEMM=%s: expected auto, onednn or fallback", env);
+        err_set(err, errlen,
+                "MEGADLM_BF16_GEMM=%s: expected auto, onednn-matmul, onednn or fallback", env);
         return -1;
     }
     char source[64];
@@ -296,9 +342,10 @@ int gemm_bf16_init(char *err, size_t errlen) {
 
 int gemm_bf16_use(gemm_bf16_path path, char *err, size_t errlen) {
     return bf16_choose(path,
-                       path == GEMM_BF16_ONEDNN     ? "forced: onednn"
-                       : path == GEMM_BF16_FALLBACK ? "forced: fallback"
-                                                    : "auto",
+                       path == GEMM_BF16_ONEDNN          ? "forced: onednn"
+                       : path == GEMM_BF16_ONEDNN_MATMUL ? "forced: onednn-matmul"
+                       : path == GEMM_BF16_FALLBACK      ? "forced: fallback"
+                                                         : "auto",
                        err, errlen);
 }
 
@@ -343,8 +390,13 @@ void gemm_bf16(gemm_dims d, float alpha, gemm_in_bf16 A, gemm_in_bf16 B, float b
         return;
     }
     bf16_ready();
+    /* the primitives' cache is not locked: calls from a parallel region take the BLAS-like
+     * call (both multiply the same bf16 values in fp32) */
+    if (g_bf16.path == GEMM_BF16_ONEDNN_MATMUL && !omp_in_parallel() &&
+        onednn_matmul_run(d, alpha, A, B, beta, C) == 0)
+        return;
 #ifdef MEGADLM_HAVE_ONEDNN
-    if (g_bf16.path == GEMM_BF16_ONEDNN) {
+    if (g_bf16.path == GEMM_BF16_ONEDNN || g_bf16.path == GEMM_BF16_ONEDNN_MATMUL) {
         const dnnl_status_t st = dnnl_gemm_bf16bf16f32(
             A.trans ? 'T' : 'N', B.trans ? 'T' : 'N', d.M, d.N, d.K, alpha, A.p, A.ld, B.p,
             B.ld, beta, C.p, C.ld);

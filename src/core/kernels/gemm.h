@@ -10,27 +10,7 @@
 #include <stddef.h>
 
 #include "core/kernels/bf16.h"
-
-typedef struct {
-    int M, N, K;
-} gemm_dims;
-
-/* An input matrix: data, row stride, transposed (op = transpose) or not. */
-typedef struct {
-    const float *p;
-    int ld;
-    int trans;
-} gemm_in;
-
-/* The output matrix: data, row stride. */
-typedef struct {
-    float *p;
-    int ld;
-} gemm_out;
-
-static inline gemm_in gemm_n(const float *p, int ld) { return (gemm_in){p, ld, 0}; }
-static inline gemm_in gemm_t(const float *p, int ld) { return (gemm_in){p, ld, 1}; }
-static inline gemm_out gemm_o(float *p, int ld) { return (gemm_out){p, ld}; }
+#include "core/kernels/matrix_views.h"
 
 void gemm(gemm_dims d, float alpha, gemm_in A, gemm_in B, float beta, gemm_out C);
 
@@ -40,7 +20,11 @@ void gemm(gemm_dims d, float alpha, gemm_in A, gemm_in B, float beta, gemm_out C
  * and C in fp32, the products accumulated in fp32 (every bf16 x bf16 product is exact in fp32,
  * so the result is the fp32-accumulated product of the bf16 values). Same conventions as gemm():
  * row strides as stored, beta = 0 does not read C (NaNs there do not propagate), K = 0 scales C.
- * Two implementations, chosen at run time (never by the compiler's -march):
+ * Three implementations, chosen at run time (never by the compiler's -march):
+ *   matmul    oneDNN's matmul primitive, one per call shape, cached (core/kernels/onednn_matmul.h):
+ *             brgemm on the AMX tiles where oneDNN may use them, AVX512_BF16 brgemm otherwise;
+ *             calls from inside a parallel region, and shapes oneDNN has only reference code
+ *             for, take the BLAS-like call below;
  *   oneDNN    libdnnl's dnnl_gemm_bf16bf16f32, on CPUs whose bf16 instructions oneDNN uses
  *             (AVX512_BF16, AMX: it reports them, AMX only once the OS has granted it);
  *   fallback  A and B widened to fp32 into a fixed workspace (each once per call where it
@@ -49,25 +33,22 @@ void gemm(gemm_dims d, float alpha, gemm_in A, gemm_in B, float beta, gemm_out C
  *             is OpenBLAS's sgemm of the widened values up to the order of the fp32 sums.
  * (Debian's OpenBLAS 0.3.21 is built without BUILD_BFLOAT16: it exports no cblas_sbgemm, only
  * its internal support_avx512_bf16 probe, so OpenBLAS cannot be the bf16 path.)
- * The environment variable MEGADLM_BF16_GEMM = auto (default) | onednn | fallback forces one.
+ * auto takes oneDNN's BLAS-like call where the CPU has bf16 units (on AVX512_BF16 it runs at the
+ * measured VDPBF16PS peak and faster than matmul; where oneDNN has AMX a first measurement found
+ * matmul no faster: bench/bench_bf16_gemm.sh prints both against the measured tile peak), the
+ * fallback elsewhere.
+ * The environment variable MEGADLM_BF16_GEMM = auto (default) | onednn-matmul | onednn |
+ * fallback forces one.
  * Callable from every thread of a parallel region like gemm() (bracket it with
  * gemm_serial_begin/end); oneDNN then runs each call on its calling thread (its OpenMP runtime
  * is libgomp, ours: it sees it is inside a parallel region). */
-typedef struct {
-    const bf16 *p;
-    int ld;
-    int trans;
-} gemm_in_bf16;
-
-static inline gemm_in_bf16 gemm_n_bf16(const bf16 *p, int ld) { return (gemm_in_bf16){p, ld, 0}; }
-static inline gemm_in_bf16 gemm_t_bf16(const bf16 *p, int ld) { return (gemm_in_bf16){p, ld, 1}; }
-
 void gemm_bf16(gemm_dims d, float alpha, gemm_in_bf16 A, gemm_in_bf16 B, float beta, gemm_out C);
 
 typedef enum {
     GEMM_BF16_AUTO = 0, /* oneDNN where the CPU has bf16 units and oneDNN runs, else fallback */
     GEMM_BF16_FALLBACK,
-    GEMM_BF16_ONEDNN,
+    GEMM_BF16_ONEDNN,        /* oneDNN's BLAS-like dnnl_gemm_bf16bf16f32 */
+    GEMM_BF16_ONEDNN_MATMUL, /* oneDNN's matmul primitive, cached per shape (onednn_matmul.h) */
 } gemm_bf16_path;
 
 /* Picks the implementation from MEGADLM_BF16_GEMM and allocates the fallback's workspace, once
@@ -78,7 +59,7 @@ int gemm_bf16_init(char *err, size_t errlen);
 /* Uses `path` from now on (tests, benchmarks; AUTO decides again); serial code only.
  * 0, or -1 with a message if it cannot run here (oneDNN not built in, or not on this CPU). */
 int gemm_bf16_use(gemm_bf16_path path, char *err, size_t errlen);
-/* The implementation in use (FALLBACK or ONEDNN; initializes if needed). */
+/* The implementation in use (FALLBACK, ONEDNN or ONEDNN_MATMUL; initializes if needed). */
 gemm_bf16_path gemm_bf16_current(void);
 /* One line for the log, e.g. "bf16 GEMM: oneDNN 2.6.3 dnnl_gemm_bf16bf16f32 (CPU ISA
  * avx512_core_amx; auto)" or "bf16 GEMM: fp32 sgemm on converted tiles (auto: no AVX512_BF16
@@ -123,7 +104,9 @@ const char *gemm_half_describe(half_kind kind);
  * parallel region it still splits each call into nthreads chunks, and concurrent calls then
  * serialize and spin on its one shared thread buffer (measured 30x slower at 2 threads).
  * Bracket such a region with these: gemm_serial_begin() sets OpenBLAS to 1 thread and returns
- * the previous count, gemm_serial_end() restores it. Not reentrant; call from serial code. */
+ * the previous count, gemm_serial_end() restores it; OpenMP's own thread count stays as it was
+ * (OpenBLAS's openblas_set_num_threads sets it as well, which made every bracketed region run
+ * on one thread until this was noticed). Not reentrant; call from serial code. */
 int gemm_serial_begin(void);
 void gemm_serial_end(int saved_threads);
 

@@ -42,10 +42,12 @@ void bias_add_forward(float *out, const float *bias, int N, int OC);
  * format (gemm_half: 16-bit operands, fp32 sums): the activation operand (forward: inp;
  * backward: dout, and inp for wgrad) is rounded to the format in the workspace, as PyTorch's
  * autocast rounds it. Outputs, biases and gradients stay fp32 (dweight accumulates into the
- * fp32 main gradient). Rows go in chunks of the workspace (max_rows x 2 x max_width values,
- * at most LINEAR_BF16_WS_ELEMS): as many rows as it holds of that linear's two operands (only
- * the widest linears, such as a large vocabulary's output layer, run in several chunks), a
- * function of the shapes alone, so the same call gives the same GEMMs, hence the same bits
+ * fp32 main gradient). The rounded operands live in a workspace (max_rows x 2 x max_width
+ * values, at most LINEAR_BF16_WS_ELEMS): forward takes as many rows at a time as it holds of the
+ * input; backward as many as it holds of both operands, and where that is fewer than all rows
+ * (the widest linears, such as a large vocabulary's output layer) it runs in blocks of the
+ * outputs over all rows instead (linear.c's backward_blocks). Chunks and blocks are functions
+ * of the shapes alone, so the same call gives the same GEMMs, hence the same bits
  * (recomputation). One setup per process (the training model); calls outside a parallel
  * region only. HALF_NONE: off (frees the workspace). */
 #define LINEAR_BF16_WS_ELEMS ((size_t)16 << 20)

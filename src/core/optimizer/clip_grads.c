@@ -7,10 +7,31 @@
 #include "core/parallel_state.h"
 #include "core/tensor_parallel/mappings.h"
 
+/* The sum of squares in double, in chunks of SUMSQ_CHUNK elements, each summed in SUMSQ_LANES
+ * interleaved partial sums: the lanes fill vector registers and keep many additions in flight
+ * (one running sum waits on each addition's latency: 4x slower over a GPT-2's gradients). */
+#define SUMSQ_CHUNK 4096
+#define SUMSQ_LANES 16
+
+static double sumsq_chunk(const float *g, size_t n) {
+    double lane[SUMSQ_LANES] = {0};
+    size_t i = 0;
+    for (; i + SUMSQ_LANES <= n; i += SUMSQ_LANES)
+        for (int l = 0; l < SUMSQ_LANES; l++) lane[l] += (double)g[i + l] * g[i + l];
+    for (; i < n; i++) lane[0] += (double)g[i] * g[i];
+    double s = 0.0;
+    for (int l = 0; l < SUMSQ_LANES; l++) s += lane[l];
+    return s;
+}
+
 static double sumsq(const float *g, size_t n) {
     double sum = 0.0;
+    const size_t chunks = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
 #pragma omp parallel for reduction(+ : sum) schedule(static)
-    for (size_t i = 0; i < n; i++) sum += (double)g[i] * g[i];
+    for (size_t c = 0; c < chunks; c++) {
+        const size_t b = c * SUMSQ_CHUNK;
+        sum += sumsq_chunk(g + b, n - b < SUMSQ_CHUNK ? n - b : SUMSQ_CHUNK);
+    }
     return sum;
 }
 
