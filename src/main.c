@@ -59,6 +59,10 @@ static int denormals_setup(void) {
 
 int main(int argc, char **argv) {
     blas_kernels_choose(argv); /* may re-execute this program: before MPI and threads */
+    /* whole lines: under mpirun every rank's stdout is a pipe, and a fully buffered stream that
+     * fills in the middle of a log line writes it in two pieces, between which another rank's
+     * line can land in the merged output */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     if (denormals_setup() != 0)
         return 2;
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {

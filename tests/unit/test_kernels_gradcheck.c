@@ -1216,8 +1216,46 @@ static void test_dropout(int residual) {
  *         float rounding of p costs ~1e-5 relative in the update; + 2e-7 absolute, ~2 ulp of p).
  * Independently, a pure double trajectory from the initial state must end within 1e-6 of the
  * kernel's parameters after 3 steps. */
+/* adamw_update_half (--bf16 / --fp16: the 16-bit copy written in AdamW's pass): the parameters
+ * and moments are adamw_update's bit for bit, and the copy is each updated parameter rounded by
+ * dtype.h's conversion (PyTorch's bits: test_bf16), in both formats, over enough elements for
+ * the OpenMP team, with a value past fp16's range. */
+static void test_adamw_half(void) {
+    const size_t n = 100003;
+    const adamw_hparams h = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 2};
+    for (int f = 0; f < 2; f++) {
+        const half_kind kind = f ? HALF_FP16 : HALF_BF16;
+        float *p = frandom(n, -1, 1), *g = frandom(n, -2, 2), *m = frandom(n, -1, 1);
+        float *v = frandom(n, 0, 1), *p2 = falloc(n), *m2 = falloc(n), *v2 = falloc(n);
+        uint16_t *p16 = malloc(n * sizeof(uint16_t));
+        p[7] = 70000.0f; /* rounds to fp16's infinity */
+        memcpy(p2, p, n * sizeof(float));
+        memcpy(m2, m, n * sizeof(float));
+        memcpy(v2, v, n * sizeof(float));
+        adamw_update(p, g, m, v, n, h);
+        adamw_update_half(p2, p16, kind, g, m2, v2, n, h);
+        size_t off = 0;
+        for (size_t i = 0; i < n; i++)
+            off += p16[i] != (kind == HALF_FP16 ? fp16_from_float(p2[i]) : bf16_from_float(p2[i]));
+        printf("  adamw_update_half %s: %zu copies off\n", half_kind_name(kind), off);
+        CHECK(memcmp(p, p2, n * sizeof(float)) == 0 && memcmp(m, m2, n * sizeof(float)) == 0 &&
+              memcmp(v, v2, n * sizeof(float)) == 0);
+        CHECK(off == 0);
+        CHECK(kind == HALF_BF16 || p16[7] == 0x7c00u);
+        free(p);
+        free(g);
+        free(m);
+        free(v);
+        free(p2);
+        free(m2);
+        free(v2);
+        free(p16);
+    }
+}
+
 static void test_adamw(void) {
     printf("adamw\n");
+    test_adamw_half();
     const size_t n = 64;
     const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
     float *p = frandom(n, -1, 1), *m = falloc(n), *v = falloc(n);
