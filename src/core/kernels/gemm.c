@@ -273,8 +273,8 @@ static int onednn_choose(gemm_bf16_path want, const char *source, gemm_bf16_path
     } else if (want == GEMM_BF16_FALLBACK) {
         snprintf(why, whylen, "%s", source);
     } else if (units && runs) {
-        /* the BLAS-like call: as fast as the matmul primitive on AVX512_BF16 (bench/README.md),
-         * and no faster measured where oneDNN has AMX */
+        /* the BLAS-like call: faster than the matmul primitive on AVX512_BF16, and the primitive
+         * measured no faster where oneDNN has AMX (bench/README.md) */
         *path = GEMM_BF16_ONEDNN;
         snprintf(why, whylen, "auto: the CPU has AVX512_BF16%s", amx ? " and AMX" : "");
     } else {

@@ -105,15 +105,16 @@ static void entry_build(mm_entry *e, const mm_key *k) {
     dnnl_primitive_desc_t pd = NULL;
     const dnnl_status_t st = dnnl_primitive_desc_create(&pd, &desc, attr, g_mm.engine, NULL);
     dnnl_primitive_attr_destroy(attr);
+    snprintf(g_mm.impl, sizeof g_mm.impl, "none offered");
     if (st != dnnl_success) return;
     const char *impl = "";
     dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
     const int jit = impl && strncmp(impl, "ref", 3) != 0;
+    snprintf(g_mm.impl, sizeof g_mm.impl, "%s", impl ? impl : "?");
     if (jit && dnnl_primitive_create(&e->prim, pd) == dnnl_success &&
         dnnl_memory_create(&e->a, &amd, g_mm.engine, DNNL_MEMORY_NONE) == dnnl_success &&
         dnnl_memory_create(&e->b, &bmd, g_mm.engine, DNNL_MEMORY_NONE) == dnnl_success &&
         dnnl_memory_create(&e->c, &cmd, g_mm.engine, DNNL_MEMORY_NONE) == dnnl_success) {
-        snprintf(g_mm.impl, sizeof g_mm.impl, "%s", impl);
         g_mm.cached++;
     } else {
         entry_free(e);

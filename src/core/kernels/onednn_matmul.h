@@ -25,8 +25,8 @@ int onednn_matmul_init(char *err, size_t errlen);
  * written: the caller multiplies another way, and later calls of the same key say 1 at once). */
 int onednn_matmul_run(gemm_dims d, float alpha, gemm_in_bf16 A, gemm_in_bf16 B, float beta,
                       gemm_out C);
-/* The implementation oneDNN chose for the most recent primitive built (e.g.
- * "brg:avx512_core_amx"), or "none yet". */
+/* The implementation oneDNN offered for the most recent key (e.g. "brg:avx512_core_amx"; a
+ * refused one too, e.g. "ref:any"; "none offered"), or "none yet". */
 const char *onednn_matmul_impl(void);
 /* Primitives in the cache, and calls that had no JIT implementation (tests, the bench). */
 int onednn_matmul_cached(void);
