@@ -63,7 +63,7 @@ if [ "${SPEED:-1}" = 1 ]; then
      MEGADLM_BF16_GEMM=onednn-matmul "$MEGADLM" "${probe[@]}" > /dev/null 2>&1; then
     MATMUL=1
   fi
-  for r in $(seq "$ROUNDS"); do
+  for _ in $(seq "$ROUNDS"); do
     run fp32 "MEGADLM_BF16_GEMM=auto"
     run bf16 "MEGADLM_BF16_GEMM=auto" --bf16
     [ "$MATMUL" = 1 ] && run matmul "MEGADLM_BF16_GEMM=onednn-matmul" --bf16
