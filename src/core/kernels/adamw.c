@@ -5,11 +5,11 @@
 
 #include "core/tensor/dtype.h"
 
-/* param, grad, m, v [n]; step >= 1.
+/* The update of element i of param, grad, m, v, with bc1, bc2 the bias corrections (one
+ * definition for every loop below):
  *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
  *   p -= lr * ( (m / (1-b1^step)) / (sqrt(v / (1-b2^step)) + eps) + weight_decay * p )
- * The four buffers must not overlap (the loop is SIMD-vectorized). */
-/* The update of element i, with bc1, bc2 the bias corrections: one definition for both loops. */
+ * The buffers must not overlap (the loops are SIMD-vectorized). */
 #define ADAMW_ELEMENT(i)                                                                      \
     do {                                                                                      \
         const float g = grad[i];                                                              \

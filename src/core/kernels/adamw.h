@@ -19,7 +19,8 @@ typedef struct {
 void adamw_update(float *param, const float *grad, float *m, float *v, size_t n, adamw_hparams h);
 /* The same, and each updated parameter rounded into param16 in the run's 16-bit format
  * (--bf16 / --fp16: the model's copy) in the same pass: the bits of adamw_update followed by
- * half_from_f32, without reading the parameters a second time. */
+ * half_from_f32, without reading the parameters a second time. HALF_NONE: adamw_update alone
+ * (param16 not touched). */
 void adamw_update_half(float *param, uint16_t *param16, half_kind kind, const float *grad,
                        float *m, float *v, size_t n, adamw_hparams h);
 

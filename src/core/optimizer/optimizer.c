@@ -8,11 +8,8 @@ void optimizer_step(param_set *ps, const optimizer_config *oc, float lr, int ste
         size_t o = t->offset;
         adamw_hparams h = {lr, oc->beta1, oc->beta2, oc->eps,
                            t->weight_decay ? oc->weight_decay : 0.0f, step};
-        if (half != HALF_NONE && ps->data_bf16)
-            adamw_update_half(param_set_fp32(ps) + o, ps->data_bf16 + o, half, ps->grad + o,
-                              ps->exp_avg + o, ps->exp_avg_sq + o, t->numel, h);
-        else
-            adamw_update(param_set_fp32(ps) + o, ps->grad + o, ps->exp_avg + o,
-                         ps->exp_avg_sq + o, t->numel, h);
+        uint16_t *copy = ps->data_bf16 ? ps->data_bf16 + o : NULL;
+        adamw_update_half(param_set_fp32(ps) + o, copy, copy ? half : HALF_NONE, ps->grad + o,
+                          ps->exp_avg + o, ps->exp_avg_sq + o, t->numel, h);
     }
 }
