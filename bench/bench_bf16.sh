@@ -59,7 +59,8 @@ if [ "${SPEED:-1}" = 1 ]; then
   probe=(train --num-layers 1 --hidden-size 64 --num-attention-heads 2 --seq-length 16
          --max-position-embeddings 16 --micro-batch-size 1 --global-batch-size 1 --mock-data
          --tokenizer-type NullTokenizer --vocab-size 100 --train-iters 1 --lr 1e-3 --bf16)
-  if ! MEGADLM_BF16_GEMM=auto "$MEGADLM" "${probe[@]}" 2>&1 | grep -q 'matmul primitive' &&
+  auto_log=$(MEGADLM_BF16_GEMM=auto "$MEGADLM" "${probe[@]}" 2>&1) || true
+  if ! grep -q 'matmul primitive' <<<"$auto_log" &&
      MEGADLM_BF16_GEMM=onednn-matmul "$MEGADLM" "${probe[@]}" > /dev/null 2>&1; then
     MATMUL=1
   fi

@@ -128,6 +128,6 @@ expect "unknown flag '--pipeline-model-parallel-size'" \
   "$MEGADLM" generate --load gpt-tp1 --pipeline-model-parallel-size 2
 expect "unknown flag '--context-parallel-size'" \
   "$MEGADLM" generate --load gpt-tp1 --context-parallel-size 2
-"$MEGADLM" generate --help | grep -q -- "--tensor-model-parallel-size" ||
+out=$("$MEGADLM" generate --help) && grep -q -- "--tensor-model-parallel-size" <<<"$out" ||
   { echo "FAILED: generate --help does not list --tensor-model-parallel-size"; fail=1; }
 exit $fail

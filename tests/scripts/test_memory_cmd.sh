@@ -58,7 +58,7 @@ want=$(awk 'BEGIN { L = 96; h = 12288; s = 2048; b = 1; V = 51200; t = 8; p = 8;
   act = 34 * s * b * h / t * L + (8 * s * b + s * b * h) * p / t
   printf "Theoretical memory footprints: weight and optimizer=%.2f MB, activation=%.2f MB, total=%.2f MB", w / MB, act / MB, (w + act) / MB }')
 # shellcheck disable=SC2086
-got=$("$MEGADLM" memory "${paper[@]}" ${CFG[175B]} | head -1)
+got=$("$MEGADLM" memory "${paper[@]}" ${CFG[175B]}); got=${got%%$'\n'*}
 [ "$got" = "$want" ] || say_fail "175B: got '$got', expected '$want'"
 
 # ---- --json ------------------------------------------------------------------------------------
@@ -183,7 +183,8 @@ for mode in rows full; do
   got=$(python3 -c 'import json,sys; b=json.load(sys.stdin)["megadlm_train_bytes"]; print(int(b["logits"]), int(b["logits_rows"]), int(b["saved_activations"]))' <<<"$out")
   meas=$(grep -o 'memory saved activations (bytes) | predicted [0-9]* | measured [0-9]*' dlm.log | awk '{print $NF}')
   [ "$got" = "$bytes $rows $meas" ] || say_fail "difflm $mode: memory --json logits, rows, saved '$got', want '$bytes $rows $meas'"
-  "$MEGADLM" memory "${dlm[@]}" "${extra[@]}" | grep -qE "of which logits 0\.[0-9]+ MB per micro-batch on the last stage: $rows of the 600 rows" ||
+  text=$("$MEGADLM" memory "${dlm[@]}" "${extra[@]}")
+  grep -qE "of which logits 0\.[0-9]+ MB per micro-batch on the last stage: $rows of the 600 rows" <<<"$text" ||
     say_fail "difflm $mode: memory's text has no logits line at $rows rows"
   echo "difflm $mode: logits $bytes bytes ($rows rows), predicted == measured"
 done

@@ -73,9 +73,12 @@ printf '{"text": "ok"}\nnot json\n' > broken.jsonl
 refused "broken.jsonl:2" preprocess --strict --input broken.jsonl --output-prefix t3 \
     --tokenizer-type ByteLevel
 
-# --help lists flags with defaults and exits 0
-"$MEGADLM" train --help | grep -q -- "--make-vocab-size-divisible-by" || { echo "FAILED: train --help"; fail=1; }
-"$MEGADLM" --help | grep -q "generate" || { echo "FAILED: --help"; fail=1; }
+# --help lists flags with defaults and exits 0. The output is read whole before grep looks at it:
+# stdout is line-buffered, so `megadlm --help | grep -q` under pipefail would race grep's early exit
+# against megadlm's next write (SIGPIPE).
+out=$("$MEGADLM" train --help) && grep -q -- "--make-vocab-size-divisible-by" <<<"$out" ||
+  { echo "FAILED: train --help (rc $?)"; fail=1; }
+out=$("$MEGADLM" --help) && grep -q "generate" <<<"$out" || { echo "FAILED: --help (rc $?)"; fail=1; }
 
 [ $fail -eq 0 ] && echo "all validation errors reported"
 exit $fail
