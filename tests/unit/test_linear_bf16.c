@@ -26,6 +26,18 @@ static float r16(float x) {
                                : bf16_to_float(bf16_from_float(x));
 }
 
+/* the reference: sum over k < K of r16(a[k * sa]) * r16(b[k * sb]) in double, and its magnitude */
+static double ref_dot(const float *a, size_t sa, const float *b, size_t sb, int K, double *mag) {
+    double s = 0, m = 0;
+    for (int k = 0; k < K; k++) {
+        const double p = (double)r16(a[k * sa]) * r16(b[k * sb]);
+        s += p;
+        m += fabs(p);
+    }
+    *mag = m;
+    return s;
+}
+
 /* max over the result of |got - want| / (K * 2^-23 * sum |a||b| + tiny): <= 1 passes */
 static int within(const float *got, const double *want, const double *mag, int n, int K) {
     int bad = 0;
@@ -69,37 +81,16 @@ static void run(int max_width, const char *what) {
     double want[N * OC], mag[N * OC], wdin[N * C], mdin[N * C], wdw[OC * C], mdw[OC * C];
     for (int n = 0; n < N; n++)
         for (int o = 0; o < OC; o++) {
-            double s = 0, m = 0;
-            for (int k = 0; k < C; k++) {
-                double p = (double)r16(inp[n * C + k]) * r16(w[o * C + k]);
-                s += p;
-                m += fabs(p);
-            }
-            want[n * OC + o] = s + b[o];
+            double m;
+            want[n * OC + o] = ref_dot(&inp[n * C], 1, &w[o * C], 1, C, &m) + b[o];
             mag[n * OC + o] = m + fabs(b[o]);
         }
     for (int n = 0; n < N; n++)
-        for (int k = 0; k < C; k++) {
-            double s = 0, m = 0;
-            for (int o = 0; o < OC; o++) {
-                double p = (double)r16(dout[n * OC + o]) * r16(w[o * C + k]);
-                s += p;
-                m += fabs(p);
-            }
-            wdin[n * C + k] = s;
-            mdin[n * C + k] = m;
-        }
+        for (int k = 0; k < C; k++)
+            wdin[n * C + k] = ref_dot(&dout[n * OC], 1, &w[k], C, OC, &mdin[n * C + k]);
     for (int o = 0; o < OC; o++)
-        for (int k = 0; k < C; k++) {
-            double s = 0, m = 0;
-            for (int n = 0; n < N; n++) {
-                double p = (double)r16(dout[n * OC + o]) * r16(inp[n * C + k]);
-                s += p;
-                m += fabs(p);
-            }
-            wdw[o * C + k] = s;
-            mdw[o * C + k] = m;
-        }
+        for (int k = 0; k < C; k++)
+            wdw[o * C + k] = ref_dot(&dout[o], OC, &inp[k], C, N, &mdw[o * C + k]);
     int bf = within(out, want, mag, N * OC, C), bd = within(din, wdin, mdin, N * C, OC),
         bw = within(dw, wdw, mdw, OC * C, N);
     printf("%s: forward %d, dgrad %d, wgrad %d outside the bound\n", what, bf, bd, bw);
@@ -189,12 +180,8 @@ static void blockwise(void) {
     linear_backward(din, dw, NULL, dout, inp, lw, BN, BC, OCB);
     int bd = 0, bw = 0, bt = 0, bf = 0;
     for (int n = 0; n < BN; n++) {
-        double sum = 0, mag = 0;
-        for (int o = 0; o < OCB; o++) {
-            const double p = (double)r16(dout[(size_t)n * OCB + o]) * r16(w[o]);
-            sum += p;
-            mag += fabs(p);
-        }
+        double mag;
+        const double sum = ref_dot(&dout[(size_t)n * OCB], 1, w, 1, OCB, &mag);
         bd += within(&din[n], &sum, &mag, 1, OCB);
     }
     /* wgrad in 3 tiles: edges at 1/3 and 2/3 of OC, inside the blocks of OC / 2 */
@@ -204,12 +191,8 @@ static void blockwise(void) {
     linear_backward_wgrad_rows(dwt, dout, inp, lw, BN, BC, OCB, t2, OCB - t2);
     linear_backward_wgrad_rows(dw1, dout, inp, lw, BN, BC, OCB, 0, OCB);
     for (int o = 0; o < OCB; o++) {
-        double sum = 0, mag = 0;
-        for (int n = 0; n < BN; n++) {
-            const double p = (double)r16(dout[(size_t)n * OCB + o]) * r16(inp[n]);
-            sum += p;
-            mag += fabs(p);
-        }
+        double mag;
+        const double sum = ref_dot(&dout[o], OCB, inp, 1, BN, &mag);
         bw += within(&dw[o], &sum, &mag, 1, BN);
         bt += within(&dwt[o], &sum, &mag, 1, BN);
     }
